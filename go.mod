@@ -1,0 +1,3 @@
+module stockpot
+
+go 1.26.8

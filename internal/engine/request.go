@@ -1,0 +1,106 @@
+package engine
+
+import (
+	"context"
+	"errors"
+)
+
+// SamplingParams chooses the next token from the logits. Temperature 0 is greedy.
+type SamplingParams struct {
+	Temperature float32 // 0 = greedy (argmax)
+	TopP        float32 // 0 or 1 = off
+	TopK        int     // 0 = off
+	Seed        uint64  // used when HasSeed; otherwise a random seed is drawn per request
+	HasSeed     bool
+}
+
+// Request is one generation request in token space. The HTTP layer tokenizes, applies chat
+// templates and handles stop strings; the engine handles stop tokens and max_tokens.
+type Request struct {
+	Prompt     []int32
+	MaxTokens  int // >= 1 after validation; the engine also stops at the context length
+	Sampling   SamplingParams
+	StopTokens []int32 // extra stop token ids; the model's end-of-generation tokens always stop
+	IgnoreEOS  bool
+	Logprobs   int    // number of top alternatives per generated token (0 = only the chosen token's logprob)
+	CacheSalt  string // tenant salt folded into the root of the prefix hash chain
+}
+
+// TokenLogprob is a token id with its log-probability under the model (before sampling filters).
+type TokenLogprob struct {
+	ID      int32
+	Logprob float32
+}
+
+// Token is one generated token.
+type Token struct {
+	ID      int32
+	Logprob float32        // log-probability of ID
+	Top     []TokenLogprob // the top Request.Logprobs alternatives, best first
+}
+
+// Usage is the per-request accounting reported in the API's usage object.
+// Invariant: Device+Host+Disk+Remote+Computed == PromptTokens.
+type Usage struct {
+	PromptTokens     int
+	CompletionTokens int
+	DeviceTokens     int // reused from the working pool
+	HostTokens       int
+	DiskTokens       int
+	RemoteTokens     int
+	ComputedTokens   int // prefilled this request
+	DiscardedTokens  int // found in a tier but not used (and so computed)
+
+	QueueMs   float64
+	RestoreMs float64
+	PrefillMs float64
+	TTFTMs    float64
+	DecodeMs  float64
+}
+
+// CachedTokens is the OpenAI prompt_tokens_details.cached_tokens value.
+func (u Usage) CachedTokens() int {
+	return u.DeviceTokens + u.HostTokens + u.DiskTokens + u.RemoteTokens
+}
+
+// Finish reasons.
+const (
+	FinishStop      = "stop"      // an end-of-generation or stop token
+	FinishLength    = "length"    // max_tokens or the context length
+	FinishCancelled = "cancelled" // the caller's context ended
+)
+
+// Output is one message on a request's stream. Tokens may be empty on the final message.
+// The final message has Done set, a FinishReason and Usage; the channel is closed after it.
+type Output struct {
+	Tokens       []Token
+	Done         bool
+	FinishReason string
+	Usage        *Usage
+	Err          error
+}
+
+// Stats is a snapshot of the engine's state for metrics and /health.
+type Stats struct {
+	Running, Waiting int
+	KVBlocksTotal    int
+	KVBlocksUsed     int // referenced by running requests
+	KVBlocksCached   int // unreferenced but holding reusable prefix blocks
+	KVBlockBytes     int64
+	Evictions        uint64
+}
+
+// Errors callers branch on.
+var (
+	ErrPromptTooLong = errors.New("engine: prompt too long")
+	ErrInvalid       = errors.New("engine: invalid request")
+	ErrShutdown      = errors.New("engine: shutting down")
+)
+
+// Generator is what the HTTP layer needs from an engine.
+type Generator interface {
+	// Generate queues req and returns its output stream. Cancelling ctx cancels the request and
+	// frees its blocks; the stream then ends with FinishCancelled.
+	Generate(ctx context.Context, req *Request) (<-chan Output, error)
+	Stats() Stats
+}
