@@ -1,0 +1,63 @@
+// Package tokenizer turns text into token ids and back exactly as llama.cpp
+// does for the same GGUF tokenizer metadata, and renders chat templates.
+//
+// It owns one noun, Tokenizer, built by New from a Vocab (the
+// tokenizer.ggml.* keys) or by FromGGUF. A Tokenizer is immutable and safe
+// for concurrent use; StreamDecoder is per stream.
+//
+// # Encoding pipeline (llama_tokenize)
+//
+//  1. Special-token partition. Tokens of control, user-defined or unknown
+//     type are searched for in the input, longest text first; each match
+//     becomes that token and the text around it is tokenized on its own.
+//     User-defined tokens always match; control and unknown ones only with
+//     parseSpecial.
+//  2. Each raw fragment is tokenized by the vocabulary's algorithm.
+//  3. With addSpecial, BOS is prepended when add_bos is on and EOS appended
+//     when add_eos is on. Defaults when the keys are absent: SPM add_bos,
+//     byte-level BPE not, except the llama3 pre-tokenizer which adds BOS.
+//
+// # SentencePiece (tokenizer.ggml.model = "llama")
+//
+// Spaces become ▁ (U+2581); with add_space_prefix (default on) a space is
+// put before the first fragment and before each fragment that follows a
+// special token. The text is split into UTF-8 characters, and the adjacent
+// pair whose concatenation is a token with the highest score is merged
+// (ties: leftmost) until no pair is a token. Each resulting symbol that is
+// not a token is re-split along the merges that built it, and what is still
+// unknown is emitted byte by byte as <0xXX> tokens (byte fallback), or as
+// UNK when the vocabulary has no byte tokens.
+//
+// # Byte-level BPE (tokenizer.ggml.model = "gpt2")
+//
+// A pre-tokenizer chosen by tokenizer.ggml.pre splits the text into words
+// (pretokenize.go: llama3/llama-bpe, qwen2, smollm, gpt-2 and default). The
+// regexes llama.cpp names are implemented as scanners over codepoints, with
+// llama.cpp's Unicode categories (Go's tables, patched to Unicode 15.1
+// where llama.cpp's differ). Each word's UTF-8 bytes are mapped to printable
+// codepoints (GPT-2's bytes_to_unicode) and merged pairwise by merge rank
+// (lowest first, ties leftmost). With ignore_merges (llama3) a word that is
+// already a token is taken whole. A final symbol that is not a token falls
+// back to its bytes as one-byte tokens; bytes with no token are dropped.
+//
+// Invalid UTF-8 never fails: it is decoded as llama.cpp decodes it (an
+// undecodable byte is one U+FFFD).
+//
+// # Decoding
+//
+// Piece(id) is a token's raw bytes. Decode concatenates pieces as the
+// llama.cpp server does for completions (token_to_piece with special=false):
+// control and unknown tokens render as nothing, and nothing else is
+// stripped or cleaned. StreamDecoder emits only complete UTF-8, turning
+// bytes that can never complete into U+FFFD.
+//
+// # Invariants
+//
+//   - Encode never panics, whatever the bytes.
+//   - For byte-level BPE without special texts in the input,
+//     Decode(Encode(s, false, false)) == s for valid UTF-8 s whose bytes
+//     all have tokens (always true for a full 256-byte vocabulary).
+//   - For SPM with byte tokens, Decode(Encode(s, false, false)) is s with
+//     the one-space prefix when add_space_prefix is on.
+//   - Digest changes whenever ids, rendered text or the chat template can.
+package tokenizer
