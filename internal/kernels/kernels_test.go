@@ -106,24 +106,81 @@ func TestMatMulDeterministic(t *testing.T) {
 		for _, s := range []struct{ N, K int }{{29, 67}, {50, 64}, {7, 200}} {
 			w := randWeight(r, typ, s.N, s.K)
 			x := randFloats(r, maxM*s.K)
-			full := make([]float32, maxM*s.N)
-			MatMul(pools[2], full, x, maxM, w)
-			for M := 1; M <= maxM; M++ {
-				p := pools[r.IntN(len(pools))]
-				have := make([]float32, M*s.N)
-				// Compute rows [0, M) in random chunks.
-				for m0 := 0; m0 < M; {
-					c := 1 + r.IntN(M-m0)
-					MatMul(p, have[m0*s.N:], x[m0*s.K:(m0+c)*s.K], c, w)
-					m0 += c
-				}
-				for i := range have {
-					if math.Float32bits(have[i]) != math.Float32bits(full[i]) {
-						t.Fatalf("%v N=%d K=%d M=%d threads=%d: element (%d,%d) have %v, want %v",
-							typ, s.N, s.K, M, p.Threads(), i/s.N, i%s.N, have[i], full[i])
+			for _, fam := range append(simdFamilies(), nil) {
+				full := make([]float32, maxM*s.N)
+				matMulFloat(pools[2], fam, full, x, maxM, w)
+				for M := 1; M <= maxM; M++ {
+					p := pools[r.IntN(len(pools))]
+					have := make([]float32, M*s.N)
+					// Compute rows [0, M) in random chunks.
+					for m0 := 0; m0 < M; {
+						c := 1 + r.IntN(M-m0)
+						matMulFloat(p, fam, have[m0*s.N:], x[m0*s.K:(m0+c)*s.K], c, w)
+						m0 += c
+					}
+					for i := range have {
+						if math.Float32bits(have[i]) != math.Float32bits(full[i]) {
+							t.Fatalf("%s %v N=%d K=%d M=%d threads=%d: element (%d,%d) have %v, want %v",
+								famName(fam), typ, s.N, s.K, M, p.Threads(), i/s.N, i%s.N, have[i], full[i])
+						}
 					}
 				}
 			}
+		}
+	}
+}
+
+func famName(ks *tileKernels) string {
+	if ks == nil {
+		return "ref"
+	}
+	return ks.name
+}
+
+// TestTileKernelsMatchReference compares every SIMD family with the
+// pure-Go reference on random shapes, odd sizes included.
+func TestTileKernelsMatchReference(t *testing.T) {
+	fams := simdFamilies()
+	if len(fams) == 0 {
+		t.Skip("no SIMD kernels on this CPU")
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	p := NewPool(2)
+	defer p.Close()
+	for _, fam := range fams {
+		for _, typ := range floatTypes {
+			for range 40 {
+				M, N, K := 1+r.IntN(20), 1+r.IntN(40), 1+r.IntN(300)
+				w := randWeight(r, typ, N, K)
+				x := randFloats(r, M*K)
+				have, want := make([]float32, M*N), make([]float32, M*N)
+				matMulFloat(p, fam, have, x, M, w)
+				matMulFloat(p, nil, want, x, M, w)
+				_, mag := oracleMatMul(x, M, w)
+				for i := range have {
+					if tol := 2e-6 * mag[i]; math.Abs(float64(have[i]-want[i])) > tol {
+						t.Fatalf("%s %v M=%d N=%d K=%d element (%d,%d): have %v, want %v (tol %g)",
+							fam.name, typ, M, N, K, i/N, i%N, have[i], want[i], tol)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestRoundF16MatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	src := make([]float32, 1003)
+	for i := range src {
+		src[i] = float32(r.NormFloat64() * math.Pow(2, float64(r.IntN(60)-40)))
+	}
+	src[0], src[1], src[2] = 65520, -1e-8, float32(math.Inf(1))
+	have, want := make([]float32, len(src)), make([]float32, len(src))
+	roundF16(have, src)
+	roundF16Ref(want, src)
+	for i := range have {
+		if math.Float32bits(have[i]) != math.Float32bits(want[i]) {
+			t.Fatalf("roundF16(%v): have %v, want %v", src[i], have[i], want[i])
 		}
 	}
 }

@@ -93,10 +93,17 @@ func MatMul(p *Pool, dst, x []float32, M int, w *Weight) {
 		matMulQuant(p, dst, x, M, w)
 		return
 	}
-	if simd == nil {
+	matMulFloat(p, simd, dst, x, M, w)
+}
+
+// matMulFloat is MatMul for float weights with the tile family ks (nil:
+// the pure-Go reference).
+func matMulFloat(p *Pool, ks *tileKernels, dst, x []float32, M int, w *Weight) {
+	if ks == nil {
 		matMulRef(p, dst, x, M, w)
 		return
 	}
+	K := w.Cols
 	xs := x[:M*K]
 	if w.Type != gguf.TypeF32 {
 		var release func()
@@ -104,11 +111,11 @@ func MatMul(p *Pool, dst, x []float32, M int, w *Weight) {
 		defer release()
 		round := roundBF16
 		if w.Type == gguf.TypeF16 {
-			round = simd.roundF16
+			round = ks.roundF16
 		}
 		p.For(M, func(lo, hi int) { round(xs[lo*K:hi*K], x[lo*K:hi*K]) })
 	}
-	matMulTiles(p, simd, dst, xs, M, w)
+	matMulTiles(p, ks, dst, xs, M, w)
 }
 
 // matMulTiles runs the tile kernels of ks over the whole product. x is
