@@ -116,3 +116,42 @@ func TestAttention(t *testing.T) {
 		})
 	}
 }
+
+// TestVectorHelpersMatchReference compares attention's SIMD dot and axpy
+// with the pure-Go ones on odd lengths.
+func TestVectorHelpersMatchReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(15, 16))
+	for _, n := range []int{0, 1, 7, 8, 9, 31, 64, 100} {
+		a, b := randFloats(r, n), randFloats(r, n)
+		h := make([]uint16, n)
+		convertF32ToF16(h, b)
+		var mag float64
+		for i := range a {
+			mag += math.Abs(float64(a[i] * b[i]))
+		}
+		tol := 1e-6*mag + 1e-7
+		if have, want := dotF32(a, b), dotF32Ref(a, b); math.Abs(float64(have-want)) > tol {
+			t.Errorf("dotF32 n=%d: have %v, want %v", n, have, want)
+		}
+		if have, want := dotF16(a, h), dotF16Ref(a, h); math.Abs(float64(have-want)) > tol {
+			t.Errorf("dotF16 n=%d: have %v, want %v", n, have, want)
+		}
+		y1, y2 := randFloats(r, n), make([]float32, n)
+		copy(y2, y1)
+		axpyF32(y1, 0.3, a)
+		axpyF32Ref(y2, 0.3, a)
+		for i := range y1 {
+			if math.Abs(float64(y1[i]-y2[i])) > 1e-6 {
+				t.Errorf("axpyF32 n=%d i=%d: have %v, want %v", n, i, y1[i], y2[i])
+			}
+		}
+		copy(y2, y1)
+		axpyF16(y1, -1.5, h)
+		axpyF16Ref(y2, -1.5, h)
+		for i := range y1 {
+			if math.Abs(float64(y1[i]-y2[i])) > 1e-5 {
+				t.Errorf("axpyF16 n=%d i=%d: have %v, want %v", n, i, y1[i], y2[i])
+			}
+		}
+	}
+}
