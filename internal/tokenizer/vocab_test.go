@@ -176,3 +176,51 @@ func TestBPEEncodeRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// spmFromCorpus builds a SentencePiece-like vocabulary from corpus: every
+// substring (up to 6 characters) of the ▁-joined words that occurs at least
+// twice, scored by log frequency and length.
+func spmFromCorpus(corpus string) Vocab {
+	text := "▁" + strings.ReplaceAll(corpus, " ", "▁")
+	runes := []rune(text)
+	counts := map[string]int{}
+	for i := range runes {
+		for n := 2; n <= 6 && i+n <= len(runes); n++ {
+			counts[string(runes[i:i+n])]++
+		}
+	}
+	keys := make([]string, 0, len(counts))
+	for k, n := range counts {
+		if n >= 2 && !strings.ContainsAny(k, "\n\r") {
+			keys = append(keys, k)
+		}
+	}
+	for _, r := range runes {
+		if !slices.Contains(keys, string(r)) {
+			keys = append(keys, string(r))
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		si := counts[keys[i]] * utf8.RuneCountInString(keys[i])
+		sj := counts[keys[j]] * utf8.RuneCountInString(keys[j])
+		if si != sj {
+			return si > sj
+		}
+		return keys[i] < keys[j]
+	})
+	var pieces []string
+	for _, k := range keys {
+		if strings.HasPrefix(k, "<0x") {
+			continue
+		}
+		pieces = append(pieces, k)
+		if len(pieces) == 1500 {
+			break
+		}
+	}
+	v := spmTestVocab(pieces...)
+	v.Tokens = append(v.Tokens, "<|im_start|>", "<|im_end|>", "<|user|>")
+	v.Scores = append(v.Scores, 0, 0, 0)
+	v.Types = append(v.Types, TypeControl, TypeControl, TypeUserDefined)
+	return v
+}
