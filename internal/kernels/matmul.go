@@ -103,53 +103,96 @@ func matMulFloat(p *Pool, ks *tileKernels, dst, x []float32, M int, w *Weight) {
 		matMulRef(p, dst, x, M, w)
 		return
 	}
-	K := w.Cols
-	xs := x[:M*K]
+	j := p.lockMatJob()
+	defer p.unlockMatJob()
+	K, N := w.Cols, w.Rows
+	*j = matJob{run: j.run, round: j.round, xbuf: j.xbuf,
+		ks: ks, dst: dst, x: x[:M*K], M: M, w: w,
+		rowBytes: w.Type.RowBytes(K), kmain: K / ks.kstep * ks.kstep}
+	j.tiles = ks.tiles[typeIndex(w.Type)]
+	j.blockUnits = max(1, l2PanelBytes/(j.rowBytes*ks.nr))
 	if w.Type != gguf.TypeF32 {
-		var release func()
-		xs, release = p.f32Scratch(M * K)
-		defer release()
-		round := roundBF16
-		if w.Type == gguf.TypeF16 {
-			round = ks.roundF16
+		if len(j.xbuf) < M*K {
+			j.xbuf = alignedFloats(M * K)
 		}
-		p.For(M, func(lo, hi int) { round(xs[lo*K:hi*K], x[lo*K:hi*K]) })
+		j.src, j.x = j.x, j.xbuf[:M*K]
+		j.roundFn = roundBF16
+		if w.Type == gguf.TypeF16 {
+			j.roundFn = ks.roundF16
+		}
+		p.For(M, j.round)
 	}
-	matMulTiles(p, ks, dst, xs, M, w)
+	p.For((N+ks.nr-1)/ks.nr, j.run)
+	*j = matJob{run: j.run, round: j.round, xbuf: j.xbuf} // drop references to the caller's data
 }
 
-// matMulTiles runs the tile kernels of ks over the whole product. x is
-// already rounded for the weight type.
+// matJob is one MatMul call's state. A Pool keeps one (protected by
+// Pool.matMu) whose method values are made once, so a call allocates
+// nothing.
+type matJob struct {
+	run, round func(lo, hi int) // j.tilesRange and j.roundRange, bound once
+	xbuf       []float32        // rounded activations, grown on demand
+
+	ks         *tileKernels
+	tiles      [][]tileFunc
+	dst, x     []float32 // x: what the tiles read (xbuf when rounded)
+	src        []float32 // the caller's x when rounding
+	roundFn    func(dst, src []float32)
+	M          int
+	w          *Weight
+	rowBytes   int
+	kmain      int // K rounded down to ks.kstep
+	blockUnits int // N-block size in units of ks.nr rows
+}
+
+func newMatJob() *matJob {
+	j := &matJob{}
+	j.run, j.round = j.tilesRange, j.roundRange
+	return j
+}
+
+func (p *Pool) lockMatJob() *matJob {
+	if p == nil {
+		return newMatJob()
+	}
+	p.matMu.Lock()
+	return p.mat
+}
+
+func (p *Pool) unlockMatJob() {
+	if p != nil {
+		p.matMu.Unlock()
+	}
+}
+
+// roundRange rounds activation rows [lo, hi).
+func (j *matJob) roundRange(lo, hi int) {
+	K := j.w.Cols
+	j.roundFn(j.x[lo*K:hi*K], j.src[lo*K:hi*K])
+}
+
+// tilesRange computes the weight rows of units [lo, hi) (ks.nr rows each)
+// for all M rows.
 //
-// Work is split over units of ks.nr weight rows; each worker walks its
-// range in N-blocks that fit in L2 and, for each block, sweeps all M tiles,
-// so a block of W is read from memory once per call and an x tile stays in
-// L1 while it meets every row group of the block.
-func matMulTiles(p *Pool, ks *tileKernels, dst, x []float32, M int, w *Weight) {
-	K, N := w.Cols, w.Rows
-	ti := typeIndex(w.Type)
-	rowBytes := w.Type.RowBytes(K)
-	kmain := K / ks.kstep * ks.kstep
-	mr, nr := ks.mr, ks.nr
-	units := (N + nr - 1) / nr
-	blockUnits := max(1, l2PanelBytes/(rowBytes*nr))
-	tiles := ks.tiles[ti]
-	p.For(units, func(lo, hi int) {
-		for b0 := lo; b0 < hi; b0 += blockUnits {
-			n0, n1 := b0*nr, min(min(b0+blockUnits, hi)*nr, N)
-			for m0 := 0; m0 < M; m0 += mr {
-				mt := min(mr, M-m0)
-				row := tiles[mt-1]
-				for n := n0; n < n1; n += nr {
-					nt := min(nr, n1-n)
-					row[nt-1](&x[m0*K], K, &w.Data[n*rowBytes], rowBytes, kmain, &dst[m0*N+n], N)
-				}
-			}
-			if kmain < K {
-				addTail(dst, x, M, w, kmain, n0, n1)
+// The range is walked in N-blocks that fit in L2; for each block all M
+// tiles sweep over it, so a block of W is read from memory once per call
+// and an x tile stays in L1 while it meets every row group of the block.
+func (j *matJob) tilesRange(lo, hi int) {
+	K, N := j.w.Cols, j.w.Rows
+	mr, nr := j.ks.mr, j.ks.nr
+	x, dst, data := j.x, j.dst, j.w.Data
+	for b0 := lo; b0 < hi; b0 += j.blockUnits {
+		n0, n1 := b0*nr, min(min(b0+j.blockUnits, hi)*nr, N)
+		for m0 := 0; m0 < j.M; m0 += mr {
+			row := j.tiles[min(mr, j.M-m0)-1]
+			for n := n0; n < n1; n += nr {
+				row[min(nr, n1-n)-1](&x[m0*K], K, &data[n*j.rowBytes], j.rowBytes, j.kmain, &dst[m0*N+n], N)
 			}
 		}
-	})
+		if j.kmain < K {
+			addTail(dst, x, j.M, j.w, j.kmain, n0, n1)
+		}
+	}
 }
 
 // addTail adds the products of the last K%kstep elements to the tile
@@ -211,23 +254,9 @@ func matMulRef(p *Pool, dst, x []float32, M int, w *Weight) {
 	})
 }
 
-// f32Scratch lends MatMul a float32 buffer of n elements from the pool
-// (or a fresh one for a nil pool); release gives it back.
-func (p *Pool) f32Scratch(n int) ([]float32, func()) {
-	b, release := p.byteScratch(4 * n)
-	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), n), release
-}
-
-// byteScratch lends n bytes, 64-byte aligned, held until release.
-func (p *Pool) byteScratch(n int) ([]byte, func()) {
-	if p == nil {
-		return alignedBytes(n), func() {}
-	}
-	p.scratchMu.Lock()
-	if len(p.scratch) < n {
-		p.scratch = alignedBytes(n)
-	}
-	return p.scratch[:n], p.scratchMu.Unlock
+func alignedFloats(n int) []float32 {
+	b := alignedBytes(4 * n)
+	return unsafe.Slice((*float32)(unsafe.Pointer(unsafe.SliceData(b))), n)
 }
 
 func alignedBytes(n int) []byte {

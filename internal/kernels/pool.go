@@ -18,7 +18,8 @@ type Pool struct {
 	mu sync.Mutex // serializes For calls; protects job
 	// job is the loop being run; written under mu before the workers are woken.
 	job struct {
-		fn     func(worker, lo, hi int)
+		fn     func(lo, hi int)
+		wfn    func(worker, lo, hi int)
 		n      int
 		chunk  int
 		next   atomic.Int64 // next chunk index to claim
@@ -29,8 +30,8 @@ type Pool struct {
 	done    chan struct{}   // signalled by the last worker to finish
 	closed  bool
 
-	scratchMu sync.Mutex // protects scratch
-	scratch   []byte     // MatMul's activation buffer, grown on demand
+	matMu sync.Mutex // held for a whole MatMul; protects mat
+	mat   *matJob
 
 	// perWorker[w] is worker w's buffer; touched only by worker w inside a
 	// forWorker fn (so under mu).
@@ -45,6 +46,7 @@ func NewPool(threads int) *Pool {
 	}
 	p := &Pool{threads: threads, done: make(chan struct{}, 1)}
 	p.perWorker = make([][]float32, threads)
+	p.mat = newMatJob()
 	p.wake = make([]chan struct{}, threads)
 	for w := 1; w < threads; w++ {
 		p.wake[w] = make(chan struct{}, 1)
@@ -80,7 +82,7 @@ func (p *Pool) Close() {
 // (a few per worker) so that a worker slowed by another process does not
 // hold up the rest. A nil Pool runs fn(0, n) on the caller.
 func (p *Pool) For(n int, fn func(lo, hi int)) {
-	p.forWorker(n, func(_, lo, hi int) { fn(lo, hi) })
+	p.run(n, fn, nil)
 }
 
 // chunksPerWorker trades load balance against per-chunk overhead (and, for
@@ -90,11 +92,20 @@ const chunksPerWorker = 4
 // forWorker is For with the worker index (0..Threads()-1) passed to fn, so
 // that fn can use per-worker scratch space.
 func (p *Pool) forWorker(n int, fn func(worker, lo, hi int)) {
+	p.run(n, nil, fn)
+}
+
+// run is For (fn) or forWorker (wfn); exactly one of them is non-nil.
+func (p *Pool) run(n int, fn func(lo, hi int), wfn func(worker, lo, hi int)) {
 	if n <= 0 {
 		return
 	}
 	if p == nil || p.threads == 1 || n == 1 {
-		fn(0, 0, n)
+		if fn != nil {
+			fn(0, n)
+		} else {
+			wfn(0, 0, n)
+		}
 		return
 	}
 	p.mu.Lock()
@@ -107,7 +118,7 @@ func (p *Pool) forWorker(n int, fn func(worker, lo, hi int)) {
 		chunks = n
 	}
 	j := &p.job
-	j.fn, j.n, j.chunks = fn, n, chunks
+	j.fn, j.wfn, j.n = fn, wfn, n
 	j.chunk = (n + chunks - 1) / chunks
 	j.chunks = (n + j.chunk - 1) / j.chunk
 	j.next.Store(0)
@@ -123,7 +134,7 @@ func (p *Pool) forWorker(n int, fn func(worker, lo, hi int)) {
 	if helpers > 0 {
 		<-p.done
 	}
-	j.fn = nil
+	j.fn, j.wfn = nil, nil
 }
 
 // runChunks claims and runs chunks of the current job until none is left.
@@ -136,7 +147,11 @@ func (p *Pool) runChunks(worker int) {
 		}
 		lo := c * j.chunk
 		hi := min(lo+j.chunk, j.n)
-		j.fn(worker, lo, hi)
+		if j.fn != nil {
+			j.fn(lo, hi)
+		} else {
+			j.wfn(worker, lo, hi)
+		}
 	}
 }
 
