@@ -231,22 +231,27 @@ func weightAt(t gguf.Type, row []byte, k int) float32 {
 func matMulRef(p *Pool, dst, x []float32, M int, w *Weight) {
 	K, N := w.Cols, w.Rows
 	rowBytes := w.Type.RowBytes(K)
+	xs := make([]float32, M*K)
+	switch w.Type {
+	case gguf.TypeF16:
+		roundF16Ref(xs, x[:M*K])
+	case gguf.TypeBF16:
+		roundBF16(xs, x[:M*K])
+	default:
+		copy(xs, x[:M*K])
+	}
 	p.For(N, func(lo, hi int) {
-		xr := make([]float32, K)
-		for m := range M {
-			switch w.Type {
-			case gguf.TypeF16:
-				roundF16Ref(xr, x[m*K:m*K+K])
-			case gguf.TypeBF16:
-				roundBF16(xr, x[m*K:m*K+K])
-			default:
-				copy(xr, x[m*K:m*K+K])
+		wr := make([]float32, K)
+		for n := lo; n < hi; n++ {
+			row := w.Data[n*rowBytes : n*rowBytes+rowBytes]
+			for k := range wr {
+				wr[k] = weightAt(w.Type, row, k)
 			}
-			for n := lo; n < hi; n++ {
-				wr := w.Data[n*rowBytes : n*rowBytes+rowBytes]
+			for m := range M {
+				xr := xs[m*K : m*K+K]
 				var s float32
-				for k := range K {
-					s += float32(xr[k] * weightAt(w.Type, wr, k))
+				for k, v := range wr {
+					s += float32(xr[k] * v)
 				}
 				dst[m*N+n] = s
 			}
