@@ -110,6 +110,7 @@ type Tokenizer struct {
 	pieces  [][]byte // id -> piece rendered with special=true (control texts kept)
 
 	chatTemplate string
+	template     compiledTemplate // compiled on first ApplyChatTemplate
 	digest       [32]byte
 }
 
