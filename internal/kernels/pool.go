@@ -30,8 +30,9 @@ type Pool struct {
 	done    chan struct{}   // signalled by the last worker to finish
 	closed  bool
 
-	matMu sync.Mutex // held for a whole MatMul; protects mat
+	matMu sync.Mutex // held for a whole MatMul; protects mat and quant
 	mat   *matJob
+	quant *quantJob
 
 	// perWorker[w] is worker w's buffer; touched only by worker w inside a
 	// forWorker fn (so under mu).
@@ -47,6 +48,7 @@ func NewPool(threads int) *Pool {
 	p := &Pool{threads: threads, done: make(chan struct{}, 1)}
 	p.perWorker = make([][]float32, threads)
 	p.mat = newMatJob()
+	p.quant = newQuantJob()
 	p.wake = make([]chan struct{}, threads)
 	for w := 1; w < threads; w++ {
 		p.wake[w] = make(chan struct{}, 1)
