@@ -1,0 +1,5 @@
+//go:build !invariants
+
+package prefix
+
+const invariants = false
