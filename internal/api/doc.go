@@ -1,0 +1,18 @@
+// Package api owns Stockpot's OpenAI-compatible wire format: request types with their parsing
+// and validation, response and streaming-chunk types, the usage object, and errors in OpenAI
+// shape.
+//
+// It does no I/O. The HTTP layer (internal/server) reads bodies, calls ParseCompletionRequest or
+// ParseChatRequest, tokenizes, talks to the engine and writes the types defined here.
+//
+// Parsing rules, the same for every endpoint:
+//   - Unknown fields are ignored, as OpenAI and vLLM do, so clients written for either work.
+//   - A known field with the wrong JSON type is a 400 whose message and param name the field.
+//   - Union fields (prompt, stop, message content) are decoded by hand from json.RawMessage.
+//   - Everything checkable without the tokenizer is checked here (ranges, n, echo, roles);
+//     what needs the vocabulary or the context length (token ids, prompt length) is checked
+//     by the server, which knows them.
+//
+// Every error returned by this package is an *Error carrying the HTTP status, OpenAI type,
+// code and param, so the server writes it as-is.
+package api

@@ -1,0 +1,204 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseCompletionPrompt(t *testing.T) {
+	for _, tc := range []struct {
+		body     string
+		text     string
+		tokens   []int32
+		isTokens bool
+	}{
+		{`{"prompt":"hello"}`, "hello", nil, false},
+		{`{"prompt":["hello"]}`, "hello", nil, false},
+		{`{"prompt":[1,2,3]}`, "", []int32{1, 2, 3}, true},
+		{`{"prompt":[[4,5]]}`, "", []int32{4, 5}, true},
+		{`{"prompt":[7.0]}`, "", []int32{7}, true},
+		{`{"prompt":"x","unknown_field":{"a":[1]}}`, "x", nil, false},
+	} {
+		r, err := ParseCompletionRequest([]byte(tc.body))
+		if err != nil {
+			t.Errorf("%s: %v", tc.body, err)
+			continue
+		}
+		if r.PromptText != tc.text || !reflect.DeepEqual(r.PromptTokens, tc.tokens) || r.PromptIsTokens != tc.isTokens {
+			t.Errorf("%s: have text %q tokens %v, want %q %v", tc.body, r.PromptText, r.PromptTokens, tc.text, tc.tokens)
+		}
+	}
+}
+
+func TestParseCompletionErrors(t *testing.T) {
+	for _, tc := range []struct {
+		body, param, msg string
+	}{
+		{``, "", "empty"},
+		{`[]`, "", "JSON object"},
+		{`"x"`, "", "JSON object"},
+		{`{"prompt":"x"`, "", "malformed JSON"},
+		{`{"prompt":"x"} trailing`, "", "JSON"},
+		{`{}`, "prompt", "required"},
+		{`{"prompt":null}`, "prompt", "required"},
+		{`{"prompt":""}`, "prompt", "empty"},
+		{`{"prompt":[]}`, "prompt", "empty"},
+		{`{"prompt":[[]]}`, "prompt", "empty"},
+		{`{"prompt":[""]}`, "prompt", "empty"},
+		{`{"prompt":["a","b"]}`, "prompt", "batched"},
+		{`{"prompt":[[1],[2]]}`, "prompt", "batched"},
+		{`{"prompt":[1,"a"]}`, "prompt", "prompt[1]"},
+		{`{"prompt":[1.5]}`, "prompt", "not a valid token id"},
+		{`{"prompt":[-1]}`, "prompt", "not a valid token id"},
+		{`{"prompt":[1e12]}`, "prompt", "not a valid token id"},
+		{`{"prompt":5}`, "prompt", "string or an array"},
+		{`{"prompt":{"a":1}}`, "prompt", "string or an array"},
+		{`{"prompt":"x","max_tokens":"16"}`, "max_tokens", "wrong type"},
+		{`{"prompt":"x","max_tokens":-1}`, "max_tokens", "at least 1"},
+		{`{"prompt":"x","max_tokens":0}`, "max_tokens", "at least 1"},
+		{`{"prompt":"x","max_tokens":1e30}`, "max_tokens", "wrong type"},
+		{`{"prompt":"x","max_tokens":2.5}`, "max_tokens", "wrong type"},
+		{`{"prompt":"x","temperature":-0.1}`, "temperature", "between 0 and 2"},
+		{`{"prompt":"x","temperature":2.5}`, "temperature", "between 0 and 2"},
+		{`{"prompt":"x","temperature":"hot"}`, "temperature", "wrong type"},
+		{`{"prompt":"x","top_p":0}`, "top_p", "(0, 1]"},
+		{`{"prompt":"x","top_p":1.1}`, "top_p", "(0, 1]"},
+		{`{"prompt":"x","top_k":-2}`, "top_k", "top_k"},
+		{`{"prompt":"x","seed":"x"}`, "seed", "wrong type"},
+		{`{"prompt":"x","stop":5}`, "stop", "string or an array"},
+		{`{"prompt":"x","stop":[1]}`, "stop", "string or an array"},
+		{`{"prompt":"x","stop":["a","b","c","d","e"]}`, "stop", "at most 4"},
+		{`{"prompt":"x","stream":"yes"}`, "stream", "wrong type"},
+		{`{"prompt":"x","stream_options":{"include_usage":1}}`, "stream_options.include_usage", "wrong type"},
+		{`{"prompt":"x","logprobs":21}`, "logprobs", "between 0 and 20"},
+		{`{"prompt":"x","logprobs":-1}`, "logprobs", "between 0 and 20"},
+		{`{"prompt":"x","logprobs":true}`, "logprobs", "wrong type"},
+		{`{"prompt":"x","echo":true}`, "echo", "not supported"},
+		{`{"prompt":"x","n":2}`, "n", "n=2 is not supported"},
+		{`{"prompt":"x","n":0}`, "n", "must be 1"},
+		{`{"prompt":"x","best_of":3}`, "best_of", "not supported"},
+		{`{"prompt":"x","presence_penalty":0.5}`, "presence_penalty", "not supported"},
+		{`{"prompt":"x","logit_bias":{"5":1}}`, "logit_bias", "not supported"},
+		{`{"prompt":"x","suffix":"y"}`, "suffix", "not supported"},
+		{`{"prompt":"x","stop_token_ids":[-3]}`, "stop_token_ids", "non-negative"},
+		{`{"prompt":"x","model":7}`, "model", "wrong type"},
+	} {
+		_, err := ParseCompletionRequest([]byte(tc.body))
+		checkErr(t, tc.body, err, tc.param, tc.msg)
+	}
+}
+
+func checkErr(t *testing.T, body string, err error, param, msg string) {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Errorf("%s: got %v, want *Error", body, err)
+		return
+	}
+	if e.Status != http.StatusBadRequest || e.Type != TypeInvalidRequest {
+		t.Errorf("%s: status %d type %s, want 400 invalid_request_error", body, e.Status, e.Type)
+	}
+	if e.Param != param || !strings.Contains(e.Message, msg) {
+		t.Errorf("%s: have param %q message %q; want param %q message containing %q", body, e.Param, e.Message, param, msg)
+	}
+}
+
+func TestParseCompletionFields(t *testing.T) {
+	r, err := ParseCompletionRequest([]byte(`{"model":"m","prompt":"p","max_tokens":5,"temperature":0.5,"top_p":0.9,"top_k":-1,
+		"seed":-7,"stop":["a","","b"],"stream":true,"stream_options":{"include_usage":true},"logprobs":3,"n":1,"cache_salt":"s",
+		"return_token_ids":true,"ignore_eos":true,"stop_token_ids":[9],"presence_penalty":0,"max_tokens_extra":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if *r.MaxTokens != 5 || *r.Temperature != 0.5 || *r.TopP != 0.9 || *r.TopK != -1 || *r.Seed != -7 ||
+		!reflect.DeepEqual(r.StopStrings, []string{"a", "b"}) || !r.IncludeUsage() || *r.Logprobs != 3 ||
+		r.CacheSalt != "s" || !r.ReturnTokenIDs || !r.IgnoreEOS || r.StopTokenIDs[0] != 9 || r.Model != "m" {
+		t.Errorf("fields not decoded: %+v", r)
+	}
+	r, err = ParseCompletionRequest([]byte(`{"prompt":"p","stop":"x","stream_options":{"include_usage":true}}`))
+	if err != nil || !reflect.DeepEqual(r.StopStrings, []string{"x"}) || r.IncludeUsage() {
+		t.Errorf("stop string or include_usage without stream: %+v %v", r, err)
+	}
+}
+
+func TestParseChat(t *testing.T) {
+	r, err := ParseChatRequest([]byte(`{"messages":[{"role":"developer","content":"sys"},
+		{"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+		{"role":"assistant","content":null}],"logprobs":true,"top_logprobs":2,"max_completion_tokens":9,"max_tokens":3,
+		"tools":[],"response_format":{"type":"text"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"system:sys", "user:a\nb", "assistant:"}
+	for i, m := range r.Messages {
+		if got := m.Role + ":" + m.Text; got != want[i] {
+			t.Errorf("message %d = %q, want %q", i, got, want[i])
+		}
+	}
+	if !r.WantLogprobs() || r.NumTopLogprobs() != 2 || *r.RequestedMaxTokens() != 9 || !r.GenerationPrompt() {
+		t.Errorf("fields: %+v", r)
+	}
+}
+
+func TestParseChatErrors(t *testing.T) {
+	for _, tc := range []struct {
+		body, param, msg string
+	}{
+		{`{}`, "messages", "non-empty"},
+		{`{"messages":[]}`, "messages", "non-empty"},
+		{`{"messages":"hi"}`, "messages", "wrong type"},
+		{`{"messages":[{"role":"user"}]}`, "messages[0].content", "required"},
+		{`{"messages":[{"content":"x"}]}`, "messages[0].role", "required"},
+		{`{"messages":[{"role":"tool","content":"x"}]}`, "messages[0].role", "not supported"},
+		{`{"messages":[{"role":7,"content":"x"}]}`, "messages.role", "wrong type"},
+		{`{"messages":[{"role":"user","content":5}]}`, "messages[0].content", "string or an array"},
+		{`{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}`, "messages[0].content[0].type", "only \"text\""},
+		{`{"messages":[{"role":"user","content":[{"type":"text"}]}]}`, "messages[0].content[0].text", "required"},
+		{`{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}`, "top_logprobs", "requires logprobs"},
+		{`{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}`, "top_logprobs", "between 0 and 20"},
+		{`{"messages":[{"role":"user","content":"x"}],"logprobs":1}`, "logprobs", "wrong type"},
+		{`{"messages":[{"role":"user","content":"x"}],"max_completion_tokens":0}`, "max_completion_tokens", "at least 1"},
+		{`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function"}]}`, "tools", "not supported"},
+		{`{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`, "response_format", "not supported"},
+		{`{"messages":[{"role":"user","content":"x"}],"n":4}`, "n", "not supported"},
+		{`{"messages":[{"role":"user","content":"x"}],"echo":true}`, "echo", "not supported"},
+	} {
+		_, err := ParseChatRequest([]byte(tc.body))
+		checkErr(t, tc.body, err, tc.param, tc.msg)
+	}
+}
+
+func TestErrorJSON(t *testing.T) {
+	b, err := json.Marshal(Invalid("max_tokens", "bad %d", 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"error":{"message":"bad 3","type":"invalid_request_error","param":"max_tokens","code":"invalid_value"}}`
+	if string(b) != want {
+		t.Errorf("have %s\nwant %s", b, want)
+	}
+	b, _ = json.Marshal(Internal("boom"))
+	if !strings.Contains(string(b), `"param":null`) {
+		t.Errorf("param should be null: %s", b)
+	}
+}
+
+func TestTopLogprobsJSON(t *testing.T) {
+	b, err := json.Marshal(TopLogprobs{{"b", -0.5}, {"a", -1}, {"b", -2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"b":-0.5,"a":-1}` {
+		t.Errorf("have %s", b)
+	}
+	b, _ = json.Marshal([]Logprob{Logprob(negInf())})
+	if string(b) != `[-9999]` {
+		t.Errorf("-Inf: have %s", b)
+	}
+}
+
+func negInf() float64 { var z float64; return -1 / z }

@@ -1,0 +1,275 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strconv"
+)
+
+// Usage is the usage object of every non-streamed response and of the last streamed chunk
+// when stream_options.include_usage is set.
+// Invariants: TotalTokens = PromptTokens + CompletionTokens;
+// PromptTokensDetails.CachedTokens = device + host + disk + remote tokens;
+// CachedTokens + Cache.ComputedTokens = PromptTokens.
+type Usage struct {
+	PromptTokens        int                 `json:"prompt_tokens"`
+	CompletionTokens    int                 `json:"completion_tokens"`
+	TotalTokens         int                 `json:"total_tokens"`
+	PromptTokensDetails PromptTokensDetails `json:"prompt_tokens_details"`
+	Cache               CacheUsage          `json:"cache"`
+	Timings             Timings             `json:"timings"`
+}
+
+// PromptTokensDetails is OpenAI's prompt_tokens_details; CachedTokens is always present.
+type PromptTokensDetails struct {
+	CachedTokens int `json:"cached_tokens"`
+}
+
+// CacheUsage says where each prompt token came from (Stockpot extension).
+type CacheUsage struct {
+	DeviceTokens    int `json:"device_tokens"`
+	HostTokens      int `json:"host_tokens"`
+	DiskTokens      int `json:"disk_tokens"`
+	RemoteTokens    int `json:"remote_tokens"`
+	ComputedTokens  int `json:"computed_tokens"`
+	DiscardedTokens int `json:"discarded_tokens"`
+}
+
+// Timings are per-request phase durations in milliseconds (Stockpot extension).
+type Timings struct {
+	QueueMs   Millis `json:"queue_ms"`
+	RestoreMs Millis `json:"restore_ms"`
+	PrefillMs Millis `json:"prefill_ms"`
+	TTFTMs    Millis `json:"ttft_ms"`
+	DecodeMs  Millis `json:"decode_ms"`
+}
+
+// Millis is a duration in milliseconds written with at most 3 decimals (microseconds), so
+// usage stays readable; NaN and infinities (never expected) are written as 0 to keep the JSON
+// valid.
+type Millis float64
+
+// MarshalJSON implements json.Marshaler.
+func (m Millis) MarshalJSON() ([]byte, error) {
+	f := float64(m)
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		f = 0
+	}
+	return strconv.AppendFloat(nil, math.Round(f*1000)/1000, 'f', -1, 64), nil
+}
+
+// CompletionResponse is the body of a non-streamed /v1/completions response, and (with
+// Object "text_completion" too, as OpenAI does) of each streamed chunk.
+type CompletionResponse struct {
+	ID                string             `json:"id"`
+	Object            string             `json:"object"`
+	Created           int64              `json:"created"`
+	Model             string             `json:"model"`
+	SystemFingerprint string             `json:"system_fingerprint,omitempty"`
+	Choices           []CompletionChoice `json:"choices"`
+	Usage             *Usage             `json:"usage,omitempty"`
+	PromptTokenIDs    []int32            `json:"prompt_token_ids,omitempty"` // return_token_ids
+}
+
+// CompletionChoice is one choice; FinishReason is nil until the choice ends.
+type CompletionChoice struct {
+	Index        int                 `json:"index"`
+	Text         string              `json:"text"`
+	Logprobs     *CompletionLogprobs `json:"logprobs"`
+	FinishReason *string             `json:"finish_reason"`
+	TokenIDs     []int32             `json:"token_ids,omitempty"` // return_token_ids
+}
+
+// CompletionLogprobs is OpenAI's legacy logprobs shape. The four slices have one entry per
+// generated token. TextOffset counts Unicode code points from the start of the choice's text,
+// as Python's len does.
+type CompletionLogprobs struct {
+	Tokens        []string      `json:"tokens"`
+	TokenLogprobs []Logprob     `json:"token_logprobs"`
+	TopLogprobs   []TopLogprobs `json:"top_logprobs"`
+	TextOffset    []int         `json:"text_offset"`
+}
+
+// TopLogprobs is a {token: logprob} object written best first. When two ids decode to the
+// same text (partial UTF-8, for example) the first, more likely one is kept.
+type TopLogprobs []TokenLogprob
+
+// TokenLogprob is one entry of TopLogprobs.
+type TokenLogprob struct {
+	Token   string
+	Logprob float64
+}
+
+// MarshalJSON writes the entries as one JSON object in order.
+func (t TopLogprobs) MarshalJSON() ([]byte, error) {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	seen := make(map[string]bool, len(t))
+	for _, e := range t {
+		if seen[e.Token] {
+			continue
+		}
+		seen[e.Token] = true
+		if len(seen) > 1 {
+			b.WriteByte(',')
+		}
+		k, err := json.Marshal(e.Token)
+		if err != nil {
+			return nil, err
+		}
+		b.Write(k)
+		b.WriteByte(':')
+		b.Write(appendLogprob(nil, e.Logprob))
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+// UnmarshalJSON reads a {token: logprob} object (order is lost; for clients and tests).
+func (t *TopLogprobs) UnmarshalJSON(b []byte) error {
+	var m map[string]float64
+	if err := json.Unmarshal(b, &m); err != nil {
+		return err
+	}
+	*t = (*t)[:0]
+	for k, v := range m {
+		*t = append(*t, TokenLogprob{Token: k, Logprob: v})
+	}
+	return nil
+}
+
+// Logprob is a log-probability that marshals -Inf (a token with zero probability after
+// masking) as -9999.0, as vLLM does, since JSON has no infinity.
+type Logprob float64
+
+// MarshalJSON implements json.Marshaler.
+func (l Logprob) MarshalJSON() ([]byte, error) { return appendLogprob(nil, float64(l)), nil }
+
+func appendLogprob(b []byte, f float64) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		f = -9999.0
+	}
+	return strconv.AppendFloat(b, f, 'g', -1, 32)
+}
+
+// ChatCompletionResponse is the body of a non-streamed /v1/chat/completions response.
+type ChatCompletionResponse struct {
+	ID                string       `json:"id"`
+	Object            string       `json:"object"` // "chat.completion"
+	Created           int64        `json:"created"`
+	Model             string       `json:"model"`
+	SystemFingerprint string       `json:"system_fingerprint,omitempty"`
+	Choices           []ChatChoice `json:"choices"`
+	Usage             *Usage       `json:"usage,omitempty"`
+	PromptTokenIDs    []int32      `json:"prompt_token_ids,omitempty"`
+}
+
+// ChatChoice is one choice of a non-streamed chat response.
+type ChatChoice struct {
+	Index        int           `json:"index"`
+	Message      ChatMessage   `json:"message"`
+	Logprobs     *ChatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+	TokenIDs     []int32       `json:"token_ids,omitempty"`
+}
+
+// ChatMessage is an assistant message in a response.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatCompletionChunk is one streamed chat chunk ("chat.completion.chunk").
+type ChatCompletionChunk struct {
+	ID                string            `json:"id"`
+	Object            string            `json:"object"`
+	Created           int64             `json:"created"`
+	Model             string            `json:"model"`
+	SystemFingerprint string            `json:"system_fingerprint,omitempty"`
+	Choices           []ChatChunkChoice `json:"choices"`
+	Usage             *Usage            `json:"usage,omitempty"`
+	PromptTokenIDs    []int32           `json:"prompt_token_ids,omitempty"`
+}
+
+// ChatChunkChoice is one choice of a chunk; FinishReason is null until the last one.
+type ChatChunkChoice struct {
+	Index        int           `json:"index"`
+	Delta        ChatDelta     `json:"delta"`
+	Logprobs     *ChatLogprobs `json:"logprobs"`
+	FinishReason *string       `json:"finish_reason"`
+	TokenIDs     []int32       `json:"token_ids,omitempty"`
+}
+
+// ChatDelta is the incremental message of a chunk; the first carries the role.
+type ChatDelta struct {
+	Role    string  `json:"role,omitempty"`
+	Content *string `json:"content,omitempty"`
+}
+
+// ChatLogprobs is the chat logprobs shape: one entry per generated token.
+type ChatLogprobs struct {
+	Content []ChatTokenLogprob `json:"content"`
+}
+
+// ChatTokenLogprob is a token with its logprob, bytes and the top alternatives.
+type ChatTokenLogprob struct {
+	Token       string           `json:"token"`
+	Logprob     Logprob          `json:"logprob"`
+	Bytes       []int            `json:"bytes"`
+	TopLogprobs []ChatTopLogprob `json:"top_logprobs"`
+}
+
+// ChatTopLogprob is one alternative in ChatTokenLogprob.TopLogprobs.
+type ChatTopLogprob struct {
+	Token   string  `json:"token"`
+	Logprob Logprob `json:"logprob"`
+	Bytes   []int   `json:"bytes"`
+}
+
+// TextBytes returns s's bytes as ints, the shape OpenAI uses for "bytes".
+func TextBytes(s string) []int {
+	out := make([]int, len(s))
+	for i := 0; i < len(s); i++ {
+		out[i] = int(s[i])
+	}
+	return out
+}
+
+// ModelList is the body of GET /v1/models.
+type ModelList struct {
+	Object string      `json:"object"` // "list"
+	Data   []ModelCard `json:"data"`
+}
+
+// ModelCard describes the served model.
+type ModelCard struct {
+	ID          string      `json:"id"`
+	Object      string      `json:"object"` // "model"
+	Created     int64       `json:"created"`
+	OwnedBy     string      `json:"owned_by"`
+	MaxModelLen int         `json:"max_model_len"` // vLLM's name for the context length
+	Stockpot    ModelExtras `json:"stockpot"`
+}
+
+// ModelExtras are Stockpot's additions to a model card.
+type ModelExtras struct {
+	Fingerprint   string `json:"fingerprint"`
+	ContextLength int    `json:"context_length"`
+	BlockSize     int    `json:"block_size"`
+}
+
+// TokenizeResponse is the body of POST /tokenize.
+type TokenizeResponse struct {
+	Tokens      []int32 `json:"tokens"`
+	Count       int     `json:"count"`
+	MaxModelLen int     `json:"max_model_len"`
+}
+
+// DetokenizeResponse is the body of POST /detokenize.
+type DetokenizeResponse struct {
+	Prompt string `json:"prompt"`
+}
+
+// FinishReasonPtr returns a pointer to a copy of s, for the nullable finish_reason fields.
+func FinishReasonPtr(s string) *string { return &s }
