@@ -81,3 +81,28 @@ func TestMatMulQuantized(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkMatMulQuantized reports GFLOP/s of the quantized path
+// (activation quantization included) for the 135M shapes.
+func BenchmarkMatMulQuantized(b *testing.B) {
+	r := rand.New(rand.NewPCG(2, 2))
+	p := NewPool(0)
+	defer p.Close()
+	t := &testing.T{}
+	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+		for _, s := range []struct{ N, K int }{{576, 768}, {1536, 768}} {
+			w, _ := randQuantWeight(t, r, typ, s.N, s.K)
+			for _, M := range []int{1, 16} { // M=512 takes seconds until quant has SIMD
+				x := randFloats(r, M*s.K)
+				dst := make([]float32, M*s.N)
+				b.Run(fmt.Sprintf("%v/M=%d/%dx%d", typ, M, s.N, s.K), func(b *testing.B) {
+					b.ReportAllocs()
+					for b.Loop() {
+						MatMul(p, dst, x, M, w)
+					}
+					b.ReportMetric(2*float64(M*s.N*s.K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+				})
+			}
+		}
+	}
+}
