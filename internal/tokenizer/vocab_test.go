@@ -34,10 +34,9 @@ func spmTestVocab(pieces ...string) Vocab {
 // returns a gpt2 vocabulary: the 256 byte symbols, then each merge result,
 // then the given special tokens (control type).
 func trainBPE(t testing.TB, corpus string, nMerges int, pre string, specials ...string) Vocab {
-	t.Helper()
 	pt, _, _, _, ok := preTypeFor(pre)
 	if !ok {
-		t.Fatalf("pre %q", pre)
+		panic("unknown pre " + pre)
 	}
 	counts := map[string]int{}
 	cpts := decodeCodepoints(corpus)
