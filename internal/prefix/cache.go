@@ -149,7 +149,7 @@ type Cache struct {
 type counters struct {
 	queries, queryTokens, hitBlocks, hitTokens uint64
 	stored, duplicates, collisions, evictions  uint64
-	removed                                    uint64
+	removed, orphans                           uint64
 }
 
 // New returns an empty Cache over cfg.NumBlocks free blocks.
@@ -417,8 +417,7 @@ func (c *Cache) Abort(owner Owner) {
 // Commit registers block, which the caller has just filled with the K/V of
 // tokens (one full block) following parent, under hash =
 // Chain(parent, tokens, extra). parent is the previous block's hash, or the
-// root for a sequence's first block; a parent hash not in the index is taken
-// to be a root. Commit clears the pending mark for hash.
+// root for a sequence's first block. Commit clears the pending mark for hash.
 //
 // It returns the canonical block for hash and whether block was stored:
 //
@@ -429,8 +428,9 @@ func (c *Cache) Abort(owner Owner) {
 //     block, and update its block table. Its own block is not indexed.
 //   - (block, false): not stored, because the hash is taken by a different
 //     block (a collision: never happens in practice, and never shares wrong
-//     K/V), or the hash or parent was invalidated, or block was already
-//     committed under this hash.
+//     K/V), or the hash or parent was invalidated, or parent is a block hash
+//     not live in the index (its own Commit was refused), or block was
+//     already committed under this hash.
 //
 // REQUIRES: the caller holds a reference on block, block is not indexed
 // under another hash, and len(tokens) == BlockSize (panics otherwise).
@@ -463,11 +463,16 @@ func (c *Cache) Commit(owner Owner, hash, parent Hash, tokens []int32, block Blo
 		return block, false
 	}
 	parentBlock, depth, root := BlockID(-1), int32(0), parent
-	if p, ok := c.index[parent]; ok {
-		pe := &c.meta[p]
-		if pe.state != stateLive {
+	if !parent.IsRoot() {
+		// A block's parent must be live in the index: a parent that was
+		// refused, invalidated or dropped would leave this block cached
+		// under no reachable prefix.
+		p, ok := c.index[parent]
+		if !ok || c.meta[p].state != stateLive {
+			c.stats.orphans++
 			return block, false
 		}
+		pe := &c.meta[p]
 		parentBlock, depth, root = p, pe.depth+1, pe.root
 	}
 

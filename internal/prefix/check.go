@@ -86,8 +86,8 @@ func (c *Cache) CheckInvariants() error {
 			if e.depth != 0 || e.root != e.parent {
 				return fmt.Errorf("prefix: root-level block %d has depth %d", b, e.depth)
 			}
-			if pb, ok := c.index[e.parent]; ok && c.meta[pb].state == stateLive {
-				return fmt.Errorf("prefix: block %d has no parent link but its parent %s is indexed (block %d)", b, e.parent.Short(), pb)
+			if !e.parent.IsRoot() {
+				return fmt.Errorf("prefix: block %d has no parent link but its parent %s is not a root", b, e.parent.Short())
 			}
 		}
 		if ref == 0 {

@@ -92,6 +92,7 @@ type Stats struct {
 	Collisions  uint64 // hash matches whose tokens or parent differed (never shared)
 	Evictions   uint64
 	Removed     uint64 // blocks dropped by Invalidate or Clear
+	Orphans     uint64 // commits refused because the parent was not in the index
 }
 
 // Stats returns a snapshot.
@@ -113,6 +114,7 @@ func (c *Cache) Stats() Stats {
 		Collisions:  c.stats.collisions,
 		Evictions:   c.stats.evictions,
 		Removed:     c.stats.removed,
+		Orphans:     c.stats.orphans,
 	}
 	for _, b := range c.index {
 		if c.meta[b].state == stateLive {

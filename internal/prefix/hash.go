@@ -20,6 +20,16 @@ func (h Hash) Short() string { return hex.EncodeToString(h[:4]) }
 // IsZero reports whether h is the zero hash (never a real root or block).
 func (h Hash) IsZero() bool { return h == Hash{} }
 
+// rootBit is set in byte 0 of every root and clear in every block hash, so a
+// hash says by itself whether it is a chain's root. The Cache needs that to
+// tell a sequence's first block (parent = root, never indexed) from a block
+// whose parent is missing from the index (refused, or it would be cached
+// under no parent). It costs one bit: 255 bits of SHA-256 remain.
+const rootBit = 0x80
+
+// IsRoot reports whether h was made by Root (rather than Chain).
+func (h Hash) IsRoot() bool { return h[0]&rootBit != 0 }
+
 // Domain tags. The root's encoding starts with rootTag and a block's with
 // chainTag, so no root can equal a block hash by construction of the input.
 // "v1" is bumped whenever the encoding changes, so caches and routers running
@@ -42,7 +52,9 @@ func Root(identity []byte, salt string) Hash {
 	buf = append(buf, identity...)
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(salt)))
 	buf = append(buf, salt...)
-	return sha256.Sum256(buf)
+	h := Hash(sha256.Sum256(buf))
+	h[0] |= rootBit
+	return h
 }
 
 // Chain returns the hash of the block holding tokens whose predecessor (the
@@ -76,7 +88,9 @@ func chainInto(buf []byte, parent Hash, tokens []int32, extra []byte) Hash {
 	}
 	buf = binary.LittleEndian.AppendUint32(buf, uint32(len(extra)))
 	buf = append(buf, extra...)
-	return sha256.Sum256(buf)
+	h := Hash(sha256.Sum256(buf))
+	h[0] &^= rootBit
+	return h
 }
 
 // BlockHashes returns the chain hashes of the full blocks of tokens:
