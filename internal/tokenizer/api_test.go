@@ -17,7 +17,10 @@ func TestNewErrors(t *testing.T) {
 		{"model", func(v *Vocab) { v.Model = "t5" }},
 		{"pre", func(v *Vocab) { v.Pre = "no-such-pre" }},
 		{"merges", func(v *Vocab) { v.Merges = nil }},
-		{"dup", func(v *Vocab) { v.Tokens = append(slices.Clone(v.Tokens), "a"); v.Types = append(slices.Clone(v.Types), 1) }},
+		{"dup", func(v *Vocab) {
+			v.Tokens = append(slices.Clone(v.Tokens), "a")
+			v.Types = append(slices.Clone(v.Types), 1)
+		}},
 		{"types", func(v *Vocab) { v.Types = v.Types[:1] }},
 		{"addeos", func(v *Vocab) { v.Tokens = v.Tokens[:5]; v.Types = v.Types[:5]; v.AddEOS = Bool(true) }},
 	}
