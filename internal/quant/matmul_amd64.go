@@ -2,20 +2,51 @@
 
 package quant
 
-import "stockpot/internal/gguf"
+import (
+	"golang.org/x/sys/cpu"
+
+	"stockpot/internal/gguf"
+)
 
 // kernels maps weight types to the fastest kernel this CPU runs.
-var kernels = pickKernels()
-
-var kernelName = "go"
+var kernels, kernelName = pickKernels()
 
 // Kernel names the MatMul implementation in use, for benchmarks and logs.
 func Kernel() string { return kernelName }
 
-func pickKernels() map[gguf.Type]kernel {
+func pickKernels() (map[gguf.Type]kernel, string) {
 	k := make(map[gguf.Type]kernel, len(refKernels))
 	for t, f := range refKernels {
 		k[t] = f
 	}
-	return k
+	if !(cpu.X86.HasAVX2 && cpu.X86.HasFMA) {
+		return k, "go"
+	}
+	// F16C (VCVTPH2PS) comes with every AVX2+FMA CPU.
+	k[gguf.TypeQ8_0] = matmulQ8_0AVX2
+	return k, "avx2"
+}
+
+//go:noescape
+func q8_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
+
+// matmulQ8_0AVX2 runs q8_0TileAVX2 over 2x2 tiles. At an odd edge the tile
+// repeats the last row and the duplicate results are dropped; every value is
+// computed by the same instructions as inside the matrix.
+func matmulQ8_0AVX2(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+	nb := K / qk0
+	row := nb * q8_0Bytes
+	var acc [32]float32
+	for n := n0; n < n1; n += 2 {
+		nB := min(n+1, n1-1)
+		wA, wB := &w[n*row], &w[nB*row]
+		for m := 0; m < M; m += 2 {
+			mB := min(m+1, M-1)
+			q8_0TileAVX2(wA, wB, &xq[m*row], &xq[mB*row], nb, &acc)
+			dst[m*ldd+n] = hsum8((*[8]float32)(acc[0:8]))
+			dst[mB*ldd+n] = hsum8((*[8]float32)(acc[8:16]))
+			dst[m*ldd+nB] = hsum8((*[8]float32)(acc[16:24]))
+			dst[mB*ldd+nB] = hsum8((*[8]float32)(acc[24:32]))
+		}
+	}
 }

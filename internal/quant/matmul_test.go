@@ -1,0 +1,146 @@
+package quant
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"stockpot/internal/gguf"
+)
+
+var weightTypes = []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K}
+
+// randomOperands quantizes random weights (N x K) and activations (M x K).
+func randomOperands(t gguf.Type, M, N, K int, seed uint64) (xq, w []byte) {
+	r := rand.New(rand.NewPCG(seed, 1))
+	row := make([]float32, K)
+	w = make([]byte, N*t.RowBytes(K))
+	for n := range N {
+		for i := range row {
+			row[i] = float32(r.NormFloat64()) * 0.05
+		}
+		if err := QuantizeRow(t, row, w[n*t.RowBytes(K):(n+1)*t.RowBytes(K)]); err != nil {
+			panic(err)
+		}
+	}
+	at := ActivationType(t)
+	x := make([]float32, M*K)
+	for i := range x {
+		x[i] = float32(r.NormFloat64())
+	}
+	xq = make([]byte, M*at.RowBytes(K))
+	QuantizeActivations(at, x, xq)
+	return xq, w
+}
+
+// TestMatMulKernels compares every kernel in use with the reference, bit for
+// bit, on odd shapes and sub-ranges of n.
+func TestMatMulKernels(t *testing.T) {
+	for _, ty := range weightTypes {
+		for _, sh := range []struct{ M, N, K, n0, n1 int }{
+			{1, 1, 256, 0, 1}, {2, 3, 256, 0, 3}, {3, 5, 512, 1, 5}, {5, 7, 768, 0, 7},
+			{7, 9, 256, 2, 9}, {4, 16, 1024, 3, 13}, {6, 1, 256, 0, 1},
+		} {
+			xq, w := randomOperands(ty, sh.M, sh.N, sh.K, uint64(sh.M*1000+sh.N))
+			ldd := sh.N + 3
+			want := make([]float32, sh.M*ldd)
+			have := make([]float32, sh.M*ldd)
+			refKernels[ty](want, ldd, xq, sh.M, w, sh.K, sh.n0, sh.n1)
+			MatMul(ty, have, ldd, xq, sh.M, w, sh.K, sh.n0, sh.n1)
+			for m := range sh.M {
+				for n := range ldd {
+					h, wv := have[m*ldd+n], want[m*ldd+n]
+					if math.Float32bits(h) != math.Float32bits(wv) {
+						t.Errorf("%s %s M=%d N=%d K=%d n=[%d,%d): (m=%d, n=%d): have %v, want %v",
+							ty, Kernel(), sh.M, sh.N, sh.K, sh.n0, sh.n1, m, n, h, wv)
+					}
+				}
+			}
+			// Row m of the result is the same whatever M is.
+			one := make([]float32, ldd)
+			last := sh.M - 1
+			MatMul(ty, one, ldd, xq[last*ActivationType(ty).RowBytes(sh.K):], 1, w, sh.K, sh.n0, sh.n1)
+			for n := sh.n0; n < sh.n1; n++ {
+				if math.Float32bits(one[n]) != math.Float32bits(have[last*ldd+n]) {
+					t.Errorf("%s M=1 vs M=%d at n=%d: have %v, want %v", ty, sh.M, n, one[n], have[last*ldd+n])
+				}
+			}
+		}
+	}
+}
+
+// TestMatMulAccuracy checks the quantized product against the float product
+// of the dequantized operands (a sanity check of the formats, not of ggml).
+func TestMatMulAccuracy(t *testing.T) {
+	const M, N, K = 3, 4, 512
+	for _, ty := range weightTypes {
+		xq, w := randomOperands(ty, M, N, K, 7)
+		dst := make([]float32, M*N)
+		MatMul(ty, dst, N, xq, M, w, K, 0, N)
+		wf, xf := make([]float32, K), make([]float32, K)
+		at := ActivationType(ty)
+		for m := range M {
+			DequantizeRow(at, xq[m*at.RowBytes(K):(m+1)*at.RowBytes(K)], xf)
+			for n := range N {
+				DequantizeRow(ty, w[n*ty.RowBytes(K):(n+1)*ty.RowBytes(K)], wf)
+				var want float64
+				for i := range K {
+					want += float64(wf[i]) * float64(xf[i])
+				}
+				if have := float64(dst[m*N+n]); math.Abs(have-want) > 1e-4*(1+math.Abs(want)) {
+					t.Errorf("%s (m=%d, n=%d): have %v, want %v", ty, m, n, have, want)
+				}
+			}
+		}
+	}
+}
+
+func TestQuantizeRowErrors(t *testing.T) {
+	tests := []struct {
+		t      gguf.Type
+		n, nb  int
+		errMsg string
+	}{
+		{gguf.TypeQ8_0, 33, 34, "not a multiple of the block size 32"},
+		{gguf.TypeQ8_0, 32, 33, "takes 34 bytes, have 33"},
+		{gguf.Type(13), 256, 176, "unsupported type Q5_K"},
+	}
+	for _, tt := range tests {
+		err := QuantizeRow(tt.t, make([]float32, tt.n), make([]byte, tt.nb))
+		if err == nil || !strings.Contains(err.Error(), tt.errMsg) {
+			t.Errorf("QuantizeRow(%s, %d, %d): have %v, want %q", tt.t, tt.n, tt.nb, err, tt.errMsg)
+		}
+	}
+}
+
+// BenchmarkMatMul measures a prefill-shaped product (M=64 tokens, a 576x576
+// projection like SmolLM-135M) for the kernel in use and the reference.
+func BenchmarkMatMul(b *testing.B) {
+	const M, N, K = 64, 576, 576
+	for _, ty := range weightTypes {
+		Kq := K
+		if ty.BlockSize() == 256 {
+			Kq = 768
+		}
+		xq, w := randomOperands(ty, M, N, Kq, 1)
+		dst := make([]float32, M*N)
+		for _, impl := range []struct {
+			name string
+			k    kernel
+		}{{Kernel(), kernels[ty]}, {"ref", refKernels[ty]}} {
+			if impl.name != "ref" && Kernel() == "go" {
+				continue
+			}
+			b.Run(fmt.Sprintf("%s/%s", ty, impl.name), func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetBytes(int64(len(w)))
+				for b.Loop() {
+					impl.k(dst, N, xq, M, w, Kq, 0, N)
+				}
+				b.ReportMetric(float64(M*N*Kq)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+			})
+		}
+	}
+}
