@@ -141,6 +141,9 @@ type Cache struct {
 
 	events      []Event
 	eventTokens []int32 // backing store of the queued events' Tokens
+	// The buffers last returned by Events, reused by the next drain.
+	spareEvents []Event
+	spareTokens []int32
 
 	scratch []BlockID
 	stats   counters

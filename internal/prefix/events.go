@@ -52,9 +52,9 @@ func (c *Cache) queue(kind EventKind, hash, parent Hash, block BlockID, tokens [
 	}
 	var t []int32
 	if len(tokens) > 0 {
-		// Events share one backing array per drain: one allocation per
-		// growth, not per event. A later append that reallocates leaves the
-		// earlier events' slices on the old array, which still holds them.
+		// Events share one backing array per drain. A later append that
+		// reallocates leaves the earlier events' slices on the old array,
+		// which still holds them.
 		start := len(c.eventTokens)
 		c.eventTokens = append(c.eventTokens, tokens...)
 		t = c.eventTokens[start:len(c.eventTokens):len(c.eventTokens)]
@@ -63,13 +63,17 @@ func (c *Cache) queue(kind EventKind, hash, parent Hash, block BlockID, tokens [
 }
 
 // Events returns the events queued since the last call, oldest first, and
-// empties the queue (raft's Ready style: the Cache never calls out). The
-// caller owns the returned slice. Drain it after every Allocate if evicted
-// blocks are to be copied out (see Allocate).
+// empties the queue (raft's Ready style: the Cache never calls out). Drain it
+// after every Allocate if evicted blocks are to be copied out (see Allocate).
+//
+// Ownership: the returned slice, and the Tokens in it, stay valid until the
+// next call to Events; then the Cache reuses their storage (two buffers,
+// swapped), so a steady state queues events without allocating. A caller
+// that keeps events longer copies them.
 func (c *Cache) Events() []Event {
-	ev := c.events
-	c.events = nil
-	c.eventTokens = nil
+	ev, tok := c.events, c.eventTokens
+	c.events, c.eventTokens = c.spareEvents[:0], c.spareTokens[:0]
+	c.spareEvents, c.spareTokens = ev, tok
 	return ev
 }
 
