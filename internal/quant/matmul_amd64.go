@@ -23,26 +23,41 @@ func pickKernels() (map[gguf.Type]kernel, string) {
 		return k, "go"
 	}
 	// F16C (VCVTPH2PS) comes with every AVX2+FMA CPU.
-	k[gguf.TypeQ8_0] = matmulQ8_0AVX2
+	k[gguf.TypeQ8_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+		tiles2x2(false, q8_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
+	}
+	k[gguf.TypeQ4_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+		tiles2x2(true, q4_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
+	}
 	return k, "avx2"
 }
 
 //go:noescape
 func q8_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
 
-// matmulQ8_0AVX2 runs q8_0TileAVX2 over 2x2 tiles. At an odd edge the tile
+//go:noescape
+func q4_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
+
+// tiles2x2 runs a 2x2 tile kernel for 32-element blocks (Q8_0 activations)
+// over the output. At an odd edge the tile
 // repeats the last row and the duplicate results are dropped; every value is
 // computed by the same instructions as inside the matrix.
-func matmulQ8_0AVX2(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+func tiles2x2(q4 bool, wBytes int,
+	dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 	nb := K / qk0
-	row := nb * q8_0Bytes
+	row, xrow := nb*wBytes, nb*q8_0Bytes
 	var acc [32]float32
 	for n := n0; n < n1; n += 2 {
 		nB := min(n+1, n1-1)
 		wA, wB := &w[n*row], &w[nB*row]
 		for m := 0; m < M; m += 2 {
 			mB := min(m+1, M-1)
-			q8_0TileAVX2(wA, wB, &xq[m*row], &xq[mB*row], nb, &acc)
+			// Direct calls (not a func value) keep acc on the stack.
+			if q4 {
+				q4_0TileAVX2(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
+			} else {
+				q8_0TileAVX2(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
+			}
 			dst[m*ldd+n] = hsum8((*[8]float32)(acc[0:8]))
 			dst[mB*ldd+n] = hsum8((*[8]float32)(acc[8:16]))
 			dst[m*ldd+nB] = hsum8((*[8]float32)(acc[16:24]))
