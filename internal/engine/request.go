@@ -88,6 +88,8 @@ type Stats struct {
 	KVBlocksCached   int // unreferenced but holding reusable prefix blocks
 	KVBlockBytes     int64
 	Evictions        uint64
+	DedupWaits       uint64 // admissions deferred to wait for another request's in-flight blocks
+	Preemptions      uint64
 }
 
 // Errors callers branch on.

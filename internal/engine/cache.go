@@ -1,0 +1,33 @@
+package engine
+
+import (
+	"stockpot/internal/kvcache"
+	"stockpot/internal/prefix"
+)
+
+// cacheAdapter fits prefix.Cache to the core's blockCache interface.
+type cacheAdapter struct{ c *prefix.Cache }
+
+func (a cacheAdapter) match(root prefix.Hash, tokens []int32) ([]kvcache.BlockID, []prefix.Hash, int) {
+	m := a.c.Match(root, tokens)
+	return m.Blocks, m.Hashes, m.Pending
+}
+
+func (a cacheAdapter) allocate(n int) ([]kvcache.BlockID, error) { return a.c.Allocate(n) }
+
+func (a cacheAdapter) markPending(owner uint64, hashes []prefix.Hash) {
+	a.c.MarkPending(hashes, prefix.Owner(owner))
+}
+
+func (a cacheAdapter) commit(owner uint64, hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID) {
+	a.c.Commit(prefix.Owner(owner), hash, parent, tokens, block)
+}
+
+func (a cacheAdapter) abort(owner uint64) { a.c.Abort(prefix.Owner(owner)) }
+
+func (a cacheAdapter) release(blocks []kvcache.BlockID) { a.c.Release(blocks) }
+
+func (a cacheAdapter) stats() (used, cached int, evictions uint64) {
+	s := a.c.Stats()
+	return s.Referenced, s.Cached, s.Evictions
+}

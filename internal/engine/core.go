@@ -1,0 +1,393 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"stockpot/internal/kvcache"
+	"stockpot/internal/prefix"
+)
+
+// blockCache is what the scheduler core needs from the prefix cache (prefix.Cache satisfies it
+// through a thin adapter). Block ids index the K/V arena.
+type blockCache interface {
+	// match takes refs on the longest cached run of full blocks of tokens under root (at most
+	// ⌊(len−1)/B⌋ blocks) and says how many blocks right after it other requests are computing.
+	// hashes are the chain hashes of every full block of tokens.
+	match(root prefix.Hash, tokens []int32) (blocks []kvcache.BlockID, hashes []prefix.Hash, pending int)
+	// allocate takes n fresh blocks (ref 1 each), evicting cached ones if it must.
+	allocate(n int) ([]kvcache.BlockID, error)
+	// markPending says owner is computing the blocks with these hashes.
+	markPending(owner uint64, hashes []prefix.Hash)
+	// commit registers a computed block; it stays owned (ref'd) by the caller.
+	commit(owner uint64, hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID)
+	// abort drops owner's pending marks.
+	abort(owner uint64)
+	// release drops one ref on each block (tail blocks should be evicted first).
+	release(blocks []kvcache.BlockID)
+	stats() (used, cached int, evictions uint64)
+}
+
+type seqState uint8
+
+const (
+	stateWaiting seqState = iota
+	stateRunning
+	stateDone
+)
+
+// seq is one request inside the core.
+type seq struct {
+	id     uint64
+	req    *Request
+	root   prefix.Hash
+	state  seqState
+	tokens []int32 // prompt followed by generated tokens
+	prompt int     // prompt length
+
+	// K/V bookkeeping. Invariant: computed <= len(blocks)*B; blocks[i] holds positions
+	// [i*B, (i+1)*B); hashes[i] is the chain hash of full block i once known; committed counts
+	// the leading blocks registered with the cache.
+	blocks    []kvcache.BlockID
+	hashes    []prefix.Hash
+	committed int
+	computed  int // tokens whose K/V is in blocks
+
+	sampler   *sampler
+	generated int
+	usage     Usage
+	admitted  bool // usage cache split fixed at first admission
+	preempted int
+
+	enqueued, started, firstToken, lastToken time.Time
+	cancelled                                bool
+}
+
+// Delivery is an output for one request, queued by the core for the runner to deliver.
+type Delivery struct {
+	Seq uint64
+	Out Output
+}
+
+// Plan is the work of one forward step: for each item, tokens at consecutive positions.
+type Plan struct {
+	Items []PlanItem
+}
+
+// PlanItem is one sequence's share of a step.
+type PlanItem struct {
+	Seq        uint64
+	Tokens     []int32
+	Pos        int
+	Blocks     []kvcache.BlockID // the sequence's block table (covers Pos+len(Tokens)-1)
+	WantLogits bool
+}
+
+// CoreConfig tunes the scheduler.
+type CoreConfig struct {
+	BlockSize      int
+	ContextLength  int
+	MaxBatchTokens int  // tokens per forward step (decode tokens + prefill chunk)
+	MaxRunning     int  // sequences decoding at once
+	PrefixCache    bool // reuse cached blocks
+	Dedup          bool // wait for blocks another request is prefilling instead of computing them
+}
+
+// Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
+// cancellations and the time, asks for a Plan, runs it, and hands back the logits.
+type Core struct {
+	cfg     CoreConfig
+	cache   blockCache
+	seqs    map[uint64]*seq
+	waiting []*seq // FCFS
+	running []*seq // admission order
+	outbox  []Delivery
+	stats   coreStats
+}
+
+// Ready returns the outputs queued since the last call, in order.
+func (c *Core) Ready() []Delivery {
+	out := c.outbox
+	c.outbox = nil
+	return out
+}
+
+type coreStats struct {
+	dedupWaits  uint64
+	preemptions uint64
+}
+
+func newCore(cfg CoreConfig, cache blockCache) *Core {
+	return &Core{cfg: cfg, cache: cache, seqs: map[uint64]*seq{}}
+}
+
+// Add queues a request. Validation of limits happens before (Engine.Generate).
+func (c *Core) Add(id uint64, req *Request, root prefix.Hash, seed uint64, now time.Time) {
+	s := &seq{
+		id: id, req: req, root: root, prompt: len(req.Prompt),
+		tokens:  append([]int32(nil), req.Prompt...),
+		sampler: newSampler(req.Sampling, seed),
+	}
+	s.enqueued = now
+	s.usage.PromptTokens = len(req.Prompt)
+	c.seqs[id] = s
+	c.waiting = append(c.waiting, s)
+}
+
+// Cancel ends a request: its blocks are released and a cancelled output is queued.
+func (c *Core) Cancel(id uint64, now time.Time) {
+	s, ok := c.seqs[id]
+	if !ok || s.state == stateDone {
+		return
+	}
+	s.cancelled = true
+	c.finish(s, FinishCancelled, now)
+}
+
+// Idle reports whether there is nothing to schedule.
+func (c *Core) Idle() bool { return len(c.waiting) == 0 && len(c.running) == 0 }
+
+// Counts returns running and waiting sequence counts.
+func (c *Core) Counts() (running, waiting int) { return len(c.running), len(c.waiting) }
+
+// admit tries to start waiting sequences, FCFS, while blocks and slots allow. A sequence
+// waiting on another's in-flight blocks is passed over without blocking those behind it.
+func (c *Core) admit(now time.Time) {
+	B := c.cfg.BlockSize
+	kept := c.waiting[:0]
+	blocked := false
+	for _, s := range c.waiting {
+		if blocked || len(c.running) >= c.cfg.MaxRunning {
+			kept = append(kept, s)
+			continue
+		}
+		var matched []kvcache.BlockID
+		var hashes []prefix.Hash
+		pending := 0
+		if c.cfg.PrefixCache {
+			matched, hashes, pending = c.cache.match(s.root, s.tokens)
+			if pending > 0 && c.cfg.Dedup {
+				c.cache.release(matched)
+				c.stats.dedupWaits++
+				kept = append(kept, s)
+				continue
+			}
+		}
+		need := kvcache.BlocksForTokens(len(s.tokens), B) - len(matched)
+		fresh, err := c.cache.allocate(need)
+		if err != nil {
+			c.cache.release(matched)
+			kept = append(kept, s)
+			blocked = true // FCFS: nobody overtakes a request waiting for memory
+			continue
+		}
+		s.blocks = append(append(s.blocks[:0], matched...), fresh...)
+		s.computed = len(matched) * B
+		s.committed = len(matched)
+		s.hashes = hashes
+		if c.cfg.PrefixCache {
+			if len(s.hashes) > len(matched) {
+				c.cache.markPending(s.id, s.hashes[len(matched):])
+			}
+		}
+		if !s.admitted {
+			s.admitted = true
+			s.started = now
+			s.usage.DeviceTokens = len(matched) * B
+			s.usage.ComputedTokens = s.prompt - s.usage.DeviceTokens
+			s.usage.QueueMs = ms(now.Sub(s.enqueued))
+		}
+		s.state = stateRunning
+		c.running = append(c.running, s)
+	}
+	c.waiting = kept
+}
+
+// Schedule admits what fits and plans the next forward step. Decode tokens go first so a long
+// prompt never stalls running streams; prefill chunks fill the rest of the token budget.
+func (c *Core) Schedule(now time.Time) (*Plan, error) {
+	c.admit(now)
+	B := c.cfg.BlockSize
+	budget := c.cfg.MaxBatchTokens
+	plan := &Plan{}
+	// Decode: sequences whose prompt is computed have exactly one uncomputed token.
+	for i := 0; i < len(c.running); i++ {
+		s := c.running[i]
+		if s.computed < len(s.tokens)-1 || budget == 0 {
+			continue
+		}
+		pos := s.computed
+		if pos/B >= len(s.blocks) {
+			got, err := c.cache.allocate(1)
+			if err != nil {
+				if !c.preemptFor(s, now) {
+					return nil, fmt.Errorf("engine: no block for decode even after preemption: %w", err)
+				}
+				i = -1 // the running list changed; rescan
+				plan.Items = plan.Items[:0]
+				budget = c.cfg.MaxBatchTokens
+				continue
+			}
+			s.blocks = append(s.blocks, got...)
+		}
+		plan.Items = append(plan.Items, PlanItem{Seq: s.id, Tokens: s.tokens[pos : pos+1], Pos: pos, Blocks: s.blocks, WantLogits: true})
+		budget--
+	}
+	// Prefill chunks, in admission order.
+	for _, s := range c.running {
+		if budget == 0 {
+			break
+		}
+		if s.computed >= len(s.tokens)-1 {
+			continue // decoding (handled above)
+		}
+		n := min(len(s.tokens)-s.computed, budget)
+		end := s.computed + n
+		plan.Items = append(plan.Items, PlanItem{Seq: s.id, Tokens: s.tokens[s.computed:end], Pos: s.computed, Blocks: s.blocks, WantLogits: end == len(s.tokens)})
+		budget -= n
+	}
+	return plan, nil
+}
+
+// preemptFor frees memory for s by preempting the most recently admitted other sequence
+// (recompute later: its committed blocks stay cached, so it resumes mostly from the cache).
+// Reports false when nothing could be preempted.
+func (c *Core) preemptFor(s *seq, now time.Time) bool {
+	for i := len(c.running) - 1; i >= 0; i-- {
+		v := c.running[i]
+		if v == s && len(c.running) > 1 {
+			continue
+		}
+		if v == s {
+			return false
+		}
+		c.running = append(c.running[:i], c.running[i+1:]...)
+		c.cache.abort(v.id)
+		c.cache.release(reverse(v.blocks))
+		v.blocks = nil
+		v.computed, v.committed = 0, 0
+		v.state = stateWaiting
+		v.preempted++
+		c.stats.preemptions++
+		c.waiting = append([]*seq{v}, c.waiting...)
+		return true
+	}
+	return false
+}
+
+// Advance records the results of plan: K/V computed for every item, logits for those that asked.
+// logits[i] belongs to plan.Items[i] (nil when not asked).
+func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
+	B := c.cfg.BlockSize
+	for i, it := range plan.Items {
+		s, ok := c.seqs[it.Seq]
+		if !ok || s.state != stateRunning {
+			continue
+		}
+		s.computed = it.Pos + len(it.Tokens)
+		c.commitFull(s)
+		if !it.WantLogits {
+			continue
+		}
+		if s.generated == 0 {
+			s.firstToken = now
+			s.usage.PrefillMs = ms(now.Sub(s.started))
+			s.usage.TTFTMs = ms(now.Sub(s.enqueued))
+		}
+		tok := s.sampler.sample(logits[i], s.req.Logprobs)
+		s.tokens = append(s.tokens, tok.ID)
+		s.generated++
+		s.lastToken = now
+		c.outbox = append(c.outbox, Delivery{s.id, Output{Tokens: []Token{tok}}})
+		switch {
+		case c.isStop(s, tok.ID):
+			c.finish(s, FinishStop, now)
+		case s.generated >= s.req.MaxTokens || len(s.tokens) >= c.cfg.ContextLength:
+			c.finish(s, FinishLength, now)
+		default:
+			// Blocks for generated tokens are hashed as they fill.
+			if c.cfg.PrefixCache && len(s.tokens)%B == 0 {
+				bi := len(s.tokens)/B - 1
+				if bi == len(s.hashes) {
+					parent := s.root
+					if bi > 0 {
+						parent = s.hashes[bi-1]
+					}
+					s.hashes = append(s.hashes, prefix.Chain(parent, s.tokens[bi*B:(bi+1)*B], nil))
+				}
+			}
+		}
+	}
+}
+
+func (c *Core) isStop(s *seq, id int32) bool {
+	for _, t := range s.req.StopTokens {
+		if t == id {
+			return true
+		}
+	}
+	return false
+}
+
+// commitFull registers every newly completed block of s with the cache.
+func (c *Core) commitFull(s *seq) {
+	if !c.cfg.PrefixCache {
+		return
+	}
+	B := c.cfg.BlockSize
+	for s.committed < s.computed/B && s.committed < len(s.hashes) {
+		bi := s.committed
+		parent := s.root
+		if bi > 0 {
+			parent = s.hashes[bi-1]
+		}
+		c.cache.commit(s.id, s.hashes[bi], parent, s.tokens[bi*B:(bi+1)*B], s.blocks[bi])
+		s.committed++
+	}
+}
+
+func (c *Core) finish(s *seq, reason string, now time.Time) {
+	switch s.state {
+	case stateRunning:
+		for i, r := range c.running {
+			if r == s {
+				c.running = append(c.running[:i], c.running[i+1:]...)
+				break
+			}
+		}
+	case stateWaiting:
+		for i, r := range c.waiting {
+			if r == s {
+				c.waiting = append(c.waiting[:i], c.waiting[i+1:]...)
+				break
+			}
+		}
+	}
+	c.cache.abort(s.id)
+	c.cache.release(reverse(s.blocks))
+	s.blocks = nil
+	s.state = stateDone
+	u := s.usage
+	if !s.admitted {
+		u.ComputedTokens = s.prompt
+		u.QueueMs = ms(now.Sub(s.enqueued))
+	}
+	u.CompletionTokens = s.generated
+	if s.generated > 1 {
+		u.DecodeMs = ms(s.lastToken.Sub(s.firstToken))
+	}
+	c.outbox = append(c.outbox, Delivery{s.id, Output{Done: true, FinishReason: reason, Usage: &u}})
+	delete(c.seqs, s.id)
+}
+
+// reverse returns a reversed copy, so a sequence's tail (leaf) blocks are released first and
+// therefore evicted first.
+func reverse(b []kvcache.BlockID) []kvcache.BlockID {
+	r := make([]kvcache.BlockID, len(b))
+	for i, x := range b {
+		r[len(b)-1-i] = x
+	}
+	return r
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

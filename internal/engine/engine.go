@@ -1,0 +1,427 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"stockpot/internal/kernels"
+	"stockpot/internal/kvcache"
+	"stockpot/internal/model"
+	"stockpot/internal/prefix"
+)
+
+// Config configures an Engine.
+type Config struct {
+	BlockSize      int           // tokens per K/V block
+	KVMemory       int64         // bytes for the working block pool; 0 = auto (see DefaultKVMemory)
+	KVType         kvcache.DType // element type of K/V
+	MaxBatchTokens int           // tokens per forward step
+	MaxRunning     int           // sequences running at once
+	PrefixCache    bool
+	Dedup          bool   // in-flight deduplication of shared prefixes
+	Identity       []byte // cache identity (identity.Descriptor.Bytes()); roots every hash chain
+	Logger         *slog.Logger
+}
+
+// DefaultKVMemory is the pool size used when Config.KVMemory is 0: enough for 64 full
+// contexts of the default model, capped at 2 GiB.
+const DefaultKVMemory = 1 << 30
+
+// DefaultConfig returns the defaults behind `stockpot serve`.
+func DefaultConfig() Config {
+	return Config{BlockSize: 16, KVType: kvcache.F32, MaxBatchTokens: 512, MaxRunning: 64, PrefixCache: true, Dedup: true}
+}
+
+func (c Config) validate() (Config, error) {
+	d := DefaultConfig()
+	if c.BlockSize == 0 {
+		c.BlockSize = d.BlockSize
+	}
+	if c.MaxBatchTokens == 0 {
+		c.MaxBatchTokens = d.MaxBatchTokens
+	}
+	if c.MaxRunning == 0 {
+		c.MaxRunning = d.MaxRunning
+	}
+	if c.KVMemory == 0 {
+		c.KVMemory = DefaultKVMemory
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.BlockSize < 1 || c.BlockSize > 4096 {
+		return c, fmt.Errorf("engine: block size %d out of range [1, 4096]", c.BlockSize)
+	}
+	if c.MaxBatchTokens < 1 || c.MaxRunning < 1 {
+		return c, fmt.Errorf("engine: max batch tokens %d and max running %d must be positive", c.MaxBatchTokens, c.MaxRunning)
+	}
+	return c, nil
+}
+
+// Engine runs a model over a paged K/V pool with continuous batching and prefix reuse.
+// One runner goroutine owns the model, the arena and the scheduler core.
+type Engine struct {
+	cfg   Config
+	model *model.Model
+	arena *kvcache.Arena
+	cache *prefix.Cache
+	core  *Core
+	ids   atomic.Uint64
+
+	in     chan *stream
+	cancel chan uint64
+	ctrl   chan func()
+	quit   chan struct{}
+	done   chan struct{}
+
+	mu      sync.Mutex
+	streams map[uint64]*stream // protected by mu
+	closed  bool               // protected by mu
+
+	stats atomic.Pointer[Stats]
+}
+
+// stream carries one request's outputs from the runner to its caller without ever blocking the
+// runner: the runner appends to queue, a per-request goroutine forwards to ch.
+type stream struct {
+	id     uint64
+	req    *Request
+	root   prefix.Hash
+	seed   uint64
+	queued time.Time
+	ctx    context.Context
+	ch     chan Output
+
+	mu     sync.Mutex
+	queue  []Output // protected by mu
+	notify chan struct{}
+}
+
+// New builds an engine for m. The K/V pool is sized from cfg.KVMemory.
+func New(m *model.Model, cfg Config) (*Engine, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	mc := m.Config()
+	layout := kvcache.Layout{BlockSize: cfg.BlockSize, Layers: mc.Layers, KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, DType: cfg.KVType}
+	minBlocks := kvcache.BlocksForTokens(mc.ContextLength, cfg.BlockSize)
+	arena, err := kvcache.NewArenaForBudget(layout, cfg.KVMemory, min(minBlocks, 64))
+	if err != nil {
+		return nil, err
+	}
+	pc, err := prefix.New(prefix.Config{NumBlocks: arena.NumBlocks(), BlockSize: cfg.BlockSize, MinHitsToProtect: 1, DisableEvents: true})
+	if err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		cfg: cfg, model: m, arena: arena, cache: pc,
+		in: make(chan *stream, 1024), cancel: make(chan uint64, 1024), ctrl: make(chan func()),
+		quit: make(chan struct{}), done: make(chan struct{}),
+		streams: map[uint64]*stream{},
+	}
+	e.core = newCore(CoreConfig{
+		BlockSize: cfg.BlockSize, ContextLength: mc.ContextLength,
+		MaxBatchTokens: cfg.MaxBatchTokens, MaxRunning: cfg.MaxRunning,
+		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup,
+	}, cacheAdapter{pc})
+	e.publishStats()
+	go e.run()
+	return e, nil
+}
+
+// Arena exposes the K/V memory (for tiers and tests).
+func (e *Engine) Arena() *kvcache.Arena { return e.arena }
+
+// ModelConfig returns the served model's hyper-parameters.
+func (e *Engine) ModelConfig() model.Config { return e.model.Config() }
+
+// Generate implements Generator.
+func (e *Engine) Generate(ctx context.Context, req *Request) (<-chan Output, error) {
+	mc := e.model.Config()
+	if len(req.Prompt) == 0 {
+		return nil, fmt.Errorf("%w: empty prompt", ErrInvalid)
+	}
+	if req.MaxTokens < 1 {
+		return nil, fmt.Errorf("%w: max_tokens %d must be at least 1", ErrInvalid, req.MaxTokens)
+	}
+	for _, t := range req.Prompt {
+		if t < 0 || int(t) >= mc.Vocab {
+			return nil, fmt.Errorf("%w: token id %d outside the vocabulary [0, %d)", ErrInvalid, t, mc.Vocab)
+		}
+	}
+	if len(req.Prompt) >= mc.ContextLength {
+		return nil, fmt.Errorf("%w: %d prompt tokens, context length %d leaves no room to generate", ErrPromptTooLong, len(req.Prompt), mc.ContextLength)
+	}
+	if need := kvcache.BlocksForTokens(len(req.Prompt)+1, e.cfg.BlockSize); need > e.arena.NumBlocks() {
+		return nil, fmt.Errorf("%w: %d prompt tokens need %d K/V blocks, the pool has %d", ErrPromptTooLong, len(req.Prompt), need, e.arena.NumBlocks())
+	}
+	seed := req.Sampling.Seed
+	if !req.Sampling.HasSeed {
+		seed = rand.Uint64()
+	}
+	s := &stream{
+		id: e.ids.Add(1), req: req, seed: seed, queued: time.Now(), ctx: ctx,
+		root:   prefix.Root(e.cfg.Identity, req.CacheSalt),
+		ch:     make(chan Output, 16),
+		notify: make(chan struct{}, 1),
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, ErrShutdown
+	}
+	e.streams[s.id] = s
+	e.mu.Unlock()
+	go e.forward(s)
+	e.in <- s
+	return s.ch, nil
+}
+
+// forward moves outputs from the runner to the caller and turns a cancelled context into a
+// cancellation for the runner. It ends after the final output.
+func (e *Engine) forward(s *stream) {
+	defer close(s.ch)
+	ctxDone := s.ctx.Done()
+	for {
+		select {
+		case <-s.notify:
+		case <-ctxDone:
+			ctxDone = nil
+			e.cancel <- s.id
+			continue
+		}
+		s.mu.Lock()
+		q := s.queue
+		s.queue = nil
+		s.mu.Unlock()
+		for _, o := range q {
+			if ctxDone == nil && !o.Done {
+				continue // the caller is gone; drop tokens until the final output
+			}
+			select {
+			case s.ch <- o:
+			case <-ctxDone:
+				ctxDone = nil
+				e.cancel <- s.id
+			}
+			if o.Done {
+				return
+			}
+		}
+	}
+}
+
+func (s *stream) push(o Output) {
+	s.mu.Lock()
+	s.queue = append(s.queue, o)
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Stats implements Generator.
+func (e *Engine) Stats() Stats { return *e.stats.Load() }
+
+// DedupWaits and Preemptions are exposed for benchmarks and tests.
+func (e *Engine) SchedulerCounters() (dedupWaits, preemptions uint64) {
+	st := e.Stats()
+	return st.DedupWaits, st.Preemptions
+}
+
+func (e *Engine) publishStats() {
+	r, w := e.core.Counts()
+	used, cached, ev := cacheAdapter{e.cache}.stats()
+	st := Stats{
+		Running: r, Waiting: w,
+		KVBlocksTotal: e.arena.NumBlocks(), KVBlocksUsed: used, KVBlocksCached: cached,
+		KVBlockBytes: e.arena.Layout().BlockBytes(), Evictions: ev,
+		DedupWaits: e.core.stats.dedupWaits, Preemptions: e.core.stats.preemptions,
+	}
+	e.stats.Store(&st)
+}
+
+// Close stops accepting requests, cancels the running ones and stops the runner.
+func (e *Engine) Close() {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return
+	}
+	e.closed = true
+	e.mu.Unlock()
+	close(e.quit)
+	<-e.done
+}
+
+// CheckInvariants verifies the block pool and index inside the runner goroutine; with no
+// request in flight it also checks that no block is referenced. For tests and debugging.
+func (e *Engine) CheckInvariants() error {
+	var err error
+	e.do(func() {
+		if err = e.cache.CheckInvariants(); err != nil {
+			return
+		}
+		if e.core.Idle() {
+			if st := e.cache.Stats(); st.Referenced != 0 {
+				err = fmt.Errorf("engine: idle but %d blocks still referenced", st.Referenced)
+			}
+		}
+	})
+	return err
+}
+
+// do runs fn on the runner goroutine and waits for it.
+func (e *Engine) do(fn func()) {
+	done := make(chan struct{})
+	select {
+	case e.ctrl <- func() { fn(); close(done) }:
+		<-done
+	case <-e.done:
+		fn() // runner gone: nothing else touches the state
+	}
+}
+
+func (e *Engine) run() {
+	defer close(e.done)
+	mc := e.model.Config()
+	var logitBufs [][]float32
+	var seqs []model.Sequence
+	var tables [][]int32
+	for {
+		// Wait for work when idle; otherwise take what arrived without blocking.
+		if e.core.Idle() {
+			select {
+			case s := <-e.in:
+				e.add(s)
+			case id := <-e.cancel:
+				e.core.Cancel(id, time.Now())
+			case fn := <-e.ctrl:
+				fn()
+			case <-e.quit:
+				e.shutdown()
+				return
+			}
+		}
+	drain:
+		for {
+			select {
+			case s := <-e.in:
+				e.add(s)
+			case id := <-e.cancel:
+				e.core.Cancel(id, time.Now())
+			case fn := <-e.ctrl:
+				fn()
+			case <-e.quit:
+				e.shutdown()
+				return
+			default:
+				break drain
+			}
+		}
+		e.deliver()
+		plan, err := e.core.Schedule(time.Now())
+		if err != nil {
+			e.cfg.Logger.Error("scheduler", "err", err)
+		}
+		if plan == nil || len(plan.Items) == 0 {
+			e.publishStats()
+			if !e.core.Idle() {
+				// Waiting on memory or on another request's in-flight blocks.
+				select {
+				case s := <-e.in:
+					e.add(s)
+				case id := <-e.cancel:
+					e.core.Cancel(id, time.Now())
+				case fn := <-e.ctrl:
+					fn()
+				case <-time.After(2 * time.Millisecond):
+				case <-e.quit:
+					e.shutdown()
+					return
+				}
+			}
+			continue
+		}
+		seqs = seqs[:0]
+		logits := make([][]float32, len(plan.Items))
+		for len(tables) < len(plan.Items) {
+			tables = append(tables, nil)
+		}
+		nl := 0
+		for i, it := range plan.Items {
+			t := tables[i][:0]
+			for _, b := range it.Blocks {
+				t = append(t, int32(b))
+			}
+			tables[i] = t
+			kv := &kernels.PagedKV{F32: e.arena.F32(), F16: e.arena.F16(), BlockSize: e.cfg.BlockSize, Layers: mc.Layers, KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, Table: t}
+			sq := model.Sequence{Tokens: it.Tokens, Pos: it.Pos, KV: kv}
+			if it.WantLogits {
+				if nl == len(logitBufs) {
+					logitBufs = append(logitBufs, make([]float32, mc.Vocab))
+				}
+				sq.Logits = logitBufs[nl]
+				logits[i] = sq.Logits
+				nl++
+			}
+			seqs = append(seqs, sq)
+		}
+		if err := e.model.Forward(seqs); err != nil {
+			e.cfg.Logger.Error("forward", "err", err)
+		}
+		e.core.Advance(plan, logits, time.Now())
+		e.deliver()
+		e.publishStats()
+	}
+}
+
+func (e *Engine) add(s *stream) {
+	e.core.Add(s.id, s.req, s.root, s.seed, s.queued)
+}
+
+func (e *Engine) deliver() {
+	for _, d := range e.core.Ready() {
+		e.mu.Lock()
+		s := e.streams[d.Seq]
+		if d.Out.Done {
+			delete(e.streams, d.Seq)
+		}
+		e.mu.Unlock()
+		if s != nil {
+			s.push(d.Out)
+		}
+	}
+}
+
+// shutdown cancels everything still queued or running.
+func (e *Engine) shutdown() {
+	now := time.Now()
+	for {
+		select {
+		case s := <-e.in:
+			e.add(s)
+			continue
+		default:
+		}
+		break
+	}
+	e.mu.Lock()
+	ids := make([]uint64, 0, len(e.streams))
+	for id := range e.streams {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	for _, id := range ids {
+		e.core.Cancel(id, now)
+	}
+	e.deliver()
+	e.publishStats()
+}

@@ -1,0 +1,254 @@
+package model_test
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"stockpot/internal/gguf"
+	"stockpot/internal/kernels"
+	"stockpot/internal/kvcache"
+	"stockpot/internal/llamaref"
+	"stockpot/internal/model"
+	"stockpot/internal/synth"
+	"stockpot/internal/tokenizer"
+)
+
+// runner is a minimal single-sequence driver over a private arena: prefill in chunks of
+// `chunk` tokens, then greedy decode.
+type runner struct {
+	m     *model.Model
+	arena *kvcache.Arena
+	kv    *kernels.PagedKV
+}
+
+func newRunner(t testing.TB, m *model.Model, maxTokens int, dt kvcache.DType) *runner {
+	c := m.Config()
+	const bs = 16
+	l := kvcache.Layout{BlockSize: bs, Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, DType: dt}
+	n := (maxTokens + bs - 1) / bs
+	a, err := kvcache.NewArena(l, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := make([]int32, n)
+	for i := range table {
+		table[i] = int32(n - 1 - i) // deliberately not the identity: exercise the block table
+	}
+	kv := &kernels.PagedKV{F32: a.F32(), F16: a.F16(), BlockSize: bs, Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Table: table}
+	return &runner{m: m, arena: a, kv: kv}
+}
+
+// prefill returns the logits after the whole prompt, computed in chunks of chunk tokens.
+func (r *runner) prefill(t testing.TB, prompt []int32, chunk int) []float32 {
+	logits := make([]float32, r.m.Config().Vocab)
+	for pos := 0; pos < len(prompt); pos += chunk {
+		end := min(pos+chunk, len(prompt))
+		s := model.Sequence{Tokens: prompt[pos:end], Pos: pos, KV: r.kv}
+		if end == len(prompt) {
+			s.Logits = logits
+		}
+		if err := r.m.Forward([]model.Sequence{s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return logits
+}
+
+func (r *runner) greedy(t testing.TB, prompt []int32, n int) (cont []int32, first []float32) {
+	logits := r.prefill(t, prompt, 512)
+	first = append([]float32(nil), logits...)
+	pos := len(prompt)
+	for i := 0; i < n; i++ {
+		next := int32(argmax(logits))
+		cont = append(cont, next)
+		if i == n-1 {
+			break
+		}
+		if err := r.m.Forward([]model.Sequence{{Tokens: []int32{next}, Pos: pos, KV: r.kv, Logits: logits}}); err != nil {
+			t.Fatal(err)
+		}
+		pos++
+	}
+	return cont, first
+}
+
+func argmax(v []float32) int {
+	b := 0
+	for i, x := range v {
+		if x > v[b] {
+			b = i
+		}
+	}
+	return b
+}
+
+func logSoftmax(v []float32) []float64 {
+	mx := math.Inf(-1)
+	for _, x := range v {
+		mx = math.Max(mx, float64(x))
+	}
+	s := 0.0
+	for _, x := range v {
+		s += math.Exp(float64(x) - mx)
+	}
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x) - mx - math.Log(s)
+	}
+	return out
+}
+
+// prompts returns the test prompts: awkward text, chat-shaped text, and one over 1,000 tokens.
+func prompts(t testing.TB, tok *tokenizer.Tokenizer) [][]int32 {
+	texts := []string{
+		"The quick brown fox jumps over the lazy dog.",
+		"func main() {\n\tfmt.Println(\"héllo, 世界 🍲\")\n}\n",
+		"In a shared kitchen, one pot of stock serves every order: 1, 22, 333, 4444.",
+		"Q: What is 12 times 12?\nA:",
+	}
+	var long strings.Builder
+	for i := 0; long.Len() < 6000; i++ {
+		fmt.Fprintf(&long, "Line %d: prefixes computed once are reused across requests instead of prefilled again. ", i)
+	}
+	texts = append(texts, long.String())
+	var out [][]int32
+	for _, s := range texts {
+		out = append(out, tok.Encode(s, true, false))
+	}
+	if n := len(out[len(out)-1]); n <= 1000 {
+		t.Fatalf("long prompt has %d tokens, want > 1000", n)
+	}
+	return out
+}
+
+type refCase struct {
+	preset string
+	typ    gguf.Type
+	// tol is the largest allowed |Δ logprob| at the last prompt position over tokens whose
+	// llama.cpp logprob is above -15 (below that f32 softmax underflows in the reference).
+	tol float64
+}
+
+// Tolerances: f32 weights agree to 1e-3 (only summation order differs). For f16/bf16 and
+// quantized weights both sides round activations the same way (f16, or q8_0/q8_K blocks, as
+// ggml's vec_dot_type), so the remaining differences are summation order and llama.cpp's own
+// f16 rounding of intermediate results; 2e-2 is what its f16 path allows on these random models.
+var refCases = []refCase{
+	{"tiny-llama-spm", gguf.TypeF32, 1e-3},
+	{"tiny-llama3", gguf.TypeF32, 1e-3},
+	{"tiny-qwen2", gguf.TypeF32, 1e-3},
+	{"tiny-qwen3", gguf.TypeF32, 1e-3},
+	{"tiny-smollm", gguf.TypeF32, 1e-3},
+	{"tiny-kquant", gguf.TypeF32, 1e-3},
+	{"tiny-kquant", gguf.TypeF16, 2e-2},
+	{"tiny-kquant", gguf.TypeBF16, 2e-2},
+	{"tiny-kquant", gguf.TypeQ8_0, 2e-2},
+	{"tiny-kquant", gguf.TypeQ4_0, 2e-2},
+	{"tiny-kquant", gguf.TypeQ4_K, 2e-2},
+	{"tiny-kquant", gguf.TypeQ6_K, 2e-2},
+}
+
+func TestMatchesLlamaCpp(t *testing.T) {
+	dir := t.TempDir()
+	pool := kernels.NewPool(2)
+	defer pool.Close()
+	for _, rc := range refCases {
+		t.Run(rc.preset+"/"+rc.typ.String(), func(t *testing.T) {
+			path := filepath.Join(dir, rc.preset+"-"+rc.typ.String()+".gguf")
+			if err := synth.WriteFile(rc.preset, synth.Options{Seed: 7, Type: rc.typ}, path); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			m, err := model.Load(f, pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok, err := tokenizer.FromGGUF(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ps := prompts(t, tok)
+			const nGen = 32
+			ref, err := llamaref.Evaluate(path, ps, nGen, llamaref.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range ps {
+				r := newRunner(t, m, len(p)+nGen, kvcache.F32)
+				cont, logits := r.greedy(t, p, nGen)
+				if fmt.Sprint(cont) != fmt.Sprint(ref[i].Continuation) {
+					t.Errorf("prompt %d (%d tokens): greedy continuation differs\nhave %v\nwant %v", i, len(p), cont, ref[i].Continuation)
+				}
+				lp := logSoftmax(logits)
+				worst, at := 0.0, -1
+				for id, want := range ref[i].LastLogprobs {
+					if want < -15 {
+						continue
+					}
+					if d := math.Abs(lp[id] - float64(want)); d > worst {
+						worst, at = d, id
+					}
+				}
+				if worst > rc.tol {
+					t.Errorf("prompt %d: last-position logprob of token %d differs by %.2e (have %.6f, want %.6f), tolerance %.0e",
+						i, at, worst, lp[at], ref[i].LastLogprobs[at], rc.tol)
+				}
+				t.Logf("prompt %d: %d tokens, max |Δ logprob| %.2e", i, len(p), worst)
+			}
+		})
+	}
+}
+
+// TestChunkInvariance checks the determinism rule end to end: the logits after a prompt are
+// bitwise the same whether it is prefilled at once, in odd chunks, or token by token, and the
+// same in an f16 arena across chunkings.
+func TestChunkInvariance(t *testing.T) {
+	pool := kernels.NewPool(2)
+	defer pool.Close()
+	for _, preset := range []string{"tiny-llama-spm", "tiny-qwen2", "tiny-qwen3"} {
+		t.Run(preset, func(t *testing.T) {
+			w, err := synth.Build(preset, synth.Options{Seed: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(t.TempDir(), "m.gguf")
+			if err := w.WriteFile(path); err != nil {
+				t.Fatal(err)
+			}
+			f, err := gguf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			m, err := model.Load(f, pool)
+			if err != nil {
+				t.Fatal(err)
+			}
+			prompt := make([]int32, 150)
+			for i := range prompt {
+				prompt[i] = int32((i*7919 + 13) % m.Config().Vocab)
+			}
+			for _, dt := range []kvcache.DType{kvcache.F32, kvcache.F16} {
+				want := newRunner(t, m, len(prompt), dt).prefill(t, prompt, len(prompt))
+				for _, chunk := range []int{1, 7, 16, 61} {
+					have := newRunner(t, m, len(prompt), dt).prefill(t, prompt, chunk)
+					for i := range want {
+						if math.Float32bits(have[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%v arena, chunk %d: logit %d = %v, want %v (bitwise)", dt, chunk, i, have[i], want[i])
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestMain(m *testing.M) { os.Exit(m.Run()) }

@@ -1,0 +1,360 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"unsafe"
+
+	"stockpot/internal/gguf"
+	"stockpot/internal/kernels"
+	"stockpot/internal/quant"
+)
+
+type layer struct {
+	attnNorm, ffnNorm []float32
+	wq, wk, wv, wo    *kernels.Weight
+	bq, bk, bv        []float32 // qwen2 only
+	qNorm, kNorm      []float32 // qwen3 only
+	gate, up, down    *kernels.Weight
+}
+
+// Model is a loaded transformer. See the package doc for its invariants.
+type Model struct {
+	cfg        Config
+	pool       *kernels.Pool
+	embd       *kernels.Weight
+	outputNorm []float32
+	output     *kernels.Weight
+	layers     []layer
+	rope       kernels.RoPEParams
+	scratch    scratch
+}
+
+// Config returns the model's hyper-parameters.
+func (m *Model) Config() Config { return m.cfg }
+
+// Load builds a Model over the tensors of f. The weights alias f's mapping.
+func Load(f *gguf.File, pool *kernels.Pool) (*Model, error) {
+	cfg, err := ParseConfig(f)
+	if err != nil {
+		return nil, err
+	}
+	m := &Model{cfg: cfg, pool: pool}
+	ld := loader{f: f}
+	m.embd = ld.matrix("token_embd.weight", cfg.Vocab, cfg.Dim)
+	m.outputNorm = ld.vector("output_norm.weight", cfg.Dim)
+	if cfg.Tied {
+		m.output = m.embd
+	} else {
+		m.output = ld.matrix("output.weight", cfg.Vocab, cfg.Dim)
+	}
+	m.rope = kernels.RoPEParams{NDims: cfg.RopeDims, Base: cfg.RopeBase, FreqScale: cfg.RopeFreqScale, NeoX: cfg.RopeNeoX}
+	if _, ok := f.Tensor("rope_freqs.weight"); ok {
+		m.rope.Factors = ld.vector("rope_freqs.weight", cfg.RopeDims/2)
+	}
+	m.layers = make([]layer, cfg.Layers)
+	for i := range m.layers {
+		p := fmt.Sprintf("blk.%d.", i)
+		l := &m.layers[i]
+		l.attnNorm = ld.vector(p+"attn_norm.weight", cfg.Dim)
+		l.ffnNorm = ld.vector(p+"ffn_norm.weight", cfg.Dim)
+		l.wq = ld.matrix(p+"attn_q.weight", cfg.QDim(), cfg.Dim)
+		l.wk = ld.matrix(p+"attn_k.weight", cfg.KVDim(), cfg.Dim)
+		l.wv = ld.matrix(p+"attn_v.weight", cfg.KVDim(), cfg.Dim)
+		l.wo = ld.matrix(p+"attn_output.weight", cfg.Dim, cfg.QDim())
+		l.gate = ld.matrix(p+"ffn_gate.weight", cfg.FFN, cfg.Dim)
+		l.up = ld.matrix(p+"ffn_up.weight", cfg.FFN, cfg.Dim)
+		l.down = ld.matrix(p+"ffn_down.weight", cfg.Dim, cfg.FFN)
+		if cfg.QKVBias {
+			l.bq = ld.vector(p+"attn_q.bias", cfg.QDim())
+			l.bk = ld.vector(p+"attn_k.bias", cfg.KVDim())
+			l.bv = ld.vector(p+"attn_v.bias", cfg.KVDim())
+		}
+		if cfg.QKNorm {
+			l.qNorm = ld.vector(p+"attn_q_norm.weight", cfg.HeadDim)
+			l.kNorm = ld.vector(p+"attn_k_norm.weight", cfg.HeadDim)
+		}
+	}
+	if ld.err != nil {
+		return nil, ld.err
+	}
+	return m, nil
+}
+
+// loader fetches tensors by name, checking shape and type; the first error sticks.
+type loader struct {
+	f   *gguf.File
+	err error
+}
+
+func (ld *loader) tensor(name string, dims ...int) (gguf.TensorInfo, []byte) {
+	if ld.err != nil {
+		return gguf.TensorInfo{}, nil
+	}
+	ti, ok := ld.f.Tensor(name)
+	if !ok {
+		ld.err = fmt.Errorf("%w: tensor %s missing", ErrUnsupported, name)
+		return ti, nil
+	}
+	match := len(ti.Dims) == len(dims)
+	for i := 0; match && i < len(dims); i++ {
+		match = ti.Dims[i] == uint64(dims[i])
+	}
+	if !match {
+		ld.err = fmt.Errorf("%w: tensor %s has shape %v, want %v", ErrUnsupported, name, ti.Dims, dims)
+		return ti, nil
+	}
+	data, err := ld.f.TensorData(name)
+	if err != nil {
+		ld.err = err
+	}
+	return ti, data
+}
+
+// matrix loads a [rows][cols] weight (GGUF dims {cols, rows}).
+func (ld *loader) matrix(name string, rows, cols int) *kernels.Weight {
+	ti, data := ld.tensor(name, cols, rows)
+	if ld.err != nil {
+		return nil
+	}
+	switch ti.Type {
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
+	default:
+		ld.err = fmt.Errorf("%w: tensor %s has type %s", ErrUnsupported, name, ti.Type)
+		return nil
+	}
+	if cols%ti.Type.BlockSize() != 0 {
+		ld.err = fmt.Errorf("%w: tensor %s row length %d is not a multiple of %s's block %d", ErrUnsupported, name, cols, ti.Type, ti.Type.BlockSize())
+		return nil
+	}
+	return &kernels.Weight{Type: ti.Type, Rows: rows, Cols: cols, Data: data}
+}
+
+// vector loads an f32 vector of n elements as a view of the mapping.
+func (ld *loader) vector(name string, n int) []float32 {
+	ti, data := ld.tensor(name, n)
+	if ld.err != nil {
+		return nil
+	}
+	if ti.Type != gguf.TypeF32 {
+		// Rare (norms are f32 in every converter); convert once.
+		out := make([]float32, n)
+		if err := dequantizeRow(ti.Type, data, out); err != nil {
+			ld.err = fmt.Errorf("tensor %s: %w", name, err)
+		}
+		return out
+	}
+	return f32View(data)
+}
+
+// f32View reinterprets little-endian f32 bytes. GGUF aligns tensor data to >= 32 bytes, so the
+// view is aligned.
+func f32View(b []byte) []float32 {
+	if len(b) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), len(b)/4)
+}
+
+func dequantizeRow(t gguf.Type, src []byte, dst []float32) error {
+	switch t {
+	case gguf.TypeF32:
+		copy(dst, f32View(src))
+	case gguf.TypeF16:
+		for i := range dst {
+			dst[i] = quant.F16ToF32(uint16(src[2*i]) | uint16(src[2*i+1])<<8)
+		}
+	case gguf.TypeBF16:
+		for i := range dst {
+			dst[i] = quant.BF16ToF32(uint16(src[2*i]) | uint16(src[2*i+1])<<8)
+		}
+	default:
+		return quant.DequantizeRow(t, src, dst)
+	}
+	return nil
+}
+
+// Sequence is one sequence's share of a forward step.
+type Sequence struct {
+	Tokens []int32          // new tokens, at positions Pos, Pos+1, ...
+	Pos    int              // position of Tokens[0]
+	KV     *kernels.PagedKV // the sequence's blocks; must cover positions [0, Pos+len(Tokens))
+	// Logits, when non-nil (length Vocab), receives the logits of the last token.
+	Logits []float32
+}
+
+type scratch struct {
+	x, h, q, k, v, att, gate, up []float32
+	outRows, logits              []float32
+	positions                    []int
+}
+
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+// Forward runs one step over the new tokens of every sequence in seqs, writing their K/V into
+// the sequences' blocks and filling the requested logits.
+func (m *Model) Forward(seqs []Sequence) error {
+	c := m.cfg
+	M := 0
+	for i, s := range seqs {
+		if len(s.Tokens) == 0 {
+			return fmt.Errorf("model: sequence %d has no tokens", i)
+		}
+		if s.Logits != nil && len(s.Logits) != c.Vocab {
+			return fmt.Errorf("model: sequence %d logits buffer has %d entries, want %d", i, len(s.Logits), c.Vocab)
+		}
+		for _, t := range s.Tokens {
+			if t < 0 || int(t) >= c.Vocab {
+				return fmt.Errorf("model: token id %d outside vocabulary of %d", t, c.Vocab)
+			}
+		}
+		M += len(s.Tokens)
+	}
+	sc := &m.scratch
+	sc.x = grow(sc.x, M*c.Dim)
+	sc.h = grow(sc.h, M*c.Dim)
+	sc.q = grow(sc.q, M*c.QDim())
+	sc.k = grow(sc.k, M*c.KVDim())
+	sc.v = grow(sc.v, M*c.KVDim())
+	sc.att = grow(sc.att, M*c.QDim())
+	sc.gate = grow(sc.gate, M*c.FFN)
+	sc.up = grow(sc.up, M*c.FFN)
+
+	// Embeddings.
+	rowBytes := m.embd.Type.RowBytes(c.Dim)
+	r := 0
+	for _, s := range seqs {
+		for _, t := range s.Tokens {
+			src := m.embd.Data[int(t)*rowBytes : (int(t)+1)*rowBytes]
+			if err := dequantizeRow(m.embd.Type, src, sc.x[r*c.Dim:(r+1)*c.Dim]); err != nil {
+				return err
+			}
+			r++
+		}
+	}
+
+	for li := range m.layers {
+		m.layerForward(li, seqs, M)
+	}
+
+	// Output rows: only the last token of sequences that asked for logits.
+	nOut := 0
+	for _, s := range seqs {
+		if s.Logits != nil {
+			nOut++
+		}
+	}
+	if nOut == 0 {
+		return nil
+	}
+	sc.outRows = grow(sc.outRows, nOut*c.Dim)
+	r, o := 0, 0
+	for _, s := range seqs {
+		r += len(s.Tokens)
+		if s.Logits != nil {
+			kernels.RMSNorm(sc.outRows[o*c.Dim:(o+1)*c.Dim], sc.x[(r-1)*c.Dim:r*c.Dim], m.outputNorm, c.NormEps)
+			o++
+		}
+	}
+	sc.logits = grow(sc.logits, nOut*c.Vocab)
+	kernels.MatMul(m.pool, sc.logits, sc.outRows, nOut, m.output)
+	o = 0
+	for _, s := range seqs {
+		if s.Logits != nil {
+			copy(s.Logits, sc.logits[o*c.Vocab:(o+1)*c.Vocab])
+			o++
+		}
+	}
+	return nil
+}
+
+func (m *Model) layerForward(li int, seqs []Sequence, M int) {
+	c := m.cfg
+	l := &m.layers[li]
+	sc := &m.scratch
+	qd, kvd := c.QDim(), c.KVDim()
+
+	m.pool.For(M, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.attnNorm, c.NormEps)
+		}
+	})
+	kernels.MatMul(m.pool, sc.q, sc.h, M, l.wq)
+	kernels.MatMul(m.pool, sc.k, sc.h, M, l.wk)
+	kernels.MatMul(m.pool, sc.v, sc.h, M, l.wv)
+
+	// Per-token: bias, QK-norm, RoPE. Positions follow each sequence.
+	r0 := 0
+	for si := range seqs {
+		s := &seqs[si]
+		n := len(s.Tokens)
+		base := r0
+		m.pool.For(n, func(lo, hi int) {
+			for j := lo; j < hi; j++ {
+				i := base + j
+				q := sc.q[i*qd : (i+1)*qd]
+				k := sc.k[i*kvd : (i+1)*kvd]
+				v := sc.v[i*kvd : (i+1)*kvd]
+				if l.bq != nil {
+					kernels.Add(q, l.bq)
+					kernels.Add(k, l.bk)
+					kernels.Add(v, l.bv)
+				}
+				if l.qNorm != nil {
+					for h := 0; h < c.Heads; h++ {
+						kernels.RMSNorm(q[h*c.HeadDim:(h+1)*c.HeadDim], q[h*c.HeadDim:(h+1)*c.HeadDim], l.qNorm, c.NormEps)
+					}
+					for h := 0; h < c.KVHeads; h++ {
+						kernels.RMSNorm(k[h*c.HeadDim:(h+1)*c.HeadDim], k[h*c.HeadDim:(h+1)*c.HeadDim], l.kNorm, c.NormEps)
+					}
+				}
+				pos := s.Pos + j
+				kernels.RoPE(q, c.Heads, c.HeadDim, pos, m.rope)
+				kernels.RoPE(k, c.KVHeads, c.HeadDim, pos, m.rope)
+				kernels.StoreKV(s.KV, li, pos, k, v)
+			}
+		})
+		r0 += n
+	}
+
+	// Attention, one sequence at a time (each has its own block table).
+	attn := kernels.AttnParams{NHeads: c.Heads, NKVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
+	r0 = 0
+	for si := range seqs {
+		s := &seqs[si]
+		n := len(s.Tokens)
+		sc.positions = sc.positions[:0]
+		for j := 0; j < n; j++ {
+			sc.positions = append(sc.positions, s.Pos+j)
+		}
+		kernels.Attention(m.pool, sc.att[r0*qd:(r0+n)*qd], sc.q[r0*qd:(r0+n)*qd], sc.positions, s.KV, li, attn)
+		r0 += n
+	}
+
+	kernels.MatMul(m.pool, sc.h, sc.att, M, l.wo)
+	m.pool.For(M, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x := sc.x[i*c.Dim : (i+1)*c.Dim]
+			kernels.Add(x, sc.h[i*c.Dim:(i+1)*c.Dim])
+			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], x, l.ffnNorm, c.NormEps)
+		}
+	})
+	kernels.MatMul(m.pool, sc.gate, sc.h, M, l.gate)
+	kernels.MatMul(m.pool, sc.up, sc.h, M, l.up)
+	m.pool.For(M, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			kernels.SwiGLU(sc.gate[i*c.FFN:(i+1)*c.FFN], sc.gate[i*c.FFN:(i+1)*c.FFN], sc.up[i*c.FFN:(i+1)*c.FFN])
+		}
+	})
+	kernels.MatMul(m.pool, sc.h, sc.gate, M, l.down)
+	m.pool.For(M, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			kernels.Add(sc.x[i*c.Dim:(i+1)*c.Dim], sc.h[i*c.Dim:(i+1)*c.Dim])
+		}
+	})
+}
