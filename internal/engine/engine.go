@@ -187,13 +187,17 @@ func (e *Engine) Generate(ctx context.Context, req *Request) (<-chan Output, err
 // cancellation for the runner. It ends after the final output.
 func (e *Engine) forward(s *stream) {
 	defer close(s.ch)
-	ctxDone := s.ctx.Done()
+	ctxDone := s.ctx.Done() // nil for a context that is never cancelled
+	gone := false           // the caller's context ended: drop tokens until the final output
+	cancel := func() {
+		ctxDone, gone = nil, true
+		e.cancel <- s.id
+	}
 	for {
 		select {
 		case <-s.notify:
 		case <-ctxDone:
-			ctxDone = nil
-			e.cancel <- s.id
+			cancel()
 			continue
 		}
 		s.mu.Lock()
@@ -201,14 +205,19 @@ func (e *Engine) forward(s *stream) {
 		s.queue = nil
 		s.mu.Unlock()
 		for _, o := range q {
-			if ctxDone == nil && !o.Done {
-				continue // the caller is gone; drop tokens until the final output
+			if gone && !o.Done {
+				continue
 			}
 			select {
 			case s.ch <- o:
 			case <-ctxDone:
-				ctxDone = nil
-				e.cancel <- s.id
+				cancel()
+				if o.Done {
+					select { // deliver the final output if there is room; the caller may be gone
+					case s.ch <- o:
+					default:
+					}
+				}
 			}
 			if o.Done {
 				return
