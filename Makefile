@@ -1,5 +1,33 @@
-.PHONY: deps
+# Stockpot's build and test entry points. `make test` is what CI (.ci/run) runs.
+GO ?= go
+FUZZTIME ?= 10s
 
+.PHONY: test vet unit fuzz build bench
+
+## test: install what the tests need, then vet, unit tests and short fuzz runs.
+test: deps vet unit fuzz
+
+build:
+	$(GO) build -o bin/stockpot ./cmd/stockpot
+
+vet:
+	@bad=$$(gofmt -l $$(git ls-files '*.go' | grep -v /testdata/)); if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -count=1 -timeout 20m ./...
+
+## fuzz: a short run of every parser of outside bytes (corpora live in testdata/fuzz).
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/gguf
+	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
+
+## bench: engine speed against native llama.cpp (needs `make llama-native` once).
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./internal/enginebench
+
+.PHONY: deps
 # ---- deps: llama.cpp reference (owner: internal/llamaref; see tools/llamaref/README.md) ----
 # `make deps` installs node-llama-cpp (pinned by tools/llamaref/package-lock.json) into
 # .cache/llamaref. Idempotent. The native llama.cpp build for speed ratios is separate

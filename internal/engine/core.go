@@ -87,10 +87,11 @@ type PlanItem struct {
 type CoreConfig struct {
 	BlockSize      int
 	ContextLength  int
-	MaxBatchTokens int  // tokens per forward step (decode tokens + prefill chunk)
-	MaxRunning     int  // sequences decoding at once
-	PrefixCache    bool // reuse cached blocks
-	Dedup          bool // wait for blocks another request is prefilling instead of computing them
+	MaxBatchTokens int     // tokens per forward step (decode tokens + prefill chunk)
+	MaxRunning     int     // sequences decoding at once
+	PrefixCache    bool    // reuse cached blocks
+	Dedup          bool    // wait for blocks another request is prefilling instead of computing them
+	EOG            []int32 // the model's end-of-generation tokens; stop unless Request.IgnoreEOS
 }
 
 // Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
@@ -321,6 +322,13 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 }
 
 func (c *Core) isStop(s *seq, id int32) bool {
+	if !s.req.IgnoreEOS {
+		for _, t := range c.cfg.EOG {
+			if t == id {
+				return true
+			}
+		}
+	}
 	for _, t := range s.req.StopTokens {
 		if t == id {
 			return true

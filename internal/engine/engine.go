@@ -23,8 +23,9 @@ type Config struct {
 	MaxBatchTokens int           // tokens per forward step
 	MaxRunning     int           // sequences running at once
 	PrefixCache    bool
-	Dedup          bool   // in-flight deduplication of shared prefixes
-	Identity       []byte // cache identity (identity.Descriptor.Bytes()); roots every hash chain
+	Dedup          bool    // in-flight deduplication of shared prefixes
+	Identity       []byte  // cache identity (identity.Descriptor.Bytes()); roots every hash chain
+	EOG            []int32 // end-of-generation tokens (tokenizer.EOGs)
 	Logger         *slog.Logger
 }
 
@@ -128,7 +129,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	e.core = newCore(CoreConfig{
 		BlockSize: cfg.BlockSize, ContextLength: mc.ContextLength,
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxRunning: cfg.MaxRunning,
-		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup,
+		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup, EOG: cfg.EOG,
 	}, cacheAdapter{pc})
 	e.publishStats()
 	go e.run()

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"stockpot/internal/gguf"
+	"stockpot/internal/identity"
+	"stockpot/internal/model"
+	"stockpot/internal/synth"
+	"stockpot/internal/tokenizer"
+)
+
+// defaultModel is what `stockpot serve` runs with no --model: a synthetic model generated
+// deterministically at start-up, nothing downloaded.
+const defaultModel = "synthetic:default"
+
+// loadedFile is a parsed model file with what identifies it.
+type loadedFile struct {
+	name        string
+	file        *gguf.File
+	fingerprint identity.Fingerprint
+	tok         *tokenizer.Tokenizer
+	cfg         model.Config
+}
+
+// openModel opens a GGUF path or builds a synthetic preset ("synthetic:NAME"), reporting
+// progress on w.
+func openModel(spec string, w io.Writer) (*loadedFile, error) {
+	start := time.Now()
+	var f *gguf.File
+	var name string
+	if preset, ok := strings.CutPrefix(spec, "synthetic:"); ok {
+		fmt.Fprintf(w, "stockpot: generating synthetic model %q (seed 0)...\n", preset)
+		wr, err := synth.Build(preset, synth.Options{})
+		if err != nil {
+			return nil, err
+		}
+		var buf bytes.Buffer
+		if _, err := wr.WriteTo(&buf); err != nil {
+			return nil, err
+		}
+		if f, err = gguf.Parse(buf.Bytes()); err != nil {
+			return nil, err
+		}
+		name = "stockpot-" + preset
+	} else {
+		fi, err := os.Stat(spec)
+		if err != nil {
+			return nil, fmt.Errorf("model: %w", err)
+		}
+		fmt.Fprintf(w, "stockpot: mapping %s (%.1f MB)...\n", spec, float64(fi.Size())/1e6)
+		if f, err = gguf.Open(spec); err != nil {
+			return nil, err
+		}
+		name = strings.TrimSuffix(fi.Name(), ".gguf")
+	}
+	cfg, err := model.ParseConfig(f)
+	if err != nil {
+		return nil, err
+	}
+	t0 := time.Now()
+	fp, err := identity.Compute(f)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "stockpot: fingerprint %s (%.0f ms)\n", fp.Short(), ms(time.Since(t0)))
+	tok, err := tokenizer.FromGGUF(f)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(w, "stockpot: %s: %s, %d layers, dim %d, %d heads (%d kv), vocab %d, context %d — ready in %.0f ms\n",
+		name, cfg.Arch, cfg.Layers, cfg.Dim, cfg.Heads, cfg.KVHeads, cfg.Vocab, cfg.ContextLength, ms(time.Since(start)))
+	return &loadedFile{name: name, file: f, fingerprint: fp, tok: tok, cfg: cfg}, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func cmdSynth(args []string) error {
+	fs := newFlagSet("model synth")
+	preset := fs.String("preset", "", "preset name ("+presetNames()+")")
+	out := fs.String("out", "", "output GGUF path")
+	seed := fs.Uint64("seed", 0, "random seed (same seed, same bytes)")
+	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k")
+	if err := parseWithEnv(fs, args); err != nil {
+		return err
+	}
+	if *preset == "" || *out == "" {
+		return fmt.Errorf("model synth: --preset and --out are required (presets: %s)", presetNames())
+	}
+	t, err := parseType(*typ)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	if err := synth.WriteFile(*preset, synth.Options{Seed: *seed, Type: t}, *out); err != nil {
+		return err
+	}
+	fi, err := os.Stat(*out)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s: preset %s, %s weights, seed %d, %.1f MB in %.0f ms\n", *out, *preset, t, *seed, float64(fi.Size())/1e6, ms(time.Since(start)))
+	return nil
+}
+
+func parseType(s string) (gguf.Type, error) {
+	switch strings.ToLower(s) {
+	case "f32":
+		return gguf.TypeF32, nil
+	case "f16":
+		return gguf.TypeF16, nil
+	case "bf16":
+		return gguf.TypeBF16, nil
+	case "q8_0":
+		return gguf.TypeQ8_0, nil
+	case "q4_0":
+		return gguf.TypeQ4_0, nil
+	case "q4_k", "q4_k_m":
+		return gguf.TypeQ4_K, nil
+	case "q6_k":
+		return gguf.TypeQ6_K, nil
+	}
+	return 0, fmt.Errorf("unknown weight type %q (want f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", s)
+}
+
+func presetNames() string {
+	var names []string
+	for _, p := range synth.Presets() {
+		names = append(names, p.Name)
+	}
+	return strings.Join(names, ", ")
+}
+
+func cmdInfo(args []string) error {
+	fs := newFlagSet("model info")
+	if err := parseWithEnv(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return fmt.Errorf("model info: want one GGUF path or synthetic:PRESET")
+	}
+	lf, err := openModel(fs.Arg(0), io.Discard)
+	if err != nil {
+		return err
+	}
+	c := lf.cfg
+	f := lf.file
+	fmt.Printf("file:          %s\n", fs.Arg(0))
+	fmt.Printf("gguf version:  %d, %d tensors, %d metadata keys\n", f.Version(), len(f.Tensors()), len(f.Keys()))
+	fmt.Printf("architecture:  %s\n", c.Arch)
+	fmt.Printf("shape:         dim %d, layers %d, heads %d, kv heads %d, head dim %d, ffn %d, vocab %d\n", c.Dim, c.Layers, c.Heads, c.KVHeads, c.HeadDim, c.FFN, c.Vocab)
+	fmt.Printf("context:       %d\n", c.ContextLength)
+	fmt.Printf("rope:          base %g, dims %d, freq scale %g, neox %v\n", c.RopeBase, c.RopeDims, c.RopeFreqScale, c.RopeNeoX)
+	fmt.Printf("norm eps:      %g; qkv bias %v; qk norm %v; tied embeddings %v\n", c.NormEps, c.QKVBias, c.QKNorm, c.Tied)
+	types := map[gguf.Type]int{}
+	var params uint64
+	for _, t := range f.Tensors() {
+		types[t.Type]++
+		n := uint64(1)
+		for _, d := range t.Dims {
+			n *= d
+		}
+		params += n
+	}
+	fmt.Printf("parameters:    %.1fM; tensor types %v\n", float64(params)/1e6, types)
+	tm, _ := f.String("tokenizer.ggml.model")
+	pre, _ := f.String("tokenizer.ggml.pre")
+	fmt.Printf("tokenizer:     %s (pre %q), %d tokens, bos %d, eos %d, add bos %v\n", tm, pre, lf.tok.VocabSize(), lf.tok.BOS(), lf.tok.EOS(), lf.tok.AddBOS())
+	tmpl, _ := f.String("tokenizer.chat_template")
+	fmt.Printf("chat template: %s\n", oneLine(tmpl, 100))
+	fmt.Printf("fingerprint:   %s\n", lf.fingerprint)
+	return nil
+}
+
+func oneLine(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}

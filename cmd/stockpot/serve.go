@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"stockpot/internal/bytesize"
+	"stockpot/internal/engine"
+	"stockpot/internal/identity"
+	"stockpot/internal/kernels"
+	"stockpot/internal/kvcache"
+	"stockpot/internal/model"
+	"stockpot/internal/server"
+	"stockpot/internal/tokenizer"
+)
+
+func cmdServe(args []string) error {
+	fs := newFlagSet("serve")
+	modelSpec := fs.String("model", defaultModel, "GGUF file, or synthetic:PRESET")
+	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	threads := fs.Int("threads", runtime.NumCPU(), "compute threads")
+	blockSize := fs.Int("block-size", 16, "tokens per KV block")
+	kvMemory := fs.String("kv-memory", "auto", "working KV block pool size (e.g. 512MiB), or auto")
+	kvType := fs.String("kv-type", "f32", "K/V element type: f32 or f16")
+	prefixCache := fs.Bool("prefix-cache", true, "reuse cached prompt prefixes")
+	dedup := fs.Bool("prefix-dedup", true, "wait for prefix blocks another request is computing instead of computing them twice")
+	maxBatch := fs.Int("max-batch-tokens", 512, "tokens per forward step (prefill chunk + decodes)")
+	maxRunning := fs.Int("max-running", 64, "requests running at once")
+	maxPrompt := fs.Int("max-prompt-tokens", 0, "refuse longer prompts (0: context length - 1)")
+	maxBody := fs.String("max-body-bytes", "16MiB", "refuse larger request bodies")
+	var keys stringList
+	fs.Var(&keys, "api-key", "required API key (repeatable)")
+	keyFile := fs.String("api-key-file", "", "file with one API key per line")
+	if err := parseWithEnv(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	var kvBudget int64
+	if *kvMemory != "auto" {
+		n, err := bytesize.Parse(*kvMemory)
+		if err != nil {
+			return fmt.Errorf("--kv-memory: %w", err)
+		}
+		kvBudget = n
+	}
+	bodyLimit, err := bytesize.Parse(*maxBody)
+	if err != nil {
+		return fmt.Errorf("--max-body-bytes: %w", err)
+	}
+	dt := kvcache.F32
+	switch strings.ToLower(*kvType) {
+	case "f32":
+	case "f16":
+		dt = kvcache.F16
+	default:
+		return fmt.Errorf("--kv-type %q: want f32 or f16", *kvType)
+	}
+	if *keyFile != "" {
+		b, err := os.ReadFile(*keyFile)
+		if err != nil {
+			return fmt.Errorf("--api-key-file: %w", err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				keys = append(keys, l)
+			}
+		}
+	}
+
+	lf, err := openModel(*modelSpec, os.Stderr)
+	if err != nil {
+		return err
+	}
+	pool := kernels.NewPool(*threads)
+	defer pool.Close()
+	m, err := model.Load(lf.file, pool)
+	if err != nil {
+		return err
+	}
+	desc := identity.Descriptor{Model: lf.fingerprint, Tokenizer: lf.tok.Digest(), KVType: dt.String(), BlockSize: *blockSize}
+	ecfg := engine.DefaultConfig()
+	ecfg.BlockSize = *blockSize
+	ecfg.KVMemory = kvBudget
+	ecfg.KVType = dt
+	ecfg.PrefixCache = *prefixCache
+	ecfg.Dedup = *dedup
+	ecfg.MaxBatchTokens = *maxBatch
+	ecfg.MaxRunning = *maxRunning
+	ecfg.Identity = desc.Bytes()
+	ecfg.EOG = lf.tok.EOGs()
+	ecfg.Logger = logger
+	eng, err := engine.New(m, ecfg)
+	if err != nil {
+		return err
+	}
+	defer eng.Close()
+	st := eng.Stats()
+	fmt.Fprintf(os.Stderr, "stockpot: KV pool %d blocks × %d tokens (%s, %s), prefix cache %v, %d threads\n",
+		st.KVBlocksTotal, *blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), dt, *prefixCache, pool.Threads())
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	scfg := server.DefaultConfig()
+	scfg.Addr = *addr
+	scfg.ModelName = lf.name
+	scfg.Fingerprint = lf.fingerprint.String()
+	scfg.ContextLength = lf.cfg.ContextLength
+	scfg.BlockSize = *blockSize
+	scfg.MaxPromptTokens = *maxPrompt
+	scfg.MaxBodyBytes = bodyLimit
+	scfg.APIKeys = keys
+	scfg.Logger = logger
+	srv, err := server.New(scfg, eng, tokAdapter{lf.tok}, reg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "stockpot: serving %s on http://%s (OpenAI API under /v1, metrics at /metrics)\n", lf.name, ln.Addr())
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := srv.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "stockpot: drained, bye")
+	return nil
+}
+
+// tokAdapter fits *tokenizer.Tokenizer to server.Tokenizer (the method sets differ only in
+// the concrete types they return).
+type tokAdapter struct{ *tokenizer.Tokenizer }
+
+func (a tokAdapter) NewStreamDecoder() server.StreamDecoder { return a.Tokenizer.NewStreamDecoder() }
+
+func (a tokAdapter) ApplyChatTemplate(msgs []server.Message, addGenerationPrompt bool) (string, error) {
+	in := make([]tokenizer.Message, len(msgs))
+	for i, m := range msgs {
+		in[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+	}
+	return a.Tokenizer.ApplyChatTemplate(in, addGenerationPrompt)
+}
+
+var _ server.Tokenizer = tokAdapter{}
