@@ -41,7 +41,7 @@ var (
 		"数据缓存可以减少重复计算。", "春天来了，花都开了。",
 	}
 	genEmoji = []string{"😀", "😂", "🙂", "😉", "😍", "🤔", "👍", "👋", "🎉", "🔥", "✨", "🚀", "🌍", "🌧", "☕", "🍕", "❤️", "✅", "❌", "⚠️", "📦", "🐍", "🦀", "🐹"}
-	genOther  = []string{"Ça va très bien, merci.", "Où est la bibliothèque ?", "Grüße aus München, schön dich zu sehen.",
+	genOther = []string{"Ça va très bien, merci.", "Où est la bibliothèque ?", "Grüße aus München, schön dich zu sehen.",
 		"¿Dónde está la estación?", "Привет, как дела?", "Спасибо за помощь.", "Καλημέρα σε όλους.", "naïve café résumé déjà vu",
 		"Straße, Größe, Mädchen, Übung", "São Paulo é uma cidade grande."}
 	genIdents = []string{"userID", "maxTokens", "blockSize", "kv_cache", "prefix_hash", "num_layers", "headDim",

@@ -1,0 +1,267 @@
+package synth
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"stockpot/internal/gguf"
+)
+
+// ErrUnknownPreset is returned (wrapped) by Lookup, Build and WriteFile for
+// a preset name that does not exist.
+var ErrUnknownPreset = errors.New("unknown preset")
+
+// Options select the random weights and how they are stored.
+type Options struct {
+	// Seed selects the weights; the same seed gives the same file.
+	Seed uint64
+	// Type is the weight type: F32 (the zero value), F16, BF16, Q8_0, Q4_0,
+	// Q4_K (mixed as llama-quantize's Q4_K_M: Q6_K for the output head and
+	// for attn_v/ffn_down in some layers) or Q6_K.
+	Type gguf.Type
+}
+
+// fileTypes maps a weight type to llama.cpp's general.file_type (enum
+// llama_ftype): ALL_F32, MOSTLY_F16, MOSTLY_Q4_0, MOSTLY_Q8_0,
+// MOSTLY_Q4_K_M, MOSTLY_Q6_K, MOSTLY_BF16.
+var fileTypes = map[gguf.Type]uint32{
+	gguf.TypeF32: 0, gguf.TypeF16: 1, gguf.TypeQ4_0: 2, gguf.TypeQ8_0: 7,
+	gguf.TypeQ4_K: 15, gguf.TypeQ6_K: 18, gguf.TypeBF16: 32,
+}
+
+func (o Options) validate() error {
+	if _, ok := fileTypes[o.Type]; !ok {
+		return fmt.Errorf("synth: weight type %s is not one of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K", o.Type)
+	}
+	return nil
+}
+
+func (p Preset) validate() error {
+	switch {
+	case p.Arch != "llama" && p.Arch != "qwen2" && p.Arch != "qwen3":
+		return fmt.Errorf("synth: preset %s: unsupported architecture %q", p.Name, p.Arch)
+	case p.Embed <= 0 || p.Layers <= 0 || p.Heads <= 0 || p.KVHeads <= 0 || p.FFN <= 0 || p.Context <= 0:
+		return fmt.Errorf("synth: preset %s: every size must be positive", p.Name)
+	case p.Heads%p.KVHeads != 0:
+		return fmt.Errorf("synth: preset %s: %d heads is not a multiple of %d kv heads", p.Name, p.Heads, p.KVHeads)
+	case p.HeadDim <= 0 || p.HeadDim%2 != 0:
+		return fmt.Errorf("synth: preset %s: head dim %d must be positive and even", p.Name, p.HeadDim)
+	case p.Arch != "qwen3" && p.HeadDim*p.Heads != p.Embed:
+		return fmt.Errorf("synth: preset %s: %s needs head dim × heads = embed, have %d × %d != %d", p.Name, p.Arch, p.HeadDim, p.Heads, p.Embed)
+	}
+	return nil
+}
+
+// Build returns a Writer holding the named preset with random weights.
+func Build(preset string, opt Options) (*gguf.Writer, error) {
+	p, err := Lookup(preset)
+	if err != nil {
+		return nil, err
+	}
+	return BuildPreset(p, opt)
+}
+
+// WriteFile builds the named preset and writes it to path.
+func WriteFile(preset string, opt Options, path string) error {
+	w, err := Build(preset, opt)
+	if err != nil {
+		return err
+	}
+	return w.WriteFile(path)
+}
+
+// BuildPreset is Build for a preset value, for shapes not in the list.
+func BuildPreset(p Preset, opt Options) (*gguf.Writer, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	v, _, err := trainedVocab(p.Tokenizer, p.VocabSize)
+	if err != nil {
+		return nil, err
+	}
+	nVocab := len(v.Tokens)
+
+	w := gguf.NewWriter()
+	a := p.Arch
+	w.Set("general.architecture", a)
+	w.Set("general.name", "stockpot-synth-"+p.Name)
+	w.Set("general.file_type", fileTypes[opt.Type])
+	w.Set("general.quantization_version", uint32(2))
+	w.Set(a+".vocab_size", uint32(nVocab))
+	w.Set(a+".context_length", uint32(p.Context))
+	w.Set(a+".embedding_length", uint32(p.Embed))
+	w.Set(a+".block_count", uint32(p.Layers))
+	w.Set(a+".feed_forward_length", uint32(p.FFN))
+	w.Set(a+".attention.head_count", uint32(p.Heads))
+	w.Set(a+".attention.head_count_kv", uint32(p.KVHeads))
+	if p.Arch == "qwen3" || p.HeadDim*p.Heads != p.Embed {
+		w.Set(a+".attention.key_length", uint32(p.HeadDim))
+		w.Set(a+".attention.value_length", uint32(p.HeadDim))
+	}
+	w.Set(a+".attention.layer_norm_rms_epsilon", p.NormEps)
+	w.Set(a+".rope.freq_base", p.RopeBase)
+	w.Set(a+".rope.dimension_count", uint32(p.HeadDim))
+	if err := setTokenizer(w, p); err != nil {
+		return nil, err
+	}
+
+	b := &builder{w: w, p: p, opt: opt}
+	qDim, kvDim := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
+	inStd := 1 / math.Sqrt(float64(p.Embed))
+	// The output head: logits = norm(x)·W have std ≈ 1.5 when W's std is
+	// 1.5/sqrt(embed). A tied embedding has the same scale, and must stay
+	// small beside what the layers add to the residual stream: the logit of
+	// the input token itself grows as (its embedding's norm)² / rms(x), and
+	// a large one makes every tied model repeat its last token.
+	headStd := 1.5 / math.Sqrt(float64(p.Embed))
+
+	b.matrix("token_embd.weight", p.Embed, nVocab, headStd, -1)
+	if p.RopeLlama3 {
+		b.vector("rope_freqs.weight", llama3RopeFactors(p.HeadDim, p.RopeBase))
+	}
+	for l := 0; l < p.Layers; l++ {
+		n := func(s string) string { return fmt.Sprintf("blk.%d.%s", l, s) }
+		b.norm(n("attn_norm.weight"), p.Embed)
+		b.matrix(n("attn_q.weight"), p.Embed, qDim, inStd, l)
+		b.matrix(n("attn_k.weight"), p.Embed, kvDim, inStd, l)
+		b.matrix(n("attn_v.weight"), p.Embed, kvDim, inStd, l)
+		if p.QKVBias() {
+			b.bias(n("attn_q.bias"), qDim)
+			b.bias(n("attn_k.bias"), kvDim)
+			b.bias(n("attn_v.bias"), kvDim)
+		}
+		if p.QKNorm() {
+			b.norm(n("attn_q_norm.weight"), p.HeadDim)
+			b.norm(n("attn_k_norm.weight"), p.HeadDim)
+		}
+		b.matrix(n("attn_output.weight"), qDim, p.Embed, 1/math.Sqrt(float64(qDim)), l)
+		b.norm(n("ffn_norm.weight"), p.Embed)
+		b.matrix(n("ffn_gate.weight"), p.Embed, p.FFN, inStd, l)
+		b.matrix(n("ffn_up.weight"), p.Embed, p.FFN, inStd, l)
+		b.matrix(n("ffn_down.weight"), p.FFN, p.Embed, 1/math.Sqrt(float64(p.FFN)), l)
+	}
+	b.norm("output_norm.weight", p.Embed)
+	if !p.Tied {
+		b.matrix("output.weight", p.Embed, nVocab, headStd, -1)
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	return w, nil
+}
+
+// builder adds tensors, keeping the first error.
+type builder struct {
+	w   *gguf.Writer
+	p   Preset
+	opt Options
+	err error
+}
+
+// Norm weights are uniform on 1 ± 0.1 and biases have std 0.05: near the values real
+// checkpoints hold, and far enough from 1 and 0 that code which ignores
+// them gives visibly different numbers.
+const (
+	normStd = 0.1 / 1.7320508075688772 // uniform on 1 ± 0.1
+	biasStd = 0.05
+)
+
+func (b *builder) norm(name string, n int) {
+	v := make([]float32, n)
+	fill(v, b.opt.Seed, name, 1, normStd)
+	b.vector(name, v)
+}
+
+func (b *builder) bias(name string, n int) {
+	v := make([]float32, n)
+	fill(v, b.opt.Seed, name, 0, biasStd)
+	b.vector(name, v)
+}
+
+func (b *builder) vector(name string, v []float32) {
+	if b.err != nil {
+		return
+	}
+	b.err = b.w.AddTensor(name, gguf.TypeF32, []uint64{uint64(len(v))}, f32Bytes(v))
+}
+
+// matrix adds a rows×cols matrix (cols = ne0, the row length) with the
+// given standard deviation; layer is -1 for tensors outside the blocks.
+func (b *builder) matrix(name string, cols, rows int, std float64, layer int) {
+	if b.err != nil {
+		return
+	}
+	t := tensorType(name, cols, b.opt.Type, layer, b.p.Layers, b.p.Tied)
+	v := make([]float32, cols*rows)
+	fill(v, b.opt.Seed, name, 0, std)
+	data, err := encode(t, v, cols)
+	if err != nil {
+		b.err = fmt.Errorf("synth: %s as %s: %w", name, t, err)
+		return
+	}
+	b.err = b.w.AddTensor(name, t, []uint64{uint64(cols), uint64(rows)}, data)
+}
+
+// tensorType picks a matrix's storage type the way llama-quantize does for
+// the file types offered, simplified: the output head (token_embd when
+// tied) is Q6_K unless the file is Q8_0 or unquantized; Q4_K files use
+// Q6_K for attn_v and ffn_down in the layers llama.cpp's use_more_bits
+// picks (Q4_K_M). A type whose block does not divide the row length falls
+// back to Q8_0, then F16.
+func tensorType(name string, rowLen int, ft gguf.Type, layer, layers int, tied bool) gguf.Type {
+	t := ft
+	isHead := name == "output.weight" || (tied && name == "token_embd.weight")
+	switch ft {
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0:
+	default:
+		if isHead {
+			t = gguf.TypeQ6_K
+		}
+	}
+	if ft == gguf.TypeQ4_K && layer >= 0 && useMoreBits(layer, layers) &&
+		(name == fmt.Sprintf("blk.%d.attn_v.weight", layer) || name == fmt.Sprintf("blk.%d.ffn_down.weight", layer)) {
+		t = gguf.TypeQ6_K
+	}
+	if rowLen%t.BlockSize() != 0 {
+		t = gguf.TypeQ8_0
+		if rowLen%t.BlockSize() != 0 {
+			t = gguf.TypeF16
+		}
+	}
+	return t
+}
+
+// useMoreBits is llama.cpp's choice of layers that get more bits in the
+// _M mixes: the first and last eighth, and every third layer between.
+func useMoreBits(layer, layers int) bool {
+	return layer < layers/8 || layer >= 7*layers/8 || (layer-layers/8)%3 == 2
+}
+
+// encode stores v (rows of rowLen) as type t.
+func encode(t gguf.Type, v []float32, rowLen int) ([]byte, error) {
+	if t == gguf.TypeF32 {
+		return f32Bytes(v), nil
+	}
+	rb := t.RowBytes(rowLen)
+	rows := len(v) / rowLen
+	out := make([]byte, rows*rb)
+	for r := 0; r < rows; r++ {
+		if err := convertRow(t, v[r*rowLen:(r+1)*rowLen], out[r*rb:(r+1)*rb]); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func f32Bytes(v []float32) []byte {
+	out := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(x))
+	}
+	return out
+}

@@ -1,0 +1,31 @@
+// Package synth builds synthetic GGUF models: random weights, a real trained
+// tokenizer, and exactly the metadata llama.cpp's loader reads, so that the
+// same file runs in Stockpot and in llama.cpp (the numerical reference).
+//
+// Key types and functions:
+//   - Preset: a named model shape (architecture, dimensions, tokenizer,
+//     chat template, rope settings). Presets lists them; Lookup finds one.
+//   - Options: the seed and the weight type (F32, F16, BF16, Q8_0, Q4_0,
+//     Q4_K in the Q4_K_M mix, Q6_K).
+//   - Build returns a gguf.Writer holding the model; WriteFile writes it.
+//
+// Tokenizers come from package vocab (trained here on an embedded corpus,
+// never downloaded). Each trained vocabulary is cached for the life of the
+// process, so building several presets that share one trains it once.
+//
+// Invariants:
+//   - Build is a pure function of (preset, Options): the same inputs give a
+//     byte-identical file. Every tensor draws from its own generator seeded
+//     by (Options.Seed, tensor name), so a tensor's values do not depend on
+//     the weight type or on which other tensors exist: an F32 and a Q8_0
+//     build of one preset hold the same weights before quantization.
+//   - Weights are uniform with the variance of N(0, 1/fan_in); projections
+//     that write into the residual stream (attn_output, ffn_down) are scaled
+//     by 1/sqrt(2·layers) and the output head so logits have a standard
+//     deviation near 2. Activations stay bounded through every layer.
+//   - Norm weights are near 1, biases small. One-dimensional tensors
+//     (norms, biases, rope_freqs) are always F32. A matrix whose row length
+//     is not a multiple of the chosen type's block falls back to Q8_0, then
+//     F16, as llama-quantize does.
+//   - Dimensions are in GGUF order: Dims[0] is the row length (ne0).
+package synth

@@ -1,0 +1,124 @@
+package synth
+
+import "fmt"
+
+// Tokenizer names a tokenizer family: the vocabulary kind, pre-tokenizer
+// and special tokens a preset uses.
+type Tokenizer string
+
+const (
+	TokenizerSPM    Tokenizer = "spm"    // Llama 2 SentencePiece: <unk> <s> </s>, byte fallback
+	TokenizerLlama3 Tokenizer = "llama3" // byte-level BPE, pre "llama-bpe", Llama 3 header tokens
+	TokenizerQwen2  Tokenizer = "qwen2"  // byte-level BPE, pre "qwen2", ChatML tokens
+	TokenizerQwen3  Tokenizer = "qwen3"  // TokenizerQwen2 plus <think> </think> (user-defined)
+	TokenizerSmolLM Tokenizer = "smollm" // byte-level BPE, pre "smollm", ChatML tokens at ids 0..2
+)
+
+// Preset is a named model shape. All sizes are element counts.
+type Preset struct {
+	Name string
+	Arch string // general.architecture: "llama", "qwen2" or "qwen3"
+
+	Embed   int // embedding_length
+	Layers  int // block_count
+	Heads   int // attention.head_count
+	KVHeads int // attention.head_count_kv
+	HeadDim int // attention.key_length = value_length = rope.dimension_count
+	FFN     int // feed_forward_length
+	Context int // context_length
+
+	Tokenizer Tokenizer
+	VocabSize int // total tokens, specials included
+	Template  string
+
+	RopeBase float32 // rope.freq_base
+	// RopeLlama3 adds rope_freqs.weight computed as convert_hf_to_gguf does
+	// for rope_type "llama3": factor 8, low/high frequency factors 1 and 4,
+	// original context 8192.
+	RopeLlama3 bool
+	NormEps    float32 // attention.layer_norm_rms_epsilon
+	// Tied omits output.weight: llama.cpp then uses token_embd.weight as
+	// the output head.
+	Tied bool
+}
+
+// QKVBias reports whether the architecture has attn_{q,k,v}.bias (qwen2).
+func (p Preset) QKVBias() bool { return p.Arch == "qwen2" }
+
+// QKNorm reports whether the architecture has per-head attn_{q,k}_norm (qwen3).
+func (p Preset) QKNorm() bool { return p.Arch == "qwen3" }
+
+var presets = []Preset{
+	{
+		Name: "tiny-llama-spm", Arch: "llama",
+		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 2048,
+		Tokenizer: TokenizerSPM, VocabSize: 1000, Template: TemplateLlama2,
+		RopeBase: 10000, NormEps: 1e-5,
+	},
+	{
+		Name: "tiny-llama3", Arch: "llama",
+		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 8192,
+		Tokenizer: TokenizerLlama3, VocabSize: 1500, Template: TemplateLlama3,
+		RopeBase: 500000, RopeLlama3: true, NormEps: 1e-5,
+	},
+	{
+		Name: "tiny-qwen2", Arch: "qwen2",
+		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 4096,
+		Tokenizer: TokenizerQwen2, VocabSize: 1500, Template: TemplateChatML,
+		RopeBase: 1000000, NormEps: 1e-6,
+	},
+	{
+		// Head dim 32 with 4 heads: q is 128 wide on a 64-wide stream, as
+		// Qwen3 decouples head_dim from embedding_length / head_count.
+		Name: "tiny-qwen3", Arch: "qwen3",
+		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 192, Context: 4096,
+		Tokenizer: TokenizerQwen3, VocabSize: 1500, Template: TemplateQwen3,
+		RopeBase: 1000000, NormEps: 1e-6, Tied: true,
+	},
+	{
+		Name: "tiny-smollm", Arch: "llama",
+		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 2048,
+		Tokenizer: TokenizerSmolLM, VocabSize: 1500, Template: TemplateChatML,
+		RopeBase: 10000, NormEps: 1e-5, Tied: true,
+	},
+	{
+		// Every matrix row length is a multiple of 256, so Q4_K and Q6_K
+		// apply without fallback.
+		Name: "tiny-kquant", Arch: "llama",
+		Embed: 256, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 768, Context: 2048,
+		Tokenizer: TokenizerSPM, VocabSize: 1000, Template: TemplateLlama2,
+		RopeBase: 10000, NormEps: 1e-5,
+	},
+	{
+		// The model `stockpot serve` builds at start.
+		Name: "default", Arch: "llama",
+		Embed: 384, Layers: 8, Heads: 6, KVHeads: 2, HeadDim: 64, FFN: 1024, Context: 8192,
+		Tokenizer: TokenizerSmolLM, VocabSize: 4096, Template: TemplateChatML,
+		RopeBase: 100000, NormEps: 1e-5, Tied: true,
+	},
+	{
+		// SmolLM2-135M's shape. The vocabulary is smaller than its 49152:
+		// the shipped corpus supports about 10k merges.
+		Name: "smollm-135m", Arch: "llama",
+		Embed: 576, Layers: 30, Heads: 9, KVHeads: 3, HeadDim: 64, FFN: 1536, Context: 8192,
+		Tokenizer: TokenizerSmolLM, VocabSize: 8192, Template: TemplateChatML,
+		RopeBase: 100000, NormEps: 1e-5, Tied: true,
+	},
+}
+
+// Presets returns every preset, in a fixed order. The slice is a copy.
+func Presets() []Preset { return append([]Preset(nil), presets...) }
+
+// Lookup returns the preset with this name.
+func Lookup(name string) (Preset, error) {
+	for _, p := range presets {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	names := make([]string, len(presets))
+	for i, p := range presets {
+		names[i] = p.Name
+	}
+	return Preset{}, fmt.Errorf("synth: unknown preset %q (have %v): %w", name, names, ErrUnknownPreset)
+}
