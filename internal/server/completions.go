@@ -1,0 +1,184 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"stockpot/internal/api"
+)
+
+func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
+	start := s.cfg.Now()
+	var (
+		res *genResult
+		err error
+	)
+	defer func() { s.finishRequest(res, err, start) }()
+	spec, req, err := s.prepareCompletion(r, start)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	c := completionWriter{s: s, req: req, prompt: spec.req.Prompt, id: newID("cmpl-"), created: start.Unix()}
+	if req.Stream {
+		res, err = c.stream(w, r, spec)
+		return
+	}
+	var text strings.Builder
+	res, err = s.generate(r.Context(), spec, nil, func(t string, _ []genToken) error {
+		text.WriteString(t)
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, errClientGone) {
+			writeError(w, err)
+		}
+		return
+	}
+	choice := api.CompletionChoice{Text: text.String(), FinishReason: api.FinishReasonPtr(res.finish),
+		Logprobs: c.logprobs(res.tokens)}
+	resp := c.response([]api.CompletionChoice{choice})
+	resp.Usage = usageOf(res.usage)
+	if req.ReturnTokenIDs {
+		resp.Choices[0].TokenIDs = tokenIDs(res.tokens)
+		resp.PromptTokenIDs = spec.req.Prompt
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+func (s *Server) prepareCompletion(r *http.Request, start time.Time) (*genSpec, *api.CompletionRequest, error) {
+	body, err := s.readBody(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	req, err := api.ParseCompletionRequest(body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		return nil, nil, err
+	}
+	if s.draining.Load() {
+		return nil, nil, api.Unavailable("the server is draining; retry on another replica")
+	}
+	prompt := req.PromptTokens
+	if !req.PromptIsTokens {
+		prompt = s.tok.Encode(req.PromptText, true, true)
+	}
+	logprobs := 0
+	if req.Logprobs != nil {
+		logprobs = *req.Logprobs
+	}
+	spec, err := s.prepare(&req.GenerationParams, prompt, req.MaxTokens, api.DefaultCompletionMaxTokens, logprobs, start)
+	if err != nil {
+		return nil, nil, err
+	}
+	return spec, req, nil
+}
+
+// completionWriter builds /v1/completions responses and chunks for one request.
+type completionWriter struct {
+	s       *Server
+	req     *api.CompletionRequest
+	prompt  []int32
+	id      string
+	created int64
+}
+
+func (c *completionWriter) response(choices []api.CompletionChoice) *api.CompletionResponse {
+	return &api.CompletionResponse{ID: c.id, Object: "text_completion", Created: c.created,
+		Model: c.s.cfg.ModelName, SystemFingerprint: c.s.cfg.Fingerprint, Choices: choices}
+}
+
+// logprobs returns the legacy logprobs object for toks, or nil when not asked for.
+func (c *completionWriter) logprobs(toks []genToken) *api.CompletionLogprobs {
+	if c.req.Logprobs == nil {
+		return nil
+	}
+	lp := &api.CompletionLogprobs{
+		Tokens:        make([]string, len(toks)),
+		TokenLogprobs: make([]api.Logprob, len(toks)),
+		TopLogprobs:   make([]api.TopLogprobs, len(toks)),
+		TextOffset:    make([]int, len(toks)),
+	}
+	for i, t := range toks {
+		text := c.s.tokenText(t.ID)
+		lp.Tokens[i] = text
+		lp.TokenLogprobs[i] = api.Logprob(t.Logprob)
+		lp.TextOffset[i] = t.offset
+		// The top alternatives best first, then the chosen token if it is not among them,
+		// as vLLM does.
+		top := make(api.TopLogprobs, 0, len(t.Top)+1)
+		chosen := false
+		for _, a := range t.Top {
+			top = append(top, api.TokenLogprob{Token: c.s.tokenText(a.ID), Logprob: float64(a.Logprob)})
+			chosen = chosen || a.ID == t.ID
+		}
+		if !chosen {
+			top = append(top, api.TokenLogprob{Token: text, Logprob: float64(t.Logprob)})
+		}
+		lp.TopLogprobs[i] = top
+	}
+	return lp
+}
+
+func (c *completionWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpec) (*genResult, error) {
+	sse := newSSE(w)
+	sentPrompt := false
+	chunk := func(text string, toks []genToken, finish *string) *api.CompletionResponse {
+		ch := api.CompletionChoice{Text: text, FinishReason: finish}
+		if len(toks) > 0 {
+			ch.Logprobs = c.logprobs(toks)
+		}
+		resp := c.response([]api.CompletionChoice{ch})
+		if c.req.ReturnTokenIDs {
+			ch := &resp.Choices[0]
+			ch.TokenIDs = tokenIDs(toks)
+			if ch.TokenIDs == nil {
+				ch.TokenIDs = []int32{}
+			}
+			if !sentPrompt {
+				resp.PromptTokenIDs, sentPrompt = c.prompt, true
+			}
+		}
+		return resp
+	}
+	res, err := c.s.generate(r.Context(), spec, sse.start, func(text string, toks []genToken) error {
+		if text == "" && c.req.Logprobs == nil && !c.req.ReturnTokenIDs {
+			return nil
+		}
+		return sse.send(chunk(text, toks, nil))
+	})
+	if err != nil {
+		if errors.Is(err, errClientGone) {
+			return nil, err
+		}
+		if !sse.began {
+			writeError(w, err)
+			return nil, err
+		}
+		sse.sendError(err)
+		return nil, err
+	}
+	if err := sse.send(chunk("", nil, api.FinishReasonPtr(res.finish))); err != nil {
+		return nil, errClientGone
+	}
+	if c.req.IncludeUsage() {
+		resp := c.response([]api.CompletionChoice{})
+		resp.Usage = usageOf(res.usage)
+		if err := sse.send(resp); err != nil {
+			return nil, errClientGone
+		}
+	}
+	if err := sse.done(); err != nil {
+		return nil, errClientGone
+	}
+	return res, nil
+}
+
+// tokenText is one token's text for logprobs (bytes of a split character show as U+FFFD).
+func (s *Server) tokenText(id int32) string {
+	return s.tok.Decode([]int32{id})
+}

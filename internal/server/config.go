@@ -1,0 +1,112 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Server. Zero fields take the defaults of DefaultConfig, except
+// ModelName and ContextLength, which must be set.
+type Config struct {
+	// Addr is where cmd/stockpot listens; Serve itself takes a listener.
+	Addr string
+	// ModelName is the served model id: requests naming another model get 404 model_not_found.
+	ModelName string
+	// Fingerprint is the model's identity fingerprint, shown in /v1/models and as
+	// system_fingerprint.
+	Fingerprint string
+	// ContextLength is the model's context length in tokens. A prompt must be shorter, to leave
+	// room for one generated token.
+	ContextLength int
+	// BlockSize is tokens per KV block, reported in /v1/models.
+	BlockSize int
+	// MaxPromptTokens refuses longer prompts with a 400; 0 means ContextLength-1.
+	MaxPromptTokens int
+	// MaxBodyBytes refuses larger request bodies with a 413.
+	MaxBodyBytes int64
+	// APIKeys, when non-empty, are required as "Authorization: Bearer KEY" on every route but
+	// /health and /metrics.
+	APIKeys []string
+	// DrainTimeout is how long Serve lets running requests finish after its context ends.
+	DrainTimeout time.Duration
+	// ReadHeaderTimeout bounds slow clients sending headers.
+	ReadHeaderTimeout time.Duration
+	// HitRateWindow and HitRateMaxAge define stockpot_prefix_cache_hit_rate's sliding window: the
+	// last HitRateWindow requests that finished within HitRateMaxAge.
+	HitRateWindow int
+	HitRateMaxAge time.Duration
+	// Logger receives request errors and recovered panics.
+	Logger *slog.Logger
+	// Now is the clock (tests); defaults to time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults. ModelName and ContextLength still need setting.
+func DefaultConfig() Config {
+	return Config{
+		Addr:      "127.0.0.1:8080",
+		BlockSize: 16,
+		// 16 MiB holds a 128k-token prompt as a token-id array with room to spare.
+		MaxBodyBytes:      16 << 20,
+		DrainTimeout:      30 * time.Second,
+		ReadHeaderTimeout: 10 * time.Second,
+		// vLLM reports its prefix-cache hit rate over the last 1000 requests; the age bound
+		// keeps an idle server from showing an hour-old rate.
+		HitRateWindow: 1000,
+		HitRateMaxAge: 5 * time.Minute,
+	}
+}
+
+// validate returns c with defaults filled in, leaving the caller's struct alone.
+func (c Config) validate() (Config, error) {
+	d := DefaultConfig()
+	if c.ModelName == "" {
+		return c, errors.New("server: Config.ModelName is required")
+	}
+	if c.ContextLength <= 1 {
+		return c, fmt.Errorf("server: Config.ContextLength must be at least 2, got %d", c.ContextLength)
+	}
+	if c.Addr == "" {
+		c.Addr = d.Addr
+	}
+	if c.BlockSize <= 0 {
+		c.BlockSize = d.BlockSize
+	}
+	if c.MaxPromptTokens < 0 {
+		return c, fmt.Errorf("server: Config.MaxPromptTokens must be >= 0, got %d", c.MaxPromptTokens)
+	}
+	if c.MaxPromptTokens == 0 || c.MaxPromptTokens > c.ContextLength-1 {
+		c.MaxPromptTokens = c.ContextLength - 1
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = d.DrainTimeout
+	}
+	if c.ReadHeaderTimeout <= 0 {
+		c.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if c.HitRateWindow <= 0 {
+		c.HitRateWindow = d.HitRateWindow
+	}
+	if c.HitRateMaxAge <= 0 {
+		c.HitRateMaxAge = d.HitRateMaxAge
+	}
+	keys := make([]string, 0, len(c.APIKeys))
+	for _, k := range c.APIKeys {
+		if k != "" {
+			keys = append(keys, k)
+		}
+	}
+	c.APIKeys = keys
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c, nil
+}

@@ -1,0 +1,29 @@
+// Package server is Stockpot's HTTP front: the OpenAI-compatible endpoints on top of an
+// engine.Generator, plus /tokenize, /detokenize, /health and /metrics.
+//
+// It owns:
+//   - Server: routing (JSON 404/405), API-key auth, body-size limits, panic recovery, graceful
+//     drain (Serve stops accepting on ctx cancel and lets running requests finish for up to
+//     Config.DrainTimeout, then cancels them so the engine frees their blocks).
+//   - The generation loop: text prompts are tokenized here, chat templates applied here, and
+//     stop strings are matched here on detokenized text (stopFilter). Streamed text that could
+//     be the start of a stop string is held back until it is known not to be one; on a match the
+//     output is cut before the stop string and the engine request is cancelled through its
+//     context. The engine handles stop tokens and max_tokens.
+//   - Metrics: counters fed from the very usage objects written to clients, so the sum of the
+//     responses' usage equals the counters exactly; engine gauges read from Generator.Stats()
+//     by a collector at scrape time. Nothing is global: everything registers on the
+//     prometheus.Registerer given to New.
+//
+// Interfaces are consumer-owned and small: Tokenizer and StreamDecoder here describe exactly
+// what the server needs from internal/tokenizer, which is wired in by a short adapter.
+//
+// Invariants:
+//   - A request's engine context is derived from the HTTP request context, so a client that
+//     disconnects cancels its engine request.
+//   - The handler always drains the engine's output channel to its end, so the final usage is
+//     known and no engine goroutine blocks on a send.
+//   - Token counters are incremented once per finished generation, with the same numbers as
+//     the usage object the client received (or would have received, for a stream without
+//     include_usage). Requests whose client went away before the end are not counted.
+package server

@@ -1,0 +1,282 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"stockpot/internal/api"
+	"stockpot/internal/engine"
+)
+
+// genSpec is a validated generation request.
+type genSpec struct {
+	req   engine.Request
+	stops []string
+	start time.Time // request arrival, for the e2e histogram
+}
+
+// genToken is a generated token with where its text starts in the choice's text.
+type genToken struct {
+	engine.Token
+	offset int // Unicode code points of decoded text before this token
+}
+
+// genResult is a finished generation.
+type genResult struct {
+	finish string       // "stop" or "length"
+	usage  engine.Usage // CompletionTokens = len(tokens)
+	tokens []genToken   // every token accounted to the client, up to the stop string
+}
+
+// errClientGone ends a generation whose client disconnected or stopped reading.
+var errClientGone = errors.New("server: client went away")
+
+// prepare validates what needs the model (vocabulary, context length) and builds the engine
+// request. defaultMax is used when the client gave no max_tokens.
+func (s *Server) prepare(p *api.GenerationParams, prompt []int32, maxTokens *int, defaultMax, logprobs int, start time.Time) (*genSpec, error) {
+	if err := s.checkVocab("prompt", prompt); err != nil {
+		return nil, err
+	}
+	n := len(prompt)
+	switch {
+	case n == 0:
+		return nil, api.Invalid("prompt", "prompt is empty")
+	case n >= s.cfg.ContextLength:
+		return nil, api.Invalid("prompt", "prompt has %d tokens, but the model's context length is %d (the prompt must leave room for at least one generated token)", n, s.cfg.ContextLength)
+	case n > s.cfg.MaxPromptTokens:
+		return nil, api.Invalid("prompt", "prompt has %d tokens, over this server's limit of %d (--max-prompt-tokens)", n, s.cfg.MaxPromptTokens)
+	}
+	if err := s.checkVocab("stop_token_ids", p.StopTokenIDs); err != nil {
+		return nil, err
+	}
+	mt := defaultMax
+	if maxTokens != nil {
+		mt = *maxTokens
+		if mt > s.cfg.ContextLength {
+			return nil, api.Invalid("max_tokens", "max_tokens is %d, over the model's context length of %d", mt, s.cfg.ContextLength)
+		}
+	}
+	sp := engine.SamplingParams{Temperature: 1}
+	if p.Temperature != nil {
+		sp.Temperature = float32(*p.Temperature)
+	}
+	if p.TopP != nil && *p.TopP < 1 {
+		sp.TopP = float32(*p.TopP)
+	}
+	if p.TopK != nil && *p.TopK > 0 {
+		sp.TopK = *p.TopK
+	}
+	if p.Seed != nil {
+		sp.Seed, sp.HasSeed = uint64(*p.Seed), true
+	}
+	return &genSpec{
+		req: engine.Request{
+			Prompt: prompt, MaxTokens: mt, Sampling: sp, StopTokens: p.StopTokenIDs,
+			IgnoreEOS: p.IgnoreEOS, Logprobs: logprobs, CacheSalt: p.CacheSalt,
+		},
+		stops: p.StopStrings,
+		start: start,
+	}, nil
+}
+
+// chatPrompt renders msgs with the chat template and tokenizes the result.
+func (s *Server) chatPrompt(msgs []api.ChatRequestMessage, addGenerationPrompt bool) ([]int32, error) {
+	in := make([]Message, len(msgs))
+	for i, m := range msgs {
+		in[i] = Message{Role: m.Role, Content: m.Text}
+	}
+	text, err := s.tok.ApplyChatTemplate(in, addGenerationPrompt)
+	if err != nil {
+		return nil, api.Invalid("messages", "cannot apply the chat template: %v", err)
+	}
+	ids := s.tok.Encode(text, false, true)
+	if s.bos >= 0 && (len(ids) == 0 || ids[0] != s.bos) {
+		ids = append([]int32{s.bos}, ids...)
+	}
+	return ids, nil
+}
+
+// engineError maps an engine error to the API: the engine's refusals of the request are the
+// client's fault (400), shutting down is 503, anything else is the server's (500).
+func engineError(err error) *api.Error {
+	switch {
+	case errors.Is(err, engine.ErrPromptTooLong):
+		return api.Invalid("prompt", "%v", err)
+	case errors.Is(err, engine.ErrInvalid):
+		return api.Invalid("", "%v", err)
+	case errors.Is(err, engine.ErrShutdown):
+		return api.Unavailable("the server is shutting down; retry on another replica")
+	default:
+		return api.Internal("engine error: %v", err)
+	}
+}
+
+// generate runs spec on the engine. started is called once the engine accepted the request
+// (streaming handlers send their headers there). onDelta gets the text that is safe to show
+// and the tokens consumed since the last call; an error from it means the client is gone.
+// On success the result's tokens and usage describe exactly what the client was sent.
+//
+// generate always drains the engine's channel before returning.
+func (s *Server) generate(ctx context.Context, spec *genSpec, started func() error,
+	onDelta func(text string, toks []genToken) error) (*genResult, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	out, err := s.gen.Generate(ctx, &spec.req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, errClientGone
+		}
+		return nil, engineError(err)
+	}
+	defer func() {
+		for range out { // drain so the engine never blocks on us
+		}
+	}()
+	if started != nil {
+		if err := started(); err != nil {
+			return nil, errClientGone
+		}
+	}
+	var (
+		sd       = s.tok.NewStreamDecoder()
+		stop     = stopFilter{stops: spec.stops}
+		res      genResult
+		runes    int
+		cut      bool // a stop string ended the output; we cancelled the engine
+		gone     bool
+		final    *engine.Output
+		emitted  strings.Builder
+		batchBuf []genToken
+	)
+	for o := range out {
+		if o.Done {
+			oc := o
+			final = &oc
+		}
+		if cut || gone {
+			continue // draining after we cancelled; errors here are our cancellation's echo
+		}
+		if o.Err != nil {
+			gone := ctx.Err() != nil // checked before our own cancel below
+			cancel()
+			if gone {
+				return nil, errClientGone
+			}
+			return nil, engineError(o.Err)
+		}
+		emitted.Reset()
+		batch := batchBuf[:0]
+		for _, t := range o.Tokens {
+			gt := genToken{Token: t, offset: runes}
+			res.tokens = append(res.tokens, gt)
+			batch = append(batch, gt)
+			if s.tok.IsEOG(t.ID) {
+				continue // end-of-generation tokens count, but have no text
+			}
+			piece := sd.Add(t.ID)
+			runes += utf8.RuneCountInString(piece)
+			e, hit := stop.push(piece)
+			emitted.WriteString(e)
+			if hit {
+				cut = true
+				res.finish = engine.FinishStop
+				cancel()
+				break
+			}
+		}
+		if o.Done && !cut {
+			e, hit := stop.push(sd.Flush())
+			emitted.WriteString(e)
+			if hit {
+				cut = true
+				res.finish = engine.FinishStop
+			} else {
+				emitted.WriteString(stop.flush())
+			}
+		}
+		if emitted.Len() > 0 || len(batch) > 0 {
+			if err := onDelta(emitted.String(), batch); err != nil {
+				gone = true
+				cancel()
+			}
+		}
+		batchBuf = batch
+	}
+	if gone {
+		return nil, errClientGone
+	}
+	if final == nil {
+		if ctx.Err() != nil && !cut {
+			return nil, errClientGone
+		}
+		if !cut {
+			return nil, api.Internal("the engine ended the request without a final message")
+		}
+	}
+	if !cut {
+		switch final.FinishReason {
+		case engine.FinishStop, engine.FinishLength:
+			res.finish = final.FinishReason
+		case engine.FinishCancelled:
+			if ctx.Err() != nil {
+				return nil, errClientGone
+			}
+			return nil, api.Unavailable("the engine cancelled the request (shutting down?)")
+		default:
+			return nil, api.Internal("the engine finished with an unknown reason %q", final.FinishReason)
+		}
+	}
+	if final != nil && final.Usage != nil {
+		res.usage = *final.Usage
+	} else {
+		// Only after a cut whose cancellation raced the engine's last message: the prompt was
+		// computed as far as we know.
+		res.usage = engine.Usage{PromptTokens: len(spec.req.Prompt), ComputedTokens: len(spec.req.Prompt)}
+	}
+	res.usage.CompletionTokens = len(res.tokens)
+	return &res, nil
+}
+
+// finishRequest records the outcome of a generation request in the metrics.
+func (s *Server) finishRequest(res *genResult, err error, start time.Time) {
+	switch {
+	case err == nil:
+		s.metrics.observe(res.usage, s.cfg.Now().Sub(start))
+		s.metrics.request(http.StatusOK)
+	case errors.Is(err, errClientGone):
+		s.metrics.request(499) // nginx's "client closed request"
+	default:
+		s.metrics.request(api.AsError(err).Status)
+	}
+}
+
+// usageOf converts engine usage to the wire shape.
+func usageOf(u engine.Usage) *api.Usage {
+	return &api.Usage{
+		PromptTokens:        u.PromptTokens,
+		CompletionTokens:    u.CompletionTokens,
+		TotalTokens:         u.PromptTokens + u.CompletionTokens,
+		PromptTokensDetails: api.PromptTokensDetails{CachedTokens: u.CachedTokens()},
+		Cache: api.CacheUsage{
+			DeviceTokens: u.DeviceTokens, HostTokens: u.HostTokens, DiskTokens: u.DiskTokens,
+			RemoteTokens: u.RemoteTokens, ComputedTokens: u.ComputedTokens, DiscardedTokens: u.DiscardedTokens,
+		},
+		Timings: api.Timings{
+			QueueMs: api.Millis(u.QueueMs), RestoreMs: api.Millis(u.RestoreMs), PrefillMs: api.Millis(u.PrefillMs),
+			TTFTMs: api.Millis(u.TTFTMs), DecodeMs: api.Millis(u.DecodeMs),
+		},
+	}
+}
+
+// tokenIDs returns the ids of toks.
+func tokenIDs(toks []genToken) []int32 {
+	ids := make([]int32, len(toks))
+	for i, t := range toks {
+		ids[i] = t.ID
+	}
+	return ids
+}

@@ -1,0 +1,126 @@
+package server
+
+import (
+	"fmt"
+	"net/http"
+
+	"stockpot/internal/api"
+)
+
+func (s *Server) modelCard() api.ModelCard {
+	return api.ModelCard{
+		ID: s.cfg.ModelName, Object: "model", Created: s.started.Unix(), OwnedBy: "stockpot",
+		MaxModelLen: s.cfg.ContextLength,
+		Stockpot: api.ModelExtras{
+			Fingerprint: s.cfg.Fingerprint, ContextLength: s.cfg.ContextLength, BlockSize: s.cfg.BlockSize,
+		},
+	}
+}
+
+func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, api.ModelList{Object: "list", Data: []api.ModelCard{s.modelCard()}})
+}
+
+// modelHandler serves GET /v1/models/{name}.
+func (s *Server) modelHandler(name string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if name != s.cfg.ModelName {
+			writeError(w, api.ModelNotFound(name, s.cfg.ModelName))
+			return
+		}
+		writeJSON(w, http.StatusOK, s.modelCard())
+	}
+}
+
+// checkModel accepts an empty model or the served name.
+func (s *Server) checkModel(model string) error {
+	if model != "" && model != s.cfg.ModelName {
+		return api.ModelNotFound(model, s.cfg.ModelName)
+	}
+	return nil
+}
+
+func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
+	body, err := s.readBody(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := api.ParseTokenizeRequest(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		writeError(w, err)
+		return
+	}
+	var ids []int32
+	if req.Prompt != nil {
+		ids = s.tok.Encode(*req.Prompt, req.WantSpecial(), true)
+	} else {
+		ids, err = s.chatPrompt(req.Messages, req.GenerationPrompt())
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+	}
+	if ids == nil {
+		ids = []int32{}
+	}
+	writeJSON(w, http.StatusOK, api.TokenizeResponse{Tokens: ids, Count: len(ids), MaxModelLen: s.cfg.ContextLength})
+}
+
+func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
+	body, err := s.readBody(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := api.ParseDetokenizeRequest(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.checkVocab("tokens", req.Tokens); err != nil {
+		writeError(w, err)
+		return
+	}
+	text, err := s.tok.DecodeChecked(req.Tokens)
+	if err != nil {
+		writeError(w, api.Invalid("tokens", "cannot detokenize: %v", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, api.DetokenizeResponse{Prompt: text})
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if s.draining.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	if s.gatherer == nil {
+		writeError(w, api.Internal("metrics are registered on a Registerer that cannot be gathered; serve it elsewhere"))
+		return
+	}
+	s.metricsHandler.ServeHTTP(w, r)
+}
+
+// checkVocab returns a 400 naming the first id outside [0, VocabSize).
+func (s *Server) checkVocab(param string, ids []int32) error {
+	n := s.tok.VocabSize()
+	for i, id := range ids {
+		if id < 0 || int(id) >= n {
+			return api.Invalid(param, "%s", fmt.Sprintf("token id %d at position %d is outside the vocabulary (size %d)", id, i, n))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,209 @@
+package server
+
+import (
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"stockpot/internal/engine"
+)
+
+// Prompt-token sources and cache tiers, as label values.
+var (
+	promptSources = []string{"computed", "device", "host", "disk", "remote"}
+	cacheTiers    = []string{"device", "host", "disk", "remote"}
+)
+
+// Histogram buckets in seconds. A pure-Go CPU engine is slower than a GPU one, so the ranges
+// reach further up than vLLM's.
+var (
+	ttftBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 320}
+	tpotBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1, 2.5, 5, 10}
+	e2eBuckets  = []float64{0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640, 1280}
+)
+
+// metrics holds the request-level metrics. Token counters are fed from the usage objects sent
+// to clients (observe), so they equal the sum of the responses' usage.
+type metrics struct {
+	promptTokens *prometheus.CounterVec // {source}
+	queries      prometheus.Counter
+	hits         *prometheus.CounterVec // {tier}
+	discarded    prometheus.Counter
+	generated    prometheus.Counter
+	ttft         prometheus.Histogram
+	tpot         prometheus.Histogram
+	e2e          prometheus.Histogram
+	requests     *prometheus.CounterVec // {status}
+	window       *hitWindow
+}
+
+func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*metrics, error) {
+	m := &metrics{
+		promptTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockpot_prompt_tokens_total",
+			Help: "Prompt tokens of finished requests by where their KV came from (computed or a cache tier).",
+		}, []string{"source"}),
+		queries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockpot_prefix_cache_queries_total",
+			Help: "Prompt tokens looked up in the prefix cache.",
+		}),
+		hits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockpot_prefix_cache_hits_total",
+			Help: "Prompt tokens reused from the prefix cache, by tier.",
+		}, []string{"tier"}),
+		discarded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockpot_prompt_tokens_discarded_total",
+			Help: "Prompt tokens found in a cache tier but not used (and so computed).",
+		}),
+		generated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockpot_generation_tokens_total",
+			Help: "Completion tokens of finished requests.",
+		}),
+		ttft: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "stockpot_time_to_first_token_seconds", Help: "Time to first token (engine side).", Buckets: ttftBuckets,
+		}),
+		tpot: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "stockpot_time_per_output_token_seconds", Help: "Decode time per output token after the first.", Buckets: tpotBuckets,
+		}),
+		e2e: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "stockpot_e2e_request_latency_seconds", Help: "Request latency from arrival to the last byte.", Buckets: e2eBuckets,
+		}),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockpot_requests_total",
+			Help: "Generation requests by HTTP status (499: the client went away).",
+		}, []string{"status"}),
+		window: newHitWindow(cfg.HitRateWindow, cfg.HitRateMaxAge, cfg.Now),
+	}
+	for _, s := range promptSources {
+		m.promptTokens.WithLabelValues(s)
+	}
+	for _, t := range cacheTiers {
+		m.hits.WithLabelValues(t)
+	}
+	hitRate := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "stockpot_prefix_cache_hit_rate",
+		Help: "Prefix-cache hit rate (hit tokens / queried tokens) over a sliding window of recent requests; NaN with no queries.",
+	}, m.window.rate)
+	for _, c := range []prometheus.Collector{m.promptTokens, m.queries, m.hits, m.discarded, m.generated,
+		m.ttft, m.tpot, m.e2e, m.requests, hitRate, &engineCollector{gen: gen}} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// observe records a finished generation whose usage u went (or would have gone) to the client.
+func (m *metrics) observe(u engine.Usage, e2e time.Duration) {
+	m.promptTokens.WithLabelValues("computed").Add(float64(u.ComputedTokens))
+	m.promptTokens.WithLabelValues("device").Add(float64(u.DeviceTokens))
+	m.promptTokens.WithLabelValues("host").Add(float64(u.HostTokens))
+	m.promptTokens.WithLabelValues("disk").Add(float64(u.DiskTokens))
+	m.promptTokens.WithLabelValues("remote").Add(float64(u.RemoteTokens))
+	m.queries.Add(float64(u.PromptTokens))
+	m.hits.WithLabelValues("device").Add(float64(u.DeviceTokens))
+	m.hits.WithLabelValues("host").Add(float64(u.HostTokens))
+	m.hits.WithLabelValues("disk").Add(float64(u.DiskTokens))
+	m.hits.WithLabelValues("remote").Add(float64(u.RemoteTokens))
+	m.discarded.Add(float64(u.DiscardedTokens))
+	m.generated.Add(float64(u.CompletionTokens))
+	m.window.add(u.PromptTokens, u.CachedTokens())
+	if u.CompletionTokens > 0 {
+		m.ttft.Observe(u.TTFTMs / 1000)
+	}
+	if u.CompletionTokens > 1 {
+		m.tpot.Observe(u.DecodeMs / 1000 / float64(u.CompletionTokens-1))
+	}
+	m.e2e.Observe(e2e.Seconds())
+}
+
+func (m *metrics) request(status int) {
+	m.requests.WithLabelValues(strconv.Itoa(status)).Inc()
+}
+
+// hitWindow keeps the last n requests' (queries, hits) for the hit-rate gauge.
+type hitWindow struct {
+	maxAge time.Duration
+	now    func() time.Time
+	mu     struct {
+		sync.Mutex
+		ring []hitSample // protected by mu; ring[next] is the oldest once full
+		next int
+	}
+}
+
+type hitSample struct {
+	at            time.Time
+	queries, hits int
+}
+
+func newHitWindow(n int, maxAge time.Duration, now func() time.Time) *hitWindow {
+	w := &hitWindow{maxAge: maxAge, now: now}
+	w.mu.ring = make([]hitSample, 0, n)
+	return w
+}
+
+func (w *hitWindow) add(queries, hits int) {
+	s := hitSample{at: w.now(), queries: queries, hits: hits}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.mu.ring) < cap(w.mu.ring) {
+		w.mu.ring = append(w.mu.ring, s)
+		return
+	}
+	w.mu.ring[w.mu.next] = s
+	w.mu.next = (w.mu.next + 1) % len(w.mu.ring)
+}
+
+// rate is hits/queries over samples younger than maxAge, NaN when there were no queries.
+func (w *hitWindow) rate() float64 {
+	oldest := w.now().Add(-w.maxAge)
+	var q, h int
+	w.mu.Lock()
+	for _, s := range w.mu.ring {
+		if !s.at.Before(oldest) {
+			q += s.queries
+			h += s.hits
+		}
+	}
+	w.mu.Unlock()
+	if q == 0 {
+		return math.NaN()
+	}
+	return float64(h) / float64(q)
+}
+
+// engineCollector reads Generator.Stats() once per scrape.
+type engineCollector struct {
+	gen engine.Generator
+}
+
+var (
+	descRunning = prometheus.NewDesc("stockpot_requests_running", "Requests being generated.", nil, nil)
+	descWaiting = prometheus.NewDesc("stockpot_requests_waiting", "Requests queued for the engine.", nil, nil)
+	descKVUsage = prometheus.NewDesc("stockpot_kv_cache_usage_bytes",
+		"KV cache bytes referenced by running requests.", []string{"tier"}, nil)
+	descKVCached = prometheus.NewDesc("stockpot_kv_cache_cached_bytes",
+		"KV cache bytes unreferenced but holding reusable prefix blocks.", []string{"tier"}, nil)
+	descKVCapacity = prometheus.NewDesc("stockpot_kv_cache_capacity_bytes", "KV cache capacity.", []string{"tier"}, nil)
+	descEvictions  = prometheus.NewDesc("stockpot_kv_cache_evictions_total", "KV blocks evicted.", []string{"tier"}, nil)
+)
+
+func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVCached, descKVCapacity, descEvictions} {
+		ch <- d
+	}
+}
+
+func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
+	st := c.gen.Stats()
+	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running))
+	ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(st.Waiting))
+	ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(int64(st.KVBlocksUsed)*st.KVBlockBytes), "device")
+	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(int64(st.KVBlocksCached)*st.KVBlockBytes), "device")
+	ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(int64(st.KVBlocksTotal)*st.KVBlockBytes), "device")
+	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), "device")
+}

@@ -1,0 +1,274 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"stockpot/internal/api"
+	"stockpot/internal/engine"
+)
+
+// Server serves the HTTP API on top of an engine.Generator.
+type Server struct {
+	cfg      Config
+	gen      engine.Generator
+	tok      Tokenizer
+	metrics  *metrics
+	gatherer prometheus.Gatherer // nil when the Registerer is not also a Gatherer
+	handler  http.Handler
+	// metricsHandler serves gatherer; nil when gatherer is.
+	metricsHandler http.Handler
+	routes         map[string]map[string]http.HandlerFunc // path -> method -> handler
+	started        time.Time
+
+	// bos is the BOS id when the model wants one (tok.AddBOS()), else -1. Chat prompts are
+	// encoded without special tokens, since templates usually write BOS themselves, and get
+	// BOS prepended only when the template did not.
+	bos int32
+
+	draining atomic.Bool
+	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
+}
+
+// New builds a Server. Metrics register on reg; when reg is also a prometheus.Gatherer (a
+// *prometheus.Registry is) /metrics serves it, and with a nil reg the server makes its own
+// registry.
+func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registerer) (*Server, error) {
+	c, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	if gen == nil || tok == nil {
+		return nil, errors.New("server: New needs a Generator and a Tokenizer")
+	}
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg, gen, c)
+	if err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
+	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, started: c.Now(), bos: -1}
+	if g, ok := reg.(prometheus.Gatherer); ok {
+		s.gatherer = g
+		s.metricsHandler = promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+	}
+	if tok.AddBOS() {
+		if ids := tok.Encode("", true, false); len(ids) > 0 {
+			s.bos = ids[0]
+		}
+	}
+	s.routes = map[string]map[string]http.HandlerFunc{
+		"/v1/completions":      {http.MethodPost: s.handleCompletions},
+		"/v1/chat/completions": {http.MethodPost: s.handleChat},
+		"/v1/models":           {http.MethodGet: s.handleModels},
+		"/tokenize":            {http.MethodPost: s.handleTokenize},
+		"/detokenize":          {http.MethodPost: s.handleDetokenize},
+		"/health":              {http.MethodGet: s.handleHealth},
+		"/metrics":             {http.MethodGet: s.handleMetrics},
+	}
+	s.handler = http.HandlerFunc(s.serveHTTP)
+	return s, nil
+}
+
+// Handler returns the server's http.Handler (for httptest or another http.Server).
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// Config returns the effective configuration, defaults filled in.
+func (s *Server) Config() Config { return s.cfg }
+
+// Serve serves on ln until ctx ends, then drains: /health turns 503, the listener closes,
+// running requests get up to DrainTimeout to finish, and the ones still running after that are
+// cancelled (freeing their engine blocks). It returns nil after a drain, or the error that
+// stopped serving.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelBase()
+	hs := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		BaseContext:       func(net.Listener) context.Context { return baseCtx },
+		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.draining.Store(true)
+	s.cfg.Logger.Info("server draining", "timeout", s.cfg.DrainTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
+	err := hs.Shutdown(sctx)
+	cancel()
+	if err != nil {
+		s.cfg.Logger.Warn("drain timeout; cancelling running requests", "timeout", s.cfg.DrainTimeout)
+		cancelBase()
+		_ = hs.Close()
+	}
+	<-errc // http.ErrServerClosed
+	s.inflight.Wait()
+	return nil
+}
+
+// serveHTTP is the outermost handler: panic recovery, routing, auth, body limit.
+func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	s.inflight.Add(1)
+	defer s.inflight.Done()
+	rw := &responseWriter{ResponseWriter: w}
+	defer func() {
+		if v := recover(); v != nil {
+			if v == http.ErrAbortHandler {
+				panic(v)
+			}
+			s.cfg.Logger.Error("panic in handler", "method", r.Method, "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			if !rw.wroteHeader {
+				writeError(rw, api.Internal("internal server error (recovered panic; see the server log)"))
+			}
+		}
+	}()
+	path := r.URL.Path
+	if path != "/health" && path != "/metrics" && !s.authorized(r) {
+		writeError(rw, api.Unauthorized("missing or invalid API key; send \"Authorization: Bearer <key>\""))
+		return
+	}
+	methods, ok := s.routes[path]
+	if !ok {
+		if name, found := strings.CutPrefix(path, "/v1/models/"); found && name != "" {
+			methods = map[string]http.HandlerFunc{http.MethodGet: s.modelHandler(name)}
+		} else {
+			writeError(rw, api.NotFound(r.Method, path))
+			return
+		}
+	}
+	method := r.Method
+	if method == http.MethodHead {
+		method = http.MethodGet
+	}
+	h, ok := methods[method]
+	if !ok {
+		allowed := make([]string, 0, len(methods))
+		for m := range methods {
+			allowed = append(allowed, m)
+		}
+		sort.Strings(allowed)
+		rw.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(rw, api.MethodNotAllowed(r.Method, path, strings.Join(allowed, ", ")))
+		return
+	}
+	if r.ContentLength > s.cfg.MaxBodyBytes {
+		writeError(rw, api.TooLarge(s.cfg.MaxBodyBytes))
+		return
+	}
+	r.Body = http.MaxBytesReader(rw, r.Body, s.cfg.MaxBodyBytes)
+	h(rw, r)
+}
+
+func (s *Server) authorized(r *http.Request) bool {
+	if len(s.cfg.APIKeys) == 0 {
+		return true
+	}
+	auth := r.Header.Get("Authorization")
+	scheme, key, ok := strings.Cut(auth, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	key = strings.TrimSpace(key)
+	match := 0
+	for _, k := range s.cfg.APIKeys {
+		// Compare every key so timing does not say which one is close.
+		match |= subtle.ConstantTimeCompare([]byte(key), []byte(k))
+	}
+	return match == 1
+}
+
+// readBody reads the request body, mapping the size limit to a 413.
+func (s *Server) readBody(r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, api.TooLarge(mbe.Limit)
+		}
+		return nil, api.Invalid("", "reading request body: %v", err)
+	}
+	return b, nil
+}
+
+// responseWriter remembers whether the header went out (for panic recovery) and the status.
+type responseWriter struct {
+	http.ResponseWriter
+	wroteHeader bool
+	status      int
+}
+
+func (w *responseWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		w.wroteHeader, w.status = true, code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *responseWriter) Write(b []byte) (int, error) {
+	if !w.wroteHeader {
+		w.wroteHeader, w.status = true, http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+// Flush lets streaming handlers flush through the wrapper.
+func (w *responseWriter) Flush() {
+	if !w.wroteHeader {
+		w.wroteHeader, w.status = true, http.StatusOK
+	}
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Unwrap serves http.ResponseController.
+func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// writeJSON writes v with status.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(api.Internal("encoding response: %v", err))
+		status = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// writeError writes err (an *api.Error, or any error as a 500) in OpenAI shape.
+func writeError(w http.ResponseWriter, err error) {
+	e := api.AsError(err)
+	writeJSON(w, e.Status, e)
+}
+
+// newID returns prefix followed by 24 random hex digits.
+func newID(prefix string) string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}

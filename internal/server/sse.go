@@ -1,0 +1,67 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"stockpot/internal/api"
+)
+
+// sseWriter writes server-sent events: "data: JSON\n\n" per chunk, "data: [DONE]\n\n" last,
+// flushing after each so tokens reach the client as they are made.
+type sseWriter struct {
+	w     http.ResponseWriter
+	rc    *http.ResponseController
+	began bool // the headers went out; errors must now travel as events
+}
+
+func newSSE(w http.ResponseWriter) *sseWriter {
+	return &sseWriter{w: w, rc: http.NewResponseController(w)}
+}
+
+// start sends the headers.
+func (s *sseWriter) start() error {
+	s.began = true
+	h := s.w.Header()
+	h.Set("Content-Type", "text/event-stream; charset=utf-8")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no") // tell nginx-like proxies not to buffer the stream
+	s.w.WriteHeader(http.StatusOK)
+	return s.flush()
+}
+
+func (s *sseWriter) send(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 0, len(b)+8)
+	buf = append(buf, "data: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\n\n"...)
+	if _, err := s.w.Write(buf); err != nil {
+		return err
+	}
+	return s.flush()
+}
+
+// sendError reports an error after the headers went out, as vLLM does: an error event, then
+// [DONE].
+func (s *sseWriter) sendError(err error) {
+	_ = s.send(api.AsError(err).Body())
+	_ = s.done()
+}
+
+func (s *sseWriter) done() error {
+	if _, err := s.w.Write([]byte("data: [DONE]\n\n")); err != nil {
+		return err
+	}
+	return s.flush()
+}
+
+func (s *sseWriter) flush() error {
+	if err := s.rc.Flush(); err != nil && err != http.ErrNotSupported {
+		return err
+	}
+	return nil
+}
