@@ -29,6 +29,12 @@ func pickKernels() (map[gguf.Type]kernel, string) {
 	k[gguf.TypeQ4_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 		tiles2x2(true, q4_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
 	}
+	k[gguf.TypeQ4_K] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+		tilesK(false, dst, ldd, xq, M, w, K, n0, n1)
+	}
+	k[gguf.TypeQ6_K] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+		tilesK(true, dst, ldd, xq, M, w, K, n0, n1)
+	}
 	return k, "avx2"
 }
 

@@ -42,6 +42,8 @@ func TestMatMulKernels(t *testing.T) {
 		for _, sh := range []struct{ M, N, K, n0, n1 int }{
 			{1, 1, 256, 0, 1}, {2, 3, 256, 0, 3}, {3, 5, 512, 1, 5}, {5, 7, 768, 0, 7},
 			{7, 9, 256, 2, 9}, {4, 16, 1024, 3, 13}, {6, 1, 256, 0, 1},
+			// Several cache bands of activation rows for the K-quant tiles.
+			{23, 3, 4096, 0, 3}, {45, 2, 2048, 1, 2},
 		} {
 			xq, w := randomOperands(ty, sh.M, sh.N, sh.K, uint64(sh.M*1000+sh.N))
 			ldd := sh.N + 3
@@ -58,13 +60,19 @@ func TestMatMulKernels(t *testing.T) {
 					}
 				}
 			}
-			// Row m of the result is the same whatever M is.
+			// Row m of the result is the same whatever M is, and column n
+			// the same whatever n0 and n1 are.
 			one := make([]float32, ldd)
-			last := sh.M - 1
-			MatMul(ty, one, ldd, xq[last*ActivationType(ty).RowBytes(sh.K):], 1, w, sh.K, sh.n0, sh.n1)
-			for n := sh.n0; n < sh.n1; n++ {
-				if math.Float32bits(one[n]) != math.Float32bits(have[last*ldd+n]) {
-					t.Errorf("%s M=1 vs M=%d at n=%d: have %v, want %v", ty, sh.M, n, one[n], have[last*ldd+n])
+			for m := range sh.M {
+				MatMul(ty, one, ldd, xq[m*ActivationType(ty).RowBytes(sh.K):], 1, w, sh.K, sh.n0, sh.n1)
+				for n := sh.n0; n < sh.n1; n++ {
+					if math.Float32bits(one[n]) != math.Float32bits(have[m*ldd+n]) {
+						t.Errorf("%s M=1 vs M=%d at (m=%d, n=%d): have %v, want %v", ty, sh.M, m, n, one[n], have[m*ldd+n])
+					}
+					MatMul(ty, one, ldd, xq[m*ActivationType(ty).RowBytes(sh.K):], 1, w, sh.K, n, n+1)
+					if math.Float32bits(one[n]) != math.Float32bits(have[m*ldd+n]) {
+						t.Errorf("%s n=[%d,%d) vs one column at (m=%d, n=%d): have %v, want %v", ty, sh.n0, sh.n1, m, n, one[n], have[m*ldd+n])
+					}
 				}
 			}
 		}
