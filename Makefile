@@ -2,10 +2,14 @@
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: test vet unit fuzz build bench
+.PHONY: test sysdeps vet unit fuzz build bench
 
 ## test: install what the tests need, then vet, unit tests and short fuzz runs.
-test: deps vet unit fuzz
+test: deps sysdeps vet unit fuzz
+
+## sysdeps: redis-server and chromium from apt, where missing.
+sysdeps:
+	scripts/install-sysdeps.sh
 
 build:
 	$(GO) build -o bin/stockpot ./cmd/stockpot

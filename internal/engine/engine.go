@@ -26,6 +26,12 @@ type Config struct {
 	Dedup          bool    // in-flight deduplication of shared prefixes
 	Identity       []byte  // cache identity (identity.Descriptor.Bytes()); roots every hash chain
 	EOG            []int32 // end-of-generation tokens (tokenizer.EOGs)
+	// OnBlockEvents, when set, receives the prefix cache's block events (stored, evicted,
+	// removed, cleared) on the runner goroutine, after each scheduling step and before the
+	// forward pass writes into any reallocated block: an Evicted block's K/V is still intact
+	// during the call. The slice and its token slices are only valid during the call. It must
+	// be quick and must not call back into the engine.
+	OnBlockEvents func([]prefix.Event)
 	Logger         *slog.Logger
 }
 
@@ -116,7 +122,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc, err := prefix.New(prefix.Config{NumBlocks: arena.NumBlocks(), BlockSize: cfg.BlockSize, MinHitsToProtect: 1, DisableEvents: true})
+	pc, err := prefix.New(prefix.Config{NumBlocks: arena.NumBlocks(), BlockSize: cfg.BlockSize, MinHitsToProtect: 1, DisableEvents: cfg.OnBlockEvents == nil})
 	if err != nil {
 		return nil, err
 	}
@@ -341,6 +347,7 @@ func (e *Engine) run() {
 		if err != nil {
 			e.cfg.Logger.Error("scheduler", "err", err)
 		}
+		e.flushEvents()
 		if plan == nil || len(plan.Items) == 0 {
 			e.publishStats()
 			if !e.core.Idle() {
@@ -388,8 +395,19 @@ func (e *Engine) run() {
 			e.cfg.Logger.Error("forward", "err", err)
 		}
 		e.core.Advance(plan, logits, time.Now())
+		e.flushEvents()
 		e.deliver()
 		e.publishStats()
+	}
+}
+
+// flushEvents hands the cache's queued block events to the hook.
+func (e *Engine) flushEvents() {
+	if e.cfg.OnBlockEvents == nil {
+		return
+	}
+	if evs := e.cache.Events(); len(evs) > 0 {
+		e.cfg.OnBlockEvents(evs)
 	}
 }
 

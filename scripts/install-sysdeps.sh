@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the system packages the tests use, where missing: redis-server (the remote KV tier is
+# tested against a real Redis) and chromium (the bench report is loaded in headless Chromium).
+# Needs root or sudo for apt-get; does nothing when everything is present.
+set -euo pipefail
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
+[ ${#need[@]} -eq 0 ] && exit 0
+echo "install-sysdeps: installing ${need[*]} with apt-get"
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
