@@ -1,0 +1,72 @@
+package tier
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"stockpot/internal/prefix"
+)
+
+// Key names one block in a tier: the chain root (model identity + tenant
+// salt) and the block hash. The hash alone already names its root (it is
+// chained from it); the root is kept so stores can namespace, list and drop
+// a whole identity or tenant.
+type Key struct {
+	Root prefix.Hash
+	Hash prefix.Hash
+}
+
+func (k Key) String() string { return k.Root.Short() + "/" + k.Hash.Short() }
+
+// Item is one value to Put.
+type Item struct {
+	Key   Key
+	Value []byte // an encoded Record; owned by the store after Put
+}
+
+// Stats is a snapshot of a store's counters. Capacity is 0 when the store has
+// no byte budget of its own (memstore, Redis).
+type Stats struct {
+	UsedBytes     int64
+	CapacityBytes int64
+	Items         int64
+	Evictions     uint64 // items dropped to make room (not Deletes)
+	Hits          uint64 // keys found by Get
+	Misses        uint64 // keys not found by Get
+}
+
+// Store is one offload tier. All methods are safe for concurrent use and take
+// batches; results are in the order of the keys.
+type Store interface {
+	// Get returns one value per key, nil for a miss. Values are read-only.
+	// An error means the whole batch failed (for example the tier is down);
+	// the caller treats every key as a miss.
+	Get(ctx context.Context, keys []Key) ([][]byte, error)
+	// Put stores items, replacing values under the same key. A store with a
+	// budget evicts to make room; an item larger than the whole budget is
+	// refused with ErrTooLarge (the others are still stored).
+	Put(ctx context.Context, items []Item) error
+	// Delete removes keys; missing keys are not an error.
+	Delete(ctx context.Context, keys []Key) error
+	// Contains reports, per key, whether Get would likely find it (a tier
+	// may still lose it before the Get).
+	Contains(ctx context.Context, keys []Key) ([]bool, error)
+	// Stats returns the store's counters.
+	Stats() Stats
+}
+
+var (
+	// ErrTooLarge is returned (wrapped) by Put for a value over the budget.
+	ErrTooLarge = errors.New("tier: value larger than the store's budget")
+	// ErrClosed is returned by a store used after Close.
+	ErrClosed = errors.New("tier: store closed")
+	// ErrUnavailable is returned by a tier that is skipped for now (a remote
+	// tier whose circuit breaker is open).
+	ErrUnavailable = errors.New("tier: unavailable")
+)
+
+// TooLarge returns an error wrapping ErrTooLarge for key k.
+func TooLarge(k Key, size, budget int64) error {
+	return fmt.Errorf("%w: %s is %d bytes, budget %d", ErrTooLarge, k, size, budget)
+}

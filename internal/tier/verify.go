@@ -1,0 +1,92 @@
+package tier
+
+import (
+	"errors"
+	"fmt"
+
+	"stockpot/internal/kvcache"
+	"stockpot/internal/prefix"
+)
+
+// Verification failures. The engine counts discarded blocks by Reason(err).
+var (
+	ErrChecksum        = errors.New("tier: checksum mismatch")
+	ErrIdentity        = errors.New("tier: record of another identity or prefix")
+	ErrTokens          = errors.New("tier: record tokens differ")
+	ErrShape           = errors.New("tier: record shape differs")
+	ErrIncompleteState = errors.New("tier: record's auxiliary state incomplete")
+)
+
+// Discard reasons, the label values of stockpot_kv_blocks_discarded_total.
+const (
+	ReasonChecksum            = "checksum"
+	ReasonIdentity            = "identity"
+	ReasonIncompleteState     = "incomplete_state"
+	ReasonSlowerThanRecompute = "slower_than_recompute"
+)
+
+// Reason maps a Decode or Verify error to its discard reason. Malformed bytes
+// count as checksum (they are damaged data); tokens and shape mismatches count
+// as identity (the record is not the block the caller asked for).
+func Reason(err error) string {
+	switch {
+	case errors.Is(err, ErrIncompleteState):
+		return ReasonIncompleteState
+	case errors.Is(err, ErrIdentity), errors.Is(err, ErrTokens), errors.Is(err, ErrShape):
+		return ReasonIdentity
+	default:
+		return ReasonChecksum
+	}
+}
+
+// Want is what a reader expects of a record it fetched.
+type Want struct {
+	Identity  [32]byte // identity digest; zero skips the check (Root implies it)
+	Root      prefix.Hash
+	Hash      prefix.Hash
+	Parent    prefix.Hash // zero skips the check
+	Tokens    []int32
+	Layout    kvcache.Layout
+	NeedState bool // the model keeps recurrent state: the record must be StateComplete
+}
+
+// Verify checks a decoded record against want. Checksum and format were
+// checked by Decode; DecodeVerify does both.
+func Verify(r *Record, want Want) error {
+	if r.Root != want.Root || r.Hash != want.Hash {
+		return fmt.Errorf("%w: record %s/%s, want %s/%s", ErrIdentity, r.Root.Short(), r.Hash.Short(), want.Root.Short(), want.Hash.Short())
+	}
+	if want.Identity != ([32]byte{}) && r.Identity != want.Identity {
+		return fmt.Errorf("%w: identity digest %x, want %x", ErrIdentity, r.Identity[:4], want.Identity[:4])
+	}
+	if !want.Parent.IsZero() && r.Parent != want.Parent {
+		return fmt.Errorf("%w: parent %s, want %s", ErrIdentity, r.Parent.Short(), want.Parent.Short())
+	}
+	if r.Layout != want.Layout {
+		return fmt.Errorf("%w: %v, want %v", ErrShape, r.Layout, want.Layout)
+	}
+	if len(r.Tokens) != len(want.Tokens) {
+		return fmt.Errorf("%w: %d tokens, want %d", ErrTokens, len(r.Tokens), len(want.Tokens))
+	}
+	for i, t := range r.Tokens {
+		if t != want.Tokens[i] {
+			return fmt.Errorf("%w: token %d is %d, want %d", ErrTokens, i, t, want.Tokens[i])
+		}
+	}
+	if want.NeedState && !r.StateComplete {
+		return fmt.Errorf("%w: block %s", ErrIncompleteState, r.Hash.Short())
+	}
+	return nil
+}
+
+// DecodeVerify decodes b and verifies it against want.
+func DecodeVerify(b []byte, want Want) (*Record, error) {
+	r, err := Decode(b)
+	if err != nil {
+		return nil, err
+	}
+	if err := Verify(r, want); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
