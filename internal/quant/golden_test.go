@@ -95,9 +95,18 @@ func TestGolden(t *testing.T) {
 			t.Errorf("%s QuantizeActivations: byte %d: have %#x, want %#x", c.t, i, aq[i], c.aq[i])
 		}
 		// MatMul on ggml's own quantized bytes: dst[m][n] = w row n · x row m.
-		for name, k := range map[string]kernel{"ref": refKernels[c.t], "simd": kernels[c.t]} {
+		impls := append(variants(), variant{"ref", nil})
+		for _, impl := range impls {
+			name, k := impl.name, refKernels[c.t]
 			dst := make([]float32, c.rows*c.rows)
-			k(dst, c.rows, c.aq, c.rows, c.wq, c.k, 0, c.rows)
+			if impl.set != nil {
+				undo := impl.set()
+				k = kernels[c.t]
+				k(dst, c.rows, c.aq, c.rows, c.wq, c.k, 0, c.rows)
+				undo()
+			} else {
+				k(dst, c.rows, c.aq, c.rows, c.wq, c.k, 0, c.rows)
+			}
 			for m := range c.rows {
 				for n := range c.rows {
 					have, want := dst[m*c.rows+n], c.dot[n*c.rows+m]

@@ -30,13 +30,19 @@ func pickKernels() (map[gguf.Type]kernel, string) {
 		tiles2x2(true, q4_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
 	}
 	k[gguf.TypeQ4_K] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
-		tilesK(false, dst, ldd, xq, M, w, K, n0, n1)
+		tilesK(false, kVNNI, dst, ldd, xq, M, w, K, n0, n1)
 	}
 	k[gguf.TypeQ6_K] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
-		tilesK(true, dst, ldd, xq, M, w, K, n0, n1)
+		tilesK(true, kVNNI, dst, ldd, xq, M, w, K, n0, n1)
+	}
+	if kVNNI {
+		return k, "avx2+vnni"
 	}
 	return k, "avx2"
 }
+
+// kVNNI selects the K-quant kernels that use VPDPWSSD on 256-bit registers.
+var kVNNI = cpu.X86.HasAVX512VNNI && cpu.X86.HasAVX512VL && cpu.X86.HasAVX512BW
 
 //go:noescape
 func q8_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)

@@ -38,6 +38,27 @@ func randomOperands(t gguf.Type, M, N, K int, seed uint64) (xq, w []byte) {
 // TestMatMulKernels compares every kernel in use with the reference, bit for
 // bit, on odd shapes and sub-ranges of n.
 func TestMatMulKernels(t *testing.T) {
+	for _, v := range variants() {
+		undo := v.set()
+		checkKernels(t, v.name)
+		undo()
+	}
+}
+
+// variant is a kernel selection to test and benchmark besides the default.
+type variant struct {
+	name string
+	set  func() (undo func())
+}
+
+// extraVariants are filled in by per-architecture test files.
+var extraVariants []variant
+
+func variants() []variant {
+	return append([]variant{{Kernel(), func() func() { return func() {} }}}, extraVariants...)
+}
+
+func checkKernels(t *testing.T, name string) {
 	for _, ty := range weightTypes {
 		for _, sh := range []struct{ M, N, K, n0, n1 int }{
 			{1, 1, 256, 0, 1}, {2, 3, 256, 0, 3}, {3, 5, 512, 1, 5}, {5, 7, 768, 0, 7},
@@ -56,7 +77,7 @@ func TestMatMulKernels(t *testing.T) {
 					h, wv := have[m*ldd+n], want[m*ldd+n]
 					if math.Float32bits(h) != math.Float32bits(wv) {
 						t.Errorf("%s %s M=%d N=%d K=%d n=[%d,%d): (m=%d, n=%d): have %v, want %v",
-							ty, Kernel(), sh.M, sh.N, sh.K, sh.n0, sh.n1, m, n, h, wv)
+							ty, name, sh.M, sh.N, sh.K, sh.n0, sh.n1, m, n, h, wv)
 					}
 				}
 			}
@@ -134,18 +155,23 @@ func BenchmarkMatMul(b *testing.B) {
 		}
 		xq, w := randomOperands(ty, M, N, Kq, 1)
 		dst := make([]float32, M*N)
-		for _, impl := range []struct {
-			name string
-			k    kernel
-		}{{Kernel(), kernels[ty]}, {"ref", refKernels[ty]}} {
-			if impl.name != "ref" && Kernel() == "go" {
-				continue
+		impls := []variant{{"ref", nil}}
+		if Kernel() != "go" {
+			impls = append(variants(), impls...)
+		}
+		for _, impl := range impls {
+			k := refKernels[ty]
+			if impl.set != nil {
+				k = kernels[ty]
 			}
 			b.Run(fmt.Sprintf("%s/%s", ty, impl.name), func(b *testing.B) {
+				if impl.set != nil {
+					defer impl.set()()
+				}
 				b.ReportAllocs()
 				b.SetBytes(int64(len(w)))
 				for b.Loop() {
-					impl.k(dst, N, xq, M, w, Kq, 0, N)
+					k(dst, N, xq, M, w, Kq, 0, N)
 				}
 				b.ReportMetric(float64(M*N*Kq)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 			})
