@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Build llama.cpp natively (Release, -march=native) for speed comparisons.
+#
+# The source is the exact llama.cpp that node-llama-cpp ships (its git bundle),
+# so the native binaries and the node reference (tools/llamaref) run the same code.
+# The prebuilt node-llama-cpp libraries are generic x86-64 variants and are slower
+# than a native build, so speed ratios must be taken against these binaries.
+#
+# Outputs (all under .cache/, which is gitignored):
+#   .cache/llama.cpp-src     clone of the bundle
+#   .cache/llama.cpp-build   cmake build dir; binaries in .cache/llama.cpp-build/bin/
+#
+# Idempotent: an existing clone at the bundle's commit is reused and cmake only
+# rebuilds what changed. Targets: llama-bench, llama-server, and llama-cli unless
+# LLAMA_NATIVE_NO_CLI=1. No network access is needed (no CURL, no OpenSSL, no web UI).
+#
+# Environment:
+#   LLAMA_BUNDLE   path to gitRelease.bundle (default: from .cache/llamaref, see `make deps`)
+#   JOBS           parallel compile jobs (default: nproc)
+#   LLAMA_NATIVE_TARGETS  override the target list (space separated)
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cache="$root/.cache"
+src="$cache/llama.cpp-src"
+build="$cache/llama.cpp-build"
+jobs="${JOBS:-$(nproc)}"
+
+log() { printf '[build-llama-native %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+bundle="${LLAMA_BUNDLE:-}"
+if [[ -z "$bundle" ]]; then
+	refdir="${STOCKPOT_LLAMAREF_DIR:-$cache/llamaref}"
+	bundle="$refdir/node_modules/node-llama-cpp/llama/gitRelease.bundle"
+fi
+if [[ ! -f "$bundle" ]]; then
+	log "no llama.cpp bundle at $bundle"
+	log "run \"make deps\" first (or set LLAMA_BUNDLE=/path/to/gitRelease.bundle)"
+	exit 1
+fi
+
+want="$(git bundle list-heads "$bundle" | awk '$2=="HEAD"{print $1; exit}')"
+if [[ -z "$want" ]]; then
+	want="$(git bundle list-heads "$bundle" | awk '{print $1; exit}')"
+fi
+log "bundle $bundle at commit $want"
+
+mkdir -p "$cache"
+if [[ -d "$src/.git" ]] && [[ "$(git -C "$src" rev-parse HEAD 2>/dev/null)" == "$want" ]]; then
+	log "source already at $want: $src"
+else
+	log "cloning bundle into $src"
+	rm -rf "$src.tmp"
+	git -c advice.detachedHead=false clone --quiet "$bundle" "$src.tmp"
+	git -c advice.detachedHead=false -C "$src.tmp" checkout --quiet --detach "$want"
+	rm -rf "$src"
+	mv "$src.tmp" "$src"
+	# A new source tree invalidates the old build directory.
+	rm -rf "$build"
+fi
+
+if [[ -n "${LLAMA_NATIVE_TARGETS:-}" ]]; then
+	read -r -a targets <<<"$LLAMA_NATIVE_TARGETS"
+else
+	# llama-bench first: it is what the speed ratios use, and it is the cheapest.
+	targets=(llama-bench llama-server)
+	[[ "${LLAMA_NATIVE_NO_CLI:-0}" == 1 ]] || targets+=(llama-cli)
+fi
+
+if [[ ! -f "$build/CMakeCache.txt" ]]; then
+	log "configuring (Release, GGML_NATIVE=ON, static, no curl/openssl/ui)"
+	cmake -S "$src" -B "$build" \
+		-DCMAKE_BUILD_TYPE=Release \
+		-DGGML_NATIVE=ON \
+		-DBUILD_SHARED_LIBS=OFF \
+		-DLLAMA_BUILD_TESTS=OFF \
+		-DLLAMA_BUILD_EXAMPLES=OFF \
+		-DLLAMA_BUILD_APP=OFF \
+		-DLLAMA_BUILD_TOOLS=ON \
+		-DLLAMA_BUILD_SERVER=ON \
+		-DLLAMA_BUILD_UI=OFF \
+		-DLLAMA_USE_PREBUILT_UI=OFF \
+		-DLLAMA_OPENSSL=OFF \
+		-DLLAMA_CURL=OFF \
+		-DGGML_CCACHE=OFF \
+		>"$build.configure.log" 2>&1 || {
+		log "cmake configure failed; see $build.configure.log"
+		tail -n 30 "$build.configure.log" >&2
+		exit 1
+	}
+	mv "$build.configure.log" "$build/configure.log"
+fi
+
+start=$(date +%s)
+for t in "${targets[@]}"; do
+	log "building $t with $jobs jobs"
+	t0=$(date +%s)
+	cmake --build "$build" --config Release --target "$t" -j "$jobs" 2>&1 |
+		grep --line-buffered -E '^\[ *[0-9]+%\]|error|Error' >&2 || true
+	if [[ ! -x "$build/bin/$t" ]]; then
+		log "building $t failed; rerun: cmake --build $build --target $t"
+		exit 1
+	fi
+	log "built $t in $(($(date +%s) - t0))s"
+done
+printf '%s\n' "$want" >"$build/bin/COMMIT"
+log "done in $(($(date +%s) - start))s; binaries in $build/bin"
