@@ -201,7 +201,7 @@ func Decode(b []byte) (*Record, error) {
 		return nil, fmt.Errorf("%w: %d tokens need %d bytes, %d left", ErrFormat, bs, need, rest)
 	}
 	row := int64(heads) * int64(dim) * int64(r.Layout.DType.Size()) // < 2^35
-	perLayer := row * 2 * int64(bs)                                  // < 2^52
+	perLayer := row * 2 * int64(bs)                                 // < 2^52
 	if perLayer > rest || perLayer*int64(layers) > rest-need {
 		return nil, fmt.Errorf("%w: layout %v needs more than the %d bytes left", ErrFormat, r.Layout, rest-need)
 	}

@@ -1,0 +1,24 @@
+// Package hostmem is the host-RAM tier: a tier.Store with a byte budget
+// (--host-cache) and least-recently-used eviction.
+//
+// # One mutex, not shards
+//
+// Every operation is a map probe and a few pointer moves per key, done for a
+// whole batch under one lock acquisition; its callers are the offload writer
+// and the fetcher, a handful of goroutines, not every request. One mutex
+// keeps the LRU order and the byte budget exact (shards would each get a
+// slice of the budget and evict by a local order, so a hot shard would evict
+// while others have room). Shard when a profile shows the lock, not before.
+//
+// # Zero copy
+//
+// Put keeps the caller's value slice (tier.Store's ownership rule: the caller
+// never writes to it again), and Get returns the stored slice itself. That is
+// safe because the store never writes into a value: an overwrite or an
+// eviction only drops the store's reference, and a reader still holding the
+// old slice keeps it alive. So a block costs one copy out of the arena (at
+// eviction) and one copy back in (at restore), nothing in between.
+//
+// Accounting: UsedBytes counts value bytes plus a fixed per-entry overhead
+// (entryOverhead), so a budget of tiny values still bounds memory.
+package hostmem

@@ -1,0 +1,174 @@
+package hostmem
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"stockpot/internal/tier"
+)
+
+// entryOverhead approximates the bytes one entry costs besides its value:
+// the map slot and key (2x32 bytes + map overhead) and the entry struct with
+// its list links and slice header. Counting it keeps the budget honest for
+// small values; for real K/V blocks (tens of KiB to MiB) it is noise.
+const entryOverhead = 192
+
+// Config configures a Store.
+type Config struct {
+	// CapacityBytes is the byte budget (--host-cache). Must be > 0.
+	CapacityBytes int64
+}
+
+// DefaultConfig returns a 1 GiB budget.
+func DefaultConfig() Config { return Config{CapacityBytes: 1 << 30} }
+
+func (c Config) validate() (Config, error) {
+	if c.CapacityBytes <= 0 {
+		return c, fmt.Errorf("hostmem: capacity %d bytes must be > 0", c.CapacityBytes)
+	}
+	return c, nil
+}
+
+type entry struct {
+	key        tier.Key
+	value      []byte // never written by the store (see package doc)
+	prev, next *entry // LRU list; protected by Store.mu
+}
+
+func (e *entry) size() int64 { return int64(len(e.value)) + entryOverhead }
+
+// Store is the host-RAM tier.
+type Store struct {
+	cfg Config
+	mu  struct {
+		sync.Mutex
+		m     map[tier.Key]*entry
+		lru   entry // sentinel: lru.next is the most recent, lru.prev the least
+		used  int64
+		stats tier.Stats
+	}
+}
+
+var _ tier.Store = (*Store)(nil)
+
+// New returns an empty Store.
+func New(cfg Config) (*Store, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg}
+	s.mu.m = make(map[tier.Key]*entry)
+	s.mu.lru.next, s.mu.lru.prev = &s.mu.lru, &s.mu.lru
+	return s, nil
+}
+
+// REQUIRES: s.mu held.
+func (s *Store) unlinkLocked(e *entry) {
+	e.prev.next, e.next.prev = e.next, e.prev
+	e.prev, e.next = nil, nil
+}
+
+// REQUIRES: s.mu held; e unlinked.
+func (s *Store) pushFrontLocked(e *entry) {
+	e.prev, e.next = &s.mu.lru, s.mu.lru.next
+	e.prev.next, e.next.prev = e, e
+}
+
+// REQUIRES: s.mu held.
+func (s *Store) removeLocked(e *entry) {
+	s.unlinkLocked(e)
+	delete(s.mu.m, e.key)
+	s.mu.used -= e.size()
+}
+
+func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([][]byte, len(keys))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, k := range keys {
+		e, ok := s.mu.m[k]
+		if !ok {
+			s.mu.stats.Misses++
+			continue
+		}
+		s.mu.stats.Hits++
+		s.unlinkLocked(e)
+		s.pushFrontLocked(e)
+		out[i] = e.value
+	}
+	return out, nil
+}
+
+// Put stores items, evicting least recently used entries to make room. An
+// item over the whole budget is skipped and reported (ErrTooLarge) after the
+// others are stored.
+func (s *Store) Put(ctx context.Context, items []tier.Item) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var errs []error
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, it := range items {
+		e := &entry{key: it.Key, value: it.Value}
+		if e.size() > s.cfg.CapacityBytes {
+			errs = append(errs, tier.TooLarge(it.Key, e.size(), s.cfg.CapacityBytes))
+			continue
+		}
+		if old, ok := s.mu.m[it.Key]; ok {
+			s.removeLocked(old)
+		}
+		for s.mu.used+e.size() > s.cfg.CapacityBytes {
+			s.removeLocked(s.mu.lru.prev)
+			s.mu.stats.Evictions++
+		}
+		s.mu.m[it.Key] = e
+		s.pushFrontLocked(e)
+		s.mu.used += e.size()
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range keys {
+		if e, ok := s.mu.m[k]; ok {
+			s.removeLocked(e)
+		}
+	}
+	return nil
+}
+
+// Contains does not touch the LRU order: a probe is not a use.
+func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(keys))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, k := range keys {
+		_, out[i] = s.mu.m[k]
+	}
+	return out, nil
+}
+
+func (s *Store) Stats() tier.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.mu.stats
+	st.UsedBytes = s.mu.used
+	st.CapacityBytes = s.cfg.CapacityBytes
+	st.Items = int64(len(s.mu.m))
+	return st
+}

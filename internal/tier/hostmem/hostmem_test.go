@@ -1,0 +1,105 @@
+package hostmem_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"stockpot/internal/prefix"
+	"stockpot/internal/tier"
+	"stockpot/internal/tier/hostmem"
+	"stockpot/internal/tier/tiertest"
+)
+
+func newStore(t *testing.T, capacity int64) *hostmem.Store {
+	t.Helper()
+	s, err := hostmem.New(hostmem.Config{CapacityBytes: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	tiertest.Run(t, func(t *testing.T) tier.Store { return newStore(t, 64<<20) })
+}
+
+var (
+	identity = [32]byte{7}
+	root     = prefix.Root(identity[:], "")
+)
+
+func TestConfig(t *testing.T) {
+	if _, err := hostmem.New(hostmem.Config{}); err == nil {
+		t.Fatal("zero capacity accepted")
+	}
+	if _, err := hostmem.New(hostmem.DefaultConfig()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Scripted LRU: a budget of 3 entries; touching an entry with Get saves it;
+// Contains does not.
+func TestLRUEviction(t *testing.T) {
+	recs := tiertest.Chain(identity, root, tiertest.SmallLayout, 5, 1)
+	items := tiertest.Items(recs)
+	per := int64(len(items[0].Value)) + 192
+	s := newStore(t, 3*per)
+	ctx := context.Background()
+	step := func(put int) {
+		if err := s.Put(ctx, items[put:put+1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	has := func() (got [5]bool) {
+		c, _ := s.Contains(ctx, tiertest.Keys(recs))
+		copy(got[:], c)
+		return got
+	}
+	step(0)
+	step(1)
+	step(2)
+	s.Get(ctx, []tier.Key{recs[0].Key()})      // 0 is now the most recent
+	s.Contains(ctx, []tier.Key{recs[1].Key()}) // not a use
+	step(3)                                    // evicts 1
+	if got, want := has(), [5]bool{true, false, true, true, false}; got != want {
+		t.Fatalf("after put 3: %v, want %v", got, want)
+	}
+	step(4) // evicts 2
+	if got, want := has(), [5]bool{true, false, false, true, true}; got != want {
+		t.Fatalf("after put 4: %v, want %v", got, want)
+	}
+	st := s.Stats()
+	if st.Evictions != 2 || st.Items != 3 || st.UsedBytes != 3*per || st.CapacityBytes != 3*per {
+		t.Fatalf("stats %+v, want 2 evictions, 3 items, %d bytes used of %d", st, 3*per, 3*per)
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	recs := tiertest.Chain(identity, root, tiertest.SmallLayout, 2, 2)
+	items := tiertest.Items(recs)
+	s := newStore(t, int64(len(items[0].Value))+192)
+	big := tier.Item{Key: tier.Key{Root: root, Hash: prefix.Hash{1}}, Value: make([]byte, 1<<20)}
+	err := s.Put(context.Background(), []tier.Item{big, items[0]})
+	if !errors.Is(err, tier.ErrTooLarge) {
+		t.Fatalf("Put of an oversize value: %v, want ErrTooLarge", err)
+	}
+	if has, _ := s.Contains(context.Background(), []tier.Key{big.Key, items[0].Key}); has[0] || !has[1] {
+		t.Fatalf("after Put: contains %v, want [false true]", has)
+	}
+}
+
+// Get hands back the stored slice itself: no copy.
+func TestZeroCopy(t *testing.T) {
+	recs := tiertest.Chain(identity, root, tiertest.SmallLayout, 1, 3)
+	items := tiertest.Items(recs)
+	s := newStore(t, 1<<20)
+	s.Put(context.Background(), items)
+	vals, _ := s.Get(context.Background(), tiertest.Keys(recs))
+	if &vals[0][0] != &items[0].Value[0] {
+		t.Fatal("Get copied the value")
+	}
+	if n := testing.AllocsPerRun(100, func() { s.Get(context.Background(), tiertest.Keys(recs)) }); n > 2 {
+		t.Fatalf("Get allocates %.0f times per call", n)
+	}
+}
