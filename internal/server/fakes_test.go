@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -186,7 +187,7 @@ func (g *fakeGen) Generate(ctx context.Context, req *engine.Request) (<-chan eng
 				}
 				batch = append(batch, t)
 				i++
-				if id == fakeEOS && !req.IgnoreEOS {
+				if id == fakeEOS && !req.IgnoreEOS || slices.Contains(req.StopTokens, id) {
 					reason = engine.FinishStop
 					break
 				}

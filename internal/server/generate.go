@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -174,8 +175,8 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 			gt := genToken{Token: t, offset: runes}
 			res.tokens = append(res.tokens, gt)
 			batch = append(batch, gt)
-			if s.tok.IsEOG(t.ID) {
-				continue // end-of-generation tokens count, but have no text
+			if s.tok.IsEOG(t.ID) || slices.Contains(spec.req.StopTokens, t.ID) {
+				continue // end-of-generation and stop tokens count, but add no text (as vLLM)
 			}
 			piece := sd.Add(t.ID)
 			runes += utf8.RuneCountInString(piece)

@@ -111,6 +111,20 @@ func TestCompletionDefaultsAndEOS(t *testing.T) {
 	}
 }
 
+func TestStopTokenIDsAndIgnoreEOS(t *testing.T) {
+	s, _ := newTestServer(t, newFakeGen("ab;cd"), nil)
+	rec := do(s.Handler(), "POST", "/v1/completions", `{"prompt":"x","stop_token_ids":[61]}`) // ';' = 59+2
+	resp := decode[api.CompletionResponse](t, rec)
+	if resp.Choices[0].Text != "ab" || *resp.Choices[0].FinishReason != "stop" || resp.Usage.CompletionTokens != 3 {
+		t.Errorf("stop token: %+v %+v", resp.Choices[0], resp.Usage)
+	}
+	rec = do(s.Handler(), "POST", "/v1/completions", `{"prompt":"x","ignore_eos":true,"max_tokens":8}`)
+	resp = decode[api.CompletionResponse](t, rec)
+	if resp.Choices[0].Text != "ab;cdab" || *resp.Choices[0].FinishReason != "length" || resp.Usage.CompletionTokens != 8 {
+		t.Errorf("ignore_eos: %+v %+v", resp.Choices[0], resp.Usage)
+	}
+}
+
 func TestReturnTokenIDs(t *testing.T) {
 	s, _ := newTestServer(t, newFakeGen("ok"), nil)
 	rec := do(s.Handler(), "POST", "/v1/completions", `{"prompt":[[5,6,7]],"return_token_ids":true}`)
