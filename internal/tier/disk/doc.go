@@ -1,0 +1,54 @@
+// Package disk is the disk tier: a tier.Store over one directory
+// (--disk-cache DIR) with a byte budget (--disk-cache-size) and LRU eviction.
+//
+// # One file per block, written by temp file + rename
+//
+// Each value lives in its own file, written to a ".tmp-*" name and renamed
+// into place. Why not append-only segments with an index?
+//
+//   - A rename is atomic: a reader, or a restart after kill -9, sees the old
+//     file, the new one, or none, never half of one. Segments need their own
+//     torn-tail detection and an index that agrees with them after a crash.
+//   - Eviction is an unlink that returns the space at once. Segments free
+//     space only by compaction, which rewrites live blocks (write
+//     amplification) and needs a budget margin while it runs.
+//   - Blocks are large (tens of KiB to MiB for real models), so one file per
+//     block costs little next to the data, and a read is one open + read.
+//
+// The price is a directory of many files and a start-up listing of them; the
+// listing reads names and sizes only (no file is opened), so a start over
+// 100k blocks takes a fraction of a second.
+//
+// # Identity
+//
+// The store is opened with the identity digest it serves (the model-level
+// identity.Descriptor digest, before the tenant salt: every tenant of one
+// model shares the store, and keys carry the salted root). Files live in
+// DIR/<digest hex>/, and every file's header repeats the digest and its key.
+// At Open, directories of other digests (another model, tokenizer, K/V
+// dtype or block size used this DIR before) are removed: their records can
+// never be served here, and are collected. A lock file (DIR/LOCK, flock)
+// keeps two processes from sharing one DIR; each replica needs its own.
+//
+// # File format and crash safety
+//
+//	"SPDF" u16 version u16 0, digest [32], root [32], hash [32], u64 value length,
+//	value, u32 CRC-32C of all the bytes before it
+//
+// Partial ".tmp-*" files (a crash mid-write) are removed at Open and never
+// indexed. A file whose length, header, key or checksum is wrong (a torn
+// write that reached the final name through a crash of the file system, or
+// bit rot) is never served: Get counts it (Corrupt), deletes it and reports
+// a miss. With Config.Sync, data and the directory are fsynced before a
+// rename, for power-loss durability; without it (the default) a process
+// crash loses nothing that was renamed, and a power cut is caught by the
+// checksums.
+//
+// # Budget and eviction
+//
+// UsedBytes is the sum of file sizes. A Put evicts least recently used files
+// until the new one fits. Recency is kept in memory, and persisted as each
+// file's modification time (set on every hit), which orders the LRU list
+// rebuilt at Open. A full disk (ENOSPC) fails the Put with the error and
+// leaves nothing behind: the temp file is removed, the index is unchanged.
+package disk
