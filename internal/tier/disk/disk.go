@@ -503,4 +503,3 @@ func (s *Store) Close() error {
 	s.mu.closed = true
 	return s.lock.Close() // closing the descriptor drops the flock
 }
-

@@ -198,7 +198,7 @@ func TestBudgetLRU(t *testing.T) {
 		os.Chtimes(filepath.Join(s.Dir(), fileName(items[i].Key)), time.Unix(int64(1000+i), 0), time.Unix(int64(1000+i), 0))
 	}
 	get(t, s, []tier.Key{items[0].Key}) // 0 is now the most recent (mtime = now)
-	s.Put(ctx, items[3:4])               // evicts 1
+	s.Put(ctx, items[3:4])              // evicts 1
 	has, _ := s.Contains(ctx, tiertest.Keys(recs))
 	if want := []bool{true, false, true, true, false}; !equal(has, want) {
 		t.Fatalf("after put 3: %v, want %v", has, want)
