@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+
+	"stockpot/internal/bench"
+)
+
+// cmdBench runs `stockpot bench`: flags → bench.Config → bench.Run → table, report.json and
+// report.html.
+func cmdBench(args []string) error {
+	d := bench.DefaultConfig()
+	fs := newFlagSet("bench")
+	target := fs.String("target", d.Target, "base URL of an OpenAI-compatible server")
+	workload := fs.String("workload", d.Workload, "agent|docqa|sysprompt|rag|random|trace")
+	sessions := fs.Int("sessions", d.Sessions, "sessions (documents for docqa)")
+	turns := fs.Int("turns", d.Turns, "turns per session (questions per document for docqa)")
+	concurrency := fs.Int("concurrency", d.Concurrency, "closed loop: sessions in flight at once")
+	rate := fs.Float64("rate", 0, "open loop: session arrivals per second, Poisson (0: closed loop)")
+	trace := fs.String("trace", "", "trace workload: JSONL of {timestamp, endpoint, body}")
+	out := fs.String("out", "bench-out", "directory for report.json and report.html")
+	seed := fs.Uint64("seed", d.Seed, "workload seed")
+	prefixTokens := fs.Int("prefix-tokens", d.PrefixTokens, "tokens of the shared prefix (agent tool schema, system prompt)")
+	turnTokens := fs.Int("turn-tokens", d.TurnTokens, "tokens of each agent user message")
+	docTokens := fs.Int("doc-tokens", d.DocTokens, "tokens of each docqa document / rag context")
+	questionTokens := fs.Int("question-tokens", d.QuestionTokens, "tokens of each question")
+	maxTokens := fs.Int("max-tokens", d.MaxTokens, "max_tokens of each request")
+	model := fs.String("model", "", "model name (default: the target's first model)")
+	apiKey := fs.String("api-key", "", "bearer token for the target")
+	chat := fs.Bool("chat", false, "use /v1/chat/completions instead of /v1/completions")
+	blockSize := fs.Int("block-size", 0, "the target's KV block size for the prediction (0: ask the target, else 16)")
+	prices := fs.String("prices", "", "JSON price table replacing the built-in one")
+	timeout := fs.Duration("timeout", d.Timeout, "per-request timeout")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	if err := parseWithEnv(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
+	}
+	cfg := bench.Config{
+		Target: *target, Workload: *workload, APIKey: *apiKey, Model: *model, Chat: *chat,
+		Sessions: *sessions, Turns: *turns, Concurrency: *concurrency, Rate: *rate, TraceFile: *trace,
+		Seed: *seed, PrefixTokens: *prefixTokens, TurnTokens: *turnTokens, DocTokens: *docTokens,
+		QuestionTokens: *questionTokens, MaxTokens: *maxTokens, BlockSize: *blockSize, Timeout: *timeout,
+	}
+	if *prices != "" {
+		ps, err := bench.LoadPrices(*prices)
+		if err != nil {
+			return fmt.Errorf("--prices: %w", err)
+		}
+		cfg.Prices = ps
+	}
+	n, err := bench.CountRequests(cfg)
+	if err != nil {
+		return err
+	}
+	var bar *progressbar.ProgressBar
+	if !*quiet {
+		bar = progressbar.NewOptions(n,
+			progressbar.OptionSetWriter(os.Stderr),
+			progressbar.OptionSetDescription(cfg.Workload),
+			progressbar.OptionShowCount(),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionOnCompletion(func() { fmt.Fprintln(os.Stderr) }),
+		)
+		cfg.Progress = func() { bar.Add(1) }
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.Run(ctx, cfg)
+	if bar != nil {
+		bar.Finish()
+	}
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteTable(os.Stdout); err != nil {
+		return err
+	}
+	if err := rep.WriteFiles(*out); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s and %s\n", filepath.Join(*out, "report.json"), filepath.Join(*out, "report.html"))
+	return nil
+}

@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// defaultTokensPerWord is the fallback when the target cannot tokenize: about right for
+// English with BPE vocabularies of 32k–150k entries.
+const defaultTokensPerWord = 1.3
+
+// Config is one bench run.
+type Config struct {
+	Target   string // base URL of the server, e.g. http://127.0.0.1:8080
+	Workload string // one of Workloads
+	APIKey   string // sent as a bearer token when set
+	Model    string // model name in requests; empty: the first of GET /v1/models
+	Chat     bool   // use /v1/chat/completions instead of /v1/completions
+
+	Sessions    int     // sessions (agent, sysprompt, rag, random) or documents (docqa)
+	Turns       int     // turns per session, or questions per document
+	Concurrency int     // closed loop: sessions in flight at once
+	Rate        float64 // open loop: session arrivals per second (Poisson); 0 means closed loop
+	TraceFile   string  // trace workload: JSONL of {timestamp, endpoint, body}
+	Seed        uint64  // workload text and arrival times depend only on it
+
+	PrefixTokens   int // agent tool schema, sysprompt system prompt, random prompt base
+	TurnTokens     int // agent user message per turn
+	DocTokens      int // docqa document, rag context (split into chunks)
+	QuestionTokens int // docqa, sysprompt and rag questions
+	MaxTokens      int // max_tokens of each request
+
+	BlockSize int           // the target's KV block size, for the prediction; 0: ask the target, else 16
+	Timeout   time.Duration // per request
+	Prices    []Price       // cost table; nil: DefaultPrices
+	// ScrapeInterval is how often /metrics is read during the run for the hit-rate-over-time
+	// plot; 0 means 1s, negative means only before and after.
+	ScrapeInterval time.Duration
+
+	// Progress, when set, is called once per finished request (from several goroutines).
+	Progress func()
+}
+
+// DefaultConfig is a small agent run against a local Stockpot.
+func DefaultConfig() Config {
+	return Config{
+		Target:         "http://127.0.0.1:8080",
+		Workload:       "agent",
+		Sessions:       4,
+		Turns:          10,
+		Concurrency:    4,
+		Seed:           1,
+		PrefixTokens:   1024,
+		TurnTokens:     64,
+		DocTokens:      2048,
+		QuestionTokens: 32,
+		MaxTokens:      32,
+		Timeout:        5 * time.Minute,
+	}
+}
+
+// validate checks cfg and returns a copy with defaults filled in; cfg itself is not changed.
+func (cfg Config) validate() (Config, error) {
+	d := DefaultConfig()
+	if cfg.Target == "" {
+		return cfg, fmt.Errorf("--target is required")
+	}
+	if !strings.HasPrefix(cfg.Target, "http://") && !strings.HasPrefix(cfg.Target, "https://") {
+		return cfg, fmt.Errorf("--target %q: want an http:// or https:// URL", cfg.Target)
+	}
+	cfg.Target = strings.TrimRight(cfg.Target, "/")
+	if cfg.Workload == "" {
+		cfg.Workload = d.Workload
+	}
+	if !slices.Contains(Workloads, cfg.Workload) {
+		return cfg, fmt.Errorf("--workload %q: want one of %s", cfg.Workload, strings.Join(Workloads, ", "))
+	}
+	if cfg.Workload == "trace" && cfg.TraceFile == "" {
+		return cfg, fmt.Errorf("--workload trace needs --trace FILE.jsonl")
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"sessions", cfg.Sessions}, {"turns", cfg.Turns}, {"concurrency", cfg.Concurrency},
+		{"prefix-tokens", cfg.PrefixTokens}, {"turn-tokens", cfg.TurnTokens}, {"doc-tokens", cfg.DocTokens},
+		{"question-tokens", cfg.QuestionTokens}, {"max-tokens", cfg.MaxTokens}, {"block-size", cfg.BlockSize}} {
+		if f.v < 0 {
+			return cfg, fmt.Errorf("--%s %d: must not be negative", f.name, f.v)
+		}
+	}
+	if cfg.Sessions == 0 {
+		cfg.Sessions = d.Sessions
+	}
+	if cfg.Turns == 0 {
+		cfg.Turns = d.Turns
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = d.Concurrency
+	}
+	if cfg.PrefixTokens == 0 {
+		cfg.PrefixTokens = d.PrefixTokens
+	}
+	if cfg.TurnTokens == 0 {
+		cfg.TurnTokens = d.TurnTokens
+	}
+	if cfg.DocTokens == 0 {
+		cfg.DocTokens = d.DocTokens
+	}
+	if cfg.QuestionTokens == 0 {
+		cfg.QuestionTokens = d.QuestionTokens
+	}
+	if cfg.MaxTokens == 0 {
+		cfg.MaxTokens = d.MaxTokens
+	}
+	if cfg.Rate < 0 {
+		return cfg, fmt.Errorf("--rate %v: must not be negative", cfg.Rate)
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = d.Timeout
+	}
+	if cfg.Prices == nil {
+		cfg.Prices = DefaultPrices
+	}
+	if cfg.ScrapeInterval == 0 {
+		cfg.ScrapeInterval = time.Second
+	}
+	return cfg, nil
+}

@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// Counter names read from the target. Stockpot's names come first; vLLM's v1 names (also in
+// tokens) are understood so the same report works against it.
+const (
+	metricQueries      = "stockpot_prefix_cache_queries_total"
+	metricHits         = "stockpot_prefix_cache_hits_total"
+	metricPromptTokens = "stockpot_prompt_tokens_total"
+	vllmQueries        = "vllm:prefix_cache_queries_total"
+	vllmHits           = "vllm:prefix_cache_hits_total"
+)
+
+// tierNames are the prompt-token sources, in report order.
+var tierNames = []string{"computed", "device", "host", "disk", "remote"}
+
+// counterSnapshot is one scrape of the prefix-cache counters. Present says whether the target
+// exposes them at all.
+type counterSnapshot struct {
+	Present bool
+	Queries float64
+	Hits    float64            // summed over tiers
+	Tiers   map[string]float64 // prompt tokens by source (Stockpot only); nil when absent
+}
+
+// parseCounters reads the Prometheus text format and picks out the prefix-cache counters.
+func parseCounters(r io.Reader) (counterSnapshot, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return counterSnapshot{}, fmt.Errorf("parse metrics: %w", err)
+	}
+	sum := func(name string) (float64, bool) {
+		f, ok := fams[name]
+		if !ok {
+			return 0, false
+		}
+		t := 0.0
+		for _, m := range f.GetMetric() {
+			switch {
+			case m.Counter != nil:
+				t += m.GetCounter().GetValue()
+			case m.Untyped != nil:
+				t += m.GetUntyped().GetValue()
+			case m.Gauge != nil:
+				t += m.GetGauge().GetValue()
+			}
+		}
+		return t, true
+	}
+	var s counterSnapshot
+	q, okQ := sum(metricQueries)
+	h, okH := sum(metricHits)
+	if !okQ || !okH {
+		q, okQ = sum(vllmQueries)
+		h, okH = sum(vllmHits)
+	}
+	if okQ && okH {
+		s.Present, s.Queries, s.Hits = true, q, h
+	}
+	if f, ok := fams[metricPromptTokens]; ok {
+		s.Tiers = map[string]float64{}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" {
+					s.Tiers[l.GetValue()] += m.GetCounter().GetValue() + m.GetUntyped().GetValue()
+				}
+			}
+		}
+	}
+	return s, nil
+}
+
+// scrape fetches target/metrics. A target without /metrics (404, or not Prometheus text)
+// gives a snapshot with Present false and no error: "not reported" is a result, not a failure.
+func scrape(ctx context.Context, c *http.Client, target, apiKey string) (counterSnapshot, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(target, "/")+"/metrics", nil)
+	if err != nil {
+		return counterSnapshot{}, err
+	}
+	if apiKey != "" {
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return counterSnapshot{}, fmt.Errorf("scrape %s/metrics: %w", target, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		io.Copy(io.Discard, resp.Body)
+		return counterSnapshot{}, nil
+	}
+	s, err := parseCounters(resp.Body)
+	if err != nil {
+		return counterSnapshot{}, nil
+	}
+	return s, nil
+}
+
+// counterDelta is after − before. Present only when both scrapes had the counters.
+func counterDelta(before, after counterSnapshot) counterSnapshot {
+	d := counterSnapshot{Present: before.Present && after.Present}
+	if !d.Present {
+		return d
+	}
+	d.Queries = after.Queries - before.Queries
+	d.Hits = after.Hits - before.Hits
+	if before.Tiers != nil && after.Tiers != nil {
+		d.Tiers = map[string]float64{}
+		for k, v := range after.Tiers {
+			d.Tiers[k] = v - before.Tiers[k]
+		}
+	}
+	return d
+}
