@@ -142,8 +142,8 @@ type CacheUsage struct {
 }
 
 type usageWire struct {
-	PromptTokens        int  `json:"prompt_tokens"`
-	CompletionTokens    int  `json:"completion_tokens"`
+	PromptTokens        int `json:"prompt_tokens"`
+	CompletionTokens    int `json:"completion_tokens"`
 	PromptTokensDetails *struct {
 		CachedTokens *int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
