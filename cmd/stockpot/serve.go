@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -24,6 +25,102 @@ import (
 	"stockpot/internal/server"
 	"stockpot/internal/tokenizer"
 )
+
+// serveOptions are the resolved flags of `stockpot serve`.
+type serveOptions struct {
+	model                string
+	addr                 string
+	threads, blockSize   int
+	kvBudget             int64
+	kvType               kvcache.DType
+	prefixCache, dedup   bool
+	maxBatch, maxRunning int
+	maxPrompt            int
+	maxBody              int64
+	keys                 []string
+	logger               *slog.Logger
+	progress             io.Writer
+}
+
+// instance is a wired server: model, engine and HTTP handlers, not yet listening.
+type instance struct {
+	file   *loadedFile
+	pool   *kernels.Pool
+	engine *engine.Engine
+	server *server.Server
+	reg    *prometheus.Registry
+}
+
+func (in *instance) Close() {
+	in.engine.Close()
+	in.pool.Close()
+}
+
+// newInstance loads the model and wires engine and server. cmdServe and the tests share it.
+func newInstance(o serveOptions) (*instance, error) {
+	if o.logger == nil {
+		o.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.progress == nil {
+		o.progress = io.Discard
+	}
+	if o.threads <= 0 {
+		o.threads = runtime.NumCPU()
+	}
+	lf, err := openModel(o.model, o.progress)
+	if err != nil {
+		return nil, err
+	}
+	pool := kernels.NewPool(o.threads)
+	m, err := model.Load(lf.file, pool)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	desc := identity.Descriptor{Model: lf.fingerprint, Tokenizer: lf.tok.Digest(), KVType: o.kvType.String(), BlockSize: o.blockSize}
+	idDigest := desc.Digest()
+	ecfg := engine.DefaultConfig()
+	ecfg.BlockSize = o.blockSize
+	ecfg.KVMemory = o.kvBudget
+	ecfg.KVType = o.kvType
+	ecfg.PrefixCache = o.prefixCache
+	ecfg.Dedup = o.dedup
+	ecfg.MaxBatchTokens = o.maxBatch
+	ecfg.MaxRunning = o.maxRunning
+	ecfg.Identity = idDigest[:]
+	ecfg.EOG = lf.tok.EOGs()
+	ecfg.Logger = o.logger
+	eng, err := engine.New(m, ecfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	st := eng.Stats()
+	fmt.Fprintf(o.progress, "stockpot: KV pool %d blocks × %d tokens (%s, %s), prefix cache %v, %d threads\n",
+		st.KVBlocksTotal, o.blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), o.kvType, o.prefixCache, pool.Threads())
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	scfg := server.DefaultConfig()
+	scfg.Addr = o.addr
+	scfg.ModelName = lf.name
+	scfg.Fingerprint = lf.fingerprint.String()
+	scfg.ContextLength = lf.cfg.ContextLength
+	scfg.BlockSize = o.blockSize
+	scfg.MaxPromptTokens = o.maxPrompt
+	if o.maxBody > 0 {
+		scfg.MaxBodyBytes = o.maxBody
+	}
+	scfg.APIKeys = o.keys
+	scfg.Logger = o.logger
+	srv, err := server.New(scfg, eng, tokAdapter{lf.tok}, reg)
+	if err != nil {
+		eng.Close()
+		pool.Close()
+		return nil, err
+	}
+	return &instance{file: lf, pool: pool, engine: eng, server: srv, reg: reg}, nil
+}
 
 func cmdServe(args []string) error {
 	fs := newFlagSet("serve")
@@ -81,53 +178,17 @@ func cmdServe(args []string) error {
 		}
 	}
 
-	lf, err := openModel(*modelSpec, os.Stderr)
+	opts := serveOptions{
+		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
+		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
+		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, logger: logger, progress: os.Stderr,
+	}
+	inst, err := newInstance(opts)
 	if err != nil {
 		return err
 	}
-	pool := kernels.NewPool(*threads)
-	defer pool.Close()
-	m, err := model.Load(lf.file, pool)
-	if err != nil {
-		return err
-	}
-	desc := identity.Descriptor{Model: lf.fingerprint, Tokenizer: lf.tok.Digest(), KVType: dt.String(), BlockSize: *blockSize}
-	ecfg := engine.DefaultConfig()
-	ecfg.BlockSize = *blockSize
-	ecfg.KVMemory = kvBudget
-	ecfg.KVType = dt
-	ecfg.PrefixCache = *prefixCache
-	ecfg.Dedup = *dedup
-	ecfg.MaxBatchTokens = *maxBatch
-	ecfg.MaxRunning = *maxRunning
-	ecfg.Identity = desc.Bytes()
-	ecfg.EOG = lf.tok.EOGs()
-	ecfg.Logger = logger
-	eng, err := engine.New(m, ecfg)
-	if err != nil {
-		return err
-	}
-	defer eng.Close()
-	st := eng.Stats()
-	fmt.Fprintf(os.Stderr, "stockpot: KV pool %d blocks × %d tokens (%s, %s), prefix cache %v, %d threads\n",
-		st.KVBlocksTotal, *blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), dt, *prefixCache, pool.Threads())
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	scfg := server.DefaultConfig()
-	scfg.Addr = *addr
-	scfg.ModelName = lf.name
-	scfg.Fingerprint = lf.fingerprint.String()
-	scfg.ContextLength = lf.cfg.ContextLength
-	scfg.BlockSize = *blockSize
-	scfg.MaxPromptTokens = *maxPrompt
-	scfg.MaxBodyBytes = bodyLimit
-	scfg.APIKeys = keys
-	scfg.Logger = logger
-	srv, err := server.New(scfg, eng, tokAdapter{lf.tok}, reg)
-	if err != nil {
-		return err
-	}
+	defer inst.Close()
+	srv, lf := inst.server, inst.file
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err

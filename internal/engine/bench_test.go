@@ -1,0 +1,128 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"stockpot/internal/engine"
+	"stockpot/internal/gguf"
+	"stockpot/internal/kernels"
+	"stockpot/internal/model"
+	"stockpot/internal/synth"
+)
+
+var (
+	defaultOnce  sync.Once
+	defaultModel *model.Model
+)
+
+// servedModel is the model `stockpot serve` embeds (preset "default", seed 0).
+func servedModel(b *testing.B) *model.Model {
+	defaultOnce.Do(func() {
+		w, err := synth.Build("default", synth.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if _, err := w.WriteTo(&buf); err != nil {
+			b.Fatal(err)
+		}
+		f, err := gguf.Parse(buf.Bytes())
+		if err != nil {
+			b.Fatal(err)
+		}
+		if defaultModel, err = model.Load(f, kernels.NewPool(0)); err != nil {
+			b.Fatal(err)
+		}
+	})
+	return defaultModel
+}
+
+func servedEngine(b *testing.B, mutate func(*engine.Config)) *engine.Engine {
+	cfg := engine.DefaultConfig()
+	cfg.Identity = []byte("bench")
+	cfg.KVMemory = 512 << 20
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	e, err := engine.New(servedModel(b), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(e.Close)
+	return e
+}
+
+func ttft(b *testing.B, e *engine.Engine, p []int32) (ms float64, cached int) {
+	ch, err := e.Generate(context.Background(), &engine.Request{Prompt: p, MaxTokens: 1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for o := range ch {
+		if o.Done {
+			return o.Usage.TTFTMs, o.Usage.CachedTokens()
+		}
+	}
+	b.Fatal("no final output")
+	return 0, 0
+}
+
+// BenchmarkTTFT: time to first token for a prompt whose whole prefix is cached (warm) vs not
+// (cold), at 2K and 8K tokens, on the default model. Reported as ms and as the warm/cold ratio.
+func BenchmarkTTFT(b *testing.B) {
+	for _, n := range []int{2048, 8000} {
+		b.Run(fmt.Sprintf("%dtok", n), func(b *testing.B) {
+			var cold, warm float64
+			for i := 0; b.Loop(); i++ {
+				e := servedEngine(b, nil)
+				p := seqPrompt(uint64(1000+i), n)
+				c, _ := ttft(b, e, p)
+				w, cached := ttft(b, e, p)
+				if cached != (n-1)/16*16 {
+					b.Fatalf("warm request reused %d tokens, want %d", cached, (n-1)/16*16)
+				}
+				cold += c
+				warm += w
+			}
+			b.ReportMetric(cold/float64(b.N), "cold-ms")
+			b.ReportMetric(warm/float64(b.N), "warm-ms")
+			b.ReportMetric(warm/cold, "warm/cold")
+		})
+	}
+}
+
+// BenchmarkNoSharing: throughput of a workload with nothing shared, prefix cache on vs off.
+// The difference is the cache's overhead (hashing, lookups, commits, eviction).
+func BenchmarkNoSharing(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("prefix-cache=%v", on), func(b *testing.B) {
+			e := servedEngine(b, func(c *engine.Config) { c.PrefixCache = on; c.KVMemory = 64 << 20 })
+			start := time.Now()
+			tokens := 0
+			for i := 0; b.Loop(); i++ {
+				var wg sync.WaitGroup
+				for j := 0; j < 4; j++ {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						p := seqPrompt(uint64(i*4+j+1), 300)
+						ch, err := e.Generate(context.Background(), &engine.Request{Prompt: p, MaxTokens: 16, IgnoreEOS: true})
+						if err != nil {
+							b.Error(err)
+							return
+						}
+						for range ch {
+						}
+					}()
+					tokens += 316
+				}
+				wg.Wait()
+			}
+			b.ReportMetric(float64(tokens)/time.Since(start).Seconds(), "tok/s")
+		})
+	}
+}
