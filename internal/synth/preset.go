@@ -1,6 +1,10 @@
 package synth
 
-import "fmt"
+import (
+	"fmt"
+
+	"stockpot/internal/tokenizer"
+)
 
 // Tokenizer names a tokenizer family: the vocabulary kind, pre-tokenizer
 // and special tokens a preset uses.
@@ -29,7 +33,7 @@ type Preset struct {
 
 	Tokenizer Tokenizer
 	VocabSize int // total tokens, specials included
-	Template  string
+	Template  string // tokenizer.chat_template (package tokenizer owns the texts)
 
 	RopeBase float32 // rope.freq_base
 	// RopeLlama3 adds rope_freqs.weight computed as convert_hf_to_gguf does
@@ -52,19 +56,19 @@ var presets = []Preset{
 	{
 		Name: "tiny-llama-spm", Arch: "llama",
 		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 2048,
-		Tokenizer: TokenizerSPM, VocabSize: 1000, Template: TemplateLlama2,
+		Tokenizer: TokenizerSPM, VocabSize: 1000, Template: tokenizer.TemplateLlama2,
 		RopeBase: 10000, NormEps: 1e-5,
 	},
 	{
 		Name: "tiny-llama3", Arch: "llama",
 		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 8192,
-		Tokenizer: TokenizerLlama3, VocabSize: 1500, Template: TemplateLlama3,
+		Tokenizer: TokenizerLlama3, VocabSize: 1500, Template: tokenizer.TemplateLlama3,
 		RopeBase: 500000, RopeLlama3: true, NormEps: 1e-5,
 	},
 	{
 		Name: "tiny-qwen2", Arch: "qwen2",
 		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 4096,
-		Tokenizer: TokenizerQwen2, VocabSize: 1500, Template: TemplateChatML,
+		Tokenizer: TokenizerQwen2, VocabSize: 1500, Template: tokenizer.TemplateChatML,
 		RopeBase: 1000000, NormEps: 1e-6,
 	},
 	{
@@ -72,13 +76,13 @@ var presets = []Preset{
 		// Qwen3 decouples head_dim from embedding_length / head_count.
 		Name: "tiny-qwen3", Arch: "qwen3",
 		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 192, Context: 4096,
-		Tokenizer: TokenizerQwen3, VocabSize: 1500, Template: TemplateQwen3,
+		Tokenizer: TokenizerQwen3, VocabSize: 1500, Template: tokenizer.TemplateQwen3,
 		RopeBase: 1000000, NormEps: 1e-6, Tied: true,
 	},
 	{
 		Name: "tiny-smollm", Arch: "llama",
 		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 2048,
-		Tokenizer: TokenizerSmolLM, VocabSize: 1500, Template: TemplateChatML,
+		Tokenizer: TokenizerSmolLM, VocabSize: 1500, Template: tokenizer.TemplateChatML,
 		RopeBase: 10000, NormEps: 1e-5, Tied: true,
 	},
 	{
@@ -86,14 +90,14 @@ var presets = []Preset{
 		// apply without fallback.
 		Name: "tiny-kquant", Arch: "llama",
 		Embed: 256, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 768, Context: 2048,
-		Tokenizer: TokenizerSPM, VocabSize: 1000, Template: TemplateLlama2,
+		Tokenizer: TokenizerSPM, VocabSize: 1000, Template: tokenizer.TemplateLlama2,
 		RopeBase: 10000, NormEps: 1e-5,
 	},
 	{
 		// The model `stockpot serve` builds at start.
 		Name: "default", Arch: "llama",
 		Embed: 384, Layers: 8, Heads: 6, KVHeads: 2, HeadDim: 64, FFN: 1024, Context: 8192,
-		Tokenizer: TokenizerSmolLM, VocabSize: 4096, Template: TemplateChatML,
+		Tokenizer: TokenizerSmolLM, VocabSize: 4096, Template: tokenizer.TemplateChatML,
 		RopeBase: 100000, NormEps: 1e-5, Tied: true,
 	},
 	{
@@ -101,7 +105,7 @@ var presets = []Preset{
 		// the shipped corpus supports about 10k merges.
 		Name: "smollm-135m", Arch: "llama",
 		Embed: 576, Layers: 30, Heads: 9, KVHeads: 3, HeadDim: 64, FFN: 1536, Context: 8192,
-		Tokenizer: TokenizerSmolLM, VocabSize: 8192, Template: TemplateChatML,
+		Tokenizer: TokenizerSmolLM, VocabSize: 8192, Template: tokenizer.TemplateSmolLM,
 		RopeBase: 100000, NormEps: 1e-5, Tied: true,
 	},
 }
