@@ -32,7 +32,7 @@ type Preset struct {
 	Context int // context_length
 
 	Tokenizer Tokenizer
-	VocabSize int // total tokens, specials included
+	VocabSize int    // total tokens, specials included
 	Template  string // tokenizer.chat_template (package tokenizer owns the texts)
 
 	RopeBase float32 // rope.freq_base
