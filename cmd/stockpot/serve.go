@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"runtime"
+	"stockpot/internal/kvevents"
+	"stockpot/internal/prefix"
 	"strings"
 	"syscall"
 
@@ -49,6 +53,25 @@ type instance struct {
 	engine *engine.Engine
 	server *server.Server
 	reg    *prometheus.Registry
+	events *kvevents.Publisher
+}
+
+// handler serves the API plus the replica's block events. Event streams are long-lived, so
+// they end when drain is done (the server's drain waits for in-flight requests).
+func (in *instance) handler(drain context.Context) http.Handler {
+	ev := in.events.Handler()
+	events := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithCancel(r.Context())
+		defer cancel()
+		stop := context.AfterFunc(drain, cancel)
+		defer stop()
+		ev.ServeHTTP(w, r.WithContext(ctx))
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/v1/kv-events", events)
+	mux.Handle("/v1/kv-events/", events)
+	mux.Handle("/", in.server.Handler())
+	return mux
 }
 
 func (in *instance) Close() {
@@ -90,6 +113,15 @@ func newInstance(o serveOptions) (*instance, error) {
 	ecfg.Identity = idDigest[:]
 	ecfg.EOG = lf.tok.EOGs()
 	ecfg.Logger = o.logger
+	// Block events feed /v1/kv-events (the router's global index). The hook runs on the
+	// engine's runner goroutine; Publish never blocks.
+	pub := kvevents.NewPublisher(kvevents.DefaultConfig())
+	pub.SetIdentity(hex.EncodeToString(idDigest[:]), o.blockSize)
+	var evBuf []kvevents.Event
+	ecfg.OnBlockEvents = func(evs []prefix.Event) {
+		evBuf = kvevents.FromPrefix(evBuf[:0], kvevents.Device, evs)
+		pub.Publish(evBuf...)
+	}
 	eng, err := engine.New(m, ecfg)
 	if err != nil {
 		pool.Close()
@@ -119,7 +151,7 @@ func newInstance(o serveOptions) (*instance, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &instance{file: lf, pool: pool, engine: eng, server: srv, reg: reg}, nil
+	return &instance{file: lf, pool: pool, engine: eng, server: srv, reg: reg, events: pub}, nil
 }
 
 func cmdServe(args []string) error {
@@ -196,7 +228,7 @@ func cmdServe(args []string) error {
 	fmt.Fprintf(os.Stderr, "stockpot: serving %s on http://%s (OpenAI API under /v1, metrics at /metrics)\n", lf.name, ln.Addr())
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := srv.Serve(ctx, ln); err != nil && !errors.Is(err, context.Canceled) {
+	if err := srv.ServeHandler(ctx, ln, inst.handler(ctx)); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
 	fmt.Fprintln(os.Stderr, "stockpot: drained, bye")

@@ -31,7 +31,7 @@ func newTestInstance(t *testing.T, mutate func(*serveOptions)) (*instance, *http
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(inst.server.Handler())
+	ts := httptest.NewServer(inst.handler(t.Context()))
 	t.Cleanup(func() {
 		ts.Close()
 		if err := inst.engine.CheckInvariants(); err != nil {
@@ -334,3 +334,27 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
+
+// TestServeKVEvents: a cached prompt shows up as stored device blocks in the snapshot that
+// /v1/kv-events/snapshot serves, with the identity the router needs to compute the same hashes.
+func TestServeKVEvents(t *testing.T) {
+	_, ts := newTestInstance(t, nil)
+	completion(t, ts, map[string]any{"prompt": longText(400), "max_tokens": 1})
+	resp, err := http.Get(ts.URL + "/v1/kv-events/snapshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var snap struct {
+		Identity  string `json:"identity"`
+		BlockSize int    `json:"block_size"`
+		Blocks    []any  `json:"blocks"`
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(b, &snap); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+	if snap.Identity == "" || snap.BlockSize != 16 || len(snap.Blocks) == 0 {
+		t.Errorf("snapshot: identity %q, block size %d, %d blocks", snap.Identity, snap.BlockSize, len(snap.Blocks))
+	}
+}

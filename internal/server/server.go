@@ -100,10 +100,16 @@ func (s *Server) Config() Config { return s.cfg }
 // cancelled (freeing their engine blocks). It returns nil after a drain, or the error that
 // stopped serving.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	return s.ServeHandler(ctx, ln, s.handler)
+}
+
+// ServeHandler is Serve with h in front of Handler (h usually wraps it with extra routes,
+// such as the replica's block events); draining works the same.
+func (s *Server) ServeHandler(ctx context.Context, ln net.Listener, h http.Handler) error {
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
 	hs := &http.Server{
-		Handler:           s.handler,
+		Handler:           h,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
