@@ -334,7 +334,6 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
-
 // TestServeKVEvents: a cached prompt shows up as stored device blocks in the snapshot that
 // /v1/kv-events/snapshot serves, with the identity the router needs to compute the same hashes.
 func TestServeKVEvents(t *testing.T) {
