@@ -1,0 +1,325 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	binDir    string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// stockpotBinary builds cmd/stockpot once per test binary, into a temporary directory.
+func stockpotBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "stockpot-bench-test-")
+		if buildErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "stockpot")
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			buildErr = fmt.Errorf("go not on PATH: %w", err)
+			return
+		}
+		cmd := exec.Command(goBin, "build", "-o", binPath, "stockpot/cmd/stockpot")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// startServer runs `stockpot serve` with the default model and waits for /health.
+func startServer(t *testing.T) string {
+	t.Helper()
+	bin := stockpotBinary(t)
+	addr := freeAddr(t)
+	cmd := exec.Command(bin, "serve", "--addr", addr)
+	var log strings.Builder
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	base := "http://" + addr
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(base + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("stockpot serve did not become healthy in 60s; log:\n%s", log.String())
+	return ""
+}
+
+// TestAgentHitRateMatchesPrediction runs the agent workload (T = 10) against a real Stockpot
+// and checks the server's counters against the block-aligned prediction, and the report's
+// server numbers against deltas of counters this test scrapes itself.
+func TestAgentHitRateMatchesPrediction(t *testing.T) {
+	base := startServer(t)
+	ctx := context.Background()
+	hc := &http.Client{Timeout: 10 * time.Second}
+	before, err := scrape(ctx, hc, base, "")
+	if err != nil || !before.Present {
+		t.Fatalf("scrape before: %+v, %v", before, err)
+	}
+	cfg := DefaultConfig()
+	cfg.Target, cfg.Workload = base, "agent"
+	cfg.Sessions, cfg.Turns, cfg.Concurrency = 2, 10, 2
+	cfg.PrefixTokens, cfg.TurnTokens, cfg.MaxTokens = 160, 24, 8
+	cfg.ScrapeInterval = 500 * time.Millisecond
+	rep, err := Run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, err := scrape(ctx, hc, base, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests != 20 || rep.Errors != 0 {
+		t.Fatalf("requests/errors: have %d/%d, want 20/0: %v", rep.Requests, rep.Errors, rep.ErrorSample)
+	}
+	if rep.ServerHitRate == nil || rep.PredictedHitRate == nil || rep.ClientCachedRatio == nil {
+		t.Fatalf("hit rates: server %v, predicted %v, client %v; want all reported", rep.ServerHitRate, rep.PredictedHitRate, rep.ClientCachedRatio)
+	}
+	t.Logf("agent T=10: predicted %.4f, server %.4f, client %.4f, naive %.4f (basis: %s)",
+		*rep.PredictedHitRate, *rep.ServerHitRate, *rep.ClientCachedRatio, *rep.NaiveHitRate, rep.PredictionBasis)
+	if d := math.Abs(*rep.ServerHitRate - *rep.PredictedHitRate); d > 0.05 {
+		t.Errorf("server hit rate %.4f vs predicted %.4f: off by %.1f points, want ≤ 5", *rep.ServerHitRate, *rep.PredictedHitRate, d*100)
+	}
+	// Nobody else talks to this server, so its counter deltas are exactly the run's.
+	dq, dh := after.Queries-before.Queries, after.Hits-before.Hits
+	if *rep.ServerQueries != dq || *rep.ServerHits != dh || *rep.ServerHitRate != dh/dq {
+		t.Errorf("report server numbers %v/%v = %v, want the scraped deltas %v/%v = %v",
+			*rep.ServerHits, *rep.ServerQueries, *rep.ServerHitRate, dh, dq, dh/dq)
+	}
+	if int64(dq) != rep.PromptTokens {
+		t.Errorf("queries delta %v, want Σ usage.prompt_tokens %d", dq, rep.PromptTokens)
+	}
+	if rep.PerTier == nil || rep.PerTier["device"] != dh || rep.PerTier["computed"] != dq-dh {
+		t.Errorf("per_tier %v: want device %v and computed %v", rep.PerTier, dh, dq-dh)
+	}
+	if rep.TTFT == nil || rep.TPOT == nil || rep.TTFTCold == nil || rep.TTFTWarm == nil {
+		t.Errorf("latencies missing: ttft %v tpot %v cold %v warm %v", rep.TTFT, rep.TPOT, rep.TTFTCold, rep.TTFTWarm)
+	}
+	dir := t.TempDir()
+	if err := rep.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	checkReportJSON(t, filepath.Join(dir, "report.json"), false)
+	checkHTMLInChromium(t, filepath.Join(dir, "report.html"))
+}
+
+// fakeOpenAI is an OpenAI-compatible server that reports no cached_tokens and has no /metrics
+// and no /tokenize.
+func fakeOpenAI(t *testing.T) *httptest.Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(w, `{"object":"list","data":[{"id":"fake-model","object":"model"}]}`)
+	})
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]any
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), 400)
+			return
+		}
+		if _, ok := body["return_token_ids"]; ok {
+			http.Error(w, `{"error":{"message":"unknown field return_token_ids"}}`, 400)
+			return
+		}
+		chat := strings.Contains(r.URL.Path, "chat")
+		prompt := fmt.Sprint(body["prompt"], body["messages"])
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		for i := 0; i < 4; i++ {
+			if chat {
+				fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" w%d\"}}]}\n\n", i)
+			} else {
+				fmt.Fprintf(w, "data: {\"choices\":[{\"index\":0,\"text\":\" w%d\"}]}\n\n", i)
+			}
+			fl.Flush()
+			time.Sleep(time.Millisecond)
+		}
+		fmt.Fprintf(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":4,\"total_tokens\":%d}}\n\n",
+			len(prompt)/4, len(prompt)/4+4)
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}
+	mux.HandleFunc("POST /v1/completions", handler)
+	mux.HandleFunc("POST /v1/chat/completions", handler)
+	s := httptest.NewServer(mux)
+	t.Cleanup(s.Close)
+	return s
+}
+
+// TestOtherServerNotReported: a target without cached_tokens and /metrics gets null and "not
+// reported", never 0.
+func TestOtherServerNotReported(t *testing.T) {
+	for _, chat := range []bool{false, true} {
+		t.Run(fmt.Sprintf("chat=%v", chat), func(t *testing.T) {
+			s := fakeOpenAI(t)
+			cfg := DefaultConfig()
+			cfg.Target, cfg.Workload, cfg.Chat = s.URL, "sysprompt", chat
+			cfg.Sessions, cfg.Turns = 2, 3
+			rep, err := Run(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Requests != 6 || rep.Errors != 0 {
+				t.Fatalf("requests/errors: have %d/%d: %v", rep.Requests, rep.Errors, rep.ErrorSample)
+			}
+			if rep.ServerHitRate != nil || rep.ServerMetrics != "not reported" || rep.PerTier != nil {
+				t.Errorf("server: have %v %q %v, want null, \"not reported\", null", rep.ServerHitRate, rep.ServerMetrics, rep.PerTier)
+			}
+			if rep.ClientCachedRatio != nil || rep.ClientCached != "not reported" || rep.CachedTokens != nil {
+				t.Errorf("client: have %v %q %v, want null, \"not reported\", null", rep.ClientCachedRatio, rep.ClientCached, rep.CachedTokens)
+			}
+			if rep.TTFT == nil || rep.TPOT == nil {
+				t.Error("latencies: want them measured from the stream")
+			}
+			if rep.PredictedHitRate == nil || !strings.Contains(rep.PredictionBasis, "characters") {
+				t.Errorf("prediction: have %v (%s), want a character-based estimate", rep.PredictedHitRate, rep.PredictionBasis)
+			}
+			var tbl strings.Builder
+			rep.WriteTable(&tbl)
+			for _, l := range strings.Split(tbl.String(), "\n") {
+				if strings.HasPrefix(l, "server hit rate") || strings.HasPrefix(l, "client cached ratio") {
+					if !strings.Contains(l, "not reported") || strings.Contains(l, "0.0%") {
+						t.Errorf("table line %q: want \"not reported\", never 0", l)
+					}
+				}
+			}
+			dir := t.TempDir()
+			if err := rep.WriteFiles(dir); err != nil {
+				t.Fatal(err)
+			}
+			checkReportJSON(t, filepath.Join(dir, "report.json"), true)
+			if !chat {
+				checkHTMLInChromium(t, filepath.Join(dir, "report.html"))
+			}
+		})
+	}
+}
+
+// checkReportJSON checks the contract's keys are there and, when notReported, that the
+// server and client cache numbers are JSON null.
+func checkReportJSON(t *testing.T, path string, notReported bool) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"server_hit_rate", "client_cached_ratio", "predicted_hit_rate", "ttft_ms", "tpot_ms", "per_tier", "requests", "errors"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("report.json lacks %q", k)
+		}
+	}
+	for _, k := range []string{"ttft_ms", "tpot_ms"} {
+		var p map[string]float64
+		json.Unmarshal(m[k], &p)
+		for _, q := range []string{"p50", "p95", "p99"} {
+			if _, ok := p[q]; !ok {
+				t.Errorf("report.json %s lacks %s: %s", k, q, m[k])
+			}
+		}
+	}
+	if notReported {
+		for _, k := range []string{"server_hit_rate", "client_cached_ratio", "per_tier"} {
+			if string(m[k]) != "null" {
+				t.Errorf("report.json %s: have %s, want null", k, m[k])
+			}
+		}
+	}
+}
+
+// checkHTMLInChromium loads the report in headless Chromium and checks for console errors and
+// the four plots. Chromium is a declared test dependency: without it the test fails.
+func checkHTMLInChromium(t *testing.T, path string) {
+	t.Helper()
+	chromium := "/usr/bin/chromium"
+	if _, err := os.Stat(chromium); err != nil {
+		p, err := exec.LookPath("chromium")
+		if err != nil {
+			t.Fatalf("chromium is required to check report.html (Debian: apt-get install -y chromium); not found at %s or on PATH", chromium)
+		}
+		chromium = p
+	}
+	abs, _ := filepath.Abs(path)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
+		"--user-data-dir="+t.TempDir(), "--enable-logging=stderr", "--v=0", "--dump-dom", "file://"+abs)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("chromium: %v\n%s", err, stderr.String())
+	}
+	consoleLine := regexp.MustCompile(`(?i):CONSOLE[^\]]*\]|Uncaught|console\.error`)
+	for _, l := range strings.Split(stderr.String(), "\n") {
+		if consoleLine.MatchString(l) {
+			t.Errorf("console message while loading report.html: %s", l)
+		}
+	}
+	dom := stdout.String()
+	for _, id := range []string{"ttft-cdf", "hit-rate-over-time", "tier-usage", "predicted-vs-measured"} {
+		re := regexp.MustCompile(`(?s)<figure id="` + id + `" class="plot">\s*(?:<!--.*?-->\s*)?<svg[^>]*>.*?</svg>`)
+		if !re.MatchString(dom) {
+			t.Errorf("DOM lacks the %s plot as inline SVG", id)
+		}
+	}
+	if strings.Contains(dom, "http://") && regexp.MustCompile(`(src|href)="https?://`).MatchString(dom) {
+		t.Error("report.html refers to the network")
+	}
+}
