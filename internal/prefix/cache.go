@@ -362,7 +362,7 @@ func (c *Cache) evict(b BlockID) {
 	e := &c.meta[b]
 	c.heapRemove(b)
 	c.evictable-- // b was unpinned
-	c.queue(Evicted, e.hash, e.parent, b, c.blockTokens(b))
+	c.queue(Evicted, e.hash, e.parent, e.root, e.hits, b, c.blockTokens(b))
 	c.unlink(b)
 	c.stats.evictions++
 }
@@ -496,7 +496,7 @@ func (c *Cache) Commit(owner Owner, hash, parent Hash, tokens []int32, block Blo
 		c.updatePin(parentBlock)
 	}
 	c.stats.stored++
-	c.queue(Stored, hash, parent, block, tokens)
+	c.queue(Stored, hash, parent, root, 0, block, tokens)
 	c.maybeCheck()
 	return block, true
 }
@@ -553,7 +553,7 @@ func (c *Cache) Invalidate(root Hash) int {
 // queues a single Cleared event. It returns how many blocks it dropped.
 func (c *Cache) Clear() int {
 	n := c.drop(func(*entry) bool { return true }, false)
-	c.queue(Cleared, Hash{}, Hash{}, -1, nil)
+	c.queue(Cleared, Hash{}, Hash{}, Hash{}, 0, -1, nil)
 	c.maybeCheck()
 	return n
 }
@@ -590,7 +590,7 @@ func (c *Cache) removed(b BlockID, event bool) {
 	c.stats.removed++
 	if event {
 		e := &c.meta[b]
-		c.queue(Removed, e.hash, e.parent, b, c.blockTokens(b))
+		c.queue(Removed, e.hash, e.parent, e.root, e.hits, b, c.blockTokens(b))
 	}
 }
 
