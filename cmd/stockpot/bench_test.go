@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// fakeCompletions streams a fixed answer with usage that has no cached_tokens.
+func fakeCompletions(t *testing.T) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" a\"}]}\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"text\":\" b\"}]}\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":50,\"completion_tokens\":2,\"total_tokens\":52}}\n\n")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func TestCmdBench(t *testing.T) {
+	s := fakeCompletions(t)
+	out := t.TempDir()
+	t.Setenv("STOCKPOT_SESSIONS", "2") // flags also read STOCKPOT_<FLAG>
+	err := cmdBench([]string{"--target", s.URL, "--workload", "random", "--turns", "3", "--max-tokens", "2",
+		"--prefix-tokens", "20", "--turn-tokens", "5", "--quiet", "--out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Requests      int      `json:"requests"`
+		Errors        int      `json:"errors"`
+		ServerHitRate *float64 `json:"server_hit_rate"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests != 6 || rep.Errors != 0 || rep.ServerHitRate != nil {
+		t.Errorf("report: have %+v, want 6 requests (2 sessions from the environment × 3), 0 errors, null server hit rate", rep)
+	}
+	if _, err := os.Stat(filepath.Join(out, "report.html")); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestCmdBenchBadFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workload", "nope", "--target", "http://127.0.0.1:1"}, "--workload"},
+		{[]string{"--workload", "trace", "--target", "http://127.0.0.1:1"}, "--trace"},
+		{[]string{"--target", "127.0.0.1:1"}, "http://"},
+		{[]string{"--prices", "/nonexistent.json"}, "--prices"},
+		{[]string{"extra"}, "unexpected"},
+	} {
+		err := cmdBench(append(tc.args, "--quiet"))
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("cmdBench(%q): have %v, want an error naming %s", tc.args, err, tc.want)
+		}
+	}
+}
