@@ -166,13 +166,20 @@ const spmSpace = "▁"
 // whitespace split). Characters outside the alphabet and control characters
 // cut words: no piece contains them, so they reach llama.cpp's byte fallback.
 func TrainSPM(cfg SPMConfig) (*Vocab, error) {
+	v, _, err := trainSPM(cfg)
+	return v, err
+}
+
+// trainSPM also returns the learnt merges as (left, right) texts in rank
+// order, for tests that replay them.
+func trainSPM(cfg SPMConfig) (*Vocab, [][2]string, error) {
 	cov := cfg.Coverage
 	if cov == 0 {
 		cov = 0.9995
 	}
 	const fixed = 3 + 256
 	if cfg.Size <= fixed+1 {
-		return nil, fmt.Errorf("vocab: SPM size %d leaves no room after %d specials and bytes", cfg.Size, fixed)
+		return nil, nil, fmt.Errorf("vocab: SPM size %d leaves no room after %d specials and bytes", cfg.Size, fixed)
 	}
 	var lines []string
 	for _, l := range strings.Split(Corpus(), "\n") {
@@ -280,5 +287,9 @@ func TrainSPM(cfg SPMConfig) (*Vocab, error) {
 	for i, r := range chars {
 		add(string(r), -float32(rank+i), TypeNormal)
 	}
-	return v, nil
+	pairs := make([][2]string, len(merges))
+	for i, m := range merges {
+		pairs[i] = [2]string{strs[m.a], strs[m.b]}
+	}
+	return v, pairs, nil
 }
