@@ -61,6 +61,12 @@ type seq struct {
 
 	enqueued, started, firstToken, lastToken time.Time
 	cancelled                                bool
+
+	// Prefetch from lower tiers (see Restorer). prefetching is true from Add until the result
+	// arrives; prefetched holds it until admission uses it.
+	prefetching bool
+	prefetched  *Prefetched
+	heldSince   time.Time // when admission first held s back for its prefetch
 }
 
 // Delivery is an output for one request, queued by the core for the runner to deliver.
@@ -71,7 +77,8 @@ type Delivery struct {
 
 // Plan is the work of one forward step: for each item, tokens at consecutive positions.
 type Plan struct {
-	Items []PlanItem
+	Items    []PlanItem
+	Restores []Restore // copies into blocks to do before the forward pass
 }
 
 // PlanItem is one sequence's share of a step.
@@ -92,6 +99,9 @@ type CoreConfig struct {
 	PrefixCache    bool    // reuse cached blocks
 	Dedup          bool    // wait for blocks another request is prefilling instead of computing them
 	EOG            []int32 // the model's end-of-generation tokens; stop unless Request.IgnoreEOS
+
+	Prefetch        PrefetchPolicy
+	PrefetchTimeout time.Duration
 }
 
 // Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
@@ -104,6 +114,8 @@ type Core struct {
 	running []*seq // admission order
 	outbox  []Delivery
 	stats   coreStats
+
+	pendingRestores []Restore // set by admit, handed out by Schedule
 }
 
 // Ready returns the outputs queued since the last call, in order.
@@ -114,8 +126,10 @@ func (c *Core) Ready() []Delivery {
 }
 
 type coreStats struct {
-	dedupWaits  uint64
-	preemptions uint64
+	dedupWaits    uint64
+	preemptions   uint64
+	prefetchStall time.Duration // time admissions were held back waiting for prefetches
+	restored      [4]uint64     // blocks restored, by Tier
 }
 
 func newCore(cfg CoreConfig, cache blockCache) *Core {
@@ -133,6 +147,41 @@ func (c *Core) Add(id uint64, req *Request, root prefix.Hash, seed uint64, now t
 	s.usage.PromptTokens = len(req.Prompt)
 	c.seqs[id] = s
 	c.waiting = append(c.waiting, s)
+}
+
+// Prefetching marks a queued request as waiting for a prefetch (see CoreConfig.Prefetch).
+func (c *Core) Prefetching(id uint64) {
+	if s, ok := c.seqs[id]; ok && s.state == stateWaiting {
+		s.prefetching = true
+	}
+}
+
+// Prefetched hands a request its prefetch result.
+func (c *Core) Prefetched(id uint64, p Prefetched, now time.Time) {
+	s, ok := c.seqs[id]
+	if !ok {
+		return
+	}
+	s.prefetching = false
+	if !s.heldSince.IsZero() {
+		c.stats.prefetchStall += now.Sub(s.heldSince)
+		s.heldSince = time.Time{}
+	}
+	if s.state == stateWaiting && !s.admitted {
+		s.prefetched = &p
+		s.usage.RestoreMs = ms(p.Elapsed)
+	}
+}
+
+// PeekDevice returns how many leading full blocks of tokens the working pool holds now (what
+// a prefetch need not fetch). It takes no references.
+func (c *Core) PeekDevice(root prefix.Hash, tokens []int32) (int, []prefix.Hash) {
+	if !c.cfg.PrefixCache {
+		return 0, nil
+	}
+	blocks, hashes, _ := c.cache.match(root, tokens)
+	c.cache.release(blocks)
+	return len(blocks), hashes
 }
 
 // Cancel ends a request: its blocks are released and a cancelled output is queued.
@@ -162,6 +211,17 @@ func (c *Core) admit(now time.Time) {
 			kept = append(kept, s)
 			continue
 		}
+		if s.prefetching && !s.admitted {
+			wait := c.cfg.Prefetch == PrefetchWait ||
+				c.cfg.Prefetch == PrefetchTimeout && now.Sub(s.enqueued) < c.cfg.PrefetchTimeout
+			if wait {
+				if s.heldSince.IsZero() {
+					s.heldSince = now
+				}
+				kept = append(kept, s)
+				continue
+			}
+		}
 		var matched []kvcache.BlockID
 		var hashes []prefix.Hash
 		pending := 0
@@ -174,6 +234,7 @@ func (c *Core) admit(now time.Time) {
 				continue
 			}
 		}
+		restore := c.restorable(s, len(matched))
 		need := kvcache.BlocksForTokens(len(s.tokens), B) - len(matched)
 		fresh, err := c.cache.allocate(need)
 		if err != nil {
@@ -183,9 +244,25 @@ func (c *Core) admit(now time.Time) {
 			continue
 		}
 		s.blocks = append(append(s.blocks[:0], matched...), fresh...)
-		s.computed = len(matched) * B
-		s.committed = len(matched)
 		s.hashes = hashes
+		// Restored blocks follow the device match: copy their bytes in before the forward pass
+		// and register them, so they are shared like any computed block.
+		for i, rb := range restore {
+			bi := len(matched) + i
+			c.pendingRestores = append(c.pendingRestores, Restore{Block: int32(s.blocks[bi]), Data: rb.Data})
+			c.stats.restored[rb.Tier]++
+			switch rb.Tier {
+			case TierHost:
+				s.usage.HostTokens += B
+			case TierDisk:
+				s.usage.DiskTokens += B
+			case TierRemote:
+				s.usage.RemoteTokens += B
+			}
+		}
+		s.computed = (len(matched) + len(restore)) * B
+		s.committed = len(matched)
+		c.commitFull(s)
 		if c.cfg.PrefixCache {
 			if len(s.hashes) > len(matched) {
 				c.cache.markPending(s.id, s.hashes[len(matched):])
@@ -195,13 +272,34 @@ func (c *Core) admit(now time.Time) {
 			s.admitted = true
 			s.started = now
 			s.usage.DeviceTokens = len(matched) * B
-			s.usage.ComputedTokens = s.prompt - s.usage.DeviceTokens
+			s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
 			s.usage.QueueMs = ms(now.Sub(s.enqueued))
+			if s.prefetched != nil {
+				for _, n := range s.prefetched.Discarded {
+					s.usage.DiscardedTokens += n * B
+				}
+			}
 		}
+		s.prefetched = nil
 		s.state = stateRunning
 		c.running = append(c.running, s)
 	}
 	c.waiting = kept
+}
+
+// restorable returns the prefetched blocks of s that directly follow its device match of
+// `matched` blocks, within the reuse cap ⌊(len−1)/B⌋ (the last token is always computed).
+func (c *Core) restorable(s *seq, matched int) []RestoredBlock {
+	p := s.prefetched
+	if p == nil || !c.cfg.PrefixCache || s.admitted {
+		return nil
+	}
+	limit := prefix.MaxMatchBlocks(len(s.tokens), c.cfg.BlockSize)
+	if matched < p.First || matched >= p.First+len(p.Blocks) || matched >= limit {
+		return nil
+	}
+	run := p.Blocks[matched-p.First:]
+	return run[:min(len(run), limit-matched)]
 }
 
 // Schedule admits what fits and plans the next forward step. Decode tokens go first so a long
@@ -210,7 +308,8 @@ func (c *Core) Schedule(now time.Time) (*Plan, error) {
 	c.admit(now)
 	B := c.cfg.BlockSize
 	budget := c.cfg.MaxBatchTokens
-	plan := &Plan{}
+	plan := &Plan{Restores: c.pendingRestores}
+	c.pendingRestores = nil
 	// Decode: sequences whose prompt is computed have exactly one uncomputed token.
 	for i := 0; i < len(c.running); i++ {
 		s := c.running[i]

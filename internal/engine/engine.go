@@ -32,7 +32,11 @@ type Config struct {
 	// during the call. The slice and its token slices are only valid during the call. It must
 	// be quick and must not call back into the engine.
 	OnBlockEvents func([]prefix.Event)
-	Logger         *slog.Logger
+	// Restorer, when set, prefetches queued requests' prefixes from lower tiers.
+	Restorer        Restorer
+	Prefetch        PrefetchPolicy
+	PrefetchTimeout time.Duration // for PrefetchTimeout; default 50 ms
+	Logger          *slog.Logger
 }
 
 // DefaultKVMemory is the pool size used when Config.KVMemory is 0: enough for 64 full
@@ -61,6 +65,9 @@ func (c Config) validate() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.PrefetchTimeout == 0 {
+		c.PrefetchTimeout = 50 * time.Millisecond
+	}
 	if c.BlockSize < 1 || c.BlockSize > 4096 {
 		return c, fmt.Errorf("engine: block size %d out of range [1, 4096]", c.BlockSize)
 	}
@@ -80,11 +87,12 @@ type Engine struct {
 	core  *Core
 	ids   atomic.Uint64
 
-	in     chan *stream
-	cancel chan uint64
-	ctrl   chan func()
-	quit   chan struct{}
-	done   chan struct{}
+	in      chan *stream
+	cancel  chan uint64
+	ctrl    chan func()
+	fetched chan prefetchMsg
+	quit    chan struct{}
+	done    chan struct{}
 
 	mu      sync.Mutex
 	streams map[uint64]*stream // protected by mu
@@ -128,7 +136,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	}
 	e := &Engine{
 		cfg: cfg, model: m, arena: arena, cache: pc,
-		in: make(chan *stream, 1024), cancel: make(chan uint64, 1024), ctrl: make(chan func()),
+		in: make(chan *stream, 1024), cancel: make(chan uint64, 1024), ctrl: make(chan func()), fetched: make(chan prefetchMsg, 1024),
 		quit: make(chan struct{}), done: make(chan struct{}),
 		streams: map[uint64]*stream{},
 	}
@@ -136,6 +144,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		BlockSize: cfg.BlockSize, ContextLength: mc.ContextLength,
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxRunning: cfg.MaxRunning,
 		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup, EOG: cfg.EOG,
+		Prefetch: cfg.Prefetch, PrefetchTimeout: cfg.PrefetchTimeout,
 	}, cacheAdapter{pc})
 	e.publishStats()
 	go e.run()
@@ -260,6 +269,10 @@ func (e *Engine) publishStats() {
 		KVBlocksTotal: e.arena.NumBlocks(), KVBlocksUsed: used, KVBlocksCached: cached,
 		KVBlockBytes: e.arena.Layout().BlockBytes(), Evictions: ev,
 		DedupWaits: e.core.stats.dedupWaits, Preemptions: e.core.stats.preemptions,
+		PrefetchStall: e.core.stats.prefetchStall,
+		RestoredBlocks: map[string]uint64{
+			"host": e.core.stats.restored[TierHost], "disk": e.core.stats.restored[TierDisk], "remote": e.core.stats.restored[TierRemote],
+		},
 	}
 	e.stats.Store(&st)
 }
@@ -321,6 +334,8 @@ func (e *Engine) run() {
 				e.core.Cancel(id, time.Now())
 			case fn := <-e.ctrl:
 				fn()
+			case m := <-e.fetched:
+				e.core.Prefetched(m.id, m.p, time.Now())
 			case <-e.quit:
 				e.shutdown()
 				return
@@ -335,6 +350,8 @@ func (e *Engine) run() {
 				e.core.Cancel(id, time.Now())
 			case fn := <-e.ctrl:
 				fn()
+			case m := <-e.fetched:
+				e.core.Prefetched(m.id, m.p, time.Now())
 			case <-e.quit:
 				e.shutdown()
 				return
@@ -348,6 +365,9 @@ func (e *Engine) run() {
 			e.cfg.Logger.Error("scheduler", "err", err)
 		}
 		e.flushEvents()
+		if plan != nil {
+			e.applyRestores(plan.Restores)
+		}
 		if plan == nil || len(plan.Items) == 0 {
 			e.publishStats()
 			if !e.core.Idle() {
@@ -359,6 +379,8 @@ func (e *Engine) run() {
 					e.core.Cancel(id, time.Now())
 				case fn := <-e.ctrl:
 					fn()
+				case m := <-e.fetched:
+					e.core.Prefetched(m.id, m.p, time.Now())
 				case <-time.After(2 * time.Millisecond):
 				case <-e.quit:
 					e.shutdown()
@@ -411,8 +433,39 @@ func (e *Engine) flushEvents() {
 	}
 }
 
+type prefetchMsg struct {
+	id uint64
+	p  Prefetched
+}
+
+// add queues a request and, with tiers configured, starts its prefetch: the blocks after what
+// the working pool holds now are looked up while the request waits in the queue.
 func (e *Engine) add(s *stream) {
 	e.core.Add(s.id, s.req, s.root, s.seed, s.queued)
+	if e.cfg.Restorer == nil || !e.cfg.PrefixCache {
+		return
+	}
+	have, hashes := e.core.PeekDevice(s.root, s.req.Prompt)
+	limit := prefix.MaxMatchBlocks(len(s.req.Prompt), e.cfg.BlockSize)
+	if have >= limit {
+		return
+	}
+	e.core.Prefetching(s.id)
+	id := s.id
+	e.cfg.Restorer.Prefetch(s.root, hashes[:limit], s.req.Prompt, have, func(p Prefetched) {
+		select {
+		case e.fetched <- prefetchMsg{id, p}:
+		default:
+			go func() { e.fetched <- prefetchMsg{id, p} }()
+		}
+	})
+}
+
+// applyRestores copies restored tier bytes into their blocks (before the forward pass).
+func (e *Engine) applyRestores(rs []Restore) {
+	for _, r := range rs {
+		copy(e.arena.BlockData(kvcache.BlockID(r.Block)), r.Data)
+	}
 }
 
 func (e *Engine) deliver() {

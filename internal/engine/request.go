@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // SamplingParams chooses the next token from the logits. Temperature 0 is greedy.
@@ -90,6 +91,8 @@ type Stats struct {
 	Evictions        uint64
 	DedupWaits       uint64 // admissions deferred to wait for another request's in-flight blocks
 	Preemptions      uint64
+	PrefetchStall    time.Duration     // total time admissions were held back for prefetches
+	RestoredBlocks   map[string]uint64 // blocks restored from lower tiers, by tier
 }
 
 // Errors callers branch on.

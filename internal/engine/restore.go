@@ -1,0 +1,73 @@
+package engine
+
+import (
+	"time"
+
+	"stockpot/internal/prefix"
+)
+
+// Tier names a place a block can be restored from.
+type Tier uint8
+
+// Tiers below the working pool, fastest first.
+const (
+	TierHost Tier = iota + 1
+	TierDisk
+	TierRemote
+)
+
+func (t Tier) String() string {
+	switch t {
+	case TierHost:
+		return "host"
+	case TierDisk:
+		return "disk"
+	case TierRemote:
+		return "remote"
+	}
+	return "unknown"
+}
+
+// Restorer finds a queued request's prefix blocks in the lower tiers while it waits.
+// Implementations do I/O on their own goroutines and never touch the engine's state.
+type Restorer interface {
+	// Prefetch looks for blocks first, first+1, ... of a prompt (hashes[i] is block i's chain
+	// hash under root, tokens the prompt) and calls done exactly once, from any goroutine, with
+	// the verified contiguous run it found, starting at first. It decides with its cost model
+	// which blocks are worth restoring rather than recomputing.
+	Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, done func(Prefetched))
+}
+
+// Prefetched is the result of a prefetch.
+type Prefetched struct {
+	First  int             // index of Blocks[0] in the prompt's blocks
+	Blocks []RestoredBlock // contiguous from First, verified, worth restoring
+	// Discarded counts blocks found in some tier but not used, by reason (checksum, identity,
+	// incomplete_state, slower_than_recompute).
+	Discarded map[string]int
+	Elapsed   time.Duration
+}
+
+// RestoredBlock is one block's verified K/V bytes (kvcache block layout).
+type RestoredBlock struct {
+	Tier Tier
+	Data []byte
+}
+
+// PrefetchPolicy says how admission treats a request whose prefetch has not finished.
+type PrefetchPolicy uint8
+
+const (
+	// PrefetchWait holds the request (not the ones behind it) until its prefetch is done.
+	PrefetchWait PrefetchPolicy = iota
+	// PrefetchTimeout waits up to Config.PrefetchTimeout, then computes what has not arrived.
+	PrefetchTimeout
+	// PrefetchBestEffort never waits: whatever has arrived at admission is used.
+	PrefetchBestEffort
+)
+
+// Restore is a copy the runner performs before the forward pass: tier bytes into a block.
+type Restore struct {
+	Block int32
+	Data  []byte
+}

@@ -1,0 +1,90 @@
+package engine_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"stockpot/internal/engine"
+	"stockpot/internal/kvcache"
+	"stockpot/internal/prefix"
+)
+
+// mapTier is an in-memory lower tier for engine tests: block hash → K/V bytes.
+type mapTier struct {
+	mu     sync.Mutex
+	blocks map[prefix.Hash][]byte
+	delay  time.Duration
+	calls  int
+}
+
+func (m *mapTier) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, done func(engine.Prefetched)) {
+	go func() {
+		start := time.Now()
+		time.Sleep(m.delay)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.calls++
+		p := engine.Prefetched{First: first}
+		for i := first; i < len(hashes); i++ {
+			d, ok := m.blocks[hashes[i]]
+			if !ok {
+				break
+			}
+			p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: engine.TierDisk, Data: d})
+		}
+		p.Elapsed = time.Since(start)
+		done(p)
+	}()
+}
+
+// TestRestoreFromTier: blocks stored by one engine and restored into a fresh one (as after a
+// restart from disk) are reused, counted by tier, and change no output bit.
+func TestRestoreFromTier(t *testing.T) {
+	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
+	var arena *kvcache.Arena
+	var mu sync.Mutex
+	a := newEngine(t, func(c *engine.Config) {
+		c.OnBlockEvents = func(evs []prefix.Event) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, ev := range evs {
+				if ev.Kind == prefix.Stored {
+					tier.blocks[ev.Hash] = append([]byte(nil), arena.BlockData(ev.Block)...)
+				}
+			}
+		}
+	})
+	mu.Lock()
+	arena = a.Arena()
+	mu.Unlock()
+	p := seqPrompt(77, 150)
+	req := engine.Request{Prompt: p, MaxTokens: 8, Logprobs: 1}
+	cold := collect(t, a, req)
+	if len(tier.blocks) == 0 {
+		t.Fatal("no blocks stored")
+	}
+	for _, policy := range []engine.PrefetchPolicy{engine.PrefetchWait, engine.PrefetchTimeout, engine.PrefetchBestEffort} {
+		t.Run(fmt.Sprint("policy=", policy), func(t *testing.T) {
+			tier.delay = 20 * time.Millisecond
+			b := newEngine(t, func(c *engine.Config) { c.Restorer = tier; c.Prefetch = policy; c.PrefetchTimeout = time.Second })
+			warm := collect(t, b, req)
+			want := (len(p) - 1) / 16 * 16
+			if policy == engine.PrefetchBestEffort {
+				want = 0 // admitted before the (delayed) prefetch arrived
+			}
+			if warm.usage.DiskTokens != want || warm.usage.CachedTokens() != want {
+				t.Errorf("restored %d disk tokens (cached %d), want %d", warm.usage.DiskTokens, warm.usage.CachedTokens(), want)
+			}
+			if fmt.Sprint(warm.tokens) != fmt.Sprint(cold.tokens) || fmt.Sprint(warm.logprobs) != fmt.Sprint(cold.logprobs) {
+				t.Errorf("restored output differs:\n%v %v\n%v %v", warm.tokens, warm.logprobs, cold.tokens, cold.logprobs)
+			}
+			// The restored blocks are now in the working pool: a repeat hits the device tier.
+			again := collect(t, b, req)
+			if policy != engine.PrefetchBestEffort && again.usage.DeviceTokens != (len(p)-1)/16*16 {
+				t.Errorf("repeat: device tokens %d", again.usage.DeviceTokens)
+			}
+		})
+	}
+}
