@@ -1,0 +1,280 @@
+package redis
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"stockpot/internal/tier"
+)
+
+// Config configures a Store.
+type Config struct {
+	// IdentityDigest is the identity.Descriptor digest of the served model;
+	// it is part of every key. Must be nonzero.
+	IdentityDigest [32]byte
+	// KeyPrefix starts every key. Default "stockpot".
+	KeyPrefix string
+	// TTL of every written block. Default 24h.
+	TTL time.Duration
+	// CallTimeout bounds each batch call. Default 250ms: a remote read that
+	// takes longer is usually slower than recomputing the prefix.
+	CallTimeout time.Duration
+	// BreakerFailures consecutive failed calls open the breaker. Default 5.
+	BreakerFailures int
+	// BreakerCooldown is how long an open breaker skips Redis. Default 5s.
+	BreakerCooldown time.Duration
+}
+
+// DefaultConfig returns the defaults above; IdentityDigest must be set.
+func DefaultConfig() Config {
+	return Config{KeyPrefix: "stockpot", TTL: 24 * time.Hour, CallTimeout: 250 * time.Millisecond,
+		BreakerFailures: 5, BreakerCooldown: 5 * time.Second}
+}
+
+func (c Config) validate() (Config, error) {
+	d := DefaultConfig()
+	if c.IdentityDigest == [32]byte{} {
+		return c, errors.New("redis: Config.IdentityDigest is zero")
+	}
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = d.KeyPrefix
+	}
+	if c.TTL <= 0 {
+		c.TTL = d.TTL
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = d.CallTimeout
+	}
+	if c.BreakerFailures <= 0 {
+		c.BreakerFailures = d.BreakerFailures
+	}
+	if c.BreakerCooldown <= 0 {
+		c.BreakerCooldown = d.BreakerCooldown
+	}
+	return c, nil
+}
+
+// Store is the Redis tier. Safe for concurrent use.
+type Store struct {
+	cfg     Config
+	client  goredis.UniversalClient
+	owned   bool // Close closes client
+	cluster bool // batch reads as pipelined GETs rather than MGET
+	prefix  string
+	breaker breaker
+
+	mu struct {
+		sync.Mutex
+		hits, misses uint64
+	}
+}
+
+var _ tier.Store = (*Store)(nil)
+
+// New returns a Store over client (a *redis.Client, *redis.ClusterClient or
+// any UniversalClient). The caller keeps ownership of client. For the
+// breaker to see failures promptly, configure the client with MaxRetries -1
+// (Open does).
+func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	_, cluster := client.(*goredis.ClusterClient)
+	s := &Store{cfg: cfg, client: client, cluster: cluster,
+		prefix: cfg.KeyPrefix + ":" + hex.EncodeToString(cfg.IdentityDigest[:]) + ":"}
+	s.breaker.failures, s.breaker.cooldown, s.breaker.now = cfg.BreakerFailures, cfg.BreakerCooldown, time.Now
+	return s, nil
+}
+
+// Open connects to a redis:// or rediss:// URL (--remote-cache) with
+// retries (of commands and of dials) off and the dial, read and write timeouts set to CallTimeout.
+// Nothing is sent until the first call: a Redis that is down at start is a
+// tier that misses, not a failure to start.
+func Open(url string, cfg Config) (*Store, error) {
+	opts, err := goredis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	vcfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	opts.MaxRetries = -1
+	opts.DialerRetries = 1 // one dial attempt per call: the breaker decides about retrying
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = vcfg.CallTimeout, vcfg.CallTimeout, vcfg.CallTimeout
+	opts.PoolTimeout = vcfg.CallTimeout
+	s, err := New(goredis.NewClient(opts), cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// Close closes the client if Open made it.
+func (s *Store) Close() error {
+	if s.owned {
+		return s.client.Close()
+	}
+	return nil
+}
+
+func (s *Store) key(k tier.Key) string {
+	var b [64 + 1 + 64]byte
+	hex.Encode(b[:64], k.Root[:])
+	b[64] = ':'
+	hex.Encode(b[65:], k.Hash[:])
+	return s.prefix + string(b[:])
+}
+
+// call runs fn under the breaker and the call timeout.
+func (s *Store) call(ctx context.Context, fn func(ctx context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := s.breaker.allow(); err != nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(ctx, s.cfg.CallTimeout)
+	defer cancel()
+	err := fn(cctx)
+	if err != nil && ctx.Err() != nil {
+		s.breaker.release() // the caller gave up: no verdict on Redis
+		return fmt.Errorf("redis: %w", ctx.Err())
+	}
+	s.breaker.done(err == nil)
+	if err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
+	out := make([][]byte, len(keys))
+	if len(keys) == 0 {
+		return out, ctx.Err()
+	}
+	err := s.call(ctx, func(ctx context.Context) error {
+		if !s.cluster {
+			names := make([]string, len(keys))
+			for i, k := range keys {
+				names[i] = s.key(k)
+			}
+			vals, err := s.client.MGet(ctx, names...).Result()
+			if err != nil {
+				return err
+			}
+			for i, v := range vals {
+				if str, ok := v.(string); ok {
+					out[i] = []byte(str)
+				}
+			}
+			return nil
+		}
+		cmds := make([]*goredis.StringCmd, len(keys))
+		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i, k := range keys {
+				cmds[i] = p.Get(ctx, s.key(k))
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return err
+		}
+		for i, c := range cmds {
+			if b, err := c.Bytes(); err == nil {
+				out[i] = b
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var hits uint64
+	for _, v := range out {
+		if v != nil {
+			hits++
+		}
+	}
+	s.mu.Lock()
+	s.mu.hits += hits
+	s.mu.misses += uint64(len(keys)) - hits
+	s.mu.Unlock()
+	return out, nil
+}
+
+func (s *Store) Put(ctx context.Context, items []tier.Item) error {
+	if len(items) == 0 {
+		return ctx.Err()
+	}
+	return s.call(ctx, func(ctx context.Context) error {
+		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, it := range items {
+				p.Set(ctx, s.key(it.Key), it.Value, s.cfg.TTL)
+			}
+			return nil
+		})
+		return err
+	})
+}
+
+func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
+	if len(keys) == 0 {
+		return ctx.Err()
+	}
+	return s.call(ctx, func(ctx context.Context) error {
+		// One DEL per key: a multi-key DEL spanning slots fails on a cluster.
+		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, k := range keys {
+				p.Del(ctx, s.key(k))
+			}
+			return nil
+		})
+		return err
+	})
+}
+
+func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
+	out := make([]bool, len(keys))
+	if len(keys) == 0 {
+		return out, ctx.Err()
+	}
+	err := s.call(ctx, func(ctx context.Context) error {
+		cmds := make([]*goredis.IntCmd, len(keys))
+		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i, k := range keys {
+				cmds[i] = p.Exists(ctx, s.key(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for i, c := range cmds {
+			out[i] = c.Val() > 0
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Stats returns this process's hits and misses (see the package doc).
+func (s *Store) Stats() tier.Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return tier.Stats{Hits: s.mu.hits, Misses: s.mu.misses}
+}
+
+// BreakerOpen reports whether calls are being skipped now.
+func (s *Store) BreakerOpen() bool { return s.breaker.isOpen() }

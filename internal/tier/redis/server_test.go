@@ -1,0 +1,111 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+)
+
+// server is a real redis-server started by a test on a loopback port.
+type server struct {
+	t    *testing.T
+	port int
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+}
+
+func (s *server) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+func (s *server) url() string  { return "redis://" + s.addr() + "/0" }
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startServer starts redis-server with extra args (for example cluster
+// mode). It fails, never skips, when the binary is missing: the tests that
+// say Redis works must run against Redis.
+func startServer(t *testing.T, extra ...string) *server {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not found in PATH (%v): install it (apt-get install redis-server); `make test` and .ci install it", err)
+	}
+	s := &server{t: t, port: freePort(t), dir: t.TempDir(), args: extra}
+	s.start()
+	t.Cleanup(s.kill)
+	return s
+}
+
+func (s *server) start() {
+	s.t.Helper()
+	args := append([]string{"--port", fmt.Sprint(s.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", s.dir, "--daemonize", "no", "--protected-mode", "no", "--loglevel", "warning"}, s.args...)
+	s.cmd = exec.Command("redis-server", args...)
+	out, err := os.Create(s.dir + "/redis.log")
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.cmd.Stdout, s.cmd.Stderr = out, out
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("starting redis-server: %v", err)
+	}
+	c := goredis.NewClient(&goredis.Options{Addr: s.addr(), MaxRetries: -1})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := c.Ping(context.Background()).Err()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(s.dir + "/redis.log")
+			s.t.Fatalf("redis-server on %s not ready: %v\n%s", s.addr(), err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// kill sends SIGKILL and waits: the server vanishes mid-run.
+func (s *server) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+		s.cmd = nil
+	}
+}
+
+// startCluster starts a one-node Redis Cluster owning every slot: the
+// cluster protocol (CLUSTER SLOTS, MOVED, per-node pipelines) is real.
+func startCluster(t *testing.T) *server {
+	t.Helper()
+	s := startServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	c := goredis.NewClient(&goredis.Options{Addr: s.addr()})
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383).Err(); err != nil {
+		t.Fatalf("CLUSTER ADDSLOTSRANGE: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := c.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster not ok: %v %s", err, info)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
