@@ -22,7 +22,9 @@
 //     computed from the actual prompt tokens: each request can reuse
 //     min(⌊shared/B⌋·B, ⌊(P−1)/B⌋·B) tokens, where shared is the longest token prefix it has in
 //     common with what earlier requests left in the cache (their prompts, and the generated
-//     tokens of those that finished) and the last prompt token is always computed.
+//     tokens of those that finished) and the last prompt token is always computed. It starts
+//     from an empty cache: blocks left by traffic before the run (an earlier bench with the
+//     same seed, say) make the server beat the prediction.
 //
 // Invariants: the workload text depends only on the Config (seed included); the report's
 // server numbers are exactly the scraped counter deltas; a missing measurement is null in JSON
