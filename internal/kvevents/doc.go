@@ -1,0 +1,46 @@
+// Package kvevents carries a replica's prefix-cache block events to routers:
+// which block hashes each replica holds, in which tier, in order.
+//
+// # Types
+//
+//   - Event: one change (stored, removed, cleared) with a per-process
+//     sequence number, the tier it happened in and the block's chain hash
+//     (package prefix: the router computes the same hashes from tokens).
+//   - Publisher (replica side): numbers events, keeps a bounded ring of the
+//     recent ones and the current block set per tier, and serves both over
+//     HTTP: GET /v1/kv-events (NDJSON stream) and GET /v1/kv-events/snapshot.
+//   - Subscriber (router side): follows one replica's stream into a Sink,
+//     resyncing from the snapshot after a gap, a restart or a reconnect that
+//     came too late for the ring.
+//
+// # Wire format
+//
+// GET /v1/kv-events?since=SEQ&epoch=HEX streams one JSON object per line:
+//
+//	{"type":"hello","epoch":"1f..","seq":120,"identity":"ab..","block_size":16}
+//	{"type":"event","seq":121,"kind":"stored","tier":"device","hash":"..","parent":"..","time":1712...}
+//	{"type":"heartbeat","seq":121,"time":1712...}
+//	{"type":"resync","epoch":"1f..","seq":121}
+//
+// The stream sends events with Seq > since. A resync line means the
+// publisher cannot continue from since: the ring no longer holds since+1,
+// since is ahead of the publisher, or epoch names another process. The
+// client then fetches /v1/kv-events/snapshot ({"epoch","seq","identity",
+// "block_size","blocks":[{"hash","tier"}]}), replaces what it knew, and
+// streams again from the snapshot's seq. Heartbeats carry the latest seq, so
+// a client that lost the tail of the stream notices at the next heartbeat.
+// Times are Unix nanoseconds; hashes and the epoch are lower-case hex.
+//
+// # Invariants
+//
+// Sequence numbers start at 1 in every epoch and increase by one per event
+// with no holes; the epoch is random per process, so a restarted replica is
+// never mistaken for the old one. A Snapshot with Seq S reflects exactly
+// events 1..S. A Subscriber applies events to its Sink only in unbroken
+// sequence after a Reset; any break triggers a new Reset.
+//
+// Publish is called on the engine's runner goroutine: it takes one short
+// mutex, does no I/O, never waits on a reader, and allocates only when the
+// block set map grows. Slow readers fall behind the ring and resync; they
+// never hold the publisher up.
+package kvevents
