@@ -1,0 +1,155 @@
+package offload
+
+import (
+	"fmt"
+	"time"
+)
+
+// CostConfig configures a CostModel. Bandwidths are bytes per second.
+type CostConfig struct {
+	// Alpha is the EWMA weight of a new observation, in (0, 1]. Default 0.2:
+	// about the last ten reads matter, so one slow read does not switch
+	// restores off, and a tier that stays slow does within a few.
+	Alpha float64
+	// ReadBandwidth is the prior per tier, used until a read is observed.
+	ReadBandwidth map[string]float64
+	// PrefillTokensPerSecond is the prior prefill rate.
+	PrefillTokensPerSecond float64
+	// Overhead is the fixed cost of one batched read from a tier (a call,
+	// a round trip, the wake-up of the waiting request).
+	Overhead map[string]time.Duration
+}
+
+// DefaultCostConfig returns priors for a CPU engine with local tiers:
+// host RAM copies at ~10 GB/s, a local SSD through the page cache at
+// ~1 GB/s, Redis on a LAN at ~100 MB/s; a small model prefills ~1000
+// tokens/s. The EWMAs replace them after the first measurements.
+func DefaultCostConfig() CostConfig {
+	return CostConfig{
+		Alpha:                  0.2,
+		ReadBandwidth:          map[string]float64{"host": 10e9, "disk": 1e9, "remote": 100e6},
+		PrefillTokensPerSecond: 1000,
+		Overhead:               map[string]time.Duration{"host": 5 * time.Microsecond, "disk": 200 * time.Microsecond, "remote": time.Millisecond},
+	}
+}
+
+func (c CostConfig) validate() (CostConfig, error) {
+	d := DefaultCostConfig()
+	if c.Alpha == 0 {
+		c.Alpha = d.Alpha
+	}
+	if c.Alpha < 0 || c.Alpha > 1 {
+		return c, fmt.Errorf("offload: cost alpha %v outside (0, 1]", c.Alpha)
+	}
+	if c.PrefillTokensPerSecond == 0 {
+		c.PrefillTokensPerSecond = d.PrefillTokensPerSecond
+	}
+	if c.PrefillTokensPerSecond < 0 {
+		return c, fmt.Errorf("offload: prefill rate %v < 0", c.PrefillTokensPerSecond)
+	}
+	bw := make(map[string]float64)
+	for k, v := range d.ReadBandwidth {
+		bw[k] = v
+	}
+	for k, v := range c.ReadBandwidth {
+		if v <= 0 {
+			return c, fmt.Errorf("offload: read bandwidth of %q is %v, must be > 0", k, v)
+		}
+		bw[k] = v
+	}
+	c.ReadBandwidth = bw
+	ov := make(map[string]time.Duration)
+	for k, v := range d.Overhead {
+		ov[k] = v
+	}
+	for k, v := range c.Overhead {
+		ov[k] = v
+	}
+	c.Overhead = ov
+	return c, nil
+}
+
+// CostModel decides restore versus recompute. Pure: not safe for concurrent
+// use; the Fetcher guards its own with a mutex.
+type CostModel struct {
+	cfg     CostConfig
+	bw      map[string]float64 // bytes/s per tier, EWMA
+	prefill float64            // tokens/s, EWMA
+}
+
+// NewCostModel returns a model at its priors.
+func NewCostModel(cfg CostConfig) (*CostModel, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	m := &CostModel{cfg: cfg, bw: make(map[string]float64), prefill: cfg.PrefillTokensPerSecond}
+	for k, v := range cfg.ReadBandwidth {
+		m.bw[k] = v
+	}
+	return m, nil
+}
+
+func (m *CostModel) ewma(old, sample float64) float64 {
+	return old + m.cfg.Alpha*(sample-old)
+}
+
+// ObserveRead feeds one measured read of bytes from tier taking d.
+func (m *CostModel) ObserveRead(tier string, bytes int64, d time.Duration) {
+	if bytes <= 0 || d <= 0 {
+		return
+	}
+	sample := float64(bytes) / d.Seconds()
+	if old, ok := m.bw[tier]; ok {
+		m.bw[tier] = m.ewma(old, sample)
+	} else {
+		m.bw[tier] = sample
+	}
+}
+
+// ObservePrefill feeds one measured prefill of tokens taking d.
+func (m *CostModel) ObservePrefill(tokens int, d time.Duration) {
+	if tokens <= 0 || d <= 0 {
+		return
+	}
+	m.prefill = m.ewma(m.prefill, float64(tokens)/d.Seconds())
+}
+
+// ReadBandwidth returns the current estimate for tier in bytes/s (0 if
+// unknown: such a tier is never worth reading).
+func (m *CostModel) ReadBandwidth(tier string) float64 { return m.bw[tier] }
+
+// PrefillRate returns the current estimate in tokens/s.
+func (m *CostModel) PrefillRate() float64 { return m.prefill }
+
+// Span is one block a restore could read.
+type Span struct {
+	Tier   string
+	Bytes  int64 // bytes to read
+	Tokens int   // tokens it saves from recompute
+}
+
+// Plan returns how many leading blocks to restore (0..len(blocks)) and the
+// time that saves over recomputing them. See the package doc for the rule.
+func (m *CostModel) Plan(blocks []Span) (n int, saved time.Duration) {
+	if m.prefill <= 0 {
+		return 0, 0
+	}
+	var best, cur float64
+	used := make(map[string]bool, 3)
+	for i, b := range blocks {
+		bw := m.bw[b.Tier]
+		if bw <= 0 {
+			break // an unknown tier: nothing past it can be restored
+		}
+		if !used[b.Tier] {
+			used[b.Tier] = true
+			cur -= m.cfg.Overhead[b.Tier].Seconds()
+		}
+		cur += float64(b.Tokens)/m.prefill - float64(b.Bytes)/bw
+		if cur > best {
+			best, n = cur, i+1
+		}
+	}
+	return n, time.Duration(best * float64(time.Second))
+}

@@ -1,0 +1,64 @@
+// Package offload moves K/V blocks between the device pool and the tiers
+// below it (package tier): write-back of evicted blocks (Writer), restore of
+// a queued request's prefix (Fetcher), the restore-or-recompute decision
+// (CostModel), and their metrics (Metrics, TierStats).
+//
+// # Write-back: per-tier queues
+//
+// Writer.Enqueue runs on the engine's goroutine right after the prefix cache
+// reports an eviction: it applies the admission policy, then encodes the
+// record, which is the one synchronous copy out of the arena (the block is
+// reused as soon as Enqueue returns). The encoded bytes are immutable from
+// then on and shared by every tier's queue: each tier (host, disk, remote)
+// has its own bounded queue and worker, and a full queue drops the write,
+// counted, instead of blocking the engine.
+//
+// Why per-tier queues rather than one chain that writes host, then disk,
+// then remote: the tiers differ by orders of magnitude in speed, and a chain
+// runs at the pace of its slowest link. A Redis that slows down would fill
+// the one queue and the host tier, the fastest and most useful, would lose
+// writes with it. With a queue each, a slow tier drops only its own writes.
+// Tiers are inclusive: a block evicted from the device goes to every tier
+// (host first in the worker order); each tier evicts on its own budget.
+//
+// Admission (WriterConfig.Admission): a block is written only if it was
+// reused at least MinHits times on the device and its prefix (tokens up to
+// and including the block) is at least MinPrefixTokens long; zero turns a
+// condition off. The engine fills Evicted.Hits and Evicted.PrefixTokens.
+//
+// # Restore: Fetcher
+//
+// Fetch takes the block hashes of a prefix (from the first block the device
+// lacks) and, on its own goroutine, in parallel with the request's queue
+// wait: probes the tiers in order (host, disk, remote) with batched Contains
+// to find the longest prefix available anywhere; asks the CostModel how many
+// leading blocks are worth restoring; fetches them with one batched Get per
+// tier, deduplicating keys other fetches are already reading (singleflight);
+// and decodes and verifies every record (checksum, identity, parent, tokens,
+// shape). The usable prefix stops at the first block that fails, and, for a
+// model with recurrent state (FetcherConfig.NeedState), at the last block
+// whose auxiliary state is complete. The Result says, per block, the tier
+// and the verified record or the discard reason.
+//
+// # Cost model
+//
+// CostModel is pure (no clock, no locks): the caller feeds it measured reads
+// (ObserveRead) and prefill rates (ObservePrefill), kept as EWMAs, and Plan
+// picks the restore length n maximising
+//
+//	sum over blocks i < n of (tokens_i / prefill rate − bytes_i / read bandwidth of tier_i)
+//	  − sum over tiers used by the first n blocks of the tier's per-call overhead
+//
+// and restores nothing unless that saving is > 0: restore only where
+// recompute − restore − overhead > 0. Blocks beyond n are recomputed and
+// counted as slower_than_recompute.
+//
+// # Metrics
+//
+// Metrics registers the offload histograms and counters with a
+// prometheus.Registerer. The per-tier gauges stockpot_kv_cache_usage_bytes,
+// _capacity_bytes and _evictions_total are NOT registered here: the server
+// already owns those names (tier="device"), and its collector calls
+// TierStats(tiers) to add the host, disk and remote rows. One owner per
+// metric name, no duplicate registration.
+package offload

@@ -1,0 +1,348 @@
+package offload
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"stockpot/internal/kvcache"
+	"stockpot/internal/prefix"
+	"stockpot/internal/tier"
+)
+
+// FetcherConfig configures a Fetcher.
+type FetcherConfig struct {
+	Identity [32]byte       // identity digest every record must carry
+	Layout   kvcache.Layout // shape every record must have
+	// NeedState: the model keeps recurrent state, so a restored prefix must
+	// end at a block whose auxiliary state is complete.
+	NeedState bool
+	Cost      CostConfig
+}
+
+// DefaultFetcherConfig returns the defaults; Identity and Layout must be set.
+func DefaultFetcherConfig() FetcherConfig { return FetcherConfig{Cost: DefaultCostConfig()} }
+
+func (c FetcherConfig) validate() (FetcherConfig, error) {
+	if err := c.Layout.Validate(); err != nil {
+		return c, fmt.Errorf("offload: fetcher: %w", err)
+	}
+	if c.Identity == [32]byte{} {
+		return c, errors.New("offload: fetcher: Identity is zero")
+	}
+	return c, nil
+}
+
+// Request names the prefix to restore: the blocks after the ones the device
+// already holds, in order.
+type Request struct {
+	Root   prefix.Hash
+	Parent prefix.Hash   // parent of Hashes[0]: Root, or the last block on the device
+	Hashes []prefix.Hash // block hashes, in prefix order
+	Tokens []int32       // len(Hashes)*BlockSize tokens of those blocks
+}
+
+// Restored is the outcome for one block of a Request.
+type Restored struct {
+	Tier   string       // where it was found; "" if in no tier
+	Record *tier.Record // verified, usable; nil otherwise
+	Reason string       // discard reason when found but not used (tier.Reason*); "" otherwise
+	Err    error        // the verification error behind Reason, if any
+}
+
+// Result of a Fetch.
+type Result struct {
+	// Blocks has one entry per block found in some tier, for the longest
+	// available prefix; it may be shorter than the Request.
+	Blocks []Restored
+	// Usable is how many leading Blocks carry a verified Record.
+	Usable int
+	// Saved is the CostModel's estimate of the time restoring saves.
+	Saved time.Duration
+}
+
+// Future is a Fetch in flight.
+type Future struct {
+	done chan struct{}
+	res  Result
+	err  error
+}
+
+// Done is closed when the result is ready.
+func (f *Future) Done() <-chan struct{} { return f.done }
+
+// Wait returns the result, or ctx's error if ctx ends first (the fetch goes
+// on; a later Wait still gets it).
+func (f *Future) Wait(ctx context.Context) (Result, error) {
+	select {
+	case <-f.done:
+		return f.res, f.err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+type flightKey struct {
+	tier int
+	key  tier.Key
+}
+
+type call struct {
+	done chan struct{}
+	val  []byte
+}
+
+// Fetcher restores prefixes from the tiers. Safe for concurrent use.
+type Fetcher struct {
+	cfg     FetcherConfig
+	tiers   []Tier
+	metrics *Metrics
+
+	mu struct {
+		sync.Mutex
+		cost   *CostModel
+		flight map[flightKey]*call
+	}
+}
+
+// NewFetcher returns a Fetcher over tiers, searched in order (host, disk,
+// remote). metrics may be nil.
+func NewFetcher(cfg FetcherConfig, tiers []Tier, metrics *Metrics) (*Fetcher, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	cost, err := NewCostModel(cfg.Cost)
+	if err != nil {
+		return nil, err
+	}
+	f := &Fetcher{cfg: cfg, tiers: tiers, metrics: metrics}
+	f.mu.cost = cost
+	f.mu.flight = make(map[flightKey]*call)
+	return f, nil
+}
+
+// ObservePrefill feeds the cost model a measured prefill (the engine calls
+// it after each prefill step).
+func (f *Fetcher) ObservePrefill(tokens int, d time.Duration) {
+	f.mu.Lock()
+	f.mu.cost.ObservePrefill(tokens, d)
+	f.mu.Unlock()
+}
+
+// Fetch starts restoring req on its own goroutine and returns at once.
+// Canceling ctx abandons the fetch (its result then carries ctx's error).
+func (f *Fetcher) Fetch(ctx context.Context, req Request) *Future {
+	fu := &Future{done: make(chan struct{})}
+	go func() {
+		defer close(fu.done)
+		fu.res, fu.err = f.fetch(ctx, req)
+	}()
+	return fu
+}
+
+// Lookup returns, per block, the index of the first tier holding it (-1 for
+// none), probing every tier with one batched Contains. A tier that fails is
+// treated as holding nothing.
+func (f *Fetcher) Lookup(ctx context.Context, req Request) []int {
+	keys := make([]tier.Key, len(req.Hashes))
+	loc := make([]int, len(req.Hashes))
+	for i, h := range req.Hashes {
+		keys[i], loc[i] = tier.Key{Root: req.Root, Hash: h}, -1
+	}
+	idx := make([]int, len(keys)) // positions still unfound
+	for i := range idx {
+		idx[i] = i
+	}
+	for ti, t := range f.tiers {
+		if len(idx) == 0 || ctx.Err() != nil {
+			break
+		}
+		probe := make([]tier.Key, len(idx))
+		for j, i := range idx {
+			probe[j] = keys[i]
+		}
+		has, err := t.Store.Contains(ctx, probe)
+		if err != nil {
+			continue
+		}
+		rest := idx[:0]
+		for j, i := range idx {
+			if has[j] {
+				loc[i] = ti
+			} else {
+				rest = append(rest, i)
+			}
+		}
+		idx = rest
+	}
+	return loc
+}
+
+func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
+	bs := f.cfg.Layout.BlockSize
+	if len(req.Tokens) != len(req.Hashes)*bs {
+		return Result{}, fmt.Errorf("offload: request has %d tokens for %d blocks of %d", len(req.Tokens), len(req.Hashes), bs)
+	}
+	loc := f.Lookup(ctx, req)
+	found := 0
+	for found < len(loc) && loc[found] >= 0 {
+		found++
+	}
+	res := Result{Blocks: make([]Restored, found)}
+	if found == 0 {
+		return res, ctx.Err()
+	}
+	// Cost: how many leading blocks are worth reading.
+	spans := make([]Span, found)
+	recBytes := int64((&tier.Record{Tokens: make([]int32, bs), KV: nil}).EncodedSize()) + f.cfg.Layout.BlockBytes()
+	for i := range spans {
+		spans[i] = Span{Tier: f.tiers[loc[i]].Name, Bytes: recBytes, Tokens: bs}
+		res.Blocks[i].Tier = spans[i].Tier
+	}
+	f.mu.Lock()
+	n, saved := f.mu.cost.Plan(spans)
+	f.mu.Unlock()
+	res.Saved = saved
+	for i := n; i < found; i++ {
+		res.Blocks[i].Reason = tier.ReasonSlowerThanRecompute
+	}
+	f.metrics.Discarded(tier.ReasonSlowerThanRecompute, found-n)
+
+	// Read the first n blocks: one batched Get per tier, tiers in parallel.
+	vals := make([][]byte, n)
+	byTier := make(map[int][]int)
+	for i := range n {
+		byTier[loc[i]] = append(byTier[loc[i]], i)
+	}
+	var wg sync.WaitGroup
+	for ti, idx := range byTier {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keys := make([]tier.Key, len(idx))
+			for j, i := range idx {
+				keys[j] = tier.Key{Root: req.Root, Hash: req.Hashes[i]}
+			}
+			got := f.get(ctx, ti, keys)
+			for j, i := range idx {
+				vals[i] = got[j]
+			}
+		}()
+	}
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+
+	// Verify in order; the usable prefix stops at the first gap or failure.
+	var brk string // the reason the chain broke, for the blocks after it
+	for i := range n {
+		b := &res.Blocks[i]
+		if vals[i] == nil { // lost since Contains: a plain miss
+			if brk == "" {
+				brk = "gap"
+			}
+			b.Tier = ""
+			continue
+		}
+		parent := req.Parent
+		if i > 0 {
+			parent = req.Hashes[i-1]
+		}
+		rec, err := tier.DecodeVerify(vals[i], tier.Want{Identity: f.cfg.Identity, Root: req.Root, Hash: req.Hashes[i],
+			Parent: parent, Tokens: req.Tokens[i*bs : (i+1)*bs], Layout: f.cfg.Layout})
+		switch {
+		case err != nil:
+			b.Reason, b.Err = tier.Reason(err), err
+			if brk == "" {
+				brk = b.Reason
+			}
+		case brk != "":
+			// Valid, but its parent is not restorable.
+			if brk != "gap" {
+				b.Reason = brk
+			}
+		default:
+			b.Record = rec
+			res.Usable = i + 1
+		}
+		if b.Reason != "" {
+			f.metrics.Discarded(b.Reason, 1)
+		}
+	}
+	if f.cfg.NeedState {
+		last := res.Usable
+		for last > 0 && !res.Blocks[last-1].Record.StateComplete {
+			last--
+		}
+		for i := last; i < res.Usable; i++ {
+			res.Blocks[i].Record, res.Blocks[i].Reason = nil, tier.ReasonIncompleteState
+			res.Blocks[i].Err = tier.ErrIncompleteState
+		}
+		f.metrics.Discarded(tier.ReasonIncompleteState, res.Usable-last)
+		res.Usable = last
+	}
+	// Trim trailing blocks that were never found (a gap at the end).
+	for len(res.Blocks) > 0 && res.Blocks[len(res.Blocks)-1].Tier == "" {
+		res.Blocks = res.Blocks[:len(res.Blocks)-1]
+	}
+	return res, nil
+}
+
+// get reads keys from tier ti, joining reads of the same keys already in
+// flight (singleflight) and leading one batched Get for the rest.
+func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) [][]byte {
+	out := make([][]byte, len(keys))
+	var lead []int
+	var leadCalls []*call
+	wait := make(map[int]*call)
+	f.mu.Lock()
+	for i, k := range keys {
+		fk := flightKey{ti, k}
+		if c, ok := f.mu.flight[fk]; ok {
+			wait[i] = c
+			continue
+		}
+		c := &call{done: make(chan struct{})}
+		f.mu.flight[fk] = c
+		lead, leadCalls = append(lead, i), append(leadCalls, c)
+	}
+	f.mu.Unlock()
+	if len(lead) > 0 {
+		lk := make([]tier.Key, len(lead))
+		for j, i := range lead {
+			lk[j] = keys[i]
+		}
+		t := f.tiers[ti]
+		start := time.Now()
+		vals, err := t.Store.Get(ctx, lk)
+		d := time.Since(start)
+		f.metrics.ObserveRead(t.Name, d)
+		var bytes int64
+		f.mu.Lock()
+		for j, i := range lead {
+			if err == nil {
+				leadCalls[j].val = vals[j]
+				bytes += int64(len(vals[j]))
+			}
+			out[i] = leadCalls[j].val
+			delete(f.mu.flight, flightKey{ti, keys[i]})
+			close(leadCalls[j].done)
+		}
+		if err == nil {
+			f.mu.cost.ObserveRead(t.Name, bytes, d)
+		}
+		f.mu.Unlock()
+	}
+	for i, c := range wait {
+		select {
+		case <-c.done:
+			out[i] = c.val
+		case <-ctx.Done():
+		}
+	}
+	return out
+}

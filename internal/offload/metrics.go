@@ -1,0 +1,118 @@
+package offload
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"stockpot/internal/tier"
+)
+
+// Tier is one named tier below the device: "host", "disk" or "remote" (the
+// label values of the {tier} metrics and of the usage "cache" fields).
+type Tier struct {
+	Name  string
+	Store tier.Store
+}
+
+// TierStat is one tier's row of the stockpot_kv_cache_* gauges.
+type TierStat struct {
+	Tier          string
+	UsedBytes     int64
+	CapacityBytes int64
+	Evictions     uint64
+}
+
+// TierStats returns the rows the server's collector adds to
+// stockpot_kv_cache_usage_bytes, _capacity_bytes and _evictions_total
+// (beside its own tier="device" row). See the package doc.
+func TierStats(tiers []Tier) []TierStat {
+	out := make([]TierStat, len(tiers))
+	for i, t := range tiers {
+		st := t.Store.Stats()
+		out[i] = TierStat{Tier: t.Name, UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Evictions: st.Evictions}
+	}
+	return out
+}
+
+// Metrics holds the offload metrics. A nil *Metrics records nothing, so
+// components work without one.
+type Metrics struct {
+	read      *prometheus.HistogramVec
+	write     *prometheus.HistogramVec
+	discarded *prometheus.CounterVec
+	dropped   *prometheus.CounterVec
+	stall     prometheus.Counter
+}
+
+// NewMetrics creates the metrics and registers them with reg:
+// stockpot_kv_offload_read_seconds{tier}, stockpot_kv_offload_write_seconds{tier},
+// stockpot_kv_blocks_discarded_total{reason}, stockpot_kv_offload_dropped_writes_total{tier},
+// stockpot_kv_restore_stall_seconds_total.
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	// 50 µs (a host-RAM batch) to ~3 s (a remote read that timed out).
+	buckets := prometheus.ExponentialBuckets(50e-6, 4, 9)
+	m := &Metrics{
+		read: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "stockpot_kv_offload_read_seconds", Help: "Time of one batched read from an offload tier.", Buckets: buckets,
+		}, []string{"tier"}),
+		write: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "stockpot_kv_offload_write_seconds", Help: "Time of one batched write-back to an offload tier.", Buckets: buckets,
+		}, []string{"tier"}),
+		discarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockpot_kv_blocks_discarded_total", Help: "Blocks found in a tier but not used, by reason.",
+		}, []string{"reason"}),
+		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockpot_kv_offload_dropped_writes_total", Help: "Write-backs dropped because a tier's queue was full.",
+		}, []string{"tier"}),
+		stall: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockpot_kv_restore_stall_seconds_total", Help: "Time requests waited on restores.",
+		}),
+	}
+	for _, c := range []prometheus.Collector{m.read, m.write, m.discarded, m.dropped, m.stall} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	// Every reason reads 0 from the start, so a dashboard's rate() has a series.
+	for _, r := range []string{tier.ReasonChecksum, tier.ReasonIdentity, tier.ReasonIncompleteState, tier.ReasonSlowerThanRecompute} {
+		m.discarded.WithLabelValues(r)
+	}
+	return m, nil
+}
+
+// ObserveRead records one batched read from tier.
+func (m *Metrics) ObserveRead(tier string, d time.Duration) {
+	if m != nil {
+		m.read.WithLabelValues(tier).Observe(d.Seconds())
+	}
+}
+
+// ObserveWrite records one batched write to tier.
+func (m *Metrics) ObserveWrite(tier string, d time.Duration) {
+	if m != nil {
+		m.write.WithLabelValues(tier).Observe(d.Seconds())
+	}
+}
+
+// Discarded counts n discarded blocks for reason (tier.Reason*).
+func (m *Metrics) Discarded(reason string, n int) {
+	if m != nil && n > 0 {
+		m.discarded.WithLabelValues(reason).Add(float64(n))
+	}
+}
+
+// Dropped counts one dropped write to tier.
+func (m *Metrics) Dropped(tier string) {
+	if m != nil {
+		m.dropped.WithLabelValues(tier).Inc()
+	}
+}
+
+// RestoreStall adds the time a request waited on its restore (the engine
+// calls it when a queued request is held for its prefetch).
+func (m *Metrics) RestoreStall(d time.Duration) {
+	if m != nil && d > 0 {
+		m.stall.Add(d.Seconds())
+	}
+}

@@ -1,0 +1,365 @@
+package offload
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"stockpot/internal/prefix"
+	"stockpot/internal/tier"
+	"stockpot/internal/tier/hostmem"
+	"stockpot/internal/tier/memstore"
+	"stockpot/internal/tier/tiertest"
+)
+
+var (
+	identity = [32]byte{0x11}
+	root     = prefix.Root(identity[:], "")
+	layout   = tiertest.SmallLayout
+	ctx      = context.Background()
+)
+
+func evicted(r *tier.Record, hits, prefixTokens int) Evicted {
+	return Evicted{Root: r.Root, Hash: r.Hash, Parent: r.Parent, Tokens: r.Tokens, Hits: hits, PrefixTokens: prefixTokens}
+}
+
+// blockingStore blocks every Put until released, and counts Gets.
+type blockingStore struct {
+	tier.Store
+	release chan struct{}
+	gets    atomic.Int64
+	getGate chan struct{} // if non-nil, Get waits on it
+}
+
+func (b *blockingStore) Put(ctx context.Context, items []tier.Item) error {
+	if b.release != nil {
+		<-b.release
+	}
+	return b.Store.Put(ctx, items)
+}
+
+func (b *blockingStore) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
+	b.gets.Add(int64(len(keys)))
+	if b.getGate != nil {
+		<-b.getGate
+	}
+	return b.Store.Get(ctx, keys)
+}
+
+func TestWriterWritesAllTiersAndAdmits(t *testing.T) {
+	host, disk := memstore.New(), memstore.New()
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := NewWriter(WriterConfig{Identity: identity, Layout: layout, Admission: Admission{MinHits: 1, MinPrefixTokens: 8}},
+		[]Tier{{"host", host}, {"disk", disk}}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := tiertest.Chain(identity, root, layout, 4, 1)
+	kv := append([]byte(nil), recs[0].KV...)
+	if w.Enqueue(evicted(recs[0], 0, 4), kv) {
+		t.Fatal("a never-reused, short block was admitted")
+	}
+	if w.Enqueue(evicted(recs[1], 1, 4), recs[1].KV) {
+		t.Fatal("a block of a 4-token prefix passed MinPrefixTokens 8")
+	}
+	if !w.Enqueue(evicted(recs[1], 1, 8), recs[1].KV) {
+		t.Fatal("an admissible block was refused")
+	}
+	// The arena block is reused right after Enqueue: the queued copy must not change.
+	want := tiertest.Encode(recs[1])
+	for i := range recs[1].KV {
+		recs[1].KV[i] = 0
+	}
+	w.Close()
+	for _, s := range []tier.Store{host, disk} {
+		v, _ := s.Get(ctx, []tier.Key{recs[1].Key()})
+		if string(v[0]) != string(want) {
+			t.Fatal("written record differs from the block at Enqueue time")
+		}
+	}
+	st := w.Stats()
+	if st.Enqueued != 1 || st.NotAdmitted != 2 || st.Written[0] != 1 || st.Written[1] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if w.Enqueue(evicted(recs[2], 5, 100), recs[2].KV) {
+		t.Fatal("Enqueue after Close queued")
+	}
+}
+
+func TestWriterDropsWhenFull(t *testing.T) {
+	slow := &blockingStore{Store: memstore.New(), release: make(chan struct{})}
+	fast := memstore.New()
+	reg := prometheus.NewRegistry()
+	m, _ := NewMetrics(reg)
+	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 2, MaxBatch: 1},
+		[]Tier{{"host", fast}, {"remote", slow}}, m)
+	recs := tiertest.Chain(identity, root, layout, 10, 2)
+	done := make(chan struct{})
+	go func() {
+		for _, r := range recs {
+			w.Enqueue(evicted(r, 0, 0), r.KV)
+			// Let the fast tier's worker keep up; the slow one is stuck.
+			deadline := time.Now().Add(2 * time.Second)
+			for w.Stats().Written[0] < w.Stats().Enqueued-w.Stats().Dropped[0] && time.Now().Before(deadline) {
+				time.Sleep(time.Millisecond)
+			}
+		}
+		close(done)
+	}()
+	select {
+	case <-done: // Enqueue never blocked on the stuck tier
+	case <-time.After(10 * time.Second):
+		t.Fatal("Enqueue blocked behind a stuck tier")
+	}
+	close(slow.release)
+	w.Close()
+	st := w.Stats()
+	// The stuck worker holds 1 batch, its queue 2: 7 of 10 dropped.
+	if st.Dropped[1] != 7 || st.Written[1] != 3 {
+		t.Fatalf("remote: dropped %d, written %d; want 7, 3", st.Dropped[1], st.Written[1])
+	}
+	if st.Dropped[0] != 0 || st.Written[0] != 10 {
+		t.Fatalf("host: dropped %d, written %d; want 0, 10 (a slow tier must not cost the fast one)", st.Dropped[0], st.Written[0])
+	}
+	if got := counterValue(m.dropped.WithLabelValues("remote")); got != 7 {
+		t.Fatalf("dropped metric %v, want 7", got)
+	}
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		panic(err)
+	}
+	return m.GetCounter().GetValue()
+}
+
+func request(recs []*tier.Record) Request {
+	req := Request{Root: root, Parent: recs[0].Parent}
+	for _, r := range recs {
+		req.Hashes = append(req.Hashes, r.Hash)
+		req.Tokens = append(req.Tokens, r.Tokens...)
+	}
+	return req
+}
+
+func newFetcher(t *testing.T, tiers []Tier, m *Metrics, mod func(*FetcherConfig)) *Fetcher {
+	t.Helper()
+	cfg := FetcherConfig{Identity: identity, Layout: layout,
+		Cost: CostConfig{PrefillTokensPerSecond: 10, Overhead: map[string]time.Duration{"host": 0, "disk": 0, "remote": 0}}}
+	if mod != nil {
+		mod(&cfg)
+	}
+	f, err := NewFetcher(cfg, tiers, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func fetch(t *testing.T, f *Fetcher, req Request) Result {
+	t.Helper()
+	res, err := f.Fetch(ctx, req).Wait(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// Blocks 0-1 on host, 2-3 on disk, 5 on remote (4 nowhere): the longest
+// prefix is 4 blocks, read from two tiers and verified.
+func TestFetchLongestPrefixAcrossTiers(t *testing.T) {
+	host, disk, remote := memstore.New(), memstore.New(), memstore.New()
+	recs := tiertest.Chain(identity, root, layout, 6, 3)
+	items := tiertest.Items(recs)
+	host.Put(ctx, items[0:2])
+	disk.Put(ctx, items[1:4])
+	remote.Put(ctx, items[5:6])
+	f := newFetcher(t, []Tier{{"host", host}, {"disk", disk}, {"remote", remote}}, nil, nil)
+	res := fetch(t, f, request(recs))
+	if res.Usable != 4 || len(res.Blocks) != 4 {
+		t.Fatalf("usable %d of %d blocks, want 4 of 4", res.Usable, len(res.Blocks))
+	}
+	for i, want := range []string{"host", "host", "disk", "disk"} {
+		b := res.Blocks[i]
+		if b.Tier != want || b.Record == nil || b.Record.Hash != recs[i].Hash || string(b.Record.KV) != string(recs[i].KV) {
+			t.Fatalf("block %d: %+v, want a verified record from %s", i, b, want)
+		}
+	}
+}
+
+// Corruption and identity: a flipped byte and a foreign record are never
+// used; the prefix stops there and the reasons are counted.
+func TestFetchDiscards(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, _ := NewMetrics(reg)
+	host := memstore.New()
+	recs := tiertest.Chain(identity, root, layout, 4, 4)
+	items := tiertest.Items(recs)
+	items[1].Value[200] ^= 1 // torn block 1
+	host.Put(ctx, items)
+	f := newFetcher(t, []Tier{{"host", host}}, m, nil)
+	res := fetch(t, f, request(recs))
+	if res.Usable != 1 {
+		t.Fatalf("usable %d, want 1 (block 1 is corrupt)", res.Usable)
+	}
+	if r := res.Blocks[1].Reason; r != tier.ReasonChecksum {
+		t.Fatalf("block 1 reason %q, want checksum", r)
+	}
+	if got := counterValue(m.discarded.WithLabelValues("checksum")); got != 3 {
+		t.Fatalf("checksum discards %v, want 3 (the bad block and the 2 after it)", got)
+	}
+
+	// Another model's record stored under this key.
+	other := [32]byte{0x22}
+	foreign := *recs[0]
+	foreign.Identity = other
+	host.Put(ctx, []tier.Item{{Key: recs[0].Key(), Value: tiertest.Encode(&foreign)}})
+	res = fetch(t, f, request(recs))
+	if res.Usable != 0 || res.Blocks[0].Reason != tier.ReasonIdentity {
+		t.Fatalf("foreign record: usable %d, reason %q; want 0, identity", res.Usable, res.Blocks[0].Reason)
+	}
+	// Wrong tokens asked for: identity.
+	host.Put(ctx, tiertest.Items(recs[:1]))
+	req := request(recs[:1])
+	req.Tokens[0]++
+	if res = fetch(t, f, req); res.Usable != 0 || res.Blocks[0].Reason != tier.ReasonIdentity {
+		t.Fatalf("wrong tokens: usable %d, reason %q", res.Usable, res.Blocks[0].Reason)
+	}
+}
+
+func TestFetchIncompleteState(t *testing.T) {
+	host := memstore.New()
+	recs := tiertest.Chain(identity, root, layout, 4, 5)
+	for i, r := range recs {
+		r.Aux = make([][]byte, layout.Layers)
+		r.StateComplete = i == 1 // only block 1 carries a full snapshot
+	}
+	host.Put(ctx, tiertest.Items(recs))
+	reg := prometheus.NewRegistry()
+	m, _ := NewMetrics(reg)
+	f := newFetcher(t, []Tier{{"host", host}}, m, func(c *FetcherConfig) { c.NeedState = true })
+	res := fetch(t, f, request(recs))
+	if res.Usable != 2 {
+		t.Fatalf("usable %d, want 2 (last complete state at block 1)", res.Usable)
+	}
+	if res.Blocks[2].Reason != tier.ReasonIncompleteState || res.Blocks[3].Record != nil {
+		t.Fatalf("blocks past the state: %+v", res.Blocks[2:])
+	}
+	if got := counterValue(m.discarded.WithLabelValues("incomplete_state")); got != 2 {
+		t.Fatalf("incomplete_state discards %v, want 2", got)
+	}
+}
+
+func TestFetchSlowerThanRecompute(t *testing.T) {
+	host, remote := memstore.New(), memstore.New()
+	recs := tiertest.Chain(identity, root, layout, 4, 6)
+	items := tiertest.Items(recs)
+	host.Put(ctx, items[:2])
+	remote.Put(ctx, items[2:])
+	f := newFetcher(t, []Tier{{"host", host}, {"remote", remote}}, nil, func(c *FetcherConfig) {
+		c.Cost = CostConfig{PrefillTokensPerSecond: 1e6, ReadBandwidth: map[string]float64{"host": 1e12, "remote": 1e3},
+			Overhead: map[string]time.Duration{"host": 0, "remote": 0}}
+	})
+	res := fetch(t, f, request(recs))
+	if res.Usable != 2 || res.Blocks[2].Reason != tier.ReasonSlowerThanRecompute || res.Blocks[3].Reason != tier.ReasonSlowerThanRecompute {
+		t.Fatalf("usable %d, blocks %+v; want 2 restored and the remote ones slower_than_recompute", res.Usable, res.Blocks)
+	}
+}
+
+// Concurrent fetches of one prefix read each block once.
+func TestFetchSingleflight(t *testing.T) {
+	gate := make(chan struct{})
+	st := &blockingStore{Store: memstore.New(), getGate: gate}
+	recs := tiertest.Chain(identity, root, layout, 3, 7)
+	st.Store.Put(ctx, tiertest.Items(recs))
+	f := newFetcher(t, []Tier{{"host", st}}, nil, nil)
+	var futures []*Future
+	for range 8 {
+		futures = append(futures, f.Fetch(ctx, request(recs)))
+	}
+	// Wait until every fetch has either led or joined the one read.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		f.mu.Lock()
+		n := len(f.mu.flight)
+		f.mu.Unlock()
+		if n == 3 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(20 * time.Millisecond) // let the followers find the flight
+	close(gate)
+	for _, fu := range futures {
+		res, err := fu.Wait(ctx)
+		if err != nil || res.Usable != 3 {
+			t.Fatalf("usable %d, %v", res.Usable, err)
+		}
+	}
+	if got := st.gets.Load(); got >= 8*3 {
+		t.Fatalf("%d block reads for 8 fetches of 3 blocks: no dedup", got)
+	}
+}
+
+func TestFetchWaitTimeoutAndTierDown(t *testing.T) {
+	gate := make(chan struct{})
+	st := &blockingStore{Store: memstore.New(), getGate: gate}
+	recs := tiertest.Chain(identity, root, layout, 2, 8)
+	st.Store.Put(ctx, tiertest.Items(recs))
+	f := newFetcher(t, []Tier{{"host", st}}, nil, nil)
+	fu := f.Fetch(ctx, request(recs))
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if _, err := fu.Wait(wctx); err == nil {
+		t.Fatal("Wait did not give up")
+	}
+	close(gate) // the fetch goes on; a later Wait gets it
+	if res, err := fu.Wait(ctx); err != nil || res.Usable != 2 {
+		t.Fatalf("later Wait: %d, %v", res.Usable, err)
+	}
+}
+
+func TestTierStatsAndMetricsNames(t *testing.T) {
+	h, _ := hostmem.New(hostmem.Config{CapacityBytes: 1 << 20})
+	h.Put(ctx, tiertest.Items(tiertest.Chain(identity, root, layout, 2, 9)))
+	st := TierStats([]Tier{{"host", h}})
+	if len(st) != 1 || st[0].Tier != "host" || st[0].UsedBytes == 0 || st[0].CapacityBytes != 1<<20 {
+		t.Fatalf("TierStats = %+v", st)
+	}
+	reg := prometheus.NewRegistry()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.ObserveRead("host", time.Millisecond)
+	m.ObserveWrite("disk", time.Millisecond)
+	m.Dropped("remote")
+	m.RestoreStall(time.Second)
+	fams, _ := reg.Gather()
+	names := map[string]bool{}
+	for _, f := range fams {
+		names[f.GetName()] = true
+	}
+	for _, n := range []string{"stockpot_kv_offload_read_seconds", "stockpot_kv_offload_write_seconds", "stockpot_kv_blocks_discarded_total",
+		"stockpot_kv_offload_dropped_writes_total", "stockpot_kv_restore_stall_seconds_total"} {
+		if !names[n] {
+			t.Errorf("metric %s not registered", n)
+		}
+	}
+	if _, err := NewMetrics(reg); err == nil {
+		t.Error("registering twice succeeded")
+	}
+	var nilMetrics *Metrics
+	nilMetrics.Discarded("checksum", 1) // no panic
+	_ = sync.Mutex{}
+}
