@@ -86,8 +86,8 @@ type WriterStats struct {
 }
 
 type tierQueue struct {
-	t                       Tier
-	ch                      chan tier.Item
+	t                        Tier
+	ch                       chan tier.Item
 	dropped, written, failed atomic.Uint64
 }
 
