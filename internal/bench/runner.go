@@ -166,7 +166,7 @@ func run(ctx context.Context, cfg Config) (*runResult, error) {
 	res.wall = time.Since(epoch)
 	close(stopScrape)
 	scrapeWG.Wait()
-	after, err := scrape(context.WithoutCancel(ctx), scrapeClient, cfg.Target, cfg.APIKey)
+	after, err := settledScrape(context.WithoutCancel(ctx), scrapeClient, cfg, before, res.samples)
 	if err != nil {
 		return nil, err
 	}
@@ -262,4 +262,56 @@ func runRaw(ctx context.Context, tgt *target, cfg Config, sc Script, epoch time.
 		cfg.Progress()
 	}
 	return s
+}
+
+// settledScrape takes the final scrape once the counters have caught up with the run. A server
+// may update its counters just after the last byte of a response, and one scrape is not atomic
+// across metrics, so a scrape taken at once can miss the last request or see half of it. It
+// waits (up to settleTimeout) until two scrapes in a row agree, the per-source tokens add up
+// to the queries, and the queries cover Σ usage.prompt_tokens of the successful requests.
+func settledScrape(ctx context.Context, c *http.Client, cfg Config, before counterSnapshot, samples []Sample) (counterSnapshot, error) {
+	const settleTimeout, settlePoll = 3 * time.Second, 50 * time.Millisecond
+	var want float64
+	for _, s := range samples {
+		if s.OK {
+			want += float64(s.PromptTokens)
+		}
+	}
+	deadline := time.Now().Add(settleTimeout)
+	var prev counterSnapshot
+	for i := 0; ; i++ {
+		cur, err := scrape(ctx, c, cfg.Target, cfg.APIKey)
+		if err != nil || !cur.Present || !before.Present {
+			return cur, err
+		}
+		d := counterDelta(before, cur)
+		tiersAddUp := true
+		if d.Tiers != nil {
+			sum := 0.0
+			for _, v := range d.Tiers {
+				sum += v
+			}
+			tiersAddUp = sum == d.Queries
+		}
+		if i > 0 && sameCounters(prev, cur) && tiersAddUp && d.Queries >= want {
+			return cur, nil
+		}
+		if time.Now().After(deadline) {
+			return cur, nil
+		}
+		prev = cur
+		time.Sleep(settlePoll)
+	}
+}
+
+func sameCounters(a, b counterSnapshot) bool {
+	if a.Queries != b.Queries || a.Hits != b.Hits || len(a.Tiers) != len(b.Tiers) {
+		return false
+	}
+	for k, v := range a.Tiers {
+		if b.Tiers[k] != v {
+			return false
+		}
+	}
+	return true
 }
