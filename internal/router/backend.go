@@ -1,0 +1,123 @@
+package router
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"stockpot/internal/kvevents"
+)
+
+// Backend is one replica behind the router.
+type Backend struct {
+	// ID is a stable name derived from the URL (first 8 hex digits of its
+	// SHA-256): the same URL gets the same ID after a re-add, so rendezvous
+	// hashing sends it the same sessions.
+	ID  string
+	URL *url.URL
+
+	idHash uint64 // rendezvous seed
+
+	inflight atomic.Int64
+	healthy  atomic.Bool
+	// failures counts consecutive failed health checks.
+	failures atomic.Int32
+	requests atomic.Uint64
+	errors   atomic.Uint64
+	lastErr  atomic.Pointer[string]
+
+	index  *replicaIndex
+	sub    *kvevents.Subscriber // nil when the policy needs no events
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+func newBackend(raw string) (*Backend, error) {
+	raw = strings.TrimRight(strings.TrimSpace(raw), "/")
+	if !strings.Contains(raw, "://") {
+		raw = "http://" + raw
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, fmt.Errorf("router: backend %q: %w", raw, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("router: backend %q: want http(s)://host:port", raw)
+	}
+	sum := sha256.Sum256([]byte(u.String()))
+	b := &Backend{ID: hex.EncodeToString(sum[:4]), URL: u, idHash: binary.LittleEndian.Uint64(sum[8:16]), index: newReplicaIndex()}
+	b.healthy.Store(true) // optimistic until the first check says otherwise
+	return b, nil
+}
+
+// Load returns the number of requests the router has in flight on b.
+func (b *Backend) Load() int { return int(b.inflight.Load()) }
+
+// Healthy reports whether b takes requests.
+func (b *Backend) Healthy() bool { return b.healthy.Load() }
+
+// BackendStatus is one row of GET /backends.
+type BackendStatus struct {
+	ID          string  `json:"id"`
+	URL         string  `json:"url"`
+	State       string  `json:"state"` // healthy | down
+	Load        int     `json:"load"`  // requests in flight through this router
+	Requests    uint64  `json:"requests"`
+	Errors      uint64  `json:"errors"`
+	LastError   string  `json:"last_error,omitempty"`
+	IndexBlocks int     `json:"index_blocks"`
+	Events      *Events `json:"events,omitempty"`
+}
+
+// Events is the event-stream part of a BackendStatus.
+type Events struct {
+	Synced      bool    `json:"synced"`
+	Unsupported bool    `json:"unsupported"`
+	Epoch       string  `json:"epoch"`
+	Seq         uint64  `json:"seq"`
+	Events      uint64  `json:"events"`
+	Resyncs     uint64  `json:"resyncs"`
+	Gaps        uint64  `json:"gaps"`
+	Restarts    uint64  `json:"restarts"`
+	LagMS       float64 `json:"lag_ms"`
+	LastEventMS float64 `json:"last_event_age_ms"`
+	LastError   string  `json:"last_error,omitempty"`
+}
+
+func (b *Backend) status() BackendStatus {
+	st := BackendStatus{ID: b.ID, URL: b.URL.String(), State: "healthy", Load: b.Load(),
+		Requests: b.requests.Load(), Errors: b.errors.Load(), IndexBlocks: b.index.Len()}
+	if !b.Healthy() {
+		st.State = "down"
+	}
+	if e := b.lastErr.Load(); e != nil {
+		st.LastError = *e
+	}
+	if b.sub != nil {
+		s := b.sub.Stats()
+		ev := &Events{Synced: s.Synced, Unsupported: s.Unsupported, Epoch: fmt.Sprintf("%x", s.Epoch), Seq: s.Seq,
+			Events: s.Events, Resyncs: s.Resyncs, Gaps: s.Gaps, Restarts: s.Restarts,
+			LagMS: float64(s.Lag) / 1e6, LastError: s.LastError}
+		if !s.LastEvent.IsZero() {
+			ev.LastEventMS = float64(time.Since(s.LastEvent)) / 1e6
+		}
+		st.Events = ev
+	}
+	return st
+}
+
+// liveIndex reports whether b's index can be trusted: the stream is in sync
+// and a line (event or heartbeat) came within staleAfter.
+func (b *Backend) liveIndex(staleAfter time.Duration) bool {
+	if b.sub == nil {
+		return false
+	}
+	s := b.sub.Stats()
+	return s.Synced && !s.Unsupported && time.Since(s.LastEvent) < staleAfter
+}

@@ -1,0 +1,365 @@
+package router
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"stockpot/internal/kvevents"
+	"stockpot/internal/prefix"
+)
+
+// Policy picks a backend for a request. Implementations are safe for
+// concurrent use. cands is non-empty, holds only healthy backends not yet
+// tried for this request, and must not be modified.
+type Policy interface {
+	Name() string
+	Pick(req *Request, cands []*Backend) Decision
+}
+
+// tokenNeeder is the optional ability of a policy that wants the prompt's
+// tokens for this request (the router then tokenizes it first).
+type tokenNeeder interface {
+	NeedsTokens(req *Request) bool
+}
+
+// Decision is a policy's choice, with the evidence the metrics record.
+type Decision struct {
+	Backend *Backend
+	// PredictedTokens is how many prompt tokens the policy expects the
+	// backend to find cached (kv-aware only; 0 otherwise).
+	PredictedTokens int
+	// Reason says why: "random", "round-robin", "least-loaded", "affinity"
+	// (rendezvous top choice), "spill" (affinity skipped a busy backend),
+	// "cache" (kv-aware overlap), "fallback".
+	Reason string
+}
+
+// Request is what policies see of a request.
+type Request struct {
+	// SessionID is the X-Session-ID header, "" when absent.
+	SessionID string
+	// Tokens is the prompt's token ids, nil when unknown.
+	Tokens []int32
+	// Salt is the request's cache_salt.
+	Salt string
+
+	keyDone bool
+	key     uint64
+	// hashes memoizes block hashes by identity and block size: replicas of
+	// one model share one chain, so this is usually computed once.
+	hashes []hashMemo
+}
+
+type hashMemo struct {
+	identity  string
+	blockSize int
+	hashes    []prefix.Hash
+}
+
+var keySeed = maphash.MakeSeed()
+
+// affinityKey is the session ID's hash when there is one, else the hash of
+// the salt and the first prefixTokens tokens; ok=false when neither exists.
+func (r *Request) affinityKey(prefixTokens int) (uint64, bool) {
+	if r.keyDone {
+		return r.key, true
+	}
+	var h maphash.Hash
+	h.SetSeed(keySeed)
+	switch {
+	case r.SessionID != "":
+		h.WriteString("s:")
+		h.WriteString(r.SessionID)
+	case len(r.Tokens) > 0:
+		h.WriteString("t:")
+		h.WriteString(r.Salt)
+		h.WriteByte(0)
+		toks := r.Tokens[:min(len(r.Tokens), prefixTokens)]
+		var b [4]byte
+		for _, t := range toks {
+			binary.LittleEndian.PutUint32(b[:], uint32(t))
+			h.Write(b[:])
+		}
+	default:
+		return 0, false
+	}
+	r.key, r.keyDone = h.Sum64(), true
+	return r.key, true
+}
+
+// blockHashes returns the request's chain hashes for a replica with this
+// identity and block size.
+func (r *Request) blockHashes(identity []byte, blockSize int) []prefix.Hash {
+	for _, m := range r.hashes {
+		if m.blockSize == blockSize && m.identity == string(identity) {
+			return m.hashes
+		}
+	}
+	hs := prefix.BlockHashes(prefix.Root(identity, r.Salt), r.Tokens, blockSize)
+	r.hashes = append(r.hashes, hashMemo{identity: string(identity), blockSize: blockSize, hashes: hs})
+	return hs
+}
+
+// PolicyConfig configures the policies.
+type PolicyConfig struct {
+	// PrefixTokens is how many leading tokens the prefix policy hashes when
+	// a request has no X-Session-ID. Default 256: past a typical system
+	// prompt plus the start of the first user turn, so sessions that share
+	// only a system prompt still spread.
+	PrefixTokens int
+	// ConcurrencyThreshold: a backend with this many requests in flight is
+	// busy and skipped for the next candidate (0: no threshold).
+	ConcurrencyThreshold int
+	// LoadBound is c in bounded-load hashing: a backend may hold at most
+	// ceil(c · (total in flight + 1) / backends) requests before affinity
+	// spills to the next candidate. Default 1.25 (Mirrokni et al.: the
+	// maximum load stays within 25% of the mean while remapping little).
+	LoadBound float64
+	// LoadPenalty is kv-aware's cost of one in-flight request, in matched
+	// device blocks. Default 1: a replica holding k more blocks of the
+	// prompt wins unless it runs k more requests.
+	LoadPenalty float64
+	// TierWeights value a matched block by its fastest tier.
+	TierWeights [kvevents.NumTiers]float64
+	// StaleAfter: a replica whose stream sent nothing (not even a
+	// heartbeat) for this long has its index ignored. Default 5s.
+	StaleAfter time.Duration
+	// EntryTTL: an index entry not re-stored for this long is ignored.
+	// With an in-sync stream entries are exact; this bounds the damage of
+	// removals lost outside the sequence checks. Default 30m.
+	EntryTTL time.Duration
+}
+
+// DefaultPolicyConfig returns the defaults.
+func DefaultPolicyConfig() PolicyConfig {
+	return PolicyConfig{PrefixTokens: 256, LoadBound: 1.25, LoadPenalty: 1, TierWeights: defaultTierWeights,
+		StaleAfter: 5 * time.Second, EntryTTL: 30 * time.Minute}
+}
+
+func (c PolicyConfig) validate() PolicyConfig {
+	d := DefaultPolicyConfig()
+	if c.PrefixTokens <= 0 {
+		c.PrefixTokens = d.PrefixTokens
+	}
+	if c.LoadBound < 1 {
+		c.LoadBound = d.LoadBound
+	}
+	if c.LoadPenalty < 0 {
+		c.LoadPenalty = d.LoadPenalty
+	}
+	if c.TierWeights == ([kvevents.NumTiers]float64{}) {
+		c.TierWeights = d.TierWeights
+	}
+	if c.StaleAfter <= 0 {
+		c.StaleAfter = d.StaleAfter
+	}
+	if c.EntryTTL <= 0 {
+		c.EntryTTL = d.EntryTTL
+	}
+	return c
+}
+
+// PolicyNames lists the policies NewPolicy knows.
+var PolicyNames = []string{"random", "round-robin", "least-loaded", "prefix", "kv-aware"}
+
+// NewPolicy returns the named policy.
+func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
+	cfg = cfg.validate()
+	switch name {
+	case "random":
+		return randomPolicy{}, nil
+	case "round-robin":
+		return &roundRobin{}, nil
+	case "least-loaded":
+		return leastLoaded{}, nil
+	case "prefix":
+		return &prefixPolicy{cfg: cfg}, nil
+	case "kv-aware":
+		return &kvAware{cfg: cfg, affinity: prefixPolicy{cfg: cfg}}, nil
+	}
+	return nil, fmt.Errorf("router: unknown policy %q (want one of %v)", name, PolicyNames)
+}
+
+func busy(b *Backend, threshold int) bool { return threshold > 0 && b.Load() >= threshold }
+
+type randomPolicy struct{}
+
+func (randomPolicy) Name() string { return "random" }
+func (randomPolicy) Pick(_ *Request, c []*Backend) Decision {
+	return Decision{Backend: c[rand.IntN(len(c))], Reason: "random"}
+}
+
+type roundRobin struct{ next atomic.Uint64 }
+
+func (*roundRobin) Name() string { return "round-robin" }
+func (p *roundRobin) Pick(_ *Request, c []*Backend) Decision {
+	return Decision{Backend: c[(p.next.Add(1)-1)%uint64(len(c))], Reason: "round-robin"}
+}
+
+type leastLoaded struct{}
+
+func (leastLoaded) Name() string { return "least-loaded" }
+func (leastLoaded) Pick(_ *Request, c []*Backend) Decision {
+	return Decision{Backend: pickLeastLoaded(c), Reason: "least-loaded"}
+}
+
+// pickLeastLoaded returns a backend with the fewest in-flight requests,
+// chosen uniformly among ties (reservoir sampling), so a burst of arrivals
+// at equal load does not all land on the first backend.
+func pickLeastLoaded(c []*Backend) *Backend {
+	var best *Backend
+	bestLoad, ties := math.MaxInt, 0
+	for _, b := range c {
+		switch l := b.Load(); {
+		case l < bestLoad:
+			best, bestLoad, ties = b, l, 1
+		case l == bestLoad:
+			ties++
+			if rand.IntN(ties) == 0 {
+				best = b
+			}
+		}
+	}
+	return best
+}
+
+// prefixPolicy is rendezvous (highest-random-weight) hashing with bounded
+// loads. Why rendezvous rather than a ring with virtual nodes: with a few
+// to a few dozen backends, scoring each one per request costs nanoseconds,
+// it needs no ring state to rebuild on membership changes, balance is exact
+// in expectation without tuning a virtual-node count, and removing a backend
+// moves only its own keys (adding one of n+1 moves 1/(n+1) of them) — the
+// minimal remapping consistent hashing promises. The candidate order for a
+// key is fixed, so a spill under load goes to the same second choice every
+// time and comes back when the first has room.
+type prefixPolicy struct{ cfg PolicyConfig }
+
+func (*prefixPolicy) Name() string { return "prefix" }
+
+func (p *prefixPolicy) NeedsTokens(r *Request) bool { return r.SessionID == "" }
+
+// score is the rendezvous weight of key on b.
+func score(key uint64, b *Backend) uint64 {
+	// splitmix64 finalizer over key ^ idHash: cheap, well mixed.
+	z := key ^ b.idHash
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+func (p *prefixPolicy) Pick(r *Request, c []*Backend) Decision {
+	key, ok := r.affinityKey(p.cfg.PrefixTokens)
+	if !ok {
+		return Decision{Backend: pickLeastLoaded(c), Reason: "least-loaded"}
+	}
+	return p.pickKey(key, c)
+}
+
+// capacity is the bounded-load cap: ceil(c · (total + 1) / n).
+func capacity(c []*Backend, bound float64) int {
+	total := 0
+	for _, b := range c {
+		total += b.Load()
+	}
+	return int(math.Ceil(bound * float64(total+1) / float64(len(c))))
+}
+
+func (p *prefixPolicy) pickKey(key uint64, c []*Backend) Decision {
+	capLoad := capacity(c, p.cfg.LoadBound)
+	// Walk the candidates in rendezvous order without sorting: repeatedly
+	// take the highest score below the previous one (n is small).
+	var top *Backend
+	prev := uint64(math.MaxUint64)
+	first := true
+	for range c {
+		var best *Backend
+		var bestScore uint64
+		for _, b := range c {
+			s := score(key, b)
+			if (s < prev || first && s == prev) && (best == nil || s > bestScore) {
+				best, bestScore = b, s
+			}
+		}
+		if best == nil {
+			break
+		}
+		if top == nil {
+			top = best
+		}
+		if !busy(best, p.cfg.ConcurrencyThreshold) && best.Load() < capLoad {
+			reason := "affinity"
+			if best != top {
+				reason = "spill"
+			}
+			return Decision{Backend: best, Reason: reason}
+		}
+		prev, first = bestScore, false
+	}
+	return Decision{Backend: pickLeastLoaded(c), Reason: "least-loaded"}
+}
+
+// kvAware scores each replica by the prompt blocks its index says it holds,
+// weighted by tier, minus a load penalty (Dynamo's router does the same
+// trade: overlap against active load), within the same load bound as the
+// prefix policy. When no replica holds any of the prompt, or none offers
+// events, it falls back to prefix affinity.
+type kvAware struct {
+	cfg      PolicyConfig
+	affinity prefixPolicy
+}
+
+func (*kvAware) Name() string { return "kv-aware" }
+
+func (*kvAware) NeedsTokens(*Request) bool { return true }
+
+// scoreEps treats scores this close as equal (they are sums of a few tier
+// weights and integer penalties).
+const scoreEps = 1e-9
+
+func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
+	if len(r.Tokens) == 0 {
+		return p.affinity.Pick(r, c)
+	}
+	capLoad := capacity(c, p.cfg.LoadBound)
+	expire := time.Now().Add(-p.cfg.EntryTTL).UnixNano()
+	var best *Backend
+	bestScore, bestN, ties := math.Inf(-1), 0, 0
+	for _, b := range c {
+		if busy(b, p.cfg.ConcurrencyThreshold) || b.Load() >= capLoad {
+			continue
+		}
+		n, w, bs := 0, 0.0, 0
+		if b.liveIndex(p.cfg.StaleAfter) {
+			var id []byte
+			var ok bool
+			if id, bs, ok = b.index.chain(); ok {
+				n, w = b.index.match(r.blockHashes(id, bs), &p.cfg.TierWeights, expire)
+			}
+		}
+		s := w - p.cfg.LoadPenalty*float64(b.Load())
+		switch {
+		case s > bestScore+scoreEps:
+			best, bestScore, bestN, ties = b, s, n*bs, 1
+		case s > bestScore-scoreEps:
+			// A tie: uniform among equals (reservoir sampling), so a burst
+			// of equal requests does not all land on the first backend.
+			ties++
+			if rand.IntN(ties) == 0 {
+				best, bestN = b, n*bs
+			}
+		}
+	}
+	if best == nil || bestN == 0 {
+		// Nothing cached anywhere useful (or every index is missing or
+		// stale): keep sessions sticky by prefix affinity instead.
+		d := p.affinity.Pick(r, c)
+		d.Reason = "fallback-" + d.Reason
+		return d
+	}
+	return Decision{Backend: best, PredictedTokens: bestN, Reason: "cache"}
+}

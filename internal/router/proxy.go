@@ -1,0 +1,364 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// hopHeaders are connection-level headers a proxy must not forward.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Content-Length": true,
+}
+
+// generateBody is what the router reads of a completion or chat request.
+type generateBody struct {
+	Prompt    json.RawMessage `json:"prompt"`
+	Messages  json.RawMessage `json:"messages"`
+	CacheSalt string          `json:"cache_salt"`
+}
+
+func (r *Router) readBody(w http.ResponseWriter, req *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit), "invalid_request_error")
+		} else {
+			writeError(w, http.StatusBadRequest, "reading request body: "+err.Error(), "invalid_request_error")
+		}
+		return nil, false
+	}
+	return body, true
+}
+
+func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
+	start := time.Now()
+	body, ok := r.readBody(w, req)
+	if !ok {
+		return
+	}
+	rq := &Request{SessionID: req.Header.Get("X-Session-ID")}
+	if r.needs != nil {
+		var gb generateBody
+		// A malformed body is routed anyway; the backend answers the 400.
+		_ = json.Unmarshal(body, &gb)
+		rq.Salt = gb.CacheSalt
+		if r.needs.NeedsTokens(rq) {
+			rq.Tokens = r.promptTokens(req.Context(), &gb)
+		}
+	}
+	r.forward(w, req, body, start, true, func(c []*Backend) Decision { return r.policy.Pick(rq, c) })
+}
+
+func (r *Router) servePassThrough(w http.ResponseWriter, req *http.Request) {
+	var body []byte
+	if req.Method == http.MethodPost {
+		var ok bool
+		if body, ok = r.readBody(w, req); !ok {
+			return
+		}
+	}
+	r.forward(w, req, body, time.Now(), false, func(c []*Backend) Decision {
+		return Decision{Backend: pickLeastLoaded(c), Reason: "least-loaded"}
+	})
+}
+
+// promptTokens returns the prompt's token ids: taken from the body when the
+// prompt is a token array, else from a backend's /tokenize; nil on failure.
+func (r *Router) promptTokens(ctx context.Context, gb *generateBody) []int32 {
+	var tb []byte
+	switch {
+	case len(gb.Prompt) > 0 && gb.Prompt[0] == '[':
+		var ids []int32
+		if json.Unmarshal(gb.Prompt, &ids) == nil {
+			return ids
+		}
+		return nil // a batch of prompts: no single prefix
+	case len(gb.Prompt) > 0 && gb.Prompt[0] == '"':
+		tb = append(append([]byte(`{"prompt":`), gb.Prompt...), '}')
+	case len(gb.Messages) > 0 && gb.Messages[0] == '[':
+		tb = append(append([]byte(`{"messages":`), gb.Messages...), '}')
+	default:
+		return nil
+	}
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.TokenizeTimeout)
+	defer cancel()
+	var tried []*Backend
+	for range 2 {
+		c := r.candidates(tried)
+		if len(c) == 0 {
+			break
+		}
+		b := pickLeastLoaded(c)
+		tried = append(tried, b)
+		toks, err := r.tokenizeOn(ctx, b, tb)
+		if err == nil {
+			r.m.tokenize.WithLabelValues("ok").Observe(since(start))
+			return toks
+		}
+		r.cfg.Logger.Debug("router: tokenize failed", "backend", b.ID, "err", err)
+	}
+	r.m.tokenize.WithLabelValues("error").Observe(since(start))
+	return nil
+}
+
+func (r *Router) tokenizeOn(ctx context.Context, b *Backend, body []byte) ([]int32, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.String()+"/tokenize", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("tokenize: %s", resp.Status)
+	}
+	var out struct {
+		Tokens []int32 `json:"tokens"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return nil, err
+	}
+	return out.Tokens, nil
+}
+
+// failedResp is a 5xx answer kept in case every backend fails.
+type failedResp struct {
+	code   int
+	header http.Header
+	body   []byte
+}
+
+// forward sends the request to the backend pick chooses, retrying on
+// another backend while nothing has reached the client: on a connection
+// error, a 5xx status, or (for non-streamed answers, which are buffered
+// whole) a body cut short.
+func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte, start time.Time, generate bool, pick func([]*Backend) Decision) {
+	ctx := req.Context()
+	var tried []*Backend
+	var last *failedResp
+	var lastErr error
+	for attempt := 0; attempt < r.cfg.MaxAttempts; attempt++ {
+		cands := r.candidates(tried)
+		if len(cands) == 0 {
+			break
+		}
+		d := pick(cands)
+		b := d.Backend
+		tried = append(tried, b)
+		load := b.inflight.Add(1) - 1
+		if attempt == 0 && generate {
+			r.m.overhead.Observe(since(start))
+		}
+		done, fr, err := r.attempt(w, req, body, b, d, load, generate)
+		b.inflight.Add(-1)
+		if done {
+			return
+		}
+		if ctx.Err() != nil {
+			return // the client left; nobody to answer
+		}
+		b.errors.Add(1)
+		if fr != nil {
+			last = fr
+			r.m.retries.WithLabelValues("5xx").Inc()
+			msg := "HTTP " + strconv.Itoa(fr.code)
+			b.lastErr.Store(&msg)
+		} else {
+			lastErr = err
+			r.m.retries.WithLabelValues("connect").Inc()
+			r.markDown(b, err.Error())
+		}
+	}
+	r.m.failed.Inc()
+	switch {
+	case last != nil:
+		copyHeader(w.Header(), last.header)
+		w.WriteHeader(last.code)
+		_, _ = w.Write(last.body)
+	case lastErr != nil:
+		writeError(w, http.StatusBadGateway, "every backend failed; last error: "+lastErr.Error(), "server_error")
+	default:
+		writeError(w, http.StatusServiceUnavailable, ErrNoBackend.Error(), "server_error")
+	}
+}
+
+func copyHeader(dst, src http.Header) {
+	for k, vs := range src {
+		if hopHeaders[k] {
+			continue
+		}
+		dst[k] = append(dst[k][:0:0], vs...)
+	}
+}
+
+// attempt tries one backend. done: the client got an answer (success, a
+// 4xx, or a stream that broke after it started: those cannot be retried).
+// Otherwise fr holds a 5xx answer or err the transport error.
+func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, b *Backend, d Decision, load int64, generate bool) (done bool, fr *failedResp, err error) {
+	u := b.URL.String() + req.URL.Path
+	if req.URL.RawQuery != "" {
+		u += "?" + req.URL.RawQuery
+	}
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	up, err := http.NewRequestWithContext(req.Context(), req.Method, u, rd)
+	if err != nil {
+		return false, nil, err
+	}
+	copyHeader(up.Header, req.Header)
+	up.ContentLength = int64(len(body))
+	resp, err := r.client.Do(up)
+	if err != nil {
+		return false, nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 500 {
+		rb, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		return false, &failedResp{code: resp.StatusCode, header: resp.Header.Clone(), body: rb}, nil
+	}
+	stream := bytes.HasPrefix([]byte(resp.Header.Get("Content-Type")), []byte("text/event-stream"))
+	var usage usageInfo
+	if !stream {
+		rb, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return false, nil, fmt.Errorf("reading answer: %w", err)
+		}
+		r.decided(b, d, load, generate)
+		copyHeader(w.Header(), resp.Header)
+		w.Header().Set("X-Stockpot-Backend", b.ID)
+		w.WriteHeader(resp.StatusCode)
+		_, _ = w.Write(rb)
+		if generate && resp.StatusCode == http.StatusOK {
+			usage = parseUsage(rb)
+		}
+	} else {
+		// The first bytes decide: before them a failure is retried.
+		buf := make([]byte, 32<<10)
+		n, rerr := resp.Body.Read(buf)
+		if n == 0 && rerr != nil {
+			if rerr == io.EOF {
+				rerr = io.ErrUnexpectedEOF
+			}
+			return false, nil, fmt.Errorf("stream: %w", rerr)
+		}
+		r.decided(b, d, load, generate)
+		copyHeader(w.Header(), resp.Header)
+		w.Header().Set("X-Stockpot-Backend", b.ID)
+		w.WriteHeader(resp.StatusCode)
+		fl, _ := w.(http.Flusher)
+		// tail keeps the stream's last bytes: the usage chunk is the last
+		// data line before [DONE].
+		var tail []byte
+		for {
+			if n > 0 {
+				if _, werr := w.Write(buf[:n]); werr != nil {
+					break
+				}
+				if fl != nil {
+					fl.Flush()
+				}
+				tail = appendTail(tail, buf[:n], 16<<10)
+			}
+			if rerr != nil {
+				break
+			}
+			n, rerr = resp.Body.Read(buf)
+		}
+		if generate && resp.StatusCode == http.StatusOK {
+			usage = parseStreamUsage(tail)
+		}
+	}
+	code := strconv.Itoa(resp.StatusCode)
+	r.m.requests.WithLabelValues(b.ID, code).Inc()
+	if usage.ok {
+		r.m.cached.WithLabelValues(b.ID).Add(float64(usage.cached))
+		r.m.prompt.WithLabelValues(b.ID).Add(float64(usage.prompt))
+		r.m.cacheHist.Observe(float64(usage.cached))
+	}
+	return true, nil, nil
+}
+
+// decided records the evidence of the decision that answered.
+func (r *Router) decided(b *Backend, d Decision, load int64, generate bool) {
+	b.requests.Add(1)
+	if !generate {
+		return
+	}
+	r.m.decisions.WithLabelValues(r.policy.Name(), b.ID, d.Reason).Inc()
+	r.m.load.Observe(float64(load))
+	r.m.predicted.WithLabelValues(b.ID).Add(float64(d.PredictedTokens))
+	r.m.predHist.Observe(float64(d.PredictedTokens))
+}
+
+func appendTail(tail, p []byte, max int) []byte {
+	tail = append(tail, p...)
+	if len(tail) > max {
+		tail = append(tail[:0], tail[len(tail)-max:]...)
+	}
+	return tail
+}
+
+type usageInfo struct {
+	ok             bool
+	prompt, cached int
+}
+
+type usageBody struct {
+	Usage *struct {
+		PromptTokens int `json:"prompt_tokens"`
+		Details      *struct {
+			CachedTokens int `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+	} `json:"usage"`
+}
+
+func parseUsage(b []byte) usageInfo {
+	var u usageBody
+	if json.Unmarshal(b, &u) != nil || u.Usage == nil {
+		return usageInfo{}
+	}
+	out := usageInfo{ok: true, prompt: u.Usage.PromptTokens}
+	if u.Usage.Details != nil {
+		out.cached = u.Usage.Details.CachedTokens
+	}
+	return out
+}
+
+// parseStreamUsage finds the last SSE data line carrying usage.
+func parseStreamUsage(tail []byte) usageInfo {
+	for len(tail) > 0 {
+		i := bytes.LastIndex(tail, []byte(`"usage"`))
+		if i < 0 {
+			return usageInfo{}
+		}
+		start := bytes.LastIndex(tail[:i], []byte("data:"))
+		if start < 0 {
+			return usageInfo{}
+		}
+		end := bytes.IndexByte(tail[i:], '\n')
+		line := tail[start+len("data:"):]
+		if end >= 0 {
+			line = tail[start+len("data:") : i+end]
+		}
+		if u := parseUsage(bytes.TrimSpace(line)); u.ok {
+			return u
+		}
+		tail = tail[:start]
+	}
+	return usageInfo{}
+}

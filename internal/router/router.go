@@ -1,0 +1,386 @@
+package router
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"stockpot/internal/kvevents"
+)
+
+// Config configures a Router.
+type Config struct {
+	// Backends are the initial backend URLs.
+	Backends []string
+	// Policy names the routing policy (see PolicyNames). Default kv-aware.
+	Policy string
+	PolicyConfig
+	// HealthInterval is the period of GET /health checks. Default 1s.
+	HealthInterval time.Duration
+	// HealthTimeout bounds one check. Default 1s.
+	HealthTimeout time.Duration
+	// DownAfter consecutive failed checks take a backend out. Default 2.
+	// A connection error while proxying takes it out at once.
+	DownAfter int
+	// MaxAttempts bounds the backends one request is tried on. Default 3.
+	MaxAttempts int
+	// MaxBodyBytes caps request bodies (the router buffers them to retry
+	// and to read the prompt). Default 16 MiB, as serve.
+	MaxBodyBytes int64
+	// TokenizeTimeout bounds the /tokenize call a policy needs. Default 2s;
+	// on timeout the policy decides without tokens.
+	TokenizeTimeout time.Duration
+	// Events turns on event subscriptions; default: on for kv-aware only.
+	Events *bool
+	// Registerer receives the router's metrics; /metrics serves Gatherer.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	Logger     *slog.Logger
+	// Transport is the upstream transport; default a pooled one.
+	Transport http.RoundTripper
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Policy: "kv-aware", PolicyConfig: DefaultPolicyConfig(), HealthInterval: time.Second,
+		HealthTimeout: time.Second, DownAfter: 2, MaxAttempts: 3, MaxBodyBytes: 16 << 20, TokenizeTimeout: 2 * time.Second}
+}
+
+func (c Config) validate() Config {
+	d := DefaultConfig()
+	if c.Policy == "" {
+		c.Policy = d.Policy
+	}
+	c.PolicyConfig = c.PolicyConfig.validate()
+	if c.HealthInterval <= 0 {
+		c.HealthInterval = d.HealthInterval
+	}
+	if c.HealthTimeout <= 0 {
+		c.HealthTimeout = d.HealthTimeout
+	}
+	if c.DownAfter <= 0 {
+		c.DownAfter = d.DownAfter
+	}
+	if c.MaxAttempts <= 0 {
+		c.MaxAttempts = d.MaxAttempts
+	}
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.TokenizeTimeout <= 0 {
+		c.TokenizeTimeout = d.TokenizeTimeout
+	}
+	if c.Events == nil {
+		on := c.Policy == "kv-aware"
+		c.Events = &on
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Transport == nil {
+		c.Transport = &http.Transport{
+			Proxy:               nil,
+			DialContext:         (&net.Dialer{Timeout: 2 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+			DisableCompression:  true,
+			ForceAttemptHTTP2:   false,
+		}
+	}
+	return c
+}
+
+// ErrNoBackend means no healthy backend is left to try.
+var ErrNoBackend = errors.New("router: no healthy backend")
+
+// ErrUnknownBackend is returned by RemoveBackend for an unknown ID.
+var ErrUnknownBackend = errors.New("router: unknown backend")
+
+// Router is the cache-aware gateway: membership, health, policy, proxy.
+type Router struct {
+	cfg    Config
+	policy Policy
+	needs  tokenNeeder // nil when the policy never needs tokens
+	client *http.Client
+	m      *metrics
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	// list is the current backends, sorted by ID; replaced, never mutated,
+	// so the request path reads it without a lock.
+	list atomic.Pointer[[]*Backend]
+	mu   sync.Mutex // serializes membership changes
+}
+
+// New starts a Router: health checks and, for kv-aware, event subscribers.
+// Close stops them.
+func New(cfg Config) (*Router, error) {
+	cfg = cfg.validate()
+	p, err := NewPolicy(cfg.Policy, cfg.PolicyConfig)
+	if err != nil {
+		return nil, err
+	}
+	r := &Router{cfg: cfg, policy: p, client: &http.Client{Transport: cfg.Transport}}
+	r.needs, _ = p.(tokenNeeder)
+	r.m = newMetrics(cfg.Registerer)
+	if cfg.Registerer != nil {
+		cfg.Registerer.MustRegister(newBackendCollector(r))
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	empty := []*Backend{}
+	r.list.Store(&empty)
+	for _, u := range cfg.Backends {
+		if _, err := r.AddBackend(u); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
+	r.wg.Add(1)
+	go r.healthLoop()
+	return r, nil
+}
+
+// Policy returns the routing policy.
+func (r *Router) Policy() Policy { return r.policy }
+
+// Close stops health checks and subscribers.
+func (r *Router) Close() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+func (r *Router) backends() []*Backend { return *r.list.Load() }
+
+// Backends returns the status of every backend.
+func (r *Router) Backends() []BackendStatus {
+	bs := r.backends()
+	out := make([]BackendStatus, len(bs))
+	for i, b := range bs {
+		out[i] = b.status()
+	}
+	return out
+}
+
+// AddBackend adds a backend by URL (idempotent) and returns its ID.
+func (r *Router) AddBackend(rawURL string) (string, error) {
+	b, err := newBackend(rawURL)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.backends()
+	for _, o := range cur {
+		if o.ID == b.ID {
+			return o.ID, nil
+		}
+	}
+	if *r.cfg.Events {
+		sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{URL: b.URL.String(), Sink: b.index,
+			Client: &http.Client{Transport: r.cfg.Transport}, Logger: r.cfg.Logger})
+		if err != nil {
+			return "", err
+		}
+		b.sub = sub
+		ctx, cancel := context.WithCancel(r.ctx)
+		b.cancel, b.done = cancel, make(chan struct{})
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer close(b.done)
+			_ = sub.Run(ctx)
+		}()
+	}
+	next := append(slices.Clone(cur), b)
+	slices.SortFunc(next, func(x, y *Backend) int { return cmpString(x.ID, y.ID) })
+	r.list.Store(&next)
+	r.cfg.Logger.Info("router: backend added", "id", b.ID, "url", b.URL)
+	return b.ID, nil
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// RemoveBackend removes a backend by ID (or URL). In-flight requests on it
+// finish; new ones go elsewhere.
+func (r *Router) RemoveBackend(idOrURL string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	cur := r.backends()
+	key := idOrURL
+	if nb, err := newBackend(idOrURL); err == nil && len(idOrURL) != 8 {
+		key = nb.ID
+	}
+	i := slices.IndexFunc(cur, func(b *Backend) bool { return b.ID == key })
+	if i < 0 {
+		return fmt.Errorf("%w %q", ErrUnknownBackend, idOrURL)
+	}
+	b := cur[i]
+	next := slices.Delete(slices.Clone(cur), i, i+1)
+	r.list.Store(&next)
+	if b.cancel != nil {
+		b.cancel()
+	}
+	r.cfg.Logger.Info("router: backend removed", "id", b.ID, "url", b.URL)
+	return nil
+}
+
+// healthLoop checks every backend each HealthInterval, and drops the index
+// of a backend whose event stream went stale.
+func (r *Router) healthLoop() {
+	defer r.wg.Done()
+	t := time.NewTicker(r.cfg.HealthInterval)
+	defer t.Stop()
+	for {
+		var wg sync.WaitGroup
+		for _, b := range r.backends() {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r.check(b)
+			}()
+		}
+		wg.Wait()
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Router) check(b *Backend) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.HealthTimeout)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.URL.String()+"/health", nil)
+	resp, err := r.client.Do(req)
+	ok := err == nil && resp.StatusCode == http.StatusOK
+	if resp != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+	}
+	if r.ctx.Err() != nil {
+		return
+	}
+	if ok {
+		b.failures.Store(0)
+		if !b.healthy.Swap(true) {
+			r.cfg.Logger.Info("router: backend up", "id", b.ID)
+		}
+	} else if int(b.failures.Add(1)) >= r.cfg.DownAfter {
+		r.markDown(b, fmt.Sprintf("health check: %v", errOrStatus(err, resp)))
+	}
+	if b.sub != nil && !b.liveIndex(r.cfg.StaleAfter) && b.index.Len() > 0 && !b.sub.Stats().Synced {
+		b.index.drop()
+	}
+}
+
+func errOrStatus(err error, resp *http.Response) string {
+	if err != nil {
+		return err.Error()
+	}
+	return resp.Status
+}
+
+func (r *Router) markDown(b *Backend, why string) {
+	b.lastErr.Store(&why)
+	if b.healthy.Swap(false) {
+		r.cfg.Logger.Warn("router: backend down", "id", b.ID, "why", why)
+	}
+}
+
+// healthy returns the healthy backends not in tried.
+func (r *Router) candidates(tried []*Backend) []*Backend {
+	all := r.backends()
+	out := make([]*Backend, 0, len(all))
+	for _, b := range all {
+		if b.Healthy() && !slices.Contains(tried, b) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Handler returns the router's HTTP API.
+func (r *Router) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/completions", r.serveGenerate)
+	mux.HandleFunc("POST /v1/chat/completions", r.serveGenerate)
+	mux.HandleFunc("POST /tokenize", r.servePassThrough)
+	mux.HandleFunc("POST /detokenize", r.servePassThrough)
+	mux.HandleFunc("GET /v1/models", r.servePassThrough)
+	mux.HandleFunc("GET /v1/models/{name}", r.servePassThrough)
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
+		if len(r.candidates(nil)) == 0 {
+			writeError(w, http.StatusServiceUnavailable, "no healthy backend", "service_unavailable")
+			return
+		}
+		writeJSONBody(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	if r.cfg.Gatherer != nil {
+		mux.Handle("GET /metrics", promhttp.HandlerFor(r.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.HandleFunc("GET /backends", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSONBody(w, http.StatusOK, map[string]any{"policy": r.policy.Name(), "backends": r.Backends()})
+	})
+	mux.HandleFunc("POST /backends", func(w http.ResponseWriter, req *http.Request) {
+		var body struct {
+			URL string `json:"url"`
+		}
+		if err := json.NewDecoder(io.LimitReader(req.Body, 64<<10)).Decode(&body); err != nil || body.URL == "" {
+			writeError(w, http.StatusBadRequest, `want {"url": "http://host:port"}`, "invalid_request_error")
+			return
+		}
+		id, err := r.AddBackend(body.URL)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, err.Error(), "invalid_request_error")
+			return
+		}
+		writeJSONBody(w, http.StatusCreated, map[string]string{"id": id})
+	})
+	mux.HandleFunc("DELETE /backends/{id}", func(w http.ResponseWriter, req *http.Request) {
+		if err := r.RemoveBackend(req.PathValue("id")); err != nil {
+			writeError(w, http.StatusNotFound, err.Error(), "not_found_error")
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	})
+	return mux
+}
+
+func writeJSONBody(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError writes an OpenAI-shaped error.
+func writeError(w http.ResponseWriter, code int, msg, typ string) {
+	var b bytes.Buffer
+	_ = json.NewEncoder(&b).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": code}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_, _ = w.Write(b.Bytes())
+}
