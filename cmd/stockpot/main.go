@@ -38,6 +38,8 @@ func run(args []string) error {
 	switch args[0] {
 	case "serve":
 		return cmdServe(args[1:])
+	case "route":
+		return cmdRoute(args[1:])
 	case "bench":
 		return cmdBench(args[1:])
 	case "model":
