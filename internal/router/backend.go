@@ -33,7 +33,9 @@ type Backend struct {
 	lastErr  atomic.Pointer[string]
 
 	index  *replicaIndex
-	sub    *kvevents.Subscriber // nil when the policy needs no events
+	// events reports the replica's event stream (a *kvevents.Subscriber);
+	// nil when the policy needs no events.
+	events eventSource
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -54,6 +56,11 @@ func newBackend(raw string) (*Backend, error) {
 	b := &Backend{ID: hex.EncodeToString(sum[:4]), URL: u, idHash: binary.LittleEndian.Uint64(sum[8:16]), index: newReplicaIndex()}
 	b.healthy.Store(true) // optimistic until the first check says otherwise
 	return b, nil
+}
+
+// eventSource is what the router reads of a Subscriber (tests fake it).
+type eventSource interface {
+	Stats() kvevents.SubscriberStats
 }
 
 // Load returns the number of requests the router has in flight on b.
@@ -99,8 +106,8 @@ func (b *Backend) status() BackendStatus {
 	if e := b.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}
-	if b.sub != nil {
-		s := b.sub.Stats()
+	if b.events != nil {
+		s := b.events.Stats()
 		ev := &Events{Synced: s.Synced, Unsupported: s.Unsupported, Epoch: fmt.Sprintf("%x", s.Epoch), Seq: s.Seq,
 			Events: s.Events, Resyncs: s.Resyncs, Gaps: s.Gaps, Restarts: s.Restarts,
 			LagMS: float64(s.Lag) / 1e6, LastError: s.LastError}
@@ -115,9 +122,9 @@ func (b *Backend) status() BackendStatus {
 // liveIndex reports whether b's index can be trusted: the stream is in sync
 // and a line (event or heartbeat) came within staleAfter.
 func (b *Backend) liveIndex(staleAfter time.Duration) bool {
-	if b.sub == nil {
+	if b.events == nil {
 		return false
 	}
-	s := b.sub.Stats()
+	s := b.events.Stats()
 	return s.Synced && !s.Unsupported && time.Since(s.LastEvent) < staleAfter
 }

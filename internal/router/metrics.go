@@ -98,8 +98,8 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up, l...)
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(b.Load()), l...)
 		ch <- prometheus.MustNewConstMetric(c.blocks, prometheus.GaugeValue, float64(b.index.Len()), l...)
-		if b.sub != nil {
-			s := b.sub.Stats()
+		if b.events != nil {
+			s := b.events.Stats()
 			ch <- prometheus.MustNewConstMetric(c.lag, prometheus.GaugeValue, s.Lag.Seconds(), l...)
 			ch <- prometheus.MustNewConstMetric(c.resyncs, prometheus.CounterValue, float64(s.Resyncs), l...)
 			ch <- prometheus.MustNewConstMetric(c.gaps, prometheus.CounterValue, float64(s.Gaps), l...)

@@ -196,7 +196,7 @@ func (r *Router) AddBackend(rawURL string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		b.sub = sub
+		b.events = sub
 		ctx, cancel := context.WithCancel(r.ctx)
 		b.cancel, b.done = cancel, make(chan struct{})
 		r.wg.Add(1)
@@ -292,7 +292,7 @@ func (r *Router) check(b *Backend) {
 	} else if int(b.failures.Add(1)) >= r.cfg.DownAfter {
 		r.markDown(b, fmt.Sprintf("health check: %v", errOrStatus(err, resp)))
 	}
-	if b.sub != nil && !b.liveIndex(r.cfg.StaleAfter) && b.index.Len() > 0 && !b.sub.Stats().Synced {
+	if b.events != nil && !b.liveIndex(r.cfg.StaleAfter) && b.index.Len() > 0 && !b.events.Stats().Synced {
 		b.index.drop()
 	}
 }
