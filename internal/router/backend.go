@@ -32,7 +32,7 @@ type Backend struct {
 	errors   atomic.Uint64
 	lastErr  atomic.Pointer[string]
 
-	index  *replicaIndex
+	index *replicaIndex
 	// events reports the replica's event stream (a *kvevents.Subscriber);
 	// nil when the policy needs no events.
 	events eventSource
