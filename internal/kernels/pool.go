@@ -37,6 +37,8 @@ type Pool struct {
 	// perWorker[w] is worker w's buffer; touched only by worker w inside a
 	// forWorker fn (so under mu).
 	perWorker [][]float32
+
+	attn attnScratch // Attention's buffers (its own lock)
 }
 
 // NewPool starts a pool of threads workers (the calling goroutine counts as
