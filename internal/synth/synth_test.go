@@ -219,3 +219,18 @@ func TestLlama3RopeFactors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkBuildDefault measures building the served default model once its
+// vocabulary is trained (the first Build in a process also trains it).
+func BenchmarkBuildDefault(b *testing.B) {
+	b.ReportAllocs()
+	if _, err := Build("default", Options{}); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := Build("default", Options{Seed: uint64(i)}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
