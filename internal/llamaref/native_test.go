@@ -40,21 +40,27 @@ func TestNativeNotBuilt(t *testing.T) {
 	}
 }
 
-// TestNativeBench needs scripts/build-llama-native.sh to have run; it fails
-// (never skips) when the binaries are missing.
-func TestNativeBench(t *testing.T) {
-	// One thread and one repetition: this checks the plumbing, not the speed.
-	rs, err := NativeBench(tinyModel, []int{32}, 4, 1, BenchOptions{Repetitions: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(rs) != 2 || rs[0].Test != "pp32" || rs[1].Test != "tg4" {
-		t.Fatalf("tests %+v, want pp32 and tg4", rs)
-	}
-	for _, r := range rs {
-		if r.Threads != 1 || r.TypeK != "f16" || r.TypeV != "f16" || r.FlashAttn != 0 || !(r.TokensPerSec > 0) {
-			t.Errorf("%s: %+v, want 1 thread, f16 K/V, flash attention off, a positive rate", r.Test, r)
+// BenchmarkNativeBench runs the real llama-bench on the tiny model. It is a
+// benchmark, not a test, because it needs scripts/build-llama-native.sh (about
+// 40 minutes on 2 cores), which `make test` does not run; like `make bench`, it
+// fails (never skips) when the binaries are missing:
+//
+//	go test -run '^$' -bench NativeBench -benchtime 1x ./internal/llamaref
+func BenchmarkNativeBench(b *testing.B) {
+	for range b.N {
+		// One thread and one repetition: this checks the plumbing, not the speed.
+		rs, err := NativeBench(tinyModel, []int{32}, 4, 1, BenchOptions{Repetitions: 1})
+		if err != nil {
+			b.Fatal(err)
 		}
-		t.Logf("native llama-bench, tiny model: %s %.0f tok/s", r.Test, r.TokensPerSec)
+		if len(rs) != 2 || rs[0].Test != "pp32" || rs[1].Test != "tg4" {
+			b.Fatalf("tests %+v, want pp32 and tg4", rs)
+		}
+		for _, r := range rs {
+			if r.Threads != 1 || r.TypeK != "f16" || r.TypeV != "f16" || r.FlashAttn != 0 || !(r.TokensPerSec > 0) {
+				b.Errorf("%s: %+v, want 1 thread, f16 K/V, flash attention off, a positive rate", r.Test, r)
+			}
+			b.ReportMetric(r.TokensPerSec, r.Test+"-tok/s")
+		}
 	}
 }
