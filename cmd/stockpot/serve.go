@@ -16,6 +16,7 @@ import (
 	"stockpot/internal/prefix"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -42,6 +43,7 @@ type serveOptions struct {
 	maxPrompt            int
 	maxBody              int64
 	keys                 []string
+	tiers                tierOptions
 	logger               *slog.Logger
 	progress             io.Writer
 }
@@ -54,6 +56,7 @@ type instance struct {
 	server *server.Server
 	reg    *prometheus.Registry
 	events *kvevents.Publisher
+	tiers  *tierSet // nil without lower tiers
 }
 
 // handler serves the API plus the replica's block events. Event streams are long-lived, so
@@ -74,8 +77,16 @@ func (in *instance) handler(drain context.Context) http.Handler {
 	return mux
 }
 
+// Close stops the engine. With lower tiers, every block still in the working pool is written
+// down first (write-back at shutdown), so the cache survives a restart.
 func (in *instance) Close() {
+	if in.tiers != nil {
+		in.engine.FlushCached(func(ev prefix.Event, kv []byte) { in.tiers.enqueue(ev, kv) })
+	}
 	in.engine.Close()
+	if in.tiers != nil {
+		in.tiers.close()
+	}
 	in.pool.Close()
 }
 
@@ -100,6 +111,8 @@ func newInstance(o serveOptions) (*instance, error) {
 		pool.Close()
 		return nil, err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	desc := identity.Descriptor{Model: lf.fingerprint, Tokenizer: lf.tok.Digest(), KVType: o.kvType.String(), BlockSize: o.blockSize}
 	idDigest := desc.Digest()
 	ecfg := engine.DefaultConfig()
@@ -117,22 +130,41 @@ func newInstance(o serveOptions) (*instance, error) {
 	// engine's runner goroutine; Publish never blocks.
 	pub := kvevents.NewPublisher(kvevents.DefaultConfig())
 	pub.SetIdentity(hex.EncodeToString(idDigest[:]), o.blockSize)
+	var ts *tierSet
+	var arena *kvcache.Arena // set once the engine exists; events only flow after that
+	if o.tiers.enabled() {
+		layout := kvcache.Layout{BlockSize: o.blockSize, Layers: lf.cfg.Layers, KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: o.kvType}
+		if ts, err = openTiers(o.tiers, idDigest, layout, reg); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		ecfg.Restorer = ts
+		ecfg.Prefetch = o.tiers.prefetch
+		ecfg.PrefetchTimeout = o.tiers.prefetchTimeout
+		ecfg.OnStep = ts.fetcher.ObservePrefill
+		ecfg.OnRestoreStall = ts.metrics.RestoreStall
+	}
 	var evBuf []kvevents.Event
 	ecfg.OnBlockEvents = func(evs []prefix.Event) {
 		evBuf = kvevents.FromPrefix(evBuf[:0], kvevents.Device, evs)
 		pub.Publish(evBuf...)
+		if ts != nil {
+			ts.onEvents(evs, arena)
+		}
 	}
 	eng, err := engine.New(m, ecfg)
 	if err != nil {
+		if ts != nil {
+			ts.close()
+		}
 		pool.Close()
 		return nil, err
 	}
+	arena = eng.Arena()
 	st := eng.Stats()
 	fmt.Fprintf(o.progress, "stockpot: KV pool %d blocks × %d tokens (%s, %s), prefix cache %v, %d threads\n",
 		st.KVBlocksTotal, o.blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), o.kvType, o.prefixCache, pool.Threads())
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	scfg := server.DefaultConfig()
 	scfg.Addr = o.addr
 	scfg.ModelName = lf.name
@@ -145,13 +177,19 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	scfg.APIKeys = o.keys
 	scfg.Logger = o.logger
+	if ts != nil {
+		scfg.TierStats = ts.stats
+	}
 	srv, err := server.New(scfg, eng, tokAdapter{lf.tok}, reg)
 	if err != nil {
 		eng.Close()
+		if ts != nil {
+			ts.close()
+		}
 		pool.Close()
 		return nil, err
 	}
-	return &instance{file: lf, pool: pool, engine: eng, server: srv, reg: reg, events: pub}, nil
+	return &instance{file: lf, pool: pool, engine: eng, server: srv, reg: reg, events: pub, tiers: ts}, nil
 }
 
 func cmdServe(args []string) error {
@@ -171,6 +209,14 @@ func cmdServe(args []string) error {
 	var keys stringList
 	fs.Var(&keys, "api-key", "required API key (repeatable)")
 	keyFile := fs.String("api-key-file", "", "file with one API key per line")
+	hostCache := fs.String("host-cache", "0", "host RAM tier budget (e.g. 4GiB); 0 = off")
+	diskCache := fs.String("disk-cache", "", "disk tier directory; empty = off")
+	diskSize := fs.String("disk-cache-size", "10GiB", "disk tier budget")
+	remoteCache := fs.String("remote-cache", "", "remote tier, redis://host:port/db; empty = off")
+	minHits := fs.Int("offload-min-hits", 0, "write back only blocks reused at least this often")
+	minPrefix := fs.Int("offload-min-prefix-tokens", 0, "write back only blocks ending at least this many tokens into their prompt")
+	prefetch := fs.String("prefetch", "timeout", "queued requests vs their tier prefetch: wait, timeout or best-effort")
+	prefetchTimeout := fs.Duration("prefetch-timeout", 500*time.Millisecond, "for --prefetch timeout: longest wait before computing instead")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -210,10 +256,28 @@ func cmdServe(args []string) error {
 		}
 	}
 
+	to := tierOptions{diskDir: *diskCache, remoteURL: *remoteCache, minHits: *minHits, minPrefix: *minPrefix, prefetchTimeout: *prefetchTimeout}
+	if to.hostBytes, err = bytesize.Parse(*hostCache); err != nil {
+		return fmt.Errorf("--host-cache: %w", err)
+	}
+	if to.diskBytes, err = bytesize.Parse(*diskSize); err != nil {
+		return fmt.Errorf("--disk-cache-size: %w", err)
+	}
+	switch *prefetch {
+	case "wait":
+		to.prefetch = engine.PrefetchWait
+	case "timeout":
+		to.prefetch = engine.PrefetchTimeout
+	case "best-effort":
+		to.prefetch = engine.PrefetchBestEffort
+	default:
+		return fmt.Errorf("--prefetch %q: want wait, timeout or best-effort", *prefetch)
+	}
 	opts := serveOptions{
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
 		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, logger: logger, progress: os.Stderr,
+		tiers: to,
 	}
 	inst, err := newInstance(opts)
 	if err != nil {

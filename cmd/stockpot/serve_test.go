@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -31,7 +32,7 @@ func newTestInstance(t *testing.T, mutate func(*serveOptions)) (*instance, *http
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := httptest.NewServer(inst.handler(t.Context()))
+	ts := newHTTPServer(inst)
 	t.Cleanup(func() {
 		ts.Close()
 		if err := inst.engine.CheckInvariants(); err != nil {
@@ -357,3 +358,9 @@ func TestServeKVEvents(t *testing.T) {
 		t.Errorf("snapshot: identity %q, block size %d, %d blocks", snap.Identity, snap.BlockSize, len(snap.Blocks))
 	}
 }
+
+func newHTTPServer(inst *instance) *httptest.Server {
+	return httptest.NewServer(inst.handler(context.Background()))
+}
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

@@ -32,6 +32,12 @@ type Config struct {
 	// during the call. The slice and its token slices are only valid during the call. It must
 	// be quick and must not call back into the engine.
 	OnBlockEvents func([]prefix.Event)
+	// OnStep, when set, receives each forward step's token count and duration (the runner's
+	// measured prefill rate feeds the restore-vs-recompute cost model).
+	OnStep func(tokens int, d time.Duration)
+	// OnRestoreStall, when set, receives the time an admission was held back waiting for its
+	// prefetch (stockpot_kv_restore_stall_seconds_total).
+	OnRestoreStall func(time.Duration)
 	// Restorer, when set, prefetches queued requests' prefixes from lower tiers.
 	Restorer        Restorer
 	Prefetch        PrefetchPolicy
@@ -307,6 +313,15 @@ func (e *Engine) CheckInvariants() error {
 	return err
 }
 
+// FlushCached calls fn, on the runner goroutine, with every block the working pool indexes, as
+// Stored events whose K/V is intact during the call (arena.BlockData(ev.Block)). Serve calls
+// it at shutdown so the write-back tiers keep what was never evicted.
+func (e *Engine) FlushCached(fn func(ev prefix.Event, kv []byte)) {
+	e.do(func() {
+		e.cache.Live(func(ev prefix.Event) { fn(ev, e.arena.BlockData(ev.Block)) })
+	})
+}
+
 // do runs fn on the runner goroutine and waits for it.
 func (e *Engine) do(fn func()) {
 	done := make(chan struct{})
@@ -335,7 +350,7 @@ func (e *Engine) run() {
 			case fn := <-e.ctrl:
 				fn()
 			case m := <-e.fetched:
-				e.core.Prefetched(m.id, m.p, time.Now())
+				e.prefetched(m)
 			case <-e.quit:
 				e.shutdown()
 				return
@@ -351,7 +366,7 @@ func (e *Engine) run() {
 			case fn := <-e.ctrl:
 				fn()
 			case m := <-e.fetched:
-				e.core.Prefetched(m.id, m.p, time.Now())
+				e.prefetched(m)
 			case <-e.quit:
 				e.shutdown()
 				return
@@ -380,7 +395,7 @@ func (e *Engine) run() {
 				case fn := <-e.ctrl:
 					fn()
 				case m := <-e.fetched:
-					e.core.Prefetched(m.id, m.p, time.Now())
+					e.prefetched(m)
 				case <-time.After(2 * time.Millisecond):
 				case <-e.quit:
 					e.shutdown()
@@ -413,8 +428,16 @@ func (e *Engine) run() {
 			}
 			seqs = append(seqs, sq)
 		}
+		t0 := time.Now()
 		if err := e.model.Forward(seqs); err != nil {
 			e.cfg.Logger.Error("forward", "err", err)
+		}
+		if e.cfg.OnStep != nil {
+			n := 0
+			for _, it := range plan.Items {
+				n += len(it.Tokens)
+			}
+			e.cfg.OnStep(n, time.Since(t0))
 		}
 		e.core.Advance(plan, logits, time.Now())
 		e.flushEvents()
@@ -459,6 +482,15 @@ func (e *Engine) add(s *stream) {
 			go func() { e.fetched <- prefetchMsg{id, p} }()
 		}
 	})
+}
+
+// prefetched hands a prefetch result to the core and reports any stall it ended.
+func (e *Engine) prefetched(m prefetchMsg) {
+	before := e.core.stats.prefetchStall
+	e.core.Prefetched(m.id, m.p, time.Now())
+	if d := e.core.stats.prefetchStall - before; d > 0 && e.cfg.OnRestoreStall != nil {
+		e.cfg.OnRestoreStall(d)
+	}
 }
 
 // applyRestores copies restored tier bytes into their blocks (before the forward pass).

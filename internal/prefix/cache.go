@@ -362,7 +362,7 @@ func (c *Cache) evict(b BlockID) {
 	e := &c.meta[b]
 	c.heapRemove(b)
 	c.evictable-- // b was unpinned
-	c.queue(Evicted, e.hash, e.parent, e.root, e.hits, b, c.blockTokens(b))
+	c.queue(Evicted, e.hash, e.parent, e.root, e.hits, e.depth, b, c.blockTokens(b))
 	c.unlink(b)
 	c.stats.evictions++
 }
@@ -496,7 +496,7 @@ func (c *Cache) Commit(owner Owner, hash, parent Hash, tokens []int32, block Blo
 		c.updatePin(parentBlock)
 	}
 	c.stats.stored++
-	c.queue(Stored, hash, parent, root, 0, block, tokens)
+	c.queue(Stored, hash, parent, root, 0, depth, block, tokens)
 	c.maybeCheck()
 	return block, true
 }
@@ -553,7 +553,7 @@ func (c *Cache) Invalidate(root Hash) int {
 // queues a single Cleared event. It returns how many blocks it dropped.
 func (c *Cache) Clear() int {
 	n := c.drop(func(*entry) bool { return true }, false)
-	c.queue(Cleared, Hash{}, Hash{}, Hash{}, 0, -1, nil)
+	c.queue(Cleared, Hash{}, Hash{}, Hash{}, 0, 0, -1, nil)
 	c.maybeCheck()
 	return n
 }
@@ -590,7 +590,7 @@ func (c *Cache) removed(b BlockID, event bool) {
 	c.stats.removed++
 	if event {
 		e := &c.meta[b]
-		c.queue(Removed, e.hash, e.parent, e.root, e.hits, b, c.blockTokens(b))
+		c.queue(Removed, e.hash, e.parent, e.root, e.hits, e.depth, b, c.blockTokens(b))
 	}
 }
 
@@ -633,4 +633,26 @@ func (c *Cache) maybeHeapAdd(b BlockID) {
 		return
 	}
 	c.heapPush(b)
+}
+
+// Live calls fn for every block in the index (referenced or not), parents before children, as
+// a Stored event. The event's Tokens are valid only during the call. It is for write-back of
+// the whole working pool at shutdown: the blocks' K/V is intact while fn runs.
+func (c *Cache) Live(fn func(Event)) {
+	byDepth := map[int32][]BlockID{}
+	maxDepth := int32(-1)
+	for b := range c.meta {
+		e := &c.meta[b]
+		if e.state != stateLive {
+			continue
+		}
+		byDepth[e.depth] = append(byDepth[e.depth], BlockID(b))
+		maxDepth = max(maxDepth, e.depth)
+	}
+	for d := int32(0); d <= maxDepth; d++ {
+		for _, b := range byDepth[d] {
+			e := &c.meta[b]
+			fn(Event{Kind: Stored, Hash: e.hash, Parent: e.parent, Root: e.root, Hits: e.hits, Depth: e.depth, Block: b, Tokens: c.blockTokens(b)})
+		}
+	}
 }

@@ -43,12 +43,13 @@ type Event struct {
 	Parent Hash
 	Root   Hash   // the chain's root (identity + salt): tiers namespace blocks by it
 	Hits   uint32 // reuses of the block since it was stored (offload admission)
+	Depth  int32  // blocks before this one in its chain: it ends at token (Depth+1)*BlockSize
 	Block  BlockID
 	Tokens []int32 // the block's tokens; owned by the receiver
 }
 
 // queue appends an event; tokens are copied.
-func (c *Cache) queue(kind EventKind, hash, parent, root Hash, hits uint32, block BlockID, tokens []int32) {
+func (c *Cache) queue(kind EventKind, hash, parent, root Hash, hits uint32, depth int32, block BlockID, tokens []int32) {
 	if c.cfg.DisableEvents {
 		return
 	}
@@ -61,7 +62,7 @@ func (c *Cache) queue(kind EventKind, hash, parent, root Hash, hits uint32, bloc
 		c.eventTokens = append(c.eventTokens, tokens...)
 		t = c.eventTokens[start:len(c.eventTokens):len(c.eventTokens)]
 	}
-	c.events = append(c.events, Event{Kind: kind, Hash: hash, Parent: parent, Root: root, Hits: hits, Block: block, Tokens: t})
+	c.events = append(c.events, Event{Kind: kind, Hash: hash, Parent: parent, Root: root, Hits: hits, Depth: depth, Block: block, Tokens: t})
 }
 
 // Events returns the events queued since the last call, oldest first, and

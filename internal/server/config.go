@@ -37,6 +37,9 @@ type Config struct {
 	// last HitRateWindow requests that finished within HitRateMaxAge.
 	HitRateWindow int
 	HitRateMaxAge time.Duration
+	// TierStats, when set, reports the lower KV tiers (host, disk, remote) for the
+	// stockpot_kv_cache_usage_bytes, _capacity_bytes and _evictions_total metrics.
+	TierStats func() []TierStat
 	// Logger receives request errors and recovered panics.
 	Logger *slog.Logger
 	// Now is the clock (tests); defaults to time.Now.

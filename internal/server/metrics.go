@@ -88,7 +88,7 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 		Help: "Prefix-cache hit rate (hit tokens / queried tokens) over a sliding window of recent requests; NaN with no queries.",
 	}, m.window.rate)
 	for _, c := range []prometheus.Collector{m.promptTokens, m.queries, m.hits, m.discarded, m.generated,
-		m.ttft, m.tpot, m.e2e, m.requests, hitRate, &engineCollector{gen: gen}} {
+		m.ttft, m.tpot, m.e2e, m.requests, hitRate, &engineCollector{gen: gen, tiers: cfg.TierStats}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -178,7 +178,16 @@ func (w *hitWindow) rate() float64 {
 
 // engineCollector reads Generator.Stats() once per scrape.
 type engineCollector struct {
-	gen engine.Generator
+	gen   engine.Generator
+	tiers func() []TierStat // the lower tiers' rows; nil without tiers
+}
+
+// TierStat is one lower tier's row of the stockpot_kv_cache_* metrics.
+type TierStat struct {
+	Tier          string // host, disk or remote
+	UsedBytes     int64
+	CapacityBytes int64
+	Evictions     uint64
 }
 
 var (
@@ -206,4 +215,12 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(int64(st.KVBlocksCached)*st.KVBlockBytes), "device")
 	ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(int64(st.KVBlocksTotal)*st.KVBlockBytes), "device")
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), "device")
+	if c.tiers == nil {
+		return
+	}
+	for _, t := range c.tiers() {
+		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(t.UsedBytes), t.Tier)
+		ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(t.CapacityBytes), t.Tier)
+		ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(t.Evictions), t.Tier)
+	}
 }

@@ -39,7 +39,9 @@ type Stats struct {
 // Store is one offload tier. All methods are safe for concurrent use and take
 // batches; results are in the order of the keys.
 type Store interface {
-	// Get returns one value per key, nil for a miss. Values are read-only.
+	// Get returns one value per key, nil for a miss. Values are read-only and untrusted: a
+	// store may return a value that fails decoding for an item it found damaged, so that the
+	// reader counts the discard; readers verify every value (tier.DecodeVerify).
 	// An error means the whole batch failed (for example the tier is down);
 	// the caller treats every key as a miss.
 	Get(ctx context.Context, keys []Key) ([][]byte, error)

@@ -266,8 +266,12 @@ func (s *Store) check(ctx context.Context) error {
 	return nil
 }
 
-// Get reads each key's file and checks it; a damaged file is deleted and
-// reported as a miss (see Corrupt).
+// Corrupted is what Get returns for a damaged file: never a valid record.
+var Corrupted = []byte("stockpot: damaged block file")
+
+// Get reads each key's file and checks it. A damaged file is deleted and counted (see Corrupt),
+// and Corrupted is returned in its place: a value that fails every record check, so the reader
+// counts the discard against the request that found it (reason "checksum") and recomputes.
 func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 	if err := s.check(ctx); err != nil {
 		return nil, err
@@ -305,6 +309,7 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 			}
 			s.mu.Unlock()
 			s.count(false)
+			out[i] = Corrupted
 			continue
 		}
 		os.Chtimes(path, now, now) // persist recency for the next Open; best effort
