@@ -99,16 +99,6 @@ func (ix *replicaIndex) Apply(evs []kvevents.Event) {
 	}
 }
 
-// drop forgets everything (the replica's stream has been down too long).
-func (ix *replicaIndex) drop() {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	if len(ix.mu.blocks) > 0 {
-		ix.mu.blocks = map[prefix.Hash]entry{}
-	}
-	ix.mu.valid = false
-}
-
 // Len returns the number of indexed blocks.
 func (ix *replicaIndex) Len() int {
 	ix.mu.RLock()

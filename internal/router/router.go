@@ -247,8 +247,9 @@ func (r *Router) RemoveBackend(idOrURL string) error {
 	return nil
 }
 
-// healthLoop checks every backend each HealthInterval, and drops the index
-// of a backend whose event stream went stale.
+// healthLoop checks every backend each HealthInterval. (A stale index is
+// not dropped here: policies ignore it while stale, and the stream either
+// resumes exactly where it stopped or resyncs from a snapshot.)
 func (r *Router) healthLoop() {
 	defer r.wg.Done()
 	t := time.NewTicker(r.cfg.HealthInterval)
@@ -291,9 +292,6 @@ func (r *Router) check(b *Backend) {
 		}
 	} else if int(b.failures.Add(1)) >= r.cfg.DownAfter {
 		r.markDown(b, fmt.Sprintf("health check: %v", errOrStatus(err, resp)))
-	}
-	if b.events != nil && !b.liveIndex(r.cfg.StaleAfter) && b.index.Len() > 0 && !b.events.Stats().Synced {
-		b.index.drop()
 	}
 }
 

@@ -1,0 +1,250 @@
+package router
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mirrors reports whether b's index holds exactly the replica's snapshot.
+func mirrors(b *Backend, replicaURL string) bool {
+	resp, err := http.Get(replicaURL + "/v1/kv-events/snapshot")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	var s struct {
+		Seq    uint64 `json:"seq"`
+		Blocks []struct {
+			Hash string `json:"hash"`
+		} `json:"blocks"`
+	}
+	if json.NewDecoder(resp.Body).Decode(&s) != nil {
+		return false
+	}
+	if b.events.Stats().Seq != s.Seq || b.index.Len() != len(s.Blocks) {
+		return false
+	}
+	b.index.mu.RLock()
+	defer b.index.mu.RUnlock()
+	for _, bl := range s.Blocks {
+		found := false
+		for h := range b.index.mu.blocks {
+			if h.String() == bl.Hash {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// lineDropper drops the next `drop` event lines of an event stream.
+type lineDropper struct {
+	r       *bufio.Reader
+	c       io.Closer
+	drop    *atomic.Int64
+	dropped *atomic.Int64
+	pending []byte
+}
+
+func (l *lineDropper) Read(p []byte) (int, error) {
+	for len(l.pending) == 0 {
+		line, err := l.r.ReadBytes('\n')
+		if len(line) > 0 && bytes.Contains(line, []byte(`"type":"event"`)) && l.drop.Load() > 0 {
+			l.drop.Add(-1)
+			l.dropped.Add(1)
+			line = nil
+		}
+		l.pending = line
+		if err != nil && len(l.pending) == 0 {
+			return 0, err
+		}
+	}
+	n := copy(p, l.pending)
+	l.pending = l.pending[n:]
+	return n, nil
+}
+
+func (l *lineDropper) Close() error { return l.c.Close() }
+
+func postCompletion(t *testing.T, base, prompt string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 2})
+	resp, err := http.Post(base+"/v1/completions", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("HTTP %d: %s", resp.StatusCode, b)
+	}
+}
+
+// TestEventsDroppedRealReplica: events lost between a real replica and the
+// router are detected (sequence gap), the router resyncs from the snapshot,
+// and its index converges to the replica's block set.
+func TestEventsDroppedRealReplica(t *testing.T) {
+	rs := startReplicas(t, 1)
+	u, _ := url.Parse(rs[0].url)
+	var drop, dropped atomic.Int64
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	rp.ModifyResponse = func(resp *http.Response) error {
+		if resp.Request.URL.Path == "/v1/kv-events" {
+			resp.Body = &lineDropper{r: bufio.NewReader(resp.Body), c: resp.Body, drop: &drop, dropped: &dropped}
+		}
+		return nil
+	}
+	lossy := httptest.NewServer(rp)
+	t.Cleanup(lossy.Close)
+	rt, front := startRouter(t, "kv-aware", []*replica{{url: lossy.URL}}, nil)
+	b := rt.backends()[0]
+	rng := rand.New(rand.NewPCG(5, 5))
+	postCompletion(t, front, "Dropped events one. "+words(rng, 80))
+	waitUntil(t, "index to mirror the replica", 10*time.Second, func() bool { return mirrors(b, rs[0].url) })
+	before := b.events.Stats()
+	drop.Store(2)
+	postCompletion(t, front, "Dropped events two. "+words(rng, 80))
+	postCompletion(t, front, "Dropped events three. "+words(rng, 80))
+	waitUntil(t, "resync after the gap", 10*time.Second, func() bool {
+		return b.events.Stats().Resyncs > before.Resyncs && mirrors(b, rs[0].url)
+	})
+	st := b.events.Stats()
+	t.Logf("dropped %d event lines: gaps %d, resyncs %d→%d, index %d blocks mirrors the replica",
+		dropped.Load(), st.Gaps, before.Resyncs, st.Resyncs, b.index.Len())
+	if st.Gaps == 0 || dropped.Load() == 0 {
+		t.Fatalf("no gap detected: %+v (dropped %d)", st, dropped.Load())
+	}
+}
+
+// TestRouteCommand runs `stockpot route` itself: env-backed flags,
+// membership at run time over HTTP, health checks taking a dead backend out
+// and bringing it back, and the pass-through endpoints.
+func TestRouteCommand(t *testing.T) {
+	rs := startReplicas(t, 2)
+	addr := freeAddr(t)
+	cmd := exec.Command(binPath, "route", "--backend", rs[0].url, "--addr", addr, "--health-interval", "200ms")
+	cmd.Env = append(os.Environ(), "STOCKPOT_POLICY=prefix")
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := "http://" + addr
+	waitUntil(t, "router health", 10*time.Second, func() bool {
+		resp, err := http.Get(base + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	type backends struct {
+		Policy   string          `json:"policy"`
+		Backends []BackendStatus `json:"backends"`
+	}
+	get := func() backends {
+		resp, err := http.Get(base + "/backends")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out backends
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if bs := get(); bs.Policy != "prefix" || len(bs.Backends) != 1 {
+		t.Fatalf("GET /backends: %+v (want policy prefix from STOCKPOT_POLICY, 1 backend)\n%s", bs, log.String())
+	}
+	resp, err := http.Post(base+"/backends", "application/json", strings.NewReader(fmt.Sprintf(`{"url":%q}`, rs[1].url)))
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("POST /backends: %v %v", err, resp)
+	}
+	var added struct{ ID string }
+	_ = json.NewDecoder(resp.Body).Decode(&added)
+	resp.Body.Close()
+	if bs := get(); len(bs.Backends) != 2 {
+		t.Fatalf("after add: %+v", bs)
+	}
+	for _, path := range []string{"/v1/models", "/metrics"} {
+		resp, err := http.Get(base + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %v %v", path, err, resp)
+		}
+		resp.Body.Close()
+	}
+	rng := rand.New(rand.NewPCG(9, 9))
+	postCompletion(t, base, "Route command. "+words(rng, 30))
+
+	// Health: a dead backend goes down, requests still succeed, and it
+	// comes back when it returns.
+	id0 := ""
+	for _, b := range get().Backends {
+		if b.URL == rs[0].url {
+			id0 = b.ID
+		}
+	}
+	rs[0].kill()
+	waitUntil(t, "dead backend marked down", 10*time.Second, func() bool {
+		for _, b := range get().Backends {
+			if b.ID == id0 {
+				return b.State == "down"
+			}
+		}
+		return false
+	})
+	for i := range 4 {
+		postCompletion(t, base, fmt.Sprintf("While down %d. %s", i, words(rng, 20)))
+	}
+	rs[0].start()
+	rs[0].waitHealthy()
+	waitUntil(t, "backend back up", 10*time.Second, func() bool {
+		for _, b := range get().Backends {
+			if b.ID == id0 {
+				return b.State == "healthy"
+			}
+		}
+		return false
+	})
+	req, _ := http.NewRequest(http.MethodDelete, base+"/backends/"+added.ID, nil)
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE /backends/%s: %v %v", added.ID, err, resp)
+	}
+	resp.Body.Close()
+	if bs := get(); len(bs.Backends) != 1 || bs.Backends[0].ID != id0 {
+		t.Fatalf("after delete: %+v", bs)
+	}
+}
