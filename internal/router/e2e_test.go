@@ -367,7 +367,7 @@ func mustGather(t *testing.T, rt *Router) []*dtoMetricFamily {
 // requests see no error.
 func TestFailover(t *testing.T) {
 	rs := startReplicas(t, 3)
-	_, url := startRouter(t, "kv-aware", rs, nil)
+	rt, url := startRouter(t, "kv-aware", rs, nil)
 	const workers, perWorker = 6, 12
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -409,7 +409,15 @@ func TestFailover(t *testing.T) {
 	rs[1].kill()
 	t.Logf("killed replica %s after %d requests", rs[1].addr, workers*perWorker/4)
 	wg.Wait()
-	t.Logf("failover: %d requests, %d client-visible errors", done, errs)
+	retries := 0.0
+	for _, mf := range mustGather(t, rt) {
+		if mf.GetName() == "stockpot_router_retries_total" {
+			for _, m := range mf.GetMetric() {
+				retries += m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Logf("failover: %d requests, %d client-visible errors, %.0f attempts retried on another backend", done, errs, retries)
 	if errs != 0 {
 		t.Fatalf("%d client-visible errors after kill -9 of one backend", errs)
 	}
