@@ -322,6 +322,17 @@ func (e *Engine) FlushCached(fn func(ev prefix.Event, kv []byte)) {
 	})
 }
 
+// Pause stops the runner between steps until the returned resume func is called. Requests
+// sent meanwhile queue up; tests and benchmarks use it to make a burst arrive at once.
+func (e *Engine) Pause() (resume func()) {
+	release := make(chan struct{})
+	paused := make(chan struct{})
+	go e.do(func() { close(paused); <-release })
+	<-paused
+	var once sync.Once
+	return func() { once.Do(func() { close(release) }) }
+}
+
 // do runs fn on the runner goroutine and waits for it.
 func (e *Engine) do(fn func()) {
 	done := make(chan struct{})

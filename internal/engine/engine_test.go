@@ -316,14 +316,27 @@ func TestDedupBurst(t *testing.T) {
 		e := newEngine(t, func(c *engine.Config) { c.Dedup = dedup; c.MaxBatchTokens = 64 })
 		var mu sync.Mutex
 		var wg sync.WaitGroup
+		resume := e.Pause() // the whole burst is queued before the first prefill step
+		var chans []<-chan engine.Output
 		for i := 0; i < 6; i++ {
+			ch, err := e.Generate(context.Background(), &engine.Request{Prompt: p, MaxTokens: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			chans = append(chans, ch)
+		}
+		resume()
+		for _, ch := range chans {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				r := collect(t, e, engine.Request{Prompt: p, MaxTokens: 1})
-				mu.Lock()
-				computed += r.usage.ComputedTokens
-				mu.Unlock()
+				for o := range ch {
+					if o.Done {
+						mu.Lock()
+						computed += o.Usage.ComputedTokens
+						mu.Unlock()
+					}
+				}
 			}()
 		}
 		wg.Wait()
@@ -347,12 +360,20 @@ func BenchmarkDedupBurst(b *testing.B) {
 				b.StopTimer()
 				e := newEngine(b, func(c *engine.Config) { c.Dedup = dedup; c.KVMemory = 64 << 20 })
 				b.StartTimer()
-				var wg sync.WaitGroup
+				resume := e.Pause()
+				var chans []<-chan engine.Output
 				for i := 0; i < 8; i++ {
-					wg.Add(1)
-					go func() { defer wg.Done(); collect(b, e, engine.Request{Prompt: p, MaxTokens: 1}) }()
+					ch, err := e.Generate(context.Background(), &engine.Request{Prompt: p, MaxTokens: 1})
+					if err != nil {
+						b.Fatal(err)
+					}
+					chans = append(chans, ch)
 				}
-				wg.Wait()
+				resume()
+				for _, ch := range chans {
+					for range ch {
+					}
+				}
 			}
 		})
 	}
