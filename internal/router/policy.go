@@ -121,8 +121,9 @@ type PolicyConfig struct {
 	// maximum load stays within 25% of the mean while remapping little).
 	LoadBound float64
 	// LoadPenalty is kv-aware's cost of one in-flight request, in matched
-	// device blocks. Default 1: a replica holding k more blocks of the
-	// prompt wins unless it runs k more requests.
+	// device blocks (> 0; 0 means the default). Default 1: a replica
+	// holding k more blocks of the prompt wins unless it runs k more
+	// requests.
 	LoadPenalty float64
 	// TierWeights value a matched block by its fastest tier.
 	TierWeights [kvevents.NumTiers]float64
@@ -149,7 +150,7 @@ func (c PolicyConfig) validate() PolicyConfig {
 	if c.LoadBound < 1 {
 		c.LoadBound = d.LoadBound
 	}
-	if c.LoadPenalty < 0 {
+	if c.LoadPenalty <= 0 {
 		c.LoadPenalty = d.LoadPenalty
 	}
 	if c.TierWeights == ([kvevents.NumTiers]float64{}) {
