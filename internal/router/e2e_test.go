@@ -323,6 +323,19 @@ func TestRoutedVsSingle(t *testing.T) {
 		}
 		t.Logf("%-9s server hit rate %.3f (%.0f%% of single), client cached %d/%d, share %v (max %.2f× mean), errors %d",
 			policy, rate, 100*rate/single, res.cached, res.prompt, res.share, float64(maxShare)/mean, res.errors)
+		reasons := map[string]float64{}
+		for _, mf := range mustGather(t, rt) {
+			if mf.GetName() == "stockpot_router_decisions_total" {
+				for _, m := range mf.GetMetric() {
+					for _, l := range m.GetLabel() {
+						if l.GetName() == "reason" {
+							reasons[l.GetValue()] += m.GetCounter().GetValue()
+						}
+					}
+				}
+			}
+		}
+		t.Logf("%-9s decisions by reason %v", policy, reasons)
 		if policy == "kv-aware" {
 			var pred, got float64
 			for _, mf := range mustGather(t, rt) {
@@ -520,5 +533,38 @@ func TestEventsRealReplica(t *testing.T) {
 	t.Logf("after restart: resyncs %d restarts %d gaps %d, index %d blocks, lag %v", st.Resyncs, st.Restarts, st.Gaps, b.index.Len(), st.Lag)
 	if st.Restarts < 1 || st.Resyncs < 2 {
 		t.Fatalf("restart not detected: %+v", st)
+	}
+
+	// Chat: the router tokenizes messages through the replica's template,
+	// so its prediction for a repeated conversation is exact too.
+	chat, _ := json.Marshal(map[string]any{"max_tokens": 2, "messages": []map[string]string{
+		{"role": "system", "content": "You are terse. " + words(rng, 60)},
+		{"role": "user", "content": words(rng, 40)}}})
+	for range 2 {
+		resp, err := http.Post(url+"/v1/chat/completions", "application/json", bytes.NewReader(chat))
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("chat: HTTP %d %s", resp.StatusCode, raw)
+		}
+		waitFor("index to mirror the replica", indexMatches)
+	}
+	var pred, got float64
+	for _, mf := range mustGather(t, rt) {
+		for _, m := range mf.GetMetric() {
+			switch mf.GetName() {
+			case "stockpot_router_predicted_tokens_total":
+				pred += m.GetCounter().GetValue()
+			case "stockpot_router_cached_tokens_total":
+				got += m.GetCounter().GetValue()
+			}
+		}
+	}
+	t.Logf("all requests (completions, stream, chat): predicted %.0f cached tokens, replica reported %.0f", pred, got)
+	if pred != got || pred == 0 {
+		t.Fatalf("predicted %.0f cached tokens in total, replica reported %.0f", pred, got)
 	}
 }
