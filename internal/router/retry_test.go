@@ -132,3 +132,38 @@ func TestAllBackendsFail(t *testing.T) {
 		t.Fatalf("HTTP %d, want 503 with no healthy backend", resp.StatusCode)
 	}
 }
+
+func TestMembership(t *testing.T) {
+	var hits atomic.Int64
+	b1, b2 := stubBackend(t, "ok", &hits), stubBackend(t, "ok", &hits)
+	cfg := DefaultConfig()
+	cfg.Policy = "prefix"
+	cfg.HealthInterval = time.Hour
+	rt, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	id1, err := rt.AddBackend(b1.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := rt.AddBackend(b1.URL + "/"); again != id1 || len(rt.Backends()) != 1 {
+		t.Fatalf("re-adding the same URL: id %s (want %s), %d backends", again, id1, len(rt.Backends()))
+	}
+	if _, err := rt.AddBackend("ftp://x"); err == nil {
+		t.Fatal("ftp URL accepted")
+	}
+	if _, err := rt.AddBackend(b2.URL); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.RemoveBackend(b2.URL); err != nil || len(rt.Backends()) != 1 {
+		t.Fatalf("remove by URL: %v, %d left", err, len(rt.Backends()))
+	}
+	if err := rt.RemoveBackend(id1); err != nil || len(rt.Backends()) != 0 {
+		t.Fatalf("remove by ID: %v, %d left", err, len(rt.Backends()))
+	}
+	if err := rt.RemoveBackend(id1); err == nil {
+		t.Fatal("removing twice: no error")
+	}
+}

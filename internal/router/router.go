@@ -229,11 +229,10 @@ func (r *Router) RemoveBackend(idOrURL string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.backends()
-	key := idOrURL
-	if nb, err := newBackend(idOrURL); err == nil && len(idOrURL) != 8 {
-		key = nb.ID
+	i := slices.IndexFunc(cur, func(b *Backend) bool { return b.ID == idOrURL })
+	if nb, err := newBackend(idOrURL); i < 0 && err == nil {
+		i = slices.IndexFunc(cur, func(b *Backend) bool { return b.ID == nb.ID })
 	}
-	i := slices.IndexFunc(cur, func(b *Backend) bool { return b.ID == key })
 	if i < 0 {
 		return fmt.Errorf("%w %q", ErrUnknownBackend, idOrURL)
 	}
