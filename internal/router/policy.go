@@ -6,6 +6,8 @@ import (
 	"hash/maphash"
 	"math"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -179,9 +181,9 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 	case "least-loaded":
 		return leastLoaded{}, nil
 	case "prefix":
-		return &prefixPolicy{cfg: cfg}, nil
+		return newPrefixPolicy(cfg), nil
 	case "kv-aware":
-		return &kvAware{cfg: cfg, affinity: prefixPolicy{cfg: cfg}}, nil
+		return &kvAware{cfg: cfg, affinity: newPrefixPolicy(cfg)}, nil
 	}
 	return nil, fmt.Errorf("router: unknown policy %q (want one of %v)", name, PolicyNames)
 }
@@ -237,8 +239,32 @@ func pickLeastLoaded(c []*Backend) *Backend {
 // moves only its own keys (adding one of n+1 moves 1/(n+1) of them) — the
 // minimal remapping consistent hashing promises. The candidate order for a
 // key is fixed, so a spill under load goes to the same second choice every
-// time and comes back when the first has room.
-type prefixPolicy struct{ cfg PolicyConfig }
+// time.
+//
+// Spills are sticky: the policy remembers where each key went last, and
+// sends it there again while that backend is under the bounds, since it
+// holds the key's freshest prefix. Without this, a backend that drew one
+// session too many would spill a session on every round and send it back
+// the next (two partial misses per round); with it, one session moves once
+// and the load evens out. The memory is a plain map cleared when it reaches
+// stickyMax keys (a cleared key falls back to rendezvous order, which is
+// where it most likely is anyway).
+type prefixPolicy struct {
+	cfg PolicyConfig
+	mu  struct {
+		sync.Mutex
+		last map[uint64]string // key → backend ID (IDs, not pointers: a removed backend's index is not kept alive)
+	}
+}
+
+// stickyMax bounds the spill memory: 64Ki keys × ~50 bytes ≈ 3 MiB.
+const stickyMax = 1 << 16
+
+func newPrefixPolicy(cfg PolicyConfig) *prefixPolicy {
+	p := &prefixPolicy{cfg: cfg}
+	p.mu.last = make(map[uint64]string)
+	return p
+}
 
 func (*prefixPolicy) Name() string { return "prefix" }
 
@@ -271,7 +297,26 @@ func capacity(c []*Backend, bound float64) int {
 }
 
 func (p *prefixPolicy) pickKey(key uint64, c []*Backend) Decision {
+	d := p.pickKeyUnremembered(key, c)
+	p.mu.Lock()
+	if len(p.mu.last) >= stickyMax {
+		clear(p.mu.last)
+	}
+	p.mu.last[key] = d.Backend.ID
+	p.mu.Unlock()
+	return d
+}
+
+func (p *prefixPolicy) pickKeyUnremembered(key uint64, c []*Backend) Decision {
 	capLoad := capacity(c, p.cfg.LoadBound)
+	p.mu.Lock()
+	lastID := p.mu.last[key]
+	p.mu.Unlock()
+	if i := slices.IndexFunc(c, func(b *Backend) bool { return b.ID == lastID }); lastID != "" && i >= 0 {
+		if last := c[i]; !busy(last, p.cfg.ConcurrencyThreshold) && last.Load() < capLoad {
+			return Decision{Backend: last, Reason: "affinity"}
+		}
+	}
 	// Walk the candidates in rendezvous order without sorting: repeatedly
 	// take the highest score below the previous one (n is small).
 	var top *Backend
@@ -311,7 +356,7 @@ func (p *prefixPolicy) pickKey(key uint64, c []*Backend) Decision {
 // events, it falls back to prefix affinity.
 type kvAware struct {
 	cfg      PolicyConfig
-	affinity prefixPolicy
+	affinity *prefixPolicy
 }
 
 func (*kvAware) Name() string { return "kv-aware" }

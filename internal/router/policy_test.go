@@ -45,10 +45,12 @@ func without(bs []*Backend, drop *Backend) []*Backend {
 // backend's sessions when one of four goes, and about 1/5 when a fifth comes.
 func TestPrefixRemapOnScale(t *testing.T) {
 	bs := testBackends(t, 5)
-	p, _ := NewPolicy("prefix", PolicyConfig{})
 	four := bs[:4]
 	const sessions = 4000
+	// A fresh policy per assignment: the rendezvous order alone, without
+	// the sticky memory.
 	assign := func(c []*Backend) []*Backend {
+		p, _ := NewPolicy("prefix", PolicyConfig{})
 		out := make([]*Backend, sessions)
 		for i := range out {
 			out[i] = p.Pick(&Request{SessionID: fmt.Sprint("session-", i)}, c).Backend
@@ -98,6 +100,21 @@ func TestPrefixRemapOnScale(t *testing.T) {
 	if f := float64(movedAdd) / sessions; f > 0.25 {
 		t.Errorf("add: remapped %.3f, want about 0.2", f)
 	}
+	// With the sticky memory (one policy throughout), adding a backend
+	// moves no live session: new sessions fill it.
+	p, _ := NewPolicy("prefix", PolicyConfig{})
+	for i := range sessions {
+		p.Pick(&Request{SessionID: fmt.Sprint("session-", i)}, four)
+	}
+	stuck := 0
+	for i := range sessions {
+		if p.Pick(&Request{SessionID: fmt.Sprint("session-", i)}, bs).Backend == before[i] {
+			stuck++
+		}
+	}
+	if stuck != sessions {
+		t.Errorf("sticky: %d of %d sessions stayed after adding a backend, want all", stuck, sessions)
+	}
 }
 
 // TestPrefixBoundedLoad: a hot key spills to its next candidate when its
@@ -119,9 +136,15 @@ func TestPrefixBoundedLoad(t *testing.T) {
 	if d := p.Pick(req, bs); d.Backend == first.Backend {
 		t.Fatalf("over the load bound: still chose %s", d.Backend.ID)
 	}
+	// Sticky: the spill target holds the key's freshest prefix, so the key
+	// stays there while it has room, and goes back only when it is busy.
 	first.Backend.inflight.Store(0)
-	if d := p.Pick(req, bs); d.Backend != first.Backend {
-		t.Fatal("load gone: affinity should come back")
+	if d := p.Pick(req, bs); d.Backend != second.Backend {
+		t.Fatalf("after a spill: got %s, want the spill target %s", d.Backend.ID, second.Backend.ID)
+	}
+	second.Backend.inflight.Store(4)
+	if d := p.Pick(req, bs); d.Backend != first.Backend || d.Reason != "affinity" {
+		t.Fatalf("spill target busy: got %s (%s), want the first choice back", d.Backend.ID, d.Reason)
 	}
 }
 
