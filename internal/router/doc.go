@@ -15,7 +15,8 @@
 //     is the set of them; a resync swaps one replica's map alone.
 //   - Policy (Pick(req, candidates) Decision): random, round-robin,
 //     least-loaded, prefix (rendezvous hashing with bounded loads on
-//     X-Session-ID or the first PrefixTokens tokens) and kv-aware (matched
+//     X-Session-ID or the first PrefixTokens tokens; a spilled key sticks
+//     to where it last went while that backend has room) and kv-aware (matched
 //     prompt blocks weighted by tier, minus a load penalty; falls back to
 //     prefix affinity when no replica holds any of the prompt or none
 //     offers events).
