@@ -13,6 +13,8 @@ const usage = `stockpot: an LLM server whose centre is the KV prefix cache
 
 Usage:
   stockpot serve [flags]                      serve a model over an OpenAI-compatible API
+  stockpot route --backend URL ... [flags]    cache-aware gateway in front of several servers
+  stockpot bench --target URL --workload NAME measure TTFT and cache hit rates from the server's counters
   stockpot model synth --preset NAME --out FILE.gguf [--seed N] [--type T]
   stockpot model info FILE.gguf
   stockpot version

@@ -240,7 +240,9 @@ func streamUsage(t *testing.T, url string, body map[string]any) apiUsage {
 	return u
 }
 
-func scrape(t *testing.T, base string) map[string]float64 {
+func scrape(t *testing.T, base string) map[string]float64 { return scrapeB(t, base) }
+
+func scrapeB(t testing.TB, base string) map[string]float64 {
 	resp, err := http.Get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -364,3 +366,14 @@ func newHTTPServer(inst *instance) *httptest.Server {
 }
 
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+func postB(b testing.TB, url string, body any) (int, []byte) {
+	bb, _ := json.Marshal(body)
+	resp, err := http.Post(url, "application/json", bytes.NewReader(bb))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, out
+}

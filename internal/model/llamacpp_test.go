@@ -59,10 +59,16 @@ func (r *runner) prefill(t testing.TB, prompt []int32, chunk int) []float32 {
 }
 
 func (r *runner) greedy(t testing.TB, prompt []int32, n int) (cont []int32, first []float32) {
+	cont, steps := r.greedySteps(t, prompt, n)
+	return cont, steps[0]
+}
+
+// greedySteps also returns the logits before each generated token.
+func (r *runner) greedySteps(t testing.TB, prompt []int32, n int) (cont []int32, steps [][]float32) {
 	logits := r.prefill(t, prompt, 512)
-	first = append([]float32(nil), logits...)
 	pos := len(prompt)
 	for i := 0; i < n; i++ {
+		steps = append(steps, append([]float32(nil), logits...))
 		next := int32(argmax(logits))
 		cont = append(cont, next)
 		if i == n-1 {
@@ -73,7 +79,20 @@ func (r *runner) greedy(t testing.TB, prompt []int32, n int) (cont []int32, firs
 		}
 		pos++
 	}
-	return cont, first
+	return cont, steps
+}
+
+// divergence returns the first index where a and b differ, or -1.
+func divergence(a, b []int32) int {
+	for i := range min(len(a), len(b)) {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	if len(a) != len(b) {
+		return min(len(a), len(b))
+	}
+	return -1
 }
 
 func argmax(v []float32) int {
@@ -133,10 +152,18 @@ type refCase struct {
 	tol float64
 }
 
-// Tolerances: f32 weights agree to 1e-3 (only summation order differs). For f16/bf16 and
-// quantized weights both sides round activations the same way (f16, or q8_0/q8_K blocks, as
-// ggml's vec_dot_type), so the remaining differences are summation order and llama.cpp's own
-// f16 rounding of intermediate results; 2e-2 is what its f16 path allows on these random models.
+// Tolerances. f32 weights agree to 1e-3 (only summation order differs; we see ~5e-6).
+// For f16/bf16 and quantized weights both sides round activations the same way (to f16, or
+// to q8_0/q8_K blocks, as ggml's vec_dot_type), and internal/quant is bit-exact with ggml's
+// vec_dot kernels (its golden test), so most prompts still agree to ~1e-6. But llama.cpp
+// itself switches kernels: it repacks Q4_0/Q4_K/Q6_K weights into interleaved layouts whose
+// GEMM/GEMV quantize activations and sum in other orders, and it picks other GEMMs for
+// batches than for single tokens. The same file gives last-position logprobs that differ by
+// up to ~7e-2 between its own n_batch 512 and n_batch 1 runs on these random models. For those
+// types the reference is run at both batch sizes; the tolerance is 1e-1, or 1.5× llama.cpp's
+// own spread on that prompt if larger, and the greedy continuation must equal llama.cpp's at
+// one of the two batch sizes, or leave it only at a near tie (llama.cpp's token within the
+// tolerance of ours at that step).
 var refCases = []refCase{
 	{"tiny-llama-spm", gguf.TypeF32, 1e-3},
 	{"tiny-llama3", gguf.TypeF32, 1e-3},
@@ -146,10 +173,24 @@ var refCases = []refCase{
 	{"tiny-kquant", gguf.TypeF32, 1e-3},
 	{"tiny-kquant", gguf.TypeF16, 2e-2},
 	{"tiny-kquant", gguf.TypeBF16, 2e-2},
-	{"tiny-kquant", gguf.TypeQ8_0, 2e-2},
-	{"tiny-kquant", gguf.TypeQ4_0, 2e-2},
-	{"tiny-kquant", gguf.TypeQ4_K, 2e-2},
-	{"tiny-kquant", gguf.TypeQ6_K, 2e-2},
+	{"tiny-kquant", gguf.TypeQ8_0, 1e-1},
+	{"tiny-kquant", gguf.TypeQ4_0, 1e-1},
+	{"tiny-kquant", gguf.TypeQ4_K, 1e-1},
+	{"tiny-kquant", gguf.TypeQ6_K, 1e-1},
+}
+
+// maxDiff is the largest |a−b| over tokens whose reference logprob is above −15.
+func maxDiff(a []float64, ref []float32) (float64, int) {
+	worst, at := 0.0, -1
+	for id, want := range ref {
+		if want < -15 {
+			continue
+		}
+		if d := math.Abs(a[id] - float64(want)); d > worst {
+			worst, at = d, id
+		}
+	}
+	return worst, at
 }
 
 func TestMatchesLlamaCpp(t *testing.T) {
@@ -181,27 +222,59 @@ func TestMatchesLlamaCpp(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			quantized := rc.typ != gguf.TypeF32
+			var ref1 []llamaref.Result
+			if quantized {
+				if ref1, err = llamaref.Evaluate(path, ps, nGen, llamaref.Options{BatchSize: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			for i, p := range ps {
 				r := newRunner(t, m, len(p)+nGen, kvcache.F32)
-				cont, logits := r.greedy(t, p, nGen)
-				if fmt.Sprint(cont) != fmt.Sprint(ref[i].Continuation) {
+				cont, steps := r.greedySteps(t, p, nGen)
+				lp := logSoftmax(steps[0])
+				worst, at := maxDiff(lp, ref[i].LastLogprobs)
+				tol := rc.tol
+				same := fmt.Sprint(cont) == fmt.Sprint(ref[i].Continuation)
+				if quantized {
+					self := 0.0
+					for id, v := range ref[i].LastLogprobs {
+						if v > -15 {
+							self = math.Max(self, math.Abs(float64(v-ref1[i].LastLogprobs[id])))
+						}
+					}
+					tol = math.Max(tol, 1.5*self)
+					if w1, at1 := maxDiff(lp, ref1[i].LastLogprobs); w1 < worst {
+						worst, at = w1, at1
+					}
+					same = same || fmt.Sprint(cont) == fmt.Sprint(ref1[i].Continuation)
+					// Where both of llama.cpp's runs still differ from ours, accept a divergence
+					// only at a near tie: llama.cpp's choice must be within tol of our best
+					// token there (after that step the contexts differ, so nothing further is
+					// compared).
+					if !same {
+						for _, want := range [][]int32{ref[i].Continuation, ref1[i].Continuation} {
+							j := divergence(cont, want)
+							if j < 0 || j >= len(steps) {
+								continue
+							}
+							sl := logSoftmax(steps[j])
+							if gap := sl[cont[j]] - sl[want[j]]; gap <= tol {
+								t.Logf("prompt %d: diverges from llama.cpp at generated token %d, a near tie (gap %.2e ≤ %.1e)", i, j, gap, tol)
+								same = true
+								break
+							}
+						}
+					}
+				}
+				if !same {
 					t.Errorf("prompt %d (%d tokens): greedy continuation differs\nhave %v\nwant %v", i, len(p), cont, ref[i].Continuation)
 				}
-				lp := logSoftmax(logits)
-				worst, at := 0.0, -1
-				for id, want := range ref[i].LastLogprobs {
-					if want < -15 {
-						continue
-					}
-					if d := math.Abs(lp[id] - float64(want)); d > worst {
-						worst, at = d, id
-					}
+				if worst > tol {
+					t.Errorf("prompt %d: last-position logprob of token %d differs by %.2e (have %.6f, want %.6f), tolerance %.1e",
+						i, at, worst, lp[at], ref[i].LastLogprobs[at], tol)
 				}
-				if worst > rc.tol {
-					t.Errorf("prompt %d: last-position logprob of token %d differs by %.2e (have %.6f, want %.6f), tolerance %.0e",
-						i, at, worst, lp[at], ref[i].LastLogprobs[at], rc.tol)
-				}
-				t.Logf("prompt %d: %d tokens, max |Δ logprob| %.2e", i, len(p), worst)
+				t.Logf("prompt %d: %d tokens, max |Δ logprob| %.2e (tolerance %.1e)", i, len(p), worst, tol)
 			}
 		})
 	}
