@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"stockpot/internal/kvcache"
@@ -237,7 +239,25 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		return Result{}, err
 	}
 
-	// Verify in order; the usable prefix stops at the first gap or failure.
+	// Decode and verify on all cores (the checksum pass is the costly part of a host-tier
+	// restore), then walk the results in order: the usable prefix stops at the first gap or
+	// failure.
+	type checked struct {
+		rec *tier.Record
+		err error
+	}
+	dec := make([]checked, n)
+	verifyAll(n, func(i int) {
+		if vals[i] == nil {
+			return
+		}
+		parent := req.Parent
+		if i > 0 {
+			parent = req.Hashes[i-1]
+		}
+		dec[i].rec, dec[i].err = tier.DecodeVerify(vals[i], tier.Want{Identity: f.cfg.Identity, Root: req.Root, Hash: req.Hashes[i],
+			Parent: parent, Tokens: req.Tokens[i*bs : (i+1)*bs], Layout: f.cfg.Layout})
+	})
 	var brk string // the reason the chain broke, for the blocks after it
 	for i := range n {
 		b := &res.Blocks[i]
@@ -248,12 +268,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 			b.Tier = ""
 			continue
 		}
-		parent := req.Parent
-		if i > 0 {
-			parent = req.Hashes[i-1]
-		}
-		rec, err := tier.DecodeVerify(vals[i], tier.Want{Identity: f.cfg.Identity, Root: req.Root, Hash: req.Hashes[i],
-			Parent: parent, Tokens: req.Tokens[i*bs : (i+1)*bs], Layout: f.cfg.Layout})
+		rec, err := dec[i].rec, dec[i].err
 		switch {
 		case err != nil:
 			b.Reason, b.Err = tier.Reason(err), err
@@ -345,4 +360,28 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) [][]byte {
 		}
 	}
 	return out
+}
+
+// verifyAll runs fn(0..n-1) on up to GOMAXPROCS goroutines. Blocks are independent, so the
+// order does not matter; small batches stay on the caller's goroutine.
+func verifyAll(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n)
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
 }
