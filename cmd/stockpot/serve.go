@@ -81,7 +81,7 @@ func (in *instance) handler(drain context.Context) http.Handler {
 // down first (write-back at shutdown), so the cache survives a restart.
 func (in *instance) Close() {
 	if in.tiers != nil {
-		in.engine.FlushCached(func(ev prefix.Event, kv []byte) { in.tiers.enqueue(ev, kv) })
+		in.engine.FlushCached(func(ev prefix.Event, kv []byte) { in.tiers.enqueue(ev, kv, true) })
 	}
 	in.engine.Close()
 	if in.tiers != nil {

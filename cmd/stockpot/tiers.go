@@ -97,16 +97,23 @@ func openTiers(o tierOptions, id [32]byte, layout kvcache.Layout, reg prometheus
 func (ts *tierSet) onEvents(evs []prefix.Event, arena *kvcache.Arena) {
 	for _, ev := range evs {
 		if ev.Kind == prefix.Evicted {
-			ts.enqueue(ev, arena.BlockData(ev.Block))
+			ts.enqueue(ev, arena.BlockData(ev.Block), false)
 		}
 	}
 }
 
-func (ts *tierSet) enqueue(ev prefix.Event, kv []byte) {
-	ts.writer.Enqueue(offload.Evicted{
+// enqueue writes one block back; at shutdown (wait) it waits for queue space rather than
+// dropping, since nothing else is waiting then.
+func (ts *tierSet) enqueue(ev prefix.Event, kv []byte, wait bool) {
+	e := offload.Evicted{
 		Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent, Tokens: ev.Tokens,
 		Hits: int(ev.Hits), PrefixTokens: int(ev.Depth+1) * ts.block, StateComplete: true,
-	}, kv)
+	}
+	if wait {
+		ts.writer.EnqueueWait(e, kv)
+		return
+	}
+	ts.writer.Enqueue(e, kv)
 }
 
 // stats is the server's view of the lower tiers for the kv_cache metrics.

@@ -34,7 +34,7 @@ func ttftOf(b *testing.B, url, prompt string) (timings, apiUsage) {
 // BenchmarkDiskRestoreTTFT: TTFT of an 8K-token prompt on the default model computed cold vs
 // restored from the disk tier after a restart (same directory), in the same run.
 func BenchmarkDiskRestoreTTFT(b *testing.B) {
-	prompt := longText(8000 * 4)
+	prompt := longText(20500) // ≈ 8,000 tokens of the default model
 	for b.Loop() {
 		dir := b.TempDir()
 		to := tierOptions{diskDir: dir, diskBytes: 8 << 30, prefetch: engine.PrefetchWait}

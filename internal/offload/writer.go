@@ -123,7 +123,13 @@ func NewWriter(cfg WriterConfig, tiers []Tier, metrics *Metrics) (*Writer, error
 // Enqueue offers one evicted block whose K/V is kv (the arena's bytes; read
 // only during the call). It returns whether the block was queued to at least
 // one tier. Never blocks: a full queue drops the write (counted).
-func (w *Writer) Enqueue(ev Evicted, kv []byte) bool {
+func (w *Writer) Enqueue(ev Evicted, kv []byte) bool { return w.enqueue(ev, kv, false) }
+
+// EnqueueWait is Enqueue that waits for queue space instead of dropping: for the write-back of
+// the whole working pool at shutdown, when no request is waiting on the caller.
+func (w *Writer) EnqueueWait(ev Evicted, kv []byte) bool { return w.enqueue(ev, kv, true) }
+
+func (w *Writer) enqueue(ev Evicted, kv []byte, wait bool) bool {
 	if !w.cfg.Admission.Admit(ev.Hits, ev.PrefixTokens) {
 		w.notAdmitted.Add(1)
 		return false
@@ -143,6 +149,11 @@ func (w *Writer) Enqueue(ev Evicted, kv []byte) bool {
 	item := tier.Item{Key: rec.Key(), Value: b} // shared, immutable, by every tier
 	queued := false
 	for _, q := range w.queues {
+		if wait {
+			q.ch <- item
+			queued = true
+			continue
+		}
 		select {
 		case q.ch <- item:
 			queued = true
