@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"stockpot/internal/api"
@@ -26,19 +25,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		res, err = c.stream(w, r, spec)
 		return
 	}
-	var text strings.Builder
-	res, err = s.generate(r.Context(), spec, nil, func(t string, _ []genToken) error {
-		text.WriteString(t)
-		return nil
-	})
-	if err != nil {
-		if !errors.Is(err, errClientGone) {
-			writeError(w, err)
-		}
+	var text string
+	if text, res, err = s.generateAll(w, r, spec); err != nil {
 		return
 	}
 	choice := api.ChatChoice{
-		Message:      api.ChatMessage{Role: "assistant", Content: text.String()},
+		Message:      api.ChatMessage{Role: "assistant", Content: text},
 		Logprobs:     c.logprobs(res.tokens),
 		FinishReason: api.FinishReasonPtr(res.finish),
 	}

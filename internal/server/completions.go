@@ -3,7 +3,6 @@ package server
 import (
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"stockpot/internal/api"
@@ -26,18 +25,11 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		res, err = c.stream(w, r, spec)
 		return
 	}
-	var text strings.Builder
-	res, err = s.generate(r.Context(), spec, nil, func(t string, _ []genToken) error {
-		text.WriteString(t)
-		return nil
-	})
-	if err != nil {
-		if !errors.Is(err, errClientGone) {
-			writeError(w, err)
-		}
+	var text string
+	if text, res, err = s.generateAll(w, r, spec); err != nil {
 		return
 	}
-	choice := api.CompletionChoice{Text: text.String(), FinishReason: api.FinishReasonPtr(res.finish),
+	choice := api.CompletionChoice{Text: text, FinishReason: api.FinishReasonPtr(res.finish),
 		Logprobs: c.logprobs(res.tokens)}
 	resp := c.response([]api.CompletionChoice{choice})
 	resp.Usage = usageOf(res.usage)

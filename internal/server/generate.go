@@ -281,3 +281,17 @@ func tokenIDs(toks []genToken) []int32 {
 	}
 	return ids
 }
+
+// generateAll runs spec to the end for a non-streamed answer and returns the whole text. On an
+// error it has already answered the client (unless the client is gone).
+func (s *Server) generateAll(w http.ResponseWriter, r *http.Request, spec *genSpec) (string, *genResult, error) {
+	var text strings.Builder
+	res, err := s.generate(r.Context(), spec, nil, func(t string, _ []genToken) error {
+		text.WriteString(t)
+		return nil
+	})
+	if err != nil && !errors.Is(err, errClientGone) {
+		writeError(w, err)
+	}
+	return text.String(), res, err
+}
