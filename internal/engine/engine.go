@@ -511,8 +511,15 @@ func (e *Engine) applyRestores(rs []Restore) {
 	}
 }
 
+// deliver hands queued outputs to their streams. Stats are published first, so a caller that
+// has seen its final output also sees the blocks it released.
 func (e *Engine) deliver() {
-	for _, d := range e.core.Ready() {
+	ready := e.core.Ready()
+	if len(ready) == 0 {
+		return
+	}
+	e.publishStats()
+	for _, d := range ready {
 		e.mu.Lock()
 		s := e.streams[d.Seq]
 		if d.Out.Done {
