@@ -76,7 +76,7 @@ func freeAddr(t *testing.T) string {
 func startReplicas(t *testing.T, n int) []*replica {
 	t.Helper()
 	if e2eSkip != "" {
-		t.Skip(e2eSkip)
+		t.Fatal(e2eSkip) // a build failure is a failure, never a skip
 	}
 	rs := make([]*replica, n)
 	for i := range rs {
