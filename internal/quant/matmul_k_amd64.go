@@ -2,6 +2,8 @@
 
 package quant
 
+//go:generate go run asmgen_k.go
+
 //go:noescape
 func q4_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
 
