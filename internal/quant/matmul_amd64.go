@@ -24,10 +24,10 @@ func pickKernels() (map[gguf.Type]kernel, string) {
 	}
 	// F16C (VCVTPH2PS) comes with every AVX2+FMA CPU.
 	k[gguf.TypeQ8_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
-		tiles2x2(false, q8_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
+		tiles2x2(false, kVNNI, q8_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
 	}
 	k[gguf.TypeQ4_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
-		tiles2x2(true, q4_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
+		tiles2x2(true, kVNNI, q4_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
 	}
 	k[gguf.TypeQ4_K] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 		tilesK(false, kVNNI, dst, ldd, xq, M, w, K, n0, n1)
@@ -51,19 +51,28 @@ func q8_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
 func q4_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
 
 // tiles2x2 runs a 2x2 tile kernel for 32-element blocks (Q8_0 activations)
-// over the output. At an odd edge the tile
-// repeats the last row and the duplicate results are dropped; every value is
-// computed by the same instructions as inside the matrix.
-func tiles2x2(q4 bool, wBytes int,
+// over pairs of activation rows; an odd last activation row (all of decode,
+// M=1) goes to the 4x1 kernels (row4x1), which compute each weight row by
+// the same per-pair instructions. At an odd n edge the 2x2 tile repeats the
+// last row and the duplicate results are dropped; every value is computed
+// by the same float operations as inside the matrix.
+func tiles2x2(q4, vnni bool, wBytes int,
 	dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 	nb := K / qk0
 	row, xrow := nb*wBytes, nb*q8_0Bytes
+	if M%2 == 1 {
+		M--
+		row4x1(q4, vnni, wBytes, dst[M*ldd:], xq[M*xrow:], w, K, n0, n1)
+		if M == 0 {
+			return
+		}
+	}
 	var acc [32]float32
 	for n := n0; n < n1; n += 2 {
 		nB := min(n+1, n1-1)
 		wA, wB := &w[n*row], &w[nB*row]
 		for m := 0; m < M; m += 2 {
-			mB := min(m+1, M-1)
+			mB := m + 1
 			// Direct calls (not a func value) keep acc on the stack.
 			if q4 {
 				q4_0TileAVX2(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)

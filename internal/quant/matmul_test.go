@@ -146,8 +146,14 @@ func TestQuantizeRowErrors(t *testing.T) {
 
 // BenchmarkMatMul measures a prefill-shaped product (M=64 tokens, a 576x576
 // projection like SmolLM-135M) for the kernel in use and the reference.
-func BenchmarkMatMul(b *testing.B) {
-	const M, N, K = 64, 576, 576
+func BenchmarkMatMul(b *testing.B) { benchMatMul(b, 64) }
+
+// BenchmarkMatMulDecode is the decode shape: one token (M=1) against the
+// same 576x576 projection.
+func BenchmarkMatMulDecode(b *testing.B) { benchMatMul(b, 1) }
+
+func benchMatMul(b *testing.B, M int) {
+	const N, K = 576, 576
 	for _, ty := range weightTypes {
 		Kq := K
 		if ty.BlockSize() == 256 {
@@ -176,5 +182,44 @@ func BenchmarkMatMul(b *testing.B) {
 				b.ReportMetric(float64(M*N*Kq)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 			})
 		}
+	}
+}
+
+// TestMatMulDecodeRows checks the decode path (M=1, which the Q8_0 and Q4_0
+// kernels tile differently from M>1) bit for bit against the same row
+// computed inside an M=5 call and against the reference, for every n edge
+// shape of the 2x2 and 4x1 tiles.
+func TestMatMulDecodeRows(t *testing.T) {
+	const M, K = 5, 512
+	for _, v := range variants() {
+		undo := v.set()
+		for _, ty := range weightTypes {
+			Kq := K
+			if ty.BlockSize() == 256 {
+				Kq = 768
+			}
+			xrow := ActivationType(ty).RowBytes(Kq)
+			for N := 1; N <= 11; N++ {
+				xq, w := randomOperands(ty, M, N, Kq, uint64(100+N))
+				for n0 := 0; n0 < min(N, 3); n0++ {
+					want := make([]float32, M*N)
+					all := make([]float32, M*N)
+					refKernels[ty](want, N, xq, M, w, Kq, n0, N)
+					MatMul(ty, all, N, xq, M, w, Kq, n0, N)
+					for m := range M {
+						one := make([]float32, N)
+						MatMul(ty, one, N, xq[m*xrow:(m+1)*xrow], 1, w, Kq, n0, N)
+						for n := n0; n < N; n++ {
+							a, o, r := math.Float32bits(all[m*N+n]), math.Float32bits(one[n]), math.Float32bits(want[m*N+n])
+							if a != r || o != r {
+								t.Errorf("%s %s N=%d n0=%d (m=%d, n=%d): M=1 %v, M=%d %v, reference %v",
+									ty, v.name, N, n0, m, n, one[n], M, all[m*N+n], want[m*N+n])
+							}
+						}
+					}
+				}
+			}
+		}
+		undo()
 	}
 }

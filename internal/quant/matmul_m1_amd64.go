@@ -1,0 +1,46 @@
+//go:build amd64
+
+package quant
+
+//go:noescape
+func q8_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+
+//go:noescape
+func q8_0Tile4x1VNNI(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+
+//go:noescape
+func q4_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+
+//go:noescape
+func q4_0Tile4x1VNNI(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+
+// row4x1 computes one activation row (xq at offset m*xrow, results at
+// dst[m*ldd+n]) against weight rows n0..n1-1, four weight rows per call.
+// Each weight row runs the same per-pair float sequence as tiles2x2's
+// kernels, so every value is bit-identical to the one a 2x2 tile gives;
+// at the n edge the last row repeats and the duplicates are dropped.
+func row4x1(q4, vnni bool, wBytes int, dst []float32, xq []byte, w []byte, K, n0, n1 int) {
+	nb := K / qk0
+	row := nb * wBytes
+	x := &xq[0]
+	var acc [32]float32
+	for n := n0; n < n1; n += 4 {
+		nB, nC, nD := min(n+1, n1-1), min(n+2, n1-1), min(n+3, n1-1)
+		wA, wB, wC, wD := &w[n*row], &w[nB*row], &w[nC*row], &w[nD*row]
+		// Direct calls (not a func value) keep acc on the stack.
+		switch {
+		case q4 && vnni:
+			q4_0Tile4x1VNNI(wA, wB, wC, wD, x, nb, &acc)
+		case q4:
+			q4_0Tile4x1AVX2(wA, wB, wC, wD, x, nb, &acc)
+		case vnni:
+			q8_0Tile4x1VNNI(wA, wB, wC, wD, x, nb, &acc)
+		default:
+			q8_0Tile4x1AVX2(wA, wB, wC, wD, x, nb, &acc)
+		}
+		dst[nD] = hsum8((*[8]float32)(acc[24:32]))
+		dst[nC] = hsum8((*[8]float32)(acc[16:24]))
+		dst[nB] = hsum8((*[8]float32)(acc[8:16]))
+		dst[n] = hsum8((*[8]float32)(acc[0:8]))
+	}
+}

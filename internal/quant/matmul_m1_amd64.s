@@ -1,0 +1,203 @@
+//go:build amd64
+
+#include "textflag.h"
+
+// Decode-shaped (one activation row) kernels for Q8_0 and Q4_0 weights:
+// four weight rows against one Q8_0 activation row. Each weight row runs
+// exactly the per-pair sequence of q8_0TileAVX2 / q4_0TileAVX2 (exact
+// integer lanes, d = d_w*d_x, acc = fma(d, lanes, acc) per block), so
+// acc[8r:8r+8] holds the same bits the 2x2 tile produces for that pair.
+// The VNNI variants replace maddubs+madd by one VPDPBUSD on |w| and
+// sign(x, w): |w| <= 128 and sign(x, w) is in [-128, 127], so a maddubs
+// pair sum lies in [-32768, 32512] and never saturates; both give the
+// same exact int32 lane sums.
+//
+// Registers: SI, DI, R10, R11 weight rows; R8 activation row; Y0-Y3
+// accumulators; Y4 activation quants; Y10 activation scale; Y15 int16 ones;
+// Y13, Y14 nibble mask and 8 (Q4_0).
+
+// Q8_0 weights: Y6 = weight quants of row P.
+#define LOADQ8(P) \
+	VMOVDQU 2(P), Y6
+
+// Q4_0 weights: low nibbles then high nibbles, minus 8.
+#define LOADQ4(P) \
+	VMOVDQU 2(P), X6; \
+	VPSRLW $4, X6, X12; \
+	VINSERTI128 $1, X12, Y6, Y6; \
+	VPAND Y13, Y6, Y6; \
+	VPSUBB Y14, Y6, Y6
+
+// Integer lanes of Y6 (weights) against Y4 into Y7 (int32).
+#define DOTAVX2 \
+	VPSIGNB Y6, Y4, Y7; \
+	VPSIGNB Y6, Y6, Y6; \
+	VPMADDUBSW Y7, Y6, Y7; \
+	VPMADDWD Y15, Y7, Y7
+
+#define DOTVNNI \
+	VPSIGNB Y6, Y4, Y8; \
+	VPSIGNB Y6, Y6, Y6; \
+	VPXOR Y7, Y7, Y7; \
+	VPDPBUSD Y8, Y6, Y7
+
+// acc = fma(d_w*d_x, float(lanes), acc) for the weight row at P.
+#define ACCUM(P, ACC) \
+	VCVTDQ2PS Y7, Y7; \
+	VPBROADCASTW (P), X9; \
+	VCVTPH2PS X9, Y9; \
+	VMULPS Y10, Y9, Y12; \
+	VFMADD231PS Y7, Y12, ACC
+
+#define PROLOGUE \
+	MOVQ w0+0(FP), SI; \
+	MOVQ w1+8(FP), DI; \
+	MOVQ w2+16(FP), R10; \
+	MOVQ w3+24(FP), R11; \
+	MOVQ x+32(FP), R8; \
+	MOVQ nb+40(FP), CX; \
+	MOVQ acc+48(FP), DX; \
+	VXORPS Y0, Y0, Y0; \
+	VXORPS Y1, Y1, Y1; \
+	VXORPS Y2, Y2, Y2; \
+	VXORPS Y3, Y3, Y3; \
+	MOVL $0x00010001, AX; \
+	VMOVD AX, X15; \
+	VPBROADCASTD X15, Y15; \
+	MOVL $0x0f0f0f0f, AX; \
+	VMOVD AX, X13; \
+	VPBROADCASTD X13, Y13; \
+	MOVL $0x08080808, AX; \
+	VMOVD AX, X14; \
+	VPBROADCASTD X14, Y14
+
+#define XLOAD \
+	VPBROADCASTW (R8), X10; \
+	VCVTPH2PS X10, Y10; \
+	VMOVDQU 2(R8), Y4
+
+#define EPILOGUE \
+	VMOVUPS Y0, (DX); \
+	VMOVUPS Y1, 32(DX); \
+	VMOVUPS Y2, 64(DX); \
+	VMOVUPS Y3, 96(DX); \
+	VZEROUPPER; \
+	RET
+
+// func q8_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+//
+// acc[8r:8r+8] is the 8-lane accumulator of weight row r against x.
+TEXT ·q8_0Tile4x1AVX2(SB), NOSPLIT, $0-56
+	PROLOGUE
+	TESTQ CX, CX
+	JZ q8a_done
+q8a_loop:
+	XLOAD
+	LOADQ8(SI)
+	DOTAVX2
+	ACCUM(SI, Y0)
+	LOADQ8(DI)
+	DOTAVX2
+	ACCUM(DI, Y1)
+	LOADQ8(R10)
+	DOTAVX2
+	ACCUM(R10, Y2)
+	LOADQ8(R11)
+	DOTAVX2
+	ACCUM(R11, Y3)
+	ADDQ $34, SI
+	ADDQ $34, DI
+	ADDQ $34, R10
+	ADDQ $34, R11
+	ADDQ $34, R8
+	DECQ CX
+	JNZ q8a_loop
+q8a_done:
+	EPILOGUE
+
+// func q8_0Tile4x1VNNI(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+TEXT ·q8_0Tile4x1VNNI(SB), NOSPLIT, $0-56
+	PROLOGUE
+	TESTQ CX, CX
+	JZ q8v_done
+q8v_loop:
+	XLOAD
+	LOADQ8(SI)
+	DOTVNNI
+	ACCUM(SI, Y0)
+	LOADQ8(DI)
+	DOTVNNI
+	ACCUM(DI, Y1)
+	LOADQ8(R10)
+	DOTVNNI
+	ACCUM(R10, Y2)
+	LOADQ8(R11)
+	DOTVNNI
+	ACCUM(R11, Y3)
+	ADDQ $34, SI
+	ADDQ $34, DI
+	ADDQ $34, R10
+	ADDQ $34, R11
+	ADDQ $34, R8
+	DECQ CX
+	JNZ q8v_loop
+q8v_done:
+	EPILOGUE
+
+// func q4_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+TEXT ·q4_0Tile4x1AVX2(SB), NOSPLIT, $0-56
+	PROLOGUE
+	TESTQ CX, CX
+	JZ q4a_done
+q4a_loop:
+	XLOAD
+	LOADQ4(SI)
+	DOTAVX2
+	ACCUM(SI, Y0)
+	LOADQ4(DI)
+	DOTAVX2
+	ACCUM(DI, Y1)
+	LOADQ4(R10)
+	DOTAVX2
+	ACCUM(R10, Y2)
+	LOADQ4(R11)
+	DOTAVX2
+	ACCUM(R11, Y3)
+	ADDQ $18, SI
+	ADDQ $18, DI
+	ADDQ $18, R10
+	ADDQ $18, R11
+	ADDQ $34, R8
+	DECQ CX
+	JNZ q4a_loop
+q4a_done:
+	EPILOGUE
+
+// func q4_0Tile4x1VNNI(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+TEXT ·q4_0Tile4x1VNNI(SB), NOSPLIT, $0-56
+	PROLOGUE
+	TESTQ CX, CX
+	JZ q4v_done
+q4v_loop:
+	XLOAD
+	LOADQ4(SI)
+	DOTVNNI
+	ACCUM(SI, Y0)
+	LOADQ4(DI)
+	DOTVNNI
+	ACCUM(DI, Y1)
+	LOADQ4(R10)
+	DOTVNNI
+	ACCUM(R10, Y2)
+	LOADQ4(R11)
+	DOTVNNI
+	ACCUM(R11, Y3)
+	ADDQ $18, SI
+	ADDQ $18, DI
+	ADDQ $18, R10
+	ADDQ $18, R11
+	ADDQ $34, R8
+	DECQ CX
+	JNZ q4v_loop
+q4v_done:
+	EPILOGUE
