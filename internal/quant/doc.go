@@ -18,8 +18,9 @@
 //     and lane with d = d_w*d_x, then ggml's horizontal-sum order. Integer
 //     parts are exact, so the pure-Go reference and every SIMD kernel
 //     return the same bits (AVX2 kernels exist for all four weight types:
-//     2x2 tiles for Q8_0 and Q4_0, one weight row against four activation
-//     rows for Q4_K and Q6_K).
+//     2x2 tiles for Q8_0 and Q4_0, with four weight rows against one
+//     activation row for decode and an odd last row; one weight row against
+//     four activation rows for Q4_K and Q6_K).
 //
 // Determinism: MatMul computes every output element with the same sequence
 // of float operations whatever M, n0 and n1 are: tiles only decide which
