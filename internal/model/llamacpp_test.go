@@ -160,7 +160,8 @@ type refCase struct {
 // GEMM/GEMV quantize activations and sum in other orders, and it picks other GEMMs for
 // batches than for single tokens. The same file gives last-position logprobs that differ by
 // up to ~7e-2 between its own n_batch 512 and n_batch 1 runs on these random models. For those
-// types the reference is run at both batch sizes; the tolerance is 1e-1, or 1.5× llama.cpp's
+// types, where a prompt differs from llama.cpp's n_batch 512 run, the reference is also run at
+// n_batch 1 for that prompt; the tolerance is 1e-1, or 1.5× llama.cpp's
 // own spread on that prompt if larger, and the greedy continuation must equal llama.cpp's at
 // one of the two batch sizes, or leave it only at a near tie (llama.cpp's token within the
 // tolerance of ours at that step).
@@ -223,12 +224,6 @@ func TestMatchesLlamaCpp(t *testing.T) {
 				t.Fatal(err)
 			}
 			quantized := rc.typ != gguf.TypeF32
-			var ref1 []llamaref.Result
-			if quantized {
-				if ref1, err = llamaref.Evaluate(path, ps, nGen, llamaref.Options{BatchSize: 1}); err != nil {
-					t.Fatal(err)
-				}
-			}
 			for i, p := range ps {
 				r := newRunner(t, m, len(p)+nGen, kvcache.F32)
 				cont, steps := r.greedySteps(t, p, nGen)
@@ -236,24 +231,30 @@ func TestMatchesLlamaCpp(t *testing.T) {
 				worst, at := maxDiff(lp, ref[i].LastLogprobs)
 				tol := rc.tol
 				same := fmt.Sprint(cont) == fmt.Sprint(ref[i].Continuation)
-				if quantized {
+				if quantized && (!same || worst > tol) {
+					// llama.cpp's own single-token path (n_batch 1) for this prompt: see above.
+					one, err := llamaref.Evaluate(path, [][]int32{p}, nGen, llamaref.Options{BatchSize: 1})
+					if err != nil {
+						t.Fatal(err)
+					}
+					ref1 := one[0]
 					self := 0.0
 					for id, v := range ref[i].LastLogprobs {
 						if v > -15 {
-							self = math.Max(self, math.Abs(float64(v-ref1[i].LastLogprobs[id])))
+							self = math.Max(self, math.Abs(float64(v-ref1.LastLogprobs[id])))
 						}
 					}
 					tol = math.Max(tol, 1.5*self)
-					if w1, at1 := maxDiff(lp, ref1[i].LastLogprobs); w1 < worst {
+					if w1, at1 := maxDiff(lp, ref1.LastLogprobs); w1 < worst {
 						worst, at = w1, at1
 					}
-					same = same || fmt.Sprint(cont) == fmt.Sprint(ref1[i].Continuation)
+					same = same || fmt.Sprint(cont) == fmt.Sprint(ref1.Continuation)
 					// Where both of llama.cpp's runs still differ from ours, accept a divergence
 					// only at a near tie: llama.cpp's choice must be within tol of our best
 					// token there (after that step the contexts differ, so nothing further is
 					// compared).
 					if !same {
-						for _, want := range [][]int32{ref[i].Continuation, ref1[i].Continuation} {
+						for _, want := range [][]int32{ref[i].Continuation, ref1.Continuation} {
 							j := divergence(cont, want)
 							if j < 0 || j >= len(steps) {
 								continue
