@@ -344,6 +344,32 @@ func (e *Engine) do(fn func()) {
 	}
 }
 
+// ready is a channel that is always ready: receive(ready) does not block.
+var ready = func() chan time.Time { c := make(chan time.Time); close(c); return c }()
+
+// receive handles one message for the runner: a new request, a cancellation, a control
+// function or a prefetch result. It waits until one arrives or giveUp fires (nil: wait for a
+// message; ready: do not wait). It reports whether it handled a message, and whether the
+// engine is quitting (after shutting down).
+func (e *Engine) receive(giveUp <-chan time.Time) (got, quit bool) {
+	select {
+	case s := <-e.in:
+		e.add(s)
+	case id := <-e.cancel:
+		e.core.Cancel(id, time.Now())
+	case fn := <-e.ctrl:
+		fn()
+	case m := <-e.fetched:
+		e.prefetched(m)
+	case <-e.quit:
+		e.shutdown()
+		return false, true
+	case <-giveUp:
+		return false, false
+	}
+	return true, false
+}
+
 func (e *Engine) run() {
 	defer close(e.done)
 	mc := e.model.Config()
@@ -353,36 +379,17 @@ func (e *Engine) run() {
 	for {
 		// Wait for work when idle; otherwise take what arrived without blocking.
 		if e.core.Idle() {
-			select {
-			case s := <-e.in:
-				e.add(s)
-			case id := <-e.cancel:
-				e.core.Cancel(id, time.Now())
-			case fn := <-e.ctrl:
-				fn()
-			case m := <-e.fetched:
-				e.prefetched(m)
-			case <-e.quit:
-				e.shutdown()
+			if _, quit := e.receive(nil); quit {
 				return
 			}
 		}
-	drain:
 		for {
-			select {
-			case s := <-e.in:
-				e.add(s)
-			case id := <-e.cancel:
-				e.core.Cancel(id, time.Now())
-			case fn := <-e.ctrl:
-				fn()
-			case m := <-e.fetched:
-				e.prefetched(m)
-			case <-e.quit:
-				e.shutdown()
+			got, quit := e.receive(ready)
+			if quit {
 				return
-			default:
-				break drain
+			}
+			if !got {
+				break
 			}
 		}
 		e.deliver()
@@ -398,18 +405,7 @@ func (e *Engine) run() {
 			e.publishStats()
 			if !e.core.Idle() {
 				// Waiting on memory or on another request's in-flight blocks.
-				select {
-				case s := <-e.in:
-					e.add(s)
-				case id := <-e.cancel:
-					e.core.Cancel(id, time.Now())
-				case fn := <-e.ctrl:
-					fn()
-				case m := <-e.fetched:
-					e.prefetched(m)
-				case <-time.After(2 * time.Millisecond):
-				case <-e.quit:
-					e.shutdown()
+				if _, quit := e.receive(time.After(2 * time.Millisecond)); quit {
 					return
 				}
 			}
