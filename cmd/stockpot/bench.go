@@ -78,11 +78,15 @@ func cmdBench(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		if bar != nil {
+			bar.Exit() // leave the bar where it stopped; a full bar would claim the run finished
+			fmt.Fprintln(os.Stderr)
+		}
+		return err
+	}
 	if bar != nil {
 		bar.Finish()
-	}
-	if err != nil {
-		return err
 	}
 	if err := rep.WriteTable(os.Stdout); err != nil {
 		return err

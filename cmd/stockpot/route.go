@@ -58,6 +58,9 @@ func cmdRoute(args []string) error {
 	}
 	srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	fmt.Fprintf(os.Stderr, "stockpot: routing (%s) %d backend(s) on http://%s\n", *policy, len(backends), ln.Addr())
+	if len(backends) == 0 {
+		fmt.Fprintf(os.Stderr, "stockpot: no --backend given: requests get 503 until one is added (POST http://%s/backends {\"url\": ...})\n", ln.Addr())
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	errc := make(chan error, 1)
