@@ -1,6 +1,7 @@
 package llamaref
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"os"
@@ -214,5 +215,31 @@ func TestEvaluateErrors(t *testing.T) {
 	_, err = Evaluate(bad, [][]int32{{1}}, 1, Options{})
 	if err == nil || !strings.Contains(err.Error(), "cannot load") {
 		t.Errorf("corrupt model: err = %v, want cannot load", err)
+	}
+}
+
+func TestSourceFile(t *testing.T) {
+	files, err := SourceFiles("models/templates")
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, f := range files {
+		if f == "models/templates/Qwen-Qwen2.5-7B-Instruct.jinja" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("Qwen2.5 template not listed among %d files", len(files))
+	}
+	b, err := SourceFile("models/templates/Qwen-Qwen2.5-7B-Instruct.jinja")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(b, []byte("<tool_call>")) {
+		t.Fatalf("Qwen2.5 template has no <tool_call>: %.200q", b)
+	}
+	if _, err := SourceFile("models/no-such-file"); err == nil {
+		t.Fatal("missing file: no error")
 	}
 }
