@@ -154,8 +154,10 @@ type chunkWire struct {
 	Choices []struct {
 		Text  string `json:"text"`
 		Delta struct {
-			Content string `json:"content"`
+			Content   string          `json:"content"`
+			ToolCalls json.RawMessage `json:"tool_calls"`
 		} `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
 		TokenIDs []int32 `json:"token_ids"`
 	} `json:"choices"`
 	Usage          *usageWire `json:"usage"`
@@ -184,6 +186,8 @@ type Sample struct {
 	CachedTokens     *int        `json:"cached_tokens"` // nil: not reported (field absent)
 	Cache            *CacheUsage `json:"cache,omitempty"`
 	Chunks           int         `json:"chunks"`
+	ToolCallChunks   int         `json:"tool_call_chunks"` // chunks with delta.tool_calls
+	FinishReason     string      `json:"finish_reason,omitempty"`
 
 	PromptIDs  []int32 `json:"-"`
 	OutputIDs  []int32 `json:"-"`
@@ -245,7 +249,15 @@ func (t *target) send(ctx context.Context, endpoint string, body map[string]any,
 		}
 		for _, ch := range c.Choices {
 			text := ch.Text + ch.Delta.Content
-			if text != "" {
+			// A tool call streamed as delta.tool_calls is output as much as text is.
+			calls := len(ch.Delta.ToolCalls) > 0 && string(ch.Delta.ToolCalls) != "null"
+			if calls {
+				s.ToolCallChunks++
+			}
+			if ch.FinishReason != nil && *ch.FinishReason != "" {
+				s.FinishReason = *ch.FinishReason
+			}
+			if text != "" || calls {
 				if s.FirstToken == 0 {
 					s.FirstToken = time.Since(epoch)
 				}

@@ -32,6 +32,12 @@ type Config struct {
 	QuestionTokens int // docqa, sysprompt and rag questions
 	MaxTokens      int // max_tokens of each request
 
+	// Tools > 0 is the agent's tools mode: that many function schemas in every request (chat
+	// only, so it implies Chat), and after each answer a synthetic tool call and its result of
+	// about ToolResultTokens tokens take the answer's place in the transcript.
+	Tools            int
+	ToolResultTokens int
+
 	BlockSize int           // the target's KV block size, for the prediction; 0: ask the target, else 16
 	Timeout   time.Duration // per request
 	Prices    []Price       // cost table; nil: DefaultPrices
@@ -57,7 +63,9 @@ func DefaultConfig() Config {
 		DocTokens:      2048,
 		QuestionTokens: 32,
 		MaxTokens:      32,
-		Timeout:        5 * time.Minute,
+		// What a file read or a search returns to an agent: a few hundred tokens.
+		ToolResultTokens: 256,
+		Timeout:          5 * time.Minute,
 	}
 }
 
@@ -85,7 +93,8 @@ func (cfg Config) validate() (Config, error) {
 		v    int
 	}{{"sessions", cfg.Sessions}, {"turns", cfg.Turns}, {"concurrency", cfg.Concurrency},
 		{"prefix-tokens", cfg.PrefixTokens}, {"turn-tokens", cfg.TurnTokens}, {"doc-tokens", cfg.DocTokens},
-		{"question-tokens", cfg.QuestionTokens}, {"max-tokens", cfg.MaxTokens}, {"block-size", cfg.BlockSize}} {
+		{"question-tokens", cfg.QuestionTokens}, {"max-tokens", cfg.MaxTokens}, {"block-size", cfg.BlockSize},
+		{"tools", cfg.Tools}, {"tool-result-tokens", cfg.ToolResultTokens}} {
 		if f.v < 0 {
 			return cfg, fmt.Errorf("--%s %d: must not be negative", f.name, f.v)
 		}
@@ -113,6 +122,18 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.MaxTokens == 0 {
 		cfg.MaxTokens = d.MaxTokens
+	}
+	if cfg.Tools > 0 {
+		if cfg.Workload != "agent" {
+			return cfg, fmt.Errorf("--tools %d: only --workload agent calls tools, not %s", cfg.Tools, cfg.Workload)
+		}
+		if cfg.Tools > MaxTools {
+			return cfg, fmt.Errorf("--tools %d: the catalogue has %d tools", cfg.Tools, MaxTools)
+		}
+		cfg.Chat = true // tools exist only in /v1/chat/completions
+	}
+	if cfg.ToolResultTokens == 0 {
+		cfg.ToolResultTokens = d.ToolResultTokens
 	}
 	if cfg.Rate < 0 {
 		return cfg, fmt.Errorf("--rate %v: must not be negative", cfg.Rate)

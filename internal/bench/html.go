@@ -246,6 +246,14 @@ func (r *Report) HTML() ([]byte, error) {
 		Title   string
 		Rows    []htmlRow
 		Figures []htmlFigure
-	}{fmt.Sprintf("%s against %s", r.Workload, r.Target), rows, figs})
+	}{fmt.Sprintf("%s against %s", r.workloadTitle(), r.Target), rows, figs})
 	return out.Bytes(), err
+}
+
+// workloadTitle is the workload's name with its mode when that is not plain text.
+func (r *Report) workloadTitle() string {
+	if r.Mode == "tools" {
+		return fmt.Sprintf("%s with %d tools", r.Workload, r.Tools)
+	}
+	return r.Workload
 }

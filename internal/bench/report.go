@@ -15,7 +15,14 @@ import (
 // Report is the result of a run, as written to report.json. Pointers are null when the
 // quantity was not measured or not reported; they are never replaced by 0.
 type Report struct {
-	Workload    string  `json:"workload"`
+	Workload string `json:"workload"`
+	// Mode is "tools" when the requests carried tool schemas (agent --tools), else "text".
+	Mode string `json:"mode"`
+	// Tools is the number of tool schemas in every request; 0 in text mode.
+	Tools int `json:"tools"`
+	// ToolCallAnswers counts answers that ended with finish_reason "tool_calls" (tools mode;
+	// the transcript uses the synthetic calls either way).
+	ToolCallAnswers int `json:"tool_call_answers"`
 	Target      string  `json:"target"`
 	Model       string  `json:"model"`
 	Endpoint    string  `json:"endpoint"`
@@ -122,6 +129,10 @@ func summarizeRun(res *runResult) *Report {
 	if cfg.Chat {
 		r.Endpoint = "/v1/chat/completions"
 	}
+	r.Mode, r.Tools = "text", cfg.Tools
+	if cfg.Tools > 0 {
+		r.Mode = "tools"
+	}
 	if cfg.Workload == "trace" {
 		r.Endpoint = "from trace"
 		r.Sessions, r.Turns = len(samples), 1
@@ -141,6 +152,9 @@ func summarizeRun(res *runResult) *Report {
 				r.ErrorSample = append(r.ErrorSample, s.Err)
 			}
 			continue
+		}
+		if s.FinishReason == "tool_calls" {
+			r.ToolCallAnswers++
 		}
 		e2e = append(e2e, ms(s.End-s.Start))
 		if s.FirstToken > 0 {
@@ -422,6 +436,11 @@ func (r *Report) summaryRows() []htmlRow {
 	var rows []htmlRow
 	row := func(k, v string) { rows = append(rows, htmlRow{k, v}) }
 	row("workload", fmt.Sprintf("%s (%d sessions × %d turns, %s, block %d)", r.Workload, r.Sessions, r.Turns, r.Endpoint, r.BlockSize))
+	if r.Mode == "tools" {
+		row("mode", fmt.Sprintf("tools: %d tool schemas every request, synthetic tool calls in the transcript; %d answers were tool calls", r.Tools, r.ToolCallAnswers))
+	} else {
+		row("mode", "text")
+	}
 	row("requests / errors", fmt.Sprintf("%d / %d in %.1fs", r.Requests, r.Errors, r.DurationS))
 	row("server hit rate (/metrics)", fmtRate(r.ServerHitRate))
 	row("client cached ratio (usage)", fmtRate(r.ClientCachedRatio)+" ("+r.ClientCached+")")

@@ -178,7 +178,7 @@ func run(ctx context.Context, cfg Config) (*runResult, error) {
 }
 
 // runSteps runs one session's steps in order. With Append, each request carries the whole
-// transcript so far, the actual answers included.
+// transcript so far: the actual answers, or each step's Reply where it has one.
 func runSteps(ctx context.Context, tgt *target, cfg Config, sc Script, epoch time.Time) []Sample {
 	var out []Sample
 	var history []Message
@@ -196,7 +196,10 @@ func runSteps(ctx context.Context, tgt *target, cfg Config, sc Script, epoch tim
 		if cfg.Chat {
 			endpoint = "/v1/chat/completions"
 			body["messages"] = msgs
-			s.PromptText = renderCompletion(msgs)
+			if len(sc.Tools) > 0 {
+				body["tools"] = sc.Tools
+			}
+			s.PromptText = renderTools(sc.Tools) + renderCompletion(msgs)
 		} else {
 			s.PromptText = renderCompletion(msgs)
 			body["prompt"] = s.PromptText
@@ -204,13 +207,19 @@ func runSteps(ctx context.Context, tgt *target, cfg Config, sc Script, epoch tim
 		rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 		tgt.send(rctx, endpoint, body, epoch, &s)
 		cancel()
-		maybeTokenize(ctx, tgt, cfg.Chat, msgs, &s)
+		if len(sc.Tools) == 0 {
+			// /tokenize renders messages without tools: its ids would not be this prompt's.
+			maybeTokenize(ctx, tgt, cfg.Chat, msgs, &s)
+		}
 		if cfg.Progress != nil {
 			cfg.Progress()
 		}
 		out = append(out, s)
-		if sc.Append {
-			history = append(msgs, Message{"assistant", s.OutputText})
+		switch {
+		case sc.Append && st.Reply != nil:
+			history = append(msgs, st.Reply...)
+		case sc.Append:
+			history = append(msgs, msg("assistant", s.OutputText))
 		}
 	}
 	return out

@@ -252,11 +252,11 @@ func TestAgentAppendOnly(t *testing.T) {
 			t.Fatalf("turn %d: prompt does not extend the previous prompt and answer", i)
 		}
 		answer := " answer " + strings.Repeat("x", i)
-		history = append(msgs, Message{"assistant", answer})
+		history = append(msgs, msg("assistant", answer))
 		prev = p + answer
 	}
 	if !strings.HasPrefix(scripts[1].Steps[0].Messages[0].Content, "You are a coding agent") ||
-		scripts[0].Steps[0].Messages[0] != scripts[1].Steps[0].Messages[0] {
+		!reflect.DeepEqual(scripts[0].Steps[0].Messages[0], scripts[1].Steps[0].Messages[0]) {
 		t.Error("sessions do not share the tool-schema prefix")
 	}
 }

@@ -11,24 +11,50 @@ import (
 	"time"
 )
 
-// Message is one chat message.
+// Message is one chat message. An assistant message with ToolCalls and no text goes out with
+// "content": null, as OpenAI clients send it; a tool message names the call it answers.
 type Message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role       string     `json:"role"`
+	Content    string     `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+}
+
+func msg(role, content string) Message { return Message{Role: role, Content: content} }
+
+// MarshalJSON writes content as null for an assistant turn that only calls tools.
+func (m Message) MarshalJSON() ([]byte, error) {
+	w := struct {
+		Role       string     `json:"role"`
+		Content    *string    `json:"content"`
+		ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+		ToolCallID string     `json:"tool_call_id,omitempty"`
+	}{m.Role, &m.Content, m.ToolCalls, m.ToolCallID}
+	if len(m.ToolCalls) > 0 && m.Content == "" {
+		w.Content = nil
+	}
+	return json.Marshal(w)
 }
 
 // Step is one request of a script: the messages it adds.
 type Step struct {
 	Messages []Message
+	// Reply, when set, is what an appending script adds to the transcript after this step in
+	// place of the model's answer (the agent's tools mode: a tool call and its result), so the
+	// next prompt does not depend on what was generated.
+	Reply []Message
 }
 
 // Script is one session: steps run one after another, each starting when the previous ended.
 // With Append, each step's request carries every earlier message and the actual answers (an
-// append-only agent transcript); without it, each step is sent on its own.
+// append-only agent transcript), or each step's Reply where it has one; without it, each step
+// is sent on its own.
 type Script struct {
 	Session int
 	Append  bool
 	Steps   []Step
+	// Tools go in every request of the script, the same bytes each time (chat only).
+	Tools []Tool
 	// Trace replay: the raw request, sent at Offset after the run began.
 	Raw    *TraceRecord
 	Offset time.Duration
@@ -78,6 +104,10 @@ func BuildScripts(cfg Config, tokensPerWord float64) ([]Script, error) {
 	var out []Script
 	switch cfg.Workload {
 	case "agent":
+		if cfg.Tools > 0 {
+			out = agentToolScripts(cfg, g)
+			break
+		}
 		// One tool schema shared by every session; each session then appends user messages
 		// and the model's answers.
 		schema := "You are a coding agent. Tools: " + g.words(cfg.PrefixTokens)
@@ -86,10 +116,10 @@ func BuildScripts(cfg Config, tokensPerWord float64) ([]Script, error) {
 			for t := 0; t < cfg.Turns; t++ {
 				var msgs []Message
 				if t == 0 {
-					msgs = append(msgs, Message{"system", schema})
+					msgs = append(msgs, msg("system", schema))
 				}
-				msgs = append(msgs, Message{"user", fmt.Sprintf("Task %d.%d: %s", s, t, g.words(cfg.TurnTokens))})
-				sc.Steps = append(sc.Steps, Step{msgs})
+				msgs = append(msgs, msg("user", fmt.Sprintf("Task %d.%d: %s", s, t, g.words(cfg.TurnTokens))))
+				sc.Steps = append(sc.Steps, Step{Messages: msgs})
 			}
 			out = append(out, sc)
 		}
@@ -99,9 +129,9 @@ func BuildScripts(cfg Config, tokensPerWord float64) ([]Script, error) {
 			doc := fmt.Sprintf("Document %d. %s", d, g.words(cfg.DocTokens))
 			sc := Script{Session: d}
 			for q := 0; q < cfg.Turns; q++ {
-				sc.Steps = append(sc.Steps, Step{[]Message{
-					{"system", "Answer questions about the document.\n\n" + doc},
-					{"user", fmt.Sprintf("Question %d: %s", q, g.words(cfg.QuestionTokens))},
+				sc.Steps = append(sc.Steps, Step{Messages: []Message{
+					msg("system", "Answer questions about the document.\n\n"+doc),
+					msg("user", fmt.Sprintf("Question %d: %s", q, g.words(cfg.QuestionTokens))),
 				}})
 			}
 			out = append(out, sc)
@@ -111,9 +141,9 @@ func BuildScripts(cfg Config, tokensPerWord float64) ([]Script, error) {
 		for s := 0; s < cfg.Sessions; s++ {
 			sc := Script{Session: s}
 			for q := 0; q < cfg.Turns; q++ {
-				sc.Steps = append(sc.Steps, Step{[]Message{
-					{"system", sys},
-					{"user", fmt.Sprintf("Question %d.%d: %s", s, q, g.words(cfg.QuestionTokens))},
+				sc.Steps = append(sc.Steps, Step{Messages: []Message{
+					msg("system", sys),
+					msg("user", fmt.Sprintf("Question %d.%d: %s", s, q, g.words(cfg.QuestionTokens))),
 				}})
 			}
 			out = append(out, sc)
@@ -142,9 +172,9 @@ func BuildScripts(cfg Config, tokensPerWord float64) ([]Script, error) {
 						ctx.WriteString("\n\n")
 					}
 				}
-				sc.Steps = append(sc.Steps, Step{[]Message{
-					{"system", "Use the context to answer.\n\n" + ctx.String()},
-					{"user", fmt.Sprintf("Question %d.%d: %s", s, q, g.words(cfg.QuestionTokens))},
+				sc.Steps = append(sc.Steps, Step{Messages: []Message{
+					msg("system", "Use the context to answer.\n\n"+ctx.String()),
+					msg("user", fmt.Sprintf("Question %d.%d: %s", s, q, g.words(cfg.QuestionTokens))),
 				}})
 			}
 			out = append(out, sc)
@@ -154,8 +184,8 @@ func BuildScripts(cfg Config, tokensPerWord float64) ([]Script, error) {
 		for s := 0; s < cfg.Sessions; s++ {
 			sc := Script{Session: s}
 			for q := 0; q < cfg.Turns; q++ {
-				sc.Steps = append(sc.Steps, Step{[]Message{
-					{"user", fmt.Sprintf("%016x %s", g.rng.Uint64(), g.words(cfg.PrefixTokens+cfg.TurnTokens))},
+				sc.Steps = append(sc.Steps, Step{Messages: []Message{
+					msg("user", fmt.Sprintf("%016x %s", g.rng.Uint64(), g.words(cfg.PrefixTokens+cfg.TurnTokens))),
 				}})
 			}
 			out = append(out, sc)
@@ -219,10 +249,39 @@ func readTrace(path string) ([]TraceRecord, error) {
 	return out, nil
 }
 
+// agentToolScripts is the agent's tools mode: one system prompt and one tool list shared by
+// every session, then per turn a user message, and after the answer a synthetic assistant turn
+// calling one of the tools and the tool's result. The tools come from their own generator, so
+// --tools does not change the text the other workloads get for a seed.
+func agentToolScripts(cfg Config, g *textGen) []Script {
+	ts := pickTools(newRand(cfg.Seed^0x7001), cfg.Tools)
+	sys := "You are a coding agent working in the user's repository. Call the tools to inspect and " +
+		"change the code; answer in plain text when the task is done. " + g.words(cfg.PrefixTokens)
+	var out []Script
+	for s := 0; s < cfg.Sessions; s++ {
+		sc := Script{Session: s, Append: true, Tools: ts.tools}
+		for t := 0; t < cfg.Turns; t++ {
+			var st Step
+			if t == 0 {
+				st.Messages = append(st.Messages, msg("system", sys))
+			}
+			st.Messages = append(st.Messages, msg("user", fmt.Sprintf("Task %d.%d: %s", s, t, g.words(cfg.TurnTokens))))
+			call := ts.call(g)
+			st.Reply = []Message{
+				{Role: "assistant", ToolCalls: []ToolCall{call}},
+				{Role: "tool", ToolCallID: call.ID, Content: toolResult(g, call, cfg.ToolResultTokens)},
+			}
+			sc.Steps = append(sc.Steps, st)
+		}
+		out = append(out, sc)
+	}
+	return out
+}
+
 // renderCompletion turns messages into one completion prompt. It is append-only: the prompt
 // for a longer transcript starts with the prompt for any shorter one plus its answer, which is
 // what lets a prefix cache reuse it. An answer follows "Assistant:" with nothing added, as the
-// generated text did.
+// generated text did; a tool call follows it as JSON, and a tool result is its own block.
 func renderCompletion(msgs []Message) string {
 	var b strings.Builder
 	for _, m := range msgs {
@@ -236,10 +295,30 @@ func renderCompletion(msgs []Message) string {
 			b.WriteString("\n\nAssistant:")
 		case "assistant":
 			b.WriteString(m.Content)
+			for _, c := range m.ToolCalls {
+				fmt.Fprintf(&b, " <tool_call>{\"name\": %q, \"arguments\": %s}</tool_call>", c.Function.Name, c.Function.Arguments)
+			}
+			b.WriteString("\n\n")
+		case "tool":
+			b.WriteString("Tool result: ")
+			b.WriteString(m.Content)
 			b.WriteString("\n\n")
 		}
 	}
 	return b.String()
+}
+
+// renderTools is the tool list as the character-based prediction sees it: in front of the
+// rendered messages, the same every turn.
+func renderTools(tools []Tool) string {
+	if len(tools) == 0 {
+		return ""
+	}
+	b, err := json.Marshal(tools)
+	if err != nil {
+		panic(err) // plain structs: cannot fail
+	}
+	return "Tools: " + string(b) + "\n\n"
 }
 
 // wordList is plain English, so real tokenizers give about 1.3 tokens a word.
