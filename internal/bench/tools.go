@@ -258,8 +258,8 @@ func pickTools(rng *rand.Rand, n int) toolSet {
 		params := &Schema{Type: "object", Properties: map[string]*Schema{}, AdditionalProperties: &no}
 		for _, p := range spec.params {
 			// Each optional parameter is declared with probability 3/4, so two seeds give
-			// different schemas for the same tool.
-			if !p.required && rng.IntN(4) == 0 {
+			// different schemas for the same tool; a tool keeps at least one parameter.
+			if !p.required && rng.IntN(4) == 0 && (len(kept.params) > 0 || p.name != spec.params[len(spec.params)-1].name) {
 				continue
 			}
 			kept.params = append(kept.params, p)
