@@ -21,6 +21,8 @@ func cmdBench(args []string) error {
 	fs := newFlagSet("bench")
 	target := fs.String("target", d.Target, "base URL of an OpenAI-compatible server")
 	workload := fs.String("workload", d.Workload, "agent|docqa|sysprompt|rag|random|trace")
+	tools := fs.Int("tools", 0, fmt.Sprintf("agent: send N tool schemas (1-%d; 8-20 is typical) in every request and append synthetic tool calls and results; implies --chat (0: off)", bench.MaxTools))
+	toolResultTokens := fs.Int("tool-result-tokens", d.ToolResultTokens, "agent --tools: tokens of each synthetic tool result")
 	sessions := fs.Int("sessions", d.Sessions, "sessions (documents for docqa)")
 	turns := fs.Int("turns", d.Turns, "turns per session (questions per document for docqa)")
 	concurrency := fs.Int("concurrency", d.Concurrency, "closed loop: sessions in flight at once")
@@ -28,7 +30,7 @@ func cmdBench(args []string) error {
 	trace := fs.String("trace", "", "trace workload: JSONL of {timestamp, endpoint, body}")
 	out := fs.String("out", "bench-out", "directory for report.json and report.html")
 	seed := fs.Uint64("seed", d.Seed, "workload seed")
-	prefixTokens := fs.Int("prefix-tokens", d.PrefixTokens, "tokens of the shared prefix (agent tool schema, system prompt)")
+	prefixTokens := fs.Int("prefix-tokens", d.PrefixTokens, "tokens of the shared prefix (agent tool schema text, or its system prompt with --tools; sysprompt system prompt)")
 	turnTokens := fs.Int("turn-tokens", d.TurnTokens, "tokens of each agent user message")
 	docTokens := fs.Int("doc-tokens", d.DocTokens, "tokens of each docqa document / rag context")
 	questionTokens := fs.Int("question-tokens", d.QuestionTokens, "tokens of each question")
@@ -51,6 +53,7 @@ func cmdBench(args []string) error {
 		Sessions: *sessions, Turns: *turns, Concurrency: *concurrency, Rate: *rate, TraceFile: *trace,
 		Seed: *seed, PrefixTokens: *prefixTokens, TurnTokens: *turnTokens, DocTokens: *docTokens,
 		QuestionTokens: *questionTokens, MaxTokens: *maxTokens, BlockSize: *blockSize, Timeout: *timeout,
+		Tools: *tools, ToolResultTokens: *toolResultTokens,
 	}
 	if *prices != "" {
 		ps, err := bench.LoadPrices(*prices)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -57,6 +58,58 @@ func TestCmdBench(t *testing.T) {
 	}
 }
 
+// TestCmdBenchTools: --tools N runs the agent's tools mode on /v1/chat/completions (implied),
+// every request carrying the N tool schemas, and the report names the mode and the count.
+func TestCmdBenchTools(t *testing.T) {
+	var requests, withTools atomic.Int32
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+			http.NotFound(w, r)
+			return
+		}
+		var body struct {
+			Tools []json.RawMessage `json:"tools"`
+		}
+		json.NewDecoder(r.Body).Decode(&body)
+		requests.Add(1)
+		if len(body.Tools) == 9 {
+			withTools.Add(1)
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(w, "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\" a\"}}]}\n\n")
+		fmt.Fprint(w, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":50,\"completion_tokens\":1,\"total_tokens\":51}}\n\n")
+		fmt.Fprint(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(s.Close)
+	out := t.TempDir()
+	err := cmdBench([]string{"--target", s.URL, "--workload", "agent", "--tools", "9", "--tool-result-tokens", "20",
+		"--sessions", "2", "--turns", "3", "--concurrency", "1", "--max-tokens", "1", "--prefix-tokens", "20",
+		"--turn-tokens", "5", "--quiet", "--out", out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Requests int    `json:"requests"`
+		Errors   int    `json:"errors"`
+		Mode     string `json:"mode"`
+		Tools    int    `json:"tools"`
+		Endpoint string `json:"endpoint"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Requests != 6 || rep.Errors != 0 || rep.Mode != "tools" || rep.Tools != 9 || rep.Endpoint != "/v1/chat/completions" {
+		t.Errorf("report: have %+v, want 6 requests, 0 errors, mode tools, 9 tools, /v1/chat/completions", rep)
+	}
+	if requests.Load() != 6 || withTools.Load() != 6 {
+		t.Errorf("server saw %d requests, %d with 9 tools; want 6 and 6", requests.Load(), withTools.Load())
+	}
+}
+
 func TestCmdBenchBadFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -67,6 +120,9 @@ func TestCmdBenchBadFlags(t *testing.T) {
 		{[]string{"--target", "127.0.0.1:1"}, "http://"},
 		{[]string{"--prices", "/nonexistent.json"}, "--prices"},
 		{[]string{"extra"}, "unexpected"},
+		{[]string{"--workload", "docqa", "--tools", "8", "--target", "http://127.0.0.1:1"}, "--tools"},
+		{[]string{"--tools", "99", "--target", "http://127.0.0.1:1"}, "--tools"},
+		{[]string{"--tools", "-1", "--target", "http://127.0.0.1:1"}, "--tools"},
 	} {
 		err := cmdBench(append(tc.args, "--quiet"))
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

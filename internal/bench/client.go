@@ -158,7 +158,7 @@ type chunkWire struct {
 			ToolCalls json.RawMessage `json:"tool_calls"`
 		} `json:"delta"`
 		FinishReason *string `json:"finish_reason"`
-		TokenIDs []int32 `json:"token_ids"`
+		TokenIDs     []int32 `json:"token_ids"`
 	} `json:"choices"`
 	Usage          *usageWire `json:"usage"`
 	PromptTokenIDs []int32    `json:"prompt_token_ids"`

@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -322,4 +324,121 @@ func checkHTMLInChromium(t *testing.T, path string) {
 	if strings.Contains(dom, "http://") && regexp.MustCompile(`(src|href)="https?://`).MatchString(dom) {
 		t.Error("report.html refers to the network")
 	}
+}
+
+// TestAgentToolsHitRateMatchesPrediction runs the agent's tools mode (8 tools, T = 5) against a
+// real Stockpot: every request must succeed (a server without tools support refuses them with
+// a 400, and this test says so), the server must render the tools into a prompt that each turn
+// extends, and its counters must agree with the block-aligned prediction and with usage.
+func TestAgentToolsHitRateMatchesPrediction(t *testing.T) {
+	base := startServer(t)
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Target, cfg.Workload, cfg.Tools = base, "agent", 8
+	cfg.Sessions, cfg.Turns, cfg.Concurrency = 2, 5, 2
+	cfg.PrefixTokens, cfg.TurnTokens, cfg.ToolResultTokens, cfg.MaxTokens = 48, 24, 64, 8
+	cfg.ScrapeInterval = 500 * time.Millisecond
+	res, err := run(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := summarizeRun(res)
+	if rep.Errors != 0 || rep.Requests != 10 {
+		t.Fatalf("tools mode: %d of %d requests failed, want 10 requests and none failed "+
+			"(the server must accept OpenAI tools in /v1/chat/completions): %v", rep.Errors, rep.Requests, rep.ErrorSample)
+	}
+	if rep.Mode != "tools" || rep.Tools != 8 || rep.Endpoint != "/v1/chat/completions" {
+		t.Errorf("report: mode %q, %d tools, %s; want tools, 8, /v1/chat/completions", rep.Mode, rep.Tools, rep.Endpoint)
+	}
+	if !strings.HasPrefix(rep.PredictionBasis, "token ids of prompts and outputs") {
+		t.Errorf("prediction basis %q: want the token ids the responses carry (return_token_ids)", rep.PredictionBasis)
+	}
+
+	// What the server rendered: the tools are in the prompt, and each turn's prompt starts with
+	// the previous turn's (the synthetic call and result appended, not the generated answer).
+	scripts, err := BuildScripts(res.cfg, res.tokensPerWord)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bySession := map[int][]Sample{}
+	for _, s := range res.samples {
+		bySession[s.Session] = append(bySession[s.Session], s)
+	}
+	for sess, ss := range bySession {
+		sort.Slice(ss, func(i, j int) bool { return ss[i].Turn < ss[j].Turn })
+		for i, s := range ss {
+			if s.CachedTokens == nil {
+				t.Errorf("session %d turn %d: usage lacks prompt_tokens_details.cached_tokens", sess, s.Turn)
+			}
+			if i > 0 && !slices.Equal(s.PromptIDs[:min(len(s.PromptIDs), len(ss[i-1].PromptIDs))], ss[i-1].PromptIDs) {
+				t.Errorf("session %d turn %d: the prompt does not start with the previous turn's prompt", sess, s.Turn)
+			}
+		}
+		text := detokenize(t, base, ss[len(ss)-1].PromptIDs)
+		for _, tl := range scripts[sess].Tools {
+			if !strings.Contains(text, tl.Function.Name) || !strings.Contains(text, tl.Function.Description) {
+				t.Errorf("session %d: the rendered prompt lacks tool %s", sess, tl.Function.Name)
+			}
+		}
+		for _, st := range scripts[sess].Steps[:len(ss)-1] {
+			if c := st.Reply[0].ToolCalls[0]; !strings.Contains(text, c.Function.Name) || !strings.Contains(text, st.Reply[1].Content) {
+				t.Errorf("session %d: the rendered prompt lacks the call %s or its result", sess, c.ID)
+			}
+		}
+	}
+
+	if rep.ServerHitRate == nil || rep.PredictedHitRate == nil || rep.ClientCachedRatio == nil {
+		t.Fatalf("hit rates: server %v, predicted %v, client %v; want all reported", rep.ServerHitRate, rep.PredictedHitRate, rep.ClientCachedRatio)
+	}
+	var predicted int
+	for _, row := range rep.PerRequest {
+		predicted += *row.Predicted
+	}
+	t.Logf("agent tools=8 T=5: predicted %.4f (%d tokens), server %.4f (%.0f of %.0f), client %.4f, naive %.4f; %d answers were tool calls",
+		*rep.PredictedHitRate, predicted, *rep.ServerHitRate, *rep.ServerHits, *rep.ServerQueries, *rep.ClientCachedRatio, *rep.NaiveHitRate, rep.ToolCallAnswers)
+	if d := math.Abs(*rep.ServerHitRate - *rep.PredictedHitRate); d > 0.02 {
+		t.Errorf("server hit rate %.4f vs predicted %.4f: off by %.1f points, want ≤ 2", *rep.ServerHitRate, *rep.PredictedHitRate, d*100)
+	}
+	if rep.ClientCached != "reported" || *rep.CachedTokens != int64(*rep.ServerHits) {
+		t.Errorf("usage cached_tokens %q, Σ %d; want reported on every request and equal to the server's hits %.0f", rep.ClientCached, *rep.CachedTokens, *rep.ServerHits)
+	}
+	// The shared system prompt and tools come on top of the (T−1)/(T+1) shape; the last token
+	// of each prompt and partial blocks keep it below 1.
+	if *rep.ServerHitRate < *rep.NaiveHitRate-0.05 || *rep.ServerHitRate >= 1 {
+		t.Errorf("server hit rate %.4f: want about (T−1)/(T+1) = %.4f or above, below 1", *rep.ServerHitRate, *rep.NaiveHitRate)
+	}
+	dir := t.TempDir()
+	if err := rep.WriteFiles(dir); err != nil {
+		t.Fatal(err)
+	}
+	checkReportJSON(t, filepath.Join(dir, "report.json"), false)
+	var m struct {
+		Mode  string `json:"mode"`
+		Tools int    `json:"tools"`
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "report.json"))
+	if err := json.Unmarshal(b, &m); err != nil || m.Mode != "tools" || m.Tools != 8 {
+		t.Errorf("report.json mode %q tools %d (%v), want tools, 8", m.Mode, m.Tools, err)
+	}
+	if h, _ := os.ReadFile(filepath.Join(dir, "report.html")); !strings.Contains(string(h), "agent with 8 tools") {
+		t.Error("report.html does not name the mode and tool count")
+	}
+}
+
+// detokenize asks the server for the text of ids.
+func detokenize(t *testing.T, base string, ids []int32) string {
+	t.Helper()
+	b, _ := json.Marshal(map[string]any{"tokens": ids})
+	resp, err := http.Post(base+"/detokenize", "application/json", strings.NewReader(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Prompt string `json:"prompt"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(resp.Body).Decode(&out) != nil {
+		t.Fatalf("/detokenize: HTTP %d", resp.StatusCode)
+	}
+	return out.Prompt
 }

@@ -23,6 +23,7 @@ type Report struct {
 	// ToolCallAnswers counts answers that ended with finish_reason "tool_calls" (tools mode;
 	// the transcript uses the synthetic calls either way).
 	ToolCallAnswers int `json:"tool_call_answers"`
+
 	Target      string  `json:"target"`
 	Model       string  `json:"model"`
 	Endpoint    string  `json:"endpoint"`
