@@ -186,7 +186,6 @@ type Sample struct {
 	CachedTokens     *int        `json:"cached_tokens"` // nil: not reported (field absent)
 	Cache            *CacheUsage `json:"cache,omitempty"`
 	Chunks           int         `json:"chunks"`
-	ToolCallChunks   int         `json:"tool_call_chunks"` // chunks with delta.tool_calls
 	FinishReason     string      `json:"finish_reason,omitempty"`
 
 	PromptIDs  []int32 `json:"-"`
@@ -251,9 +250,6 @@ func (t *target) send(ctx context.Context, endpoint string, body map[string]any,
 			text := ch.Text + ch.Delta.Content
 			// A tool call streamed as delta.tool_calls is output as much as text is.
 			calls := len(ch.Delta.ToolCalls) > 0 && string(ch.Delta.ToolCalls) != "null"
-			if calls {
-				s.ToolCallChunks++
-			}
 			if ch.FinishReason != nil && *ch.FinishReason != "" {
 				s.FinishReason = *ch.FinishReason
 			}
