@@ -93,6 +93,9 @@ func cmdRoute(args []string) error {
 	fmt.Fprintf(os.Stderr, "stockpot: routing (%s) %d backend(s) on http://%s\n", *policy, len(backends), ln.Addr())
 	if len(apiKeys) == 0 {
 		fmt.Fprintf(os.Stderr, "stockpot: no --api-key: whoever reaches http://%s can use the backends\n", ln.Addr())
+		if *backendKey != "" {
+			fmt.Fprintln(os.Stderr, "stockpot: --backend-key without --api-key: the router's own calls carry it, clients' headers pass through as sent")
+		}
 	}
 	switch {
 	case len(backends) == 0 && len(adminKeys) == 0:

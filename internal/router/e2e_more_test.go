@@ -302,3 +302,57 @@ func TestBackendKeyRealReplica(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteCommandKeys runs `stockpot route` with its key files in front of
+// a replica behind --api-key: clients need the client key, the replica gets
+// the backend key, membership needs the admin key, and the limit flags
+// parse.
+func TestRouteCommandKeys(t *testing.T) {
+	rs := startReplicas(t, 1, "--api-key", backendKey)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(binPath, "route", "--backend", rs[0].url, "--addr", addr, "--policy", "prefix",
+		"--api-key-file", write("client", "\n"+clientKey+"\nsecond-client-key\n"),
+		"--admin-key-file", write("admin", adminKey+"\n"),
+		"--backend-key-file", write("backend", backendKey+"\n"),
+		"--idle-timeout", "30s", "--read-timeout", "30s", "--max-connections", "64")
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := "http://" + addr
+	waitUntil(t, "router health", 10*time.Second, func() bool {
+		resp, err := http.Get(base + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	for _, k := range []string{clientKey, "second-client-key"} {
+		if code, b := call(t, "POST", base+"/v1/completions", `{"prompt":"route keys","max_tokens":2}`, "Authorization", "Bearer "+k); code != 200 {
+			t.Fatalf("completion with a client key from the file: HTTP %d %s\n%s", code, b, log.String())
+		}
+	}
+	if code, _ := call(t, "POST", base+"/v1/completions", `{"prompt":"x"}`, "Authorization", "Bearer "+backendKey); code != 401 {
+		t.Fatalf("the backend key works as a client key on the router: HTTP %d", code)
+	}
+	if code, _ := call(t, "POST", base+"/backends", `{"url":"http://127.0.0.1:1"}`, "Authorization", "Bearer "+clientKey); code != 401 {
+		t.Fatalf("POST /backends with a client key: HTTP %d, want 401", code)
+	}
+	if code, _ := call(t, "GET", base+"/backends", "", "Authorization", "Bearer "+adminKey); code != 200 {
+		t.Fatalf("GET /backends with the admin key: HTTP %d", code)
+	}
+	if strings.Contains(log.String(), clientKey) || strings.Contains(log.String(), adminKey) || strings.Contains(log.String(), backendKey) {
+		t.Fatalf("a key reached the log:\n%s", log.String())
+	}
+}

@@ -182,11 +182,13 @@ func jsonProtocolError(p []byte) ([]byte, bool) {
 		return nil, false
 	}
 	line, body, ok := bytes.Cut(p, []byte(plainErrorHeaders))
-	if !ok || bytes.ContainsAny(line, "\r\n") || len(line) < len("HTTP/1.1 400") {
+	// The status line is "HTTP/1.1 4xx" and then nothing or " reason".
+	const n = len("HTTP/1.1 400")
+	if !ok || bytes.ContainsAny(line, "\r\n") || len(line) < n || len(line) > n && line[n] != ' ' {
 		return nil, false
 	}
-	code, err := strconv.Atoi(string(line[len("HTTP/1.1 ") : len("HTTP/1.1 ")+3]))
-	if err != nil {
+	code, err := strconv.Atoi(string(line[n-3 : n]))
+	if err != nil || code < 400 || code > 499 {
 		return nil, false
 	}
 	e := &api.Error{Status: code, Type: api.TypeInvalidRequest, Code: "bad_request", Message: string(body)}

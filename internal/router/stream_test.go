@@ -177,3 +177,25 @@ func counter(t *testing.T, rt *Router, name string, want map[string]string) floa
 	}
 	return sum
 }
+
+// FuzzSSEBoundary checks sseBoundary against its definition: p[:k] ends an
+// event (or k is 0) and no event ends in p[k:].
+func FuzzSSEBoundary(f *testing.F) {
+	for _, s := range []string{"", okChunk, okChunk + "data: {\"x", "data: a\r\n\r\ndata: b\n", "\n\n\r\n", "\n\r\n\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, p []byte) {
+		k := sseBoundary(p)
+		ends := func(b []byte) bool {
+			return strings.HasSuffix(string(b), "\n\n") || strings.HasSuffix(string(b), "\n\r\n")
+		}
+		if k < 0 || k > len(p) || k > 0 && !ends(p[:k]) {
+			t.Fatalf("sseBoundary(%q) = %d: not the end of an event", p, k)
+		}
+		for j := k + 1; j <= len(p); j++ {
+			if ends(p[:j]) {
+				t.Fatalf("sseBoundary(%q) = %d, but an event ends at %d", p, k, j)
+			}
+		}
+	})
+}
