@@ -156,8 +156,8 @@ func TestRouteCommand(t *testing.T) {
 	cmd := exec.Command(binPath, "route", "--backend", rs[0].url, "--addr", addr, "--health-interval", "200ms")
 	cmd.Env = append(os.Environ(), "STOCKPOT_POLICY=prefix", "STOCKPOT_ADMIN_KEY="+adminKey)
 	admin := []string{"Authorization", "Bearer " + adminKey}
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	log := &syncBuffer{} // read while the process writes
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -323,8 +323,8 @@ func TestRouteCommandKeys(t *testing.T) {
 		"--admin-key-file", write("admin", adminKey+"\n"),
 		"--backend-key-file", write("backend", backendKey+"\n"),
 		"--idle-timeout", "30s", "--read-timeout", "30s", "--max-connections", "64")
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	log := &syncBuffer{} // read while the process writes
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
