@@ -36,8 +36,9 @@ func slowStreamBackend(t *testing.T, n int, every time.Duration) *httptest.Serve
 
 // dyingStreamBackend writes the given stream bytes, then ends by mode:
 // "close" (close the TCP connection mid-body), "reset" (RST), "nodone"
-// (end the body cleanly without [DONE]).
-func dyingStreamBackend(t *testing.T, written, mode string) *httptest.Server {
+// (end the body cleanly without [DONE]). It dies when die is closed (so a
+// test can first see the events reach the client).
+func dyingStreamBackend(t *testing.T, written, mode string, die <-chan struct{}) *httptest.Server {
 	t.Helper()
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/health" {
@@ -50,7 +51,7 @@ func dyingStreamBackend(t *testing.T, written, mode string) *httptest.Server {
 		if mode == "nodone" {
 			return
 		}
-		time.Sleep(20 * time.Millisecond) // let the router read the chunks first
+		<-die
 		c, _, err := w.(http.Hijacker).Hijack()
 		if err != nil {
 			panic(err)
@@ -94,14 +95,22 @@ func TestStreamFailsCleanly(t *testing.T) {
 		{"nodone", okChunk + okChunk, "incomplete", 2},
 	} {
 		t.Run(fmt.Sprintf("%s/%d", c.mode, len(c.written)), func(t *testing.T) {
-			be := dyingStreamBackend(t, c.written, c.mode)
+			die := make(chan struct{})
+			be := dyingStreamBackend(t, c.written, c.mode, die)
 			rt, front, _ := authRouter(t, nil, be.URL)
 			resp, err := http.Post(front+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x","stream":true}`))
 			if err != nil {
 				t.Fatal(err)
 			}
-			b, err := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			defer resp.Body.Close()
+			// The complete events reach the client before the backend dies.
+			first := make([]byte, c.events*len(okChunk))
+			if _, err := io.ReadFull(resp.Body, first); err != nil || string(first) != strings.Repeat(okChunk, c.events) {
+				t.Fatalf("first events: %q, %v", first, err)
+			}
+			close(die)
+			rest, err := io.ReadAll(resp.Body)
+			b := append(first, rest...)
 			if err != nil || resp.StatusCode != 200 {
 				t.Fatalf("HTTP %d, read error %v (want a stream that ends cleanly): %q", resp.StatusCode, err, b)
 			}
@@ -131,7 +140,9 @@ func TestStreamFailsCleanly(t *testing.T) {
 // TestStreamRetriedBeforeFirstEvent: a backend that dies inside its first
 // event sent the client nothing yet, so the request is retried elsewhere.
 func TestStreamRetriedBeforeFirstEvent(t *testing.T) {
-	bad := dyingStreamBackend(t, "data: {\"choices\":[{\"ind", "close")
+	dead := make(chan struct{})
+	close(dead)
+	bad := dyingStreamBackend(t, "data: {\"choices\":[{\"ind", "close", dead)
 	good := slowStreamBackend(t, 2, 0)
 	rt, front, _ := authRouter(t, nil, bad.URL, good.URL)
 	for i := range 4 { // round-robin: the bad one comes up first at least once
