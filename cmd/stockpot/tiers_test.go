@@ -333,3 +333,62 @@ func TestDiskReusedAfterKill9WithEvictionChurn(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskTierOnFullTmpfs is issue 17's second probe: the disk tier on an 8 MiB tmpfs under a
+// 64 MiB --disk-cache-size. Writes that meet ENOSPC evict from the tier's own LRU and are
+// retried, so they succeed and the tier keeps what the file system holds; the failures
+// metric has a row for every reason; answers stay the same. It needs root to mount the
+// tmpfs; the ENOSPC path itself is tested through the disk store's FS seam in
+// internal/tier/disk and internal/offload, which always run.
+func TestDiskTierOnFullTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root; internal/tier/disk TestDiskFullEvictsAndRetries covers ENOSPC")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v %s; internal/tier/disk TestDiskFullEvictsAndRetries covers ENOSPC", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	to := tierOptions{diskDir: dir, diskBytes: 64 << 20, prefetch: engine.PrefetchWait}
+	_, url, stop := tieredInstance(t, "synthetic:default", to)
+	defer func() { stop() }() // the last instance: the file system is unmounted after it
+	var first []string
+	for i := range 12 { // ~5 prompts' blocks fit the working pool, 2 the tmpfs
+		first = append(first, completeText(t, url, fmt.Sprint("Doc ", i, " ", longText(800))).text)
+	}
+	m := scrape(t, url)
+	if m[`stockpot_kv_cache_evictions_total{tier="disk"}`] == 0 || m[`stockpot_kv_cache_usage_bytes{tier="disk"}`] > 8<<20 {
+		t.Errorf("disk tier on an 8 MiB tmpfs: %v evictions, %v bytes used; want it to evict to what the file system holds",
+			m[`stockpot_kv_cache_evictions_total{tier="disk"}`], m[`stockpot_kv_cache_usage_bytes{tier="disk"}`])
+	}
+	for _, r := range []string{"no_space", "io_error", "queue_full"} {
+		k := `stockpot_kv_tier_write_failures_total{reason="` + r + `",tier="disk"}`
+		if v, ok := m[k]; !ok || (r != "queue_full" && v != 0) {
+			t.Errorf("%s = %v (present %v); want the row, and 0 failures once ENOSPC evicts and retries", k, v, ok)
+		}
+	}
+	for i := range 12 {
+		if got := completeText(t, url, fmt.Sprint("Doc ", i, " ", longText(800))).text; got != first[i] {
+			t.Errorf("prompt %d again: %q, want %q", i, got, first[i])
+		}
+	}
+
+	// A file system full of someone else's data: evicting the tier's own files frees nothing,
+	// so writes fail, and now the metric shows it.
+	stop()
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+	os.WriteFile(filepath.Join(dir, "junk"), make([]byte, 9<<20), 0o644) // fails once the 8 MiB are full
+	_, url, stop = tieredInstance(t, "synthetic:default", to)
+	for i := range 8 {
+		if got := completeText(t, url, fmt.Sprint("Doc ", i, " ", longText(800))).text; got != first[i] {
+			t.Errorf("prompt %d on a full file system: %q, want %q", i, got, first[i])
+		}
+	}
+	m = scrape(t, url)
+	if v := m[`stockpot_kv_tier_write_failures_total{reason="no_space",tier="disk"}`]; v == 0 {
+		t.Errorf("no_space failures = %v with the file system full, want the failed writes counted", v)
+	}
+}
