@@ -98,7 +98,7 @@ type queued struct {
 type tierQueue struct {
 	t                                 Tier
 	ch                                chan queued
-	shadowed                          bool // a Spiller above receives every write-back too
+	spiller                           tier.Spiller // the store, if it spills to tiers below; nil otherwise
 	done                              chan struct{}
 	dropped, written, failed, spilled atomic.Uint64
 }
@@ -165,12 +165,9 @@ func NewWriter(cfg WriterConfig, tiers []Tier, metrics *Metrics) (*Writer, error
 		return nil, err
 	}
 	w := &Writer{cfg: cfg, metrics: metrics}
-	above := false // a Spiller is above the tier: it gets each write-back first, and keeps it
 	for _, t := range tiers {
-		q := &tierQueue{t: t, ch: make(chan queued, cfg.QueueLen), shadowed: above, done: make(chan struct{})}
+		q := &tierQueue{t: t, ch: make(chan queued, cfg.QueueLen), done: make(chan struct{})}
 		w.queues = append(w.queues, q)
-		_, spills := t.Store.(tier.Spiller)
-		above = above || spills
 		metrics.initWriteFailures(t.Name)
 	}
 	// Each Spiller's evictions go to the Unshadowers below it. Safe without w.mu: a spill
@@ -188,6 +185,7 @@ func NewWriter(cfg WriterConfig, tiers []Tier, metrics *Metrics) (*Writer, error
 			}
 		}
 		if len(below) > 0 {
+			q.spiller = sp
 			sp.SpillTo(func(items []tier.Item) { w.spill(below, items) })
 		}
 	}
@@ -240,18 +238,21 @@ func (w *Writer) enqueue(ev Evicted, kv []byte, wait bool) bool {
 	}
 	w.enqueued.Add(1)
 	sent := false
+	shadowed := false // a Spiller above has taken the write: it holds it, and tells when it lets go
 	for _, q := range w.queues {
 		// The value is shared, immutable, by every tier. At shutdown (wait) nothing above
 		// outlives the process, so nothing shadows the write.
-		it := queued{item: tier.Item{Key: rec.Key(), Value: b, Shadowed: q.shadowed && !wait}}
+		it := queued{item: tier.Item{Key: rec.Key(), Value: b, Shadowed: shadowed && !wait}}
 		if wait {
 			q.ch <- it
 			sent = true
+			shadowed = shadowed || q.spiller != nil
 			continue
 		}
 		select {
 		case q.ch <- it:
 			sent = true
+			shadowed = shadowed || q.spiller != nil
 		default:
 			q.dropped.Add(1)
 			w.metrics.Dropped(q.t.Name)
@@ -347,6 +348,9 @@ func (w *Writer) Close() {
 		for _, q := range w.queues {
 			close(q.ch)
 			<-q.done
+			if q.spiller != nil {
+				q.spiller.SpillTo(nil) // the queues below are about to close
+			}
 		}
 	})
 }

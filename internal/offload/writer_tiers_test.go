@@ -114,10 +114,10 @@ func TestWriterShadowedWritesKeepSoleCopies(t *testing.T) {
 	}
 }
 
-// failingStore fails every Put with err(i) for item i, joined, or with batchErr for all.
+// failingStore fails each item's Put with itemErr(key) (joined), or every Put with batchErr.
 type failingStore struct {
 	tier.Store
-	itemErr  func(i int) error
+	itemErr  func(k tier.Key) error
 	batchErr error
 	block    bool // wait for the context to end
 }
@@ -131,8 +131,8 @@ func (f *failingStore) Put(ctx context.Context, items []tier.Item) error {
 		return f.batchErr
 	}
 	var errs []error
-	for i := range items {
-		if err := f.itemErr(i); err != nil {
+	for _, it := range items {
+		if err := f.itemErr(it.Key); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -144,8 +144,13 @@ func (f *failingStore) Put(ctx context.Context, items []tier.Item) error {
 func TestWriteFailuresByReason(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, _ := NewMetrics(reg)
-	perItem := &failingStore{Store: memstore.New(), itemErr: func(i int) error {
-		switch i % 4 {
+	recs := tiertest.Chain(identity, root, layout, 4, 22)
+	perItem := &failingStore{Store: memstore.New(), itemErr: func(k tier.Key) error {
+		i := 0
+		for i < len(recs) && recs[i].Key() != k {
+			i++
+		}
+		switch i {
 		case 0:
 			return fmt.Errorf("disk: put: %w: %w", tier.ErrNoSpace, &os.PathError{Op: "write", Path: "x", Err: syscall.ENOSPC})
 		case 1:
@@ -159,7 +164,6 @@ func TestWriteFailuresByReason(t *testing.T) {
 	stuck := &failingStore{Store: memstore.New(), block: true}
 	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, MaxBatch: 4, QueueLen: 4, PutTimeout: 20 * time.Millisecond},
 		[]Tier{{"disk", perItem}, {"remote", down}, {"slow", stuck}}, m)
-	recs := tiertest.Chain(identity, root, layout, 4, 22)
 	for _, r := range recs {
 		w.Enqueue(evicted(r, 0, 0), r.KV)
 	}
@@ -257,5 +261,46 @@ func TestWriterDiskFull(t *testing.T) {
 	w.Close()
 	if got := counterValue(m.failures.WithLabelValues("disk", "no_space")); got != 3 {
 		t.Errorf("no_space = %v on a file system with no room, want 3", got)
+	}
+}
+
+// stuckHost is a host tier whose Puts wait for release.
+type stuckHost struct {
+	*hostmem.Store
+	release chan struct{}
+}
+
+func (s stuckHost) Put(ctx context.Context, items []tier.Item) error {
+	<-s.release
+	return s.Store.Put(ctx, items)
+}
+
+// A write-back the host tier dropped (its queue was full) is not shadowed on the disk: no
+// tier above holds it, so the disk takes it as a sole copy.
+func TestWriterUnshadowedWhenHostDrops(t *testing.T) {
+	dir := t.TempDir()
+	old := tiertest.Chain(identity, root, layout, 3, 26)
+	fresh := tiertest.Chain(identity, root, layout, 3, 27)
+	d := openDisk(t, dir, 3*diskFileBytes(old[0]), nil)
+	d.Put(ctx, tiertest.Items(old)) // no tier above: sole copies, the disk is full
+	h, _ := hostmem.New(hostmem.Config{CapacityBytes: 1 << 20})
+	host := stuckHost{h, make(chan struct{})}
+	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 1, MaxBatch: 1}, []Tier{{"host", host}, {"disk", d}}, nil)
+	w.Enqueue(evicted(fresh[0], 0, 0), fresh[0].KV)
+	for w.Stats().Written[1] == 0 || len(w.queues[0].ch) > 0 { // the disk declined it; the host worker is stuck on it
+		time.Sleep(time.Millisecond)
+	}
+	w.Enqueue(evicted(fresh[1], 0, 0), fresh[1].KV) // fills the host queue
+	w.Enqueue(evicted(fresh[2], 0, 0), fresh[2].KV) // dropped by the host
+	close(host.release)
+	w.Close()
+	if st := w.Stats(); st.Dropped[0] != 1 {
+		t.Fatalf("writer stats %+v, want the host to drop 1", st)
+	}
+	if got, want := has(t, d, fresh), "..x"; got != want {
+		t.Errorf("disk holds %s of the write-backs, want %s (only the one the host dropped)", got, want)
+	}
+	if st := d.Stats(); st.Declined != 2 {
+		t.Errorf("disk stats %+v, want the 2 shadowed write-backs declined", st)
 	}
 }
