@@ -53,8 +53,10 @@ type Store interface {
 	// the caller treats every key as a miss.
 	Get(ctx context.Context, keys []Key) ([][]byte, error)
 	// Put stores items, replacing values under the same key. A store with a
-	// budget evicts to make room; an item larger than the whole budget is
-	// refused with ErrTooLarge (the others are still stored).
+	// budget evicts to make room (for a Shadowed item, only other shadowed
+	// items; one that does not fit so is declined, without an error); an item
+	// larger than the whole budget is refused with ErrTooLarge (the others are
+	// still stored). Each failed item adds one error to the joined result.
 	Put(ctx context.Context, items []Item) error
 	// Delete removes keys; missing keys are not an error.
 	Delete(ctx context.Context, keys []Key) error
