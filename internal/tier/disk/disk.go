@@ -468,9 +468,12 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 		return err
 	}
 	var errs []error
-	for _, it := range items {
+	for i, it := range items {
 		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, err)...)
+			for range items[i:] { // one error per item not written (tier.Store.Put)
+				errs = append(errs, err)
+			}
+			return errors.Join(errs...)
 		}
 		if err := s.put(it); err != nil {
 			errs = append(errs, err)
