@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -293,6 +294,7 @@ func (w *Writer) run(q *tierQueue) {
 				w.metrics.WriteFailed(q.t.Name, reason, n)
 				failed += n
 			}
+			failed = min(failed, len(items))
 			q.failed.Add(uint64(failed))
 			q.written.Add(uint64(len(items) - failed))
 		}
@@ -307,6 +309,12 @@ func (w *Writer) run(q *tierQueue) {
 // spill wins over a write-back of the same key in the batch (the value is the same: the key
 // names it). It appends what to Put to items and returns it.
 func (w *Writer) maybeUnshadow(ctx context.Context, q *tierQueue, batch []queued, items []tier.Item) []tier.Item {
+	if !slices.ContainsFunc(batch, func(b queued) bool { return b.spill }) {
+		for _, b := range batch {
+			items = append(items, b.item)
+		}
+		return items
+	}
 	var spills []tier.Key
 	spilled := map[tier.Key]tier.Item{}
 	for _, b := range batch {
