@@ -49,13 +49,16 @@ const (
 	// <|START_THINKING|> reasoning and <|START_RESPONSE|>/<|START_TEXT|> wrapped content
 	// (Command R7B, Cohere2 MoE).
 	CommandR Family = "command-r"
+	// SeedOSS: <seed:tool_call><function=NAME><parameter=K>V</parameter></function></seed:tool_call>
+	// with <seed:think> reasoning (ByteDance Seed-OSS).
+	SeedOSS Family = "seed-oss"
 	// Functionary: <function=NAME>{…}</function> (functionary v3.1).
 	Functionary Family = "functionary"
 )
 
 // Families lists every family but None.
 var Families = []Family{Hermes, Qwen3Coder, GLM, Llama3, Mistral, MistralArgs, DeepSeekR1,
-	DeepSeekV3, Kimi, KimiK3, MiniMax, Granite, Apriel, Firefunction, CommandR, Functionary}
+	DeepSeekV3, Kimi, KimiK3, MiniMax, Granite, Apriel, Firefunction, CommandR, SeedOSS, Functionary}
 
 // Template is what Inspect learns from a chat template's source.
 type Template struct {
@@ -119,6 +122,8 @@ func detect(src string) Family {
 		return None // MiniMax M3's namespaced markup: not parsed here
 	case has("<minimax:tool_call>"):
 		return MiniMax
+	case has("<seed:tool_call>"):
+		return SeedOSS
 	case has("<tool_call>", "<function=", "<parameter="):
 		return Qwen3Coder
 	case has("<tool_call>", "<arg_key>"):
@@ -133,7 +138,7 @@ func detect(src string) Family {
 		return Firefunction
 	case has("<tool_call>"):
 		return Hermes
-	case has("<function=", "</function>"):
+	case has("<function=", "</function>", "<|python_tag|>"):
 		return Functionary
 	case has("<|start_header_id|>") && (has("<|python_tag|>") || has(`"parameters": `)):
 		return Llama3

@@ -83,6 +83,9 @@ func EnvelopeOf(f Family) (Envelope, bool) {
 			CallBegin: func(n string, i int) string {
 				return "    {\"tool_call_id\": \"" + strconv.Itoa(i) + "\", \"tool_name\": " + q(n) + ", \"parameters\": "
 			}}, true
+	case SeedOSS:
+		return Envelope{Separator: "\n", CallEnd: "</function>\n</seed:tool_call>",
+			CallBegin: func(n string, _ int) string { return "<seed:tool_call>\n<function=" + n + ">\n" }}, true
 	case Functionary:
 		return Envelope{ArgsAreJSON: true, CallEnd: "</function>",
 			CallBegin: func(n string, _ int) string { return "<function=" + n + ">" }}, true
@@ -114,6 +117,8 @@ func Format(f Family, calls []Call) string {
 		} else {
 			for _, kv := range orderedArgs(c.Arguments) {
 				switch f {
+				case SeedOSS:
+					b.WriteString("<parameter=" + kv.key + ">" + kv.text() + "</parameter>\n")
 				case Qwen3Coder:
 					b.WriteString("<parameter=" + kv.key + ">\n" + kv.text() + "\n</parameter>\n")
 				case GLM:

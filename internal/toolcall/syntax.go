@@ -79,7 +79,7 @@ var (
 	mistralThink = []string{"[THINK]"}
 	mistralEnd   = []string{"[/THINK]"}
 
-	toolCallTag = marker{text: "<tool_call>", kind: markCall, parse: parseToolCallTag}
+	toolCallMarker = marker{text: "<tool_call>", kind: markCall, parse: toolCallTag("<tool_call>", "</tool_call>")}
 
 	deepSeekSection = marker{
 		text: "<｜tool▁calls▁begin｜>", kind: markSection, parse: parseDeepSeekCall,
@@ -88,9 +88,9 @@ var (
 
 	syntaxes = map[Family]*syntax{
 		None:        newSyntax(think, thinkEnd, nil),
-		Hermes:      newSyntax(think, thinkEnd, nil, toolCallTag),
-		Qwen3Coder:  newSyntax(think, thinkEnd, nil, toolCallTag),
-		GLM:         newSyntax(think, thinkEnd, nil, toolCallTag),
+		Hermes:      newSyntax(think, thinkEnd, nil, toolCallMarker),
+		Qwen3Coder:  newSyntax(think, thinkEnd, nil, toolCallMarker),
+		GLM:         newSyntax(think, thinkEnd, nil, toolCallMarker),
 		Llama3:      newSyntax(think, thinkEnd, &whole{starts: startsJSONObject, parse: parseLlamaJSON}, marker{text: "<|python_tag|>", kind: markCall, parse: parsePythonTag}),
 		Mistral:     newSyntax(mistralThink, mistralEnd, nil, marker{text: "[TOOL_CALLS]", kind: markCall, parse: parseMistral}),
 		MistralArgs: newSyntax(mistralThink, mistralEnd, nil, marker{text: "[TOOL_CALLS]", kind: markCall, parse: parseMistral}),
@@ -122,6 +122,8 @@ var (
 			marker{text: "<|END_TEXT|>", kind: markDrop},
 			marker{text: "<|START_ACTION|>", kind: markCall, parse: arrayCall("<|START_ACTION|>", "<|END_ACTION|>")},
 		),
+		SeedOSS: newSyntax([]string{"<seed:think>"}, []string{"</seed:think>"}, nil,
+			marker{text: "<seed:tool_call>", kind: markCall, parse: toolCallTag("<seed:tool_call>", "</seed:tool_call>")}),
 		Functionary: newSyntax(nil, nil, nil, marker{text: "<function=", kind: markCall, parse: parseFunctionary}),
 	}
 )
@@ -225,16 +227,23 @@ func nameChars(s string) bool {
 
 func startsJSONObject(t string) bool { return t[0] == '{' }
 
-// parseToolCallTag parses <tool_call>…</tool_call> with any of three bodies:
+// toolCallTag parses <tool_call>…</tool_call> (or another pair of tags) with any of three
+// bodies:
 //
 //	{"name": "f", "arguments": {…}}                         Hermes, Qwen2.5, Qwen3
 //	<function=f><parameter=k>v</parameter>…</function>      Qwen3-Coder, Qwen3.5, Nemotron 3
 //	f<arg_key>k</arg_key><arg_value>v</arg_value>…           GLM 4.5+
 //
 // Models of one family now and then write another's body; all three are accepted.
-func parseToolCallTag(s string, final bool, p *Parser) ([]rawCall, int, status) {
+func toolCallTag(open, close string) parseFunc {
+	return func(s string, final bool, p *Parser) ([]rawCall, int, status) {
+		return parseToolCallTag(s, open, close, p)
+	}
+}
+
+func parseToolCallTag(s, open, close string, p *Parser) ([]rawCall, int, status) {
 	c := cursor{s: s}
-	if st := c.lit("<tool_call>"); st != complete {
+	if st := c.lit(open); st != complete {
 		return nil, 0, st
 	}
 	c.ws()
@@ -264,7 +273,7 @@ func parseToolCallTag(s string, final bool, p *Parser) ([]rawCall, int, status) 
 		}
 	}
 	c.ws()
-	if st := c.lit("</tool_call>"); st != complete {
+	if st := c.lit(close); st != complete {
 		return nil, 0, st
 	}
 	return []rawCall{call}, c.i, complete
