@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/datadriven"
 )
@@ -34,6 +35,13 @@ func parseChunks(t testing.TB, f Family, text string, opts Options, cuts []int) 
 	ds = append(ds, p.Feed(text[prev:])...)
 	ds = append(ds, p.Finish()...)
 	checkDeltas(t, ds)
+	if utf8.ValidString(text) {
+		for _, d := range ds {
+			if !utf8.ValidString(d.Content) || !utf8.ValidString(d.Reasoning) {
+				t.Fatalf("a delta splits a character: %+v", d)
+			}
+		}
+	}
 	return Collect(ds)
 }
 
@@ -227,4 +235,19 @@ func TestParse(t *testing.T) {
 			return ""
 		})
 	})
+}
+
+// TestMarkersNotPrefixes: the scanner takes the first marker it sees complete, so no
+// marker of a family may be a prefix of another (the longer one would lose to a chunk
+// boundary).
+func TestMarkersNotPrefixes(t *testing.T) {
+	for f, syn := range syntaxes {
+		for i, a := range syn.texts {
+			for j, b := range syn.texts {
+				if i != j && strings.HasPrefix(b, a) {
+					t.Errorf("%s: marker %q is a prefix of %q", f, a, b)
+				}
+			}
+		}
+	}
 }

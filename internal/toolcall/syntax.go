@@ -79,7 +79,8 @@ var (
 	mistralThink = []string{"[THINK]"}
 	mistralEnd   = []string{"[/THINK]"}
 
-	toolCallMarker = marker{text: "<tool_call>", kind: markCall, parse: toolCallTag("<tool_call>", "</tool_call>")}
+	toolCallMarker = marker{text: "<tool_call>", kind: markCall, parse: toolCallTag("<tool_call>", "</tool_call>", false)}
+	glmCallMarker  = marker{text: "<tool_call>", kind: markCall, parse: toolCallTag("<tool_call>", "</tool_call>", true)}
 
 	deepSeekSection = marker{
 		text: "<｜tool▁calls▁begin｜>", kind: markSection, parse: parseDeepSeekCall,
@@ -90,7 +91,7 @@ var (
 		None:        newSyntax(think, thinkEnd, nil),
 		Hermes:      newSyntax(think, thinkEnd, nil, toolCallMarker),
 		Qwen3Coder:  newSyntax(think, thinkEnd, nil, toolCallMarker),
-		GLM:         newSyntax(think, thinkEnd, nil, toolCallMarker),
+		GLM:         newSyntax(think, thinkEnd, nil, glmCallMarker),
 		Llama3:      newSyntax(think, thinkEnd, &whole{starts: startsJSONObject, parse: parseLlamaJSON}, marker{text: "<|python_tag|>", kind: markCall, parse: parsePythonTag}),
 		Mistral:     newSyntax(mistralThink, mistralEnd, nil, marker{text: "[TOOL_CALLS]", kind: markCall, parse: parseMistral}),
 		MistralArgs: newSyntax(mistralThink, mistralEnd, nil, marker{text: "[TOOL_CALLS]", kind: markCall, parse: parseMistral}),
@@ -123,7 +124,7 @@ var (
 			marker{text: "<|START_ACTION|>", kind: markCall, parse: arrayCall("<|START_ACTION|>", "<|END_ACTION|>")},
 		),
 		SeedOSS: newSyntax([]string{"<seed:think>"}, []string{"</seed:think>"}, nil,
-			marker{text: "<seed:tool_call>", kind: markCall, parse: toolCallTag("<seed:tool_call>", "</seed:tool_call>")}),
+			marker{text: "<seed:tool_call>", kind: markCall, parse: toolCallTag("<seed:tool_call>", "</seed:tool_call>", false)}),
 		Functionary: newSyntax(nil, nil, nil, marker{text: "<function=", kind: markCall, parse: parseFunctionary}),
 	}
 )
@@ -232,16 +233,18 @@ func startsJSONObject(t string) bool { return t[0] == '{' }
 //
 //	{"name": "f", "arguments": {…}}                         Hermes, Qwen2.5, Qwen3
 //	<function=f><parameter=k>v</parameter>…</function>      Qwen3-Coder, Qwen3.5, Nemotron 3
-//	f<arg_key>k</arg_key><arg_value>v</arg_value>…           GLM 4.5+
+//	f<arg_key>k</arg_key><arg_value>v</arg_value>…           GLM 4.5+ (only with glm)
 //
-// Models of one family now and then write another's body; all three are accepted.
-func toolCallTag(open, close string) parseFunc {
+// Models of one family now and then write the other's JSON or XML body; both are
+// accepted. The GLM body (a bare name) is only read for GLM, where a bare word after
+// <tool_call> is a call and not a model's slip.
+func toolCallTag(open, close string, glm bool) parseFunc {
 	return func(s string, final bool, p *Parser) ([]rawCall, int, status) {
-		return parseToolCallTag(s, open, close, p)
+		return parseToolCallTag(s, open, close, glm, p)
 	}
 }
 
-func parseToolCallTag(s, open, close string, p *Parser) ([]rawCall, int, status) {
+func parseToolCallTag(s, open, close string, glm bool, p *Parser) ([]rawCall, int, status) {
 	c := cursor{s: s}
 	if st := c.lit(open); st != complete {
 		return nil, 0, st
@@ -266,6 +269,8 @@ func parseToolCallTag(s, open, close string, p *Parser) ([]rawCall, int, status)
 		if call, st = parseFunctionXML(&c, p); st != complete {
 			return nil, 0, st
 		}
+	case !glm:
+		return nil, 0, invalid
 	default:
 		var st status
 		if call, st = parseGLMBody(&c, p); st != complete {

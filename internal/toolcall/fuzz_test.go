@@ -1,0 +1,97 @@
+package toolcall
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+)
+
+var allFamilies = append([]Family{None}, Families...)
+
+var fuzzTools = []Tool{
+	{Name: "get_weather", Parameters: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"},"metric":{"type":"boolean"},"meta":{"type":"object"}}}`)},
+	{Name: "run", Parameters: json.RawMessage(`{"type":"object","properties":{"cmd":{"type":"string"}}}`)},
+}
+
+var fuzzCalls = []Call{
+	{ID: "functions.get_weather:0", Name: "get_weather", Arguments: `{"city":"Zürich \"q\"","days":3,"metric":true,"meta":{"a":[1,2]}}`},
+	{ID: "functions.run:1", Name: "run", Arguments: `{"cmd":"ls <dir> && echo '}'"}`},
+}
+
+// FuzzParse: for any text, family, options and chunking, Parse does not panic, every
+// call it returns has a name and JSON-object arguments, and the streamed result equals
+// Parse.
+func FuzzParse(f *testing.F) {
+	for i, fam := range allFamilies {
+		text := Format(fam, fuzzCalls)
+		f.Add(text, uint8(i), uint64(1))
+		f.Add("Sure.\n\n"+text+"\nDone.", uint8(i), uint64(2))
+		f.Add("<think>\nhmm\n</think>\n"+text, uint8(i), uint64(3))
+		if len(text) > 8 {
+			f.Add(text[:len(text)/2], uint8(i), uint64(4))
+			f.Add(text[:len(text)-3]+"x"+text[len(text)-2:], uint8(i), uint64(5))
+		}
+	}
+	f.Add("<tool_call>\n{\"name\": \"run\", \"arguments\": {\"cmd\": \"x\"}}\n</tool_call>", uint8(1), uint64(0))
+	f.Add("{\"name\": \"run\", \"parameters\": {}}; {\"name\": \"run\"}", uint8(4), uint64(7))
+	f.Add("<|python_tag|>run.call(cmd='a\\'b', n=-1.5e3, ok=True)", uint8(4), uint64(8))
+	f.Add("é\xff<tool_call><function=run><parameter=cmd>\n\xe2\x82\n</parameter></function></tool_call>", uint8(2), uint64(9))
+	f.Fuzz(func(t *testing.T, text string, fam uint8, seed uint64) {
+		family := allFamilies[int(fam)%len(allFamilies)]
+		opts := Options{
+			ParseReasoning:    seed&1 != 0,
+			StartsInReasoning: seed&2 != 0,
+		}
+		if seed&4 != 0 {
+			opts.Tools = fuzzTools
+		}
+		want := Parse(family, text, withIDs(opts))
+		checkCalls(t, want)
+
+		rng := rand.New(rand.NewPCG(seed, uint64(len(text))))
+		var cuts []int
+		for i := 1; i < len(text); i++ {
+			if rng.IntN(3) == 0 {
+				cuts = append(cuts, i)
+			}
+		}
+		if got := parseChunks(t, family, text, opts, cuts); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s %+v: cuts %v of %q:\n got %+v\nwant %+v", family, opts, cuts, text, got, want)
+		}
+		var bytes []int
+		for i := 1; i < len(text); i++ {
+			bytes = append(bytes, i)
+		}
+		if got := parseChunks(t, family, text, opts, bytes); !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s %+v: single bytes of %q:\n got %+v\nwant %+v", family, opts, text, got, want)
+		}
+	})
+}
+
+// TestFormatRoundTrip: Parse reads Format's text back as the calls, for every family.
+func TestFormatRoundTrip(t *testing.T) {
+	for _, f := range Families {
+		text := Format(f, fuzzCalls)
+		r := checkStreaming(t, f, text, Options{Tools: fuzzTools, ParseReasoning: true})
+		if r.Content != "" || r.Reasoning != "" || len(r.Calls) != len(fuzzCalls) {
+			t.Errorf("%s: %q parsed as %s", f, text, renderResult(r))
+			continue
+		}
+		for i, c := range fuzzCalls {
+			got := r.Calls[i]
+			if got.Name != c.Name || got.Arguments != c.Arguments {
+				t.Errorf("%s: call %d: formatted %+v, parsed back %+v from %q", f, i, c, got, text)
+			}
+			if f == Kimi && got.ID != c.ID {
+				t.Errorf("%s: call %d: id %q, want the model's %q", f, i, got.ID, c.ID)
+			}
+		}
+	}
+	if got := Format(None, fuzzCalls); got != "" {
+		t.Errorf("Format(None) = %q, want nothing", got)
+	}
+	if _, ok := EnvelopeOf(None); ok {
+		t.Errorf("EnvelopeOf(None) is ok")
+	}
+}
