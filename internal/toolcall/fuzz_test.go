@@ -95,3 +95,25 @@ func TestFormatRoundTrip(t *testing.T) {
 		t.Errorf("EnvelopeOf(None) is ok")
 	}
 }
+
+// TestCallsStreamEarly: a call comes out as soon as its text is whole, not at Finish
+// (Llama 3's bare JSON excepted: only the end of the message makes it a call).
+func TestCallsStreamEarly(t *testing.T) {
+	for _, f := range Families {
+		if f == Llama3 {
+			continue
+		}
+		text := Format(f, fuzzCalls)
+		for _, chunk := range []int{1, 3, 64} {
+			p := NewParser(f, Options{Tools: fuzzTools, NewID: counterIDs()})
+			var ds []Delta
+			for i := 0; i < len(text); i += chunk {
+				ds = append(ds, p.Feed(text[i:min(i+chunk, len(text))])...)
+			}
+			ds = append(ds, p.Feed(" Next.")...)
+			if got := len(Collect(ds).Calls); got != len(fuzzCalls) {
+				t.Errorf("%s, chunks of %d: %d of %d calls out before Finish", f, chunk, got, len(fuzzCalls))
+			}
+		}
+	}
+}

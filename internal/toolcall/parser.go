@@ -120,9 +120,18 @@ type Parser struct {
 	opts Options
 	tool map[string]*Tool
 
+	// buf is the text not yet dropped, kept in sb so that appending does not copy it.
+	sb   strings.Builder
 	buf  string
 	pos  int
 	mode mode
+
+	// A call that needs more text is parsed again only when the new text may finish it
+	// (its closing literal arrived) or has grown by half (so that a call that breaks is
+	// still found early): a long call fed token by token is otherwise parsed once per
+	// token, quadratic in its length. waitAt is the offset in buf of the waiting call,
+	// waitLen how many bytes of it the last parse saw (0: none waiting).
+	waitAt, waitLen int
 
 	// sectionStart is the offset in buf of the marker that opened the current call
 	// section; sectionCalls counts the calls parsed in it. While sectionCalls is 0 the
@@ -169,7 +178,8 @@ func (p *Parser) Feed(s string) []Delta {
 	if p.mode == modeDone {
 		return nil
 	}
-	p.buf += s
+	p.sb.WriteString(s)
+	p.buf = p.sb.String()
 	p.advance(false)
 	return p.take()
 }
@@ -186,6 +196,7 @@ func (p *Parser) Finish() []Delta {
 		p.pendingWS = ""
 	}
 	p.mode = modeDone
+	p.sb.Reset()
 	p.buf = ""
 	p.pos = 0
 	return p.take()
@@ -200,9 +211,13 @@ func (p *Parser) take() []Delta {
 		keep = p.sectionStart
 	}
 	if keep > 0 && p.mode != modeDone {
-		p.buf = p.buf[keep:]
+		tail := p.buf[keep:]
+		p.sb.Reset()
+		p.sb.WriteString(tail)
+		p.buf = p.sb.String()
 		p.pos -= keep
 		p.sectionStart -= keep
+		p.waitAt -= keep
 	}
 	return out
 }
@@ -343,8 +358,11 @@ func (p *Parser) advance(final bool) {
 					return
 				}
 				if t != "" && syn.whole.starts(t) {
+					if p.wait(p.pos, rest, "", "", final) {
+						return
+					}
 					cs, n, st := syn.whole.parse(rest, final, p)
-					st = settle(st, final)
+					st = p.parsed(p.pos, rest, st, final)
 					switch st {
 					case needMore:
 						return
@@ -385,8 +403,11 @@ func (p *Parser) advance(final bool) {
 				p.section = mk
 				p.pos += len(mk.text)
 			case markCall:
+				if p.wait(p.pos, p.buf[p.pos:], mk.closer, mk.closerAny, final) {
+					return
+				}
 				cs, n, st := mk.parse(p.buf[p.pos:], final, p)
-				st = settle(st, final)
+				st = p.parsed(p.pos, p.buf[p.pos:], st, final)
 				switch st {
 				case needMore:
 					return
@@ -422,8 +443,11 @@ func (p *Parser) advance(final bool) {
 				p.sectionInvalid()
 				continue
 			}
+			if p.wait(p.pos+skip, t, p.section.closer, p.section.closerAny, final) {
+				return
+			}
 			cs, n, st := p.section.parse(t, final, p)
-			st = settle(st, final)
+			st = p.parsed(p.pos+skip, t, st, final)
 			switch st {
 			case needMore:
 				return
@@ -444,6 +468,41 @@ func (p *Parser) advance(final bool) {
 		}
 	}
 }
+
+// wait reports whether the call starting at buf offset at, whose text so far is s, can
+// be left waiting without parsing it again: nothing in what arrived since its last parse
+// can finish it. Skipping a parse changes no decision (a parser's complete and invalid
+// hold for every continuation), it only comes later.
+func (p *Parser) wait(at int, s, closer, closerAny string, final bool) bool {
+	if final || at != p.waitAt || p.waitLen == 0 || p.waitLen > len(s) {
+		return false
+	}
+	seen := p.waitLen
+	switch {
+	case len(s)-seen >= max(minReparse, seen/2):
+		return false
+	case closer != "":
+		return !strings.Contains(s[max(0, seen-len(closer)+1):], closer)
+	case closerAny != "":
+		return !strings.ContainsAny(s[seen:], closerAny)
+	}
+	return true // finishes only with the generation: the growth rule alone
+}
+
+// parsed notes a parse of the call at buf offset at, whose text was s, and settles its
+// status (needMore becomes invalid at the end).
+func (p *Parser) parsed(at int, s string, st status, final bool) status {
+	st = settle(st, final)
+	p.waitAt, p.waitLen = at, 0
+	if st == needMore {
+		p.waitLen = len(s)
+	}
+	return st
+}
+
+// minReparse is the growth (bytes) that makes a waiting call be parsed again even with
+// no closer in sight; small calls are parsed on every feed anyway.
+const minReparse = 256
 
 // sectionInvalid turns the marker that opened a section with no good call into content.
 func (p *Parser) sectionInvalid() {

@@ -47,6 +47,11 @@ type marker struct {
 	kind       markKind
 	parse      parseFunc // markCall: from the marker; markSection: one call in the section
 	sectionEnd []string  // markSection
+	// closer is the closing literal that must arrive for a call to complete, or
+	// closerAny the bytes one of which must (the last bytes of JSON, "}]"). Neither
+	// means only the end of the generation completes it. They only save work (see
+	// Parser.wait): a wrong one delays decisions, it cannot change them.
+	closer, closerAny string
 }
 
 // whole is a call syntax with no marker: the whole content is the call (Llama 3's JSON).
@@ -79,12 +84,12 @@ var (
 	mistralThink = []string{"[THINK]"}
 	mistralEnd   = []string{"[/THINK]"}
 
-	toolCallMarker = marker{text: "<tool_call>", kind: markCall, parse: toolCallTag("<tool_call>", "</tool_call>", false)}
-	glmCallMarker  = marker{text: "<tool_call>", kind: markCall, parse: toolCallTag("<tool_call>", "</tool_call>", true)}
+	toolCallMarker = marker{text: "<tool_call>", kind: markCall, parse: toolCallTag("<tool_call>", "</tool_call>", false), closer: "</tool_call>"}
+	glmCallMarker  = marker{text: "<tool_call>", kind: markCall, parse: toolCallTag("<tool_call>", "</tool_call>", true), closer: "</tool_call>"}
 
 	deepSeekSection = marker{
 		text: "<｜tool▁calls▁begin｜>", kind: markSection, parse: parseDeepSeekCall,
-		sectionEnd: []string{"<｜tool▁calls▁end｜>"},
+		sectionEnd: []string{"<｜tool▁calls▁end｜>"}, closer: "<｜tool▁call▁end｜>",
 	}
 
 	syntaxes = map[Family]*syntax{
@@ -93,13 +98,13 @@ var (
 		Qwen3Coder:  newSyntax(think, thinkEnd, nil, toolCallMarker),
 		GLM:         newSyntax(think, thinkEnd, nil, glmCallMarker),
 		Llama3:      newSyntax(think, thinkEnd, &whole{starts: startsJSONObject, parse: parseLlamaJSON}, marker{text: "<|python_tag|>", kind: markCall, parse: parsePythonTag}),
-		Mistral:     newSyntax(mistralThink, mistralEnd, nil, marker{text: "[TOOL_CALLS]", kind: markCall, parse: parseMistral}),
-		MistralArgs: newSyntax(mistralThink, mistralEnd, nil, marker{text: "[TOOL_CALLS]", kind: markCall, parse: parseMistral}),
+		Mistral:     newSyntax(mistralThink, mistralEnd, nil, marker{text: "[TOOL_CALLS]", kind: markCall, parse: parseMistral, closerAny: "}]\""}),
+		MistralArgs: newSyntax(mistralThink, mistralEnd, nil, marker{text: "[TOOL_CALLS]", kind: markCall, parse: parseMistral, closerAny: "}]\""}),
 		DeepSeekR1:  newSyntax(think, thinkEnd, nil, deepSeekSection),
 		DeepSeekV3:  newSyntax(think, thinkEnd, nil, deepSeekSection),
 		Kimi: newSyntax(think, thinkEnd, nil, marker{
 			text: "<|tool_calls_section_begin|>", kind: markSection, parse: parseKimiCall,
-			sectionEnd: []string{"<|tool_calls_section_end|>"},
+			sectionEnd: []string{"<|tool_calls_section_end|>"}, closer: "<|tool_call_end|>",
 		}),
 		KimiK3: newSyntax([]string{k3ThinkOpen}, []string{k3ThinkClose, k3RespOpen}, nil,
 			marker{text: k3MsgOpen, kind: markDrop},
@@ -107,25 +112,25 @@ var (
 			marker{text: k3RespClose, kind: markDrop},
 			marker{text: k3MsgClose, kind: markDrop},
 			marker{text: k3EndOfMsg, kind: markDrop},
-			marker{text: k3ToolsOpen, kind: markSection, parse: parseK3Call, sectionEnd: []string{k3ToolsClose}},
+			marker{text: k3ToolsOpen, kind: markSection, parse: parseK3Call, sectionEnd: []string{k3ToolsClose}, closer: "<|close|>call<|sep|>"},
 		),
 		MiniMax: newSyntax(think, thinkEnd, nil, marker{
 			text: "<minimax:tool_call>", kind: markSection, parse: parseInvoke,
-			sectionEnd: []string{"</minimax:tool_call>"},
+			sectionEnd: []string{"</minimax:tool_call>"}, closer: "</invoke>",
 		}),
-		Granite:      newSyntax(think, thinkEnd, nil, marker{text: "<|tool_call|>", kind: markCall, parse: arrayCall("<|tool_call|>", "")}),
-		Apriel:       newSyntax(nil, nil, nil, marker{text: "<tool_calls>", kind: markCall, parse: arrayCall("<tool_calls>", "</tool_calls>")}),
-		Firefunction: newSyntax(nil, nil, nil, marker{text: "functools", kind: markCall, parse: arrayCall("functools", "")}),
+		Granite:      newSyntax(think, thinkEnd, nil, marker{text: "<|tool_call|>", kind: markCall, parse: arrayCall("<|tool_call|>", ""), closerAny: "]"}),
+		Apriel:       newSyntax(nil, nil, nil, marker{text: "<tool_calls>", kind: markCall, parse: arrayCall("<tool_calls>", "</tool_calls>"), closer: "</tool_calls>"}),
+		Firefunction: newSyntax(nil, nil, nil, marker{text: "functools", kind: markCall, parse: arrayCall("functools", ""), closerAny: "]"}),
 		CommandR: newSyntax([]string{"<|START_THINKING|>"}, []string{"<|END_THINKING|>"}, nil,
 			marker{text: "<|START_RESPONSE|>", kind: markDrop},
 			marker{text: "<|END_RESPONSE|>", kind: markDrop},
 			marker{text: "<|START_TEXT|>", kind: markDrop},
 			marker{text: "<|END_TEXT|>", kind: markDrop},
-			marker{text: "<|START_ACTION|>", kind: markCall, parse: arrayCall("<|START_ACTION|>", "<|END_ACTION|>")},
+			marker{text: "<|START_ACTION|>", kind: markCall, parse: arrayCall("<|START_ACTION|>", "<|END_ACTION|>"), closer: "<|END_ACTION|>"},
 		),
 		SeedOSS: newSyntax([]string{"<seed:think>"}, []string{"</seed:think>"}, nil,
-			marker{text: "<seed:tool_call>", kind: markCall, parse: toolCallTag("<seed:tool_call>", "</seed:tool_call>", false)}),
-		Functionary: newSyntax(nil, nil, nil, marker{text: "<function=", kind: markCall, parse: parseFunctionary}),
+			marker{text: "<seed:tool_call>", kind: markCall, parse: toolCallTag("<seed:tool_call>", "</seed:tool_call>", false), closer: "</seed:tool_call>"}),
+		Functionary: newSyntax(nil, nil, nil, marker{text: "<function=", kind: markCall, parse: parseFunctionary, closer: "</function>"}),
 	}
 )
 
