@@ -500,9 +500,11 @@ func (p *Parser) parsed(at int, s string, st status, final bool) status {
 	return st
 }
 
-// minReparse is the growth (bytes) that makes a waiting call be parsed again even with
-// no closer in sight; small calls are parsed on every feed anyway.
-const minReparse = 256
+// minReparse is the least growth (bytes) that makes a waiting call be parsed again with
+// no closer in sight. The growth rule is geometric (half of what was seen), which keeps
+// the total parsing linear in the call's length; the minimum only spares tiny calls a
+// parse per token, and bounds how long broken call text is held before it streams out.
+const minReparse = 16
 
 // sectionInvalid turns the marker that opened a section with no good call into content.
 func (p *Parser) sectionInvalid() {

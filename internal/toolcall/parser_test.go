@@ -149,6 +149,9 @@ func renderResult(r Result) string {
 //	tools name=NAME        input: a JSON array of {"name", "parameters"}; defines a tool set
 //	parse family=F [tools=NAME] [reasoning] [starts-in-reasoning] [quoted]
 //	                       input: the generated text (a Go string literal with quoted)
+//	stream family=F [tools=NAME] [reasoning] [starts-in-reasoning]
+//	                       input: one Go-quoted chunk per line, or "finish"; prints the
+//	                       deltas each Feed (or Finish) returns
 //	format family=F        input: a JSON array of {"name", "arguments"}; prints Format's
 //	                       text and checks that Parse reads the calls back
 //
@@ -195,6 +198,48 @@ func TestParse(t *testing.T) {
 					}
 				}
 				return renderResult(checkStreaming(t, Family(fam), text, opts))
+			case "stream":
+				// input: one Go-quoted chunk per line; "finish" ends the generation.
+				var fam string
+				d.ScanArgs(t, "family", &fam)
+				opts := Options{ParseReasoning: d.HasArg("reasoning"), StartsInReasoning: d.HasArg("starts-in-reasoning"), NewID: counterIDs()}
+				if d.HasArg("tools") {
+					var ts string
+					d.ScanArgs(t, "tools", &ts)
+					opts.Tools = toolsets[ts]
+				}
+				p := NewParser(Family(fam), opts)
+				var b strings.Builder
+				for _, line := range strings.Split(d.Input, "\n") {
+					var ds []Delta
+					if line == "finish" {
+						ds = p.Finish()
+					} else {
+						chunk, err := strconv.Unquote(line)
+						if err != nil {
+							d.Fatalf(t, "chunk %s: %v", line, err)
+						}
+						ds = p.Feed(chunk)
+					}
+					fmt.Fprintf(&b, "%s ->", line)
+					if len(ds) == 0 {
+						b.WriteString(" (held)")
+					}
+					for _, x := range ds {
+						switch {
+						case x.Content != "":
+							fmt.Fprintf(&b, " content %q", x.Content)
+						case x.Reasoning != "":
+							fmt.Fprintf(&b, " reasoning %q", x.Reasoning)
+						case x.Call.Name != "":
+							fmt.Fprintf(&b, " call[%d] %s %s", x.Call.Index, x.Call.ID, x.Call.Name)
+						default:
+							fmt.Fprintf(&b, " args[%d] %s", x.Call.Index, x.Call.Arguments)
+						}
+					}
+					b.WriteString("\n")
+				}
+				return b.String()
 			case "format":
 				var fam string
 				d.ScanArgs(t, "family", &fam)
