@@ -308,3 +308,17 @@ func TestPromptOpensReasoning(t *testing.T) {
 		}
 	}
 }
+
+func TestLookup(t *testing.T) {
+	for _, f := range append([]Family{None}, Families...) {
+		if got, ok := Lookup(string(f)); !ok || got != f {
+			t.Errorf("Lookup(%q) = %q, %v", f, got, ok)
+		}
+		if _, ok := syntaxes[f]; !ok {
+			t.Errorf("%s has no syntax", f)
+		}
+	}
+	if _, ok := Lookup("gpt-oss"); ok {
+		t.Errorf("Lookup of an unknown family is ok")
+	}
+}

@@ -49,7 +49,15 @@
 // Only complete and invalid are decisions, and parsers return them only when they are
 // final: invalid comes from a byte that breaks the syntax, never from the text ending.
 // A call therefore goes out only once it is whole and valid: first a delta with its
-// index, id and name, then one with its arguments. A call never turns out broken later.
+// index, id and name, then one with its arguments (all of them: they are known only when
+// the call is). A call never turns out broken later.
+//
+// A waiting call is not parsed again on every feed: only when its closing literal
+// arrives, or when it has grown by half (at least 16 bytes) since its last parse. Since
+// a parser's complete and invalid hold for every continuation, skipping a parse can only
+// make a decision come later, never differently; and the geometric rule keeps the work
+// linear in the call's length (a 20 KB call fed in 4-byte pieces costs about what Parse
+// of it costs, not a parse per piece).
 //
 // # What is a call
 //

@@ -60,6 +60,20 @@ const (
 var Families = []Family{Hermes, Qwen3Coder, GLM, Llama3, Mistral, MistralArgs, DeepSeekR1,
 	DeepSeekV3, Kimi, KimiK3, MiniMax, Granite, Apriel, Firefunction, CommandR, SeedOSS, Functionary}
 
+// Lookup returns the family with the given name ("hermes", "qwen3-coder", …, "none"),
+// for configuration that overrides Detect.
+func Lookup(name string) (Family, bool) {
+	for _, f := range Families {
+		if string(f) == name {
+			return f, true
+		}
+	}
+	if name == string(None) {
+		return None, true
+	}
+	return "", false
+}
+
 // Template is what Inspect learns from a chat template's source.
 type Template struct {
 	Family Family

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -116,4 +117,62 @@ func TestCallsStreamEarly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestRandomMarkerSoup builds texts out of the family's own pieces (markers and their
+// prefixes, formatted calls cut anywhere, JSON bits, reasoning markers, whitespace),
+// where streaming bugs live, and checks each streamed at every split against Parse.
+func TestRandomMarkerSoup(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	n := 60
+	if testing.Short() {
+		n = 20
+	}
+	withCalls := 0
+	for _, f := range allFamilies {
+		syn := syntaxOf(f)
+		var pieces []string
+		add := func(ss ...string) {
+			for _, s := range ss {
+				pieces = append(pieces, s)
+				if len(s) > 1 {
+					pieces = append(pieces, s[:1+rng.IntN(len(s)-1)])
+				}
+			}
+		}
+		add(syn.texts...)
+		add(syn.thinkOpen...)
+		add(syn.thinkClose...)
+		for _, m := range syn.markers {
+			add(m.sectionEnd...)
+		}
+		formatted := Format(f, fuzzCalls)
+		add(formatted, Format(f, fuzzCalls[:1]))
+		for range 4 {
+			if formatted != "" {
+				i, j := rng.IntN(len(formatted)), rng.IntN(len(formatted))
+				add(formatted[min(i, j):max(i, j)])
+			}
+		}
+		add(" ", "\n", "\n\n", "text", "é", "{", "}", "[", "]", `"`, `{"name": "run", "arguments": {}}`, "<", ">", "|", "｜")
+		for range n {
+			var b strings.Builder
+			for k := 1 + rng.IntN(8); k > 0; k-- {
+				b.WriteString(pieces[rng.IntN(len(pieces))])
+			}
+			text := b.String()
+			opts := Options{ParseReasoning: rng.IntN(2) == 0, StartsInReasoning: rng.IntN(3) == 0}
+			if rng.IntN(2) == 0 {
+				opts.Tools = fuzzTools
+			}
+			if r := checkStreaming(t, f, text, opts); len(r.Calls) > 0 {
+				withCalls++
+			}
+		}
+	}
+	// The soup must exercise calls, not only content.
+	if withCalls < len(allFamilies)*n/10 {
+		t.Errorf("only %d of %d texts held a call", withCalls, len(allFamilies)*n)
+	}
+	t.Logf("%d of %d texts held a call", withCalls, len(allFamilies)*n)
 }
