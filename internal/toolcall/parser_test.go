@@ -144,7 +144,7 @@ func renderResult(r Result) string {
 	return b.String()
 }
 
-// TestParse runs the golden generations in testdata/*.txt:
+// TestParse runs the golden generations in testdata/parse/*.txt:
 //
 //	tools name=NAME        input: a JSON array of {"name", "parameters"}; defines a tool set
 //	parse family=F [tools=NAME] [reasoning] [starts-in-reasoning] [quoted]
@@ -158,7 +158,7 @@ func renderResult(r Result) string {
 // Every parse is also checked streamed at every split point, in single bytes and in random
 // chunks, and must give the same result.
 func TestParse(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+	datadriven.Walk(t, "testdata/parse", func(t *testing.T, path string) {
 		toolsets := map[string][]Tool{}
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			switch d.Cmd {
