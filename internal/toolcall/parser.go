@@ -8,8 +8,8 @@ import (
 )
 
 // Tool is one function the request offers the model. Parameters is its JSON Schema (the
-// OpenAI "parameters" object); it types the values of XML-style calls (Qwen3-Coder, Kimi K3)
-// and may be empty.
+// OpenAI "parameters" object); it types the values of XML-style calls (qwen3-coder, glm,
+// minimax-m2, kimi-k3, seed-oss) and may be empty.
 type Tool struct {
 	Name       string
 	Parameters json.RawMessage // nil when the tool takes no schema
@@ -144,12 +144,17 @@ type Parser struct {
 
 	calls int // calls emitted so far; the next call's index
 
-	// Whitespace next to markers is not content: trimLead drops whitespace at the start of
-	// content (after a reasoning block or a call) and pendingWS holds trailing whitespace
-	// until it is followed by more content (flushed) or by a call (dropped). The same for
-	// reasoning, which is trimmed at both ends.
+	// Whitespace next to markers is layout, not content. pendingWS holds trailing
+	// whitespace of content until more content (flushed) or a boundary (a call, the end
+	// of reasoning, a wrapper marker) shows which it is. After a boundary trimLead
+	// collects leading whitespace in leadWS; sepWS is the run before the boundary. Where
+	// content lies on both sides (emitted), one run separates them; elsewhere the
+	// whitespace is dropped. Reasoning is trimmed at both ends (rTrimLead, rPendingWS).
 	trimLead   bool
+	emitted    bool
 	pendingWS  string
+	leadWS     string
+	sepWS      string
 	rTrimLead  bool
 	rPendingWS string
 	out        []Delta
@@ -239,16 +244,32 @@ func (p *Parser) emit(d Delta) {
 }
 
 // content emits s as content, applying the whitespace rules above.
+//
+// content(a); content(b) has the same effect as content(a+b), whatever the split: the
+// whitespace rules look at runs of whitespace, not at pieces.
 func (p *Parser) content(s string) {
 	if s == "" {
 		return
 	}
 	if p.trimLead {
-		s = strings.TrimLeft(s, wsChars)
-		if s == "" {
+		t := strings.TrimLeft(s, wsChars)
+		p.leadWS += s[:len(s)-len(t)]
+		if t == "" {
 			return
 		}
 		p.trimLead = false
+		if p.emitted {
+			// Content on both sides of a boundary: one run of whitespace separates them.
+			sep := p.leadWS
+			if sep == "" {
+				sep = p.sepWS
+			}
+			if sep != "" {
+				p.emit(Delta{Content: sep})
+			}
+		}
+		p.leadWS, p.sepWS = "", ""
+		s = t
 	}
 	body := strings.TrimRight(s, wsChars)
 	if body == "" {
@@ -260,7 +281,23 @@ func (p *Parser) content(s string) {
 		p.pendingWS = ""
 	}
 	p.emit(Delta{Content: body})
+	p.emitted = true
 	p.pendingWS = s[len(body):]
+}
+
+// boundary marks a call, a reasoning block or a wrapper marker in the content: the
+// whitespace on its sides is layout. If content follows, one run of it (the one after,
+// else the one before) is kept as the separator from earlier content.
+func (p *Parser) boundary() {
+	if p.trimLead {
+		if p.leadWS != "" {
+			p.sepWS = p.leadWS
+		}
+	} else {
+		p.sepWS = p.pendingWS
+	}
+	p.leadWS, p.pendingWS = "", ""
+	p.trimLead = true
 }
 
 // reasoning emits s as reasoning; the block is trimmed at both ends.
@@ -291,8 +328,7 @@ func (p *Parser) reasoning(s string) {
 // emitCalls emits parsed calls: whitespace before them is dropped and whitespace after
 // them will be.
 func (p *Parser) emitCalls(cs []rawCall) {
-	p.pendingWS = ""
-	p.trimLead = true
+	p.boundary()
 	for _, c := range cs {
 		id := c.id
 		if id == "" {
@@ -336,7 +372,7 @@ func (p *Parser) advance(final bool) {
 				p.rPendingWS = ""
 				p.pos += i + len(m)
 				p.mode = modeContentStart
-				p.trimLead = true
+				p.boundary()
 				continue
 			}
 			if final {
@@ -393,9 +429,7 @@ func (p *Parser) advance(final bool) {
 			switch mk.kind {
 			case markDrop:
 				p.pos += len(mk.text)
-				// the marker separates content the way a call does
-				p.pendingWS = ""
-				p.trimLead = true
+				p.boundary() // the marker separates content the way a call does
 			case markSection:
 				p.mode = modeSection
 				p.sectionStart = p.pos
@@ -426,8 +460,7 @@ func (p *Parser) advance(final bool) {
 			if m, full := matchAny(t, p.section.sectionEnd); full {
 				p.pos += skip + len(m)
 				p.mode = modeContent
-				p.trimLead = true
-				p.pendingWS = ""
+				p.boundary()
 				continue
 			} else if m != "" && !final {
 				return
