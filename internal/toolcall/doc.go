@@ -80,12 +80,16 @@
 //
 // # Whitespace and reasoning
 //
-// Whitespace next to a call or a reasoning block is the template's layout, not content:
-// it is dropped (trailing whitespace of content is held until more content or a call
-// shows which it is). Content elsewhere is kept verbatim, including trailing whitespace
-// at the end. With ParseReasoning, a reasoning block at the start of the text (after
-// optional whitespace) goes to Reasoning, trimmed; an unterminated block is all
-// reasoning. StartsInReasoning is for prompts whose generation prompt opened the block
+// Whitespace next to a call, a reasoning block or a wrapper marker is the template's
+// layout, not content: where content lies on only one side it is dropped, where content
+// lies on both sides one run of it is kept as the separator ("Checking.\n<tool_call>…
+// </tool_call>\nDone." has content "Checking.\nDone."). Trailing whitespace of content
+// is held until more content or a call shows which it is. Content elsewhere is kept
+// verbatim, including trailing whitespace at the end.
+//
+// With ParseReasoning, a reasoning block at the start of the text (after optional
+// whitespace) goes to Reasoning, trimmed; an unterminated block is all reasoning.
+// StartsInReasoning is for prompts whose generation prompt opened the block
 // (PromptOpensReasoning tells); a model that writes the opening marker again anyway is
 // understood. Calls written inside the reasoning are reasoning.
 package toolcall
