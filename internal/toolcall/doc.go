@@ -91,5 +91,7 @@
 // whitespace) goes to Reasoning, trimmed; an unterminated block is all reasoning.
 // StartsInReasoning is for prompts whose generation prompt opened the block
 // (PromptOpensReasoning tells); a model that writes the opening marker again anyway is
-// understood. Calls written inside the reasoning are reasoning.
+// understood. Calls written inside the reasoning are reasoning, except for Kimi K2, whose
+// thinking model calls tools from inside an unclosed block: its call section ends the
+// reasoning.
 package toolcall

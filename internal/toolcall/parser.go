@@ -366,11 +366,14 @@ func (p *Parser) advance(final bool) {
 			}
 
 		case modeReasoning:
-			i, m := indexAny(rest, syn.thinkClose)
+			i, m := indexAny(rest, syn.reasoningEnds)
 			if i >= 0 {
 				p.reasoning(rest[:i])
 				p.rPendingWS = ""
-				p.pos += i + len(m)
+				p.pos += i
+				if !syn.callEndsReasoning[m] {
+					p.pos += len(m) // a closer, not a call marker: consumed
+				}
 				p.mode = modeContentStart
 				p.boundary()
 				continue
@@ -381,7 +384,7 @@ func (p *Parser) advance(final bool) {
 				p.pos = len(p.buf)
 				return
 			}
-			k := len(rest) - partialSuffix(rest, syn.thinkClose)
+			k := len(rest) - partialSuffix(rest, syn.reasoningEnds)
 			k -= partialRune(rest[:k])
 			p.reasoning(rest[:k])
 			p.pos += k

@@ -287,10 +287,12 @@ func TestParse(t *testing.T) {
 // boundary).
 func TestMarkersNotPrefixes(t *testing.T) {
 	for f, syn := range syntaxes {
-		for i, a := range syn.texts {
-			for j, b := range syn.texts {
-				if i != j && strings.HasPrefix(b, a) {
-					t.Errorf("%s: marker %q is a prefix of %q", f, a, b)
+		for _, set := range [][]string{syn.texts, syn.reasoningEnds, syn.thinkOpen} {
+			for i, a := range set {
+				for j, b := range set {
+					if i != j && strings.HasPrefix(b, a) {
+						t.Errorf("%s: marker %q is a prefix of %q", f, a, b)
+					}
 				}
 			}
 		}

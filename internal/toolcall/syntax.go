@@ -66,14 +66,33 @@ type syntax struct {
 	markers               []marker
 	whole                 *whole
 	texts                 []string // marker texts, for partialSuffix
+
+	// reasoningEnds are the texts that end a reasoning block: thinkClose, and for
+	// families whose models call tools from inside an unclosed block (Kimi K2 Thinking)
+	// their call markers, which callEndsReasoning names.
+	reasoningEnds     []string
+	callEndsReasoning map[string]bool
 }
 
 func (s *syntax) partial(rest string) int { return partialSuffix(rest, s.texts) }
 
 func newSyntax(open, close []string, whole *whole, ms ...marker) *syntax {
-	s := &syntax{thinkOpen: open, thinkClose: close, markers: ms, whole: whole}
+	s := &syntax{thinkOpen: open, thinkClose: close, markers: ms, whole: whole, reasoningEnds: close}
 	for _, m := range ms {
 		s.texts = append(s.texts, m.text)
+	}
+	return s
+}
+
+// callsEndReasoning makes s's call markers end a reasoning block as well.
+func (s *syntax) callsEndReasoning() *syntax {
+	s.callEndsReasoning = map[string]bool{}
+	s.reasoningEnds = append([]string(nil), s.thinkClose...)
+	for _, m := range s.markers {
+		if m.kind != markDrop {
+			s.reasoningEnds = append(s.reasoningEnds, m.text)
+			s.callEndsReasoning[m.text] = true
+		}
 	}
 	return s
 }
@@ -105,7 +124,7 @@ var (
 		Kimi: newSyntax(think, thinkEnd, nil, marker{
 			text: "<|tool_calls_section_begin|>", kind: markSection, parse: parseKimiCall,
 			sectionEnd: []string{"<|tool_calls_section_end|>"}, closer: "<|tool_call_end|>",
-		}),
+		}).callsEndReasoning(),
 		KimiK3: newSyntax([]string{k3ThinkOpen}, []string{k3ThinkClose, k3RespOpen}, nil,
 			marker{text: k3MsgOpen, kind: markDrop},
 			marker{text: k3RespOpen, kind: markDrop},
