@@ -88,7 +88,8 @@
 // verbatim, including trailing whitespace at the end.
 //
 // With ParseReasoning, a reasoning block at the start of the text (after optional
-// whitespace) goes to Reasoning, trimmed; an unterminated block is all reasoning.
+// whitespace) goes to Reasoning, trimmed; an unterminated block is all reasoning, and a
+// text that starts with the closing marker had an empty one.
 // StartsInReasoning is for prompts whose generation prompt opened the block
 // (PromptOpensReasoning tells); a model that writes the opening marker again anyway is
 // understood. Calls written inside the reasoning are reasoning, except for Kimi K2, whose

@@ -356,6 +356,15 @@ func (p *Parser) advance(final bool) {
 			} else if m != "" && !final {
 				return // may still be the opening marker
 			}
+			// A closer first: the prompt opened the block and the model closed it at once.
+			if m, full := matchAny(t, syn.thinkClose); full {
+				p.pos += len(rest) - len(t) + len(m)
+				p.mode = modeContentStart
+				p.boundary()
+				continue
+			} else if m != "" && !final {
+				return
+			}
 			if t == "" && !final {
 				return
 			}

@@ -287,7 +287,7 @@ func TestParse(t *testing.T) {
 // boundary).
 func TestMarkersNotPrefixes(t *testing.T) {
 	for f, syn := range syntaxes {
-		for _, set := range [][]string{syn.texts, syn.reasoningEnds, syn.thinkOpen} {
+		for _, set := range [][]string{syn.texts, syn.reasoningEnds, append(append([]string(nil), syn.thinkOpen...), syn.thinkClose...)} {
 			for i, a := range set {
 				for j, b := range set {
 					if i != j && strings.HasPrefix(b, a) {
