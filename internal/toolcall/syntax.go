@@ -112,9 +112,10 @@ var (
 	}
 
 	syntaxes = map[Family]*syntax{
-		None:        newSyntax(think, thinkEnd, nil),
-		Hermes:      newSyntax(think, thinkEnd, nil, toolCallMarker),
-		Qwen3Coder:  newSyntax(think, thinkEnd, nil, toolCallMarker),
+		None:   newSyntax(think, thinkEnd, nil),
+		Hermes: newSyntax(think, thinkEnd, nil, toolCallMarker),
+		Qwen3Coder: newSyntax(think, thinkEnd, nil, toolCallMarker,
+			marker{text: "<function=", kind: markCall, parse: parseBareFunction, closer: "</tool_call>"}),
 		GLM:         newSyntax(think, thinkEnd, nil, glmCallMarker),
 		Llama3:      newSyntax(think, thinkEnd, &whole{starts: startsJSONObject, parse: parseLlamaJSON}, marker{text: "<|python_tag|>", kind: markCall, parse: parsePythonTag}),
 		Mistral:     newSyntax(mistralThink, mistralEnd, nil, marker{text: "[TOOL_CALLS]", kind: markCall, parse: parseMistral, closerAny: "}]\""}),
@@ -344,6 +345,21 @@ func parseFunctionXML(c *cursor, p *Parser) (rawCall, status) {
 		return rawCall{}, st
 	}
 	return rawCall{name: name, args: args.done()}, complete
+}
+
+// parseBareFunction parses a Qwen3-Coder call whose model left out the opening
+// <tool_call> (llama.cpp's tests show models doing so): <function=…>…</function></tool_call>.
+func parseBareFunction(s string, final bool, p *Parser) ([]rawCall, int, status) {
+	c := cursor{s: s}
+	call, st := parseFunctionXML(&c, p)
+	if st != complete {
+		return nil, 0, st
+	}
+	c.ws()
+	if st := c.lit("</tool_call>"); st != complete {
+		return nil, 0, st
+	}
+	return []rawCall{call}, c.i, complete
 }
 
 // parseGLMBody parses NAME\n(<arg_key>KEY</arg_key>\n<arg_value>VALUE</arg_value>\n)*.
