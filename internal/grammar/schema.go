@@ -17,7 +17,7 @@ type UnsupportedError struct {
 }
 
 func (e *UnsupportedError) Error() string {
-	return fmt.Sprintf("grammar: unsupported JSON schema feature %q at %s", e.Feature, pointerText(e.Path))
+	return fmt.Sprintf("grammar: unsupported JSON schema feature: %s (at %s)", e.Feature, pointerText(e.Path))
 }
 
 // SchemaError is a malformed or unsatisfiable schema.
@@ -364,10 +364,10 @@ func (c *schemaCompiler) stringSchema(v *jv, path string) (Node, error) {
 		if !ok {
 			return Node{}, &UnsupportedError{"format " + strconv.Quote(f.str), path}
 		}
-		if fixed < lo || (hi >= 0 && fixed > hi) {
-			if fixed < 0 {
-				return Node{}, &UnsupportedError{"format " + strconv.Quote(f.str) + " with minLength/maxLength", path}
-			}
+		switch {
+		case fixed < 0 && (lo > 0 || hi >= 0):
+			return Node{}, &UnsupportedError{"format " + strconv.Quote(f.str) + " with minLength/maxLength", path}
+		case fixed >= 0 && (fixed < lo || (hi >= 0 && fixed > hi)):
 			return Node{}, &SchemaError{path, "format " + strconv.Quote(f.str) + " has a fixed length outside minLength..maxLength"}
 		}
 		return n, nil

@@ -324,8 +324,8 @@ func (t *table) fill(s int32, mask []uint64) {
 		copy(mask, t.masks[st.memo])
 		return
 	}
-	key := t.memoKey(s)
-	if i, ok := t.memoIndex[string(key)]; ok {
+	key := string(t.memoKey(s)) // a copy: scan reuses t.key
+	if i, ok := t.memoIndex[key]; ok {
 		st.memo, st.memoGen = i, t.memoGen
 		copy(mask, t.masks[i])
 		return
@@ -337,7 +337,7 @@ func (t *table) fill(s int32, mask []uint64) {
 	}
 	i := int32(len(t.masks))
 	t.masks = append(t.masks, slices.Clone(mask))
-	t.memoIndex[string(key)] = i
+	t.memoIndex[key] = i
 	t.memoBytes += len(mask) * 8
 	st = &t.states[s]
 	st.memo, st.memoGen = i, t.memoGen
