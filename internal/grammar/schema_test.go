@@ -176,7 +176,7 @@ func TestBuildingBlocks(t *testing.T) {
 		{"repeat", Repeat(Literal("ab"), 1, 2), []string{"ab", "abab"}, []string{"", "ababab", "aba"}},
 		{"repeat unbounded", Repeat(Literal("x"), 2, -1), []string{"xx", strings.Repeat("x", 100)}, []string{"x"}},
 		{"chars except", CharsExcept("<>é", 1, 3), []string{"a", "a b", "€€€", "ü"}, []string{"", "abcd", "a<", "é", "\xff"}},
-		{"text until", TextUntil("</x>", 5), []string{"</x>", "hello</x>", "<</x>", "</</x>", "é</x"+">"}, []string{"hello!</x>", "a</x>b", "abc", "</x>"+"</x>"}},
+		{"text until", TextUntil("</x>", 5), []string{"</x>", "hello</x>", "<</x>", "</</x>", "é</x" + ">"}, []string{"hello!</x>", "a</x>b", "abc", "</x>" + "</x>"}},
 		{"text until unbounded", TextUntil("\n\n", -1), []string{strings.Repeat("a\n", 50) + "\n"}, []string{"a\n\nb\n\n"}},
 		{"json object", JSONObject(), []string{`{}`, `{"a":[1,{"b":"c"}]}`}, []string{`[]`, `1`}},
 		{"json string", JSONString(1, 2), []string{`"a"`, `"\u00e9b"`}, []string{`""`, `"abc"`}},
