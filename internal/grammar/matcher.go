@@ -23,23 +23,28 @@ func (g *Grammar) NewMatcher(v *Vocab) *Matcher {
 	return &Matcher{t: t, state: t.start}
 }
 
-// FillMask sets bit i of mask when token i may come next (len(mask) must be at least
-// (Size+63)/64; words past that are left alone). End tokens are set only where the grammar is
-// complete. After an end token nothing is allowed.
+// FillMask sets bit i of mask when token i may come next, and clears the bits of the other
+// tokens of the vocabulary. Words past (Size+63)/64 are left alone; a shorter mask gets the
+// words that fit (a model whose logits cover fewer ids than the vocabulary). End tokens are
+// set only where the grammar is complete. After an end token nothing is allowed.
 func (m *Matcher) FillMask(mask []uint64) {
 	words := m.t.v.MaskWords()
-	if len(mask) < words {
-		panic(fmt.Sprintf("grammar: mask of %d words, vocabulary needs %d", len(mask), words))
-	}
-	mask = mask[:words]
 	if m.ended {
-		clear(mask)
+		clear(mask[:min(words, len(mask))])
 		return
 	}
 	t := m.t
 	t.mu.Lock()
-	t.fill(m.state, mask)
-	t.mu.Unlock()
+	defer t.mu.Unlock()
+	if len(mask) >= words {
+		t.fill(m.state, mask[:words])
+		return
+	}
+	if len(t.short) < words {
+		t.short = make([]uint64, words)
+	}
+	t.fill(m.state, t.short[:words])
+	copy(mask, t.short)
 }
 
 // Accept advances past token tok, or returns an error wrapping ErrRejected (and stays put)

@@ -69,6 +69,7 @@ type table struct {
 	visited map[stackKey]struct{}
 	key     []byte
 	walk    []int32
+	short   []uint64 // FillMask into a mask shorter than the vocabulary
 }
 
 func (g *Grammar) table(v *Vocab) *table {
