@@ -32,6 +32,9 @@ type state struct {
 	done     bool    // holds only the empty stack
 	memo     int32   // index into table.masks, -1 unknown
 	memoGen  uint32
+
+	loopsKnown bool
+	loops      uint64 // byte groups whose every byte leads from this state back to itself
 }
 
 const (
@@ -359,6 +362,7 @@ func (t *table) scan(s int32, mask []uint64) {
 	nodes := v.nodes
 	walk := t.walk
 	walk[0] = s
+	rootLoops := t.loopGroups(s)
 	nc := t.g.nClasses
 	classOf := &t.g.classOf
 	for i := 0; i < len(nodes); {
@@ -377,10 +381,40 @@ func (t *table) scan(s int32, mask []uint64) {
 		for tok := nd.tok; tok >= 0; tok = v.same[tok] {
 			mask[tok>>6] |= 1 << (uint(tok) & 63)
 		}
+		// Inside free text most bytes lead back to the same state. When every byte below
+		// this node does, every token below is allowed: set them without stepping.
+		if (x == from || x == s) && nd.end > int32(i+1) {
+			lg := rootLoops
+			if x != s {
+				lg = t.loopGroups(x)
+			}
+			if v.subGroups[i]&^lg == 0 {
+				for _, tok := range v.tokOrder[v.tokStart[i+1]:v.tokStart[nd.end]] {
+					mask[tok>>6] |= 1 << (uint(tok) & 63)
+				}
+				i = int(nd.end)
+				continue
+			}
+		}
 		i++
 	}
 }
 
+// loopGroups returns the byte groups whose every byte leads from state s back to s,
+// building s's transitions the first time.
+func (t *table) loopGroups(s int32) uint64 {
+	if !t.states[s].loopsKnown {
+		not := uint64(0)
+		for b := range 256 {
+			if t.step(s, byte(b)) != s {
+				not |= 1 << byteGroup[b]
+			}
+		}
+		st := &t.states[s]
+		st.loops, st.loopsKnown = ^not, true
+	}
+	return t.states[s].loops
+}
 // memoKey is the state with every counter replaced by how far it is from its bounds, clamped
 // at maxLen+1: one token holds at most maxLen bytes, and every Repeat iteration and Until
 // character consumes at least one, so states that differ only beyond that distance allow the

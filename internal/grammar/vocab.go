@@ -17,6 +17,12 @@ type Vocab struct {
 	nodes  []trieNode
 	same   []int32 // same[t]: another token with t's bytes, or -1
 	maxLen int     // longest token, in bytes
+
+	// For skipping whole subtrees (see table.scan): subGroups[i] is the set of byte groups
+	// that occur below node i; the tokens at nodes i..j-1 are tokOrder[tokStart[i]:tokStart[j]].
+	subGroups []uint64
+	tokOrder []int32
+	tokStart []int32
 }
 
 // trieNode is one byte of the trie. Its subtree is nodes[i+1 : end]; depth 1 is a first byte.
@@ -81,6 +87,33 @@ func NewVocab(tokens [][]byte, allowed []bool, eos []int32) *Vocab {
 	for _, p := range path {
 		v.nodes[p].end = int32(len(v.nodes))
 	}
+	v.tokStart = make([]int32, len(v.nodes)+1)
+	for i, nd := range v.nodes {
+		v.tokStart[i] = int32(len(v.tokOrder))
+		for t := nd.tok; t >= 0; t = v.same[t] {
+			v.tokOrder = append(v.tokOrder, t)
+		}
+	}
+	v.tokStart[len(v.nodes)] = int32(len(v.tokOrder))
+	// Bytes below each node: a node's set flows into its parent when the scan leaves it.
+	v.subGroups = make([]uint64, len(v.nodes))
+	var open []int32
+	closeTop := func() {
+		c := open[len(open)-1]
+		open = open[:len(open)-1]
+		if len(open) > 0 {
+			v.subGroups[open[len(open)-1]] |= v.subGroups[c] | 1<<byteGroup[v.nodes[c].b]
+		}
+	}
+	for i, nd := range v.nodes {
+		for len(open) > 0 && v.nodes[open[len(open)-1]].depth >= nd.depth {
+			closeTop()
+		}
+		open = append(open, int32(i))
+	}
+	for len(open) > 0 {
+		closeTop()
+	}
 	return v
 }
 
@@ -89,3 +122,30 @@ func (v *Vocab) Size() int { return v.n }
 
 // MaskWords is the length of a mask for this vocabulary: (Size+63)/64.
 func (v *Vocab) MaskWords() int { return (v.n + 63) / 64 }
+
+// byteGroup sorts bytes into 40 groups for subtree summaries: one per ASCII punctuation byte
+// and space (what grammars tell apart), one each for control bytes, digits, upper and lower
+// case letters, UTF-8 continuation bytes and lead bytes.
+var byteGroup = func() (g [256]uint8) {
+	next := uint8(1)
+	for b := range 256 {
+		switch {
+		case b < 0x20:
+			g[b] = 0
+		case b >= '0' && b <= '9':
+			g[b] = 35
+		case b >= 'A' && b <= 'Z':
+			g[b] = 36
+		case b >= 'a' && b <= 'z':
+			g[b] = 37
+		case b >= 0x80 && b < 0xC0:
+			g[b] = 38
+		case b >= 0xC0:
+			g[b] = 39
+		default:
+			g[b] = next
+			next++
+		}
+	}
+	return g
+}()
