@@ -415,6 +415,7 @@ func (t *table) loopGroups(s int32) uint64 {
 	}
 	return t.states[s].loops
 }
+
 // memoKey is the state with every counter replaced by how far it is from its bounds, clamped
 // at maxLen+1: one token holds at most maxLen bytes, and every Repeat iteration and Until
 // character consumes at least one, so states that differ only beyond that distance allow the

@@ -21,8 +21,8 @@ type Vocab struct {
 	// For skipping whole subtrees (see table.scan): subGroups[i] is the set of byte groups
 	// that occur below node i; the tokens at nodes i..j-1 are tokOrder[tokStart[i]:tokStart[j]].
 	subGroups []uint64
-	tokOrder []int32
-	tokStart []int32
+	tokOrder  []int32
+	tokStart  []int32
 }
 
 // trieNode is one byte of the trie. Its subtree is nodes[i+1 : end]; depth 1 is a first byte.
