@@ -19,6 +19,7 @@ var boundedSchemas = []string{
 	`{"$defs":{"point":{"type":"object","properties":{"x":{"type":"integer","minimum":-1000,"maximum":1000},"y":{"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":7}},"required":["x","y"]}},"type":"object","properties":{"kind":{"enum":["line","poly",3,null,{"a":[1]}]},"points":{"type":"array","items":{"$ref":"#/$defs/point"},"minItems":1,"maxItems":3},"label":{"type":["string","null"],"maxLength":4}},"required":["kind","points","label"]}`,
 	`{"anyOf":[{"type":"string","format":"date"},{"type":"string","format":"uuid"},{"type":"integer","minimum":5,"maximum":5},{"const":{"ok":true}}]}`,
 	`{"type":"array","prefixItems":[{"type":"boolean"},{"type":"number","exclusiveMinimum":0,"maximum":1}],"items":{"type":"null"},"minItems":2,"maxItems":4}`,
+	`{"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z][a-z]{1,3}-\\d{1,4}(\\.[a-f0-9]{2})?$"},"q":{"type":"string","pattern":"^(?i)(yes|no|\\\"maybe\\\")$"},"t":{"type":"string","pattern":"^.{0,3}\\n?$"}},"required":["code","q","t"]}`,
 	`{"type":"object","properties":{"when":{"type":"string","format":"date-time"},"note":{"type":"string","maxLength":3},"deep":{"type":"object","properties":{"deeper":{"type":"object","properties":{"v":{"type":"number","minimum":0,"maximum":1e3}}}}}}}`,
 }
 

@@ -82,7 +82,7 @@ var keywordType = map[string]string{
 	"type": "", "enum": "", "const": "", "$ref": "", "anyOf": "", "oneOf": "", "allOf": "",
 	"properties": "object", "required": "object", "additionalProperties": "object",
 	"items": "array", "prefixItems": "array", "minItems": "array", "maxItems": "array", "uniqueItems": "array",
-	"minLength": "string", "maxLength": "string", "format": "string",
+	"minLength": "string", "maxLength": "string", "format": "string", "pattern": "string",
 	"minimum": "number", "maximum": "number", "exclusiveMinimum": "number", "exclusiveMaximum": "number",
 }
 
@@ -355,6 +355,24 @@ func (c *schemaCompiler) stringSchema(v *jv, path string) (Node, error) {
 	lo, hi, err := lengths(v, path, "minLength", "maxLength")
 	if err != nil {
 		return Node{}, err
+	}
+	if p, ok := v.get("pattern"); ok {
+		if p.kind != jString {
+			return Node{}, &SchemaError{path, "pattern must be a string"}
+		}
+		if _, ok := v.get("format"); ok {
+			return Node{}, &UnsupportedError{"pattern with format", path}
+		}
+		_, hasMin := v.get("minLength")
+		_, hasMax := v.get("maxLength")
+		if hasMin || hasMax {
+			return Node{}, &UnsupportedError{"pattern with minLength/maxLength", path}
+		}
+		n, err := patternNode(p.str)
+		if err != nil {
+			return Node{}, &UnsupportedError{err.Error(), path}
+		}
+		return Seq(Literal(`"`), n, Literal(`"`)), nil
 	}
 	if f, ok := v.get("format"); ok {
 		if f.kind != jString {
