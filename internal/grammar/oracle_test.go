@@ -195,3 +195,25 @@ func TestMaskMatchesBruteForceCharVocab(t *testing.T) {
 		}
 	}
 }
+
+// TestMaskMatchesBruteForceQwen2: free-text grammars over the real vocabulary, where the
+// scan skips whole subtrees (plain text, whole characters), compared with the brute-force
+// mask at every step; some exclude non-ASCII characters so that skipping must not happen.
+func TestMaskMatchesBruteForceQwen2(t *testing.T) {
+	v, _ := qwen2Vocab(t)
+	for gi, n := range []Node{
+		JSONString(0, -1),
+		JSONString(3, 40),
+		Seq(CharsExcept("é世\"", 0, 30), Literal(`"`)),
+		Seq(CharsExcept("\n", 0, -1), Literal("\n")),
+		TextUntil("</tool>", 40),
+		TextUntil("\n\n", -1),
+		mustSchema(t, `{"type":"array","items":{"type":"string","minLength":2,"maxLength":5},"minItems":1,"maxItems":200}`),
+	} {
+		g := mustCompile(t, n)
+		rnd := rand.New(rand.NewPCG(uint64(gi), 3))
+		for range 3 {
+			walk(t, g, v, rnd, 25, 1)
+		}
+	}
+}
