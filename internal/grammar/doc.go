@@ -50,8 +50,9 @@
 //
 // Supported: type (and type arrays), properties in schema order with required and optional
 // ones (optional ones may be skipped), additionalProperties (false; true or a schema when not
-// strict; when absent no other keys are written, as llama.cpp does; extra keys come after the
-// listed ones and never repeat a listed name), enum and const of any JSON value (written in
+// strict; when absent no other keys are written, as llama.cpp does, except that a bare
+// "type": "object" is any object unless strict; extra keys come after the listed ones and
+// never repeat a listed name), enum and const of any JSON value (written in
 // compact form), items, prefixItems, minItems, maxItems, minLength and maxLength (in
 // characters; one \u escape is one character, and surrogate escapes are not written),
 // minimum, maximum, exclusiveMinimum and exclusiveMaximum (number or draft-4 boolean form)

@@ -597,6 +597,12 @@ func (c *schemaCompiler) arraySchema(v *jv, path string) (Node, error) {
 }
 
 func (c *schemaCompiler) objectSchema(v *jv, path string) (Node, error) {
+	_, hasProps := v.get("properties")
+	_, hasAdditional := v.get("additionalProperties")
+	_, hasRequired := v.get("required")
+	if !hasProps && !hasAdditional && !hasRequired && !c.opt.Strict {
+		return JSONObject(), nil // a bare "type": "object" is any object, as in llama.cpp
+	}
 	type prop struct {
 		name     string
 		value    Node
@@ -628,7 +634,8 @@ func (c *schemaCompiler) objectSchema(v *jv, path string) (Node, error) {
 			required = append(required, e.str)
 		}
 	}
-	// additionalProperties: absent means none are written (as llama.cpp does); strict ignores it.
+	// additionalProperties: absent means none are written when properties are listed (as
+	// llama.cpp does); strict ignores it.
 	var extra Node
 	extraAllowed := false
 	if a, ok := v.get("additionalProperties"); ok && !c.opt.Strict {

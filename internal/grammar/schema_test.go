@@ -28,6 +28,7 @@ func TestSchemaFeatures(t *testing.T) {
 			[]string{`{"b":1}`, `{"a":true}`, `{"a":1,"a":true}`}},
 		{"additionalProperties true", `{"type":"object","additionalProperties":true}`,
 			[]string{`{}`, `{"x":[1]}`, `{"x":1,"y":{"z":null}}`}, []string{`{"x"}`}},
+		{"bare object is any object", `{"type":"object"}`, []string{`{}`, `{"x":[1]}`}, []string{`[]`}},
 		{"additionalProperties false", `{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":false}`,
 			[]string{`{}`, `{"a":1}`}, []string{`{"b":1}`}},
 		{"enum of any values", `{"enum":["red",2,null,{"k":[true]},[1,"x"]]}`,
@@ -271,5 +272,16 @@ func TestDoneAndComplete(t *testing.T) {
 	_ = num.AcceptBytes([]byte("4"))
 	if !num.Complete() || num.Done() {
 		t.Error("after 4 of 0..99: want complete and not done")
+	}
+}
+
+func TestStrictBareObjectIsEmpty(t *testing.T) {
+	n, err := JSONSchemaWith([]byte(`{"type":"object"}`), SchemaOptions{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := mustCompile(t, n)
+	if !matches(t, g, `{}`) || matches(t, g, `{"a":1}`) {
+		t.Error(`strict {"type":"object"} must be exactly {}`)
 	}
 }

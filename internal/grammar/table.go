@@ -86,11 +86,21 @@ type table struct {
 	short   []uint64 // FillMask into a mask shorter than the vocabulary
 }
 
+// maxTableStates bounds a shared table: a grammar kept for many requests (json_object, a
+// cached schema) would otherwise collect every state any of them reached. Past it, new
+// matchers start a fresh table; matchers already running keep theirs.
+const maxTableStates = 1 << 17
+
 func (g *Grammar) table(v *Vocab) *table {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if t, ok := g.tables[v]; ok {
-		return t
+		t.mu.Lock()
+		full := len(t.states) > maxTableStates
+		t.mu.Unlock()
+		if !full {
+			return t
+		}
 	}
 	t := &table{
 		g: g, v: v,
