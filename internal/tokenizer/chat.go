@@ -108,11 +108,18 @@ func templateName(src string) string {
 	return fmt.Sprintf("%q", src)
 }
 
-func compileTemplate(src string) (*jinja.Template, error) {
+func compileTemplate(src string) (tmpl *jinja.Template, err error) {
 	if src == "" {
 		return nil, fmt.Errorf("%w: the model has no tokenizer.chat_template", ErrChatTemplate)
 	}
-	tmpl, err := jinja.Compile(rewriteTemplate(src))
+	defer func() {
+		// A template is outside input (GGUF metadata); an engine bug on it
+		// must not take the server down.
+		if r := recover(); r != nil {
+			tmpl, err = nil, fmt.Errorf("%w %s: compile panicked: %v", ErrChatTemplate, templateName(src), r)
+		}
+	}()
+	tmpl, err = jinja.Compile(rewriteTemplate(src))
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %v", ErrChatTemplate, templateName(src), err)
 	}

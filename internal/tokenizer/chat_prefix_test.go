@@ -98,7 +98,7 @@ func TestChatPrefixStability(t *testing.T) {
 		"deepseek-ai-DeepSeek-V3.1":         {true, true},
 		"moonshotai-Kimi-K2":                {true, true},
 		"ibm-granite-granite-4.0":           {true, true},
-		// Without a generation prompt it ends the text with <|endoftext|>.
+		// Without a generation prompt it ends the text with eos_token.
 		"microsoft-Phi-3.5-mini-instruct": {true, false},
 		// The generation prompt opens a think block that the history
 		// writes differently once the turn is done.

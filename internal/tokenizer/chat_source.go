@@ -24,7 +24,7 @@ type tagSpan struct {
 }
 
 // scanTags finds the expression and statement tags of src, skipping
-// comments and {% raw %} blocks. Unclosed tags end the scan (the compiler
+// comments and {% raw %} blocks (for the source analyses below). Unclosed tags end the scan (the compiler
 // reports them).
 func scanTags(src string) []tagSpan {
 	var tags []tagSpan
@@ -130,27 +130,227 @@ func codeOnly(s string) string {
 
 var tojsonFilterRE = regexp.MustCompile(`\|\s*tojson\b`)
 
-// rewriteTemplate renames `| tojson` in the tags of src to tojsonName.
+// renameTojson renames `| tojson` in the inside of one tag.
+func renameTojson(inner string) string {
+	locs := tojsonFilterRE.FindAllStringIndex(codeOnly(inner), -1)
+	if locs == nil {
+		return inner
+	}
+	var b strings.Builder
+	last := 0
+	for _, l := range locs {
+		w := l[1] - len("tojson")
+		b.WriteString(inner[last:w])
+		b.WriteString(tojsonName)
+		last = w + len("tojson")
+	}
+	b.WriteString(inner[last:])
+	return b.String()
+}
+
+// rewriteTemplate prepares a template source for the engine: `| tojson`
+// becomes tojsonName, and the whitespace control of Jinja2 as transformers
+// configures it (trim_blocks, lstrip_blocks, the - and + markers) is applied
+// here, to the text, so that the engine's own version of those rules has
+// nothing left to act on. The engine's version looks for the nearest text
+// past expression tags: in `{% for %}{{ x }}\n{% endfor %}` it strips the
+// newline after {{ x }} that Jinja2 keeps, and in `{{ a }} {{ b }}{# c #}` the
+// space between the expressions. What remains of each text has no leading
+// or trailing whitespace for those rules to strip: such whitespace is moved
+// into an expression ({{ "\n" }}). Comments are dropped. Newlines are
+// normalized as Jinja2's lexer does. A source with a
+// {% raw %} block, or one that does not scan, only gets the rename.
 func rewriteTemplate(src string) string {
+	// Jinja2's lexer first turns \r\n and \r into \n and, without
+	// keep_trailing_newline, drops one newline at the end of the source.
+	src = strings.ReplaceAll(src, "\r\n", "\n")
+	src = strings.ReplaceAll(src, "\r", "\n")
+	src = strings.TrimSuffix(src, "\n")
+	segs, ok := scanSegments(src)
+	if !ok {
+		return renameAll(src)
+	}
+	var b strings.Builder
+	b.Grow(len(src) + len(src)/8)
+	for i, sg := range segs {
+		switch sg.kind {
+		case segExpr:
+			b.WriteString("{{")
+			b.WriteString(renameTojson(src[sg.start:sg.end]))
+			b.WriteString("}}")
+		case segStmt:
+			b.WriteString("{%")
+			b.WriteString(renameTojson(src[sg.start:sg.end]))
+			b.WriteString("%}")
+		case segComment:
+		case segText:
+			writeText(&b, jinja2Text(src, segs, i))
+		}
+	}
+	return b.String()
+}
+
+func renameAll(src string) string {
 	tags := scanTags(src)
 	var b strings.Builder
 	last := 0
 	for _, t := range tags {
-		code := codeOnly(src[t.start:t.end])
-		locs := tojsonFilterRE.FindAllStringIndex(code, -1)
-		for _, l := range locs {
-			// Replace the word "tojson" at the end of the match.
-			w := t.start + l[1] - len("tojson")
-			b.WriteString(src[last:w])
-			b.WriteString(tojsonName)
-			last = w + len("tojson")
-		}
-	}
-	if last == 0 {
-		return src
+		b.WriteString(src[last:t.start])
+		b.WriteString(renameTojson(src[t.start:t.end]))
+		last = t.end
 	}
 	b.WriteString(src[last:])
 	return b.String()
+}
+
+type segKind int
+
+const (
+	segText segKind = iota
+	segExpr
+	segStmt
+	segComment
+)
+
+// segment is a run of text or one tag. For tags, start:end is the inside
+// without the delimiters and markers; left and right are the markers ('-',
+// '+' or 0).
+type segment struct {
+	kind        segKind
+	start, end  int
+	left, right byte
+}
+
+// scanSegments splits src into text and tags. ok is false for a source
+// with {% raw %} or an unclosed tag.
+func scanSegments(src string) (segs []segment, ok bool) {
+	i, textStart := 0, 0
+	for i < len(src)-1 {
+		if src[i] != '{' || (src[i+1] != '{' && src[i+1] != '%' && src[i+1] != '#') {
+			i++
+			continue
+		}
+		if i > textStart {
+			segs = append(segs, segment{kind: segText, start: textStart, end: i})
+		}
+		sg := segment{}
+		closer := "}}"
+		switch src[i+1] {
+		case '{':
+			sg.kind = segExpr
+		case '%':
+			sg.kind, closer = segStmt, "%}"
+		case '#':
+			sg.kind, closer = segComment, "#}"
+		}
+		sg.start = i + 2
+		if sg.start < len(src) && (src[sg.start] == '-' || src[sg.start] == '+') {
+			sg.left = src[sg.start]
+			sg.start++
+		}
+		var end int
+		if sg.kind == segComment {
+			k := strings.Index(src[sg.start:], closer)
+			if k < 0 {
+				return nil, false
+			}
+			end = sg.start + k
+		} else {
+			var found bool
+			if end, found = tagEnd(src, sg.start, closer); !found {
+				return nil, false
+			}
+		}
+		sg.end = end
+		if sg.end > sg.start && (src[sg.end-1] == '-' || src[sg.end-1] == '+') {
+			sg.right = src[sg.end-1]
+			sg.end--
+		}
+		if sg.kind == segStmt {
+			if f := strings.Fields(src[sg.start:sg.end]); len(f) > 0 && f[0] == "raw" {
+				return nil, false
+			}
+		}
+		segs = append(segs, sg)
+		i = end + 2
+		textStart = i
+	}
+	if textStart < len(src) {
+		segs = append(segs, segment{kind: segText, start: textStart, end: len(src)})
+	}
+	return segs, true
+}
+
+// jinja2Text is what Jinja2 (trim_blocks, lstrip_blocks) keeps of the text
+// segs[i], given the tags around it.
+func jinja2Text(src string, segs []segment, i int) string {
+	t := src[segs[i].start:segs[i].end]
+	lo, hi := 0, len(t)
+	if i > 0 {
+		prev := segs[i-1]
+		switch {
+		case prev.right == '-':
+			lo = len(t) - len(strings.TrimLeft(t, " \t\n\r\f\v"))
+		case prev.right == '+' || prev.kind == segExpr:
+		case strings.HasPrefix(t, "\n"):
+			lo = 1 // trim_blocks
+		}
+	}
+	if i+1 < len(segs) {
+		next := segs[i+1]
+		switch {
+		case next.left == '-':
+			hi = len(strings.TrimRight(t, " \t\n\r\f\v"))
+		case next.left == '+' || next.kind == segExpr:
+		default: // lstrip_blocks: only blanks between the line start and the tag
+			k := len(strings.TrimRight(t, " \t"))
+			if k > 0 && t[k-1] == '\n' || k == 0 && i == 0 {
+				hi = k
+			}
+		}
+	}
+	if lo >= hi {
+		return ""
+	}
+	return t[lo:hi]
+}
+
+// writeText writes text t so that the engine's whitespace rules cannot
+// change it: leading and trailing whitespace goes into {{ "..." }}.
+func writeText(b *strings.Builder, t string) {
+	const ws = " \t\n"
+	core := strings.TrimLeft(t, ws)
+	lead := t[:len(t)-len(core)]
+	core = strings.TrimRight(core, ws)
+	trail := t[len(lead)+len(core):]
+	writeWS(b, lead)
+	if strings.HasSuffix(core, "{") {
+		// Followed by a tag or, once comments are dropped, by text that
+		// starts with { or %: "{" + "{%" would open an expression.
+		b.WriteString(core[:len(core)-1])
+		b.WriteString(`{{ "{" }}`)
+	} else {
+		b.WriteString(core)
+	}
+	writeWS(b, trail)
+}
+
+func writeWS(b *strings.Builder, ws string) {
+	if ws == "" {
+		return
+	}
+	b.WriteString(`{{ "`)
+	for _, c := range []byte(ws) {
+		switch c {
+		case '\n':
+			b.WriteString(`\n`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteString(`" }}`)
 }
 
 var (
