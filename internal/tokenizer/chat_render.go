@@ -208,7 +208,8 @@ func (t *Tokenizer) ChatContentFormat(opts RenderOptions) (ContentFormat, error)
 // RenderChat renders msgs with the model's chat template as
 // transformers' apply_chat_template(messages, tools=..., add_generation_prompt=...,
 // **kwargs) does: the template gets messages, tools (None without tools),
-// add_generation_prompt, bos_token, eos_token, the kwargs, and the globals
+// documents (None unless a kwarg), add_generation_prompt, bos_token,
+// eos_token, the kwargs, and the globals
 // raise_exception and strftime_now. Tool-call arguments are dicts; if the
 // template fails with dicts it is rendered again with the arguments as the
 // JSON strings they were received as (templates written for strings), and
@@ -310,6 +311,9 @@ func renderContext(msgs []ChatMessage, opts RenderOptions, format ContentFormat,
 			tools[i] = tv
 		}
 		ctx["tools"] = jinja.NewList(tools)
+	}
+	if _, ok := ctx["documents"]; !ok {
+		ctx["documents"] = jinja.None() // transformers passes documents=None
 	}
 	ctx["add_generation_prompt"] = jinja.NewBool(opts.AddGenerationPrompt)
 	if _, ok := ctx["bos_token"]; !ok {
