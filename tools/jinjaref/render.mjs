@@ -67,6 +67,7 @@ function strftime(d, format) {
 
 const input = JSON.parse(readFileSync(0, "utf8"));
 const results = [];
+const compiled = new Map(); // template source -> Template: cases share templates
 for (const c of input.cases || []) {
 	try {
 		const ctx = { ...(c.context || {}) };
@@ -74,7 +75,11 @@ for (const c of input.cases || []) {
 			const now = new Date(c.now);
 			ctx.strftime_now = (fmt) => strftime(now, fmt);
 		}
-		const t = new jinja.Template(c.template);
+		let t = compiled.get(c.template);
+		if (!t) {
+			t = new jinja.Template(c.template);
+			compiled.set(c.template, t);
+		}
 		results.push({ text: t.render(ctx) });
 	} catch (e) {
 		results.push({ error: String(e && e.message ? e.message : e) });

@@ -65,12 +65,16 @@ def environment(now):
 def main():
     req = json.load(sys.stdin)
     results = []
+    compiled = {}  # (template, now) -> Template: cases share templates
     for case in req.get("cases", []):
         now = None
         if case.get("now"):
             now = datetime.datetime.strptime(case["now"], "%Y-%m-%dT%H:%M:%SZ")
         try:
-            tmpl = environment(now).from_string(case["template"])
+            key = (case["template"], case.get("now"))
+            tmpl = compiled.get(key)
+            if tmpl is None:
+                tmpl = compiled[key] = environment(now).from_string(case["template"])
             results.append({"text": tmpl.render(**case.get("context", {}))})
         except Exception as e:  # every failure is the template's answer for this case
             results.append({"error": "%s: %s" % (type(e).__name__, e)})
