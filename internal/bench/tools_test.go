@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
 func toolsConfig(seed uint64, tools, sessions, turns int) Config {
@@ -251,99 +252,38 @@ func checkSchema(s *Schema, top bool) error {
 	return nil
 }
 
-// validate is a small JSON Schema validator for what checkSchema allows: the oracle the
-// generated arguments are checked against.
-func validateValue(s *Schema, v any) error {
-	switch s.Type {
-	case "object":
-		o, ok := v.(map[string]any)
-		if !ok {
-			return fmt.Errorf("want an object, have %T", v)
-		}
-		for _, r := range s.Required {
-			if _, ok := o[r]; !ok {
-				return fmt.Errorf("required %q missing", r)
-			}
-		}
-		for k, x := range o {
-			p := s.Properties[k]
-			if p == nil {
-				return fmt.Errorf("%q is not a property (additionalProperties is false)", k)
-			}
-			if err := validateValue(p, x); err != nil {
-				return fmt.Errorf("%s: %w", k, err)
-			}
-		}
-	case "string":
-		x, ok := v.(string)
-		if !ok {
-			return fmt.Errorf("want a string, have %T", v)
-		}
-		if s.Enum != nil && !slices.Contains(s.Enum, x) {
-			return fmt.Errorf("%q not in %v", x, s.Enum)
-		}
-	case "integer":
-		x, ok := v.(float64)
-		if !ok || x != float64(int64(x)) {
-			return fmt.Errorf("want an integer, have %v", v)
-		}
-		if x < float64(*s.Minimum) || x > float64(*s.Maximum) {
-			return fmt.Errorf("%v outside %d..%d", x, *s.Minimum, *s.Maximum)
-		}
-	case "boolean":
-		if _, ok := v.(bool); !ok {
-			return fmt.Errorf("want a boolean, have %T", v)
-		}
-	case "array":
-		xs, ok := v.([]any)
-		if !ok {
-			return fmt.Errorf("want an array, have %T", v)
-		}
-		for i, x := range xs {
-			if err := validateValue(s.Items, x); err != nil {
-				return fmt.Errorf("[%d]: %w", i, err)
-			}
-		}
-	default:
-		return fmt.Errorf("schema type %q", s.Type)
+// compileSchema compiles s with a full JSON Schema (draft 2020-12) implementation, which also
+// checks s against the metaschema.
+func compileSchema(t *testing.T, s any) (*jsonschema.Schema, error) {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nil
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := jsonschema.NewCompiler()
+	if err := c.AddResource("tool.json", doc); err != nil {
+		return nil, err
+	}
+	return c.Compile("tool.json")
 }
 
-// TestValidateValue: the oracle itself refuses what it should.
-func TestValidateValue(t *testing.T) {
-	no := false
-	s := &Schema{Type: "object", AdditionalProperties: &no, Required: []string{"a"}, Properties: map[string]*Schema{
-		"a": {Type: "string", Enum: []string{"x", "y"}},
-		"n": {Type: "integer", Minimum: ptr(1), Maximum: ptr(5)},
-		"l": {Type: "array", Items: &Schema{Type: "string"}},
-		"b": {Type: "boolean"},
-	}}
-	for _, tc := range []struct {
-		args string
-		ok   bool
-	}{
-		{`{"a":"x"}`, true},
-		{`{"a":"x","n":5,"l":["p"],"b":true}`, true},
-		{`{}`, false},
-		{`{"a":"z"}`, false},
-		{`{"a":"x","n":6}`, false},
-		{`{"a":"x","n":1.5}`, false},
-		{`{"a":"x","l":[1]}`, false},
-		{`{"a":"x","b":"true"}`, false},
-		{`{"a":"x","extra":1}`, false},
-		{`[]`, false},
-	} {
-		var v any
-		json.Unmarshal([]byte(tc.args), &v)
-		if err := validateValue(s, v); (err == nil) != tc.ok {
-			t.Errorf("validate %s: have %v, want ok=%v", tc.args, err, tc.ok)
-		}
+func validateArgs(sch *jsonschema.Schema, args string) error {
+	v, err := jsonschema.UnmarshalJSON(strings.NewReader(args))
+	if err != nil {
+		return err
 	}
+	return sch.Validate(v)
 }
 
 // TestToolSchemasValid checks every tool of the catalogue, as several seeds declare it.
 func TestToolSchemasValid(t *testing.T) {
+	if _, err := compileSchema(t, map[string]any{"type": "strin"}); err == nil {
+		t.Fatal("the metaschema check lets a bad type through")
+	}
 	for seed := uint64(1); seed <= 5; seed++ {
 		for _, tl := range pickTools(newRand(seed), MaxTools).tools {
 			f := tl.Function
@@ -352,6 +292,16 @@ func TestToolSchemasValid(t *testing.T) {
 			}
 			if err := checkSchema(f.Parameters, true); err != nil {
 				t.Errorf("seed %d: tool %s: %v", seed, f.Name, err)
+			}
+			sch, err := compileSchema(t, f.Parameters)
+			if err != nil {
+				t.Errorf("seed %d: tool %s: not a valid JSON schema: %v", seed, f.Name, err)
+				continue
+			}
+			// The validator is strict where the schema says so: no unknown arguments, no
+			// missing required ones.
+			if validateArgs(sch, `{"no_such_argument": 1}`) == nil {
+				t.Errorf("seed %d: tool %s accepts unknown or missing arguments", seed, f.Name)
 			}
 			// The schema survives a round trip through JSON (what the server parses).
 			b, _ := json.Marshal(tl)
@@ -368,9 +318,13 @@ func TestToolSchemasValid(t *testing.T) {
 func TestToolCallsValid(t *testing.T) {
 	cfg := toolsConfig(11, 20, 4, 12)
 	scripts := buildTools(t, cfg)
-	schemas := map[string]*Schema{}
+	schemas := map[string]*jsonschema.Schema{}
 	for _, tl := range scripts[0].Tools {
-		schemas[tl.Function.Name] = tl.Function.Parameters
+		sch, err := compileSchema(t, tl.Function.Parameters)
+		if err != nil {
+			t.Fatalf("tool %s: %v", tl.Function.Name, err)
+		}
+		schemas[tl.Function.Name] = sch
 	}
 	ids := map[string]bool{}
 	called := map[string]bool{}
@@ -397,10 +351,7 @@ func TestToolCallsValid(t *testing.T) {
 				continue
 			}
 			called[c.Function.Name] = true
-			var args any
-			if err := json.Unmarshal([]byte(c.Function.Arguments), &args); err != nil {
-				t.Errorf("%s arguments %q: not JSON: %v", c.Function.Name, c.Function.Arguments, err)
-			} else if err := validateValue(s, args); err != nil {
+			if err := validateArgs(s, c.Function.Arguments); err != nil {
 				t.Errorf("%s arguments %s: %v", c.Function.Name, c.Function.Arguments, err)
 			}
 			var out struct{ Status, Tool, Output string }
