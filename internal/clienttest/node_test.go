@@ -245,4 +245,3 @@ func TestNodeClientsPlainChat(t *testing.T) {
 		})
 	}
 }
-
