@@ -205,7 +205,7 @@ func TestLangChain(t *testing.T) {
 	s := startServer(t)
 	sum := runNode(t, s, "langchain.mjs", "tools")
 	turns := checkExchanges(t, chatOnly(sum.Exchanges))
-	checkToolRuns(t, sum, turns)
+	checkToolRuns(t, sum, turns, "reorder")
 	if len(sum.Rounds) != 2 {
 		t.Fatalf("%d rounds, want 2", len(sum.Rounds))
 	}

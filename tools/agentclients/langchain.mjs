@@ -3,8 +3,9 @@
 //   STOCKPOT_BASE_URL=http://127.0.0.1:PORT/v1 node langchain.mjs [tools|plain]
 // tools: bindTools with tool_choice "required" returns an AIMessage whose parsed tool_calls
 //        the script runs (tool.invoke makes the ToolMessage); the tool message round is then
-//        answered with tool_choice "none". A second round does the same streamed, the tool
-//        calls assembled from tool_call_chunks by concatenating the chunks.
+//        answered with tool_choice "none". A second round does the same streamed with the
+//        other tool named, the tool calls assembled from tool_call_chunks by concatenating
+//        the chunks.
 // plain: the same two rounds as plain chat (checks the harness on any server).
 import { load, installedVersion } from './load.mjs';
 import { recorder, chatTurns, fail } from './wire.mjs';
@@ -53,13 +54,15 @@ try {
   const tools = [lookup, reorder];
   const byName = Object.fromEntries(tools.map((t) => [t.name, t]));
   const withTools = mode === 'tools';
-  const forced = withTools ? llm.bindTools(tools, { tool_choice: 'required' }) : llm;
   const answer = withTools ? llm.bindTools(tools, { tool_choice: 'none' }) : llm;
 
   const messages = [new SystemMessage('You keep the stock room. Use the tools, then answer in one sentence.')];
-  const questions = ['How many ABC-123 are in the north warehouse?', 'Order more of it if we have under 50.'];
-  for (const [i, q] of questions.entries()) {
-    const stream = i === 1;
+  const plan = [
+    { q: 'How many ABC-123 are in the north warehouse?', choice: 'required', stream: false },
+    { q: 'Order more of it if we have under 50.', choice: 'reorder', stream: true },
+  ];
+  for (const { q, choice, stream } of plan) {
+    const forced = withTools ? llm.bindTools(tools, { tool_choice: choice }) : llm;
     messages.push(new HumanMessage(q));
     let ai;
     if (stream) {
@@ -68,7 +71,7 @@ try {
       ai = await forced.invoke(messages);
     }
     messages.push(ai);
-    const round = { question: q, stream, tool_calls: ai.tool_calls ?? [], invalid_tool_calls: ai.invalid_tool_calls ?? [], content: ai.content };
+    const round = { question: q, tool_choice: withTools ? choice : null, stream, tool_calls: ai.tool_calls ?? [], invalid_tool_calls: ai.invalid_tool_calls ?? [], content: ai.content };
     if (withTools) {
       for (const call of ai.tool_calls ?? []) {
         const t = byName[call.name];
