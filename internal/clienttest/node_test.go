@@ -31,6 +31,8 @@ type nodeSummary struct {
 		ToolRuns    int             `json:"tool_runs"`
 		ModelCalls  int             `json:"model_calls"`
 		FinalOutput json.RawMessage `json:"final_output"`
+		// CachedTokens is what the SDK's usage says for each model call of the run.
+		CachedTokens []int `json:"cached_tokens"`
 	} `json:"runs"`
 	StreamEvents int `json:"stream_events"`
 
@@ -47,11 +49,40 @@ type nodeSummary struct {
 		ToolMessage      *struct {
 			ToolCallID string `json:"tool_call_id"`
 		} `json:"tool_message"`
+		Usage *lcUsage `json:"usage"`
 		Final *struct {
 			Content   json.RawMessage   `json:"content"`
 			ToolCalls []json.RawMessage `json:"tool_calls"`
+			Usage     *lcUsage          `json:"usage"`
 		} `json:"final"`
 	} `json:"rounds"`
+}
+
+// lcUsage is LangChain's usage_metadata; cache_read is its name for cached_tokens.
+type lcUsage struct {
+	InputTokens       int `json:"input_tokens"`
+	InputTokenDetails struct {
+		CacheRead *int `json:"cache_read"`
+	} `json:"input_token_details"`
+}
+
+func (u *lcUsage) cacheRead() int {
+	if u == nil || u.InputTokenDetails.CacheRead == nil {
+		return -1
+	}
+	return *u.InputTokenDetails.CacheRead
+}
+
+// checkLibraryCached: the library reports the same cached_tokens as the wire, turn by turn.
+func checkLibraryCached(t *testing.T, library []int, turns []*turn) {
+	t.Helper()
+	var wire []int
+	for _, tr := range turns {
+		wire = append(wire, tr.usage.cached())
+	}
+	if !slices.Equal(library, wire) {
+		t.Errorf("the library reports cached tokens %v, the wire said %v", library, wire)
+	}
 }
 
 // toolRun is one call of a tool function inside the script, with the arguments the library
@@ -197,6 +228,11 @@ func TestAgentsSDK(t *testing.T) {
 	if sum.StreamEvents == 0 {
 		t.Error("the streamed run produced no events")
 	}
+	var cached []int
+	for _, r := range sum.Runs {
+		cached = append(cached, r.CachedTokens...)
+	}
+	checkLibraryCached(t, cached, turns)
 }
 
 // TestLangChain: ChatOpenAI with bindTools gets parsed tool_calls on its AIMessage, runs the
@@ -226,6 +262,14 @@ func TestLangChain(t *testing.T) {
 			t.Errorf("round %d: final answer %+v, want text without tool calls", i, r.Final)
 		}
 	}
+	var cached []int
+	for _, r := range sum.Rounds {
+		cached = append(cached, r.Usage.cacheRead())
+		if r.Final != nil {
+			cached = append(cached, r.Final.Usage.cacheRead())
+		}
+	}
+	checkLibraryCached(t, cached, turns)
 }
 
 // TestNodeClientsPlainChat runs both node clients through plain chat (no tools): the harness
@@ -242,6 +286,14 @@ func TestNodeClientsPlainChat(t *testing.T) {
 			if len(sum.ToolRuns) != 0 {
 				t.Errorf("tools ran in plain chat: %v", sum.ToolRuns)
 			}
+			var cached []int
+			for _, r := range sum.Runs {
+				cached = append(cached, r.CachedTokens...)
+			}
+			for _, r := range sum.Rounds {
+				cached = append(cached, r.Usage.cacheRead())
+			}
+			checkLibraryCached(t, cached, turns)
 		})
 	}
 }
