@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -261,4 +262,65 @@ func firstModel(t *testing.T, ctx context.Context, client openai.Client) string 
 		t.Fatal("no models listed")
 	}
 	return page.Data[0].ID
+}
+
+// TestOpenAIGoErrors: a client's mistakes come back as the OpenAI error the Go client parses
+// (*openai.Error with the status, a message and a type), for plain and streamed calls.
+func TestOpenAIGoErrors(t *testing.T) {
+	s := startServer(t)
+	client, _ := newOpenAIClient(t, s)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	model := firstModel(t, ctx, client)
+	base := func() openai.ChatCompletionNewParams {
+		return openai.ChatCompletionNewParams{
+			Model:     model,
+			Messages:  []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Weather in Lima?")},
+			MaxTokens: openai.Int(8),
+		}
+	}
+	cases := []struct {
+		name   string
+		mutate func(*openai.ChatCompletionNewParams)
+		status int
+	}{
+		{"unknown model", func(p *openai.ChatCompletionNewParams) { p.Model = "gpt-9" }, 404},
+		{"tool_choice names a function not in tools", func(p *openai.ChatCompletionNewParams) {
+			p.Tools = []openai.ChatCompletionToolUnionParam{weatherTool}
+			p.ToolChoice = openai.ToolChoiceOptionFunctionToolChoice(openai.ChatCompletionNamedToolChoiceFunctionParam{Name: "book_flight"})
+		}, 400},
+		{"tool_choice required without tools", func(p *openai.ChatCompletionNewParams) {
+			p.ToolChoice = openai.ChatCompletionToolChoiceOptionUnionParam{OfAuto: openai.String("required")}
+		}, 400},
+	}
+	for _, tc := range cases {
+		for _, stream := range []bool{false, true} {
+			p := base()
+			tc.mutate(&p)
+			var err error
+			if stream {
+				st := client.Chat.Completions.NewStreaming(ctx, p)
+				for st.Next() {
+				}
+				err = st.Err()
+				st.Close()
+			} else {
+				_, err = client.Chat.Completions.New(ctx, p)
+			}
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) {
+				t.Errorf("%s (stream=%v): error %v, want an *openai.Error", tc.name, stream, err)
+				continue
+			}
+			if apiErr.StatusCode != tc.status || apiErr.Message == "" || apiErr.Type == "" {
+				t.Errorf("%s (stream=%v): status %d, message %q, type %q; want status %d with a message and a type (body %s)",
+					tc.name, stream, apiErr.StatusCode, apiErr.Message, apiErr.Type, tc.status, apiErr.RawJSON())
+			}
+			t.Logf("%s (stream=%v): %d %s: %s", tc.name, stream, apiErr.StatusCode, apiErr.Type, apiErr.Message)
+		}
+	}
+	// The server still serves after the mistakes.
+	if a := complete(t, ctx, client, base(), false); a.usage.CompletionTokens == 0 {
+		t.Error("no tokens after the bad requests")
+	}
 }
