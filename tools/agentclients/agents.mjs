@@ -3,8 +3,9 @@
 //   STOCKPOT_BASE_URL=http://127.0.0.1:PORT/v1 node agents.mjs [tools|plain]
 // tools: an agent with two tools over three runs of one conversation. Random weights never
 //        pick a tool by themselves, so each run forces its first call (a named function,
-//        then the other, then "required"); the SDK then resets tool_choice, and the next
-//        model call writes the answer. The second run streams.
+//        then the other, then "required" with parallel_tool_calls false); the SDK then
+//        resets tool_choice, and the next model call writes the answer. The second run
+//        streams.
 // plain: the same conversation shape without tools (checks the harness on any server).
 import { load, installedVersion } from './load.mjs';
 import { recorder, chatTurns, fail } from './wire.mjs';
@@ -61,11 +62,13 @@ try {
   const plan = [
     { input: 'What is the weather in Paris?', toolChoice: 'get_weather', stream: false },
     { input: 'And what is that in Fahrenheit?', toolChoice: 'convert_temperature', stream: true },
-    { input: 'Now check Oslo, please.', toolChoice: 'required', stream: false },
+    { input: 'Now check Oslo, please.', toolChoice: 'required', parallelToolCalls: false, stream: false },
   ];
   let history = [];
   for (const step of plan) {
-    const agent = withTools ? base.clone({ modelSettings: { ...base.modelSettings, toolChoice: step.toolChoice } }) : base;
+    const settings = { ...base.modelSettings, toolChoice: step.toolChoice };
+    if (step.parallelToolCalls !== undefined) settings.parallelToolCalls = step.parallelToolCalls;
+    const agent = withTools ? base.clone({ modelSettings: settings }) : base;
     const input = [...history, { role: 'user', content: step.input }];
     const ranBefore = summary.tool_runs.length;
     let result;
