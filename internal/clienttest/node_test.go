@@ -135,7 +135,10 @@ func runNode(t *testing.T, s *server, script, mode string) *nodeSummary {
 	cmd.Env = append(os.Environ(),
 		"STOCKPOT_BASE_URL="+s.url+"/v1",
 		"STOCKPOT_AGENTCLIENTS_DIR="+dir,
+		// Loopback only: no trace exporter may post anywhere.
 		"OPENAI_AGENTS_DISABLE_TRACING=1",
+		"LANGSMITH_TRACING=false",
+		"LANGCHAIN_TRACING_V2=false",
 	)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
