@@ -124,6 +124,7 @@ func engineError(err error) *api.Error {
 // generate always drains the engine's channel before returning.
 func (s *Server) generate(ctx context.Context, spec *genSpec, started func() error,
 	onDelta func(text string, toks []genToken) error) (*genResult, error) {
+	client := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out, err := s.gen.Generate(ctx, &spec.req)
@@ -207,7 +208,9 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 		}
 		batchBuf = batch
 	}
-	if gone {
+	if gone || client.Err() != nil {
+		// The client went away, even if the engine got to the end before it noticed: what
+		// was made reached nobody.
 		return nil, errClientGone
 	}
 	if final == nil {

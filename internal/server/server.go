@@ -241,15 +241,17 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// Flush lets streaming handlers flush through the wrapper.
-func (w *responseWriter) Flush() {
+// FlushError lets streaming handlers flush through the wrapper and learn that the client is
+// gone (http.ResponseController.Flush prefers it to Flush).
+func (w *responseWriter) FlushError() error {
 	if !w.wroteHeader {
 		w.wroteHeader, w.status = true, http.StatusOK
 	}
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
+
+// Flush is FlushError for callers that use http.Flusher; they cannot see the error.
+func (w *responseWriter) Flush() { _ = w.FlushError() }
 
 // Unwrap serves http.ResponseController.
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

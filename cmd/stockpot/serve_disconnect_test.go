@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"testing"
+	"time"
+)
+
+// serveReal runs inst's server the way cmdServe does (Serve on a TCP listener, with its
+// timeouts, connection limit and drain), on a loopback port, and returns the base URL.
+func serveReal(t *testing.T, inst *instance) string {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- inst.server.ServeHandler(ctx, ln, inst.handler(ctx)) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// rawPost writes one HTTP/1.1 POST with a JSON body on conn.
+func rawPost(conn net.Conn, path string, body any, hdr ...string) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return err
+	}
+	req := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: stockpot\r\nContent-Type: application/json\r\nContent-Length: %d\r\n", path, len(b))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req += hdr[i] + ": " + hdr[i+1] + "\r\n"
+	}
+	_, err = conn.Write(append([]byte(req+"\r\n"), b...))
+	return err
+}
+
+// requestsTotal sums stockpot_requests_total over its status labels.
+func requestsTotal(m map[string]float64) float64 {
+	n := 0.0
+	for k, v := range m {
+		if strings.HasPrefix(k, "stockpot_requests_total{") {
+			n += v
+		}
+	}
+	return n
+}
+
+// waitIdle polls /metrics until want more requests have ended than in before, none runs or
+// waits, and no KV block is referenced (cached blocks, unreferenced, do not count). It fails
+// after 3 s: cancelled within a step, the burst is gone in milliseconds, while one request left
+// running takes far longer to generate its 1500 tokens (the old engine failed every case).
+func waitIdle(t *testing.T, base string, before map[string]float64, want int, what string) map[string]float64 {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		m := scrape(t, base)
+		ended := requestsTotal(m) - requestsTotal(before)
+		running, waiting := m["stockpot_requests_running"], m["stockpot_requests_waiting"]
+		used := m[`stockpot_kv_cache_usage_bytes{tier="device"}`]
+		if ended == float64(want) && running == 0 && waiting == 0 && used == 0 {
+			return m
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: 3 s later %v of %d requests ended, %v running, %v waiting, %v KV bytes in use",
+				what, ended, want, running, waiting, used)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestServeDisconnectBurst: streaming clients that all hang up right after sending their
+// request, 10 and then 64 at once, with one shared prompt and with distinct prompts. Every
+// request must be cancelled and free its blocks; left running, each would generate 1500 tokens
+// for nobody (issue 17, defect 3).
+func TestServeDisconnectBurst(t *testing.T) {
+	inst, _ := newTestInstance(t, func(o *serveOptions) { o.kvBudget = 64 << 20 })
+	base := serveReal(t, inst)
+	for _, n := range []int{10, 64} {
+		for _, shared := range []bool{true, false} {
+			name := fmt.Sprintf("%d clients, shared prompt %v", n, shared)
+			conns := make([]net.Conn, n)
+			for i := range conns {
+				c, err := net.Dial("tcp", base[len("http://"):])
+				if err != nil {
+					t.Fatal(err)
+				}
+				conns[i] = c
+			}
+			before := scrape(t, base)
+			errs := make(chan error, n)
+			for i, c := range conns {
+				prompt := longText(1200)
+				if !shared {
+					prompt = fmt.Sprintf("Client %d of %d. %s", i, n, prompt)
+				}
+				go func() {
+					err := rawPost(c, "/v1/completions", map[string]any{
+						"prompt": prompt, "max_tokens": 1500, "ignore_eos": true, "stream": true,
+					})
+					c.Close()
+					errs <- err
+				}()
+			}
+			for range n {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+			after := waitIdle(t, base, before, n, name)
+			if d := after[`stockpot_requests_total{status="499"}`] - before[`stockpot_requests_total{status="499"}`]; d != float64(n) {
+				t.Errorf("%s: %v requests counted as client gone (499), want %d", name, d, n)
+			}
+			if d := after[`stockpot_requests_total{status="200"}`] - before[`stockpot_requests_total{status="200"}`]; d != 0 {
+				t.Errorf("%s: %v requests answered 200 to clients that were gone", name, d)
+			}
+		}
+	}
+	// The server still serves, and the cache is intact.
+	if code, out := post(t, base+"/v1/completions", map[string]any{"prompt": "after the burst", "max_tokens": 2}); code != 200 {
+		t.Errorf("after the burst: %d %s", code, out)
+	}
+}
