@@ -43,6 +43,7 @@ type serveOptions struct {
 	maxPrompt            int
 	maxBody              int64
 	keys                 []string
+	metricsKey           string
 	tiers                tierOptions
 	logger               *slog.Logger
 	progress             io.Writer
@@ -70,9 +71,12 @@ func (in *instance) handler(drain context.Context) http.Handler {
 		defer stop()
 		ev.ServeHTTP(w, r.WithContext(ctx))
 	})
+	// The events name every cached block of every tenant: they take the API key (the router
+	// sends it as its --backend-key).
+	guarded := in.server.RequireAPIKey(events)
 	mux := http.NewServeMux()
-	mux.Handle("/v1/kv-events", events)
-	mux.Handle("/v1/kv-events/", events)
+	mux.Handle("/v1/kv-events", guarded)
+	mux.Handle("/v1/kv-events/", guarded)
 	mux.Handle("/", in.server.Handler())
 	return mux
 }
@@ -176,6 +180,7 @@ func newInstance(o serveOptions) (*instance, error) {
 		scfg.MaxBodyBytes = o.maxBody
 	}
 	scfg.APIKeys = o.keys
+	scfg.MetricsKey = o.metricsKey
 	scfg.Logger = o.logger
 	if ts != nil {
 		scfg.TierStats = ts.stats
@@ -209,6 +214,7 @@ func cmdServe(args []string) error {
 	var keys stringList
 	fs.Var(&keys, "api-key", "required API key (repeatable)")
 	keyFile := fs.String("api-key-file", "", "file with one API key per line")
+	metricsKey := fs.String("metrics-key", "", "when set, /metrics needs \"Authorization: Bearer KEY\" (unset: /metrics is open)")
 	hostCache := fs.String("host-cache", "0", "host RAM tier budget (e.g. 4GiB); 0 = off")
 	diskCache := fs.String("disk-cache", "", "disk tier directory; empty = off")
 	diskSize := fs.String("disk-cache-size", "10GiB", "disk tier budget")
@@ -276,7 +282,7 @@ func cmdServe(args []string) error {
 	opts := serveOptions{
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
-		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, logger: logger, progress: os.Stderr,
+		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
 		tiers: to,
 	}
 	inst, err := newInstance(opts)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -128,5 +130,48 @@ func TestServeDisconnectBurst(t *testing.T) {
 	// The server still serves, and the cache is intact.
 	if code, out := post(t, base+"/v1/completions", map[string]any{"prompt": "after the burst", "max_tokens": 2}); code != 200 {
 		t.Errorf("after the burst: %d %s", code, out)
+	}
+}
+
+// TestServeKVEventsNeedKey: with --api-key, the block events (every block hash of every
+// tenant) need the key, as a bearer token (the router's --backend-key) or x-api-key; with
+// --metrics-key, so does /metrics.
+func TestServeKVEventsNeedKey(t *testing.T) {
+	_, ts := newTestInstance(t, func(o *serveOptions) { o.keys = []string{"sekrit"}; o.metricsKey = "scrape" })
+	get := func(path string, hdr ...string) (int, string) {
+		req, err := http.NewRequest("GET", ts.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, path := range []string{"/v1/kv-events/snapshot", "/v1/kv-events?since=0"} {
+		if code, body := get(path); code != 401 || !strings.Contains(body, `"type":"authentication_error"`) {
+			t.Errorf("%s without a key: %d %s", path, code, body)
+		}
+		if code, _ := get(path, "Authorization", "Bearer wrong"); code != 401 {
+			t.Errorf("%s with a wrong key: %d", path, code)
+		}
+	}
+	if code, body := get("/v1/kv-events/snapshot", "Authorization", "Bearer sekrit"); code != 200 || !strings.Contains(body, `"identity"`) {
+		t.Errorf("snapshot with the key: %d %s", code, body)
+	}
+	if code, _ := get("/v1/kv-events/snapshot", "X-Api-Key", "sekrit"); code != 200 {
+		t.Errorf("snapshot with x-api-key: %d", code)
+	}
+	if code, _ := get("/metrics"); code != 401 {
+		t.Errorf("/metrics without the metrics key: %d", code)
+	}
+	if code, body := get("/metrics", "Authorization", "Bearer scrape"); code != 200 || !strings.Contains(body, "stockpot_requests_running") {
+		t.Errorf("/metrics with the metrics key: %d", code)
 	}
 }

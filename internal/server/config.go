@@ -26,9 +26,13 @@ type Config struct {
 	MaxPromptTokens int
 	// MaxBodyBytes refuses larger request bodies with a 413.
 	MaxBodyBytes int64
-	// APIKeys, when non-empty, are required as "Authorization: Bearer KEY" on every route but
-	// /health and /metrics.
+	// APIKeys, when non-empty, are required as "Authorization: Bearer KEY" or "x-api-key: KEY"
+	// on every route but /health and /metrics, and on the routes wrapped by RequireAPIKey
+	// (the block events).
 	APIKeys []string
+	// MetricsKey, when set, is required as "Authorization: Bearer KEY" on /metrics; unset,
+	// /metrics is open (Prometheus scrapes usually come from inside).
+	MetricsKey string
 	// DrainTimeout is how long Serve lets running requests finish after its context ends.
 	DrainTimeout time.Duration
 	// ReadHeaderTimeout bounds slow clients sending headers.

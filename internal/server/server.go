@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -44,6 +43,9 @@ type Server struct {
 	// BOS prepended only when the template did not.
 	bos int32
 
+	apiKeys     keySet // Config.APIKeys
+	metricsKeys keySet // Config.MetricsKey
+
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
 }
@@ -66,7 +68,8 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 	if err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
-	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, started: c.Now(), bos: -1}
+	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, started: c.Now(), bos: -1,
+		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey)}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
 		s.metricsHandler = promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
@@ -153,9 +156,18 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	path := r.URL.Path
-	if path != "/health" && path != "/metrics" && !s.authorized(r) {
-		writeError(rw, api.Unauthorized("missing or invalid API key; send \"Authorization: Bearer <key>\""))
-		return
+	switch path {
+	case "/health":
+	case "/metrics":
+		if !s.metricsAuthorized(r) {
+			writeError(rw, api.Unauthorized("missing or invalid metrics key; send \"Authorization: Bearer <metrics key>\" (--metrics-key)"))
+			return
+		}
+	default:
+		if !s.authorized(r) {
+			unauthorized(rw)
+			return
+		}
 	}
 	methods, ok := s.routes[path]
 	if !ok {
@@ -187,24 +199,6 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	r.Body = http.MaxBytesReader(rw, r.Body, s.cfg.MaxBodyBytes)
 	h(rw, r)
-}
-
-func (s *Server) authorized(r *http.Request) bool {
-	if len(s.cfg.APIKeys) == 0 {
-		return true
-	}
-	auth := r.Header.Get("Authorization")
-	scheme, key, ok := strings.Cut(auth, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	key = strings.TrimSpace(key)
-	match := 0
-	for _, k := range s.cfg.APIKeys {
-		// Compare every key so timing does not say which one is close.
-		match |= subtle.ConstantTimeCompare([]byte(key), []byte(k))
-	}
-	return match == 1
 }
 
 // readBody reads the request body, mapping the size limit to a 413.
