@@ -44,6 +44,9 @@ type serveOptions struct {
 	maxBody              int64
 	keys                 []string
 	metricsKey           string
+	readTimeout          time.Duration // request bodies; 0 = server default
+	idleTimeout          time.Duration // keep-alive connections; 0 = server default
+	maxConns             int           // 0 = server default
 	tiers                tierOptions
 	logger               *slog.Logger
 	progress             io.Writer
@@ -181,6 +184,9 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	scfg.APIKeys = o.keys
 	scfg.MetricsKey = o.metricsKey
+	scfg.ReadTimeout = o.readTimeout
+	scfg.IdleTimeout = o.idleTimeout
+	scfg.MaxConnections = o.maxConns
 	scfg.Logger = o.logger
 	if ts != nil {
 		scfg.TierStats = ts.stats
@@ -214,6 +220,9 @@ func cmdServe(args []string) error {
 	var keys stringList
 	fs.Var(&keys, "api-key", "required API key (repeatable)")
 	keyFile := fs.String("api-key-file", "", "file with one API key per line")
+	readTimeout := fs.Duration("read-timeout", 30*time.Second, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
+	idleTimeout := fs.Duration("idle-timeout", 60*time.Second, "close keep-alive connections idle this long")
+	maxConns := fs.Int("max-connections", 4096, "connections held open at once; more wait in the listen backlog")
 	metricsKey := fs.String("metrics-key", "", "when set, /metrics needs \"Authorization: Bearer KEY\" (unset: /metrics is open)")
 	hostCache := fs.String("host-cache", "0", "host RAM tier budget (e.g. 4GiB); 0 = off")
 	diskCache := fs.String("disk-cache", "", "disk tier directory; empty = off")
@@ -228,6 +237,9 @@ func cmdServe(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	if *readTimeout <= 0 || *idleTimeout <= 0 || *maxConns <= 0 {
+		return fmt.Errorf("serve: --read-timeout, --idle-timeout and --max-connections must be positive")
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	var kvBudget int64
@@ -283,6 +295,7 @@ func cmdServe(args []string) error {
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
 		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
+		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
 		tiers: to,
 	}
 	inst, err := newInstance(opts)

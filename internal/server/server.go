@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -111,9 +112,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) ServeHandler(ctx context.Context, ln net.Listener, h http.Handler) error {
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
+	// No ReadTimeout or WriteTimeout here: net/http's would stay armed while a handler runs,
+	// cancelling (ReadTimeout, through the connection's background read) or cutting
+	// (WriteTimeout) every stream longer than it. The body's read time is bounded per request
+	// instead (bodyDeadline).
+	ln = newLimitListener(ln, s.cfg.MaxConnections, s.cfg.MaxHeaderBytes)
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}
@@ -155,6 +163,11 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	if r.Body != nil && r.Body != http.NoBody {
+		// Armed before any check: net/http reads what a handler left of a body after it
+		// returns, so a slow body answered 401 would hold its connection too.
+		r.Body = newBodyDeadline(w, r.Body, time.Now().Add(s.cfg.ReadTimeout))
+	}
 	path := r.URL.Path
 	switch path {
 	case "/health":
@@ -201,6 +214,34 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h(rw, r)
 }
 
+// bodyDeadline bounds the time to read a request body with a read deadline on the connection,
+// cleared once the whole body has been read, so that the connection's background read, which
+// notices a client hanging up during a long stream, runs without one. After a failed read the
+// deadline stays: net/http's read of what is left of the body then fails at once and the
+// connection is closed, instead of waiting on a slow client without a bound.
+type bodyDeadline struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	cleared bool
+}
+
+func newBodyDeadline(w http.ResponseWriter, body io.ReadCloser, deadline time.Time) io.ReadCloser {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(deadline) != nil {
+		return body // not a net/http connection (httptest.ResponseRecorder): nothing to bound
+	}
+	return &bodyDeadline{ReadCloser: body, rc: rc}
+}
+
+func (b *bodyDeadline) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.cleared {
+		b.cleared = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
 // readBody reads the request body, mapping the size limit to a 413.
 func (s *Server) readBody(r *http.Request) ([]byte, error) {
 	b, err := io.ReadAll(r.Body)
@@ -208,6 +249,10 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, api.TooLarge(mbe.Limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &api.Error{Status: http.StatusRequestTimeout, Type: api.TypeInvalidRequest, Code: "request_timeout",
+				Message: fmt.Sprintf("the request body did not arrive within %v (--read-timeout)", s.cfg.ReadTimeout)}
 		}
 		return nil, api.Invalid("", "reading request body: %v", err)
 	}
