@@ -111,6 +111,7 @@ type Tokenizer struct {
 
 	chatTemplate string
 	template     compiledTemplate // compiled on first ApplyChatTemplate
+	tokenBytes   tokenBytesBound  // computed on first MaxTokenBytes
 	digest       [32]byte
 }
 
