@@ -94,7 +94,11 @@ func (s *Server) chatPrompt(msgs []api.ChatRequestMessage, addGenerationPrompt b
 	if err != nil {
 		return nil, api.Invalid("messages", "cannot apply the chat template: %v", err)
 	}
-	ids := s.tok.Encode(text, false, true)
+	// Nothing over the context length can be served or is worth counting (/tokenize).
+	ids, fits := s.encodeLimit(text, false, true, s.cfg.ContextLength)
+	if !fits {
+		return nil, api.Invalid("messages", "the rendered chat has more than %d tokens, the model's context length", s.cfg.ContextLength)
+	}
 	if s.bos >= 0 && (len(ids) == 0 || ids[0] != s.bos) {
 		ids = append([]int32{s.bos}, ids...)
 	}

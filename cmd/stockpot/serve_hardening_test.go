@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -173,5 +174,68 @@ func TestServeKVEventsNeedKey(t *testing.T) {
 	}
 	if code, body := get("/metrics", "Authorization", "Bearer scrape"); code != 200 || !strings.Contains(body, "stockpot_requests_running") {
 		t.Errorf("/metrics with the metrics key: %d", code)
+	}
+}
+
+// TestServeBadInputKeepsCache: each absurd input is a 400 (431 for the header) in the API's
+// error shape naming the field; a huge prompt is refused without being tokenized to the end;
+// the server keeps serving and the cache is intact (issue 17, defect 7).
+func TestServeBadInputKeepsCache(t *testing.T) {
+	inst, _ := newTestInstance(t, nil)
+	base := serveReal(t, inst)
+	warm := map[string]any{"prompt": longText(2000), "max_tokens": 2, "temperature": 0}
+	cachedTokens := func() int {
+		code, out := post(t, base+"/v1/completions", warm)
+		var r struct{ Usage apiUsage }
+		if code != 200 || json.Unmarshal(out, &r) != nil || r.Usage.PromptTokensDetails == nil {
+			t.Fatalf("warm prompt: %d %s", code, out)
+		}
+		return *r.Usage.PromptTokensDetails.CachedTokens
+	}
+	cachedTokens()
+	want := cachedTokens()
+	if want == 0 {
+		t.Fatal("the warm prompt is not cached")
+	}
+	huge := strings.Repeat("stock ", 15<<20/6) // 15 MiB
+	for _, tc := range []struct {
+		name, path string
+		body       map[string]any
+		param      string
+	}{
+		{"15 MiB prompt", "/v1/completions", map[string]any{"prompt": huge}, "prompt"},
+		{"15 MiB chat", "/v1/chat/completions", map[string]any{"messages": []map[string]any{{"role": "user", "content": huge}}}, "messages"},
+		{"8 MiB tokenize", "/tokenize", map[string]any{"prompt": huge[:8<<20]}, "prompt"},
+		{"empty stop", "/v1/completions", map[string]any{"prompt": "x", "stop": []string{""}}, "stop"},
+		{"top_k 1e12", "/v1/completions", map[string]any{"prompt": "x", "top_k": int64(1e12)}, "top_k"},
+		{"1 MB cache_salt", "/v1/completions", map[string]any{"prompt": "x", "cache_salt": strings.Repeat("s", 1<<20)}, "cache_salt"},
+	} {
+		code, out := post(t, base+tc.path, tc.body)
+		var e struct {
+			Error struct {
+				Message, Type string
+				Param         *string
+			}
+		}
+		if err := json.Unmarshal(out, &e); code != 400 || err != nil || e.Error.Param == nil || *e.Error.Param != tc.param {
+			t.Errorf("%s: %d %.300s, want 400 naming %s", tc.name, code, out, tc.param)
+		}
+	}
+	c, err := net.Dial("tcp", base[len("http://"):])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	go fmt.Fprintf(c, "GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: %s\r\n\r\n", strings.Repeat("h", 2<<20))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 431 || !strings.Contains(string(b), `"code":"request_header_fields_too_large"`) {
+		t.Errorf("2 MB header: %d %s", resp.StatusCode, b)
+	}
+	if got := cachedTokens(); got != want {
+		t.Errorf("after the bad inputs the warm prompt has %d cached tokens, want %d", got, want)
 	}
 }
