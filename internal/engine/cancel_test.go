@@ -180,3 +180,48 @@ func TestCancelBurstEveryPhase(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseEndsEveryStream: requests racing Close either are refused (ErrShutdown) or get a
+// stream that ends; none is left open (one registered just before Close but queued after the
+// runner's last drain used to be).
+func TestCloseEndsEveryStream(t *testing.T) {
+	for iter := range 20 {
+		e, err := engine.New(tinyModel(t), engine.Config{Identity: []byte("close"), KVMemory: 8 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		chans := make(chan (<-chan engine.Output), 16)
+		for i := range 16 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ch, err := e.Generate(context.Background(), &engine.Request{Prompt: seqPrompt(uint64(i), 30), MaxTokens: 50})
+				if err == nil {
+					chans <- ch
+				}
+			}()
+		}
+		e.Close()
+		wg.Wait()
+		close(chans)
+		for ch := range chans {
+			select {
+			case <-drained(ch):
+			case <-time.After(20 * time.Second):
+				t.Fatalf("iteration %d: a stream still open 20 s after Close", iter)
+			}
+		}
+	}
+}
+
+// drained reads ch to its end and then closes the returned channel.
+func drained(ch <-chan engine.Output) <-chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		for range ch {
+		}
+		close(done)
+	}()
+	return done
+}

@@ -577,5 +577,18 @@ func (e *Engine) shutdown() {
 		e.core.Cancel(id, now)
 	}
 	e.deliver()
+	// A request registered just before Close whose send on e.in came after the drain above is
+	// in no core queue, so nothing ended it: end its stream here, or its caller waits forever.
+	e.mu.Lock()
+	left := make([]*stream, 0, len(e.streams))
+	for id, s := range e.streams {
+		left = append(left, s)
+		delete(e.streams, id)
+	}
+	e.mu.Unlock()
+	for _, s := range left {
+		n := len(s.req.Prompt)
+		s.push(Output{Done: true, FinishReason: FinishCancelled, Usage: &Usage{PromptTokens: n, ComputedTokens: n}})
+	}
 	e.publishStats()
 }
