@@ -61,6 +61,15 @@ func (c *serverConn) Close() error {
 	return err
 }
 
+// CloseWrite keeps net/http's half-close before it closes a connection after an error
+// answer (so the client reads the answer instead of a reset); it needs the TCP connection's.
+func (c *serverConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *serverConn) Write(b []byte) (int, error) {
 	if r, ok := rewritePreHandlerError(b, c.maxHeaderBytes); ok {
 		if _, err := c.Conn.Write(r); err != nil {
