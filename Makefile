@@ -43,6 +43,7 @@ bench:
 deps:
 	scripts/install-llamaref.sh
 	scripts/install-agentclients.sh
+	scripts/install-jinjaref.sh
 
 llama-native: deps
 	nice scripts/build-llama-native.sh
