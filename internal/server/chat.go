@@ -30,7 +30,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	choice := api.ChatChoice{
-		Message:      api.ChatMessage{Role: "assistant", Content: text},
+		Message:      api.ChatMessage{Role: "assistant", Content: &text},
 		Logprobs:     c.logprobs(res.tokens),
 		FinishReason: api.FinishReasonPtr(res.finish),
 	}

@@ -443,7 +443,7 @@ func TestChat(t *testing.T) {
 	}
 	resp := decode[api.ChatCompletionResponse](t, rec)
 	c := resp.Choices[0]
-	if resp.Object != "chat.completion" || !strings.HasPrefix(resp.ID, "chatcmpl-") || c.Message.Role != "assistant" || c.Message.Content != "Hi!" || *c.FinishReason != "stop" {
+	if resp.Object != "chat.completion" || !strings.HasPrefix(resp.ID, "chatcmpl-") || c.Message.Role != "assistant" || c.Message.Content == nil || *c.Message.Content != "Hi!" || *c.FinishReason != "stop" {
 		t.Errorf("resp %+v", resp)
 	}
 	if len(c.Logprobs.Content) != resp.Usage.CompletionTokens || len(c.Logprobs.Content[0].TopLogprobs) != 2 ||
