@@ -59,7 +59,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	if req.Prompt != nil {
 		ids = s.tok.Encode(*req.Prompt, req.WantSpecial(), true)
 	} else {
-		ids, err = s.chatPrompt(req.Messages, req.GenerationPrompt())
+		_, ids, err = s.chatPrompt(req.Chat())
 		if err != nil {
 			writeError(w, err)
 			return

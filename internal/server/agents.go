@@ -1,0 +1,309 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"stockpot/internal/api"
+	"stockpot/internal/engine"
+	"stockpot/internal/grammar"
+	"stockpot/internal/toolcall"
+)
+
+// Agents' chat requests: tools rendered into the prompt by the model's own template, tool
+// calls parsed out of the generated text in the model family's syntax, and constrained
+// decoding (response_format, tool_choice "required" or a named function) so that what must be
+// JSON is JSON that fits its schema by construction.
+
+// maxParallelCalls is how many calls one constrained answer may hold when parallel tool calls
+// are allowed: enough for real agent turns, and it keeps the call grammar small.
+const maxParallelCalls = 4
+
+// chatPlan is how one chat request's output is read.
+type chatPlan struct {
+	family     toolcall.Family
+	parseCalls bool // tools present and tool_choice is not "none"
+	reasoning  bool // the template knows think blocks
+	opts       toolcall.Options
+}
+
+// parsing reports whether the output goes through the tool-call / reasoning parser.
+func (p *chatPlan) parsing() bool { return p != nil && (p.parseCalls || p.reasoning) }
+
+// familyCache remembers the family detected for each template source.
+var familyCache sync.Map // template source -> toolcall.Family
+
+func detectFamily(src string) toolcall.Family {
+	if f, ok := familyCache.Load(src); ok {
+		return f.(toolcall.Family)
+	}
+	f := toolcall.Detect(src)
+	familyCache.Store(src, f)
+	return f
+}
+
+// chatMessages converts parsed request messages for the template.
+func chatMessages(msgs []api.ChatRequestMessage) []Message {
+	in := make([]Message, len(msgs))
+	for i, m := range msgs {
+		in[i] = Message{Role: m.Role, Content: m.Text, NullContent: !m.HasText, Parts: m.Parts,
+			ToolCalls: m.Calls, ToolCallID: m.ToolCallID, Name: m.Name, Reasoning: m.Reasoned}
+	}
+	return in
+}
+
+// chatOptions returns the template inputs of req.
+func chatOptions(req *api.ChatRequest) ChatOptions {
+	o := ChatOptions{AddGenerationPrompt: req.GenerationPrompt(), Kwargs: req.ChatTemplateKwargs}
+	for _, t := range req.ParsedTools {
+		o.Tools = append(o.Tools, t.Raw)
+	}
+	return o
+}
+
+// endsInThink reports whether a rendered prompt leaves a think block open (DeepSeek-R1's
+// templates and thinking modes end the generation prompt with "<think>\n").
+func endsInThink(prompt string) bool {
+	open := strings.LastIndex(prompt, "<think>")
+	return open >= 0 && open > strings.LastIndex(prompt, "</think>")
+}
+
+// planChat decides how the output of req is parsed and constrained. prompt is the rendered
+// template text.
+func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engine.Constraint, error) {
+	src := s.tok.ChatTemplate(len(req.ParsedTools) > 0)
+	plan := &chatPlan{family: detectFamily(src)}
+	if plan.family == toolcall.None {
+		// A template without a tool syntax of its own: Hermes-style <tool_call> JSON is the
+		// most common open format, and what the constrained path produces for it.
+		plan.family = toolcall.Hermes
+	}
+	plan.reasoning = strings.Contains(src, "<think>") || strings.Contains(src, "</think>")
+	plan.parseCalls = len(req.ParsedTools) > 0 && req.ParsedToolChoice.Mode != api.ToolChoiceNone
+	plan.opts = toolcall.Options{ParseReasoning: plan.reasoning, StartsInReasoning: plan.reasoning && endsInThink(prompt)}
+	for _, t := range req.ParsedTools {
+		plan.opts.Tools = append(plan.opts.Tools, toolcall.Tool{Name: t.Name, Parameters: t.Parameters})
+	}
+
+	var root grammar.Node
+	switch {
+	case req.Format != nil && req.Format.Type == api.FormatJSONObject:
+		root = grammar.JSONObject()
+	case req.Format != nil && req.Format.Type == api.FormatJSONSchema:
+		n, err := grammar.JSONSchema(req.Format.Schema)
+		if err != nil {
+			return nil, nil, schemaError("response_format.json_schema.schema", err)
+		}
+		root = n
+	case req.ParsedToolChoice.Mode == api.ToolChoiceRequired || req.ParsedToolChoice.Mode == api.ToolChoiceFunction:
+		n, err := callsGrammar(plan.family, req.ParsedTools, req.ParsedToolChoice.Name, req.ParallelCalls())
+		if err != nil {
+			return nil, nil, err
+		}
+		root = n
+	default:
+		return plan, nil, nil
+	}
+	if plan.opts.StartsInReasoning {
+		// The prompt opened a think block: close it at once, so the constrained answer is the
+		// answer and not the reasoning.
+		root = grammar.Seq(grammar.Literal("</think>\n\n"), root)
+	}
+	g, err := grammar.Compile(root)
+	if err != nil {
+		return nil, nil, api.Invalid("", "cannot build the grammar for constrained decoding: %v", err)
+	}
+	return plan, g.NewMatcher(s.grammarVocab()), nil
+}
+
+// schemaError turns a grammar error about a schema into a 400 naming param.
+func schemaError(param string, err error) error {
+	var ue *grammar.UnsupportedError
+	if errors.As(err, &ue) {
+		e := api.Unsupported(param, "%s: %v (constrained decoding does not support it)", param, err)
+		return e
+	}
+	return api.Invalid(param, "%s: %v", param, err)
+}
+
+// callsGrammar is the grammar of a tool-call answer in family's syntax: one call (of the tool
+// named only, or of any tool), or up to maxParallelCalls when parallel calls are allowed, each
+// with arguments valid against the tool's parameters.
+func callsGrammar(family toolcall.Family, tools []api.Tool, only string, parallel bool) (grammar.Node, error) {
+	env, ok := toolcall.EnvelopeOf(family)
+	if !ok {
+		env, _ = toolcall.EnvelopeOf(toolcall.Hermes)
+	}
+	var chosen []int
+	for i, t := range tools {
+		if only == "" || t.Name == only {
+			chosen = append(chosen, i)
+		}
+	}
+	args := make([]grammar.Node, len(tools))
+	for _, i := range chosen {
+		n, err := argumentsGrammar(env, tools[i])
+		if err != nil {
+			return nil, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
+		}
+		args[i] = n
+	}
+	call := func(k int) grammar.Node {
+		alts := make([]grammar.Node, 0, len(chosen))
+		for _, i := range chosen {
+			alts = append(alts, grammar.Seq(grammar.Literal(env.CallBegin(tools[i].Name, k)), args[i], grammar.Literal(env.CallEnd)))
+		}
+		return grammar.Alt(alts...)
+	}
+	n := 1
+	if parallel && only == "" {
+		n = maxParallelCalls
+	}
+	// call(0) [sep call(1) [sep call(2) ...]]: each further call is optional.
+	var tail grammar.Node
+	for k := n - 1; k >= 1; k-- {
+		next := grammar.Seq(grammar.Literal(env.Separator), call(k))
+		if tail != nil {
+			next = grammar.Seq(next, tail)
+		}
+		tail = grammar.Optional(next)
+	}
+	parts := []grammar.Node{grammar.Literal(env.SectionBegin), call(0)}
+	if tail != nil {
+		parts = append(parts, tail)
+	}
+	parts = append(parts, grammar.Literal(env.SectionEnd))
+	return grammar.Seq(parts...), nil
+}
+
+// argumentsGrammar is the grammar of one call's arguments: a JSON object valid against the
+// tool's parameters, or, for families that write arguments as tagged parameters
+// (Qwen3-Coder's <parameter=name>value</parameter>), those tags in schema order.
+func argumentsGrammar(env toolcall.Envelope, t api.Tool) (grammar.Node, error) {
+	if env.ArgsAreJSON {
+		if t.Parameters == nil {
+			return grammar.JSONObject(), nil
+		}
+		return grammar.JSONSchema(t.Parameters)
+	}
+	props, err := schemaProperties(t.Parameters)
+	if err != nil {
+		return nil, err
+	}
+	parts := []grammar.Node{}
+	for _, p := range props {
+		var value grammar.Node
+		if p.isString {
+			value = grammar.CharsExcept("<", 1, p.maxLength)
+		} else {
+			v, err := grammar.JSONSchema(p.schema)
+			if err != nil {
+				return nil, err
+			}
+			value = v
+		}
+		tag := grammar.Seq(grammar.Literal("<parameter="+p.name+">\n"), value, grammar.Literal("\n</parameter>\n"))
+		if !p.required {
+			tag = grammar.Optional(tag)
+		}
+		parts = append(parts, tag)
+	}
+	if len(parts) == 0 {
+		return grammar.Literal(""), nil
+	}
+	return grammar.Seq(parts...), nil
+}
+
+// schemaProperty is one property of an object schema, in the schema's own order.
+type schemaProperty struct {
+	name      string
+	schema    json.RawMessage
+	required  bool
+	isString  bool
+	maxLength int
+}
+
+// defaultTextParameter bounds a free-text parameter value without maxLength, so that a
+// constrained call always ends.
+const defaultTextParameter = 256
+
+// schemaProperties lists the properties of an object schema in the order they are written.
+func schemaProperties(schema json.RawMessage) ([]schemaProperty, error) {
+	if len(schema) == 0 {
+		return nil, nil
+	}
+	var top struct {
+		Properties json.RawMessage `json:"properties"`
+		Required   []string        `json:"required"`
+	}
+	if err := json.Unmarshal(schema, &top); err != nil {
+		return nil, err
+	}
+	if len(top.Properties) == 0 {
+		return nil, nil
+	}
+	req := map[string]bool{}
+	for _, r := range top.Required {
+		req[r] = true
+	}
+	d := json.NewDecoder(bytes.NewReader(top.Properties))
+	if _, err := d.Token(); err != nil { // {
+		return nil, err
+	}
+	var out []schemaProperty
+	for d.More() {
+		k, err := d.Token()
+		if err != nil {
+			return nil, err
+		}
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return nil, err
+		}
+		name, _ := k.(string)
+		p := schemaProperty{name: name, schema: raw, required: req[name], maxLength: defaultTextParameter}
+		var sub struct {
+			Type      any  `json:"type"`
+			MaxLength *int `json:"maxLength"`
+			Enum      any  `json:"enum"`
+		}
+		_ = json.Unmarshal(raw, &sub)
+		if t, ok := sub.Type.(string); ok && t == "string" && sub.Enum == nil {
+			p.isString = true
+			if sub.MaxLength != nil && *sub.MaxLength > 0 {
+				p.maxLength = *sub.MaxLength
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// grammarVocab is the model's vocabulary for token masks, built on first use.
+func (s *Server) grammarVocab() *grammar.Vocab {
+	s.vocabOnce.Do(func() {
+		n := s.tok.VocabSize()
+		toks := make([][]byte, n)
+		allowed := make([]bool, n)
+		for i := range n {
+			id := int32(i)
+			toks[i] = s.tok.Piece(id)
+			allowed[i] = !s.tok.IsControl(id) && !s.tok.IsEOG(id)
+		}
+		s.vocab = grammar.NewVocab(toks, allowed, s.tok.EOGs())
+	})
+	return s.vocab
+}
+
+// callsOf converts parsed calls to the wire shape.
+func callsOf(calls []toolcall.Call) []api.ToolCall {
+	out := make([]api.ToolCall, len(calls))
+	for i, c := range calls {
+		out[i] = api.ToolCall{ID: c.ID, Type: "function", Function: api.ToolCallFunction{Name: c.Name, Arguments: c.Arguments}}
+	}
+	return out
+}
