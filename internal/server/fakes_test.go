@@ -69,7 +69,7 @@ func (fakeTok) NewStreamDecoder() StreamDecoder { return &fakeStream{} }
 
 // fakeTemplate is what fakeTok says its template is: enough for toolcall.Detect to see the
 // Hermes syntax and for the server to see think blocks.
-const fakeTemplate = "{%- if tools %}<tools>{{ tools | tojson }}</tools> <tool_call> {%- endif %} <think> </think>"
+const fakeTemplate = "{%- if tools %}<tools>{{ tools | tojson }}</tools> <tool_call> {%- endif %}"
 
 func (fakeTok) ChatTemplate(tools bool) string { return fakeTemplate }
 

@@ -27,6 +27,11 @@ const testModel = "test-model"
 
 func newTestServer(t *testing.T, gen *fakeGen, mod func(*Config)) (*Server, *prometheus.Registry) {
 	t.Helper()
+	return newTestServerTok(t, gen, fakeTok{}, mod)
+}
+
+func newTestServerTok(t *testing.T, gen *fakeGen, tok Tokenizer, mod func(*Config)) (*Server, *prometheus.Registry) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ModelName = testModel
 	cfg.Fingerprint = "fp-123"
@@ -38,7 +43,7 @@ func newTestServer(t *testing.T, gen *fakeGen, mod func(*Config)) (*Server, *pro
 		mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	s, err := New(cfg, gen, fakeTok{}, reg)
+	s, err := New(cfg, gen, tok, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
