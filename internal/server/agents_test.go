@@ -214,7 +214,7 @@ func TestChatConstraintReachesEngine(t *testing.T) {
 	}
 	// Drive the constraint with the fake vocabulary: {"a": 1} is allowed, token by token.
 	mask := make([]uint64, (fakeVocab+63)/64)
-	for _, id := range fakeTok{}.Encode(`{"a": 1}`, false, false) {
+	for _, id := range (fakeTok{}).Encode(`{"a": 1}`, false, false) {
 		c.FillMask(mask)
 		if mask[id/64]&(1<<(id%64)) == 0 {
 			t.Fatalf("token %q not allowed", rune(id-2))
