@@ -183,7 +183,7 @@ func TestChatToolErrors(t *testing.T) {
 		{chatBody(`,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string","pattern":"^a+$"}}}}}],"tool_choice":"required"`), "tools[0].function.parameters"},
 		{chatBody(`,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^a+$"}}}}}`), "response_format.json_schema.schema"},
 		{chatBody(`,"tools":[{"type":"function"}]`), "tools[0].function"},
-		{chatBody(`,"tools":`+weatherTools+`,"tool_choice":{"type":"function","function":{"name":"nope"}}`), "tool_choice"},
+		{chatBody(`,"tools":` + weatherTools + `,"tool_choice":{"type":"function","function":{"name":"nope"}}`), "tool_choice"},
 	} {
 		rec := do(s.Handler(), "POST", "/v1/chat/completions", tc.body)
 		if rec.Code != 400 {
