@@ -1,14 +1,15 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -29,11 +30,41 @@ func cmdRoute(args []string) error {
 	threshold := fs.Int("concurrency-threshold", 0, "in-flight requests past which a backend is busy and the next candidate is tried (0: none)")
 	loadBound := fs.Float64("load-bound", def.LoadBound, "bounded-load factor c: a backend takes at most c × mean load before affinity spills")
 	healthEvery := fs.Duration("health-interval", time.Second, "period of backend health checks")
+	var apiKeys, adminKeys, metricsKeys stringList
+	fs.Var(&apiKeys, "api-key", "key clients must send (Authorization: Bearer or x-api-key; repeatable); the router then never forwards a client's key")
+	apiKeyFile := fs.String("api-key-file", "", "file with client keys, one per line")
+	fs.Var(&adminKeys, "admin-key", "key for /backends (list, add, remove; repeatable); without one, membership over HTTP is off")
+	adminKeyFile := fs.String("admin-key-file", "", "file with admin keys, one per line")
+	fs.Var(&metricsKeys, "metrics-key", "key for /metrics (repeatable; an admin key also works); without one /metrics is open")
+	backendKey := fs.String("backend-key", "", "key the router sends to backends (its own calls, and forwarded requests when --api-key is set)")
+	backendKeyFile := fs.String("backend-key-file", "", "file whose first line is the backend key")
+	sdef := router.DefaultServerConfig()
+	idle := fs.Duration("idle-timeout", sdef.IdleTimeout, "close keep-alive connections idle this long")
+	readTimeout := fs.Duration("read-timeout", router.DefaultConfig().BodyReadTimeout, "longest time to receive one request body (responses, streams included, are not bounded)")
+	headerTimeout := fs.Duration("read-header-timeout", sdef.ReadHeaderTimeout, "longest time to receive a request's headers")
+	maxConns := fs.Int("max-connections", sdef.MaxConnections, "client connections open at once; past it new ones wait (-1: no bound)")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("route: unexpected arguments %q", fs.Args())
+	}
+	for _, kf := range []struct {
+		flag, path string
+		into       *stringList
+	}{{"--api-key-file", *apiKeyFile, &apiKeys}, {"--admin-key-file", *adminKeyFile, &adminKeys}} {
+		keys, err := readKeyFile(kf.path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", kf.flag, err)
+		}
+		*kf.into = append(*kf.into, keys...)
+	}
+	if *backendKeyFile != "" {
+		keys, err := readKeyFile(*backendKeyFile)
+		if err != nil || len(keys) == 0 {
+			return fmt.Errorf("--backend-key-file: %v", cmp.Or(err, errors.New("no key in the file")))
+		}
+		*backendKey = keys[0]
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
@@ -47,6 +78,8 @@ func cmdRoute(args []string) error {
 	cfg.HealthInterval = *healthEvery
 	cfg.Registerer, cfg.Gatherer = reg, reg
 	cfg.Logger = logger
+	cfg.APIKeys, cfg.AdminKeys, cfg.MetricsKeys, cfg.BackendKey = apiKeys, adminKeys, metricsKeys, *backendKey
+	cfg.BodyReadTimeout = *readTimeout
 	rt, err := router.New(cfg)
 	if err != nil {
 		return err
@@ -56,10 +89,19 @@ func cmdRoute(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: rt.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv, ln := rt.HTTPServer(ln, router.ServerConfig{ReadHeaderTimeout: *headerTimeout, IdleTimeout: *idle, MaxConnections: *maxConns})
 	fmt.Fprintf(os.Stderr, "stockpot: routing (%s) %d backend(s) on http://%s\n", *policy, len(backends), ln.Addr())
-	if len(backends) == 0 {
-		fmt.Fprintf(os.Stderr, "stockpot: no --backend given: requests get 503 until one is added (POST http://%s/backends {\"url\": ...})\n", ln.Addr())
+	if len(apiKeys) == 0 {
+		fmt.Fprintf(os.Stderr, "stockpot: no --api-key: whoever reaches http://%s can use the backends\n", ln.Addr())
+		if *backendKey != "" {
+			fmt.Fprintln(os.Stderr, "stockpot: --backend-key without --api-key: the router's own calls carry it, clients' headers pass through as sent")
+		}
+	}
+	switch {
+	case len(backends) == 0 && len(adminKeys) == 0:
+		fmt.Fprintf(os.Stderr, "stockpot: no --backend and no --admin-key: requests get 503 (start with --backend URL, or with --admin-key to add backends over HTTP)\n")
+	case len(backends) == 0:
+		fmt.Fprintf(os.Stderr, "stockpot: no --backend given: requests get 503 until one is added (POST http://%s/backends {\"url\": ...} with the admin key)\n", ln.Addr())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -77,4 +119,22 @@ func cmdRoute(args []string) error {
 	}
 	fmt.Fprintln(os.Stderr, "stockpot: router drained, bye")
 	return nil
+}
+
+// readKeyFile returns the non-empty lines of path (none for path "").
+func readKeyFile(path string) ([]string, error) {
+	if path == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			keys = append(keys, l)
+		}
+	}
+	return keys, nil
 }

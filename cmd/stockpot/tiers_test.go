@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,5 +201,194 @@ func stopRedis(t *testing.T) {
 		redisCmd.Process.Kill()
 		redisCmd.Wait()
 		redisCmd = nil
+	}
+}
+
+// stockpotServer is the real binary serving on a free loopback port.
+type stockpotServer struct {
+	cmd    *exec.Cmd
+	url    string
+	stderr *bytes.Buffer
+}
+
+func buildStockpot(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "stockpot")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+func startStockpot(t *testing.T, bin string, args ...string) *stockpotServer {
+	t.Helper()
+	addr := freePort(t)
+	s := &stockpotServer{cmd: exec.Command(bin, append([]string{"serve", "--addr", addr}, args...)...), url: "http://" + addr, stderr: &bytes.Buffer{}}
+	s.cmd.Stderr = s.stderr
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.kill)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(s.url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server not healthy: %s", s.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill is kill -9: nothing is flushed.
+func (s *stockpotServer) kill() {
+	if s.cmd.ProcessState == nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+}
+
+// TestDiskReusedAfterKill9WithEvictionChurn is issue 17's probe, scaled down 4x (prompts,
+// working pool, host and disk budgets keep their ratios): more distinct prompts than every
+// tier together holds, kill -9, a restart on the same directory and the same prompts again.
+// The blocks the disk kept (it held only what it had room for) are reused, not evicted by the
+// second pass's new write-backs before its lookups reach them; then, with 50 files damaged,
+// the damage is found, counted and recomputed, and every answer stays the same.
+func TestDiskReusedAfterKill9WithEvictionChurn(t *testing.T) {
+	bin := buildStockpot(t)
+	dir := t.TempDir()
+	args := []string{"--kv-memory", "16MiB", "--host-cache", "64MiB", "--disk-cache", dir, "--disk-cache-size", "16MiB"}
+	prompts := make([]string, 24)
+	for i := range prompts {
+		var b strings.Builder
+		for k := 0; b.Len() < 860; k++ {
+			fmt.Fprintf(&b, "Doc %d line %d: the pot of stock number %d simmers. ", i, k, i*7+k)
+		}
+		prompts[i] = b.String()
+	}
+	pass := func(s *stockpotServer) (texts []string, disk, discarded int) {
+		for _, p := range prompts {
+			r := completeText(t, s.url, p)
+			texts = append(texts, r.text)
+			disk += r.usage.Cache["disk_tokens"]
+			discarded += r.usage.Cache["discarded_tokens"]
+		}
+		return texts, disk, discarded
+	}
+
+	s := startStockpot(t, bin, args...)
+	want, _, _ := pass(s)
+	s.kill()
+
+	s = startStockpot(t, bin, args...)
+	got, disk, _ := pass(s)
+	m := scrape(t, s.url)
+	s.kill()
+	t.Logf("after kill -9: %d prompt tokens from disk", disk)
+	if disk == 0 || m[`stockpot_prefix_cache_hits_total{tier="disk"}`] == 0 {
+		t.Errorf("after kill -9: %d disk tokens, %v disk hits in metrics; want the blocks the disk kept reused (disk usage %v bytes)",
+			disk, m[`stockpot_prefix_cache_hits_total{tier="disk"}`], m[`stockpot_kv_cache_usage_bytes{tier="disk"}`])
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("prompt %d after kill -9: %q, want %q", i, got[i], want[i])
+		}
+	}
+
+	// Damage 50 block files: truncate every other one to half its size, flip a byte in the rest.
+	files, _ := filepath.Glob(filepath.Join(dir, "*", "*.kv"))
+	if len(files) < 50 {
+		t.Fatalf("%d block files on disk, want at least 50", len(files))
+	}
+	for i, f := range files[:50] {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			b = b[:len(b)/2]
+		} else {
+			b[len(b)/3] ^= 0x55
+		}
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s = startStockpot(t, bin, args...)
+	got, _, discarded := pass(s)
+	m = scrape(t, s.url)
+	t.Logf("with 50 of %d files damaged: %v checksum discards, %d discarded tokens", len(files), m[`stockpot_kv_blocks_discarded_total{reason="checksum"}`], discarded)
+	if m[`stockpot_kv_blocks_discarded_total{reason="checksum"}`] == 0 || discarded == 0 {
+		t.Errorf("50 damaged files: %v checksum discards in metrics, %d discarded tokens in usage; want the damage counted",
+			m[`stockpot_kv_blocks_discarded_total{reason="checksum"}`], discarded)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("prompt %d with damaged files: %q, want %q", i, got[i], want[i])
+		}
+	}
+}
+
+// TestDiskTierOnFullTmpfs is issue 17's second probe: the disk tier on an 8 MiB tmpfs under a
+// 64 MiB --disk-cache-size. Writes that meet ENOSPC evict from the tier's own LRU and are
+// retried, so they succeed and the tier keeps what the file system holds; the failures
+// metric has a row for every reason; answers stay the same. It needs root to mount the
+// tmpfs; the ENOSPC path itself is tested through the disk store's FS seam in
+// internal/tier/disk and internal/offload, which always run.
+func TestDiskTierOnFullTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root; internal/tier/disk TestDiskFullEvictsAndRetries covers ENOSPC")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v %s; internal/tier/disk TestDiskFullEvictsAndRetries covers ENOSPC", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	to := tierOptions{diskDir: dir, diskBytes: 64 << 20, prefetch: engine.PrefetchWait}
+	_, url, stop := tieredInstance(t, "synthetic:default", to)
+	defer func() { stop() }() // the last instance: the file system is unmounted after it
+	var first []string
+	for i := range 12 { // ~5 prompts' blocks fit the working pool, 2 the tmpfs
+		first = append(first, completeText(t, url, fmt.Sprint("Doc ", i, " ", longText(800))).text)
+	}
+	m := scrape(t, url)
+	if m[`stockpot_kv_cache_evictions_total{tier="disk"}`] == 0 || m[`stockpot_kv_cache_usage_bytes{tier="disk"}`] > 8<<20 {
+		t.Errorf("disk tier on an 8 MiB tmpfs: %v evictions, %v bytes used; want it to evict to what the file system holds",
+			m[`stockpot_kv_cache_evictions_total{tier="disk"}`], m[`stockpot_kv_cache_usage_bytes{tier="disk"}`])
+	}
+	for _, r := range []string{"no_space", "io_error", "queue_full"} {
+		k := `stockpot_kv_tier_write_failures_total{reason="` + r + `",tier="disk"}`
+		if v, ok := m[k]; !ok || (r != "queue_full" && v != 0) {
+			t.Errorf("%s = %v (present %v); want the row, and 0 failures once ENOSPC evicts and retries", k, v, ok)
+		}
+	}
+	for i := range 12 {
+		if got := completeText(t, url, fmt.Sprint("Doc ", i, " ", longText(800))).text; got != first[i] {
+			t.Errorf("prompt %d again: %q, want %q", i, got, first[i])
+		}
+	}
+
+	// A file system full of someone else's data: evicting the tier's own files frees nothing,
+	// so writes fail, and now the metric shows it.
+	stop()
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		os.RemoveAll(filepath.Join(dir, e.Name()))
+	}
+	os.WriteFile(filepath.Join(dir, "junk"), make([]byte, 9<<20), 0o644) // fails once the 8 MiB are full
+	_, url, stop = tieredInstance(t, "synthetic:default", to)
+	for i := range 8 {
+		if got := completeText(t, url, fmt.Sprint("Doc ", i, " ", longText(800))).text; got != first[i] {
+			t.Errorf("prompt %d on a full file system: %q, want %q", i, got, first[i])
+		}
+	}
+	m = scrape(t, url)
+	if v := m[`stockpot_kv_tier_write_failures_total{reason="no_space",tier="disk"}`]; v == 0 {
+		t.Errorf("no_space failures = %v with the file system full, want the failed writes counted", v)
 	}
 }

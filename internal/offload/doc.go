@@ -21,6 +21,23 @@
 // Tiers are inclusive: a block evicted from the device goes to every tier
 // (host first in the worker order); each tier evicts on its own budget.
 //
+// Sole copies (package tier): below a tier that reports its evictions (a
+// tier.Spiller: the host tier), write-backs are Shadowed, so a disk with a
+// budget stores them only in room it can make by evicting other shadowed
+// blocks, never the only copy of a block (what survived a restart, above all).
+// What the host tier evicts is spilled through the same per-tier queue: the
+// disk's copy becomes a sole copy (tier.Unshadower, no second write), or the
+// block is written there as one. The flush at shutdown is never shadowed (RAM
+// does not outlive the process). Close closes the queues in tier order, each
+// after the worker above has finished, since its last Puts may still spill.
+//
+// Failures: a write that does not reach a tier is counted in
+// stockpot_kv_tier_write_failures_total{tier,reason}: queue_full (dropped
+// without a try), no_space (ENOSPC, after the disk's own evict-and-retry),
+// too_large, timeout, unavailable (a remote tier's open breaker), io_error.
+// A store joins one error per failed item; any other error fails the batch.
+// Nothing is retried by the writer: the block is recomputed if ever needed.
+//
 // Admission (WriterConfig.Admission): a block is written only if it was
 // reused at least MinHits times on the device and its prefix (tokens up to
 // and including the block) is at least MinPrefixTokens long; zero turns a

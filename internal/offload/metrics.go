@@ -42,13 +42,14 @@ type Metrics struct {
 	write     *prometheus.HistogramVec
 	discarded *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
+	failures  *prometheus.CounterVec
 	stall     prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg:
 // stockpot_kv_offload_read_seconds{tier}, stockpot_kv_offload_write_seconds{tier},
 // stockpot_kv_blocks_discarded_total{reason}, stockpot_kv_offload_dropped_writes_total{tier},
-// stockpot_kv_restore_stall_seconds_total.
+// stockpot_kv_tier_write_failures_total{tier,reason}, stockpot_kv_restore_stall_seconds_total.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	// 50 µs (a host-RAM batch) to ~3 s (a remote read that timed out).
 	buckets := prometheus.ExponentialBuckets(50e-6, 4, 9)
@@ -65,11 +66,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		dropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockpot_kv_offload_dropped_writes_total", Help: "Write-backs dropped because a tier's queue was full.",
 		}, []string{"tier"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockpot_kv_tier_write_failures_total",
+			Help: "Write-backs that did not reach a tier, by tier and reason (queue_full, no_space, too_large, timeout, unavailable, io_error).",
+		}, []string{"tier", "reason"}),
 		stall: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stockpot_kv_restore_stall_seconds_total", Help: "Time requests waited on restores.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.read, m.write, m.discarded, m.dropped, m.stall} {
+	for _, c := range []prometheus.Collector{m.read, m.write, m.discarded, m.dropped, m.failures, m.stall} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -102,7 +107,24 @@ func (m *Metrics) Discarded(reason string, n int) {
 	}
 }
 
-// Dropped counts one dropped write to tier.
+// initWriteFailures makes every reason of tier read 0 from the start.
+func (m *Metrics) initWriteFailures(tier string) {
+	if m != nil {
+		for _, r := range writeFailureReasons {
+			m.failures.WithLabelValues(tier, r)
+		}
+	}
+}
+
+// WriteFailed counts n blocks that did not reach tier, for reason (Fail*).
+func (m *Metrics) WriteFailed(tier, reason string, n int) {
+	if m != nil && n > 0 {
+		m.failures.WithLabelValues(tier, reason).Add(float64(n))
+	}
+}
+
+// Dropped counts one dropped write to tier (stockpot_kv_offload_dropped_writes_total, kept
+// beside the queue_full reason of stockpot_kv_tier_write_failures_total).
 func (m *Metrics) Dropped(tier string) {
 	if m != nil {
 		m.dropped.WithLabelValues(tier).Inc()

@@ -344,6 +344,7 @@ func TestTierStatsAndMetricsNames(t *testing.T) {
 	m.ObserveRead("host", time.Millisecond)
 	m.ObserveWrite("disk", time.Millisecond)
 	m.Dropped("remote")
+	m.WriteFailed("disk", FailNoSpace, 1)
 	m.RestoreStall(time.Second)
 	fams, _ := reg.Gather()
 	names := map[string]bool{}
@@ -351,7 +352,7 @@ func TestTierStatsAndMetricsNames(t *testing.T) {
 		names[f.GetName()] = true
 	}
 	for _, n := range []string{"stockpot_kv_offload_read_seconds", "stockpot_kv_offload_write_seconds", "stockpot_kv_blocks_discarded_total",
-		"stockpot_kv_offload_dropped_writes_total", "stockpot_kv_restore_stall_seconds_total"} {
+		"stockpot_kv_offload_dropped_writes_total", "stockpot_kv_tier_write_failures_total", "stockpot_kv_restore_stall_seconds_total"} {
 		if !names[n] {
 			t.Errorf("metric %s not registered", n)
 		}

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"stockpot/internal/kvcache"
@@ -83,12 +85,23 @@ type WriterStats struct {
 	Enqueued, NotAdmitted uint64
 	Dropped, Written      []uint64
 	Failed                []uint64 // blocks whose Put returned an error
+	Spilled               []uint64 // blocks a faster tier evicted, handed to this one
+}
+
+// queued is one write in a tier's queue.
+type queued struct {
+	item tier.Item
+	// spill: a faster tier (a tier.Spiller) evicted it; this tier's copy is now the only one
+	// (tier.Unshadower), or it is written here if there is none.
+	spill bool
 }
 
 type tierQueue struct {
-	t                        Tier
-	ch                       chan tier.Item
-	dropped, written, failed atomic.Uint64
+	t                                 Tier
+	ch                                chan queued
+	spiller                           tier.Spiller // the store, if it spills to tiers below; nil otherwise
+	done                              chan struct{}
+	dropped, written, failed, spilled atomic.Uint64
 }
 
 // Writer writes evicted blocks down the tiers, asynchronously.
@@ -96,12 +109,54 @@ type Writer struct {
 	cfg         WriterConfig
 	metrics     *Metrics
 	queues      []*tierQueue
-	wg          sync.WaitGroup
 	enqueued    atomic.Uint64
 	notAdmitted atomic.Uint64
 	closeOnce   sync.Once
 	mu          sync.RWMutex // Enqueue holds it shared; Close exclusive
 	closed      bool         // protected by mu
+}
+
+// Reasons of stockpot_kv_tier_write_failures_total: why a block did not reach a tier.
+const (
+	FailQueueFull   = "queue_full"  // the tier's queue was full; dropped without a try
+	FailNoSpace     = "no_space"    // the tier's storage is full (ENOSPC), even after evicting
+	FailTooLarge    = "too_large"   // the block is larger than the tier's whole budget
+	FailTimeout     = "timeout"     // the Put ran past WriterConfig.PutTimeout
+	FailUnavailable = "unavailable" // the tier is skipped for now (a remote tier's breaker)
+	FailIOError     = "io_error"    // any other error of the store
+)
+
+var writeFailureReasons = []string{FailQueueFull, FailNoSpace, FailTooLarge, FailTimeout, FailUnavailable, FailIOError}
+
+// writeFailures counts the items of a Put of n that failed, by reason. A store joins one
+// error per failed item (errors.Join); any other error failed the whole batch.
+func writeFailures(err error, n int) map[string]int {
+	if err == nil {
+		return nil
+	}
+	out := map[string]int{}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			out[writeFailure(e)]++
+		}
+		return out
+	}
+	out[writeFailure(err)] = n
+	return out
+}
+
+func writeFailure(err error) string {
+	switch {
+	case errors.Is(err, tier.ErrNoSpace) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT):
+		return FailNoSpace
+	case errors.Is(err, tier.ErrTooLarge):
+		return FailTooLarge
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled):
+		return FailTimeout
+	case errors.Is(err, tier.ErrUnavailable):
+		return FailUnavailable
+	}
+	return FailIOError
 }
 
 // NewWriter starts one worker per tier. metrics may be nil.
@@ -112,12 +167,49 @@ func NewWriter(cfg WriterConfig, tiers []Tier, metrics *Metrics) (*Writer, error
 	}
 	w := &Writer{cfg: cfg, metrics: metrics}
 	for _, t := range tiers {
-		q := &tierQueue{t: t, ch: make(chan tier.Item, cfg.QueueLen)}
+		q := &tierQueue{t: t, ch: make(chan queued, cfg.QueueLen), done: make(chan struct{})}
 		w.queues = append(w.queues, q)
-		w.wg.Add(1)
+		metrics.initWriteFailures(t.Name)
+	}
+	// Each Spiller's evictions go to the Unshadowers below it. Safe without w.mu: a spill
+	// comes from a Put on the spilling tier's worker, and Close closes the queues in tier
+	// order, each after the worker above has finished.
+	for i, q := range w.queues {
+		sp, ok := q.t.Store.(tier.Spiller)
+		if !ok {
+			continue
+		}
+		var below []*tierQueue
+		for _, b := range w.queues[i+1:] {
+			if _, ok := b.t.Store.(tier.Unshadower); ok {
+				below = append(below, b)
+			}
+		}
+		if len(below) > 0 {
+			q.spiller = sp
+			sp.SpillTo(func(items []tier.Item) { w.spill(below, items) })
+		}
+	}
+	for _, q := range w.queues {
 		go w.run(q)
 	}
 	return w, nil
+}
+
+// spill queues what a faster tier evicted to the tiers below; never blocks (a full queue
+// drops it, counted as queue_full).
+func (w *Writer) spill(below []*tierQueue, items []tier.Item) {
+	for _, q := range below {
+		for _, it := range items {
+			it.Shadowed = false
+			select {
+			case q.ch <- queued{item: it, spill: true}:
+			default:
+				q.dropped.Add(1)
+				w.metrics.WriteFailed(q.t.Name, FailQueueFull, 1)
+			}
+		}
+	}
 }
 
 // Enqueue offers one evicted block whose K/V is kv (the arena's bytes; read
@@ -146,28 +238,35 @@ func (w *Writer) enqueue(ev Evicted, kv []byte, wait bool) bool {
 		return false
 	}
 	w.enqueued.Add(1)
-	item := tier.Item{Key: rec.Key(), Value: b} // shared, immutable, by every tier
-	queued := false
+	sent := false
+	shadowed := false // a Spiller above has taken the write: it holds it, and tells when it lets go
 	for _, q := range w.queues {
+		// The value is shared, immutable, by every tier. At shutdown (wait) nothing above
+		// outlives the process, so nothing shadows the write.
+		it := queued{item: tier.Item{Key: rec.Key(), Value: b, Shadowed: shadowed && !wait}}
 		if wait {
-			q.ch <- item
-			queued = true
+			q.ch <- it
+			sent = true
+			shadowed = shadowed || q.spiller != nil
 			continue
 		}
 		select {
-		case q.ch <- item:
-			queued = true
+		case q.ch <- it:
+			sent = true
+			shadowed = shadowed || q.spiller != nil
 		default:
 			q.dropped.Add(1)
 			w.metrics.Dropped(q.t.Name)
+			w.metrics.WriteFailed(q.t.Name, FailQueueFull, 1)
 		}
 	}
-	return queued
+	return sent
 }
 
 func (w *Writer) run(q *tierQueue) {
-	defer w.wg.Done()
-	batch := make([]tier.Item, 0, w.cfg.MaxBatch)
+	defer close(q.done)
+	batch := make([]queued, 0, w.cfg.MaxBatch)
+	var items []tier.Item
 	for it := range q.ch {
 		batch = append(batch[:0], it)
 	fill:
@@ -183,32 +282,84 @@ func (w *Writer) run(q *tierQueue) {
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.PutTimeout)
-		start := time.Now()
-		err := q.t.Store.Put(ctx, batch)
-		cancel()
-		w.metrics.ObserveWrite(q.t.Name, time.Since(start))
-		if err != nil {
-			// A store reports per-item failures joined; without knowing
-			// which, count the batch as failed. Nothing is retried: the
-			// block is recomputed if it is ever needed.
-			q.failed.Add(uint64(len(batch)))
-		} else {
-			q.written.Add(uint64(len(batch)))
+		items = w.maybeUnshadow(ctx, q, batch, items[:0])
+		if len(items) > 0 {
+			start := time.Now()
+			err := q.t.Store.Put(ctx, items)
+			w.metrics.ObserveWrite(q.t.Name, time.Since(start))
+			// Nothing is retried here (a store retries what it can, as the disk does on
+			// ENOSPC): the block is recomputed if it is ever needed.
+			failed := 0
+			for reason, n := range writeFailures(err, len(items)) {
+				w.metrics.WriteFailed(q.t.Name, reason, n)
+				failed += n
+			}
+			failed = min(failed, len(items))
+			q.failed.Add(uint64(failed))
+			q.written.Add(uint64(len(items) - failed))
 		}
+		cancel()
 		clear(batch) // drop references to the values
+		clear(items)
 	}
 }
 
-// Close stops accepting blocks, writes what is queued, and waits.
+// maybeUnshadow turns the spills in batch into Unshadow calls: a key the tier holds becomes
+// its sole copy without being written again; the others are written, as sole copies. A
+// spill wins over a write-back of the same key in the batch (the value is the same: the key
+// names it). It appends what to Put to items and returns it.
+func (w *Writer) maybeUnshadow(ctx context.Context, q *tierQueue, batch []queued, items []tier.Item) []tier.Item {
+	if !slices.ContainsFunc(batch, func(b queued) bool { return b.spill }) {
+		for _, b := range batch {
+			items = append(items, b.item)
+		}
+		return items
+	}
+	var spills []tier.Key
+	spilled := map[tier.Key]tier.Item{}
+	for _, b := range batch {
+		if b.spill {
+			if _, dup := spilled[b.item.Key]; !dup {
+				spills = append(spills, b.item.Key)
+			}
+			spilled[b.item.Key] = b.item
+		}
+	}
+	for _, b := range batch {
+		if _, ok := spilled[b.item.Key]; !ok {
+			items = append(items, b.item)
+		}
+	}
+	if len(spills) == 0 {
+		return items
+	}
+	q.spilled.Add(uint64(len(spills)))
+	var held []bool
+	if u, ok := q.t.Store.(tier.Unshadower); ok {
+		held, _ = u.Unshadow(ctx, spills) // on error, write them all
+	}
+	for i, k := range spills {
+		if i >= len(held) || !held[i] {
+			items = append(items, spilled[k])
+		}
+	}
+	return items
+}
+
+// Close stops accepting blocks, writes what is queued, and waits. Tiers are closed in order,
+// each after the one above has finished: a tier's last Puts may still spill to those below.
 func (w *Writer) Close() {
 	w.closeOnce.Do(func() {
 		w.mu.Lock()
 		w.closed = true
+		w.mu.Unlock()
 		for _, q := range w.queues {
 			close(q.ch)
+			<-q.done
+			if q.spiller != nil {
+				q.spiller.SpillTo(nil) // the queues below are about to close
+			}
 		}
-		w.mu.Unlock()
-		w.wg.Wait()
 	})
 }
 
@@ -219,6 +370,7 @@ func (w *Writer) Stats() WriterStats {
 		st.Dropped = append(st.Dropped, q.dropped.Load())
 		st.Written = append(st.Written, q.written.Load())
 		st.Failed = append(st.Failed, q.failed.Load())
+		st.Spilled = append(st.Spilled, q.spilled.Load())
 	}
 	return st
 }

@@ -37,13 +37,55 @@
 // EntryTTL is ignored. Gaps, restarts (epoch changes) and reconnects past
 // the replica's ring trigger a resync from its snapshot (package kvevents).
 //
-// # Retries
+// # Retries and broken streams
 //
 // A request is retried on another backend (up to MaxAttempts) when it fails
 // before any byte reached the client: connection refused or reset, a 5xx
 // status, a non-streamed body cut short (non-streamed answers are buffered
-// whole), or a stream that ends before its first byte. A connection error
-// takes the backend out at once; the health checker brings it back.
+// whole), or a stream that ends before its first complete event. A
+// connection error takes the backend out at once; the health checker brings
+// it back.
+//
+// Streams are relayed event by event (up to each blank line), so a client
+// never holds half an event. A stream that breaks after its first event
+// cannot be resumed elsewhere: the client gets an error event in the OpenAI
+// shape and then [DONE] (what serve sends when it fails mid-stream), and
+// stockpot_router_stream_failures_total{backend,reason} counts it (cut: the
+// connection broke; incomplete: it ended without [DONE]).
+//
+// # Keys
+//
+// Three keys, each a set (rotation: several may be valid at once), compared
+// in constant time, read from "Authorization: Bearer K" or "x-api-key: K":
+//
+//   - client keys (APIKeys, --api-key) guard the OpenAI endpoints. With
+//     them the router terminates auth: it strips the client's Authorization
+//     and x-api-key and sends the backend key instead (or nothing), so a
+//     client's key never leaves the router. Without them the router checks
+//     nothing and passes the client's headers through.
+//   - admin keys (AdminKeys, --admin-key) guard every method of /backends,
+//     the listing included (it names the backend URLs). Without one,
+//     membership over HTTP is off: 403. Every call is logged with the
+//     caller's address and whether its key matched, never the key.
+//   - metrics keys (MetricsKeys, --metrics-key) guard /metrics when set
+//     (an admin key works there too); otherwise /metrics is open, as on
+//     serve. Its url labels name the backends: set a metrics key to hide
+//     them. /health is always open.
+//
+// The backend key (BackendKey, --backend-key) goes on the router's own
+// calls to replicas: health checks, /tokenize, /v1/kv-events and its
+// snapshot.
+//
+// # Connection limits
+//
+// HTTPServer bounds what a client can hold: header read time, idle
+// keep-alive time, and open connections (a listener that stops accepting at
+// MaxConnections). A body must arrive within BodyReadTimeout (then 408); the
+// deadline is cleared once it has, because net/http's ReadTimeout would also
+// cancel a long stream's context. There is no write timeout, for the same
+// reason. net/http's own plain-text refusals (400, 431) are rewritten into
+// the API's JSON error shape on the way out, and unknown routes get a JSON
+// 404 or 405.
 //
 // # Metrics (router's own registry)
 //
@@ -68,6 +110,10 @@
 //	stockpot_router_event_gaps_total{backend,url}         sequence gaps seen
 //	stockpot_router_replica_restarts_total{backend,url}   epoch changes seen
 //	stockpot_router_events_total{backend,url}             events applied
+//	stockpot_router_stream_failures_total{backend,reason} streams broken after their first event
+//	stockpot_router_unauthorized_total{scope}             refused keys (client, admin, metrics)
+//	stockpot_router_connections                           open client connections
+//	stockpot_router_connection_waits_total                accepts that waited for MaxConnections
 //
 // Hit rate as the router saw it is cached_tokens_total / prompt_tokens_total;
 // prediction quality is predicted_tokens_total against cached_tokens_total.

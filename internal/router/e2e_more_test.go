@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -153,9 +154,10 @@ func TestRouteCommand(t *testing.T) {
 	rs := startReplicas(t, 2)
 	addr := freeAddr(t)
 	cmd := exec.Command(binPath, "route", "--backend", rs[0].url, "--addr", addr, "--health-interval", "200ms")
-	cmd.Env = append(os.Environ(), "STOCKPOT_POLICY=prefix")
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
+	cmd.Env = append(os.Environ(), "STOCKPOT_POLICY=prefix", "STOCKPOT_ADMIN_KEY="+adminKey)
+	admin := []string{"Authorization", "Bearer " + adminKey}
+	log := &syncBuffer{} // read while the process writes
+	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -174,27 +176,25 @@ func TestRouteCommand(t *testing.T) {
 		Backends []BackendStatus `json:"backends"`
 	}
 	get := func() backends {
-		resp, err := http.Get(base + "/backends")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
+		code, body := call(t, "GET", base+"/backends", "", admin...)
 		var out backends
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-			t.Fatal(err)
+		if err := json.Unmarshal([]byte(body), &out); err != nil || code != 200 {
+			t.Fatalf("GET /backends: HTTP %d %s", code, body)
 		}
 		return out
+	}
+	if code, body := call(t, "GET", base+"/backends", ""); code != http.StatusUnauthorized || strings.Contains(body, rs[0].url) {
+		t.Fatalf("GET /backends without the admin key: HTTP %d %s", code, body)
 	}
 	if bs := get(); bs.Policy != "prefix" || len(bs.Backends) != 1 {
 		t.Fatalf("GET /backends: %+v (want policy prefix from STOCKPOT_POLICY, 1 backend)\n%s", bs, log.String())
 	}
-	resp, err := http.Post(base+"/backends", "application/json", strings.NewReader(fmt.Sprintf(`{"url":%q}`, rs[1].url)))
-	if err != nil || resp.StatusCode != http.StatusCreated {
-		t.Fatalf("POST /backends: %v %v", err, resp)
+	code, body := call(t, "POST", base+"/backends", fmt.Sprintf(`{"url":%q}`, rs[1].url), admin...)
+	if code != http.StatusCreated {
+		t.Fatalf("POST /backends: HTTP %d %s", code, body)
 	}
 	var added struct{ ID string }
-	_ = json.NewDecoder(resp.Body).Decode(&added)
-	resp.Body.Close()
+	_ = json.Unmarshal([]byte(body), &added)
 	if bs := get(); len(bs.Backends) != 2 {
 		t.Fatalf("after add: %+v", bs)
 	}
@@ -238,13 +238,121 @@ func TestRouteCommand(t *testing.T) {
 		}
 		return false
 	})
-	req, _ := http.NewRequest(http.MethodDelete, base+"/backends/"+added.ID, nil)
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != http.StatusNoContent {
-		t.Fatalf("DELETE /backends/%s: %v %v", added.ID, err, resp)
+	if code, body := call(t, "DELETE", base+"/backends/"+added.ID, "", admin...); code != http.StatusNoContent {
+		t.Fatalf("DELETE /backends/%s: HTTP %d %s", added.ID, code, body)
 	}
-	resp.Body.Close()
 	if bs := get(); len(bs.Backends) != 1 || bs.Backends[0].ID != id0 {
 		t.Fatalf("after delete: %+v", bs)
+	}
+	if !strings.Contains(log.String(), "membership call accepted") || strings.Contains(log.String(), adminKey) {
+		t.Fatalf("membership changes not logged, or logged with the key:\n%s", log.String())
+	}
+}
+
+// TestBackendKeyRealReplica: replicas behind `serve --api-key` and a router
+// that checks its own client keys. The kv-aware policy's event
+// subscriptions and tokenize calls work with --backend-key, completions
+// succeed with the client key (which the replica would refuse), and the
+// health checks keep the replica up.
+func TestBackendKeyRealReplica(t *testing.T) {
+	rs := startReplicas(t, 2, "--api-key", backendKey)
+	if code, _ := call(t, "POST", rs[0].url+"/v1/completions", `{"prompt":"x","max_tokens":1}`, "Authorization", "Bearer "+clientKey); code != 401 {
+		t.Fatalf("the replica takes the client key (HTTP %d): the test proves nothing", code)
+	}
+	rt, front := startRouter(t, "kv-aware", rs, func(c *Config) {
+		c.APIKeys, c.BackendKey = []string{clientKey}, backendKey
+	}) // waits for both event streams to sync: snapshot and stream carry the key
+	rng := rand.New(rand.NewPCG(3, 3))
+	for i := range 3 {
+		prompt := fmt.Sprintf("Backend key %d. %s", i, words(rng, 40))
+		body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 2})
+		if code, b := call(t, "POST", front+"/v1/completions", string(body), "Authorization", "Bearer "+clientKey); code != 200 {
+			t.Fatalf("completion %d: HTTP %d %s", i, code, b)
+		}
+		chat := `{"messages":[{"role":"user","content":` + strconv.Quote(prompt) + `}],"max_tokens":2}`
+		if code, b := call(t, "POST", front+"/v1/chat/completions", chat, "X-Api-Key", clientKey); code != 200 {
+			t.Fatalf("chat %d: HTTP %d %s", i, code, b)
+		}
+	}
+	if code, _ := call(t, "POST", front+"/v1/completions", `{"prompt":"x"}`); code != 401 {
+		t.Fatalf("no client key: HTTP %d, want 401", code)
+	}
+	ok, failed := 0.0, 0.0
+	for _, mf := range mustGather(t, rt) {
+		if mf.GetName() == "stockpot_router_tokenize_seconds" {
+			for _, m := range mf.GetMetric() {
+				for _, l := range m.GetLabel() {
+					switch l.GetValue() {
+					case "ok":
+						ok += float64(m.GetHistogram().GetSampleCount())
+					case "error":
+						failed += float64(m.GetHistogram().GetSampleCount())
+					}
+				}
+			}
+		}
+	}
+	if ok == 0 || failed != 0 {
+		t.Fatalf("router tokenize calls: %v ok, %v failed (want all ok behind --api-key)", ok, failed)
+	}
+	time.Sleep(3 * rt.cfg.HealthInterval)
+	for _, b := range rt.Backends() {
+		if b.State != "healthy" || !b.Events.Synced {
+			t.Fatalf("backend %+v: down or unsynced behind --api-key", b)
+		}
+	}
+}
+
+// TestRouteCommandKeys runs `stockpot route` with its key files in front of
+// a replica behind --api-key: clients need the client key, the replica gets
+// the backend key, membership needs the admin key, and the limit flags
+// parse.
+func TestRouteCommandKeys(t *testing.T) {
+	rs := startReplicas(t, 1, "--api-key", backendKey)
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	addr := freeAddr(t)
+	cmd := exec.Command(binPath, "route", "--backend", rs[0].url, "--addr", addr, "--policy", "prefix",
+		"--api-key-file", write("client", "\n"+clientKey+"\nsecond-client-key\n"),
+		"--admin-key-file", write("admin", adminKey+"\n"),
+		"--backend-key-file", write("backend", backendKey+"\n"),
+		"--idle-timeout", "30s", "--read-timeout", "30s", "--max-connections", "64")
+	log := &syncBuffer{} // read while the process writes
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	base := "http://" + addr
+	waitUntil(t, "router health", 10*time.Second, func() bool {
+		resp, err := http.Get(base + "/health")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	for _, k := range []string{clientKey, "second-client-key"} {
+		if code, b := call(t, "POST", base+"/v1/completions", `{"prompt":"route keys","max_tokens":2}`, "Authorization", "Bearer "+k); code != 200 {
+			t.Fatalf("completion with a client key from the file: HTTP %d %s\n%s", code, b, log.String())
+		}
+	}
+	if code, _ := call(t, "POST", base+"/v1/completions", `{"prompt":"x"}`, "Authorization", "Bearer "+backendKey); code != 401 {
+		t.Fatalf("the backend key works as a client key on the router: HTTP %d", code)
+	}
+	if code, _ := call(t, "POST", base+"/backends", `{"url":"http://127.0.0.1:1"}`, "Authorization", "Bearer "+clientKey); code != 401 {
+		t.Fatalf("POST /backends with a client key: HTTP %d, want 401", code)
+	}
+	if code, _ := call(t, "GET", base+"/backends", "", "Authorization", "Bearer "+adminKey); code != 200 {
+		t.Fatalf("GET /backends with the admin key: HTTP %d", code)
+	}
+	if strings.Contains(log.String(), clientKey) || strings.Contains(log.String(), adminKey) || strings.Contains(log.String(), backendKey) {
+		t.Fatalf("a key reached the log:\n%s", log.String())
 	}
 }

@@ -60,6 +60,7 @@ type replica struct {
 	url  string
 	cmd  *exec.Cmd
 	log  *bytes.Buffer
+	args []string // extra `serve` flags
 }
 
 func freeAddr(t *testing.T) string {
@@ -73,7 +74,7 @@ func freeAddr(t *testing.T) string {
 }
 
 // startReplicas starts n replicas in parallel and waits for their /health.
-func startReplicas(t *testing.T, n int) []*replica {
+func startReplicas(t *testing.T, n int, serveArgs ...string) []*replica {
 	t.Helper()
 	if e2eSkip != "" {
 		t.Fatal(e2eSkip) // a build failure is a failure, never a skip
@@ -81,7 +82,7 @@ func startReplicas(t *testing.T, n int) []*replica {
 	rs := make([]*replica, n)
 	for i := range rs {
 		addr := freeAddr(t)
-		rs[i] = &replica{t: t, addr: addr, url: "http://" + addr}
+		rs[i] = &replica{t: t, addr: addr, url: "http://" + addr, args: serveArgs}
 		rs[i].start()
 		t.Cleanup(rs[i].kill)
 	}
@@ -93,7 +94,7 @@ func startReplicas(t *testing.T, n int) []*replica {
 
 func (r *replica) start() {
 	r.log = &bytes.Buffer{}
-	r.cmd = exec.Command(binPath, "serve", "--model", modelPath, "--addr", r.addr, "--threads", "1", "--kv-memory", "128MiB")
+	r.cmd = exec.Command(binPath, append([]string{"serve", "--model", modelPath, "--addr", r.addr, "--threads", "1", "--kv-memory", "128MiB"}, r.args...)...)
 	r.cmd.Stdout, r.cmd.Stderr = r.log, r.log
 	if err := r.cmd.Start(); err != nil {
 		r.t.Fatal(err)

@@ -20,6 +20,11 @@ type metrics struct {
 	failed    prometheus.Counter       // requests that failed on every backend
 	overhead  prometheus.Histogram     // router time before the upstream request went out
 	tokenize  *prometheus.HistogramVec // outcome
+
+	streamFailures *prometheus.CounterVec // backend, reason: streams cut after their first byte
+	unauthorized   *prometheus.CounterVec // scope: client, admin, metrics
+	connections    prometheus.Gauge       // open client connections
+	connWaits      prometheus.Counter     // accepts that waited for a free connection slot
 }
 
 var tokenBuckets = prometheus.ExponentialBuckets(16, 2, 14) // 16 .. 131072 tokens
@@ -51,10 +56,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: prometheus.ExponentialBuckets(5e-6, 2, 16)}),
 		tokenize: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "stockpot_router_tokenize_seconds",
 			Help: "Time spent tokenizing prompts on a backend for the policy.", Buckets: prometheus.ExponentialBuckets(5e-5, 2, 14)}, []string{"outcome"}),
+		streamFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stockpot_router_stream_failures_total",
+			Help: "Streams cut after their first byte reached the client (cannot be retried), by backend and reason (cut, incomplete)."},
+			[]string{"backend", "reason"}),
+		unauthorized: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stockpot_router_unauthorized_total",
+			Help: "Requests refused for a missing or wrong key, by scope (client, admin, metrics)."}, []string{"scope"}),
+		connections: prometheus.NewGauge(prometheus.GaugeOpts{Name: "stockpot_router_connections",
+			Help: "Client connections open on the router (see --max-connections)."}),
+		connWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "stockpot_router_connection_waits_total",
+			Help: "Times the router stopped accepting because --max-connections were open."}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.decisions, m.load, m.predicted, m.cached, m.prompt, m.predHist, m.cacheHist,
-			m.retries, m.failed, m.overhead, m.tokenize)
+			m.retries, m.failed, m.overhead, m.tokenize, m.streamFailures, m.unauthorized, m.connections, m.connWaits)
 	}
 	return m
 }

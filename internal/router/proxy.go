@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
+
+	"stockpot/internal/api"
 )
 
 // hopHeaders are connection-level headers a proxy must not forward.
@@ -25,14 +28,37 @@ type generateBody struct {
 	CacheSalt string          `json:"cache_salt"`
 }
 
-func (r *Router) readBody(w http.ResponseWriter, req *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.cfg.MaxBodyBytes))
+// readBody reads a request body of at most limit bytes within
+// BodyReadTimeout: a client dripping its body is cut (408) rather than
+// holding the connection. The deadline is the connection's read deadline,
+// set for the body alone and cleared after it, so it never cuts the
+// response (a long stream).
+func (r *Router) readBody(w http.ResponseWriter, req *http.Request, limit int64) ([]byte, bool) {
+	if req.ContentLength > limit {
+		writeAPIError(w, api.TooLarge(limit))
+		return nil, false
+	}
+	rc := http.NewResponseController(w)
+	// ErrNotSupported (a test recorder): read without the deadline.
+	deadline := rc.SetReadDeadline(time.Now().Add(r.cfg.BodyReadTimeout)) == nil
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, limit))
+	if deadline && err == nil {
+		// After a failure the deadline stays: net/http's drain of the rest
+		// of the body must not wait on the client either.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes", mbe.Limit), "invalid_request_error")
-		} else {
-			writeError(w, http.StatusBadRequest, "reading request body: "+err.Error(), "invalid_request_error")
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
+			writeAPIError(w, api.TooLarge(mbe.Limit))
+		case errors.As(err, &ne) && ne.Timeout():
+			w.Header().Set("Connection", "close")
+			writeAPIError(w, &api.Error{Status: http.StatusRequestTimeout, Type: api.TypeInvalidRequest, Code: "body_timeout",
+				Message: fmt.Sprintf("the request body did not arrive within %v (--read-timeout)", r.cfg.BodyReadTimeout)})
+		default:
+			writeAPIError(w, api.Invalid("", "reading request body: %v", err))
 		}
 		return nil, false
 	}
@@ -41,7 +67,7 @@ func (r *Router) readBody(w http.ResponseWriter, req *http.Request) ([]byte, boo
 
 func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 	start := time.Now()
-	body, ok := r.readBody(w, req)
+	body, ok := r.readBody(w, req, r.cfg.MaxBodyBytes)
 	if !ok {
 		return
 	}
@@ -62,7 +88,7 @@ func (r *Router) servePassThrough(w http.ResponseWriter, req *http.Request) {
 	var body []byte
 	if req.Method == http.MethodPost {
 		var ok bool
-		if body, ok = r.readBody(w, req); !ok {
+		if body, ok = r.readBody(w, req, r.cfg.MaxBodyBytes); !ok {
 			return
 		}
 	}
@@ -120,7 +146,7 @@ func (r *Router) tokenizeOn(ctx context.Context, b *Backend, body []byte) ([]int
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.client.Do(req)
+	resp, err := r.own.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -192,9 +218,10 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte, 
 		w.WriteHeader(last.code)
 		_, _ = w.Write(last.body)
 	case lastErr != nil:
-		writeError(w, http.StatusBadGateway, "every backend failed; last error: "+lastErr.Error(), "server_error")
+		writeAPIError(w, &api.Error{Status: http.StatusBadGateway, Type: api.TypeServer, Code: "bad_gateway",
+			Message: "every backend failed; last error: " + lastErr.Error()})
 	default:
-		writeError(w, http.StatusServiceUnavailable, ErrNoBackend.Error(), "server_error")
+		writeAPIError(w, api.Unavailable("%v", ErrNoBackend))
 	}
 }
 
@@ -224,6 +251,7 @@ func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, 
 		return false, nil, err
 	}
 	copyHeader(up.Header, req.Header)
+	r.setUpstreamAuth(up.Header)
 	up.ContentLength = int64(len(body))
 	resp, err := r.client.Do(up)
 	if err != nil {
@@ -250,40 +278,9 @@ func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, 
 			usage = parseUsage(rb)
 		}
 	} else {
-		// The first bytes decide: before them a failure is retried.
-		buf := make([]byte, 32<<10)
-		n, rerr := resp.Body.Read(buf)
-		if n == 0 && rerr != nil {
-			if rerr == io.EOF {
-				rerr = io.ErrUnexpectedEOF
-			}
-			return false, nil, fmt.Errorf("stream: %w", rerr)
-		}
-		r.decided(b, d, load, generate)
-		copyHeader(w.Header(), resp.Header)
-		w.Header().Set("X-Stockpot-Backend", b.ID)
-		w.WriteHeader(resp.StatusCode)
-		fl, _ := w.(http.Flusher)
-		// tail keeps the stream's last bytes: the usage chunk is the last
-		// data line before [DONE].
-		var tail []byte
-		for {
-			if n > 0 {
-				if _, werr := w.Write(buf[:n]); werr != nil {
-					break
-				}
-				if fl != nil {
-					fl.Flush()
-				}
-				tail = appendTail(tail, buf[:n], 16<<10)
-			}
-			if rerr != nil {
-				break
-			}
-			n, rerr = resp.Body.Read(buf)
-		}
-		if generate && resp.StatusCode == http.StatusOK {
-			usage = parseStreamUsage(tail)
+		var ok bool
+		if ok, usage, err = r.relayStream(w, req, resp, b, d, load, generate); !ok {
+			return false, nil, err
 		}
 	}
 	code := strconv.Itoa(resp.StatusCode)
@@ -294,6 +291,128 @@ func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, 
 		r.m.cacheHist.Observe(float64(usage.cached))
 	}
 	return true, nil, nil
+}
+
+// maxPendingEvent bounds how much of one SSE event the router holds back
+// waiting for its end; past it the bytes go out as they are (a stream that
+// is not SSE-shaped still flows).
+const maxPendingEvent = 1 << 20
+
+// relayStream copies an event stream to the client event by event: only
+// complete events (up to a blank line) go out, so a backend that dies
+// mid-event never leaves half an event at the client. ok=false means
+// nothing reached the client (the stream failed before its first complete
+// event) and the caller retries elsewhere; err says why. A stream that
+// breaks later cannot be resumed: the client gets an error event and
+// [DONE], as serve sends when it fails mid-stream, and
+// stockpot_router_stream_failures_total counts it.
+func (r *Router) relayStream(w http.ResponseWriter, req *http.Request, resp *http.Response, b *Backend, d Decision, load int64, generate bool) (ok bool, usage usageInfo, err error) {
+	buf := make([]byte, 32<<10)
+	var pending []byte
+	var rerr error
+	read := func() {
+		n, e := resp.Body.Read(buf)
+		pending = append(pending, buf[:n]...)
+		rerr = e
+	}
+	// The first complete event decides: before it a failure is retried.
+	for rerr == nil && sseBoundary(pending) == 0 && len(pending) < maxPendingEvent {
+		read()
+	}
+	if rerr != nil && sseBoundary(pending) == 0 && (rerr != io.EOF || len(pending) == 0) {
+		if rerr == io.EOF {
+			rerr = io.ErrUnexpectedEOF
+		}
+		return false, usage, fmt.Errorf("stream: %w", rerr)
+	}
+	r.decided(b, d, load, generate)
+	copyHeader(w.Header(), resp.Header)
+	w.Header().Set("X-Stockpot-Backend", b.ID)
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	// tail keeps the stream's last bytes: the usage chunk is the last data
+	// line before [DONE].
+	var tail []byte
+	clientGone := false
+	for {
+		k := sseBoundary(pending)
+		if rerr == io.EOF || len(pending) >= maxPendingEvent {
+			k = len(pending) // a clean end, or no event boundary in sight
+		}
+		if rerr != nil && rerr != io.EOF {
+			k = min(k, sseBoundary(pending)) // never half an event after a cut
+		}
+		if k > 0 {
+			if _, werr := w.Write(pending[:k]); werr != nil {
+				clientGone = true
+				break
+			}
+			_ = rc.Flush()
+			tail = appendTail(tail, pending[:k], 16<<10)
+			pending = append(pending[:0], pending[k:]...)
+		}
+		if rerr != nil {
+			break
+		}
+		read()
+	}
+	if generate && resp.StatusCode == http.StatusOK {
+		usage = parseStreamUsage(tail)
+	}
+	if clientGone || req.Context().Err() != nil || resp.StatusCode != http.StatusOK {
+		return true, usage, nil // nobody left to tell, or not a stream of ours
+	}
+	reason := ""
+	switch {
+	case rerr != io.EOF:
+		reason = "cut"
+	case generate && !endsWithDone(tail):
+		reason = "incomplete"
+	}
+	if reason != "" {
+		r.streamFailed(w, rc, b, reason, rerr)
+	}
+	return true, usage, nil
+}
+
+// streamFailed ends a stream its backend broke: an error event in the
+// OpenAI shape, then [DONE] (what serve's own sendError writes), so the
+// client sees a clean end with a reason instead of a truncated stream.
+func (r *Router) streamFailed(w http.ResponseWriter, rc *http.ResponseController, b *Backend, reason string, rerr error) {
+	why := "it ended without [DONE]"
+	if reason == "cut" {
+		why = rerr.Error()
+		r.markDown(b, "stream cut: "+why)
+	}
+	b.errors.Add(1)
+	r.m.streamFailures.WithLabelValues(b.ID, reason).Inc()
+	r.cfg.Logger.Warn("router: stream failed after its first byte", "backend", b.ID, "reason", reason, "err", why)
+	e := &api.Error{Status: http.StatusBadGateway, Type: api.TypeServer, Code: "backend_stream_failed",
+		Message: fmt.Sprintf("backend %s failed mid-stream (%s); a started stream cannot be resumed, retry the request", b.ID, why)}
+	js, _ := json.Marshal(e.Body())
+	out := make([]byte, 0, len(js)+32)
+	out = append(append(append(out, "data: "...), js...), "\n\ndata: [DONE]\n\n"...)
+	_, _ = w.Write(out)
+	_ = rc.Flush()
+}
+
+// sseBoundary returns the end of the last complete event in p (just past
+// the blank line that ends it, "\n\n" or "\n\r\n"); 0 when p holds none.
+func sseBoundary(p []byte) int {
+	end := 0
+	if i := bytes.LastIndex(p, []byte("\n\n")); i >= 0 {
+		end = i + 2
+	}
+	if i := bytes.LastIndex(p, []byte("\n\r\n")); i >= 0 && i+3 > end {
+		end = i + 3
+	}
+	return end
+}
+
+// endsWithDone reports whether an OpenAI stream's last event is [DONE].
+func endsWithDone(tail []byte) bool {
+	t := bytes.TrimRight(tail, "\r\n")
+	return bytes.HasSuffix(t, []byte("data: [DONE]")) || bytes.HasSuffix(t, []byte("data:[DONE]"))
 }
 
 // decided records the evidence of the decision that answered.

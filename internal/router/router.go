@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"stockpot/internal/api"
 	"stockpot/internal/kvevents"
 )
 
@@ -51,12 +53,34 @@ type Config struct {
 	Logger     *slog.Logger
 	// Transport is the upstream transport; default a pooled one.
 	Transport http.RoundTripper
+
+	// APIKeys, when any is set, are required of clients on the OpenAI
+	// endpoints ("Authorization: Bearer K" or "x-api-key: K"), and the
+	// router terminates auth: a client's key is never forwarded (BackendKey
+	// takes its place). Without them the router checks nothing and passes
+	// the client's headers through.
+	APIKeys []string
+	// AdminKeys guard every method of /backends. Without any, membership
+	// over HTTP is off (403); AddBackend and RemoveBackend still work.
+	AdminKeys []string
+	// MetricsKeys, when any is set, guard /metrics (an admin key is also
+	// accepted there). Without them /metrics is open, as on serve.
+	MetricsKeys []string
+	// BackendKey is sent as "Authorization: Bearer K" on the router's own
+	// calls to replicas (health, /tokenize, /v1/kv-events and its
+	// snapshot), and on forwarded requests when APIKeys are set.
+	BackendKey string
+	// BodyReadTimeout bounds reading one request's body (a client dripping
+	// bytes holds a connection no longer). Default 60s. The response is not
+	// bounded: long streams run as long as they run.
+	BodyReadTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Policy: "kv-aware", PolicyConfig: DefaultPolicyConfig(), HealthInterval: time.Second,
-		HealthTimeout: time.Second, DownAfter: 2, MaxAttempts: 3, MaxBodyBytes: 16 << 20, TokenizeTimeout: 2 * time.Second}
+		HealthTimeout: time.Second, DownAfter: 2, MaxAttempts: 3, MaxBodyBytes: 16 << 20, TokenizeTimeout: 2 * time.Second,
+		BodyReadTimeout: 60 * time.Second}
 }
 
 func (c Config) validate() Config {
@@ -83,6 +107,10 @@ func (c Config) validate() Config {
 	if c.TokenizeTimeout <= 0 {
 		c.TokenizeTimeout = d.TokenizeTimeout
 	}
+	if c.BodyReadTimeout <= 0 {
+		c.BodyReadTimeout = d.BodyReadTimeout
+	}
+	c.BackendKey = strings.TrimSpace(c.BackendKey)
 	if c.Events == nil {
 		on := c.Policy == "kv-aware"
 		c.Events = &on
@@ -115,11 +143,17 @@ type Router struct {
 	cfg    Config
 	policy Policy
 	needs  tokenNeeder // nil when the policy never needs tokens
-	client *http.Client
+	// client forwards requests (credentials set per request); own makes the
+	// router's own calls and always carries the backend key.
+	client, own *http.Client
+
 	m      *metrics
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	// clientKeys, adminKeys, metricsKeys: see Config.
+	clientKeys, adminKeys, metricsKeys keySet
 
 	// list is the current backends, sorted by ID; replaced, never mutated,
 	// so the request path reads it without a lock.
@@ -135,7 +169,9 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, policy: p, client: &http.Client{Transport: cfg.Transport}}
+	r := &Router{cfg: cfg, policy: p, client: &http.Client{Transport: cfg.Transport},
+		own:        &http.Client{Transport: keyTransport{base: cfg.Transport, key: cfg.BackendKey}},
+		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys)}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
 	if cfg.Registerer != nil {
@@ -192,7 +228,7 @@ func (r *Router) AddBackend(rawURL string) (string, error) {
 	}
 	if *r.cfg.Events {
 		sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{URL: b.URL.String(), Sink: b.index,
-			Client: &http.Client{Transport: r.cfg.Transport}, Logger: r.cfg.Logger})
+			Client: r.own, Logger: r.cfg.Logger})
 		if err != nil {
 			return "", err
 		}
@@ -275,7 +311,7 @@ func (r *Router) check(b *Backend) {
 	ctx, cancel := context.WithTimeout(r.ctx, r.cfg.HealthTimeout)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.URL.String()+"/health", nil)
-	resp, err := r.client.Do(req)
+	resp, err := r.own.Do(req)
 	ok := err == nil && resp.StatusCode == http.StatusOK
 	if resp != nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
@@ -320,49 +356,83 @@ func (r *Router) candidates(tried []*Backend) []*Backend {
 	return out
 }
 
+// routes lists every path the router serves and its methods, for the JSON
+// 404 and 405 answers (the mux's own are plain text).
+var routes = map[string]string{
+	"/v1/completions":      "POST",
+	"/v1/chat/completions": "POST",
+	"/tokenize":            "POST",
+	"/detokenize":          "POST",
+	"/v1/models":           "GET",
+	"/health":              "GET",
+	"/metrics":             "GET",
+	"/backends":            "GET, POST",
+}
+
 // Handler returns the router's HTTP API.
 func (r *Router) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/completions", r.serveGenerate)
-	mux.HandleFunc("POST /v1/chat/completions", r.serveGenerate)
-	mux.HandleFunc("POST /tokenize", r.servePassThrough)
-	mux.HandleFunc("POST /detokenize", r.servePassThrough)
-	mux.HandleFunc("GET /v1/models", r.servePassThrough)
-	mux.HandleFunc("GET /v1/models/{name}", r.servePassThrough)
+	mux.HandleFunc("POST /v1/completions", r.requireClient(r.serveGenerate))
+	mux.HandleFunc("POST /v1/chat/completions", r.requireClient(r.serveGenerate))
+	mux.HandleFunc("POST /tokenize", r.requireClient(r.servePassThrough))
+	mux.HandleFunc("POST /detokenize", r.requireClient(r.servePassThrough))
+	mux.HandleFunc("GET /v1/models", r.requireClient(r.servePassThrough))
+	mux.HandleFunc("GET /v1/models/{name}", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		if len(r.candidates(nil)) == 0 {
-			writeError(w, http.StatusServiceUnavailable, "no healthy backend", "service_unavailable")
+			writeAPIError(w, api.Unavailable("no healthy backend"))
 			return
 		}
 		writeJSONBody(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	if r.cfg.Gatherer != nil {
-		mux.Handle("GET /metrics", promhttp.HandlerFor(r.cfg.Gatherer, promhttp.HandlerOpts{}))
+		mux.Handle("GET /metrics", r.requireMetrics(promhttp.HandlerFor(r.cfg.Gatherer, promhttp.HandlerOpts{})))
 	}
-	mux.HandleFunc("GET /backends", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /backends", r.requireAdmin(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSONBody(w, http.StatusOK, map[string]any{"policy": r.policy.Name(), "backends": r.Backends()})
-	})
-	mux.HandleFunc("POST /backends", func(w http.ResponseWriter, req *http.Request) {
+	}))
+	mux.HandleFunc("POST /backends", r.requireAdmin(func(w http.ResponseWriter, req *http.Request) {
 		var body struct {
 			URL string `json:"url"`
 		}
-		if err := json.NewDecoder(io.LimitReader(req.Body, 64<<10)).Decode(&body); err != nil || body.URL == "" {
-			writeError(w, http.StatusBadRequest, `want {"url": "http://host:port"}`, "invalid_request_error")
+		raw, ok := r.readBody(w, req, 64<<10)
+		if !ok {
+			return
+		}
+		if err := json.Unmarshal(raw, &body); err != nil || body.URL == "" {
+			writeAPIError(w, api.Invalid("url", `want {"url": "http://host:port"}`))
 			return
 		}
 		id, err := r.AddBackend(body.URL)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, err.Error(), "invalid_request_error")
+			writeAPIError(w, api.Invalid("url", "%v", err))
 			return
 		}
 		writeJSONBody(w, http.StatusCreated, map[string]string{"id": id})
-	})
-	mux.HandleFunc("DELETE /backends/{id}", func(w http.ResponseWriter, req *http.Request) {
+	}))
+	mux.HandleFunc("DELETE /backends/{id}", r.requireAdmin(func(w http.ResponseWriter, req *http.Request) {
 		if err := r.RemoveBackend(req.PathValue("id")); err != nil {
-			writeError(w, http.StatusNotFound, err.Error(), "not_found_error")
+			writeAPIError(w, &api.Error{Status: http.StatusNotFound, Type: api.TypeNotFound, Code: "backend_not_found", Message: err.Error()})
 			return
 		}
 		w.WriteHeader(http.StatusNoContent)
+	}))
+	// Everything else: the API's JSON 404 or 405, not the mux's plain text.
+	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
+		path := req.URL.Path
+		allowed, ok := routes[path]
+		switch {
+		case strings.HasPrefix(path, "/v1/models/"):
+			allowed, ok = "GET", true
+		case strings.HasPrefix(path, "/backends/"):
+			allowed, ok = "DELETE", true
+		}
+		if !ok {
+			writeAPIError(w, api.NotFound(req.Method, path))
+			return
+		}
+		w.Header().Set("Allow", allowed)
+		writeAPIError(w, api.MethodNotAllowed(req.Method, path, allowed))
 	})
 	return mux
 }
@@ -373,11 +443,11 @@ func writeJSONBody(w http.ResponseWriter, code int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// writeError writes an OpenAI-shaped error.
-func writeError(w http.ResponseWriter, code int, msg, typ string) {
-	var b bytes.Buffer
-	_ = json.NewEncoder(&b).Encode(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": code}})
+// writeAPIError writes e in the OpenAI error shape, as serve does.
+func writeAPIError(w http.ResponseWriter, e *api.Error) {
+	b, _ := json.Marshal(e.Body())
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_, _ = w.Write(b.Bytes())
+	w.Header().Set("Content-Length", strconv.Itoa(len(b)+1))
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(b, '\n'))
 }

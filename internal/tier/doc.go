@@ -32,6 +32,23 @@
 // trusts them and the reader verifies every value it gets. tiertest.Run is the
 // conformance suite every store passes; memstore is the in-memory reference.
 //
+// # Sole copies
+//
+// Tiers are inclusive: a block evicted from the device is written to every tier, host first,
+// so the disk holds copies of what host RAM holds, for the restart (RAM is lost; a kill -9
+// also loses the device pool). Under plain LRU on both, a pass over more distinct prompts
+// than host and disk hold together makes each new write-back evict, on the disk, the blocks
+// nothing else holds, among them everything that survived a restart, before a lookup reaches
+// them: nothing is reused (issue 17). So a write-back that a faster tier also received is
+// Shadowed, and a store with a budget keeps two classes: shadowed items and sole copies. A
+// shadowed item may displace only other shadowed items; a sole copy (a write with no tier
+// above, a block the host tier evicted, the flush at shutdown, every item found at a restart)
+// displaces shadowed items first, then the least recently used sole copy. When the host tier
+// (a Spiller) evicts an item, the writer tells the disk (an Unshadower) that its copy is now
+// the only one, or writes it there if the disk has none. The disk thus keeps recent
+// write-backs for durability while it has room, and never trades the only copy of a block
+// for a second copy of another.
+//
 // Ownership: Put takes ownership of each Item.Value (the caller never writes
 // to it again); values returned by Get are read-only to the caller. Both rules
 // let the host tier hand the same bytes around without copying.

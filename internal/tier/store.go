@@ -23,6 +23,12 @@ func (k Key) String() string { return k.Root.Short() + "/" + k.Hash.Short() }
 type Item struct {
 	Key   Key
 	Value []byte // an encoded Record; owned by the store after Put
+	// Shadowed says a faster tier above this one holds the same value (the host tier, which
+	// every write-back reaches first). A store with a byte budget makes room for a shadowed
+	// item only by evicting other shadowed items, never one it alone holds; an item it cannot
+	// place that way is declined (counted in Stats.Declined, not an error). Stores without a
+	// budget of their own ignore it. See the package doc, "Sole copies".
+	Shadowed bool
 }
 
 // Stats is a snapshot of a store's counters. Capacity is 0 when the store has
@@ -34,6 +40,7 @@ type Stats struct {
 	Evictions     uint64 // items dropped to make room (not Deletes)
 	Hits          uint64 // keys found by Get
 	Misses        uint64 // keys not found by Get
+	Declined      uint64 // shadowed items Put did not store (no room without evicting a sole copy)
 }
 
 // Store is one offload tier. All methods are safe for concurrent use and take
@@ -46,8 +53,10 @@ type Store interface {
 	// the caller treats every key as a miss.
 	Get(ctx context.Context, keys []Key) ([][]byte, error)
 	// Put stores items, replacing values under the same key. A store with a
-	// budget evicts to make room; an item larger than the whole budget is
-	// refused with ErrTooLarge (the others are still stored).
+	// budget evicts to make room (for a Shadowed item, only other shadowed
+	// items; one that does not fit so is declined, without an error); an item
+	// larger than the whole budget is refused with ErrTooLarge (the others are
+	// still stored). Each failed item adds one error to the joined result.
 	Put(ctx context.Context, items []Item) error
 	// Delete removes keys; missing keys are not an error.
 	Delete(ctx context.Context, keys []Key) error
@@ -58,11 +67,29 @@ type Store interface {
 	Stats() Stats
 }
 
+// Spiller is a store that reports what it evicts (the host tier): an item it drops may be the
+// last copy above the disk, so the writer hands it to the tiers below (Unshadower) at once.
+type Spiller interface {
+	// SpillTo registers fn, called with the items each Put evicted, after the Put and outside
+	// the store's lock. The values are the stored bytes: read-only, as values from Get.
+	SpillTo(fn func([]Item))
+}
+
+// Unshadower is a store that protects the items it alone holds (see Item.Shadowed).
+type Unshadower interface {
+	// Unshadow marks the keys it holds as sole copies (a faster tier has dropped them) and
+	// reports, per key, whether it held it; the caller Puts the ones it did not.
+	Unshadow(ctx context.Context, keys []Key) ([]bool, error)
+}
+
 var (
 	// ErrTooLarge is returned (wrapped) by Put for a value over the budget.
 	ErrTooLarge = errors.New("tier: value larger than the store's budget")
 	// ErrClosed is returned by a store used after Close.
 	ErrClosed = errors.New("tier: store closed")
+	// ErrNoSpace is wrapped by a Put that failed because the tier's storage is full (a disk
+	// smaller than its budget: ENOSPC), even after evicting to make room.
+	ErrNoSpace = errors.New("tier: no space left")
 	// ErrUnavailable is returned by a tier that is skipped for now (a remote
 	// tier whose circuit breaker is open).
 	ErrUnavailable = errors.New("tier: unavailable")

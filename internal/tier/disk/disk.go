@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -31,7 +32,30 @@ type Config struct {
 	// Sync fsyncs each file and the directory before it is visible, for
 	// durability across power loss. Off by default: see the package doc.
 	Sync bool
+	// FS is what block files are written through; nil is the OS. Tests wrap it to
+	// inject faults (a file system smaller than the budget).
+	FS FS
 }
+
+// FS creates and renames the store's files. Reads, listing and removal go to the OS
+// directly: the seam is for the faults of the write path (a full disk).
+type FS interface {
+	CreateTemp(dir, pattern string) (File, error)
+	Rename(oldpath, newpath string) error
+}
+
+// File is a temp file being written.
+type File interface {
+	io.Writer
+	Name() string
+	Sync() error
+	Close() error
+}
+
+type osFS struct{}
+
+func (osFS) CreateTemp(dir, pattern string) (File, error) { return os.CreateTemp(dir, pattern) }
+func (osFS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
 
 // DefaultConfig returns a 10 GiB budget; Dir and IdentityDigest must be set.
 func DefaultConfig() Config { return Config{CapacityBytes: 10 << 30} }
@@ -44,6 +68,9 @@ func (c Config) validate() (Config, error) {
 		return c, fmt.Errorf("disk: capacity %d bytes must be > 0", c.CapacityBytes)
 	case c.IdentityDigest == [32]byte{}:
 		return c, errors.New("disk: Config.IdentityDigest is zero")
+	}
+	if c.FS == nil {
+		c.FS = osFS{}
 	}
 	return c, nil
 }
@@ -66,7 +93,8 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 type entry struct {
 	key        tier.Key
 	size       int64  // file size
-	prev, next *entry // LRU list; protected by Store.mu
+	sole       bool   // no faster tier holds it (see tier.Item.Shadowed); picks its LRU list
+	prev, next *entry // its class's LRU list; protected by Store.mu
 }
 
 // Store is the disk tier. Safe for concurrent use.
@@ -75,18 +103,19 @@ type Store struct {
 	dir  string // DIR/<digest hex>
 	lock *os.File
 
-	// write writes a temp file's bytes; tests replace it to inject faults
-	// (disk full).
-	write func(f *os.File, bufs ...[]byte) error
-
 	mu struct {
 		sync.Mutex
-		closed  bool
-		m       map[tier.Key]*entry
-		lru     entry // sentinel: next = most recent
-		used    int64
-		stats   tier.Stats
-		corrupt uint64
+		closed bool
+		m      map[tier.Key]*entry
+		// One LRU list per class (sentinels: next = most recent). Eviction takes the
+		// shadowed list's tail first; a shadowed Put never takes from the sole list.
+		shadowed, sole entry
+		// used = soleBytes + the shadowed entries' bytes; the sum of indexed file sizes.
+		used, soleBytes int64
+		stats           tier.Stats
+		corrupt         uint64
+		// clock is the last modification time given to a file (see tickLocked).
+		clock time.Time
 	}
 }
 
@@ -112,9 +141,11 @@ func Open(cfg Config) (*Store, error) {
 		lock.Close()
 		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, cfg.Dir, err)
 	}
-	s := &Store{cfg: cfg, lock: lock, dir: filepath.Join(cfg.Dir, hex.EncodeToString(cfg.IdentityDigest[:])), write: writeAll}
+	s := &Store{cfg: cfg, lock: lock, dir: filepath.Join(cfg.Dir, hex.EncodeToString(cfg.IdentityDigest[:]))}
 	s.mu.m = make(map[tier.Key]*entry)
-	s.mu.lru.next, s.mu.lru.prev = &s.mu.lru, &s.mu.lru
+	for _, l := range []*entry{&s.mu.shadowed, &s.mu.sole} {
+		l.next, l.prev = l, l
+	}
 	if err := s.collectForeign(); err != nil {
 		lock.Close()
 		return nil, err
@@ -212,19 +243,32 @@ func (s *Store) rebuild() error {
 		}
 		files = append(files, found{key, info.Size(), info.ModTime()})
 	}
-	slices.SortFunc(files, func(a, b found) int { return a.mtime.Compare(b.mtime) })
+	slices.SortStableFunc(files, func(a, b found) int { return a.mtime.Compare(b.mtime) })
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, f := range files {
-		e := &entry{key: f.key, size: f.size}
-		s.mu.m[f.key] = e
-		s.pushFrontLocked(e)
-		s.mu.used += f.size
+		// Whatever a faster tier held died with the process: every file is a sole copy.
+		s.insertLocked(&entry{key: f.key, size: f.size, sole: true})
 	}
 	for s.mu.used > s.cfg.CapacityBytes {
-		s.evictLocked()
+		s.evictLocked(true)
 	}
 	return nil
+}
+
+// tickLocked returns the modification time for the next file written or touched: now, but
+// strictly after the last one. File times are set explicitly, to the nanosecond, because the
+// kernel stamps writes with a coarse clock (a tick of milliseconds): the dozens of blocks of
+// one write-back batch would tie, and the LRU order rebuilt at Open, chain heads after their
+// tails, would be lost.
+// REQUIRES: s.mu held.
+func (s *Store) tickLocked() time.Time {
+	now := time.Now()
+	if !now.After(s.mu.clock) {
+		now = s.mu.clock.Add(time.Nanosecond)
+	}
+	s.mu.clock = now
+	return now
 }
 
 // REQUIRES: s.mu held.
@@ -235,23 +279,71 @@ func (s *Store) unlinkLocked(e *entry) {
 
 // REQUIRES: s.mu held; e unlinked.
 func (s *Store) pushFrontLocked(e *entry) {
-	e.prev, e.next = &s.mu.lru, s.mu.lru.next
+	l := &s.mu.shadowed
+	if e.sole {
+		l = &s.mu.sole
+	}
+	e.prev, e.next = l, l.next
 	e.prev.next, e.next.prev = e, e
+}
+
+// insertLocked indexes e as the most recent of its class.
+// REQUIRES: s.mu held; e.key not indexed.
+func (s *Store) insertLocked(e *entry) {
+	s.mu.m[e.key] = e
+	s.pushFrontLocked(e)
+	s.mu.used += e.size
+	if e.sole {
+		s.mu.soleBytes += e.size
+	}
+}
+
+// dropLocked unindexes e; its file stays (the caller removes or replaces it).
+// REQUIRES: s.mu held; e indexed.
+func (s *Store) dropLocked(e *entry) {
+	s.unlinkLocked(e)
+	delete(s.mu.m, e.key)
+	s.mu.used -= e.size
+	if e.sole {
+		s.mu.soleBytes -= e.size
+	}
 }
 
 // removeLocked drops e from the index and unlinks its file.
 // REQUIRES: s.mu held; e indexed.
 func (s *Store) removeLocked(e *entry) {
-	s.unlinkLocked(e)
-	delete(s.mu.m, e.key)
-	s.mu.used -= e.size
+	s.dropLocked(e)
 	os.Remove(filepath.Join(s.dir, fileName(e.key)))
 }
 
-// REQUIRES: s.mu held; the index is not empty.
-func (s *Store) evictLocked() {
-	s.removeLocked(s.mu.lru.prev)
+// evictLocked evicts the least recently used shadowed entry, or, if there is none and sole
+// allows, the least recently used sole copy. It reports the bytes freed (0: nothing it may
+// evict).
+// REQUIRES: s.mu held.
+func (s *Store) evictLocked(sole bool) int64 {
+	victim := s.mu.shadowed.prev
+	if victim == &s.mu.shadowed {
+		if victim = s.mu.sole.prev; !sole || victim == &s.mu.sole {
+			return 0
+		}
+	}
+	s.removeLocked(victim)
 	s.mu.stats.Evictions++
+	return victim.size
+}
+
+// roomLocked reports whether an item of size bytes and class sole fits once old (the entry
+// it replaces, or nil) is gone: a shadowed item may count only on evicting shadowed entries.
+// REQUIRES: s.mu held.
+func (s *Store) roomLocked(size int64, sole bool, old *entry) bool {
+	if sole {
+		return true // size <= capacity was checked; sole copies may evict anything
+	}
+	keep := s.mu.soleBytes
+	if old != nil && old.sole {
+		keep -= old.size
+	}
+	return keep+size <= s.cfg.CapacityBytes
 }
 
 func (s *Store) check(ctx context.Context) error {
@@ -277,19 +369,25 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 		return nil, err
 	}
 	out := make([][]byte, len(keys))
-	now := time.Now()
+	// Touch the keys last to first: a batch is a prefix in order, so its head ends the most
+	// recent and eviction takes the chain from its tail (a chain without its head is useless).
+	found := make([]*entry, len(keys))
+	stamps := make([]time.Time, len(keys))
+	s.mu.Lock()
+	for i := len(keys) - 1; i >= 0; i-- {
+		if e, ok := s.mu.m[keys[i]]; ok {
+			s.unlinkLocked(e)
+			s.pushFrontLocked(e)
+			found[i], stamps[i] = e, s.tickLocked()
+		}
+	}
+	s.mu.Unlock()
 	for i, k := range keys {
 		if i > 0 && ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		s.mu.Lock()
-		e, ok := s.mu.m[k]
-		if ok {
-			s.unlinkLocked(e)
-			s.pushFrontLocked(e)
-		}
-		s.mu.Unlock()
-		if !ok {
+		e := found[i]
+		if e == nil {
 			s.count(false)
 			continue
 		}
@@ -312,7 +410,7 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 			out[i] = Corrupted
 			continue
 		}
-		os.Chtimes(path, now, now) // persist recency for the next Open; best effort
+		os.Chtimes(path, stamps[i], stamps[i]) // persist recency for the next Open; best effort
 		out[i] = v
 		s.count(true)
 	}
@@ -361,15 +459,6 @@ func (s *Store) header(k tier.Key, n int) []byte {
 	return binary.LittleEndian.AppendUint64(h, uint64(n))
 }
 
-func writeAll(f *os.File, bufs ...[]byte) error {
-	for _, b := range bufs {
-		if _, err := f.Write(b); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Put writes each item to a temp file and renames it into place, evicting
 // least recently used files first to stay within the budget. A failed write
 // (disk full) leaves nothing behind; the error says which key, and the other
@@ -379,9 +468,12 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 		return err
 	}
 	var errs []error
-	for _, it := range items {
+	for i, it := range items {
 		if err := ctx.Err(); err != nil {
-			return errors.Join(append(errs, err)...)
+			for range items[i:] { // one error per item not written (tier.Store.Put)
+				errs = append(errs, err)
+			}
+			return errors.Join(errs...)
 		}
 		if err := s.put(it); err != nil {
 			errs = append(errs, err)
@@ -390,27 +482,44 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 	return errors.Join(errs...)
 }
 
+// put stores one item: a temp file, then (room made under the lock) a rename into place. A
+// full file system (ENOSPC: the disk is smaller than the budget, or shared) evicts from this
+// store's own LRU, as much as the item needs, and retries once.
 func (s *Store) put(it tier.Item) error {
 	size := int64(headerSize + len(it.Value) + trailerSize)
 	if size > s.cfg.CapacityBytes {
 		return tier.TooLarge(it.Key, size, s.cfg.CapacityBytes)
 	}
-	f, err := os.CreateTemp(s.dir, tempPrefix+"*")
+	sole := !it.Shadowed
+	s.mu.Lock()
+	fits := s.roomLocked(size, sole, s.mu.m[it.Key])
+	if !fits {
+		s.mu.stats.Declined++
+	}
+	s.mu.Unlock()
+	if !fits {
+		return nil // the shadowing tier has it; keeping it would cost a sole copy
+	}
+	tmp, err := s.writeTemp(it, size)
+	if isNoSpace(err) {
+		s.mu.Lock()
+		var freed int64
+		for freed < size {
+			n := s.evictLocked(sole)
+			if n == 0 {
+				break
+			}
+			freed += n
+		}
+		s.mu.Unlock()
+		if freed > 0 {
+			tmp, err = s.writeTemp(it, size)
+		}
+	}
 	if err != nil {
-		return fmt.Errorf("disk: put %s: %w", it.Key, err)
-	}
-	tmp := f.Name()
-	h := s.header(it.Key, len(it.Value))
-	crc := crc32.Update(crc32.Checksum(h, castagnoli), castagnoli, it.Value)
-	err = s.write(f, h, it.Value, binary.LittleEndian.AppendUint32(nil, crc))
-	if err == nil && s.cfg.Sync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
+		if isNoSpace(err) {
+			return fmt.Errorf("disk: put %s (%d bytes): %w: %w", it.Key, size, tier.ErrNoSpace, err)
+		}
 		return fmt.Errorf("disk: put %s (%d bytes): %w", it.Key, size, err)
 	}
 	s.mu.Lock()
@@ -419,27 +528,64 @@ func (s *Store) put(it tier.Item) error {
 		os.Remove(tmp)
 		return tier.ErrClosed
 	}
-	if old, ok := s.mu.m[it.Key]; ok {
-		s.unlinkLocked(old)
-		delete(s.mu.m, it.Key)
-		s.mu.used -= old.size // the rename below replaces its file
+	old := s.mu.m[it.Key]
+	if !s.roomLocked(size, sole, old) { // sole copies came in meanwhile
+		os.Remove(tmp)
+		s.mu.stats.Declined++
+		return nil
+	}
+	if old != nil {
+		s.dropLocked(old) // the rename below replaces its file
 	}
 	for s.mu.used+size > s.cfg.CapacityBytes {
-		s.evictLocked()
+		s.evictLocked(sole) // roomLocked guarantees this ends
 	}
-	if err := os.Rename(tmp, filepath.Join(s.dir, fileName(it.Key))); err != nil {
+	ts := s.tickLocked()
+	os.Chtimes(tmp, ts, ts) // recency for the next Open; best effort
+	if err := s.cfg.FS.Rename(tmp, filepath.Join(s.dir, fileName(it.Key))); err != nil {
 		os.Remove(tmp)
 		os.Remove(filepath.Join(s.dir, fileName(it.Key))) // the old value, now unindexed
+		if isNoSpace(err) {
+			err = fmt.Errorf("%w: %w", tier.ErrNoSpace, err)
+		}
 		return fmt.Errorf("disk: put %s: %w", it.Key, err)
 	}
 	if s.cfg.Sync {
 		syncDir(s.dir)
 	}
-	e := &entry{key: it.Key, size: size}
-	s.mu.m[it.Key] = e
-	s.pushFrontLocked(e)
-	s.mu.used += size
+	s.insertLocked(&entry{key: it.Key, size: size, sole: sole})
 	return nil
+}
+
+// writeTemp writes it to a new temp file and returns its path; on error nothing is left.
+func (s *Store) writeTemp(it tier.Item, size int64) (string, error) {
+	f, err := s.cfg.FS.CreateTemp(s.dir, tempPrefix+"*")
+	if err != nil {
+		return "", err
+	}
+	tmp := f.Name()
+	h := s.header(it.Key, len(it.Value))
+	crc := crc32.Update(crc32.Checksum(h, castagnoli), castagnoli, it.Value)
+	for _, b := range [][]byte{h, it.Value, binary.LittleEndian.AppendUint32(nil, crc)} {
+		if err == nil {
+			_, err = f.Write(b)
+		}
+	}
+	if err == nil && s.cfg.Sync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return "", err
+	}
+	return tmp, nil
+}
+
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 func syncDir(dir string) {
@@ -462,6 +608,33 @@ func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 	}
 	return nil
 }
+
+// Unshadow implements tier.Unshadower: the keys it holds become sole copies (the most recent
+// of that class: the faster tier has just let them go).
+func (s *Store) Unshadow(ctx context.Context, keys []tier.Key) ([]bool, error) {
+	if err := s.check(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(keys))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, k := range keys {
+		e, ok := s.mu.m[k]
+		if !ok {
+			continue
+		}
+		out[i] = true
+		s.unlinkLocked(e)
+		if !e.sole {
+			e.sole = true
+			s.mu.soleBytes += e.size
+		}
+		s.pushFrontLocked(e)
+	}
+	return out, nil
+}
+
+var _ tier.Unshadower = (*Store)(nil)
 
 // Contains answers from the index; it does not touch the files or the LRU
 // order.

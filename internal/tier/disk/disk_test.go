@@ -222,34 +222,228 @@ func TestBudgetLRU(t *testing.T) {
 
 func equal(a, b []bool) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
 
-// Disk full: Put fails with ENOSPC, leaves no file, and the store serves
-// exactly what it served before.
-func TestDiskFull(t *testing.T) {
+// smallFS is a file system of limit bytes under its directory: a write past the limit
+// writes what fits and fails with ENOSPC, as a full tmpfs does.
+type smallFS struct {
+	dir    string
+	limit  int64
+	enospc int // writes refused
+}
+
+type smallFile struct {
+	*os.File
+	fs *smallFS
+}
+
+func (fs *smallFS) CreateTemp(dir, pattern string) (File, error) {
+	f, err := os.CreateTemp(dir, pattern)
+	if err != nil {
+		return nil, err
+	}
+	return smallFile{f, fs}, nil
+}
+
+func (fs *smallFS) Rename(oldpath, newpath string) error { return os.Rename(oldpath, newpath) }
+
+func (fs *smallFS) used() int64 {
+	var n int64
+	filepath.Walk(fs.dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n
+}
+
+func (f smallFile) Write(b []byte) (int, error) {
+	if room := f.fs.limit - f.fs.used(); int64(len(b)) > room {
+		f.fs.enospc++
+		n, _ := f.File.Write(b[:max(room, 0)])
+		return n, &os.PathError{Op: "write", Path: f.Name(), Err: syscall.ENOSPC}
+	}
+	return f.File.Write(b)
+}
+
+func openFS(t *testing.T, dir string, capacity int64, fs FS) *Store {
+	t.Helper()
+	s, err := Open(Config{Dir: dir, CapacityBytes: capacity, IdentityDigest: digestA, FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// A file system smaller than the budget (issue 17: an 8 MiB tmpfs under a larger
+// --disk-cache-size): a write that meets ENOSPC evicts the least recently used file and is
+// retried once, and succeeds; the store stays within what the file system holds.
+func TestDiskFullEvictsAndRetries(t *testing.T) {
 	dir := t.TempDir()
-	s := open(t, dir, digestA, 1<<20)
-	defer s.Close()
+	recs := tiertest.Chain(digestA, rootA, tiertest.SmallLayout, 6, 7)
+	items := tiertest.Items(recs)
+	per := int64(headerSize + len(items[0].Value) + trailerSize)
+	fs := &smallFS{dir: dir, limit: 3*per + per/2} // room for 3 files and a half
+	s := openFS(t, dir, 1<<20, fs)
+	for i := range items {
+		if err := s.Put(ctx, items[i:i+1]); err != nil {
+			t.Fatalf("Put %d on a full file system: %v (want it to evict and retry)", i, err)
+		}
+	}
+	if fs.enospc != 3 {
+		t.Errorf("%d writes met ENOSPC, want 3 (puts 3, 4 and 5)", fs.enospc)
+	}
+	has, _ := s.Contains(ctx, tiertest.Keys(recs))
+	if want := []bool{false, false, false, true, true, true}; !equal(has, want) {
+		t.Fatalf("after the retries: %v, want %v (the oldest evicted)", has, want)
+	}
+	if st := s.Stats(); st.Evictions != 3 || st.Items != 3 || st.UsedBytes != 3*per {
+		t.Fatalf("stats %+v, want 3 evictions, 3 items, %d bytes", st, 3*per)
+	}
+	checkDir(t, s, 3)
+	v := get(t, s, tiertest.Keys(recs[3:]))
+	for i := range v {
+		if !bytes.Equal(v[i], items[3+i].Value) {
+			t.Fatalf("value %d after the retries is not what was put", 3+i)
+		}
+	}
+}
+
+// checkDir checks the store's directory holds exactly n block files and no temp file.
+func checkDir(t *testing.T, s *Store, n int) {
+	t.Helper()
+	ents, _ := os.ReadDir(s.Dir())
+	if len(ents) != n {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Fatalf("%d files in the directory, want %d: %v", len(ents), n, names)
+	}
+}
+
+// A disk that stays full: the retry fails too; the error says no space (tier.ErrNoSpace and
+// ENOSPC), nothing is left behind, and what could not be kept was evicted, not corrupted.
+func TestDiskFullForGood(t *testing.T) {
+	dir := t.TempDir()
 	recs := tiertest.Chain(digestA, rootA, tiertest.SmallLayout, 3, 7)
 	items := tiertest.Items(recs)
-	s.Put(ctx, items[:1])
-	s.write = func(f *os.File, bufs ...[]byte) error {
-		f.Write(bufs[0][:10]) // a partial write, then the disk is full
-		return syscall.ENOSPC
+	fs := &smallFS{dir: dir, limit: 1 << 20}
+	s := openFS(t, dir, 1<<20, fs)
+	if err := s.Put(ctx, items[:1]); err != nil {
+		t.Fatal(err)
 	}
+	fs.limit = 10 // nothing fits any more, not even after evicting
 	err := s.Put(ctx, items[1:])
-	if !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("Put on a full disk: %v, want ENOSPC", err)
+	if !errors.Is(err, tier.ErrNoSpace) || !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("Put on a full disk: %v, want ErrNoSpace wrapping ENOSPC", err)
 	}
-	ents, _ := os.ReadDir(s.Dir())
-	if len(ents) != 1 {
-		t.Fatalf("%d files after failed writes, want 1", len(ents))
+	checkDir(t, s, 0)
+	if st := s.Stats(); st.Items != 0 || st.UsedBytes != 0 {
+		t.Fatalf("stats %+v, want an empty index", st)
 	}
-	v := get(t, s, tiertest.Keys(recs))
-	if v[0] == nil || v[1] != nil || v[2] != nil {
-		t.Fatalf("after disk full: served %v", v)
-	}
-	s.write = writeAll
+	fs.limit = 1 << 20
 	if err := s.Put(ctx, items[1:]); err != nil {
 		t.Fatalf("Put after space came back: %v", err)
+	}
+	checkDir(t, s, 2)
+}
+
+// A real 8 MiB tmpfs under a 64 MiB budget, when the test may mount one (root); the seam
+// tests above always run.
+func TestDiskFullTmpfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a tmpfs needs root; TestDiskFullEvictsAndRetries covers ENOSPC through the FS seam")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("mount tmpfs: %v %s; TestDiskFullEvictsAndRetries covers ENOSPC through the FS seam", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", dir).Run() })
+	s := open(t, dir, digestA, 64<<20)
+	defer s.Close()
+	l := tiertest.SmallLayout
+	l.Layers, l.HeadDim = 16, 64 // 32 KiB blocks
+	recs := tiertest.Chain(digestA, rootA, l, 400, 8)
+	for i, it := range tiertest.Items(recs) { // 12.5 MiB into 8
+		if err := s.Put(ctx, []tier.Item{it}); err != nil {
+			t.Fatalf("Put %d into a full tmpfs: %v (want it to evict and retry)", i, err)
+		}
+	}
+	st := s.Stats()
+	if st.Evictions == 0 || st.UsedBytes > 8<<20 {
+		t.Fatalf("stats %+v: want evictions, and no more than the 8 MiB the tmpfs holds", st)
+	}
+	if v := get(t, s, []tier.Key{recs[len(recs)-1].Key()}); v[0] == nil {
+		t.Fatal("the last block put is not served")
+	}
+}
+
+// Sole copies (issue 17): after a restart every file is a sole copy, and shadowed
+// write-backs (the host tier holds them too) do not evict them; they evict only each other.
+// A sole write evicts shadowed files first. Unshadow makes a shadowed file sole.
+func TestShadowedNeverEvictSole(t *testing.T) {
+	dir := t.TempDir()
+	recs := tiertest.Chain(digestA, rootA, tiertest.SmallLayout, 10, 9)
+	items := tiertest.Items(recs)
+	per := int64(headerSize + len(items[0].Value) + trailerSize)
+	s := open(t, dir, digestA, 4*per)
+	s.Put(ctx, items[:3]) // no tier above: sole
+	s.Close()
+	s = open(t, dir, digestA, 4*per)
+	defer s.Close()
+	shadowed := func(its []tier.Item) []tier.Item {
+		out := make([]tier.Item, len(its))
+		for i, it := range its {
+			out[i] = it
+			out[i].Shadowed = true
+		}
+		return out
+	}
+	if err := s.Put(ctx, shadowed(items[3:7])); err != nil { // room for one
+		t.Fatal(err)
+	}
+	has, _ := s.Contains(ctx, tiertest.Keys(recs))
+	if want := []bool{true, true, true, false, false, false, true, false, false, false}; !equal(has, want) {
+		t.Fatalf("after shadowed puts: %v, want %v (0-2 kept, 6 replaced 3, 4 and 5)", has, want)
+	}
+	if st := s.Stats(); st.Declined != 0 || st.Evictions != 3 {
+		t.Fatalf("stats %+v, want 3 evictions, 0 declined", st)
+	}
+	// 6 becomes sole: now a shadowed put is declined before anything is written.
+	if held, _ := s.Unshadow(ctx, []tier.Key{items[6].Key, items[9].Key}); !equal(held, []bool{true, false}) {
+		t.Fatalf("Unshadow = %v, want [true false]", held)
+	}
+	if err := s.Put(ctx, shadowed(items[7:8])); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Stats(); st.Declined != 1 || st.Items != 4 {
+		t.Fatalf("stats %+v, want 1 declined, 4 items", st)
+	}
+	checkDir(t, s, 4)
+	// A sole put evicts the least recently used sole copy.
+	get(t, s, tiertest.Keys(recs[:1]))
+	s.Put(ctx, items[8:9])
+	has, _ = s.Contains(ctx, tiertest.Keys(recs))
+	if want := []bool{true, false, true, false, false, false, true, false, true, false}; !equal(has, want) {
+		t.Fatalf("after a sole put: %v, want %v", has, want)
+	}
+}
+
+// A restored chain is touched head last: eviction then takes its tail first, so what
+// survives is a prefix a lookup can use.
+func TestGetKeepsChainHeads(t *testing.T) {
+	recs := tiertest.Chain(digestA, rootA, tiertest.SmallLayout, 6, 10)
+	items := tiertest.Items(recs)
+	per := int64(headerSize + len(items[0].Value) + trailerSize)
+	s := open(t, t.TempDir(), digestA, 4*per)
+	defer s.Close()
+	s.Put(ctx, items[:4])
+	get(t, s, tiertest.Keys(recs[:4])) // the whole chain, in prefix order
+	s.Put(ctx, items[4:6])             // two evictions
+	has, _ := s.Contains(ctx, tiertest.Keys(recs))
+	if want := []bool{true, true, false, false, true, true}; !equal(has, want) {
+		t.Fatalf("after a restore and two puts: %v, want %v (the tail evicted, not the head)", has, want)
 	}
 }
 

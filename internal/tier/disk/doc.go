@@ -46,9 +46,25 @@
 //
 // # Budget and eviction
 //
-// UsedBytes is the sum of file sizes. A Put evicts least recently used files
-// until the new one fits. Recency is kept in memory, and persisted as each
-// file's modification time (set on every hit), which orders the LRU list
-// rebuilt at Open. A full disk (ENOSPC) fails the Put with the error and
-// leaves nothing behind: the temp file is removed, the index is unchanged.
+// UsedBytes is the sum of file sizes. Files are in two LRU lists (package tier, "Sole
+// copies"): shadowed write-backs, which the host tier also holds, and sole copies, which
+// nothing above holds (the host tier evicted them, they came with no tier above, or they were
+// found at Open: after a restart, every file is a sole copy). A Put evicts least recently
+// used shadowed files first, and sole copies only for a sole item; a shadowed item that would
+// need a sole copy's room is declined before anything is written (Stats.Declined). So after
+// a kill -9 and a pass over more prompts than the tiers hold, the new write-backs do not push
+// out what survived the crash before a lookup reaches it.
+//
+// Recency is kept in memory, and persisted as each file's modification time (set on every
+// hit), which orders the LRU list rebuilt at Open. A batch from Get is touched last key
+// first, so a chain's head stays more recent than its tail, and eviction takes chains from
+// the tail: what survives is a usable prefix.
+//
+// # Full file system
+//
+// A file system smaller than the budget (or shared) fails a write with ENOSPC. The Put then
+// evicts from this store's own LRU (by the rule above) as many bytes as the item needs and
+// retries once; if that fails too, the error wraps tier.ErrNoSpace and nothing is left
+// behind: the temp file is removed, the index is unchanged. Writes go through Config.FS,
+// the seam tests use to make a disk full.
 package disk

@@ -19,6 +19,14 @@
 // old slice keeps it alive. So a block costs one copy out of the arena (at
 // eviction) and one copy back in (at restore), nothing in between.
 //
+// # Spill
+//
+// The host tier is the top of the lower tiers, so what it evicts may be the last copy above
+// the disk. SpillTo (tier.Spiller) hands every evicted item to the offload writer, which
+// tells the disk its copy is now the only one (see package tier, "Sole copies"). Get touches
+// a batch's keys last to first, so a restored prefix's head is the most recent and eviction
+// takes chains from their tails.
+//
 // Accounting: UsedBytes counts value bytes plus a fixed per-entry overhead
 // (entryOverhead), so a budget of tiny values still bounds memory.
 package hostmem

@@ -48,10 +48,21 @@ type Store struct {
 		lru   entry // sentinel: lru.next is the most recent, lru.prev the least
 		used  int64
 		stats tier.Stats
+		spill func([]tier.Item) // see SpillTo; nil: evictions are dropped
 	}
 }
 
-var _ tier.Store = (*Store)(nil)
+var (
+	_ tier.Store   = (*Store)(nil)
+	_ tier.Spiller = (*Store)(nil)
+)
+
+// SpillTo implements tier.Spiller: fn gets the items each Put evicted.
+func (s *Store) SpillTo(fn func([]tier.Item)) {
+	s.mu.Lock()
+	s.mu.spill = fn
+	s.mu.Unlock()
+}
 
 // New returns an empty Store.
 func New(cfg Config) (*Store, error) {
@@ -91,7 +102,10 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 	out := make([][]byte, len(keys))
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i, k := range keys {
+	// Last to first: a batch is a prefix in order, so its head ends the most recent and
+	// eviction takes the chain from its tail (a chain without its head is useless).
+	for i := len(keys) - 1; i >= 0; i-- {
+		k := keys[i]
 		e, ok := s.mu.m[k]
 		if !ok {
 			s.mu.stats.Misses++
@@ -113,8 +127,15 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 		return err
 	}
 	var errs []error
+	var spilled []tier.Item
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	spill := s.mu.spill
+	defer func() {
+		s.mu.Unlock()
+		if len(spilled) > 0 {
+			spill(spilled) // outside the lock: fn may queue work that reads this store
+		}
+	}()
 	for _, it := range items {
 		e := &entry{key: it.Key, value: it.Value}
 		if e.size() > s.cfg.CapacityBytes {
@@ -125,8 +146,12 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 			s.removeLocked(old)
 		}
 		for s.mu.used+e.size() > s.cfg.CapacityBytes {
-			s.removeLocked(s.mu.lru.prev)
+			victim := s.mu.lru.prev
+			s.removeLocked(victim)
 			s.mu.stats.Evictions++
+			if spill != nil {
+				spilled = append(spilled, tier.Item{Key: victim.key, Value: victim.value})
+			}
 		}
 		s.mu.m[it.Key] = e
 		s.pushFrontLocked(e)

@@ -3,6 +3,7 @@ package hostmem_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"stockpot/internal/prefix"
@@ -101,5 +102,48 @@ func TestZeroCopy(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { s.Get(context.Background(), tiertest.Keys(recs)) }); n > 2 {
 		t.Fatalf("Get allocates %.0f times per call", n)
+	}
+}
+
+// SpillTo gets what each Put evicted, in eviction order, outside the lock (the callback may
+// call the store); overwrites and deletes are not spilled.
+func TestSpill(t *testing.T) {
+	recs := tiertest.Chain(identity, root, tiertest.SmallLayout, 5, 2)
+	items := tiertest.Items(recs)
+	per := int64(len(items[0].Value)) + 192
+	s := newStore(t, 3*per)
+	ctx := context.Background()
+	var spilled []tier.Key
+	s.SpillTo(func(its []tier.Item) {
+		for _, it := range its {
+			if has, _ := s.Contains(ctx, []tier.Key{it.Key}); has[0] {
+				t.Errorf("spilled %s is still in the store", it.Key)
+			}
+			spilled = append(spilled, it.Key)
+		}
+	})
+	s.Put(ctx, items[:3])
+	s.Put(ctx, items[1:2]) // an overwrite: not an eviction
+	s.Delete(ctx, []tier.Key{items[2].Key})
+	s.Put(ctx, items[3:5]) // room for one after the delete: evicts 0
+	if want := []tier.Key{items[0].Key}; fmt.Sprint(spilled) != fmt.Sprint(want) {
+		t.Fatalf("spilled %v, want %v", spilled, want)
+	}
+}
+
+// A restored chain is touched head last, so eviction takes its tail first and what stays is
+// a usable prefix.
+func TestGetKeepsChainHeads(t *testing.T) {
+	recs := tiertest.Chain(identity, root, tiertest.SmallLayout, 6, 3)
+	items := tiertest.Items(recs)
+	per := int64(len(items[0].Value)) + 192
+	s := newStore(t, 4*per)
+	ctx := context.Background()
+	s.Put(ctx, items[:4])
+	s.Get(ctx, tiertest.Keys(recs[:4])) // the chain, in prefix order
+	s.Put(ctx, items[4:6])
+	has, _ := s.Contains(ctx, tiertest.Keys(recs))
+	if want := []bool{true, true, false, false, true, true}; fmt.Sprint(has) != fmt.Sprint(want) {
+		t.Fatalf("after a restore and two puts: %v, want %v (the tail evicted, not the head)", has, want)
 	}
 }

@@ -44,6 +44,7 @@ func RunOptions(t *testing.T, newStore func(t *testing.T) tier.Store, opts Optio
 		{"CallerBuffers", testCallerBuffers},
 		{"CanceledContext", testCanceledContext},
 		{"Concurrent", testConcurrent},
+		{"Shadowed", testShadowed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -310,5 +311,34 @@ func testConcurrent(t *testing.T, s tier.Store, opts Options) {
 	close(errc)
 	for err := range errc {
 		t.Fatal(err)
+	}
+}
+
+// Shadowed items are stored and served like any other while there is room, and a store that
+// is a tier.Unshadower reports which keys it holds (package tier, "Sole copies").
+func testShadowed(t *testing.T, s tier.Store, opts Options) {
+	recs := Chain(identityA, rootA, SmallLayout, 4, 10)
+	items := Items(recs)
+	for i := range items[:3] {
+		items[i].Shadowed = true
+	}
+	mustPut(t, s, items[:3])
+	checkValues(t, mustGet(t, s, Keys(recs)), [][]byte{items[0].Value, items[1].Value, items[2].Value, nil})
+	u, ok := s.(tier.Unshadower)
+	if !ok {
+		return
+	}
+	held, err := u.Unshadow(context.Background(), Keys(recs[1:]))
+	if err != nil {
+		t.Fatalf("Unshadow: %v", err)
+	}
+	if fmt.Sprint(held) != fmt.Sprint([]bool{true, true, false}) {
+		t.Fatalf("Unshadow(1, 2, 3) = %v, want [true true false]", held)
+	}
+	checkValues(t, mustGet(t, s, Keys(recs)), [][]byte{items[0].Value, items[1].Value, items[2].Value, nil})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := u.Unshadow(ctx, Keys(recs)); !errors.Is(err, context.Canceled) {
+		t.Errorf("Unshadow with a canceled context: %v, want context.Canceled", err)
 	}
 }

@@ -1,0 +1,183 @@
+package router
+
+import (
+	"crypto/subtle"
+	"net/http"
+	"strings"
+
+	"stockpot/internal/api"
+)
+
+// keySet is a set of accepted keys. match compares against every key in
+// constant time per key, so timing says neither which key is close nor how
+// many bytes of one matched.
+type keySet []string
+
+func newKeySet(keys []string) keySet {
+	var ks keySet
+	for _, k := range keys {
+		if k = strings.TrimSpace(k); k != "" {
+			ks = append(ks, k)
+		}
+	}
+	return ks
+}
+
+func (ks keySet) enabled() bool { return len(ks) > 0 }
+
+func (ks keySet) match(key string) bool {
+	if key == "" {
+		return false
+	}
+	m := 0
+	for _, k := range ks {
+		m |= subtle.ConstantTimeCompare([]byte(key), []byte(k))
+	}
+	return m == 1
+}
+
+// requestKey returns the key a request presents: "Authorization: Bearer K"
+// (OpenAI clients) or, without an Authorization header, "x-api-key: K"
+// (Anthropic clients). "" when it presents none.
+func requestKey(req *http.Request) string {
+	if auth := req.Header.Get("Authorization"); auth != "" {
+		scheme, key, ok := strings.Cut(auth, " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") {
+			return ""
+		}
+		return strings.TrimSpace(key)
+	}
+	return strings.TrimSpace(req.Header.Get("X-Api-Key"))
+}
+
+// keyVerdict names what a request presented, for logs (never the key).
+func keyVerdict(ks keySet, req *http.Request) (ok bool, verdict string) {
+	switch key := requestKey(req); {
+	case !ks.enabled():
+		return false, "not-configured"
+	case key == "":
+		return false, "missing"
+	case ks.match(key):
+		return true, "matched"
+	default:
+		return false, "wrong"
+	}
+}
+
+// permissionError is the OpenAI type for an authenticated but forbidden call.
+const permissionError = "permission_error"
+
+// requireClient guards the OpenAI endpoints with the client keys (open when
+// none are configured).
+func (r *Router) requireClient(h http.HandlerFunc) http.HandlerFunc {
+	if !r.clientKeys.enabled() {
+		return h
+	}
+	return func(w http.ResponseWriter, req *http.Request) {
+		if !r.clientKeys.match(requestKey(req)) {
+			r.m.unauthorized.WithLabelValues("client").Inc()
+			writeAPIError(w, api.Unauthorized(`missing or invalid API key; send "Authorization: Bearer <key>" or "x-api-key: <key>"`))
+			return
+		}
+		h(w, req)
+	}
+}
+
+// requireMetrics guards /metrics with the metrics keys or the admin keys
+// when metrics keys are configured; /metrics is open otherwise.
+func (r *Router) requireMetrics(h http.Handler) http.Handler {
+	if !r.metricsKeys.enabled() {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		key := requestKey(req)
+		if !r.metricsKeys.match(key) && !r.adminKeys.match(key) {
+			r.m.unauthorized.WithLabelValues("metrics").Inc()
+			writeAPIError(w, api.Unauthorized(`missing or invalid metrics key; send "Authorization: Bearer <key>"`))
+			return
+		}
+		h.ServeHTTP(w, req)
+	})
+}
+
+// requireAdmin guards the membership endpoints (every method of /backends):
+// they need the admin key, and without one configured they are off, so a
+// router can never be re-pointed by whoever reaches it. Every call, accepted
+// or refused, is logged with the caller's address and whether its key
+// matched.
+func (r *Router) requireAdmin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		ok, verdict := keyVerdict(r.adminKeys, req)
+		log := r.cfg.Logger.With("method", req.Method, "path", req.URL.Path, "remote", req.RemoteAddr, "admin_key", verdict)
+		switch {
+		case verdict == "not-configured":
+			r.m.unauthorized.WithLabelValues("admin").Inc()
+			log.Warn("router: membership call refused")
+			writeAPIError(w, &api.Error{Status: http.StatusForbidden, Type: permissionError, Code: "admin_key_required",
+				Message: "membership changes and the backend list need --admin-key; this router was started without one"})
+			return
+		case !ok:
+			r.m.unauthorized.WithLabelValues("admin").Inc()
+			log.Warn("router: membership call refused")
+			writeAPIError(w, api.Unauthorized(`missing or invalid admin key; send "Authorization: Bearer <admin key>"`))
+			return
+		}
+		rec := &statusRecorder{ResponseWriter: w}
+		h(rec, req)
+		if req.Method != http.MethodGet {
+			log.Info("router: membership call accepted", "status", rec.status)
+		}
+	}
+}
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	if s.status == 0 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusRecorder) Write(p []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(p)
+}
+
+// setUpstreamAuth decides what credentials a forwarded request carries.
+// When the router checks client keys it terminates auth: the client's key
+// never leaves the router, and the backend key (if any) takes its place.
+// Without client keys the router is transparent and the client's headers
+// pass through as they came.
+func (r *Router) setUpstreamAuth(h http.Header) {
+	if !r.clientKeys.enabled() {
+		return
+	}
+	h.Del("Authorization")
+	h.Del("X-Api-Key")
+	if r.cfg.BackendKey != "" {
+		h.Set("Authorization", "Bearer "+r.cfg.BackendKey)
+	}
+}
+
+// keyTransport adds the backend key to the router's own calls to replicas
+// (health checks, /tokenize, /v1/kv-events and its snapshot).
+type keyTransport struct {
+	base http.RoundTripper
+	key  string
+}
+
+func (t keyTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if t.key == "" {
+		return t.base.RoundTrip(req)
+	}
+	req = req.Clone(req.Context())
+	req.Header.Set("Authorization", "Bearer "+t.key)
+	return t.base.RoundTrip(req)
+}
