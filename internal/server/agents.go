@@ -34,16 +34,16 @@ type chatPlan struct {
 // parsing reports whether the output goes through the tool-call / reasoning parser.
 func (p *chatPlan) parsing() bool { return p != nil && (p.parseCalls || p.reasoning) }
 
-// familyCache remembers the family detected for each template source.
-var familyCache sync.Map // template source -> toolcall.Family
+// templateCache remembers what toolcall.Inspect learned of each template source.
+var templateCache sync.Map // template source -> toolcall.Template
 
-func detectFamily(src string) toolcall.Family {
-	if f, ok := familyCache.Load(src); ok {
-		return f.(toolcall.Family)
+func inspectTemplate(src string) toolcall.Template {
+	if t, ok := templateCache.Load(src); ok {
+		return t.(toolcall.Template)
 	}
-	f := toolcall.Detect(src)
-	familyCache.Store(src, f)
-	return f
+	t := toolcall.Inspect(src)
+	templateCache.Store(src, t)
+	return t
 }
 
 // chatMessages converts parsed request messages for the template.
@@ -65,26 +65,20 @@ func chatOptions(req *api.ChatRequest) ChatOptions {
 	return o
 }
 
-// endsInThink reports whether a rendered prompt leaves a think block open (DeepSeek-R1's
-// templates and thinking modes end the generation prompt with "<think>\n").
-func endsInThink(prompt string) bool {
-	open := strings.LastIndex(prompt, "<think>")
-	return open >= 0 && open > strings.LastIndex(prompt, "</think>")
-}
-
 // planChat decides how the output of req is parsed and constrained. prompt is the rendered
 // template text.
 func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engine.Constraint, error) {
-	src := s.tok.ChatTemplate(len(req.ParsedTools) > 0)
-	plan := &chatPlan{family: detectFamily(src)}
+	tmpl := inspectTemplate(s.tok.ChatTemplate(len(req.ParsedTools) > 0))
+	plan := &chatPlan{family: tmpl.Family}
 	if plan.family == toolcall.None {
 		// A template without a tool syntax of its own: Hermes-style <tool_call> JSON is the
 		// most common open format, and what the constrained path produces for it.
 		plan.family = toolcall.Hermes
 	}
-	plan.reasoning = strings.Contains(src, "<think>") || strings.Contains(src, "</think>")
+	plan.reasoning = tmpl.Reasoning
 	plan.parseCalls = len(req.ParsedTools) > 0 && req.ParsedToolChoice.Mode != api.ToolChoiceNone
-	plan.opts = toolcall.Options{ParseReasoning: plan.reasoning, StartsInReasoning: plan.reasoning && endsInThink(prompt)}
+	plan.opts = toolcall.Options{ParseReasoning: plan.reasoning,
+		StartsInReasoning: plan.reasoning && toolcall.PromptOpensReasoning(plan.family, prompt)}
 	for _, t := range req.ParsedTools {
 		plan.opts.Tools = append(plan.opts.Tools, toolcall.Tool{Name: t.Name, Parameters: t.Parameters})
 	}
