@@ -394,7 +394,12 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 			s.usage.PrefillMs = ms(now.Sub(s.started))
 			s.usage.TTFTMs = ms(now.Sub(s.enqueued))
 		}
-		tok := s.sampler.sample(logits[i], s.req.Logprobs)
+		tok, err := s.sampler.next(logits[i], s.req.Logprobs, c.cfg.EOG)
+		if err != nil {
+			c.finish(s, FinishStop, now)
+			c.outbox[len(c.outbox)-1].Out.Err = err
+			continue
+		}
 		s.tokens = append(s.tokens, tok.ID)
 		s.generated++
 		s.lastToken = now
@@ -421,7 +426,7 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 }
 
 func (c *Core) isStop(s *seq, id int32) bool {
-	if !s.req.IgnoreEOS {
+	if !s.req.IgnoreEOS || s.req.Sampling.Constraint != nil {
 		for _, t := range c.cfg.EOG {
 			if t == id {
 				return true

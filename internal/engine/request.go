@@ -13,6 +13,7 @@ type SamplingParams struct {
 	TopK        int     // 0 = off
 	Seed        uint64  // used when HasSeed; otherwise a random seed is drawn per request
 	HasSeed     bool
+	Constraint  Constraint // nil = unconstrained; see Constraint for how sampling obeys it
 }
 
 // Request is one generation request in token space. The HTTP layer tokenizes, applies chat

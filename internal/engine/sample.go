@@ -12,8 +12,10 @@ type sampler struct {
 	params SamplingParams
 	rng    *rand.Rand
 	// scratch, reused across steps
-	logp []float64
-	idx  []int
+	logp   []float64
+	idx    []int
+	mask   []uint64  // constrained requests: allowed tokens
+	masked []float32 // constrained requests: logits with disallowed tokens at -inf
 }
 
 func newSampler(p SamplingParams, seed uint64) *sampler {
@@ -55,7 +57,8 @@ func argmax(logits []float32) int {
 }
 
 // sample picks the next token and reports its log-probability and the top n alternatives
-// under the unfiltered distribution.
+// under the distribution of logits before the sampling filters (temperature, top-k, top-p).
+// Tokens at -inf (masked by a constraint) are never picked nor listed.
 func (s *sampler) sample(logits []float32, topN int) Token {
 	var id int
 	p := s.params
@@ -93,6 +96,10 @@ func (s *sampler) draw(logits []float32) int {
 	})
 	if p.TopK > 0 && p.TopK < n {
 		idx = idx[:p.TopK]
+	}
+	// Masked tokens sort last; drop them so that rounding can never pick one.
+	for len(idx) > 1 && math.IsInf(float64(logits[idx[len(idx)-1]]), -1) {
+		idx = idx[:len(idx)-1]
 	}
 	inv := 1 / float64(p.Temperature)
 	mx := float64(logits[idx[0]])
@@ -132,7 +139,7 @@ func topK(lp []float64, n int) []TokenLogprob {
 	n = min(n, len(lp))
 	out := make([]TokenLogprob, 0, n+1)
 	for i, v := range lp {
-		if len(out) == n && v <= float64(out[n-1].Logprob) {
+		if math.IsInf(v, -1) || (len(out) == n && v <= float64(out[n-1].Logprob)) {
 			continue
 		}
 		t := TokenLogprob{ID: int32(i), Logprob: float32(v)}

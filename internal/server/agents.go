@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"stockpot/internal/api"
@@ -142,7 +141,7 @@ func callsGrammar(family toolcall.Family, tools []api.Tool, only string, paralle
 	for _, i := range chosen {
 		n, err := argumentsGrammar(env, tools[i])
 		if err != nil {
-			return nil, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
+			return grammar.Node{}, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
 		}
 		args[i] = n
 	}
@@ -158,18 +157,11 @@ func callsGrammar(family toolcall.Family, tools []api.Tool, only string, paralle
 		n = maxParallelCalls
 	}
 	// call(0) [sep call(1) [sep call(2) ...]]: each further call is optional.
-	var tail grammar.Node
+	tail := grammar.Seq()
 	for k := n - 1; k >= 1; k-- {
-		next := grammar.Seq(grammar.Literal(env.Separator), call(k))
-		if tail != nil {
-			next = grammar.Seq(next, tail)
-		}
-		tail = grammar.Optional(next)
+		tail = grammar.Optional(grammar.Seq(grammar.Literal(env.Separator), call(k), tail))
 	}
-	parts := []grammar.Node{grammar.Literal(env.SectionBegin), call(0)}
-	if tail != nil {
-		parts = append(parts, tail)
-	}
+	parts := []grammar.Node{grammar.Literal(env.SectionBegin), call(0), tail}
 	parts = append(parts, grammar.Literal(env.SectionEnd))
 	return grammar.Seq(parts...), nil
 }
@@ -186,7 +178,7 @@ func argumentsGrammar(env toolcall.Envelope, t api.Tool) (grammar.Node, error) {
 	}
 	props, err := schemaProperties(t.Parameters)
 	if err != nil {
-		return nil, err
+		return grammar.Node{}, err
 	}
 	parts := []grammar.Node{}
 	for _, p := range props {
@@ -196,7 +188,7 @@ func argumentsGrammar(env toolcall.Envelope, t api.Tool) (grammar.Node, error) {
 		} else {
 			v, err := grammar.JSONSchema(p.schema)
 			if err != nil {
-				return nil, err
+				return grammar.Node{}, err
 			}
 			value = v
 		}
