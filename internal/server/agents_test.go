@@ -18,13 +18,18 @@ const weatherTools = `[{"type":"function","function":{"name":"get_weather","desc
 
 const hermesCall = "Let me check.<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
 
+// agentConfig leaves room for tool schemas in the byte-level fake's prompts.
+func agentConfig(c *Config) {
+	c.ContextLength, c.MaxPromptTokens, c.MaxBodyBytes = 4096, 4000, 1<<16
+}
+
 func chatBody(extra string) string {
 	return `{"messages":[{"role":"user","content":"weather in Paris?"}],"max_tokens":200` + extra + `}`
 }
 
 func TestChatToolCall(t *testing.T) {
 	gen := newFakeGen(hermesCall)
-	s, _ := newTestServer(t, gen, nil)
+	s, _ := newTestServer(t, gen, agentConfig)
 	rec := do(s.Handler(), "POST", "/v1/chat/completions", chatBody(`,"tools":`+weatherTools))
 	if rec.Code != 200 {
 		t.Fatalf("%d %s", rec.Code, rec.Body)
@@ -61,7 +66,7 @@ func TestChatBrokenToolCallIsContent(t *testing.T) {
 		"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par", // cut off
 		"<tool_call>\n{name: get_weather}\n</tool_call>",                           // not JSON
 	} {
-		s, _ := newTestServer(t, newFakeGen(text), nil)
+		s, _ := newTestServer(t, newFakeGen(text), agentConfig)
 		rec := do(s.Handler(), "POST", "/v1/chat/completions", chatBody(`,"tools":`+weatherTools))
 		resp := decode[api.ChatCompletionResponse](t, rec)
 		c := resp.Choices[0]
@@ -130,7 +135,7 @@ func TestChatToolCallStream(t *testing.T) {
 	for _, per := range []int{1, 3, 64} {
 		gen := newFakeGen(two)
 		gen.perOutput = per
-		s, _ := newTestServer(t, gen, nil)
+		s, _ := newTestServer(t, gen, agentConfig)
 		rec := do(s.Handler(), "POST", "/v1/chat/completions", chatBody(`,"tools":`+weatherTools+`,"stream":true`))
 		content, calls, finish := collectChat(t, rec.Body.String())
 		if finish != "tool_calls" || len(calls) != 2 || strings.TrimSpace(content) != "Let me check." {
@@ -150,7 +155,7 @@ func TestChatToolCallStream(t *testing.T) {
 
 func TestChatReasoning(t *testing.T) {
 	gen := newFakeGen("<think>\nPlan first.\n</think>\n\nThe answer.")
-	s, _ := newTestServerTok(t, gen, thinkTok{}, nil)
+	s, _ := newTestServerTok(t, gen, thinkTok{}, agentConfig)
 	rec := do(s.Handler(), "POST", "/v1/chat/completions", chatBody(""))
 	resp := decode[api.ChatCompletionResponse](t, rec)
 	m := resp.Choices[0].Message
@@ -161,7 +166,7 @@ func TestChatReasoning(t *testing.T) {
 
 func TestChatToolHistoryReachesTemplate(t *testing.T) {
 	gen := newFakeGen("ok")
-	s, _ := newTestServer(t, gen, nil)
+	s, _ := newTestServer(t, gen, agentConfig)
 	rec := do(s.Handler(), "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"q"},
 		{"role":"assistant","content":null,"tool_calls":[{"id":"call_9","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Rome\"}"}}]},
 		{"role":"tool","tool_call_id":"call_9","content":"sunny"}],"tools":`+weatherTools+`}`)
@@ -178,7 +183,7 @@ func TestChatToolHistoryReachesTemplate(t *testing.T) {
 
 func TestChatToolErrors(t *testing.T) {
 	gen := newFakeGen("ok")
-	s, _ := newTestServer(t, gen, func(c *Config) { c.MaxBodyBytes = 1 << 16 })
+	s, _ := newTestServer(t, gen, agentConfig)
 	for _, tc := range []struct{ body, param string }{
 		{chatBody(`,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string","pattern":"^a+$"}}}}}],"tool_choice":"required"`), "tools[0].function.parameters"},
 		{chatBody(`,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^a+$"}}}}}`), "response_format.json_schema.schema"},
@@ -203,7 +208,7 @@ func TestChatToolErrors(t *testing.T) {
 
 func TestChatConstraintReachesEngine(t *testing.T) {
 	gen := newFakeGen(`{"a": 1}`)
-	s, _ := newTestServer(t, gen, func(c *Config) { c.MaxBodyBytes = 1 << 16 })
+	s, _ := newTestServer(t, gen, agentConfig)
 	rec := do(s.Handler(), "POST", "/v1/chat/completions", chatBody(`,"response_format":{"type":"json_object"}`))
 	if rec.Code != 200 {
 		t.Fatalf("%d %s", rec.Code, rec.Body)

@@ -178,7 +178,7 @@ func TestBadRequests(t *testing.T) {
 		{"echo", "POST", "/v1/completions", `{"prompt":"x","echo":true}`, 400, "invalid_request_error", "unsupported_parameter", "echo"},
 		{"model", "POST", "/v1/completions", `{"prompt":"x","model":"gpt-4"}`, 404, "invalid_request_error", "model_not_found", "gpt-4"},
 		{"chat model", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"model":"other"}`, 404, "invalid_request_error", "model_not_found", "other"},
-		{"chat role", "POST", "/v1/chat/completions", `{"messages":[{"role":"tool","content":"x"}]}`, 400, "invalid_request_error", "unsupported_parameter", "role"},
+		{"chat role", "POST", "/v1/chat/completions", `{"messages":[{"role":"function","content":"x"}]}`, 400, "invalid_request_error", "unsupported_parameter", "role"},
 		{"chat template", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"TEMPLATE_ERROR"}]}`, 400, "invalid_request_error", "invalid_value", "roles must alternate"},
 		{"chat messages", "POST", "/v1/chat/completions", `{"messages":[]}`, 400, "invalid_request_error", "invalid_value", "messages"},
 		{"too large", "POST", "/v1/completions", `{"prompt":"` + strings.Repeat("x", 5000) + `"}`, 413, "invalid_request_error", "request_too_large", "4096"},
