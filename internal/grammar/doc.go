@@ -50,21 +50,25 @@
 //
 // Supported: type (and type arrays), properties in schema order with required and optional
 // ones (optional ones may be skipped), additionalProperties (false; true or a schema when not
-// strict; when absent no other keys are written, as llama.cpp does; extra keys come after the
-// listed ones and never repeat a listed name), enum and const of any JSON value (written in
+// strict; when absent no other keys are written, as llama.cpp does, except that a bare
+// "type": "object" is any object unless strict; extra keys come after the listed ones and
+// never repeat a listed name), enum and const of any JSON value (written in
 // compact form), items, prefixItems, minItems, maxItems, minLength and maxLength (in
 // characters; one \u escape is one character, and surrogate escapes are not written),
 // minimum, maximum, exclusiveMinimum and exclusiveMaximum (number or draft-4 boolean form)
 // with exact digit grammars for integers and for decimals of up to max(6, the bounds'
-// decimals) fraction digits, format date, time, date-time and uuid, $ref to local pointers
-// (#, #/$defs/x, #/definitions/x, any #/ pointer; recursion allowed, its size is then not
-// bounded), anyOf, oneOf (as anyOf), allOf with one schema, true / {} as any value, and the
-// annotations (title, description, default, examples, $schema, $id, $comment, x-*).
+// decimals) fraction digits, format date, time, date-time and uuid, pattern (Go's
+// regexp/syntax dialect, searched unless anchored with ^ and $; see pattern.go), $ref to
+// local pointers (#, #/$defs/x, #/definitions/x, any #/ pointer; recursion allowed, its size
+// is then not bounded), anyOf, oneOf (as anyOf), allOf with one schema, true / {} as any
+// value, and the annotations (title, description, default, examples, $schema, $id,
+// $comment, x-*).
 //
 // Unsupported, as an *UnsupportedError naming the keyword and the JSON pointer of the schema
-// that uses it: pattern, patternProperties, multipleOf, not, if/then/else, dependencies,
+// that uses it: patternProperties, multipleOf, not, if/then/else, dependencies,
 // propertyNames, min/maxProperties, contains, uniqueItems true, unevaluated*, other formats,
-// non-local $ref, allOf with several schemas, and anyOf/oneOf/$ref next to other constraining
-// keywords. A malformed or unsatisfiable schema is a *SchemaError. Either way the request
-// fails: an unconstrained answer is never given in place of a constrained one.
+// pattern beside format or min/maxLength, lookarounds and \b in patterns, non-local $ref,
+// allOf with several schemas, and anyOf/oneOf/$ref next to other constraining keywords. A
+// malformed or unsatisfiable schema is a *SchemaError. Either way the request fails: an
+// unconstrained answer is never given in place of a constrained one.
 package grammar

@@ -19,6 +19,7 @@ var boundedSchemas = []string{
 	`{"$defs":{"point":{"type":"object","properties":{"x":{"type":"integer","minimum":-1000,"maximum":1000},"y":{"type":"integer","exclusiveMinimum":0,"exclusiveMaximum":7}},"required":["x","y"]}},"type":"object","properties":{"kind":{"enum":["line","poly",3,null,{"a":[1]}]},"points":{"type":"array","items":{"$ref":"#/$defs/point"},"minItems":1,"maxItems":3},"label":{"type":["string","null"],"maxLength":4}},"required":["kind","points","label"]}`,
 	`{"anyOf":[{"type":"string","format":"date"},{"type":"string","format":"uuid"},{"type":"integer","minimum":5,"maximum":5},{"const":{"ok":true}}]}`,
 	`{"type":"array","prefixItems":[{"type":"boolean"},{"type":"number","exclusiveMinimum":0,"maximum":1}],"items":{"type":"null"},"minItems":2,"maxItems":4}`,
+	`{"type":"object","properties":{"code":{"type":"string","pattern":"^[A-Z][a-z]{1,3}-\\d{1,4}(\\.[a-f0-9]{2})?$"},"q":{"type":"string","pattern":"^(?i)(yes|no|\\\"maybe\\\")$"},"t":{"type":"string","pattern":"^.{0,3}\\n?$"}},"required":["code","q","t"]}`,
 	`{"type":"object","properties":{"when":{"type":"string","format":"date-time"},"note":{"type":"string","maxLength":3},"deep":{"type":"object","properties":{"deeper":{"type":"object","properties":{"v":{"type":"number","minimum":0,"maximum":1e3}}}}}}}`,
 }
 
@@ -191,6 +192,28 @@ func TestMaskMatchesBruteForceCharVocab(t *testing.T) {
 		rnd := rand.New(rand.NewPCG(uint64(gi), 1))
 		for range 20 {
 			walk(t, g, v, rnd, 60, 1)
+		}
+	}
+}
+
+// TestMaskMatchesBruteForceQwen2: free-text grammars over the real vocabulary, where the
+// scan skips whole subtrees (plain text, whole characters), compared with the brute-force
+// mask at every step; some exclude non-ASCII characters so that skipping must not happen.
+func TestMaskMatchesBruteForceQwen2(t *testing.T) {
+	v, _ := qwen2Vocab(t)
+	for gi, n := range []Node{
+		JSONString(0, -1),
+		JSONString(3, 40),
+		Seq(CharsExcept("é世\"", 0, 30), Literal(`"`)),
+		Seq(CharsExcept("\n", 0, -1), Literal("\n")),
+		TextUntil("</tool>", 40),
+		TextUntil("\n\n", -1),
+		mustSchema(t, `{"type":"array","items":{"type":"string","minLength":2,"maxLength":5},"minItems":1,"maxItems":200}`),
+	} {
+		g := mustCompile(t, n)
+		rnd := rand.New(rand.NewPCG(uint64(gi), 3))
+		for range 3 {
+			walk(t, g, v, rnd, 25, 1)
 		}
 	}
 }

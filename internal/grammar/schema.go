@@ -82,7 +82,7 @@ var keywordType = map[string]string{
 	"type": "", "enum": "", "const": "", "$ref": "", "anyOf": "", "oneOf": "", "allOf": "",
 	"properties": "object", "required": "object", "additionalProperties": "object",
 	"items": "array", "prefixItems": "array", "minItems": "array", "maxItems": "array", "uniqueItems": "array",
-	"minLength": "string", "maxLength": "string", "format": "string",
+	"minLength": "string", "maxLength": "string", "format": "string", "pattern": "string",
 	"minimum": "number", "maximum": "number", "exclusiveMinimum": "number", "exclusiveMaximum": "number",
 }
 
@@ -356,6 +356,24 @@ func (c *schemaCompiler) stringSchema(v *jv, path string) (Node, error) {
 	if err != nil {
 		return Node{}, err
 	}
+	if p, ok := v.get("pattern"); ok {
+		if p.kind != jString {
+			return Node{}, &SchemaError{path, "pattern must be a string"}
+		}
+		if _, ok := v.get("format"); ok {
+			return Node{}, &UnsupportedError{"pattern with format", path}
+		}
+		_, hasMin := v.get("minLength")
+		_, hasMax := v.get("maxLength")
+		if hasMin || hasMax {
+			return Node{}, &UnsupportedError{"pattern with minLength/maxLength", path}
+		}
+		n, err := patternNode(p.str)
+		if err != nil {
+			return Node{}, &UnsupportedError{err.Error(), path}
+		}
+		return Seq(Literal(`"`), n, Literal(`"`)), nil
+	}
 	if f, ok := v.get("format"); ok {
 		if f.kind != jString {
 			return Node{}, &SchemaError{path, "format must be a string"}
@@ -579,6 +597,12 @@ func (c *schemaCompiler) arraySchema(v *jv, path string) (Node, error) {
 }
 
 func (c *schemaCompiler) objectSchema(v *jv, path string) (Node, error) {
+	_, hasProps := v.get("properties")
+	_, hasAdditional := v.get("additionalProperties")
+	_, hasRequired := v.get("required")
+	if !hasProps && !hasAdditional && !hasRequired && !c.opt.Strict {
+		return JSONObject(), nil // a bare "type": "object" is any object, as in llama.cpp
+	}
 	type prop struct {
 		name     string
 		value    Node
@@ -610,7 +634,8 @@ func (c *schemaCompiler) objectSchema(v *jv, path string) (Node, error) {
 			required = append(required, e.str)
 		}
 	}
-	// additionalProperties: absent means none are written (as llama.cpp does); strict ignores it.
+	// additionalProperties: absent means none are written when properties are listed (as
+	// llama.cpp does); strict ignores it.
 	var extra Node
 	extraAllowed := false
 	if a, ok := v.get("additionalProperties"); ok && !c.opt.Strict {

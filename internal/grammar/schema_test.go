@@ -28,6 +28,7 @@ func TestSchemaFeatures(t *testing.T) {
 			[]string{`{"b":1}`, `{"a":true}`, `{"a":1,"a":true}`}},
 		{"additionalProperties true", `{"type":"object","additionalProperties":true}`,
 			[]string{`{}`, `{"x":[1]}`, `{"x":1,"y":{"z":null}}`}, []string{`{"x"}`}},
+		{"bare object is any object", `{"type":"object"}`, []string{`{}`, `{"x":[1]}`}, []string{`[]`}},
 		{"additionalProperties false", `{"type":"object","properties":{"a":{"type":"integer"}},"additionalProperties":false}`,
 			[]string{`{}`, `{"a":1}`}, []string{`{"b":1}`}},
 		{"enum of any values", `{"enum":["red",2,null,{"k":[true]},[1,"x"]]}`,
@@ -79,6 +80,13 @@ func TestSchemaFeatures(t *testing.T) {
 		{"format date-time", `{"type":"string","format":"date-time"}`, []string{`"2024-01-02T03:04:05Z"`, `"2024-01-02T23:59:59.123+02:00"`}, []string{`"2024-01-02 03:04:05Z"`, `"2024-01-02T24:00:00Z"`}},
 		{"property names with escapes", `{"type":"object","properties":{"a\"b":{"const":1},"é/~":{"const":2}},"required":["a\"b","é/~"]}`,
 			[]string{`{"a\"b":1,"é/~":2}`}, []string{`{"a\"b":1}`}},
+		{"pattern anchored", `{"type":"string","pattern":"^[A-Z][a-z]{1,3}-\\d+$"}`,
+			[]string{`"Ab-1"`, `"Zyxw-007"`}, []string{`"ab-1"`, `"Abcde-1"`, `"Ab-"`, `"xAb-1"`, `"Ab-1x"`}},
+		{"pattern unanchored", `{"type":"string","pattern":"ab|cd"}`,
+			[]string{`"ab"`, `"xxcdyy"`, `"--ab"`}, []string{`""`, `"ac"`}},
+		{"pattern escapes in JSON", `{"type":"string","pattern":"^\"\\\\\n.?$"}`,
+			[]string{"\"\\\"\\\\\\n\"", "\"\\\"\\\\\\nx\""}, []string{"\"\\\"\\\\\"", "\"\\\"\\\\\\n\\n\""}},
+		{"pattern case folding", `{"type":"string","pattern":"^(?i)ok$"}`, []string{`"ok"`, `"OK"`, `"oK"`}, []string{`"o"`}},
 		{"annotations are ignored", `{"title":"T","description":"D","$schema":"https://json-schema.org/draft/2020-12/schema","default":1,"examples":[1],"x-vendor":{},"type":"integer","minimum":1,"maximum":1}`,
 			[]string{`1`}, []string{`2`}},
 	} {
@@ -116,8 +124,10 @@ func TestStrictIgnoresAdditionalProperties(t *testing.T) {
 
 func TestSchemaErrors(t *testing.T) {
 	unsupported := []struct{ schema, feature, path string }{
-		{`{"type":"string","pattern":"^a+$"}`, "pattern", ""},
-		{`{"type":"object","properties":{"x":{"type":"string","pattern":"a"}}}`, "pattern", "/properties/x"},
+		{`{"type":"string","pattern":"a\\bc"}`, "pattern operator \\b (anchors inside the pattern, \\b, multi-line)", ""},
+		{`{"type":"object","properties":{"x":{"type":"string","pattern":"(?=a)"}}}`, "pattern \"(?=a)\" does not parse: error parsing regexp: invalid or unsupported Perl syntax: `(?=`", "/properties/x"},
+		{`{"type":"string","pattern":"a","maxLength":3}`, "pattern with minLength/maxLength", ""},
+		{`{"type":"string","pattern":"(a*)+"}`, "a pattern that repeats a group which can match the empty string", ""},
 		{`{"type":"number","multipleOf":2}`, "multipleOf", ""},
 		{`{"not":{}}`, "not", ""},
 		{`{"type":"array","items":{"type":"integer"},"uniqueItems":true}`, "uniqueItems", ""},
@@ -262,5 +272,16 @@ func TestDoneAndComplete(t *testing.T) {
 	_ = num.AcceptBytes([]byte("4"))
 	if !num.Complete() || num.Done() {
 		t.Error("after 4 of 0..99: want complete and not done")
+	}
+}
+
+func TestStrictBareObjectIsEmpty(t *testing.T) {
+	n, err := JSONSchemaWith([]byte(`{"type":"object"}`), SchemaOptions{Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := mustCompile(t, n)
+	if !matches(t, g, `{}`) || matches(t, g, `{"a":1}`) {
+		t.Error(`strict {"type":"object"} must be exactly {}`)
 	}
 }

@@ -18,8 +18,17 @@ import (
 type frame struct {
 	pc  int32
 	n   int32 // opRepeat: iterations done; opUntil: characters consumed
-	aux int32 // opUntil: KMP match length | UTF-8 decoder state << 24
+	aux int32 // opUntil: KMP match length | UTF-8 decoder state << 24 | auxFree; opRepeat: auxFree, auxNoExit
 }
+
+// Flags of frames in scan states (see table.scanState): the counter is so far from its bound
+// that no token can reach it, so the frame behaves as if there were none.
+const (
+	auxFree   = 1 << 30 // opRepeat: no maximum; opUntil: no limit on the text
+	auxNoExit = 1 << 29 // opRepeat: the minimum is out of reach: no exit
+	auxUTF8   = 0x7 << 24
+	auxKMP    = 0xFFFFFF
+)
 
 type stackKey struct {
 	f      frame
@@ -33,6 +42,8 @@ type state struct {
 	memo     int32   // index into table.masks, -1 unknown
 	memoGen  uint32
 
+	scan       int32 // scanState(this), 0 unknown
+	text       int8  // isTextState: 0 unknown, 1 yes, -1 no
 	loopsKnown bool
 	loops      uint64 // byte groups whose every byte leads from this state back to itself
 }
@@ -75,11 +86,21 @@ type table struct {
 	short   []uint64 // FillMask into a mask shorter than the vocabulary
 }
 
+// maxTableStates bounds a shared table: a grammar kept for many requests (json_object, a
+// cached schema) would otherwise collect every state any of them reached. Past it, new
+// matchers start a fresh table; matchers already running keep theirs.
+const maxTableStates = 1 << 17
+
 func (g *Grammar) table(v *Vocab) *table {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if t, ok := g.tables[v]; ok {
-		return t
+		t.mu.Lock()
+		full := len(t.states) > maxTableStates
+		t.mu.Unlock()
+		if !full {
+			return t
+		}
 	}
 	t := &table{
 		g: g, v: v,
@@ -158,17 +179,21 @@ func (t *table) expand(f frame, parent int32) {
 		}
 	case opRepeat:
 		n := f.n
-		if o.max < 0 || n < o.max {
+		unbounded := o.max < 0 || f.aux&auxFree != 0
+		if unbounded || n < o.max {
 			rn := n + 1
-			if o.max < 0 && rn > o.min {
+			switch {
+			case f.aux&auxNoExit != 0:
+				rn = n // the count matters no more
+			case unbounded && rn > o.min:
 				rn = o.min // beyond min an unbounded count no longer matters
 			}
-			np := t.push(frame{pc: f.pc, n: rn}, parent)
+			np := t.push(frame{pc: f.pc, n: rn, aux: f.aux}, parent)
 			for _, pc := range g.rules[o.arg] {
 				t.expand(frame{pc: pc}, np)
 			}
 		}
-		if n >= o.min {
+		if n >= o.min && f.aux&auxNoExit == 0 {
 			t.expand(frame{pc: f.pc + 1}, parent)
 		}
 	}
@@ -189,26 +214,27 @@ func (t *table) advance(s int32, b byte) {
 	case opUntil:
 		u := &t.g.untils[o.arg]
 		n := f.n
-		us, ok := utf8Step(f.aux>>24, b)
+		u0 := (f.aux & auxUTF8) >> 24
+		us, ok := utf8Step(u0, b)
 		if !ok {
 			return
 		}
-		if f.aux>>24 == 0 {
+		if u0 == 0 {
 			n++ // a lead byte starts a character
 		}
-		j := u.step(f.aux&0xFFFFFF, b)
+		j := u.step(f.aux&auxKMP, b)
 		if int(j) == len(u.stop) {
 			t.expand(frame{pc: f.pc + 1}, p)
 			return
 		}
-		if u.maxText >= 0 {
+		if u.maxText >= 0 && f.aux&auxFree == 0 {
 			if n-u.chars[j] > u.maxText {
 				return
 			}
 		} else {
 			n = 0
 		}
-		t.emit(t.push(frame{pc: f.pc, n: n, aux: j | us<<24}, p))
+		t.emit(t.push(frame{pc: f.pc, n: n, aux: j | us<<24 | f.aux&auxFree}, p))
 	}
 }
 
@@ -359,10 +385,12 @@ func (t *table) scan(s int32, mask []uint64) {
 	if t.states[s].done {
 		return
 	}
+	s = t.scanState(s)
 	nodes := v.nodes
 	walk := t.walk
 	walk[0] = s
 	rootLoops := t.loopGroups(s)
+	rootText := t.isTextState(s)
 	nc := t.g.nClasses
 	classOf := &t.g.classOf
 	for i := 0; i < len(nodes); {
@@ -388,7 +416,10 @@ func (t *table) scan(s int32, mask []uint64) {
 			if x != s {
 				lg = t.loopGroups(x)
 			}
-			if v.subGroups[i]&^lg == 0 {
+			sg := v.subGroups[i]
+			// Either every byte below loops, or x is s, a state where free text loops
+			// (every valid character leads back) and everything below is valid UTF-8.
+			if sg&^lg == 0 || (x == s && rootText && sg&validUTF8Below != 0 && sg&^(lg|utf8Groups) == 0) {
 				for _, tok := range v.tokOrder[v.tokStart[i+1]:v.tokStart[nd.end]] {
 					mask[tok>>6] |= 1 << (uint(tok) & 63)
 				}
@@ -416,6 +447,117 @@ func (t *table) loopGroups(s int32) uint64 {
 	return t.states[s].loops
 }
 
+// isTextState reports whether every valid multi-byte UTF-8 character leads from s back to s
+// (as inside a JSON string): then a token of plain text and whole or cut-short characters is
+// allowed from s whatever its non-ASCII bytes are.
+func (t *table) isTextState(s int32) bool {
+	st := &t.states[s]
+	if st.text != 0 {
+		return st.text > 0
+	}
+	type item struct {
+		x    int32
+		need int
+	}
+	ok := true
+	seen := map[item]bool{}
+	var back func(x int32, need int) bool // every continuation of need bytes from x ends at s
+	back = func(x int32, need int) bool {
+		if need == 0 {
+			return x == s
+		}
+		if x == deadState {
+			return false
+		}
+		if v, done := seen[item{x, need}]; done {
+			return v
+		}
+		r := true
+		for c := 0x80; c <= 0xBF && r; c++ {
+			r = back(t.step(x, byte(c)), need-1)
+		}
+		seen[item{x, need}] = r
+		return r
+	}
+	for lead := 0xC2; lead <= 0xF4 && ok; lead++ {
+		x := t.step(s, byte(lead))
+		lo, hi, need := 0x80, 0xBF, 1
+		switch {
+		case lead >= 0xF0:
+			need = 3
+		case lead >= 0xE0:
+			need = 2
+		}
+		switch lead {
+		case 0xE0:
+			lo = 0xA0
+		case 0xED:
+			hi = 0x9F
+		case 0xF0:
+			lo = 0x90
+		case 0xF4:
+			hi = 0x8F
+		}
+		for c := lo; c <= hi && ok; c++ {
+			ok = x != deadState && back(t.step(x, byte(c)), need-1)
+		}
+	}
+	st = &t.states[s]
+	st.text = -1
+	if ok {
+		st.text = 1
+	}
+	return ok
+}
+
+// scanState returns the state the trie scan of s starts from: s with every counter that no
+// token can bring to its bound marked free (auxFree, auxNoExit). It allows exactly the tokens
+// s allows, by the argument of memoKey, and where s counts characters of a bounded string
+// it loops on plain text as an unbounded one does, so scan can skip whole subtrees.
+func (t *table) scanState(s int32) int32 {
+	if x := t.states[s].scan; x != 0 {
+		return x
+	}
+	lim := int32(t.v.maxLen) // a token steps a counter at most this many times
+	var frames []frame
+	var tops []int32
+	for _, id := range t.states[s].stacks {
+		frames = frames[:0]
+		for ; id != 0; id = t.parents[id] {
+			frames = append(frames, t.frames[id])
+		}
+		parent := int32(0)
+		for i := len(frames) - 1; i >= 0; i-- {
+			f := frames[i]
+			o := &t.g.ops[f.pc]
+			switch o.kind {
+			case opRepeat:
+				if o.max >= 0 && f.aux&auxFree == 0 && o.max-f.n > lim {
+					f.aux |= auxFree
+					f.n = min(f.n, o.min)
+				}
+				if (o.max < 0 || f.aux&auxFree != 0) && o.min-f.n > lim {
+					f.aux |= auxFree | auxNoExit
+					f.n = 0
+				}
+			case opUntil:
+				u := &t.g.untils[o.arg]
+				if u.maxText >= 0 && f.aux&auxFree == 0 && u.maxText-(f.n-u.chars[f.aux&auxKMP]) > lim+int32(len(u.stop)) {
+					f.aux |= auxFree
+					f.n = 0
+				}
+			}
+			parent = t.push(f, parent)
+		}
+		tops = append(tops, parent)
+	}
+	slices.Sort(tops)
+	t.out = append(t.out[:0], slices.Compact(tops)...)
+	x := t.intern()
+	t.states[s].scan = x
+	return x
+}
+
 // memoKey is the state with every counter replaced by how far it is from its bounds, clamped
 // at maxLen+1: one token holds at most maxLen bytes, and every Repeat iteration and Until
 // character consumes at least one, so states that differ only beyond that distance allow the
@@ -440,7 +582,8 @@ func (t *table) memoKey(s int32) []byte {
 				u := &t.g.untils[o.arg]
 				a = -1
 				if u.maxText >= 0 {
-					a = clamp(u.maxText - (f.n - u.chars[f.aux&0xFFFFFF]))
+					// a partial stop match can turn into text: allow for it
+					a = min(max(u.maxText-(f.n-u.chars[f.aux&auxKMP]), -1), lim+int32(len(u.stop)))
 				}
 			}
 			t.key = binary.LittleEndian.AppendUint32(t.key, uint32(f.pc))

@@ -97,17 +97,36 @@ func NewVocab(tokens [][]byte, allowed []bool, eos []int32) *Vocab {
 	v.tokStart[len(v.nodes)] = int32(len(v.tokOrder))
 	// Bytes below each node: a node's set flows into its parent when the scan leaves it.
 	v.subGroups = make([]uint64, len(v.nodes))
+	// phase[i]: the UTF-8 decoder state after node i's path (-1: invalid); bad[i]: some path
+	// below i is not valid UTF-8 from that phase.
+	phase := make([]int8, len(v.nodes))
+	bad := make([]bool, len(v.nodes))
 	var open []int32
 	closeTop := func() {
 		c := open[len(open)-1]
 		open = open[:len(open)-1]
 		if len(open) > 0 {
-			v.subGroups[open[len(open)-1]] |= v.subGroups[c] | 1<<byteGroup[v.nodes[c].b]
+			p := open[len(open)-1]
+			v.subGroups[p] |= v.subGroups[c] | 1<<byteGroup[v.nodes[c].b]
+			bad[p] = bad[p] || bad[c] || phase[c] < 0
+		}
+		if phase[c] == 0 && !bad[c] {
+			v.subGroups[c] |= validUTF8Below
 		}
 	}
 	for i, nd := range v.nodes {
 		for len(open) > 0 && v.nodes[open[len(open)-1]].depth >= nd.depth {
 			closeTop()
+		}
+		from := int32(0)
+		if len(open) > 0 {
+			from = int32(phase[open[len(open)-1]])
+		}
+		phase[i] = -1
+		if from >= 0 {
+			if st, ok := utf8Step(from, nd.b); ok {
+				phase[i] = int8(st)
+			}
 		}
 		open = append(open, int32(i))
 	}
@@ -122,6 +141,13 @@ func (v *Vocab) Size() int { return v.n }
 
 // MaskWords is the length of a mask for this vocabulary: (Size+63)/64.
 func (v *Vocab) MaskWords() int { return (v.n + 63) / 64 }
+
+// validUTF8Below is a flag in subGroups: node i's path ends on a character boundary and
+// every path below it continues with valid UTF-8 (a last character may be cut short).
+const validUTF8Below = 1 << 63
+
+// utf8Groups are the groups of bytes 0x80..0xFF.
+const utf8Groups = 1<<38 | 1<<39
 
 // byteGroup sorts bytes into 40 groups for subtree summaries: one per ASCII punctuation byte
 // and space (what grammars tell apart), one each for control bytes, digits, upper and lower
