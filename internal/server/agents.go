@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 
 	"stockpot/internal/api"
@@ -82,35 +83,114 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 		plan.opts.Tools = append(plan.opts.Tools, toolcall.Tool{Name: t.Name, Parameters: t.Parameters})
 	}
 
-	var root grammar.Node
+	var build func() (grammar.Node, error)
+	key := grammarKey{family: plan.family, think: plan.opts.StartsInReasoning}
 	switch {
 	case req.Format != nil && req.Format.Type == api.FormatJSONObject:
-		root = grammar.JSONObject()
+		key.kind = "json_object"
+		build = func() (grammar.Node, error) { return grammar.JSONObject(), nil }
 	case req.Format != nil && req.Format.Type == api.FormatJSONSchema:
-		n, err := grammar.JSONSchema(req.Format.Schema)
-		if err != nil {
-			return nil, nil, schemaError("response_format.json_schema.schema", err)
+		key.kind, key.spec = "json_schema", fmt.Sprintf("%v|%s", req.Format.Strict, req.Format.Schema)
+		build = func() (grammar.Node, error) {
+			n, err := grammar.JSONSchemaWith(req.Format.Schema, grammar.SchemaOptions{Strict: req.Format.Strict})
+			if err != nil {
+				return grammar.Node{}, schemaError("response_format.json_schema.schema", err)
+			}
+			return n, nil
 		}
-		root = n
 	case req.ParsedToolChoice.Mode == api.ToolChoiceRequired || req.ParsedToolChoice.Mode == api.ToolChoiceFunction:
-		n, err := callsGrammar(plan.family, req.ParsedTools, req.ParsedToolChoice.Name, req.ParallelCalls())
-		if err != nil {
-			return nil, nil, err
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s|%v", req.ParsedToolChoice.Name, req.ParallelCalls())
+		for _, t := range req.ParsedTools {
+			fmt.Fprintf(&b, "|%s|%v|%s", t.Name, t.Strict, t.Parameters)
 		}
-		root = n
+		key.kind, key.spec = "tools", b.String()
+		build = func() (grammar.Node, error) {
+			return callsGrammar(plan.family, req.ParsedTools, req.ParsedToolChoice.Name, req.ParallelCalls())
+		}
 	default:
 		return plan, nil, nil
 	}
-	if plan.opts.StartsInReasoning {
-		// The prompt opened a think block: close it at once, so the constrained answer is the
-		// answer and not the reasoning.
-		root = grammar.Seq(grammar.Literal("</think>\n\n"), root)
-	}
-	g, err := grammar.Compile(root)
+	g, err := s.grammars.get(key, func() (*grammar.Grammar, error) {
+		root, err := build()
+		if err != nil {
+			return nil, err
+		}
+		if key.think {
+			// The prompt opened a think block: close it at once, so the constrained answer
+			// is the answer and not the reasoning.
+			root = grammar.Seq(grammar.Literal("</think>\n\n"), root)
+		}
+		g, err := grammar.Compile(root)
+		if err != nil {
+			return nil, api.Invalid("", "cannot build the grammar for constrained decoding: %v", err)
+		}
+		return g, nil
+	})
 	if err != nil {
-		return nil, nil, api.Invalid("", "cannot build the grammar for constrained decoding: %v", err)
+		return nil, nil, err
 	}
 	return plan, g.NewMatcher(s.grammarVocab()), nil
+}
+
+// grammarKey names a compiled grammar: what it constrains and how the family writes it.
+type grammarKey struct {
+	family toolcall.Family
+	think  bool
+	kind   string // json_object, json_schema or tools
+	spec   string // the schema, or the tools and choice
+}
+
+// grammarCacheSize bounds the compiled grammars kept. Agents send the same schemas turn
+// after turn; keeping their grammars keeps their remembered masks, which are what make a
+// constrained step cheap (a new mask state scans the vocabulary).
+const grammarCacheSize = 128
+
+// grammarCache keeps compiled grammars by key, dropping the least recently used.
+type grammarCache struct {
+	mu struct {
+		sync.Mutex
+		byKey map[grammarKey]*grammarEntry
+		clock uint64
+	}
+}
+
+type grammarEntry struct {
+	g    *grammar.Grammar
+	used uint64
+}
+
+// get returns the grammar for key, compiling it with build on a miss. Errors are not kept.
+func (c *grammarCache) get(key grammarKey, build func() (*grammar.Grammar, error)) (*grammar.Grammar, error) {
+	c.mu.Lock()
+	if c.mu.byKey == nil {
+		c.mu.byKey = make(map[grammarKey]*grammarEntry)
+	}
+	c.mu.clock++
+	if e, ok := c.mu.byKey[key]; ok {
+		e.used = c.mu.clock
+		c.mu.Unlock()
+		return e.g, nil
+	}
+	c.mu.Unlock()
+	g, err := build()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.mu.byKey) >= grammarCacheSize {
+		var oldest grammarKey
+		least := ^uint64(0)
+		for k, e := range c.mu.byKey {
+			if e.used < least {
+				oldest, least = k, e.used
+			}
+		}
+		delete(c.mu.byKey, oldest)
+	}
+	c.mu.byKey[key] = &grammarEntry{g: g, used: c.mu.clock}
+	return g, nil
 }
 
 // schemaError turns a grammar error about a schema into a 400 naming param.
@@ -174,7 +254,7 @@ func argumentsGrammar(env toolcall.Envelope, t api.Tool) (grammar.Node, error) {
 		if t.Parameters == nil {
 			return grammar.JSONObject(), nil
 		}
-		return grammar.JSONSchema(t.Parameters)
+		return grammar.JSONSchemaWith(t.Parameters, grammar.SchemaOptions{Strict: t.Strict})
 	}
 	props, err := schemaProperties(t.Parameters)
 	if err != nil {

@@ -185,8 +185,8 @@ func TestChatToolErrors(t *testing.T) {
 	gen := newFakeGen("ok")
 	s, _ := newTestServer(t, gen, agentConfig)
 	for _, tc := range []struct{ body, param string }{
-		{chatBody(`,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string","pattern":"^a+$"}}}}}],"tool_choice":"required"`), "tools[0].function.parameters"},
-		{chatBody(`,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"string","pattern":"^a+$"}}}}}`), "response_format.json_schema.schema"},
+		{chatBody(`,"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer","multipleOf":3}}}}}],"tool_choice":"required"`), "tools[0].function.parameters"},
+		{chatBody(`,"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"type":"integer","multipleOf":3}}}}}`), "response_format.json_schema.schema"},
 		{chatBody(`,"tools":[{"type":"function"}]`), "tools[0].function"},
 		{chatBody(`,"tools":` + weatherTools + `,"tool_choice":{"type":"function","function":{"name":"nope"}}`), "tool_choice"},
 	} {

@@ -49,6 +49,7 @@ type Server struct {
 	// on the first constrained request (a trie over every token's bytes).
 	vocabOnce sync.Once
 	vocab     *grammar.Vocab
+	grammars  grammarCache
 
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
