@@ -42,6 +42,7 @@ bench:
 .PHONY: llama-native
 deps:
 	scripts/install-llamaref.sh
+	scripts/install-jinjaref.sh
 
 llama-native: deps
 	nice scripts/build-llama-native.sh

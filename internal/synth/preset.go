@@ -13,7 +13,7 @@ type Tokenizer string
 const (
 	TokenizerSPM    Tokenizer = "spm"    // Llama 2 SentencePiece: <unk> <s> </s>, byte fallback
 	TokenizerLlama3 Tokenizer = "llama3" // byte-level BPE, pre "llama-bpe", Llama 3 header tokens
-	TokenizerQwen2  Tokenizer = "qwen2"  // byte-level BPE, pre "qwen2", ChatML tokens
+	TokenizerQwen2  Tokenizer = "qwen2"  // byte-level BPE, pre "qwen2", ChatML tokens, <tool_call> </tool_call> (user-defined)
 	TokenizerQwen3  Tokenizer = "qwen3"  // TokenizerQwen2 plus <think> </think> (user-defined)
 	TokenizerSmolLM Tokenizer = "smollm" // byte-level BPE, pre "smollm", ChatML tokens at ids 0..2
 )
@@ -68,7 +68,7 @@ var presets = []Preset{
 	{
 		Name: "tiny-qwen2", Arch: "qwen2",
 		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 4096,
-		Tokenizer: TokenizerQwen2, VocabSize: 1500, Template: tokenizer.TemplateChatML,
+		Tokenizer: TokenizerQwen2, VocabSize: 1500, Template: tokenizer.TemplateQwen25,
 		RopeBase: 1000000, NormEps: 1e-6,
 	},
 	{
@@ -76,13 +76,13 @@ var presets = []Preset{
 		// Qwen3 decouples head_dim from embedding_length / head_count.
 		Name: "tiny-qwen3", Arch: "qwen3",
 		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 192, Context: 4096,
-		Tokenizer: TokenizerQwen3, VocabSize: 1500, Template: tokenizer.TemplateQwen3,
+		Tokenizer: TokenizerQwen3, VocabSize: 1500, Template: tokenizer.TemplateQwen3Real,
 		RopeBase: 1000000, NormEps: 1e-6, Tied: true,
 	},
 	{
 		Name: "tiny-smollm", Arch: "llama",
 		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 2048,
-		Tokenizer: TokenizerSmolLM, VocabSize: 1500, Template: tokenizer.TemplateChatML,
+		Tokenizer: TokenizerSmolLM, VocabSize: 1500, Template: tokenizer.TemplateQwen25,
 		RopeBase: 10000, NormEps: 1e-5, Tied: true,
 	},
 	{
@@ -94,10 +94,12 @@ var presets = []Preset{
 		RopeBase: 10000, NormEps: 1e-5,
 	},
 	{
-		// The model `stockpot serve` builds at start.
+		// The model `stockpot serve` builds at start. Its template is
+		// Qwen2.5's, so that tools and tool calls render in a real
+		// family's format (ChatML, which the SmolLM vocabulary has).
 		Name: "default", Arch: "llama",
 		Embed: 384, Layers: 8, Heads: 6, KVHeads: 2, HeadDim: 64, FFN: 1024, Context: 8192,
-		Tokenizer: TokenizerSmolLM, VocabSize: 4096, Template: tokenizer.TemplateChatML,
+		Tokenizer: TokenizerSmolLM, VocabSize: 4096, Template: tokenizer.TemplateQwen25,
 		RopeBase: 100000, NormEps: 1e-5, Tied: true,
 	},
 	{

@@ -27,6 +27,17 @@ func control(texts ...string) []vocab.Special {
 	return s
 }
 
+// userDefined are added tokens that are not control tokens (Qwen's
+// <tool_call> and <think>): llama.cpp matches them in any text and renders
+// them when decoding.
+func userDefined(texts ...string) []vocab.Special {
+	s := make([]vocab.Special, len(texts))
+	for i, t := range texts {
+		s[i] = vocab.Special{Text: t, Type: vocab.TypeUserDefined}
+	}
+	return s
+}
+
 var tokenizerSpecs = map[Tokenizer]tokenizerSpec{
 	TokenizerSPM: {bos: "<s>", eos: "</s>", unk: "<unk>", pad: "<unk>", addBOS: true},
 	TokenizerLlama3: {
@@ -36,15 +47,13 @@ var tokenizerSpecs = map[Tokenizer]tokenizerSpec{
 	},
 	TokenizerQwen2: {
 		bpe: true, pre: vocab.PreQwen2,
-		specials: control("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
+		specials: append(control("<|endoftext|>", "<|im_start|>", "<|im_end|>"), userDefined("<tool_call>", "</tool_call>")...),
 		bos:      "<|endoftext|>", eos: "<|im_end|>", pad: "<|endoftext|>",
 	},
 	TokenizerQwen3: {
 		bpe: true, pre: vocab.PreQwen2,
-		specials: append(control("<|endoftext|>", "<|im_start|>", "<|im_end|>"),
-			vocab.Special{Text: "<think>", Type: vocab.TypeUserDefined},
-			vocab.Special{Text: "</think>", Type: vocab.TypeUserDefined}),
-		bos: "<|endoftext|>", eos: "<|im_end|>", pad: "<|endoftext|>",
+		specials: append(control("<|endoftext|>", "<|im_start|>", "<|im_end|>"), userDefined("<tool_call>", "</tool_call>", "<think>", "</think>")...),
+		bos:      "<|endoftext|>", eos: "<|im_end|>", pad: "<|endoftext|>",
 	},
 	TokenizerSmolLM: {
 		bpe: true, pre: vocab.PreSmolLM, specialsFirst: true,

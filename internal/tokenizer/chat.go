@@ -3,7 +3,6 @@ package tokenizer
 import (
 	"errors"
 	"fmt"
-	"sync"
 
 	"github.com/ardanlabs/jinja"
 )
@@ -99,13 +98,6 @@ const (
 // ErrChatTemplate is wrapped by every chat-template failure.
 var ErrChatTemplate = errors.New("tokenizer: chat template")
 
-// compiledTemplate caches one compilation per Tokenizer.
-type compiledTemplate struct {
-	once sync.Once
-	tmpl *jinja.Template
-	err  error
-}
-
 // templateName is the start of a template, for error messages.
 func templateName(src string) string {
 	const n = 60
@@ -116,66 +108,45 @@ func templateName(src string) string {
 	return fmt.Sprintf("%q", src)
 }
 
-func compileTemplate(src string) (*jinja.Template, error) {
+func compileTemplate(src string) (tmpl *jinja.Template, err error) {
 	if src == "" {
 		return nil, fmt.Errorf("%w: the model has no tokenizer.chat_template", ErrChatTemplate)
 	}
-	tmpl, err := jinja.Compile(src)
+	defer func() {
+		// A template is outside input (GGUF metadata); an engine bug on it
+		// must not take the server down.
+		if r := recover(); r != nil {
+			tmpl, err = nil, fmt.Errorf("%w %s: compile panicked: %v", ErrChatTemplate, templateName(src), r)
+		}
+	}()
+	tmpl, err = jinja.Compile(rewriteTemplate(src))
 	if err != nil {
 		return nil, fmt.Errorf("%w %s: %v", ErrChatTemplate, templateName(src), err)
 	}
 	return tmpl, nil
 }
 
-// ApplyChatTemplate renders msgs with the model's tokenizer.chat_template
-// (Jinja), as the template's authors intended: bos_token and eos_token are
-// the texts of BOS and EOS, add_generation_prompt opens an assistant turn.
-// The result is text to Encode with parseSpecial (and addSpecial false when
-// the template writes BOS itself). A template that does not compile or
-// fails to render is an error naming it; there is no fallback format.
+// ApplyChatTemplate renders plain role/content msgs with the model's
+// tokenizer.chat_template (Jinja), as the template's authors intended:
+// bos_token and eos_token are the texts of BOS and EOS, add_generation_prompt
+// opens an assistant turn. The result is text to Encode with parseSpecial
+// (and addSpecial false when the template writes BOS itself). A template
+// that does not compile or fails to render is an error naming it; there is
+// no fallback format. RenderChat takes tools, tool calls and kwargs too.
 func (t *Tokenizer) ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error) {
-	t.template.once.Do(func() {
-		t.template.tmpl, t.template.err = compileTemplate(t.chatTemplate)
-	})
-	if t.template.err != nil {
-		return "", t.template.err
-	}
-	return renderTemplate(t.template.tmpl, t.chatTemplate, msgs, addGenerationPrompt, t.Token(t.bos), t.Token(t.eos))
+	return t.RenderChat(chatMessages(msgs), RenderOptions{AddGenerationPrompt: addGenerationPrompt})
 }
 
 // RenderChatTemplate renders an arbitrary template source the way
 // ApplyChatTemplate does, with the given BOS and EOS texts.
 func RenderChatTemplate(src string, msgs []Message, addGenerationPrompt bool, bosToken, eosToken string) (string, error) {
-	tmpl, err := compileTemplate(src)
-	if err != nil {
-		return "", err
-	}
-	return renderTemplate(tmpl, src, msgs, addGenerationPrompt, bosToken, eosToken)
+	return RenderChatWith(src, chatMessages(msgs), RenderOptions{AddGenerationPrompt: addGenerationPrompt}, bosToken, eosToken)
 }
 
-func renderTemplate(tmpl *jinja.Template, src string, msgs []Message, addGen bool, bos, eos string) (out string, err error) {
-	if len(msgs) == 0 {
-		return "", fmt.Errorf("%w: no messages", ErrChatTemplate)
-	}
-	list := make([]any, len(msgs))
+func chatMessages(msgs []Message) []ChatMessage {
+	out := make([]ChatMessage, len(msgs))
 	for i, m := range msgs {
-		list[i] = map[string]any{"role": m.Role, "content": m.Content}
+		out[i] = ChatMessage{Role: m.Role, Content: m.Content}
 	}
-	defer func() {
-		// A template is outside input; an engine bug on it must not take
-		// the server down.
-		if r := recover(); r != nil {
-			out, err = "", fmt.Errorf("%w %s: render panicked: %v", ErrChatTemplate, templateName(src), r)
-		}
-	}()
-	out, err = tmpl.Render(map[string]any{
-		"messages":              list,
-		"add_generation_prompt": addGen,
-		"bos_token":             bos,
-		"eos_token":             eos,
-	})
-	if err != nil {
-		return "", fmt.Errorf("%w %s: %v", ErrChatTemplate, templateName(src), err)
-	}
-	return out, nil
+	return out
 }

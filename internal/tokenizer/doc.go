@@ -51,6 +51,35 @@
 // stripped or cleaned. StreamDecoder emits only complete UTF-8, turning
 // bytes that can never complete into U+FFFD.
 //
+// # Chat templates
+//
+// RenderChat renders a conversation with the model's own Jinja template the
+// way transformers' apply_chat_template does, with the message shaping of
+// vLLM's OpenAI server: messages (role, content, tool_calls with arguments
+// as dicts, tool_call_id, name, reasoning and reasoning_content, extra
+// fields), tools (None without tools), add_generation_prompt, bos_token,
+// eos_token, the request's kwargs (enable_thinking, ...), raise_exception
+// (a *TemplateError, the HTTP 400) and strftime_now (RenderOptions.Now).
+// Requests with tools use tokenizer.chat_template.tool_use when the GGUF has
+// it. The engine is github.com/ardanlabs/jinja; chat_source.go prepares
+// each source for it: Jinja2's whitespace control (trim_blocks,
+// lstrip_blocks, - and +) is applied to the text beforehand, since the
+// engine's own version strips text past expression tags, and `| tojson`
+// is routed to tojsonFilter (json.dumps, ensure_ascii=False, key order
+// kept). Source analyses pick how content arrays are passed (vLLM's
+// "string" or "openai" detection) and whether tool-call arguments must stay
+// JSON strings (templates that concatenate them). The text is checked
+// against Jinja2 configured as transformers configures it and against
+// @huggingface/jinja for every template in llama.cpp's models/templates
+// (tools/jinjaref).
+//
+// Where Stockpot and Jinja2 part: Jinja2 raises on loops over None, on an
+// undefined value used in + or some filters, on list.append in its
+// immutable sandbox and on tojson of a generator; Stockpot renders (empty
+// loop, "", the append, the list). A string added to a |safe string is not
+// HTML-escaped. Content None is passed as "" (vLLM), not None
+// (transformers): Qwen3's and others' templates fail on None.
+//
 // # Invariants
 //
 //   - Encode never panics, whatever the bytes.
@@ -59,5 +88,6 @@
 //     all have tokens (always true for a full 256-byte vocabulary).
 //   - For SPM with byte tokens, Decode(Encode(s, false, false)) is s with
 //     the one-space prefix when add_space_prefix is on.
-//   - Digest changes whenever ids, rendered text or the chat template can.
+//   - Digest changes whenever ids, rendered text or a chat template can.
+//   - RenderChat never panics, whatever the template or the JSON values.
 package tokenizer

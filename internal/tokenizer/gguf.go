@@ -25,6 +25,11 @@ const (
 	KeyAddEOS         = "tokenizer.ggml.add_eos_token"
 	KeyAddSpacePrefix = "tokenizer.ggml.add_space_prefix"
 	KeyChatTemplate   = "tokenizer.chat_template"
+	// KeyChatTemplates lists the names of the named templates, each stored
+	// under KeyChatTemplate + "." + name (gguf-py's add_chat_template).
+	// tokenizer.chat_template.tool_use is read even when unlisted, as
+	// llama.cpp does.
+	KeyChatTemplates = "tokenizer.chat_templates"
 )
 
 // VocabFromGGUF reads the tokenizer metadata of f without validating it.
@@ -89,6 +94,18 @@ func VocabFromGGUF(f *gguf.File) (Vocab, error) {
 		}
 	}
 	v.ChatTemplate, _ = f.String(KeyChatTemplate)
+	names, _ := f.Strings(KeyChatTemplates)
+	for _, name := range append([]string{TemplateToolUse}, names...) {
+		if name == "" || name == "default" {
+			continue
+		}
+		if src, ok := f.String(KeyChatTemplate + "." + name); ok {
+			if v.ChatTemplates == nil {
+				v.ChatTemplates = map[string]string{}
+			}
+			v.ChatTemplates[name] = src
+		}
+	}
 	return v, nil
 }
 

@@ -68,6 +68,9 @@ type Vocab struct {
 	AddBOS, AddEOS, AddSpacePrefix OptionalBool
 
 	ChatTemplate string // tokenizer.chat_template; "" if absent
+	// ChatTemplates are the named templates, tokenizer.chat_template.<name>
+	// ("tool_use" and the names listed in tokenizer.chat_templates).
+	ChatTemplates map[string]string
 }
 
 // Kind is the tokenization algorithm.
@@ -109,9 +112,10 @@ type Tokenizer struct {
 	special []int32  // control/user-defined/unknown ids, longest text first (tokenizer_st_partition order)
 	pieces  [][]byte // id -> piece rendered with special=true (control texts kept)
 
-	chatTemplate string
-	template     compiledTemplate // compiled on first ApplyChatTemplate
-	digest       [32]byte
+	chatTemplate  string
+	chatTemplates map[string]string // tokenizer.chat_template.<name>
+	template      compiledTemplate  // compiled on first use, by name
+	digest        [32]byte
 }
 
 type mergePair struct{ left, right string }
@@ -142,6 +146,12 @@ func New(v Vocab) (*Tokenizer, error) {
 		eom:          NoToken,
 		pad:          NoToken,
 		chatTemplate: v.ChatTemplate,
+	}
+	for name, src := range v.ChatTemplates {
+		if t.chatTemplates == nil {
+			t.chatTemplates = make(map[string]string, len(v.ChatTemplates))
+		}
+		t.chatTemplates[name] = src
 	}
 	switch v.Model {
 	case "llama":
@@ -397,6 +407,20 @@ func (t *Tokenizer) computeDigest(v Vocab) [32]byte {
 	}
 	num(flags)
 	str(t.chatTemplate)
+	// Named templates only when there are some, so that digests of models
+	// without them stay what they were.
+	if len(t.chatTemplates) > 0 {
+		names := make([]string, 0, len(t.chatTemplates))
+		for n := range t.chatTemplates {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		num(uint64(len(names)))
+		for _, n := range names {
+			str(n)
+			str(t.chatTemplates[n])
+		}
+	}
 	var d [32]byte
 	h.Sum(d[:0])
 	return d
