@@ -20,6 +20,13 @@ const (
 	MaxTemperature = 2.0
 	// DefaultCompletionMaxTokens is OpenAI's (and vLLM's) max_tokens default for completions.
 	DefaultCompletionMaxTokens = 16
+	// MaxTopK bounds top_k: above every vocabulary there is (the largest have about 262k
+	// tokens), where top_k means "off" anyway; a larger value is a mistake.
+	MaxTopK = 1 << 20
+	// MaxStopTokenIDs bounds stop_token_ids: each generated token is looked up in the list.
+	MaxStopTokenIDs = 1024
+	// MaxCacheSaltBytes bounds cache_salt: a tenant id or a hash of one, not a payload.
+	MaxCacheSaltBytes = 256
 )
 
 // StreamOptions is OpenAI's stream_options.
@@ -302,8 +309,14 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 			return Invalid("top_p", "top_p must be in (0, 1], got %g", t)
 		}
 	}
-	if p.TopK != nil && *p.TopK < -1 {
-		return Invalid("top_k", "top_k must be -1 or 0 (off) or a positive number, got %d", *p.TopK)
+	if p.TopK != nil && (*p.TopK < -1 || *p.TopK > MaxTopK) {
+		return Invalid("top_k", "top_k must be -1 or 0 (off) or a positive number up to %d, got %d", MaxTopK, *p.TopK)
+	}
+	if len(p.CacheSalt) > MaxCacheSaltBytes {
+		return Invalid("cache_salt", "cache_salt is %d bytes, over the limit of %d; use a tenant id or a hash of one", len(p.CacheSalt), MaxCacheSaltBytes)
+	}
+	if len(p.StopTokenIDs) > MaxStopTokenIDs {
+		return Invalid("stop_token_ids", "stop_token_ids has %d ids; at most %d are allowed", len(p.StopTokenIDs), MaxStopTokenIDs)
 	}
 	if p.N != nil && *p.N != 1 {
 		if *p.N < 1 {
@@ -336,8 +349,9 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 	return nil
 }
 
-// parseStop decodes stop: null, a string, or an array of up to MaxStop strings. Empty strings
-// are dropped (an empty stop string would end every generation before it began).
+// parseStop decodes stop: null, a string, or an array of up to MaxStop strings. An empty
+// string is refused: it would match before the first character, ending every generation
+// before it began, which no client means.
 func parseStop(raw json.RawMessage) ([]string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -349,7 +363,7 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 			return nil, Invalid("stop", "stop must be a string or an array of strings")
 		}
 		if one == "" {
-			return nil, nil
+			return nil, Invalid("stop", "stop is an empty string, which would end every generation at once; leave stop out for none")
 		}
 		return []string{one}, nil
 	}
@@ -360,16 +374,15 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 	if len(list) > MaxStop {
 		return nil, Invalid("stop", "stop has %d strings; at most %d are allowed", len(list), MaxStop)
 	}
-	out := list[:0]
-	for _, s := range list {
-		if s != "" {
-			out = append(out, s)
+	for i, s := range list {
+		if s == "" {
+			return nil, Invalid("stop", "stop[%d] is an empty string, which would end every generation at once", i)
 		}
 	}
-	if len(out) == 0 {
+	if len(list) == 0 {
 		return nil, nil
 	}
-	return out, nil
+	return list, nil
 }
 
 // parsePrompt decodes prompt: a string, an array of token ids, or an array holding exactly one

@@ -72,6 +72,13 @@ func TestParseCompletionErrors(t *testing.T) {
 		{`{"prompt":"x","stop":5}`, "stop", "string or an array"},
 		{`{"prompt":"x","stop":[1]}`, "stop", "string or an array"},
 		{`{"prompt":"x","stop":["a","b","c","d","e"]}`, "stop", "at most 4"},
+		{`{"prompt":"x","stop":[""]}`, "stop", "stop[0] is an empty string"},
+		{`{"prompt":"x","stop":["a",""]}`, "stop", "stop[1] is an empty string"},
+		{`{"prompt":"x","stop":""}`, "stop", "empty string"},
+		{`{"prompt":"x","top_k":1000000000000}`, "top_k", "up to 1048576"},
+		{`{"prompt":"x","top_k":1e12}`, "top_k", "wrong type"},
+		{`{"prompt":"x","cache_salt":"` + strings.Repeat("s", 257) + `"}`, "cache_salt", "257 bytes, over the limit of 256"},
+		{`{"prompt":"x","stop_token_ids":[` + strings.Repeat("9,", 1024) + `9]}`, "stop_token_ids", "at most 1024"},
 		{`{"prompt":"x","stream":"yes"}`, "stream", "wrong type"},
 		{`{"prompt":"x","stream_options":{"include_usage":1}}`, "stream_options.include_usage", "wrong type"},
 		{`{"prompt":"x","logprobs":21}`, "logprobs", "between 0 and 20"},
@@ -109,7 +116,7 @@ func checkErr(t *testing.T, body string, err error, param, msg string) {
 
 func TestParseCompletionFields(t *testing.T) {
 	r, err := ParseCompletionRequest([]byte(`{"model":"m","prompt":"p","max_tokens":5,"temperature":0.5,"top_p":0.9,"top_k":-1,
-		"seed":-7,"stop":["a","","b"],"stream":true,"stream_options":{"include_usage":true},"logprobs":3,"n":1,"cache_salt":"s",
+		"seed":-7,"stop":["a","b"],"stream":true,"stream_options":{"include_usage":true},"logprobs":3,"n":1,"cache_salt":"s",
 		"return_token_ids":true,"ignore_eos":true,"stop_token_ids":[9],"presence_penalty":0,"max_tokens_extra":1}`))
 	if err != nil {
 		t.Fatal(err)
@@ -122,6 +129,30 @@ func TestParseCompletionFields(t *testing.T) {
 	r, err = ParseCompletionRequest([]byte(`{"prompt":"p","stop":"x","stream_options":{"include_usage":true}}`))
 	if err != nil || !reflect.DeepEqual(r.StopStrings, []string{"x"}) || r.IncludeUsage() {
 		t.Errorf("stop string or include_usage without stream: %+v %v", r, err)
+	}
+}
+
+// TestInvalidUTF8Replaced: invalid UTF-8 and lone surrogate escapes in strings are accepted
+// and become U+FFFD (encoding/json's decoding, and llama.cpp's server does the same), in the
+// prompt and in messages alike; doc.go says so.
+func TestInvalidUTF8Replaced(t *testing.T) {
+	r, err := ParseCompletionRequest([]byte("{\"prompt\":\"a\xff\xfeb\\ud800c\\udfffd\\ud83d\\ude00\"}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "a\uFFFD\uFFFDb\uFFFDc\uFFFDd\U0001F600"; r.PromptText != want {
+		t.Errorf("prompt %q, want %q", r.PromptText, want)
+	}
+	c, err := ParseChatRequest([]byte("{\"messages\":[{\"role\":\"user\",\"content\":\"x\xc3\\udc00\"}]}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "x\uFFFD\uFFFD"; c.Messages[0].Text != want {
+		t.Errorf("message %q, want %q", c.Messages[0].Text, want)
+	}
+	cap256 := strings.Repeat("é", MaxCacheSaltBytes/2)
+	if _, err := ParseCompletionRequest([]byte(`{"prompt":"x","cache_salt":"` + cap256 + `"}`)); err != nil {
+		t.Errorf("a cache_salt of exactly %d bytes: %v", MaxCacheSaltBytes, err)
 	}
 }
 

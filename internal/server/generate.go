@@ -91,7 +91,11 @@ func (s *Server) chatPrompt(req *api.ChatRequest) (string, []int32, error) {
 	if err != nil {
 		return "", nil, api.Invalid("messages", "cannot apply the chat template: %v", err)
 	}
-	ids := s.tok.Encode(text, false, true)
+	// Nothing over the context length can be served or is worth counting (/tokenize).
+	ids, fits := s.encodeLimit(text, false, true, s.cfg.ContextLength)
+	if !fits {
+		return "", nil, api.Invalid("messages", "the rendered chat has more than %d tokens, the model's context length", s.cfg.ContextLength)
+	}
 	if s.bos >= 0 && (len(ids) == 0 || ids[0] != s.bos) {
 		ids = append([]int32{s.bos}, ids...)
 	}
@@ -121,6 +125,7 @@ func engineError(err error) *api.Error {
 // generate always drains the engine's channel before returning.
 func (s *Server) generate(ctx context.Context, spec *genSpec, started func() error,
 	onDelta func(text string, toks []genToken) error) (*genResult, error) {
+	client := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out, err := s.gen.Generate(ctx, &spec.req)
@@ -204,7 +209,9 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 		}
 		batchBuf = batch
 	}
-	if gone {
+	if gone || client.Err() != nil {
+		// The client went away, even if the engine got to the end before it noticed: what
+		// was made reached nobody.
 		return nil, errClientGone
 	}
 	if final == nil {

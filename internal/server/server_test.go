@@ -282,6 +282,58 @@ func TestAuth(t *testing.T) {
 			t.Errorf("401 body: %s", rec.Body)
 		}
 	}
+	// Anthropic clients send the key as x-api-key.
+	for key, status := range map[string]int{"k1": 200, "k2": 200, "nope": 401, "": 401} {
+		if rec := do(h, "GET", "/v1/models", "", "X-Api-Key", key); rec.Code != status {
+			t.Errorf("x-api-key %q: %d, want %d", key, rec.Code, status)
+		}
+	}
+	// Routes served beside the API (the block events) take the same keys.
+	events := s.RequireAPIKey(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	for _, tc := range []struct {
+		hdr    []string
+		status int
+	}{
+		{nil, 401}, {[]string{"Authorization", "Bearer nope"}, 401},
+		{[]string{"Authorization", "Bearer k2"}, 200}, {[]string{"X-Api-Key", "k1"}, 200},
+	} {
+		rec := do(events, "GET", "/v1/kv-events/snapshot", "", tc.hdr...)
+		if rec.Code != tc.status {
+			t.Errorf("kv-events %v: %d, want %d", tc.hdr, rec.Code, tc.status)
+		}
+		if tc.status == 401 {
+			if e := decode[api.ErrorBody](t, rec); e.Error.Type != api.TypeAuthentication {
+				t.Errorf("kv-events 401 body: %s", rec.Body)
+			}
+		}
+	}
+}
+
+// TestMetricsKey: with a metrics key, /metrics needs it as a bearer token (the API keys do not
+// open it); /health stays open.
+func TestMetricsKey(t *testing.T) {
+	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) { c.APIKeys = []string{"api"}; c.MetricsKey = "scrape" })
+	h := s.Handler()
+	for _, tc := range []struct {
+		path, auth string
+		status     int
+	}{
+		{"/metrics", "", 401},
+		{"/metrics", "Bearer api", 401},
+		{"/metrics", "Bearer scrapes", 401},
+		{"/metrics", "Bearer scrape", 200},
+		{"/health", "", 200},
+		{"/v1/models", "Bearer scrape", 401},
+		{"/v1/models", "Bearer api", 200},
+	} {
+		rec := do(h, "GET", tc.path, "", "Authorization", tc.auth)
+		if rec.Code != tc.status {
+			t.Errorf("%s %q: %d, want %d", tc.path, tc.auth, rec.Code, tc.status)
+		}
+		if tc.status == 401 && !strings.Contains(rec.Body.String(), `"authentication_error"`) {
+			t.Errorf("401 body: %s", rec.Body)
+		}
+	}
 }
 
 // sseEvents checks the framing (every event is one "data: " line followed by a blank line)

@@ -67,3 +67,29 @@ type ChatOptions struct {
 	// Kwargs are extra template variables (chat_template_kwargs: enable_thinking, ...).
 	Kwargs map[string]any
 }
+
+// limitedEncoder is the optional ability to tokenize within a budget, stopping early once the
+// text is known to be over it (*tokenizer.Tokenizer has it). Without it the server encodes
+// everything and counts.
+type limitedEncoder interface {
+	EncodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool)
+}
+
+// encodeLimit tokenizes text, or reports false once it has more than limit tokens. When it
+// had to count them all (a Tokenizer without EncodeLimit) the ids come back anyway, so the
+// caller can say how many there were.
+func (s *Server) encodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool) {
+	if le, ok := s.tok.(limitedEncoder); ok {
+		return le.EncodeLimit(text, addSpecial, parseSpecial, limit)
+	}
+	ids := s.tok.Encode(text, addSpecial, parseSpecial)
+	return ids, len(ids) <= limit
+}
+
+// tooManyTokens is the 400 for a text over a token budget, known without counting it all.
+func (s *Server) tooManyTokens(param string, limit int) error {
+	if limit >= s.cfg.ContextLength-1 {
+		return api.Invalid(param, "%s has more than %d tokens, but the model's context length is %d (the prompt must leave room for at least one generated token)", param, limit, s.cfg.ContextLength)
+	}
+	return api.Invalid(param, "%s has more than %d tokens, over this server's limit of %d (--max-prompt-tokens)", param, limit, limit)
+}
