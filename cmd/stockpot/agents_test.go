@@ -120,7 +120,7 @@ func TestConstrainedOutputs(t *testing.T) {
 			k := i % len(boundedSchemas)
 			body := map[string]any{
 				"messages":    []map[string]any{{"role": "user", "content": fmt.Sprintf("request %d: answer in JSON", i)}},
-				"max_tokens":  160,
+				"max_tokens":  384,
 				"temperature": 1.0,
 				"seed":        i,
 			}
@@ -128,6 +128,8 @@ func TestConstrainedOutputs(t *testing.T) {
 			if tools {
 				body["tools"] = []any{weatherTool(boundedSchemas[k])}
 				body["tool_choice"] = "required"
+				// Up to 4 parallel calls on every fourth request, one call on the others.
+				body["parallel_tool_calls"] = i%4 == 3
 			} else {
 				body["response_format"] = map[string]any{"type": "json_schema",
 					"json_schema": map[string]any{"name": "out", "strict": true, "schema": json.RawMessage(boundedSchemas[k])}}
