@@ -324,12 +324,36 @@ type tokAdapter struct{ *tokenizer.Tokenizer }
 
 func (a tokAdapter) NewStreamDecoder() server.StreamDecoder { return a.Tokenizer.NewStreamDecoder() }
 
-func (a tokAdapter) ApplyChatTemplate(msgs []server.Message, addGenerationPrompt bool) (string, error) {
-	in := make([]tokenizer.Message, len(msgs))
+func (a tokAdapter) ApplyChatTemplate(msgs []server.Message, opts server.ChatOptions) (string, error) {
+	return a.Tokenizer.RenderChat(chatMessages(msgs), tokenizer.RenderOptions{
+		Tools: opts.Tools, AddGenerationPrompt: opts.AddGenerationPrompt, Kwargs: opts.Kwargs})
+}
+
+func (a tokAdapter) ChatTemplate(tools bool) string { return a.Tokenizer.ChatTemplateSource(tools) }
+
+// chatMessages converts the server's messages to the template's.
+func chatMessages(msgs []server.Message) []tokenizer.ChatMessage {
+	in := make([]tokenizer.ChatMessage, len(msgs))
 	for i, m := range msgs {
-		in[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+		c := tokenizer.ChatMessage{Role: m.Role, ToolCallID: m.ToolCallID, Name: m.Name, ReasoningContent: m.Reasoning}
+		switch {
+		case m.NullContent:
+			c.Content = nil
+		case m.Parts != nil:
+			parts := make([]tokenizer.ContentPart, len(m.Parts))
+			for j, p := range m.Parts {
+				parts[j] = tokenizer.ContentPart{Type: "text", Text: p}
+			}
+			c.Content = parts
+		default:
+			c.Content = m.Content
+		}
+		for _, tc := range m.ToolCalls {
+			c.ToolCalls = append(c.ToolCalls, tokenizer.ToolCall{ID: tc.ID, Type: tc.Type, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		in[i] = c
 	}
-	return a.Tokenizer.ApplyChatTemplate(in, addGenerationPrompt)
+	return in
 }
 
 var _ server.Tokenizer = tokAdapter{}

@@ -67,16 +67,47 @@ func (t fakeTok) DecodeChecked(ids []int32) (string, error) {
 
 func (fakeTok) NewStreamDecoder() StreamDecoder { return &fakeStream{} }
 
-func (fakeTok) ApplyChatTemplate(msgs []Message, addGen bool) (string, error) {
+// fakeTemplate is what fakeTok says its template is: enough for toolcall.Detect to see the
+// Hermes syntax and for the server to see think blocks.
+const fakeTemplate = "{%- if tools %}<tools>{{ tools | tojson }}</tools> <tool_call> {%- endif %}"
+
+func (fakeTok) ChatTemplate(tools bool) string { return fakeTemplate }
+
+func (fakeTok) Piece(id int32) []byte {
+	switch {
+	case id == fakeBOS:
+		return []byte("<s>")
+	case id == fakeEOS:
+		return []byte("</s>")
+	case id >= 2 && id < fakeVocab:
+		return []byte{byte(id - 2)}
+	}
+	return nil
+}
+
+func (fakeTok) IsControl(id int32) bool { return id < 2 }
+func (fakeTok) EOGs() []int32           { return []int32{fakeEOS} }
+
+func (fakeTok) ApplyChatTemplate(msgs []Message, opts ChatOptions) (string, error) {
 	var b strings.Builder
 	b.WriteString("<s>")
+	for _, t := range opts.Tools {
+		fmt.Fprintf(&b, "<|tool|>%s\n", t)
+	}
 	for _, m := range msgs {
 		if m.Content == "TEMPLATE_ERROR" {
 			return "", errors.New("roles must alternate")
 		}
-		fmt.Fprintf(&b, "<|%s|>%s\n", m.Role, m.Content)
+		fmt.Fprintf(&b, "<|%s|>%s", m.Role, m.Content)
+		for _, c := range m.ToolCalls {
+			fmt.Fprintf(&b, "<call %s %s %s>", c.ID, c.Function.Name, c.Function.Arguments)
+		}
+		if m.ToolCallID != "" {
+			fmt.Fprintf(&b, "<result %s>", m.ToolCallID)
+		}
+		b.WriteString("\n")
 	}
-	if addGen {
+	if opts.AddGenerationPrompt {
 		b.WriteString("<|assistant|>")
 	}
 	return b.String(), nil

@@ -84,25 +84,22 @@ func (s *Server) prepare(p *api.GenerationParams, prompt []int32, maxTokens *int
 	}, nil
 }
 
-// chatPrompt renders msgs with the chat template and tokenizes the result.
-func (s *Server) chatPrompt(msgs []api.ChatRequestMessage, addGenerationPrompt bool) ([]int32, error) {
-	in := make([]Message, len(msgs))
-	for i, m := range msgs {
-		in[i] = Message{Role: m.Role, Content: m.Text}
-	}
-	text, err := s.tok.ApplyChatTemplate(in, addGenerationPrompt)
+// chatPrompt renders the request's messages and tools with the chat template and tokenizes
+// the result. An error the template raises is a 400 that quotes it.
+func (s *Server) chatPrompt(req *api.ChatRequest) (string, []int32, error) {
+	text, err := s.tok.ApplyChatTemplate(chatMessages(req.Messages), chatOptions(req))
 	if err != nil {
-		return nil, api.Invalid("messages", "cannot apply the chat template: %v", err)
+		return "", nil, api.Invalid("messages", "cannot apply the chat template: %v", err)
 	}
 	// Nothing over the context length can be served or is worth counting (/tokenize).
 	ids, fits := s.encodeLimit(text, false, true, s.cfg.ContextLength)
 	if !fits {
-		return nil, api.Invalid("messages", "the rendered chat has more than %d tokens, the model's context length", s.cfg.ContextLength)
+		return "", nil, api.Invalid("messages", "the rendered chat has more than %d tokens, the model's context length", s.cfg.ContextLength)
 	}
 	if s.bos >= 0 && (len(ids) == 0 || ids[0] != s.bos) {
 		ids = append([]int32{s.bos}, ids...)
 	}
-	return ids, nil
+	return text, ids, nil
 }
 
 // engineError maps an engine error to the API: the engine's refusals of the request are the

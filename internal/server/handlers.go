@@ -65,7 +65,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else {
-		ids, err = s.chatPrompt(req.Messages, req.GenerationPrompt())
+		_, ids, err = s.chatPrompt(req.Chat())
 		if err != nil {
 			writeError(w, err)
 			return

@@ -24,6 +24,7 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
+	"stockpot/internal/grammar"
 )
 
 // Server serves the HTTP API on top of an engine.Generator.
@@ -43,6 +44,12 @@ type Server struct {
 	// encoded without special tokens, since templates usually write BOS themselves, and get
 	// BOS prepended only when the template did not.
 	bos int32
+
+	// vocab is the vocabulary for constrained decoding's token masks, built by grammarVocab
+	// on the first constrained request (a trie over every token's bytes).
+	vocabOnce sync.Once
+	vocab     *grammar.Vocab
+	grammars  grammarCache
 
 	apiKeys     keySet // Config.APIKeys
 	metricsKeys keySet // Config.MetricsKey

@@ -27,6 +27,11 @@ const testModel = "test-model"
 
 func newTestServer(t *testing.T, gen *fakeGen, mod func(*Config)) (*Server, *prometheus.Registry) {
 	t.Helper()
+	return newTestServerTok(t, gen, fakeTok{}, mod)
+}
+
+func newTestServerTok(t *testing.T, gen *fakeGen, tok Tokenizer, mod func(*Config)) (*Server, *prometheus.Registry) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ModelName = testModel
 	cfg.Fingerprint = "fp-123"
@@ -38,7 +43,7 @@ func newTestServer(t *testing.T, gen *fakeGen, mod func(*Config)) (*Server, *pro
 		mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	s, err := New(cfg, gen, fakeTok{}, reg)
+	s, err := New(cfg, gen, tok, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +178,7 @@ func TestBadRequests(t *testing.T) {
 		{"echo", "POST", "/v1/completions", `{"prompt":"x","echo":true}`, 400, "invalid_request_error", "unsupported_parameter", "echo"},
 		{"model", "POST", "/v1/completions", `{"prompt":"x","model":"gpt-4"}`, 404, "invalid_request_error", "model_not_found", "gpt-4"},
 		{"chat model", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"model":"other"}`, 404, "invalid_request_error", "model_not_found", "other"},
-		{"chat role", "POST", "/v1/chat/completions", `{"messages":[{"role":"tool","content":"x"}]}`, 400, "invalid_request_error", "unsupported_parameter", "role"},
+		{"chat role", "POST", "/v1/chat/completions", `{"messages":[{"role":"function","content":"x"}]}`, 400, "invalid_request_error", "unsupported_parameter", "role"},
 		{"chat template", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"TEMPLATE_ERROR"}]}`, 400, "invalid_request_error", "invalid_value", "roles must alternate"},
 		{"chat messages", "POST", "/v1/chat/completions", `{"messages":[]}`, 400, "invalid_request_error", "invalid_value", "messages"},
 		{"too large", "POST", "/v1/completions", `{"prompt":"` + strings.Repeat("x", 5000) + `"}`, 413, "invalid_request_error", "request_too_large", "4096"},
@@ -495,7 +500,7 @@ func TestChat(t *testing.T) {
 	}
 	resp := decode[api.ChatCompletionResponse](t, rec)
 	c := resp.Choices[0]
-	if resp.Object != "chat.completion" || !strings.HasPrefix(resp.ID, "chatcmpl-") || c.Message.Role != "assistant" || c.Message.Content != "Hi!" || *c.FinishReason != "stop" {
+	if resp.Object != "chat.completion" || !strings.HasPrefix(resp.ID, "chatcmpl-") || c.Message.Role != "assistant" || c.Message.Content == nil || *c.Message.Content != "Hi!" || *c.FinishReason != "stop" {
 		t.Errorf("resp %+v", resp)
 	}
 	if len(c.Logprobs.Content) != resp.Usage.CompletionTokens || len(c.Logprobs.Content[0].TopLogprobs) != 2 ||

@@ -1,6 +1,10 @@
 package server
 
-import "stockpot/internal/api"
+import (
+	"encoding/json"
+
+	"stockpot/internal/api"
+)
 
 // Tokenizer is what the server needs from internal/tokenizer. The coordinator adapts the real
 // tokenizer (NewStreamDecoder and ApplyChatTemplate differ only in their types).
@@ -13,8 +17,18 @@ type Tokenizer interface {
 	DecodeChecked(ids []int32) (string, error)
 	// NewStreamDecoder returns a decoder that renders one token at a time.
 	NewStreamDecoder() StreamDecoder
-	// ApplyChatTemplate renders messages with the model's chat template.
-	ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error)
+	// ApplyChatTemplate renders messages with the model's chat template (its tool-use
+	// variant when opts has tools). An error is the template's, to quote to the client.
+	ApplyChatTemplate(msgs []Message, opts ChatOptions) (string, error)
+	// ChatTemplate returns the template source ApplyChatTemplate uses, with or without tools;
+	// the tool-call syntax of the model family is detected from it.
+	ChatTemplate(tools bool) string
+	// Piece returns the bytes token id stands for (control tokens as their text).
+	Piece(id int32) []byte
+	// IsControl reports a control token (BOS, EOS, <|im_start|>...), never part of text.
+	IsControl(id int32) bool
+	// EOGs lists the end-of-generation tokens.
+	EOGs() []int32
 	VocabSize() int
 	// IsEOG reports an end-of-generation token (EOS, EOT, <|im_end|>...).
 	IsEOG(id int32) bool
@@ -34,6 +48,24 @@ type StreamDecoder interface {
 type Message struct {
 	Role    string
 	Content string
+	// NullContent: the client sent content null (an assistant message with only tool calls).
+	NullContent bool
+	// Parts holds the text parts when the client sent content as a list of them; Content is
+	// then their join with "\n".
+	Parts      []string
+	ToolCalls  []api.ToolCall // assistant; Arguments is JSON text
+	ToolCallID string         // tool
+	Name       string
+	Reasoning  string // assistant's reasoning_content
+}
+
+// ChatOptions are the template's inputs besides the messages.
+type ChatOptions struct {
+	AddGenerationPrompt bool
+	// Tools are the request's tool entries exactly as sent ({"type": "function", ...}).
+	Tools []json.RawMessage
+	// Kwargs are extra template variables (chat_template_kwargs: enable_thinking, ...).
+	Kwargs map[string]any
 }
 
 // limitedEncoder is the optional ability to tokenize within a budget, stopping early once the
