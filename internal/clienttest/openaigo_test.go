@@ -45,6 +45,12 @@ var (
 	})
 )
 
+// maxTokens must fit a whole forced call: the server's grammar lets bounded JSON whitespace
+// (up to a newline and 20 spaces) stand in each slot of the call, and a random-weight model
+// takes it, so a two-property call can run to ~200 tokens (the greedy runs here use ~60). A
+// call cut short comes back as text, not as a tool call.
+const maxTokens = 256
+
 type weatherArgs struct {
 	City string `json:"city"`
 	Days int    `json:"days"`
@@ -173,7 +179,7 @@ func TestOpenAIGoToolLoop(t *testing.T) {
 					openai.UserMessage("What will the weather be in Paris over the next three days?"),
 				},
 				Tools:       []openai.ChatCompletionToolUnionParam{weatherTool, convertTool},
-				MaxTokens:   openai.Int(96),
+				MaxTokens:   openai.Int(maxTokens),
 				Temperature: openai.Float(0),
 			}
 			var box toolbox

@@ -52,12 +52,16 @@ try {
   });
 
   const withTools = mode === 'tools';
+  // maxTokens must fit a whole forced call: the server's grammar lets bounded JSON whitespace
+  // (up to a newline and 20 spaces) stand in each slot of the call, and a random-weight model
+  // takes it, so a two-property call can run to ~200 tokens (greedy runs here use ~60-100).
+  // A call cut short comes back as text, not as a tool call.
   const base = new Agent({
     name: 'Forecaster',
     instructions: 'You answer weather questions. Use the tools for facts and reply in one short sentence.',
     model: new OpenAIChatCompletionsModel(client, modelID),
     tools: withTools ? [getWeather, convert] : [],
-    modelSettings: { temperature: 0, maxTokens: 64 },
+    modelSettings: { temperature: 0, maxTokens: 256 },
   });
   const plan = [
     { input: 'What is the weather in Paris?', toolChoice: 'get_weather', stream: false },

@@ -26,11 +26,15 @@ try {
   const modelsResp = await fetch(baseURL + '/models');
   const modelID = (await modelsResp.json()).data[0].id;
   summary.model = modelID;
+  // maxTokens must fit a whole forced call: the server's grammar lets bounded JSON whitespace
+  // (up to a newline and 20 spaces) stand in each slot of the call, and a random-weight model
+  // takes it, so a two-property call can run to ~200 tokens (greedy runs here use ~60-100).
+  // A call cut short comes back as text, not as a tool call.
   const llm = new ChatOpenAI({
     model: modelID,
     apiKey: process.env.STOCKPOT_API_KEY || 'unused',
     temperature: 0,
-    maxTokens: 64,
+    maxTokens: 256,
     maxRetries: 0,
     configuration: { baseURL, fetch: wire.fetch },
   });
