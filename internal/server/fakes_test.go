@@ -153,7 +153,7 @@ type fakeGen struct {
 	delay     time.Duration
 	ids       []int32 // when set, emitted instead of text's ids
 	genErr    error   // returned by Generate
-	streamErr error // sent as Output.Err after the text
+	streamErr error   // sent as Output.Err after the text
 
 	mu        sync.Mutex
 	reqs      []engine.Request
