@@ -349,16 +349,33 @@ func schemaProperties(schema json.RawMessage) ([]schemaProperty, error) {
 	return out, nil
 }
 
-// grammarVocab is the model's vocabulary for token masks, built on first use.
+// grammarVocab is the model's vocabulary for token masks, built on first use. Control tokens
+// are never allowed, except those the model's own tool-call envelope writes (Mistral's
+// [TOOL_CALLS], Kimi's section markers): the grammar's literals then match them as the model
+// was trained to write them, and the parser reads them back as text (genSpec.controlText).
 func (s *Server) grammarVocab() *grammar.Vocab {
 	s.vocabOnce.Do(func() {
+		var envelope strings.Builder
+		for _, tools := range []bool{false, true} {
+			f := inspectTemplate(s.tok.ChatTemplate(tools)).Family
+			if env, ok := toolcall.EnvelopeOf(f); ok {
+				envelope.WriteString(env.SectionBegin + "\x00" + env.SectionEnd + "\x00" + env.Separator + "\x00" +
+					env.CallBegin("x", 0) + "\x00" + env.CallEnd + "\x00")
+			}
+		}
 		n := s.tok.VocabSize()
 		toks := make([][]byte, n)
 		allowed := make([]bool, n)
 		for i := range n {
 			id := int32(i)
 			toks[i] = s.tok.Piece(id)
-			allowed[i] = !s.tok.IsControl(id) && !s.tok.IsEOG(id)
+			switch {
+			case s.tok.IsEOG(id):
+			case s.tok.IsControl(id):
+				allowed[i] = len(toks[i]) > 0 && strings.Contains(envelope.String(), string(toks[i]))
+			default:
+				allowed[i] = true
+			}
 		}
 		s.vocab = grammar.NewVocab(toks, allowed, s.tok.EOGs())
 	})

@@ -237,3 +237,69 @@ func TestChatConstraintReachesEngine(t *testing.T) {
 		t.Error("tool_choice auto is constrained")
 	}
 }
+
+// mistralTok is fakeTok with Mistral's [TOOL_CALLS] as control token 258 and a template
+// that shows the Mistral syntax.
+type mistralTok struct{ fakeTok }
+
+const mistralMarker = 258
+
+func (mistralTok) VocabSize() int { return fakeVocab + 1 }
+func (mistralTok) ChatTemplate(bool) string {
+	return "{%- if message.tool_calls %}[TOOL_CALLS][{% for tc in message.tool_calls %}{{ tc.function | tojson }}{% endfor %}]{% endif %}"
+}
+func (t mistralTok) Piece(id int32) []byte {
+	if id == mistralMarker {
+		return []byte("[TOOL_CALLS]")
+	}
+	return t.fakeTok.Piece(id)
+}
+func (t mistralTok) IsControl(id int32) bool { return id == mistralMarker || t.fakeTok.IsControl(id) }
+
+// A call marker that is a control token reaches the parser as its text, so the call is
+// parsed; and the constrained grammar may use that token.
+func TestChatControlTokenCall(t *testing.T) {
+	gen := newFakeGen("")
+	gen.ids = append([]int32{mistralMarker}, fakeTok{}.Encode(`[{"name": "get_weather", "arguments": {"city": "Paris"}}]`, false, false)...)
+	gen.ids = append(gen.ids, fakeEOS)
+	s, _ := newTestServerTok(t, gen, mistralTok{}, agentConfig)
+	for _, stream := range []bool{false, true} {
+		body := chatBody(`,"tools":` + weatherTools)
+		if stream {
+			body = chatBody(`,"tools":` + weatherTools + `,"stream":true`)
+		}
+		rec := do(s.Handler(), "POST", "/v1/chat/completions", body)
+		if rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		var calls int
+		var finish string
+		if stream {
+			_, cs, f := collectChat(t, rec.Body.String())
+			calls, finish = len(cs), f
+		} else {
+			resp := decode[api.ChatCompletionResponse](t, rec)
+			calls, finish = len(resp.Choices[0].Message.ToolCalls), *resp.Choices[0].FinishReason
+		}
+		if calls != 1 || finish != "tool_calls" {
+			t.Errorf("stream %v: %d calls, finish %q: %s", stream, calls, finish, rec.Body)
+		}
+	}
+	// Without tools the control token is not text (as before).
+	rec := do(s.Handler(), "POST", "/v1/chat/completions", chatBody(""))
+	resp := decode[api.ChatCompletionResponse](t, rec)
+	if c := *resp.Choices[0].Message.Content; strings.Contains(c, "[TOOL_CALLS]") {
+		t.Errorf("control text without tools: %q", c)
+	}
+	// The required-call grammar may start with the marker token.
+	do(s.Handler(), "POST", "/v1/chat/completions", chatBody(`,"tools":`+weatherTools+`,"tool_choice":"required"`))
+	c := gen.lastRequest().Sampling.Constraint
+	if c == nil {
+		t.Fatal("no constraint")
+	}
+	mask := make([]uint64, (fakeVocab+1+63)/64)
+	c.FillMask(mask)
+	if mask[mistralMarker/64]&(1<<(mistralMarker%64)) == 0 {
+		t.Error("[TOOL_CALLS] control token not allowed at the start of a required call")
+	}
+}

@@ -76,6 +76,7 @@ func (s *Server) prepareChat(r *http.Request, start time.Time) (*genSpec, *api.C
 		return nil, nil, nil, err
 	}
 	spec.req.Sampling.Constraint = constraint
+	spec.controlText = plan.parseCalls
 	return spec, req, plan, nil
 }
 

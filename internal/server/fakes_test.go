@@ -151,8 +151,9 @@ type fakeGen struct {
 	perOutput int
 	block     bool
 	delay     time.Duration
-	genErr    error // returned by Generate
-	streamErr error // sent as Output.Err after the text
+	ids       []int32 // when set, emitted instead of text's ids
+	genErr    error   // returned by Generate
+	streamErr error   // sent as Output.Err after the text
 
 	mu        sync.Mutex
 	reqs      []engine.Request
@@ -191,6 +192,9 @@ func (g *fakeGen) Generate(ctx context.Context, req *engine.Request) (<-chan eng
 	g.reqs = append(g.reqs, *req)
 	g.mu.Unlock()
 	ids := fakeTok{}.Encode(g.text, false, true)
+	if g.ids != nil {
+		ids = slices.Clone(g.ids)
+	}
 	if !g.block {
 		ids = append(ids, fakeEOS)
 	}

@@ -18,6 +18,10 @@ type genSpec struct {
 	req   engine.Request
 	stops []string
 	start time.Time // request arrival, for the e2e histogram
+	// controlText renders control tokens other than the end of generation as their text
+	// (llama.cpp's special=true), for the tool-call parser: [TOOL_CALLS], <|python_tag|> and
+	// Kimi's section markers are control tokens in their models' vocabularies.
+	controlText bool
 }
 
 // genToken is a generated token with where its text starts in the choice's text.
@@ -181,6 +185,9 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 				continue // end-of-generation and stop tokens count, but add no text (as vLLM)
 			}
 			piece := sd.Add(t.ID)
+			if spec.controlText && s.tok.IsControl(t.ID) {
+				piece += string(s.tok.Piece(t.ID))
+			}
 			runes += utf8.RuneCountInString(piece)
 			e, hit := stop.push(piece)
 			emitted.WriteString(e)
