@@ -29,6 +29,15 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCompletionRequest$$' -fuzztime $(FUZZTIME) ./internal/api
 	$(GO) test -run '^$$' -fuzz '^FuzzChatRequest$$' -fuzztime $(FUZZTIME) ./internal/api
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/tier
+	$(GO) test -run '^$$' -fuzz '^FuzzEncodeLimit$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
+	$(GO) test -run '^$$' -fuzz '^FuzzChatJSON$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
+	$(GO) test -run '^$$' -fuzz '^FuzzChatTemplateSource$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/toolcall
+	$(GO) test -run '^$$' -fuzz '^FuzzJSONSchema$$' -fuzztime $(FUZZTIME) ./internal/grammar
+	$(GO) test -run '^$$' -fuzz '^FuzzMatcher$$' -fuzztime $(FUZZTIME) ./internal/grammar
+	$(GO) test -run '^$$' -fuzz '^FuzzRewritePreHandlerError$$' -fuzztime $(FUZZTIME) ./internal/server
+	$(GO) test -run '^$$' -fuzz '^FuzzJSONProtocolError$$' -fuzztime $(FUZZTIME) ./internal/router
+	$(GO) test -run '^$$' -fuzz '^FuzzSSEBoundary$$' -fuzztime $(FUZZTIME) ./internal/router
 
 ## bench: engine speed against native llama.cpp (needs `make llama-native` once).
 bench:
@@ -42,6 +51,7 @@ bench:
 .PHONY: llama-native
 deps:
 	scripts/install-llamaref.sh
+	scripts/install-agentclients.sh
 	scripts/install-jinjaref.sh
 
 llama-native: deps

@@ -43,6 +43,10 @@ type serveOptions struct {
 	maxPrompt            int
 	maxBody              int64
 	keys                 []string
+	metricsKey           string
+	readTimeout          time.Duration // request bodies; 0 = server default
+	idleTimeout          time.Duration // keep-alive connections; 0 = server default
+	maxConns             int           // 0 = server default
 	tiers                tierOptions
 	logger               *slog.Logger
 	progress             io.Writer
@@ -70,9 +74,12 @@ func (in *instance) handler(drain context.Context) http.Handler {
 		defer stop()
 		ev.ServeHTTP(w, r.WithContext(ctx))
 	})
+	// The events name every cached block of every tenant: they take the API key (the router
+	// sends it as its --backend-key).
+	guarded := in.server.RequireAPIKey(events)
 	mux := http.NewServeMux()
-	mux.Handle("/v1/kv-events", events)
-	mux.Handle("/v1/kv-events/", events)
+	mux.Handle("/v1/kv-events", guarded)
+	mux.Handle("/v1/kv-events/", guarded)
 	mux.Handle("/", in.server.Handler())
 	return mux
 }
@@ -176,6 +183,10 @@ func newInstance(o serveOptions) (*instance, error) {
 		scfg.MaxBodyBytes = o.maxBody
 	}
 	scfg.APIKeys = o.keys
+	scfg.MetricsKey = o.metricsKey
+	scfg.ReadTimeout = o.readTimeout
+	scfg.IdleTimeout = o.idleTimeout
+	scfg.MaxConnections = o.maxConns
 	scfg.Logger = o.logger
 	if ts != nil {
 		scfg.TierStats = ts.stats
@@ -209,6 +220,10 @@ func cmdServe(args []string) error {
 	var keys stringList
 	fs.Var(&keys, "api-key", "required API key (repeatable)")
 	keyFile := fs.String("api-key-file", "", "file with one API key per line")
+	readTimeout := fs.Duration("read-timeout", 30*time.Second, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
+	idleTimeout := fs.Duration("idle-timeout", 60*time.Second, "close keep-alive connections idle this long")
+	maxConns := fs.Int("max-connections", 4096, "connections held open at once; more wait in the listen backlog")
+	metricsKey := fs.String("metrics-key", "", "when set, /metrics needs \"Authorization: Bearer KEY\" (unset: /metrics is open)")
 	hostCache := fs.String("host-cache", "0", "host RAM tier budget (e.g. 4GiB); 0 = off")
 	diskCache := fs.String("disk-cache", "", "disk tier directory; empty = off")
 	diskSize := fs.String("disk-cache-size", "10GiB", "disk tier budget")
@@ -222,6 +237,9 @@ func cmdServe(args []string) error {
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
+	}
+	if *readTimeout <= 0 || *idleTimeout <= 0 || *maxConns <= 0 {
+		return fmt.Errorf("serve: --read-timeout, --idle-timeout and --max-connections must be positive")
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	var kvBudget int64
@@ -276,7 +294,8 @@ func cmdServe(args []string) error {
 	opts := serveOptions{
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
-		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, logger: logger, progress: os.Stderr,
+		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
+		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
 		tiers: to,
 	}
 	inst, err := newInstance(opts)
@@ -305,12 +324,36 @@ type tokAdapter struct{ *tokenizer.Tokenizer }
 
 func (a tokAdapter) NewStreamDecoder() server.StreamDecoder { return a.Tokenizer.NewStreamDecoder() }
 
-func (a tokAdapter) ApplyChatTemplate(msgs []server.Message, addGenerationPrompt bool) (string, error) {
-	in := make([]tokenizer.Message, len(msgs))
+func (a tokAdapter) ApplyChatTemplate(msgs []server.Message, opts server.ChatOptions) (string, error) {
+	return a.Tokenizer.RenderChat(chatMessages(msgs), tokenizer.RenderOptions{
+		Tools: opts.Tools, AddGenerationPrompt: opts.AddGenerationPrompt, Kwargs: opts.Kwargs})
+}
+
+func (a tokAdapter) ChatTemplate(tools bool) string { return a.Tokenizer.ChatTemplateSource(tools) }
+
+// chatMessages converts the server's messages to the template's.
+func chatMessages(msgs []server.Message) []tokenizer.ChatMessage {
+	in := make([]tokenizer.ChatMessage, len(msgs))
 	for i, m := range msgs {
-		in[i] = tokenizer.Message{Role: m.Role, Content: m.Content}
+		c := tokenizer.ChatMessage{Role: m.Role, ToolCallID: m.ToolCallID, Name: m.Name, ReasoningContent: m.Reasoning}
+		switch {
+		case m.NullContent:
+			c.Content = nil
+		case m.Parts != nil:
+			parts := make([]tokenizer.ContentPart, len(m.Parts))
+			for j, p := range m.Parts {
+				parts[j] = tokenizer.ContentPart{Type: "text", Text: p}
+			}
+			c.Content = parts
+		default:
+			c.Content = m.Content
+		}
+		for _, tc := range m.ToolCalls {
+			c.ToolCalls = append(c.ToolCalls, tokenizer.ToolCall{ID: tc.ID, Type: tc.Type, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
+		}
+		in[i] = c
 	}
-	return a.Tokenizer.ApplyChatTemplate(in, addGenerationPrompt)
+	return in
 }
 
 var _ server.Tokenizer = tokAdapter{}

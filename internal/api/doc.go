@@ -12,6 +12,13 @@
 //   - Everything checkable without the tokenizer is checked here (ranges, n, echo, roles);
 //     what needs the vocabulary or the context length (token ids, prompt length) is checked
 //     by the server, which knows them.
+//   - Absurd values are refused, not clamped: an empty stop string (it would end every
+//     generation at once), top_k over MaxTopK, more than MaxStopTokenIDs stop_token_ids, a
+//     cache_salt over MaxCacheSaltBytes.
+//   - Invalid UTF-8 and lone UTF-16 surrogate escapes ("\ud800") in any string are accepted
+//     and read as U+FFFD, one per invalid byte or lone surrogate: that is encoding/json's
+//     decoding, and llama.cpp's server treats such input the same way. A client that sends
+//     broken text gets the replacement character's tokens, not a 400.
 //
 // Every error returned by this package is an *Error carrying the HTTP status, OpenAI type,
 // code and param, so the server writes it as-is.

@@ -12,6 +12,9 @@ var fuzzSeeds = []string{
 	`{"prompt":[[1,2]],"seed":42}`,
 	`{"messages":[{"role":"user","content":"hi"}],"logprobs":true,"top_logprobs":3}`,
 	`{"messages":[{"role":"system","content":[{"type":"text","text":"x"}]}],"stop":"END"}`,
+	`{"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}],"tool_choice":"required","parallel_tool_calls":false}`,
+	`{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"o","strict":true,"schema":{"$defs":{"p":{"type":"string"}},"anyOf":[{"$ref":"#/$defs/p"},{"type":"null"}]}}}}`,
+	`{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"tools":[{"type":"function","function":{"name":"g"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`,
 }
 
 func checkParsed(t *testing.T, p *GenerationParams, err error) {

@@ -20,6 +20,13 @@ const (
 	MaxTemperature = 2.0
 	// DefaultCompletionMaxTokens is OpenAI's (and vLLM's) max_tokens default for completions.
 	DefaultCompletionMaxTokens = 16
+	// MaxTopK bounds top_k: above every vocabulary there is (the largest have about 262k
+	// tokens), where top_k means "off" anyway; a larger value is a mistake.
+	MaxTopK = 1 << 20
+	// MaxStopTokenIDs bounds stop_token_ids: each generated token is looked up in the list.
+	MaxStopTokenIDs = 1024
+	// MaxCacheSaltBytes bounds cache_salt: a tenant id or a hash of one, not a payload.
+	MaxCacheSaltBytes = 256
 )
 
 // StreamOptions is OpenAI's stream_options.
@@ -83,19 +90,36 @@ type ChatRequest struct {
 	AddGenerationPrompt *bool                `json:"add_generation_prompt"` // vLLM extension, default true
 	Echo                bool                 `json:"echo"`                  // vLLM extension, unsupported
 	Tools               json.RawMessage      `json:"tools"`
-	ResponseFormat      *struct {
-		Type string `json:"type"`
-	} `json:"response_format"`
+	ToolChoice          json.RawMessage      `json:"tool_choice"`
+	ParallelToolCalls   *bool                `json:"parallel_tool_calls"`
+	ResponseFormat      json.RawMessage      `json:"response_format"`
+	ChatTemplateKwargs  map[string]any       `json:"chat_template_kwargs"` // vLLM extension
+
+	// Set by parsing.
+	ParsedTools      []Tool          `json:"-"`
+	ParsedToolChoice ToolChoice      `json:"-"` // Mode is "none" when there are no tools
+	Format           *ResponseFormat `json:"-"` // nil for text
 }
 
-// ChatRequestMessage is one input message. Content is a string, null, or a list of
-// {"type":"text","text":...} parts; parsing fills Text.
-type ChatRequestMessage struct {
-	Role    string          `json:"role"`
-	Content json.RawMessage `json:"content"`
-	Name    string          `json:"name"`
+// ParallelCalls reports parallel_tool_calls (default true, as OpenAI).
+func (r *ChatRequest) ParallelCalls() bool { return r.ParallelToolCalls == nil || *r.ParallelToolCalls }
 
-	Text string `json:"-"` // Content decoded; text parts joined with "\n" as vLLM does
+// ChatRequestMessage is one input message. Content is a string, null, or a list of
+// {"type":"text","text":...} parts; parsing fills Text (and Parts for a list).
+type ChatRequestMessage struct {
+	Role             string          `json:"role"`
+	Content          json.RawMessage `json:"content"`
+	Name             string          `json:"name"`
+	ToolCalls        json.RawMessage `json:"tool_calls"`        // assistant
+	ToolCallID       string          `json:"tool_call_id"`      // tool
+	ReasoningContent *string         `json:"reasoning_content"` // assistant; vLLM and DeepSeek's name
+	Reasoning        *string         `json:"reasoning"`         // assistant; the newer name
+
+	Text     string     `json:"-"` // Content decoded; text parts joined with "\n" as vLLM does
+	Parts    []string   `json:"-"` // the text parts, when Content was a list
+	HasText  bool       `json:"-"` // Content was not null
+	Calls    []ToolCall `json:"-"` // ToolCalls decoded
+	Reasoned string     `json:"-"` // ReasoningContent or Reasoning
 }
 
 // WantLogprobs reports whether the chat request asked for logprobs.
@@ -149,6 +173,7 @@ func ParseCompletionRequest(body []byte) (*CompletionRequest, error) {
 // ParseChatRequest decodes and validates a /v1/chat/completions body. Errors are *Error.
 func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	var r ChatRequest
+	var err error
 	if err := decodeObject(body, &r); err != nil {
 		return nil, err
 	}
@@ -163,11 +188,17 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	if r.Echo {
 		return nil, Unsupported("echo", "echo is not supported")
 	}
-	if t := bytes.TrimSpace(r.Tools); len(t) > 0 && !bytes.Equal(t, []byte("null")) && !bytes.Equal(t, []byte("[]")) {
-		return nil, Unsupported("tools", "tools (function calling) are not supported")
+	if r.ParsedTools, err = parseTools(r.Tools); err != nil {
+		return nil, err
 	}
-	if r.ResponseFormat != nil && r.ResponseFormat.Type != "" && r.ResponseFormat.Type != "text" {
-		return nil, Unsupported("response_format", "response_format type %q is not supported; only \"text\"", r.ResponseFormat.Type)
+	if r.ParsedToolChoice, err = parseToolChoice(r.ToolChoice, r.ParsedTools); err != nil {
+		return nil, err
+	}
+	if r.Format, err = parseResponseFormat(r.ResponseFormat); err != nil {
+		return nil, err
+	}
+	if r.Format != nil && (r.ParsedToolChoice.Mode == ToolChoiceRequired || r.ParsedToolChoice.Mode == ToolChoiceFunction) {
+		return nil, Invalid("response_format", "response_format cannot be combined with tool_choice %q: the answer is a tool call", r.ParsedToolChoice.Mode)
 	}
 	if r.TopLogprobs != nil {
 		if n := *r.TopLogprobs; n < 0 || n > MaxLogprobs {
@@ -278,8 +309,14 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 			return Invalid("top_p", "top_p must be in (0, 1], got %g", t)
 		}
 	}
-	if p.TopK != nil && *p.TopK < -1 {
-		return Invalid("top_k", "top_k must be -1 or 0 (off) or a positive number, got %d", *p.TopK)
+	if p.TopK != nil && (*p.TopK < -1 || *p.TopK > MaxTopK) {
+		return Invalid("top_k", "top_k must be -1 or 0 (off) or a positive number up to %d, got %d", MaxTopK, *p.TopK)
+	}
+	if len(p.CacheSalt) > MaxCacheSaltBytes {
+		return Invalid("cache_salt", "cache_salt is %d bytes, over the limit of %d; use a tenant id or a hash of one", len(p.CacheSalt), MaxCacheSaltBytes)
+	}
+	if len(p.StopTokenIDs) > MaxStopTokenIDs {
+		return Invalid("stop_token_ids", "stop_token_ids has %d ids; at most %d are allowed", len(p.StopTokenIDs), MaxStopTokenIDs)
 	}
 	if p.N != nil && *p.N != 1 {
 		if *p.N < 1 {
@@ -312,8 +349,9 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 	return nil
 }
 
-// parseStop decodes stop: null, a string, or an array of up to MaxStop strings. Empty strings
-// are dropped (an empty stop string would end every generation before it began).
+// parseStop decodes stop: null, a string, or an array of up to MaxStop strings. An empty
+// string is refused: it would match before the first character, ending every generation
+// before it began, which no client means.
 func parseStop(raw json.RawMessage) ([]string, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -325,7 +363,7 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 			return nil, Invalid("stop", "stop must be a string or an array of strings")
 		}
 		if one == "" {
-			return nil, nil
+			return nil, Invalid("stop", "stop is an empty string, which would end every generation at once; leave stop out for none")
 		}
 		return []string{one}, nil
 	}
@@ -336,16 +374,15 @@ func parseStop(raw json.RawMessage) ([]string, error) {
 	if len(list) > MaxStop {
 		return nil, Invalid("stop", "stop has %d strings; at most %d are allowed", len(list), MaxStop)
 	}
-	out := list[:0]
-	for _, s := range list {
-		if s != "" {
-			out = append(out, s)
+	for i, s := range list {
+		if s == "" {
+			return nil, Invalid("stop", "stop[%d] is an empty string, which would end every generation at once", i)
 		}
 	}
-	if len(out) == 0 {
+	if len(list) == 0 {
 		return nil, nil
 	}
-	return out, nil
+	return list, nil
 }
 
 // parsePrompt decodes prompt: a string, an array of token ids, or an array holding exactly one
@@ -412,19 +449,39 @@ func (r *CompletionRequest) setTextPrompt(raw json.RawMessage) error {
 }
 
 // Chat roles accepted in input messages. "developer" is OpenAI's newer name for "system".
-var chatRoles = map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+var chatRoles = map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant", "tool": "tool"}
 
 func (m *ChatRequestMessage) parse(i int) error {
 	param := fmt.Sprintf("messages[%d]", i)
 	role, ok := chatRoles[m.Role]
 	if !ok {
 		if m.Role == "" {
-			return Invalid(param+".role", "%s.role is required (system, user or assistant)", param)
+			return Invalid(param+".role", "%s.role is required (system, user, assistant or tool)", param)
 		}
-		return Unsupported(param+".role", "%s.role %q is not supported; use system, user or assistant", param, m.Role)
+		return Unsupported(param+".role", "%s.role %q is not supported; use system, user, assistant or tool", param, m.Role)
 	}
 	m.Role = role
+	if !isNull(m.ToolCalls) {
+		if role != "assistant" {
+			return Invalid(param+".tool_calls", "%s.tool_calls is only allowed on assistant messages", param)
+		}
+		calls, err := parseToolCalls(m.ToolCalls, param+".tool_calls")
+		if err != nil {
+			return err
+		}
+		m.Calls = calls
+	}
+	if role == "tool" && m.ToolCallID == "" {
+		return Invalid(param+".tool_call_id", "%s.tool_call_id is required on tool messages", param)
+	}
+	switch {
+	case m.ReasoningContent != nil:
+		m.Reasoned = *m.ReasoningContent
+	case m.Reasoning != nil:
+		m.Reasoned = *m.Reasoning
+	}
 	raw := bytes.TrimSpace(m.Content)
+	m.HasText = !isNull(raw)
 	switch {
 	case len(raw) == 0 || bytes.Equal(raw, []byte("null")):
 		if role != "assistant" {
@@ -453,6 +510,7 @@ func (m *ChatRequestMessage) parse(i int) error {
 			texts = append(texts, *p.Text)
 		}
 		m.Text = strings.Join(texts, "\n")
+		m.Parts = texts
 	default:
 		return Invalid(param+".content", "%s.content must be a string or an array of text parts", param)
 	}

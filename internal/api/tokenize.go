@@ -1,5 +1,7 @@
 package api
 
+import "encoding/json"
+
 // TokenizeRequest is the body of POST /tokenize: either prompt (a completion prompt) or
 // messages (a chat, rendered with the chat template first, as vLLM allows).
 type TokenizeRequest struct {
@@ -8,6 +10,16 @@ type TokenizeRequest struct {
 	AddSpecial          *bool                `json:"add_special"` // default true: BOS as a completion prompt gets
 	Messages            []ChatRequestMessage `json:"messages"`
 	AddGenerationPrompt *bool                `json:"add_generation_prompt"` // default true
+	Tools               json.RawMessage      `json:"tools"`                 // as in chat, rendered with messages
+	ChatTemplateKwargs  map[string]any       `json:"chat_template_kwargs"`
+
+	ParsedTools []Tool `json:"-"`
+}
+
+// Chat returns the chat request whose prompt /tokenize renders for messages.
+func (r *TokenizeRequest) Chat() *ChatRequest {
+	return &ChatRequest{Messages: r.Messages, AddGenerationPrompt: r.AddGenerationPrompt,
+		ChatTemplateKwargs: r.ChatTemplateKwargs, ParsedTools: r.ParsedTools}
 }
 
 // WantSpecial is add_special, default true.
@@ -40,6 +52,10 @@ func ParseTokenizeRequest(body []byte) (*TokenizeRequest, error) {
 		if err := r.Messages[i].parse(i); err != nil {
 			return nil, err
 		}
+	}
+	var err error
+	if r.ParsedTools, err = parseTools(r.Tools); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }

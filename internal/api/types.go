@@ -174,10 +174,14 @@ type ChatChoice struct {
 	TokenIDs     []int32       `json:"token_ids,omitempty"`
 }
 
-// ChatMessage is an assistant message in a response.
+// ChatMessage is an assistant message in a response. Content is null when the message is
+// only tool calls, as OpenAI sends it; ReasoningContent is the model's thinking, split off as
+// vLLM and llama.cpp do.
 type ChatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
+	Role             string     `json:"role"`
+	Content          *string    `json:"content"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"`
 }
 
 // ChatCompletionChunk is one streamed chat chunk ("chat.completion.chunk").
@@ -203,8 +207,10 @@ type ChatChunkChoice struct {
 
 // ChatDelta is the incremental message of a chunk; the first carries the role.
 type ChatDelta struct {
-	Role    string  `json:"role,omitempty"`
-	Content *string `json:"content,omitempty"`
+	Role             string     `json:"role,omitempty"`
+	Content          *string    `json:"content,omitempty"`
+	ReasoningContent *string    `json:"reasoning_content,omitempty"`
+	ToolCalls        []ToolCall `json:"tool_calls,omitempty"` // each with Index set
 }
 
 // ChatLogprobs is the chat logprobs shape: one entry per generated token.

@@ -200,8 +200,11 @@ func (e *Engine) Generate(ctx context.Context, req *Request) (<-chan Output, err
 	}
 	e.streams[s.id] = s
 	e.mu.Unlock()
-	go e.forward(s)
+	// Queue the request before forward can send its cancellation: the runner handles a
+	// cancellation only after every request queued before it (see receive), so a cancel can
+	// never reach the core ahead of the request it names and be lost.
 	e.in <- s
+	go e.forward(s)
 	return s.ch, nil
 }
 
@@ -213,7 +216,10 @@ func (e *Engine) forward(s *stream) {
 	gone := false           // the caller's context ended: drop tokens until the final output
 	cancel := func() {
 		ctxDone, gone = nil, true
-		e.cancel <- s.id
+		select {
+		case e.cancel <- s.id:
+		case <-e.done: // the runner is gone; shutdown already cancelled s
+		}
 	}
 	for {
 		select {
@@ -344,6 +350,10 @@ func (e *Engine) do(fn func()) {
 	}
 }
 
+// queuedMessages is how many requests, cancellations and prefetch results wait in the
+// runner's buffered channels.
+func (e *Engine) queuedMessages() int { return len(e.in) + len(e.cancel) + len(e.fetched) }
+
 // ready is a channel that is always ready: receive(ready) does not block.
 var ready = func() chan time.Time { c := make(chan time.Time); close(c); return c }()
 
@@ -356,6 +366,11 @@ func (e *Engine) receive(giveUp <-chan time.Time) (got, quit bool) {
 	case s := <-e.in:
 		e.add(s)
 	case id := <-e.cancel:
+		// The request was queued on e.in before its cancellation was sent (Generate), but
+		// select picks among ready channels at random: add everything queued first, or a
+		// cancel that overtook its request would name an unknown id and be dropped, leaving
+		// the request to run to the end for a client that is gone.
+		e.addQueued()
 		e.core.Cancel(id, time.Now())
 	case fn := <-e.ctrl:
 		fn()
@@ -377,6 +392,10 @@ func (e *Engine) run() {
 	var seqs []model.Sequence
 	var tables [][]int32
 	for {
+		// Outputs queued by the last message go out before any wait: a cancellation that
+		// emptied the core (the only queued request, held back for memory, a prefetch or
+		// another request's blocks) would otherwise sit in the outbox until the next message.
+		e.deliver()
 		// Wait for work when idle; otherwise take what arrived without blocking.
 		if e.core.Idle() {
 			if _, quit := e.receive(nil); quit {
@@ -388,7 +407,11 @@ func (e *Engine) run() {
 			if quit {
 				return
 			}
-			if !got {
+			// ready competes at random with the messages, so receive(ready) can give up while
+			// some are queued: keep going until the buffered channels are empty, or a burst of
+			// cancellations would be spread over as many forward steps, each request running
+			// (and holding its blocks) until its own cancellation happens to be picked.
+			if !got && e.queuedMessages() == 0 {
 				break
 			}
 		}
@@ -528,18 +551,22 @@ func (e *Engine) deliver() {
 	}
 }
 
-// shutdown cancels everything still queued or running.
-func (e *Engine) shutdown() {
-	now := time.Now()
+// addQueued adds every request waiting on e.in, without blocking.
+func (e *Engine) addQueued() {
 	for {
 		select {
 		case s := <-e.in:
 			e.add(s)
-			continue
 		default:
+			return
 		}
-		break
 	}
+}
+
+// shutdown cancels everything still queued or running.
+func (e *Engine) shutdown() {
+	now := time.Now()
+	e.addQueued()
 	e.mu.Lock()
 	ids := make([]uint64, 0, len(e.streams))
 	for id := range e.streams {
@@ -550,5 +577,18 @@ func (e *Engine) shutdown() {
 		e.core.Cancel(id, now)
 	}
 	e.deliver()
+	// A request registered just before Close whose send on e.in came after the drain above is
+	// in no core queue, so nothing ended it: end its stream here, or its caller waits forever.
+	e.mu.Lock()
+	left := make([]*stream, 0, len(e.streams))
+	for id, s := range e.streams {
+		left = append(left, s)
+		delete(e.streams, id)
+	}
+	e.mu.Unlock()
+	for _, s := range left {
+		n := len(s.req.Prompt)
+		s.push(Output{Done: true, FinishReason: FinishCancelled, Usage: &Usage{PromptTokens: n, ComputedTokens: n}})
+	}
 	e.publishStats()
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"stockpot/internal/api"
+	"stockpot/internal/toolcall"
 )
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
@@ -15,12 +16,12 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		err error
 	)
 	defer func() { s.finishRequest(res, err, start) }()
-	spec, req, err := s.prepareChat(r, start)
+	spec, req, plan, err := s.prepareChat(r, start)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	c := chatWriter{s: s, req: req, prompt: spec.req.Prompt, id: newID("chatcmpl-"), created: start.Unix()}
+	c := chatWriter{s: s, req: req, plan: plan, prompt: spec.req.Prompt, id: newID("chatcmpl-"), created: start.Unix()}
 	if req.Stream {
 		res, err = c.stream(w, r, spec)
 		return
@@ -29,10 +30,11 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if text, res, err = s.generateAll(w, r, spec); err != nil {
 		return
 	}
+	msg, finish := c.message(text, res.finish)
 	choice := api.ChatChoice{
-		Message:      api.ChatMessage{Role: "assistant", Content: text},
+		Message:      msg,
 		Logprobs:     c.logprobs(res.tokens),
-		FinishReason: api.FinishReasonPtr(res.finish),
+		FinishReason: api.FinishReasonPtr(finish),
 	}
 	resp := &api.ChatCompletionResponse{ID: c.id, Object: "chat.completion", Created: c.created,
 		Model: s.cfg.ModelName, SystemFingerprint: s.cfg.Fingerprint, Choices: []api.ChatChoice{choice},
@@ -44,38 +46,45 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-func (s *Server) prepareChat(r *http.Request, start time.Time) (*genSpec, *api.ChatRequest, error) {
+func (s *Server) prepareChat(r *http.Request, start time.Time) (*genSpec, *api.ChatRequest, *chatPlan, error) {
 	body, err := s.readBody(r)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	req, err := api.ParseChatRequest(body)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := s.checkModel(req.Model); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if s.draining.Load() {
-		return nil, nil, api.Unavailable("the server is draining; retry on another replica")
+		return nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
 	}
-	prompt, err := s.chatPrompt(req.Messages, req.GenerationPrompt())
+	text, prompt, err := s.chatPrompt(req)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	plan, constraint, err := s.planChat(req, text)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	// With no max_tokens a chat may use the rest of the context, as with OpenAI and vLLM.
 	defaultMax := max(s.cfg.ContextLength-len(prompt), 1)
 	spec, err := s.prepare(&req.GenerationParams, prompt, req.RequestedMaxTokens(), defaultMax, req.NumTopLogprobs(), start)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return spec, req, nil
+	spec.req.Sampling.Constraint = constraint
+	spec.controlText = plan.parseCalls
+	return spec, req, plan, nil
 }
 
 // chatWriter builds /v1/chat/completions responses and chunks for one request.
 type chatWriter struct {
 	s       *Server
 	req     *api.ChatRequest
+	plan    *chatPlan
 	prompt  []int32
 	id      string
 	created int64
@@ -131,13 +140,30 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 		}
 		return sse.send(first)
 	}
+	var parser *toolcall.Parser
+	if c.plan.parsing() {
+		parser = toolcall.NewParser(c.plan.outputFamily(), c.plan.opts)
+	}
+	calls := 0
 	res, err := c.s.generate(r.Context(), spec, started, func(text string, toks []genToken) error {
+		if parser != nil {
+			n, err := c.sendDeltas(sse, parser.Feed(text), toks)
+			calls += n
+			return err
+		}
 		if text == "" && !c.req.WantLogprobs() && !c.req.ReturnTokenIDs {
 			return nil
 		}
 		t := text
 		return sse.send(c.chunk(api.ChatDelta{Content: &t}, toks, nil))
 	})
+	if err == nil && parser != nil {
+		n, serr := c.sendDeltas(sse, parser.Finish(), nil)
+		calls += n
+		if serr != nil {
+			return nil, errClientGone
+		}
+	}
 	if err != nil {
 		if errors.Is(err, errClientGone) {
 			return nil, err
@@ -149,7 +175,11 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 		sse.sendError(err)
 		return nil, err
 	}
-	if err := sse.send(c.chunk(api.ChatDelta{}, nil, api.FinishReasonPtr(res.finish))); err != nil {
+	finish := res.finish
+	if calls > 0 && finish == "stop" {
+		finish = "tool_calls"
+	}
+	if err := sse.send(c.chunk(api.ChatDelta{}, nil, api.FinishReasonPtr(finish))); err != nil {
 		return nil, errClientGone
 	}
 	if c.req.IncludeUsage() {
@@ -164,4 +194,88 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 		return nil, errClientGone
 	}
 	return res, nil
+}
+
+// outputFamily is the syntax the parser reads: the model's family when tool calls are
+// parsed, else None (reasoning only).
+func (p *chatPlan) outputFamily() toolcall.Family {
+	if p.parseCalls {
+		return p.family
+	}
+	return toolcall.None
+}
+
+// message builds the assistant message of a finished answer and its finish reason: tool
+// calls found in text become tool_calls (content null when nothing else was said) and
+// finish_reason "tool_calls"; a think block becomes reasoning_content.
+func (c *chatWriter) message(text, finish string) (api.ChatMessage, string) {
+	if !c.plan.parsing() {
+		return api.ChatMessage{Role: "assistant", Content: &text}, finish
+	}
+	r := toolcall.Parse(c.plan.outputFamily(), text, c.plan.opts)
+	m := api.ChatMessage{Role: "assistant"}
+	if r.Content != "" || len(r.Calls) == 0 {
+		content := r.Content
+		m.Content = &content
+	}
+	if r.Reasoning != "" {
+		reasoning := r.Reasoning
+		m.ReasoningContent = &reasoning
+	}
+	if len(r.Calls) > 0 {
+		m.ToolCalls = callsOf(r.Calls)
+		if finish == "stop" {
+			finish = "tool_calls"
+		}
+	}
+	return m, finish
+}
+
+// sendDeltas streams the parser's deltas as chunks: runs of content and of reasoning go out
+// as one chunk each, every tool-call piece as its own, as OpenAI streams them. toks (the
+// tokens these deltas came from) ride on the first chunk; when there is no chunk they still
+// go out in an empty one if the client asked for logprobs or token ids. It returns how many
+// tool calls began.
+func (c *chatWriter) sendDeltas(sse *sseWriter, ds []toolcall.Delta, toks []genToken) (int, error) {
+	calls := 0
+	var out []api.ChatDelta
+	for _, d := range ds {
+		switch {
+		case d.Call != nil:
+			tc := api.ToolCall{Index: &d.Call.Index, Function: api.ToolCallFunction{Name: d.Call.Name, Arguments: d.Call.Arguments}}
+			if d.Call.ID != "" {
+				tc.ID, tc.Type = d.Call.ID, "function"
+				calls++
+			}
+			out = append(out, api.ChatDelta{ToolCalls: []api.ToolCall{tc}})
+		case d.Reasoning != "":
+			if n := len(out); n > 0 && out[n-1].ReasoningContent != nil {
+				*out[n-1].ReasoningContent += d.Reasoning
+				continue
+			}
+			r := d.Reasoning
+			out = append(out, api.ChatDelta{ReasoningContent: &r})
+		case d.Content != "":
+			if n := len(out); n > 0 && out[n-1].Content != nil {
+				*out[n-1].Content += d.Content
+				continue
+			}
+			t := d.Content
+			out = append(out, api.ChatDelta{Content: &t})
+		}
+	}
+	if len(out) == 0 && len(toks) > 0 && (c.req.WantLogprobs() || c.req.ReturnTokenIDs) {
+		empty := ""
+		out = append(out, api.ChatDelta{Content: &empty})
+	}
+	for i, d := range out {
+		var t []genToken
+		if i == 0 {
+			t = toks
+		}
+		if err := sse.send(c.chunk(d, t, nil)); err != nil {
+			return calls, err
+		}
+	}
+	return calls, nil
 }

@@ -57,7 +57,10 @@ func (s *Server) prepareCompletion(r *http.Request, start time.Time) (*genSpec, 
 	}
 	prompt := req.PromptTokens
 	if !req.PromptIsTokens {
-		prompt = s.tok.Encode(req.PromptText, true, true)
+		var fits bool
+		if prompt, fits = s.encodeLimit(req.PromptText, true, true, s.cfg.MaxPromptTokens); !fits && prompt == nil {
+			return nil, nil, s.tooManyTokens("prompt", s.cfg.MaxPromptTokens)
+		}
 	}
 	logprobs := 0
 	if req.Logprobs != nil {

@@ -26,13 +26,28 @@ type Config struct {
 	MaxPromptTokens int
 	// MaxBodyBytes refuses larger request bodies with a 413.
 	MaxBodyBytes int64
-	// APIKeys, when non-empty, are required as "Authorization: Bearer KEY" on every route but
-	// /health and /metrics.
+	// APIKeys, when non-empty, are required as "Authorization: Bearer KEY" or "x-api-key: KEY"
+	// on every route but /health and /metrics, and on the routes wrapped by RequireAPIKey
+	// (the block events).
 	APIKeys []string
+	// MetricsKey, when set, is required as "Authorization: Bearer KEY" on /metrics; unset,
+	// /metrics is open (Prometheus scrapes usually come from inside).
+	MetricsKey string
 	// DrainTimeout is how long Serve lets running requests finish after its context ends.
 	DrainTimeout time.Duration
 	// ReadHeaderTimeout bounds slow clients sending headers.
 	ReadHeaderTimeout time.Duration
+	// ReadTimeout bounds the time to read a request body, from the end of its headers; a body
+	// still incomplete then is answered 408 and its connection closed. It does not bound the
+	// response: a stream may run as long as it generates (there is no write timeout).
+	ReadTimeout time.Duration
+	// IdleTimeout closes keep-alive connections idle between requests for this long.
+	IdleTimeout time.Duration
+	// MaxConnections caps the connections Serve holds open at once; more wait in the
+	// listener's backlog until one closes.
+	MaxConnections int
+	// MaxHeaderBytes bounds request headers (larger are answered 431).
+	MaxHeaderBytes int
 	// HitRateWindow and HitRateMaxAge define stockpot_prefix_cache_hit_rate's sliding window: the
 	// last HitRateWindow requests that finished within HitRateMaxAge.
 	HitRateWindow int
@@ -55,6 +70,16 @@ func DefaultConfig() Config {
 		MaxBodyBytes:      16 << 20,
 		DrainTimeout:      30 * time.Second,
 		ReadHeaderTimeout: 10 * time.Second,
+		// A 16 MiB body at 1 MB/s arrives in 16 s; a client slower than that is holding a
+		// connection, not sending a prompt.
+		ReadTimeout: 30 * time.Second,
+		// nginx's keepalive_timeout is 75 s and most HTTP clients drop idle connections after
+		// 90 s; 60 s keeps a busy client's connection warm without hoarding idle ones.
+		IdleTimeout: 60 * time.Second,
+		// Far above what one CPU replica serves at once (64 running requests by default), low
+		// enough to stay clear of the usual 65536 open-files limit with room for tier files.
+		MaxConnections: 4096,
+		MaxHeaderBytes: 1 << 20, // net/http's default
 		// vLLM reports its prefix-cache hit rate over the last 1000 requests; the age bound
 		// keeps an idle server from showing an hour-old rate.
 		HitRateWindow: 1000,
@@ -91,6 +116,18 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.ReadHeaderTimeout <= 0 {
 		c.ReadHeaderTimeout = d.ReadHeaderTimeout
+	}
+	if c.ReadTimeout <= 0 {
+		c.ReadTimeout = d.ReadTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = d.IdleTimeout
+	}
+	if c.MaxConnections <= 0 {
+		c.MaxConnections = d.MaxConnections
+	}
+	if c.MaxHeaderBytes <= 0 {
+		c.MaxHeaderBytes = d.MaxHeaderBytes
 	}
 	if c.HitRateWindow <= 0 {
 		c.HitRateWindow = d.HitRateWindow

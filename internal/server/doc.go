@@ -5,6 +5,16 @@
 //   - Server: routing (JSON 404/405), API-key auth, body-size limits, panic recovery, graceful
 //     drain (Serve stops accepting on ctx cancel and lets running requests finish for up to
 //     Config.DrainTimeout, then cancels them so the engine frees their blocks).
+//   - Auth: API keys as "Authorization: Bearer KEY" or "x-api-key: KEY" on every route but
+//     /health and /metrics, and on the routes wrapped by RequireAPIKey (the block events);
+//     /metrics takes its own optional key. Keys are compared as SHA-256 digests in constant
+//     time.
+//   - Connection limits, applied by Serve: at most MaxConnections open connections (a
+//     listener wrapper; more wait in the backlog), keep-alive connections closed after
+//     IdleTimeout, request bodies bounded by ReadTimeout (a read deadline armed when the
+//     handler starts and cleared at the body's end, so streams have no time limit; a slow body
+//     gets a 408 and its connection closed). net/http's own plain-text answers to requests it
+//     cannot parse (431, 400, 501) are rewritten on the connection into the API's error shape.
 //   - The generation loop: text prompts are tokenized here, chat templates applied here, and
 //     stop strings are matched here on detokenized text (stopFilter). Streamed text that could
 //     be the start of a stop string is held back until it is known not to be one; on a match the

@@ -67,16 +67,47 @@ func (t fakeTok) DecodeChecked(ids []int32) (string, error) {
 
 func (fakeTok) NewStreamDecoder() StreamDecoder { return &fakeStream{} }
 
-func (fakeTok) ApplyChatTemplate(msgs []Message, addGen bool) (string, error) {
+// fakeTemplate is what fakeTok says its template is: enough for toolcall.Detect to see the
+// Hermes syntax and for the server to see think blocks.
+const fakeTemplate = "{%- if tools %}<tools>{{ tools | tojson }}</tools> <tool_call> {%- endif %}"
+
+func (fakeTok) ChatTemplate(tools bool) string { return fakeTemplate }
+
+func (fakeTok) Piece(id int32) []byte {
+	switch {
+	case id == fakeBOS:
+		return []byte("<s>")
+	case id == fakeEOS:
+		return []byte("</s>")
+	case id >= 2 && id < fakeVocab:
+		return []byte{byte(id - 2)}
+	}
+	return nil
+}
+
+func (fakeTok) IsControl(id int32) bool { return id < 2 }
+func (fakeTok) EOGs() []int32           { return []int32{fakeEOS} }
+
+func (fakeTok) ApplyChatTemplate(msgs []Message, opts ChatOptions) (string, error) {
 	var b strings.Builder
 	b.WriteString("<s>")
+	for _, t := range opts.Tools {
+		fmt.Fprintf(&b, "<|tool|>%s\n", t)
+	}
 	for _, m := range msgs {
 		if m.Content == "TEMPLATE_ERROR" {
 			return "", errors.New("roles must alternate")
 		}
-		fmt.Fprintf(&b, "<|%s|>%s\n", m.Role, m.Content)
+		fmt.Fprintf(&b, "<|%s|>%s", m.Role, m.Content)
+		for _, c := range m.ToolCalls {
+			fmt.Fprintf(&b, "<call %s %s %s>", c.ID, c.Function.Name, c.Function.Arguments)
+		}
+		if m.ToolCallID != "" {
+			fmt.Fprintf(&b, "<result %s>", m.ToolCallID)
+		}
+		b.WriteString("\n")
 	}
-	if addGen {
+	if opts.AddGenerationPrompt {
 		b.WriteString("<|assistant|>")
 	}
 	return b.String(), nil
@@ -120,8 +151,9 @@ type fakeGen struct {
 	perOutput int
 	block     bool
 	delay     time.Duration
-	genErr    error // returned by Generate
-	streamErr error // sent as Output.Err after the text
+	ids       []int32 // when set, emitted instead of text's ids
+	genErr    error   // returned by Generate
+	streamErr error   // sent as Output.Err after the text
 
 	mu        sync.Mutex
 	reqs      []engine.Request
@@ -160,6 +192,9 @@ func (g *fakeGen) Generate(ctx context.Context, req *engine.Request) (<-chan eng
 	g.reqs = append(g.reqs, *req)
 	g.mu.Unlock()
 	ids := fakeTok{}.Encode(g.text, false, true)
+	if g.ids != nil {
+		ids = slices.Clone(g.ids)
+	}
 	if !g.block {
 		ids = append(ids, fakeEOS)
 	}

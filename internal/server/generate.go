@@ -18,6 +18,10 @@ type genSpec struct {
 	req   engine.Request
 	stops []string
 	start time.Time // request arrival, for the e2e histogram
+	// controlText renders control tokens other than the end of generation as their text
+	// (llama.cpp's special=true), for the tool-call parser: [TOOL_CALLS], <|python_tag|> and
+	// Kimi's section markers are control tokens in their models' vocabularies.
+	controlText bool
 }
 
 // genToken is a generated token with where its text starts in the choice's text.
@@ -84,21 +88,22 @@ func (s *Server) prepare(p *api.GenerationParams, prompt []int32, maxTokens *int
 	}, nil
 }
 
-// chatPrompt renders msgs with the chat template and tokenizes the result.
-func (s *Server) chatPrompt(msgs []api.ChatRequestMessage, addGenerationPrompt bool) ([]int32, error) {
-	in := make([]Message, len(msgs))
-	for i, m := range msgs {
-		in[i] = Message{Role: m.Role, Content: m.Text}
-	}
-	text, err := s.tok.ApplyChatTemplate(in, addGenerationPrompt)
+// chatPrompt renders the request's messages and tools with the chat template and tokenizes
+// the result. An error the template raises is a 400 that quotes it.
+func (s *Server) chatPrompt(req *api.ChatRequest) (string, []int32, error) {
+	text, err := s.tok.ApplyChatTemplate(chatMessages(req.Messages), chatOptions(req))
 	if err != nil {
-		return nil, api.Invalid("messages", "cannot apply the chat template: %v", err)
+		return "", nil, api.Invalid("messages", "cannot apply the chat template: %v", err)
 	}
-	ids := s.tok.Encode(text, false, true)
+	// Nothing over the context length can be served or is worth counting (/tokenize).
+	ids, fits := s.encodeLimit(text, false, true, s.cfg.ContextLength)
+	if !fits {
+		return "", nil, api.Invalid("messages", "the rendered chat has more than %d tokens, the model's context length", s.cfg.ContextLength)
+	}
 	if s.bos >= 0 && (len(ids) == 0 || ids[0] != s.bos) {
 		ids = append([]int32{s.bos}, ids...)
 	}
-	return ids, nil
+	return text, ids, nil
 }
 
 // engineError maps an engine error to the API: the engine's refusals of the request are the
@@ -124,6 +129,7 @@ func engineError(err error) *api.Error {
 // generate always drains the engine's channel before returning.
 func (s *Server) generate(ctx context.Context, spec *genSpec, started func() error,
 	onDelta func(text string, toks []genToken) error) (*genResult, error) {
+	client := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	out, err := s.gen.Generate(ctx, &spec.req)
@@ -179,6 +185,9 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 				continue // end-of-generation and stop tokens count, but add no text (as vLLM)
 			}
 			piece := sd.Add(t.ID)
+			if spec.controlText && s.tok.IsControl(t.ID) {
+				piece += string(s.tok.Piece(t.ID))
+			}
 			runes += utf8.RuneCountInString(piece)
 			e, hit := stop.push(piece)
 			emitted.WriteString(e)
@@ -207,7 +216,9 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 		}
 		batchBuf = batch
 	}
-	if gone {
+	if gone || client.Err() != nil {
+		// The client went away, even if the engine got to the end before it noticed: what
+		// was made reached nobody.
 		return nil, errClientGone
 	}
 	if final == nil {

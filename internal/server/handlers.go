@@ -57,9 +57,15 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	}
 	var ids []int32
 	if req.Prompt != nil {
-		ids = s.tok.Encode(*req.Prompt, req.WantSpecial(), true)
+		// Capped at the context length: nothing longer could be sent as a prompt, and a
+		// 15 MiB text is not worth tokenizing to say so.
+		var fits bool
+		if ids, fits = s.encodeLimit(*req.Prompt, req.WantSpecial(), true, s.cfg.ContextLength); !fits {
+			writeError(w, api.Invalid("prompt", "prompt has more than %d tokens, the model's context length; /tokenize counts at most that many", s.cfg.ContextLength))
+			return
+		}
 	} else {
-		ids, err = s.chatPrompt(req.Messages, req.GenerationPrompt())
+		_, ids, err = s.chatPrompt(req.Chat())
 		if err != nil {
 			writeError(w, err)
 			return

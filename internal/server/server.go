@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -24,6 +24,7 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
+	"stockpot/internal/grammar"
 )
 
 // Server serves the HTTP API on top of an engine.Generator.
@@ -43,6 +44,15 @@ type Server struct {
 	// encoded without special tokens, since templates usually write BOS themselves, and get
 	// BOS prepended only when the template did not.
 	bos int32
+
+	// vocab is the vocabulary for constrained decoding's token masks, built by grammarVocab
+	// on the first constrained request (a trie over every token's bytes).
+	vocabOnce sync.Once
+	vocab     *grammar.Vocab
+	grammars  grammarCache
+
+	apiKeys     keySet // Config.APIKeys
+	metricsKeys keySet // Config.MetricsKey
 
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
@@ -66,7 +76,8 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 	if err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
-	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, started: c.Now(), bos: -1}
+	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, started: c.Now(), bos: -1,
+		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey)}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
 		s.metricsHandler = promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
@@ -108,9 +119,16 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 func (s *Server) ServeHandler(ctx context.Context, ln net.Listener, h http.Handler) error {
 	baseCtx, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
+	// No ReadTimeout or WriteTimeout here: net/http's would stay armed while a handler runs,
+	// cancelling (ReadTimeout, through the connection's background read) or cutting
+	// (WriteTimeout) every stream longer than it. The body's read time is bounded per request
+	// instead (bodyDeadline).
+	ln = newLimitListener(ln, s.cfg.MaxConnections, s.cfg.MaxHeaderBytes)
 	hs := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
+		IdleTimeout:       s.cfg.IdleTimeout,
+		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
 		BaseContext:       func(net.Listener) context.Context { return baseCtx },
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}
@@ -152,10 +170,24 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}()
+	if r.Body != nil && r.Body != http.NoBody {
+		// Armed before any check: net/http reads what a handler left of a body after it
+		// returns, so a slow body answered 401 would hold its connection too.
+		r.Body = newBodyDeadline(w, r.Body, time.Now().Add(s.cfg.ReadTimeout))
+	}
 	path := r.URL.Path
-	if path != "/health" && path != "/metrics" && !s.authorized(r) {
-		writeError(rw, api.Unauthorized("missing or invalid API key; send \"Authorization: Bearer <key>\""))
-		return
+	switch path {
+	case "/health":
+	case "/metrics":
+		if !s.metricsAuthorized(r) {
+			writeError(rw, api.Unauthorized("missing or invalid metrics key; send \"Authorization: Bearer <metrics key>\" (--metrics-key)"))
+			return
+		}
+	default:
+		if !s.authorized(r) {
+			unauthorized(rw)
+			return
+		}
 	}
 	methods, ok := s.routes[path]
 	if !ok {
@@ -189,22 +221,32 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	h(rw, r)
 }
 
-func (s *Server) authorized(r *http.Request) bool {
-	if len(s.cfg.APIKeys) == 0 {
-		return true
+// bodyDeadline bounds the time to read a request body with a read deadline on the connection,
+// cleared once the whole body has been read, so that the connection's background read, which
+// notices a client hanging up during a long stream, runs without one. After a failed read the
+// deadline stays: net/http's read of what is left of the body then fails at once and the
+// connection is closed, instead of waiting on a slow client without a bound.
+type bodyDeadline struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	cleared bool
+}
+
+func newBodyDeadline(w http.ResponseWriter, body io.ReadCloser, deadline time.Time) io.ReadCloser {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(deadline) != nil {
+		return body // not a net/http connection (httptest.ResponseRecorder): nothing to bound
 	}
-	auth := r.Header.Get("Authorization")
-	scheme, key, ok := strings.Cut(auth, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
+	return &bodyDeadline{ReadCloser: body, rc: rc}
+}
+
+func (b *bodyDeadline) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.cleared {
+		b.cleared = true
+		_ = b.rc.SetReadDeadline(time.Time{})
 	}
-	key = strings.TrimSpace(key)
-	match := 0
-	for _, k := range s.cfg.APIKeys {
-		// Compare every key so timing does not say which one is close.
-		match |= subtle.ConstantTimeCompare([]byte(key), []byte(k))
-	}
-	return match == 1
+	return n, err
 }
 
 // readBody reads the request body, mapping the size limit to a 413.
@@ -214,6 +256,10 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, api.TooLarge(mbe.Limit)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, &api.Error{Status: http.StatusRequestTimeout, Type: api.TypeInvalidRequest, Code: "request_timeout",
+				Message: fmt.Sprintf("the request body did not arrive within %v (--read-timeout)", s.cfg.ReadTimeout)}
 		}
 		return nil, api.Invalid("", "reading request body: %v", err)
 	}
@@ -241,15 +287,17 @@ func (w *responseWriter) Write(b []byte) (int, error) {
 	return w.ResponseWriter.Write(b)
 }
 
-// Flush lets streaming handlers flush through the wrapper.
-func (w *responseWriter) Flush() {
+// FlushError lets streaming handlers flush through the wrapper and learn that the client is
+// gone (http.ResponseController.Flush prefers it to Flush).
+func (w *responseWriter) FlushError() error {
 	if !w.wroteHeader {
 		w.wroteHeader, w.status = true, http.StatusOK
 	}
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
+	return http.NewResponseController(w.ResponseWriter).Flush()
 }
+
+// Flush is FlushError for callers that use http.Flusher; they cannot see the error.
+func (w *responseWriter) Flush() { _ = w.FlushError() }
 
 // Unwrap serves http.ResponseController.
 func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

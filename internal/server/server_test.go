@@ -27,6 +27,11 @@ const testModel = "test-model"
 
 func newTestServer(t *testing.T, gen *fakeGen, mod func(*Config)) (*Server, *prometheus.Registry) {
 	t.Helper()
+	return newTestServerTok(t, gen, fakeTok{}, mod)
+}
+
+func newTestServerTok(t *testing.T, gen *fakeGen, tok Tokenizer, mod func(*Config)) (*Server, *prometheus.Registry) {
+	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ModelName = testModel
 	cfg.Fingerprint = "fp-123"
@@ -38,7 +43,7 @@ func newTestServer(t *testing.T, gen *fakeGen, mod func(*Config)) (*Server, *pro
 		mod(&cfg)
 	}
 	reg := prometheus.NewRegistry()
-	s, err := New(cfg, gen, fakeTok{}, reg)
+	s, err := New(cfg, gen, tok, reg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +178,7 @@ func TestBadRequests(t *testing.T) {
 		{"echo", "POST", "/v1/completions", `{"prompt":"x","echo":true}`, 400, "invalid_request_error", "unsupported_parameter", "echo"},
 		{"model", "POST", "/v1/completions", `{"prompt":"x","model":"gpt-4"}`, 404, "invalid_request_error", "model_not_found", "gpt-4"},
 		{"chat model", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}],"model":"other"}`, 404, "invalid_request_error", "model_not_found", "other"},
-		{"chat role", "POST", "/v1/chat/completions", `{"messages":[{"role":"tool","content":"x"}]}`, 400, "invalid_request_error", "unsupported_parameter", "role"},
+		{"chat role", "POST", "/v1/chat/completions", `{"messages":[{"role":"function","content":"x"}]}`, 400, "invalid_request_error", "unsupported_parameter", "role"},
 		{"chat template", "POST", "/v1/chat/completions", `{"messages":[{"role":"user","content":"TEMPLATE_ERROR"}]}`, 400, "invalid_request_error", "invalid_value", "roles must alternate"},
 		{"chat messages", "POST", "/v1/chat/completions", `{"messages":[]}`, 400, "invalid_request_error", "invalid_value", "messages"},
 		{"too large", "POST", "/v1/completions", `{"prompt":"` + strings.Repeat("x", 5000) + `"}`, 413, "invalid_request_error", "request_too_large", "4096"},
@@ -268,6 +273,58 @@ func TestAuth(t *testing.T) {
 		{"/v1/models", "bearer k2", 200},
 		{"/health", "", 200},
 		{"/metrics", "", 200},
+	} {
+		rec := do(h, "GET", tc.path, "", "Authorization", tc.auth)
+		if rec.Code != tc.status {
+			t.Errorf("%s %q: %d, want %d", tc.path, tc.auth, rec.Code, tc.status)
+		}
+		if tc.status == 401 && !strings.Contains(rec.Body.String(), `"authentication_error"`) {
+			t.Errorf("401 body: %s", rec.Body)
+		}
+	}
+	// Anthropic clients send the key as x-api-key.
+	for key, status := range map[string]int{"k1": 200, "k2": 200, "nope": 401, "": 401} {
+		if rec := do(h, "GET", "/v1/models", "", "X-Api-Key", key); rec.Code != status {
+			t.Errorf("x-api-key %q: %d, want %d", key, rec.Code, status)
+		}
+	}
+	// Routes served beside the API (the block events) take the same keys.
+	events := s.RequireAPIKey(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	for _, tc := range []struct {
+		hdr    []string
+		status int
+	}{
+		{nil, 401}, {[]string{"Authorization", "Bearer nope"}, 401},
+		{[]string{"Authorization", "Bearer k2"}, 200}, {[]string{"X-Api-Key", "k1"}, 200},
+	} {
+		rec := do(events, "GET", "/v1/kv-events/snapshot", "", tc.hdr...)
+		if rec.Code != tc.status {
+			t.Errorf("kv-events %v: %d, want %d", tc.hdr, rec.Code, tc.status)
+		}
+		if tc.status == 401 {
+			if e := decode[api.ErrorBody](t, rec); e.Error.Type != api.TypeAuthentication {
+				t.Errorf("kv-events 401 body: %s", rec.Body)
+			}
+		}
+	}
+}
+
+// TestMetricsKey: with a metrics key, /metrics needs it as a bearer token (the API keys do not
+// open it); /health stays open.
+func TestMetricsKey(t *testing.T) {
+	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) { c.APIKeys = []string{"api"}; c.MetricsKey = "scrape" })
+	h := s.Handler()
+	for _, tc := range []struct {
+		path, auth string
+		status     int
+	}{
+		{"/metrics", "", 401},
+		{"/metrics", "Bearer api", 401},
+		{"/metrics", "Bearer scrapes", 401},
+		{"/metrics", "Bearer scrape", 200},
+		{"/health", "", 200},
+		{"/v1/models", "Bearer scrape", 401},
+		{"/v1/models", "Bearer api", 200},
 	} {
 		rec := do(h, "GET", tc.path, "", "Authorization", tc.auth)
 		if rec.Code != tc.status {
@@ -443,7 +500,7 @@ func TestChat(t *testing.T) {
 	}
 	resp := decode[api.ChatCompletionResponse](t, rec)
 	c := resp.Choices[0]
-	if resp.Object != "chat.completion" || !strings.HasPrefix(resp.ID, "chatcmpl-") || c.Message.Role != "assistant" || c.Message.Content != "Hi!" || *c.FinishReason != "stop" {
+	if resp.Object != "chat.completion" || !strings.HasPrefix(resp.ID, "chatcmpl-") || c.Message.Role != "assistant" || c.Message.Content == nil || *c.Message.Content != "Hi!" || *c.FinishReason != "stop" {
 		t.Errorf("resp %+v", resp)
 	}
 	if len(c.Logprobs.Content) != resp.Usage.CompletionTokens || len(c.Logprobs.Content[0].TopLogprobs) != 2 ||

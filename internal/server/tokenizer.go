@@ -1,5 +1,11 @@
 package server
 
+import (
+	"encoding/json"
+
+	"stockpot/internal/api"
+)
+
 // Tokenizer is what the server needs from internal/tokenizer. The coordinator adapts the real
 // tokenizer (NewStreamDecoder and ApplyChatTemplate differ only in their types).
 type Tokenizer interface {
@@ -11,8 +17,18 @@ type Tokenizer interface {
 	DecodeChecked(ids []int32) (string, error)
 	// NewStreamDecoder returns a decoder that renders one token at a time.
 	NewStreamDecoder() StreamDecoder
-	// ApplyChatTemplate renders messages with the model's chat template.
-	ApplyChatTemplate(msgs []Message, addGenerationPrompt bool) (string, error)
+	// ApplyChatTemplate renders messages with the model's chat template (its tool-use
+	// variant when opts has tools). An error is the template's, to quote to the client.
+	ApplyChatTemplate(msgs []Message, opts ChatOptions) (string, error)
+	// ChatTemplate returns the template source ApplyChatTemplate uses, with or without tools;
+	// the tool-call syntax of the model family is detected from it.
+	ChatTemplate(tools bool) string
+	// Piece returns the bytes token id stands for (control tokens as their text).
+	Piece(id int32) []byte
+	// IsControl reports a control token (BOS, EOS, <|im_start|>...), never part of text.
+	IsControl(id int32) bool
+	// EOGs lists the end-of-generation tokens.
+	EOGs() []int32
 	VocabSize() int
 	// IsEOG reports an end-of-generation token (EOS, EOT, <|im_end|>...).
 	IsEOG(id int32) bool
@@ -32,4 +48,48 @@ type StreamDecoder interface {
 type Message struct {
 	Role    string
 	Content string
+	// NullContent: the client sent content null (an assistant message with only tool calls).
+	NullContent bool
+	// Parts holds the text parts when the client sent content as a list of them; Content is
+	// then their join with "\n".
+	Parts      []string
+	ToolCalls  []api.ToolCall // assistant; Arguments is JSON text
+	ToolCallID string         // tool
+	Name       string
+	Reasoning  string // assistant's reasoning_content
+}
+
+// ChatOptions are the template's inputs besides the messages.
+type ChatOptions struct {
+	AddGenerationPrompt bool
+	// Tools are the request's tool entries exactly as sent ({"type": "function", ...}).
+	Tools []json.RawMessage
+	// Kwargs are extra template variables (chat_template_kwargs: enable_thinking, ...).
+	Kwargs map[string]any
+}
+
+// limitedEncoder is the optional ability to tokenize within a budget, stopping early once the
+// text is known to be over it (*tokenizer.Tokenizer has it). Without it the server encodes
+// everything and counts.
+type limitedEncoder interface {
+	EncodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool)
+}
+
+// encodeLimit tokenizes text, or reports false once it has more than limit tokens. When it
+// had to count them all (a Tokenizer without EncodeLimit) the ids come back anyway, so the
+// caller can say how many there were.
+func (s *Server) encodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool) {
+	if le, ok := s.tok.(limitedEncoder); ok {
+		return le.EncodeLimit(text, addSpecial, parseSpecial, limit)
+	}
+	ids := s.tok.Encode(text, addSpecial, parseSpecial)
+	return ids, len(ids) <= limit
+}
+
+// tooManyTokens is the 400 for a text over a token budget, known without counting it all.
+func (s *Server) tooManyTokens(param string, limit int) error {
+	if limit >= s.cfg.ContextLength-1 {
+		return api.Invalid(param, "%s has more than %d tokens, but the model's context length is %d (the prompt must leave room for at least one generated token)", param, limit, s.cfg.ContextLength)
+	}
+	return api.Invalid(param, "%s has more than %d tokens, over this server's limit of %d (--max-prompt-tokens)", param, limit, limit)
 }

@@ -43,6 +43,14 @@
 // Invalid UTF-8 never fails: it is decoded as llama.cpp decodes it (an
 // undecodable byte is one U+FFFD).
 //
+// # Budgets
+//
+// A server refuses prompts over the context length, and should not tokenize 15 MiB to learn
+// that. EncodeLimit(text, ..., limit) returns Encode's tokens when there are at most limit,
+// and stops early otherwise: a text of more than limit×MaxTokenBytes bytes is refused without
+// tokenizing (no token stands for more input bytes than its own text has), byte-level BPE
+// stops at the first word past the limit, SPM at the first special-token fragment past it.
+//
 // # Decoding
 //
 // Piece(id) is a token's raw bytes. Decode concatenates pieces as the

@@ -115,6 +115,7 @@ type Tokenizer struct {
 	chatTemplate  string
 	chatTemplates map[string]string // tokenizer.chat_template.<name>
 	template      compiledTemplate  // compiled on first use, by name
+	tokenBytes    tokenBytesBound   // computed on first MaxTokenBytes
 	digest        [32]byte
 }
 

@@ -1,0 +1,116 @@
+package clienttest
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests run the real binary, built once by TestMain, as a subprocess per test: each test
+// gets a fresh server, so its cache holds only its own conversation.
+var (
+	binPath   string
+	buildErr  string
+	blockSize = 16 // serve's default --block-size; the cache-reuse bounds use it
+)
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "stockpot-clienttest")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binPath = filepath.Join(dir, "stockpot")
+	if out, err := exec.Command("go", "build", "-o", binPath, "stockpot/cmd/stockpot").CombinedOutput(); err != nil {
+		buildErr = fmt.Sprintf("building stockpot: %v\n%s", err, out)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// server is one `stockpot serve` subprocess on a loopback port.
+type server struct {
+	url string // http://127.0.0.1:PORT
+	cmd *exec.Cmd
+	log *syncBuffer
+}
+
+// syncBuffer is the server's combined output; the process writes while a test may read.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// startServer starts `stockpot serve` with the embedded default model (no --model flag, as a
+// user starts it) and waits for /health. The server is killed when the test ends; its output
+// is logged if the test failed.
+func startServer(t *testing.T, extra ...string) *server {
+	t.Helper()
+	if buildErr != "" {
+		t.Fatal(buildErr) // a build failure is a failure, never a skip
+	}
+	addr := freeAddr(t)
+	s := &server{url: "http://" + addr, log: &syncBuffer{}}
+	args := append([]string{"serve", "--addr", addr, "--kv-memory", "256MiB", "--block-size", fmt.Sprint(blockSize)}, extra...)
+	s.cmd = exec.Command(binPath, args...)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.cmd.Process.Signal(syscall.SIGKILL)
+		_ = s.cmd.Wait()
+		if t.Failed() {
+			t.Logf("stockpot serve output:\n%s", s.log)
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get(s.url + "/health")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if s.cmd.ProcessState != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("stockpot serve on %s not healthy after 60s:\n%s", addr, s.log)
+	return nil
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}

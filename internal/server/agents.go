@@ -1,0 +1,392 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"stockpot/internal/api"
+	"stockpot/internal/engine"
+	"stockpot/internal/grammar"
+	"stockpot/internal/toolcall"
+)
+
+// Agents' chat requests: tools rendered into the prompt by the model's own template, tool
+// calls parsed out of the generated text in the model family's syntax, and constrained
+// decoding (response_format, tool_choice "required" or a named function) so that what must be
+// JSON is JSON that fits its schema by construction.
+
+// maxParallelCalls is how many calls one constrained answer may hold when parallel tool calls
+// are allowed: enough for real agent turns, and it keeps the call grammar small.
+const maxParallelCalls = 4
+
+// chatPlan is how one chat request's output is read.
+type chatPlan struct {
+	family     toolcall.Family
+	parseCalls bool // tools present and tool_choice is not "none"
+	reasoning  bool // the template knows think blocks
+	opts       toolcall.Options
+}
+
+// parsing reports whether the output goes through the tool-call / reasoning parser.
+func (p *chatPlan) parsing() bool { return p != nil && (p.parseCalls || p.reasoning) }
+
+// templateCache remembers what toolcall.Inspect learned of each template source.
+var templateCache sync.Map // template source -> toolcall.Template
+
+func inspectTemplate(src string) toolcall.Template {
+	if t, ok := templateCache.Load(src); ok {
+		return t.(toolcall.Template)
+	}
+	t := toolcall.Inspect(src)
+	templateCache.Store(src, t)
+	return t
+}
+
+// chatMessages converts parsed request messages for the template.
+func chatMessages(msgs []api.ChatRequestMessage) []Message {
+	in := make([]Message, len(msgs))
+	for i, m := range msgs {
+		in[i] = Message{Role: m.Role, Content: m.Text, NullContent: !m.HasText, Parts: m.Parts,
+			ToolCalls: m.Calls, ToolCallID: m.ToolCallID, Name: m.Name, Reasoning: m.Reasoned}
+	}
+	return in
+}
+
+// chatOptions returns the template inputs of req.
+func chatOptions(req *api.ChatRequest) ChatOptions {
+	o := ChatOptions{AddGenerationPrompt: req.GenerationPrompt(), Kwargs: req.ChatTemplateKwargs}
+	for _, t := range req.ParsedTools {
+		o.Tools = append(o.Tools, t.Raw)
+	}
+	return o
+}
+
+// planChat decides how the output of req is parsed and constrained. prompt is the rendered
+// template text.
+func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engine.Constraint, error) {
+	tmpl := inspectTemplate(s.tok.ChatTemplate(len(req.ParsedTools) > 0))
+	plan := &chatPlan{family: tmpl.Family}
+	if plan.family == toolcall.None {
+		// A template without a tool syntax of its own: Hermes-style <tool_call> JSON is the
+		// most common open format, and what the constrained path produces for it.
+		plan.family = toolcall.Hermes
+	}
+	plan.reasoning = tmpl.Reasoning
+	plan.parseCalls = len(req.ParsedTools) > 0 && req.ParsedToolChoice.Mode != api.ToolChoiceNone
+	plan.opts = toolcall.Options{ParseReasoning: plan.reasoning,
+		StartsInReasoning: plan.reasoning && toolcall.PromptOpensReasoning(plan.family, prompt)}
+	for _, t := range req.ParsedTools {
+		plan.opts.Tools = append(plan.opts.Tools, toolcall.Tool{Name: t.Name, Parameters: t.Parameters})
+	}
+
+	var build func() (grammar.Node, error)
+	key := grammarKey{family: plan.family, think: plan.opts.StartsInReasoning}
+	switch {
+	case req.Format != nil && req.Format.Type == api.FormatJSONObject:
+		key.kind = "json_object"
+		build = func() (grammar.Node, error) { return grammar.JSONObject(), nil }
+	case req.Format != nil && req.Format.Type == api.FormatJSONSchema:
+		key.kind, key.spec = "json_schema", fmt.Sprintf("%v|%s", req.Format.Strict, req.Format.Schema)
+		build = func() (grammar.Node, error) {
+			n, err := grammar.JSONSchemaWith(req.Format.Schema, grammar.SchemaOptions{Strict: req.Format.Strict})
+			if err != nil {
+				return grammar.Node{}, schemaError("response_format.json_schema.schema", err)
+			}
+			return n, nil
+		}
+	case req.ParsedToolChoice.Mode == api.ToolChoiceRequired || req.ParsedToolChoice.Mode == api.ToolChoiceFunction:
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s|%v", req.ParsedToolChoice.Name, req.ParallelCalls())
+		for _, t := range req.ParsedTools {
+			fmt.Fprintf(&b, "|%s|%v|%s", t.Name, t.Strict, t.Parameters)
+		}
+		key.kind, key.spec = "tools", b.String()
+		build = func() (grammar.Node, error) {
+			return callsGrammar(plan.family, req.ParsedTools, req.ParsedToolChoice.Name, req.ParallelCalls())
+		}
+	default:
+		return plan, nil, nil
+	}
+	g, err := s.grammars.get(key, func() (*grammar.Grammar, error) {
+		root, err := build()
+		if err != nil {
+			return nil, err
+		}
+		if key.think {
+			// The prompt opened a think block: close it at once, so the constrained answer
+			// is the answer and not the reasoning.
+			root = grammar.Seq(grammar.Literal("</think>\n\n"), root)
+		}
+		g, err := grammar.Compile(root)
+		if err != nil {
+			return nil, api.Invalid("", "cannot build the grammar for constrained decoding: %v", err)
+		}
+		return g, nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return plan, g.NewMatcher(s.grammarVocab()), nil
+}
+
+// grammarKey names a compiled grammar: what it constrains and how the family writes it.
+type grammarKey struct {
+	family toolcall.Family
+	think  bool
+	kind   string // json_object, json_schema or tools
+	spec   string // the schema, or the tools and choice
+}
+
+// grammarCacheSize bounds the compiled grammars kept. Agents send the same schemas turn
+// after turn; keeping their grammars keeps their remembered masks, which are what make a
+// constrained step cheap (a new mask state scans the vocabulary).
+const grammarCacheSize = 128
+
+// grammarCache keeps compiled grammars by key, dropping the least recently used.
+type grammarCache struct {
+	mu struct {
+		sync.Mutex
+		byKey map[grammarKey]*grammarEntry
+		clock uint64
+	}
+}
+
+type grammarEntry struct {
+	g    *grammar.Grammar
+	used uint64
+}
+
+// get returns the grammar for key, compiling it with build on a miss. Errors are not kept.
+func (c *grammarCache) get(key grammarKey, build func() (*grammar.Grammar, error)) (*grammar.Grammar, error) {
+	c.mu.Lock()
+	if c.mu.byKey == nil {
+		c.mu.byKey = make(map[grammarKey]*grammarEntry)
+	}
+	c.mu.clock++
+	if e, ok := c.mu.byKey[key]; ok {
+		e.used = c.mu.clock
+		c.mu.Unlock()
+		return e.g, nil
+	}
+	c.mu.Unlock()
+	g, err := build()
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.mu.byKey) >= grammarCacheSize {
+		var oldest grammarKey
+		least := ^uint64(0)
+		for k, e := range c.mu.byKey {
+			if e.used < least {
+				oldest, least = k, e.used
+			}
+		}
+		delete(c.mu.byKey, oldest)
+	}
+	c.mu.byKey[key] = &grammarEntry{g: g, used: c.mu.clock}
+	return g, nil
+}
+
+// schemaError turns a grammar error about a schema into a 400 naming param.
+func schemaError(param string, err error) error {
+	var ue *grammar.UnsupportedError
+	if errors.As(err, &ue) {
+		e := api.Unsupported(param, "%s: %v (constrained decoding does not support it)", param, err)
+		return e
+	}
+	return api.Invalid(param, "%s: %v", param, err)
+}
+
+// callsGrammar is the grammar of a tool-call answer in family's syntax: one call (of the tool
+// named only, or of any tool), or up to maxParallelCalls when parallel calls are allowed, each
+// with arguments valid against the tool's parameters.
+func callsGrammar(family toolcall.Family, tools []api.Tool, only string, parallel bool) (grammar.Node, error) {
+	env, ok := toolcall.EnvelopeOf(family)
+	if !ok {
+		env, _ = toolcall.EnvelopeOf(toolcall.Hermes)
+	}
+	var chosen []int
+	for i, t := range tools {
+		if only == "" || t.Name == only {
+			chosen = append(chosen, i)
+		}
+	}
+	args := make([]grammar.Node, len(tools))
+	for _, i := range chosen {
+		n, err := argumentsGrammar(env, tools[i])
+		if err != nil {
+			return grammar.Node{}, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
+		}
+		args[i] = n
+	}
+	call := func(k int) grammar.Node {
+		alts := make([]grammar.Node, 0, len(chosen))
+		for _, i := range chosen {
+			alts = append(alts, grammar.Seq(grammar.Literal(env.CallBegin(tools[i].Name, k)), args[i], grammar.Literal(env.CallEnd)))
+		}
+		return grammar.Alt(alts...)
+	}
+	n := 1
+	if parallel && only == "" {
+		n = maxParallelCalls
+	}
+	// call(0) [sep call(1) [sep call(2) ...]]: each further call is optional.
+	tail := grammar.Seq()
+	for k := n - 1; k >= 1; k-- {
+		tail = grammar.Optional(grammar.Seq(grammar.Literal(env.Separator), call(k), tail))
+	}
+	parts := []grammar.Node{grammar.Literal(env.SectionBegin), call(0), tail}
+	parts = append(parts, grammar.Literal(env.SectionEnd))
+	return grammar.Seq(parts...), nil
+}
+
+// argumentsGrammar is the grammar of one call's arguments: a JSON object valid against the
+// tool's parameters, or, for families that write arguments as tagged parameters
+// (Qwen3-Coder's <parameter=name>value</parameter>), those tags in schema order.
+func argumentsGrammar(env toolcall.Envelope, t api.Tool) (grammar.Node, error) {
+	if env.ArgsAreJSON {
+		if t.Parameters == nil {
+			return grammar.JSONObject(), nil
+		}
+		return grammar.JSONSchemaWith(t.Parameters, grammar.SchemaOptions{Strict: t.Strict})
+	}
+	props, err := schemaProperties(t.Parameters)
+	if err != nil {
+		return grammar.Node{}, err
+	}
+	parts := []grammar.Node{}
+	for _, p := range props {
+		var value grammar.Node
+		if p.isString {
+			value = grammar.CharsExcept("<", 1, p.maxLength)
+		} else {
+			v, err := grammar.JSONSchema(p.schema)
+			if err != nil {
+				return grammar.Node{}, err
+			}
+			value = v
+		}
+		tag := grammar.Seq(grammar.Literal("<parameter="+p.name+">\n"), value, grammar.Literal("\n</parameter>\n"))
+		if !p.required {
+			tag = grammar.Optional(tag)
+		}
+		parts = append(parts, tag)
+	}
+	if len(parts) == 0 {
+		return grammar.Literal(""), nil
+	}
+	return grammar.Seq(parts...), nil
+}
+
+// schemaProperty is one property of an object schema, in the schema's own order.
+type schemaProperty struct {
+	name      string
+	schema    json.RawMessage
+	required  bool
+	isString  bool
+	maxLength int
+}
+
+// defaultTextParameter bounds a free-text parameter value without maxLength, so that a
+// constrained call always ends.
+const defaultTextParameter = 256
+
+// schemaProperties lists the properties of an object schema in the order they are written.
+func schemaProperties(schema json.RawMessage) ([]schemaProperty, error) {
+	if len(schema) == 0 {
+		return nil, nil
+	}
+	var top struct {
+		Properties json.RawMessage `json:"properties"`
+		Required   []string        `json:"required"`
+	}
+	if err := json.Unmarshal(schema, &top); err != nil {
+		return nil, err
+	}
+	if len(top.Properties) == 0 {
+		return nil, nil
+	}
+	req := map[string]bool{}
+	for _, r := range top.Required {
+		req[r] = true
+	}
+	d := json.NewDecoder(bytes.NewReader(top.Properties))
+	if _, err := d.Token(); err != nil { // {
+		return nil, err
+	}
+	var out []schemaProperty
+	for d.More() {
+		k, err := d.Token()
+		if err != nil {
+			return nil, err
+		}
+		var raw json.RawMessage
+		if err := d.Decode(&raw); err != nil {
+			return nil, err
+		}
+		name, _ := k.(string)
+		p := schemaProperty{name: name, schema: raw, required: req[name], maxLength: defaultTextParameter}
+		var sub struct {
+			Type      any  `json:"type"`
+			MaxLength *int `json:"maxLength"`
+			Enum      any  `json:"enum"`
+		}
+		_ = json.Unmarshal(raw, &sub)
+		if t, ok := sub.Type.(string); ok && t == "string" && sub.Enum == nil {
+			p.isString = true
+			if sub.MaxLength != nil && *sub.MaxLength > 0 {
+				p.maxLength = *sub.MaxLength
+			}
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// grammarVocab is the model's vocabulary for token masks, built on first use. Control tokens
+// are never allowed, except those the model's own tool-call envelope writes (Mistral's
+// [TOOL_CALLS], Kimi's section markers): the grammar's literals then match them as the model
+// was trained to write them, and the parser reads them back as text (genSpec.controlText).
+func (s *Server) grammarVocab() *grammar.Vocab {
+	s.vocabOnce.Do(func() {
+		var envelope strings.Builder
+		for _, tools := range []bool{false, true} {
+			f := inspectTemplate(s.tok.ChatTemplate(tools)).Family
+			if env, ok := toolcall.EnvelopeOf(f); ok {
+				envelope.WriteString(env.SectionBegin + "\x00" + env.SectionEnd + "\x00" + env.Separator + "\x00" +
+					env.CallBegin("x", 0) + "\x00" + env.CallEnd + "\x00")
+			}
+		}
+		n := s.tok.VocabSize()
+		toks := make([][]byte, n)
+		allowed := make([]bool, n)
+		for i := range n {
+			id := int32(i)
+			toks[i] = s.tok.Piece(id)
+			switch {
+			case s.tok.IsEOG(id):
+			case s.tok.IsControl(id):
+				allowed[i] = len(toks[i]) > 0 && strings.Contains(envelope.String(), string(toks[i]))
+			default:
+				allowed[i] = true
+			}
+		}
+		s.vocab = grammar.NewVocab(toks, allowed, s.tok.EOGs())
+	})
+	return s.vocab
+}
+
+// callsOf converts parsed calls to the wire shape.
+func callsOf(calls []toolcall.Call) []api.ToolCall {
+	out := make([]api.ToolCall, len(calls))
+	for i, c := range calls {
+		out[i] = api.ToolCall{ID: c.ID, Type: "function", Function: api.ToolCallFunction{Name: c.Name, Arguments: c.Arguments}}
+	}
+	return out
+}

@@ -1,0 +1,109 @@
+package tokenizer
+
+import (
+	"strings"
+	"sync"
+)
+
+// tokenBytesBound caches MaxTokenBytes (a pass over the vocabulary and the merges).
+type tokenBytesBound struct {
+	once sync.Once
+	n    int
+	ok   bool
+}
+
+// MaxTokenBytes returns the most bytes of input text that one token of Encode's output stands
+// for, and whether that bound holds for this vocabulary. When it holds, Encode(text) has at
+// least ⌈len(text)/MaxTokenBytes⌉ tokens (special tokens added by addSpecial not counted), so
+// a caller can refuse a text that is sure to be too long without tokenizing it.
+//
+// Why it holds: every token Encode emits is a special token matching its own text, a token
+// whose text is the (normalized) text it covers, or one token per byte (byte fallback, UNK).
+// Normalization only lengthens the text (a space becomes the 3-byte ▁, byte-level BPE maps a
+// byte to a 1- or 2-byte character, an invalid byte to the 3-byte U+FFFD), so a token covers
+// at most as many input bytes as its own text has. It fails only for a vocabulary that drops
+// bytes it has no token for (SPM without byte tokens and without UNK; byte-level BPE missing a
+// byte's character or a merge result), which llama.cpp refuses or tokenizes lossily too.
+func (t *Tokenizer) MaxTokenBytes() (int, bool) {
+	b := &t.tokenBytes
+	b.once.Do(func() { b.n, b.ok = t.maxTokenBytes() })
+	return b.n, b.ok
+}
+
+func (t *Tokenizer) maxTokenBytes() (int, bool) {
+	n := 1
+	for _, s := range t.tokens {
+		n = max(n, len(s))
+	}
+	switch t.kind {
+	case KindSPM:
+		if t.unk != NoToken {
+			return n, true
+		}
+		for b := 0; b < 256; b++ {
+			if t.appendByteToken(byte(b), nil) == nil {
+				return n, false
+			}
+		}
+	case KindBPE:
+		for b := 0; b < 256; b++ {
+			if _, ok := t.toID[string(byteToRune[b])]; !ok {
+				return n, false
+			}
+		}
+		for p := range t.ranks {
+			if _, ok := t.toID[p.left+p.right]; !ok {
+				return n, false
+			}
+		}
+	}
+	return n, true
+}
+
+// EncodeLimit is Encode for a caller with a budget: it returns Encode's tokens and true when
+// there are at most limit of them, else nil and false, and stops early on the way. A text
+// sure to be too long by MaxTokenBytes is refused before any tokenizing; otherwise byte-level
+// BPE stops at the first word past the limit and SPM at the first special-token fragment past
+// it. The work is then in proportion to limit, not to the text.
+func (t *Tokenizer) EncodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool) {
+	if per, ok := t.MaxTokenBytes(); ok && (len(text)+per-1)/per > limit {
+		return nil, false
+	}
+	var out []int32
+	if addSpecial && t.addBOS {
+		out = append(out, t.bos)
+	}
+	prevSpecial := true // SPM: the first raw fragment gets the space prefix
+	for _, f := range t.partition(text, parseSpecial) {
+		switch {
+		case f.token != NoToken:
+			out = append(out, f.token)
+			prevSpecial = true
+		case t.kind == KindSPM:
+			s := f.text
+			if t.addSpacePrefix && prevSpecial {
+				s = " " + s
+			}
+			out = t.encodeSPM(strings.ReplaceAll(s, " ", "\u2581"), out)
+			prevSpecial = false
+		case t.kind == KindBPE:
+			cpts := decodeCodepoints(f.text)
+			for _, w := range t.pre.preSplit(cpts) {
+				out = t.mergeWord(byteEncodeWord(cpts[w.lo:w.hi]), out)
+				if len(out) > limit {
+					return nil, false
+				}
+			}
+		}
+		if len(out) > limit {
+			return nil, false
+		}
+	}
+	if addSpecial && t.addEOS {
+		out = append(out, t.eos)
+	}
+	if len(out) > limit {
+		return nil, false
+	}
+	return out, true
+}
