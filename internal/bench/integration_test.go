@@ -396,8 +396,19 @@ func TestAgentToolsHitRateMatchesPrediction(t *testing.T) {
 	}
 	t.Logf("agent tools=8 T=5: predicted %.4f (%d tokens), server %.4f (%.0f of %.0f), client %.4f, naive %.4f; %d answers were tool calls",
 		*rep.PredictedHitRate, predicted, *rep.ServerHitRate, *rep.ServerHits, *rep.ServerQueries, *rep.ClientCachedRatio, *rep.NaiveHitRate, rep.ToolCallAnswers)
-	if d := math.Abs(*rep.ServerHitRate - *rep.PredictedHitRate); d > 0.02 {
-		t.Errorf("server hit rate %.4f vs predicted %.4f: off by %.1f points, want ≤ 2", *rep.ServerHitRate, *rep.PredictedHitRate, d*100)
+	// The transcript does not depend on the answers and the server shares in-flight blocks, so
+	// the prediction is exact, to the token.
+	if float64(predicted) != *rep.ServerHits {
+		var rows []string
+		for _, row := range rep.PerRequest {
+			cached := "not reported"
+			if row.Cached != nil {
+				cached = fmt.Sprint(*row.Cached)
+			}
+			rows = append(rows, fmt.Sprintf("s%d t%d: predicted %d cached %s of %d", row.Session, row.Turn, *row.Predicted, cached, row.Prompt))
+		}
+		t.Errorf("server hits %.0f (rate %.4f), predicted %d (rate %.4f): want equal; per request:\n%s",
+			*rep.ServerHits, *rep.ServerHitRate, predicted, *rep.PredictedHitRate, strings.Join(rows, "\n"))
 	}
 	if rep.ClientCached != "reported" || *rep.CachedTokens != int64(*rep.ServerHits) {
 		t.Errorf("usage cached_tokens %q, Σ %d; want reported on every request and equal to the server's hits %.0f", rep.ClientCached, *rep.CachedTokens, *rep.ServerHits)
