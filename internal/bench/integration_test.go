@@ -431,9 +431,11 @@ func TestAgentToolsHitRateMatchesPrediction(t *testing.T) {
 	if err := json.Unmarshal(b, &m); err != nil || m.Mode != "tools" || m.Tools != 8 {
 		t.Errorf("report.json mode %q tools %d (%v), want tools, 8", m.Mode, m.Tools, err)
 	}
-	if h, _ := os.ReadFile(filepath.Join(dir, "report.html")); !strings.Contains(string(h), "agent with 8 tools") {
+	if h, _ := os.ReadFile(filepath.Join(dir, "report.html")); !strings.Contains(string(h), "agent with 8 tools") ||
+		!strings.Contains(string(h), "tools: 8 tool schemas") {
 		t.Error("report.html does not name the mode and tool count")
 	}
+	checkHTMLInChromium(t, filepath.Join(dir, "report.html"))
 }
 
 // detokenize asks the server for the text of ids.
