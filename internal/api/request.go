@@ -211,9 +211,21 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 	if len(r.Messages) == 0 {
 		return nil, Invalid("messages", "messages must be a non-empty array")
 	}
+	ids := map[string]bool{} // tool call ids of the assistant messages so far
 	for i := range r.Messages {
-		if err := r.Messages[i].parse(i); err != nil {
+		m := &r.Messages[i]
+		if err := m.parse(i); err != nil {
 			return nil, err
+		}
+		for _, c := range m.Calls {
+			if c.ID != "" {
+				ids[c.ID] = true
+			}
+		}
+		// As OpenAI: a tool result answers a call made earlier in the conversation.
+		if m.Role == "tool" && !ids[m.ToolCallID] {
+			p := fmt.Sprintf("messages[%d].tool_call_id", i)
+			return nil, Invalid(p, "%s %q answers no tool call of an earlier assistant message", p, m.ToolCallID)
 		}
 	}
 	return &r, nil

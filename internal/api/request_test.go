@@ -192,7 +192,7 @@ func TestParseChatTools(t *testing.T) {
 	if !strings.HasPrefix(string(r.ParsedTools[0].Parameters), `{"type":"object","properties"`) {
 		t.Errorf("parameters must keep the client's key order: %s", r.ParsedTools[0].Parameters)
 	}
-	if r.ParsedToolChoice != (ToolChoice{Mode: ToolChoiceFunction, Name: "get_weather"}) || r.ParallelCalls() {
+	if r.ParsedToolChoice.Mode != ToolChoiceFunction || r.ParsedToolChoice.Name != "get_weather" || r.ParallelCalls() {
 		t.Errorf("tool_choice %+v parallel %v", r.ParsedToolChoice, r.ParallelCalls())
 	}
 	if r.Format != nil || r.ChatTemplateKwargs["enable_thinking"] != false {
@@ -220,6 +220,11 @@ func TestParseChatTools(t *testing.T) {
 	r, err = ParseChatRequest([]byte(`{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"}}`))
 	if err != nil || r.Format == nil || r.Format.Type != FormatJSONObject {
 		t.Fatalf("json_object: %+v %v", r, err)
+	}
+	r, err = ParseChatRequest([]byte(`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"g"}}],
+		"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"g"}}]}}}`))
+	if err != nil || r.ParsedToolChoice.Mode != ToolChoiceRequired || r.ParsedToolChoice.Callable("f") || !r.ParsedToolChoice.Callable("g") {
+		t.Fatalf("allowed_tools: %+v %v", r, err)
 	}
 	// Arguments sent as an object rather than a string are accepted.
 	r, err = ParseChatRequest([]byte(`{"messages":[{"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":{"x":1}}}]}]}`))
@@ -268,6 +273,11 @@ func TestParseChatErrors(t *testing.T) {
 		{`{"messages":[{"role":"assistant","tool_calls":{"id":"c"}}]}`, "messages[0].tool_calls", "array of tool calls"},
 		{`{"messages":[{"role":"user","content":"x","tool_calls":[]}]}`, "messages[0].tool_calls", "only allowed on assistant"},
 		{`{"messages":[{"role":"tool","tool_call_id":"c"}]}`, "messages[0].content", "required"},
+		{`{"messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"call_1","content":"r"}]}`, "messages[1].tool_call_id", "answers no tool call"},
+		{`{"messages":[{"role":"assistant","tool_calls":[{"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]},{"role":"tool","tool_call_id":"b","content":"r"}]}`, "messages[1].tool_call_id", "answers no tool call"},
+		{`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"sometimes","tools":[{"type":"function","function":{"name":"f"}}]}}}`, "tool_choice.allowed_tools.mode", "auto"},
+		{`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[]}}}`, "tool_choice.allowed_tools.tools", "at least one"},
+		{`{"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}],"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"g"}}]}}}`, "tool_choice.allowed_tools.tools[0]", "not among"},
 		{`{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"xml"}}`, "response_format.type", "not one of"},
 		{`{"messages":[{"role":"user","content":"x"}],"response_format":"json"}`, "response_format", "must be an object"},
 		{`{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}}`, "response_format.json_schema", "required"},

@@ -44,6 +44,29 @@ const (
 type ToolChoice struct {
 	Mode string // one of the ToolChoice* constants
 	Name string // for ToolChoiceFunction
+	// Allowed restricts the callable tools to these names (OpenAI's allowed_tools form, with
+	// Mode auto or required); nil means every tool. The prompt still lists every tool, so it
+	// stays the same across turns.
+	Allowed []string
+}
+
+// Callable reports whether the choice lets the model call the tool named name.
+func (c ToolChoice) Callable(name string) bool {
+	switch c.Mode {
+	case ToolChoiceNone:
+		return false
+	case ToolChoiceFunction:
+		return name == c.Name
+	}
+	if c.Allowed == nil {
+		return true
+	}
+	for _, a := range c.Allowed {
+		if a == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Response format types.
@@ -286,6 +309,18 @@ func parseToolChoice(raw json.RawMessage, tools []Tool) (ToolChoice, error) {
 		Function *struct {
 			Name string `json:"name"`
 		} `json:"function"`
+		AllowedTools *struct {
+			Mode  string `json:"mode"`
+			Tools []struct {
+				Type     string `json:"type"`
+				Function *struct {
+					Name string `json:"name"`
+				} `json:"function"`
+			} `json:"tools"`
+		} `json:"allowed_tools"`
+	}
+	if raw[0] == '{' && json.Unmarshal(raw, &o) == nil && o.Type == "allowed_tools" {
+		return parseAllowedTools(o.AllowedTools, tools)
 	}
 	if raw[0] != '{' || json.Unmarshal(raw, &o) != nil || o.Type != "function" || o.Function == nil || o.Function.Name == "" {
 		return ToolChoice{}, Invalid("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}")
@@ -296,6 +331,45 @@ func parseToolChoice(raw json.RawMessage, tools []Tool) (ToolChoice, error) {
 		}
 	}
 	return ToolChoice{}, Invalid("tool_choice", "tool_choice names function %q, which is not among the request's tools", o.Function.Name)
+}
+
+// parseAllowedTools decodes tool_choice {"type": "allowed_tools", "allowed_tools": {"mode":
+// "auto"|"required", "tools": [{"type": "function", "function": {"name": ...}}]}}.
+func parseAllowedTools(a *struct {
+	Mode  string `json:"mode"`
+	Tools []struct {
+		Type     string `json:"type"`
+		Function *struct {
+			Name string `json:"name"`
+		} `json:"function"`
+	} `json:"tools"`
+}, tools []Tool) (ToolChoice, error) {
+	const p = "tool_choice.allowed_tools"
+	if a == nil {
+		return ToolChoice{}, Invalid(p, "%s is required when tool_choice.type is \"allowed_tools\"", p)
+	}
+	if a.Mode != ToolChoiceAuto && a.Mode != ToolChoiceRequired {
+		return ToolChoice{}, Invalid(p+".mode", "%s.mode must be \"auto\" or \"required\", got %q", p, a.Mode)
+	}
+	if len(a.Tools) == 0 {
+		return ToolChoice{}, Invalid(p+".tools", "%s.tools must name at least one tool", p)
+	}
+	c := ToolChoice{Mode: a.Mode, Allowed: []string{}}
+	for i, t := range a.Tools {
+		q := fmt.Sprintf("%s.tools[%d]", p, i)
+		if t.Type != "function" || t.Function == nil || t.Function.Name == "" {
+			return ToolChoice{}, Invalid(q, "%s must be {\"type\": \"function\", \"function\": {\"name\": ...}}", q)
+		}
+		found := false
+		for _, tool := range tools {
+			found = found || tool.Name == t.Function.Name
+		}
+		if !found {
+			return ToolChoice{}, Invalid(q, "%s names function %q, which is not among the request's tools", q, t.Function.Name)
+		}
+		c.Allowed = append(c.Allowed, t.Function.Name)
+	}
+	return c, nil
 }
 
 // parseResponseFormat decodes response_format.

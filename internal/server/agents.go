@@ -27,6 +27,9 @@ const maxParallelCalls = 4
 type chatPlan struct {
 	family     toolcall.Family
 	parseCalls bool // tools present and tool_choice is not "none"
+	// forcedCalls: the output is constrained to calls (tool_choice required or named), so
+	// text the parser leaves over can only be a call cut short by max_tokens, never content.
+	forcedCalls bool
 	reasoning  bool // the template knows think blocks
 	opts       toolcall.Options
 }
@@ -80,7 +83,9 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 	plan.opts = toolcall.Options{ParseReasoning: plan.reasoning,
 		StartsInReasoning: plan.reasoning && toolcall.PromptOpensReasoning(plan.family, prompt)}
 	for _, t := range req.ParsedTools {
-		plan.opts.Tools = append(plan.opts.Tools, toolcall.Tool{Name: t.Name, Parameters: t.Parameters})
+		if req.ParsedToolChoice.Callable(t.Name) {
+			plan.opts.Tools = append(plan.opts.Tools, toolcall.Tool{Name: t.Name, Parameters: t.Parameters})
+		}
 	}
 
 	var build func() (grammar.Node, error)
@@ -99,14 +104,15 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 			return n, nil
 		}
 	case req.ParsedToolChoice.Mode == api.ToolChoiceRequired || req.ParsedToolChoice.Mode == api.ToolChoiceFunction:
+		plan.forcedCalls = true
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s|%v", req.ParsedToolChoice.Name, req.ParallelCalls())
+		fmt.Fprintf(&b, "%v", req.ParallelCalls())
 		for _, t := range req.ParsedTools {
-			fmt.Fprintf(&b, "|%s|%v|%s", t.Name, t.Strict, t.Parameters)
+			fmt.Fprintf(&b, "|%s|%v|%v|%s", t.Name, req.ParsedToolChoice.Callable(t.Name), t.Strict, t.Parameters)
 		}
 		key.kind, key.spec = "tools", b.String()
 		build = func() (grammar.Node, error) {
-			return callsGrammar(plan.family, req.ParsedTools, req.ParsedToolChoice.Name, req.ParallelCalls())
+			return callsGrammar(plan.family, req.ParsedTools, req.ParsedToolChoice, req.ParallelCalls())
 		}
 	default:
 		return plan, nil, nil
@@ -203,19 +209,23 @@ func schemaError(param string, err error) error {
 	return api.Invalid(param, "%s: %v", param, err)
 }
 
-// callsGrammar is the grammar of a tool-call answer in family's syntax: one call (of the tool
-// named only, or of any tool), or up to maxParallelCalls when parallel calls are allowed, each
-// with arguments valid against the tool's parameters.
-func callsGrammar(family toolcall.Family, tools []api.Tool, only string, parallel bool) (grammar.Node, error) {
+// callsGrammar is the grammar of a tool-call answer in family's syntax: one call (of a tool
+// the choice allows), or up to maxParallelCalls when parallel calls are allowed and the choice
+// does not name one function, each with arguments valid against the tool's parameters.
+func callsGrammar(family toolcall.Family, tools []api.Tool, choice api.ToolChoice, parallel bool) (grammar.Node, error) {
 	env, ok := toolcall.EnvelopeOf(family)
 	if !ok {
 		env, _ = toolcall.EnvelopeOf(toolcall.Hermes)
 	}
 	var chosen []int
 	for i, t := range tools {
-		if only == "" || t.Name == only {
+		if choice.Callable(t.Name) {
 			chosen = append(chosen, i)
 		}
+	}
+	only := ""
+	if choice.Mode == api.ToolChoiceFunction {
+		only = choice.Name
 	}
 	args := make([]grammar.Node, len(tools))
 	for _, i := range chosen {

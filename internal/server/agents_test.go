@@ -303,3 +303,58 @@ func TestChatControlTokenCall(t *testing.T) {
 		t.Error("[TOOL_CALLS] control token not allowed at the start of a required call")
 	}
 }
+
+// A forced call cut short by max_tokens is neither content nor a call: the markup never
+// reaches the client as text.
+func TestForcedCallCutByLength(t *testing.T) {
+	gen := newFakeGen("<tool_call>\n{\"name\": \"get_weather\", \"argu")
+	gen.block = false
+	s, _ := newTestServer(t, gen, agentConfig)
+	for _, stream := range []string{"", `,"stream":true`} {
+		rec := do(s.Handler(), "POST", "/v1/chat/completions", chatBody(`,"tools":`+weatherTools+`,"tool_choice":"required","max_tokens":10`+stream))
+		if rec.Code != 200 {
+			t.Fatalf("%d %s", rec.Code, rec.Body)
+		}
+		if strings.Contains(rec.Body.String(), "tool_call\\u003e") || strings.Contains(rec.Body.String(), "\\u003ctool_call") {
+			t.Errorf("markup leaked as content: %s", rec.Body)
+		}
+		if !strings.Contains(rec.Body.String(), `"finish_reason":"length"`) {
+			t.Errorf("finish reason: %s", rec.Body)
+		}
+	}
+}
+
+func TestAllowedTools(t *testing.T) {
+	two := `[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}},
+		{"type":"function","function":{"name":"get_time"}}]`
+	gen := newFakeGen(hermesCall)
+	s, _ := newTestServer(t, gen, agentConfig)
+	// get_weather is in the prompt but not allowed: its call text stays content.
+	rec := do(s.Handler(), "POST", "/v1/chat/completions", chatBody(`,"tools":`+two+
+		`,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"auto","tools":[{"type":"function","function":{"name":"get_time"}}]}}`))
+	resp := decode[api.ChatCompletionResponse](t, rec)
+	if len(resp.Choices[0].Message.ToolCalls) != 0 || !strings.Contains(*resp.Choices[0].Message.Content, "get_weather") {
+		t.Errorf("call of a tool not allowed: %s", rec.Body)
+	}
+	if p := (fakeTok{}).Decode(gen.lastRequest().Prompt); !strings.Contains(p, "get_weather") {
+		t.Errorf("every tool stays in the prompt: %q", p)
+	}
+	// required over the allowed subset: the grammar admits get_time only.
+	do(s.Handler(), "POST", "/v1/chat/completions", chatBody(`,"tools":`+two+
+		`,"tool_choice":{"type":"allowed_tools","allowed_tools":{"mode":"required","tools":[{"type":"function","function":{"name":"get_time"}}]}}`))
+	c := gen.lastRequest().Sampling.Constraint
+	if c == nil {
+		t.Fatal("no constraint")
+	}
+	accept := func(text string) error {
+		for _, id := range (fakeTok{}).Encode(text, false, false) {
+			if err := c.Accept(id); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := accept("<tool_call>\n{\"name\": \"get_w"); err == nil {
+		t.Error("the grammar admits a tool that is not allowed")
+	}
+}

@@ -147,7 +147,11 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 	calls := 0
 	res, err := c.s.generate(r.Context(), spec, started, func(text string, toks []genToken) error {
 		if parser != nil {
-			n, err := c.sendDeltas(sse, parser.Feed(text), toks)
+			ds := parser.Feed(text)
+			if c.plan.forcedCalls {
+				ds = withoutContent(ds) // constrained to calls: any content is a call not yet whole
+			}
+			n, err := c.sendDeltas(sse, ds, toks)
 			calls += n
 			return err
 		}
@@ -158,7 +162,11 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 		return sse.send(c.chunk(api.ChatDelta{Content: &t}, toks, nil))
 	})
 	if err == nil && parser != nil {
-		n, serr := c.sendDeltas(sse, parser.Finish(), nil)
+		rest := parser.Finish()
+		if c.plan.forcedCalls {
+			rest = withoutContent(rest) // a call cut short: not content, and not a call
+		}
+		n, serr := c.sendDeltas(sse, rest, nil)
 		calls += n
 		if serr != nil {
 			return nil, errClientGone
@@ -213,6 +221,9 @@ func (c *chatWriter) message(text, finish string) (api.ChatMessage, string) {
 		return api.ChatMessage{Role: "assistant", Content: &text}, finish
 	}
 	r := toolcall.Parse(c.plan.outputFamily(), text, c.plan.opts)
+	if c.plan.forcedCalls {
+		r.Content = "" // a call cut short (finish "length"): not content, and not a call
+	}
 	m := api.ChatMessage{Role: "assistant"}
 	if r.Content != "" || len(r.Calls) == 0 {
 		content := r.Content
@@ -278,4 +289,15 @@ func (c *chatWriter) sendDeltas(sse *sseWriter, ds []toolcall.Delta, toks []genT
 		}
 	}
 	return calls, nil
+}
+
+// withoutContent drops the content deltas of ds.
+func withoutContent(ds []toolcall.Delta) []toolcall.Delta {
+	out := ds[:0]
+	for _, d := range ds {
+		if d.Content == "" {
+			out = append(out, d)
+		}
+	}
+	return out
 }
