@@ -132,6 +132,25 @@ type coreStats struct {
 	restored      [4]uint64     // blocks restored, by Tier
 }
 
+// CoreStats is a snapshot of the scheduler's counters (all cumulative except Running and
+// Waiting).
+type CoreStats struct {
+	Running, Waiting int
+	DedupWaits       uint64        // admissions passed over for blocks another request computes
+	Preemptions      uint64        // sequences preempted to free memory for a decode
+	PrefetchStall    time.Duration // time admissions were held back waiting for prefetches
+	Restored         [4]uint64     // blocks restored from the lower tiers, indexed by Tier
+}
+
+// Stats returns the core's counters. The wrapper reads them through here, never the fields.
+func (c *Core) Stats() CoreStats {
+	return CoreStats{
+		Running: len(c.running), Waiting: len(c.waiting),
+		DedupWaits: c.stats.dedupWaits, Preemptions: c.stats.preemptions,
+		PrefetchStall: c.stats.prefetchStall, Restored: c.stats.restored,
+	}
+}
+
 func newCore(cfg CoreConfig, cache blockCache) *Core {
 	return &Core{cfg: cfg, cache: cache, seqs: map[uint64]*seq{}}
 }
@@ -196,9 +215,6 @@ func (c *Core) Cancel(id uint64, now time.Time) {
 
 // Idle reports whether there is nothing to schedule.
 func (c *Core) Idle() bool { return len(c.waiting) == 0 && len(c.running) == 0 }
-
-// Counts returns running and waiting sequence counts.
-func (c *Core) Counts() (running, waiting int) { return len(c.running), len(c.waiting) }
 
 // admit tries to start waiting sequences, FCFS, while blocks and slots allow. A sequence
 // waiting on another's in-flight blocks is passed over without blocking those behind it.

@@ -274,16 +274,16 @@ func (e *Engine) SchedulerCounters() (dedupWaits, preemptions uint64) {
 }
 
 func (e *Engine) publishStats() {
-	r, w := e.core.Counts()
+	cs := e.core.Stats()
 	used, cached, ev := cacheAdapter{e.cache}.stats()
 	st := Stats{
-		Running: r, Waiting: w,
+		Running: cs.Running, Waiting: cs.Waiting,
 		KVBlocksTotal: e.arena.NumBlocks(), KVBlocksUsed: used, KVBlocksCached: cached,
 		KVBlockBytes: e.arena.Layout().BlockBytes(), Evictions: ev,
-		DedupWaits: e.core.stats.dedupWaits, Preemptions: e.core.stats.preemptions,
-		PrefetchStall: e.core.stats.prefetchStall,
+		DedupWaits: cs.DedupWaits, Preemptions: cs.Preemptions,
+		PrefetchStall: cs.PrefetchStall,
 		RestoredBlocks: map[string]uint64{
-			"host": e.core.stats.restored[TierHost], "disk": e.core.stats.restored[TierDisk], "remote": e.core.stats.restored[TierRemote],
+			"host": cs.Restored[TierHost], "disk": cs.Restored[TierDisk], "remote": cs.Restored[TierRemote],
 		},
 	}
 	e.stats.Store(&st)
@@ -516,9 +516,9 @@ func (e *Engine) add(s *stream) {
 
 // prefetched hands a prefetch result to the core and reports any stall it ended.
 func (e *Engine) prefetched(m prefetchMsg) {
-	before := e.core.stats.prefetchStall
+	before := e.core.Stats().PrefetchStall
 	e.core.Prefetched(m.id, m.p, time.Now())
-	if d := e.core.stats.prefetchStall - before; d > 0 && e.cfg.OnRestoreStall != nil {
+	if d := e.core.Stats().PrefetchStall - before; d > 0 && e.cfg.OnRestoreStall != nil {
 		e.cfg.OnRestoreStall(d)
 	}
 }
