@@ -104,7 +104,8 @@ type Engine struct {
 	streams map[uint64]*stream // protected by mu
 	closed  bool               // protected by mu
 
-	stats atomic.Pointer[Stats]
+	stats   atomic.Pointer[Stats]
+	senders sync.WaitGroup // goroutines waiting to send on a full fetched (see sendFetched)
 }
 
 // stream carries one request's outputs from the runner to its caller without ever blocking the
@@ -300,6 +301,7 @@ func (e *Engine) Close() {
 	e.mu.Unlock()
 	close(e.quit)
 	<-e.done
+	e.senders.Wait()
 }
 
 // CheckInvariants verifies the block pool and index inside the runner goroutine; with no
@@ -506,12 +508,29 @@ func (e *Engine) add(s *stream) {
 	e.core.Prefetching(s.id)
 	id := s.id
 	e.cfg.Restorer.Prefetch(s.root, hashes[:limit], s.req.Prompt, have, func(p Prefetched) {
-		select {
-		case e.fetched <- prefetchMsg{id, p}:
-		default:
-			go func() { e.fetched <- prefetchMsg{id, p} }()
-		}
+		e.sendFetched(prefetchMsg{id, p})
 	})
+}
+
+// sendFetched hands a prefetch result to the runner without blocking the Restorer's goroutine.
+// When the buffer is full a goroutine waits to send it; once the runner has returned (e.done)
+// the result is dropped, so that goroutine never outlives the engine. Close waits for them.
+func (e *Engine) sendFetched(m prefetchMsg) {
+	select {
+	case e.fetched <- m:
+		return
+	case <-e.done:
+		return // the runner is gone; shutdown already cancelled the request
+	default:
+	}
+	e.senders.Add(1)
+	go func() {
+		defer e.senders.Done()
+		select {
+		case e.fetched <- m:
+		case <-e.done:
+		}
+	}()
 }
 
 // prefetched hands a prefetch result to the core and reports any stall it ended.
