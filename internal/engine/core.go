@@ -19,8 +19,10 @@ type blockCache interface {
 	allocate(n int) ([]kvcache.BlockID, error)
 	// markPending says owner is computing the blocks with these hashes.
 	markPending(owner uint64, hashes []prefix.Hash)
-	// commit registers a computed block; it stays owned (ref'd) by the caller.
-	commit(owner uint64, hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID)
+	// commit registers a computed block and returns the block the caller holds from now on:
+	// block itself, or, when share is set and another request committed the same block first,
+	// that shared block (ref'd for the caller; block is released). Either stays ref'd.
+	commit(hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID, share bool) kvcache.BlockID
 	// abort drops owner's pending marks.
 	abort(owner uint64)
 	// release drops one ref on each block (tail blocks should be evicted first).
@@ -278,7 +280,7 @@ func (c *Core) admit(now time.Time) {
 		}
 		s.computed = (len(matched) + len(restore)) * B
 		s.committed = len(matched)
-		c.commitFull(s)
+		c.commitFull(s, false)
 		if c.cfg.PrefixCache {
 			if len(s.hashes) > len(matched) {
 				c.cache.markPending(s.id, s.hashes[len(matched):])
@@ -401,7 +403,7 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 			continue
 		}
 		s.computed = it.Pos + len(it.Tokens)
-		c.commitFull(s)
+		c.commitFull(s, true)
 		if !it.WantLogits {
 			continue
 		}
@@ -457,8 +459,11 @@ func (c *Core) isStop(s *seq, id int32) bool {
 	return false
 }
 
-// commitFull registers every newly completed block of s with the cache.
-func (c *Core) commitFull(s *seq) {
+// commitFull registers every newly completed block of s with the cache. With share, a block
+// another request committed first replaces s's own copy in its block table (identical K/V: the
+// forward pass is deterministic), so duplicates computed without dedup free their memory at
+// once. admit does not share: restores into s's own blocks are still pending there.
+func (c *Core) commitFull(s *seq, share bool) {
 	if !c.cfg.PrefixCache {
 		return
 	}
@@ -469,7 +474,7 @@ func (c *Core) commitFull(s *seq) {
 		if bi > 0 {
 			parent = s.hashes[bi-1]
 		}
-		c.cache.commit(s.id, s.hashes[bi], parent, s.tokens[bi*B:(bi+1)*B], s.blocks[bi])
+		s.blocks[bi] = c.cache.commit(s.hashes[bi], parent, s.tokens[bi*B:(bi+1)*B], s.blocks[bi], share)
 		s.committed++
 	}
 }
