@@ -45,4 +45,10 @@
 // mutex, does no I/O, never waits on a reader, and allocates only when the
 // block set map grows. Slow readers fall behind the ring and resync; they
 // never hold the publisher up.
+//
+// # Imports
+//
+// kvevents imports only package prefix (for the hash type) and the standard
+// library: both the engine's side and the router's use it, so it must import
+// neither.
 package kvevents
