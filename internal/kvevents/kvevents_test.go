@@ -304,3 +304,23 @@ func TestPublisherConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+func TestSubscriberConfigValidate(t *testing.T) {
+	sink := &mapSink{}
+	c, err := SubscriberConfig{URL: "http://127.0.0.1:1", Sink: sink}.validate()
+	if err != nil || c.MinBackoff != 100*time.Millisecond || c.MaxBackoff != 5*time.Second || c.IdleTimeout != 5*time.Second {
+		t.Fatalf("zero durations: %+v, %v; want the defaults", c, err)
+	}
+	if c, err := (SubscriberConfig{URL: "x", Sink: sink, MinBackoff: 10 * time.Second}).validate(); err != nil || c.MaxBackoff != 10*time.Second {
+		t.Fatalf("MinBackoff above the default MaxBackoff: MaxBackoff %v, %v; want 10s", c.MaxBackoff, err)
+	}
+	for _, bad := range []SubscriberConfig{
+		{MinBackoff: -1}, {IdleTimeout: -time.Second}, {UnsupportedRetry: -1},
+		{MinBackoff: time.Second, MaxBackoff: time.Millisecond},
+	} {
+		bad.URL, bad.Sink = "http://127.0.0.1:1", sink
+		if _, err := NewSubscriber(bad); err == nil {
+			t.Errorf("NewSubscriber accepted %+v", bad)
+		}
+	}
+}

@@ -52,6 +52,8 @@ type SubscriberConfig struct {
 	Logger      *slog.Logger
 }
 
+// validate fills zero values with the defaults and rejects bad ones (negative durations, a
+// MaxBackoff below MinBackoff).
 func (c SubscriberConfig) validate() (SubscriberConfig, error) {
 	if c.Sink == nil {
 		return c, errors.New("kvevents: SubscriberConfig.Sink is required")
@@ -63,16 +65,23 @@ func (c SubscriberConfig) validate() (SubscriberConfig, error) {
 	if c.Client == nil {
 		c.Client = &http.Client{}
 	}
-	if c.MinBackoff <= 0 {
+	if c.MinBackoff < 0 || c.MaxBackoff < 0 || c.UnsupportedRetry < 0 || c.IdleTimeout < 0 {
+		return c, fmt.Errorf("kvevents: SubscriberConfig durations must not be negative (MinBackoff %v, MaxBackoff %v, UnsupportedRetry %v, IdleTimeout %v)",
+			c.MinBackoff, c.MaxBackoff, c.UnsupportedRetry, c.IdleTimeout)
+	}
+	if c.MaxBackoff != 0 && c.MaxBackoff < c.MinBackoff {
+		return c, fmt.Errorf("kvevents: SubscriberConfig.MaxBackoff %v is below MinBackoff %v", c.MaxBackoff, c.MinBackoff)
+	}
+	if c.MinBackoff == 0 {
 		c.MinBackoff = 100 * time.Millisecond
 	}
-	if c.MaxBackoff < c.MinBackoff {
+	if c.MaxBackoff == 0 {
 		c.MaxBackoff = max(5*time.Second, c.MinBackoff)
 	}
-	if c.UnsupportedRetry <= 0 {
+	if c.UnsupportedRetry == 0 {
 		c.UnsupportedRetry = 30 * time.Second
 	}
-	if c.IdleTimeout <= 0 {
+	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 5 * time.Second
 	}
 	if c.Logger == nil {
