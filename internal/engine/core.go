@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"time"
 
 	"stockpot/internal/kvcache"
@@ -322,7 +321,7 @@ func (c *Core) restorable(s *seq, matched int) []RestoredBlock {
 
 // Schedule admits what fits and plans the next forward step. Decode tokens go first so a long
 // prompt never stalls running streams; prefill chunks fill the rest of the token budget.
-func (c *Core) Schedule(now time.Time) (*Plan, error) {
+func (c *Core) Schedule(now time.Time) *Plan {
 	c.admit(now)
 	B := c.cfg.BlockSize
 	budget := c.cfg.MaxBatchTokens
@@ -339,7 +338,10 @@ func (c *Core) Schedule(now time.Time) (*Plan, error) {
 			got, err := c.cache.allocate(1)
 			if err != nil {
 				if !c.preemptFor(s, now) {
-					return nil, fmt.Errorf("engine: no block for decode even after preemption: %w", err)
+					// s alone holds the whole pool and can never get another block: it has
+					// reached the longest generation this pool allows, as if it were the
+					// context length. Left running, it would wait forever.
+					c.finish(s, FinishLength, now)
 				}
 				i = -1 // the running list changed; rescan
 				plan.Items = plan.Items[:0]
@@ -364,7 +366,7 @@ func (c *Core) Schedule(now time.Time) (*Plan, error) {
 		plan.Items = append(plan.Items, PlanItem{Seq: s.id, Tokens: s.tokens[s.computed:end], Pos: s.computed, Blocks: s.blocks, WantLogits: end == len(s.tokens)})
 		budget -= n
 	}
-	return plan, nil
+	return plan
 }
 
 // preemptFor frees memory for s by preempting the most recently admitted other sequence

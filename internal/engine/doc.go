@@ -46,7 +46,8 @@
 // while one held for its prefetch or for blocks another request is prefilling (Dedup) is
 // passed over without blocking the queue. Decode tokens are planned before prefill chunks, so
 // a long prompt never stalls running streams. A decode that finds no free block preempts the
-// most recently admitted other request.
+// most recently admitted other request; one that runs alone and still finds none has reached
+// the longest generation the pool allows and ends with FinishLength.
 //
 // Every state change that ends a request queues exactly one final Output (Done, with a
 // FinishReason and Usage); Usage keeps Device+Host+Disk+Remote+Computed == PromptTokens.

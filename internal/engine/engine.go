@@ -418,15 +418,10 @@ func (e *Engine) run() {
 			}
 		}
 		e.deliver()
-		plan, err := e.core.Schedule(time.Now())
-		if err != nil {
-			e.cfg.Logger.Error("scheduler", "err", err)
-		}
+		plan := e.core.Schedule(time.Now())
 		e.flushEvents()
-		if plan != nil {
-			e.applyRestores(plan.Restores)
-		}
-		if plan == nil || len(plan.Items) == 0 {
+		e.applyRestores(plan.Restores)
+		if len(plan.Items) == 0 {
 			e.publishStats()
 			if !e.core.Idle() {
 				// Waiting on memory or on another request's in-flight blocks.
