@@ -24,7 +24,7 @@ func cmdRoute(args []string) error {
 	var backends stringList
 	fs.Var(&backends, "backend", "backend base URL (repeatable; STOCKPOT_BACKEND takes one)")
 	addr := fs.String("addr", "127.0.0.1:8090", "listen address")
-	policy := fs.String("policy", "kv-aware", "routing policy: random|round-robin|least-loaded|prefix|kv-aware")
+	policy := fs.String("policy", "kv-aware", "routing policy: "+strings.Join(router.PolicyNames, "|"))
 	def := router.DefaultPolicyConfig()
 	prefixTokens := fs.Int("prefix-tokens", def.PrefixTokens, "leading tokens the prefix policy hashes (when no X-Session-ID)")
 	threshold := fs.Int("concurrency-threshold", 0, "in-flight requests past which a backend is busy and the next candidate is tried (0: none)")

@@ -135,7 +135,11 @@ func newInstance(o serveOptions) (*instance, error) {
 	ecfg.Logger = o.logger
 	// Block events feed /v1/kv-events (the router's global index). The hook runs on the
 	// engine's runner goroutine; Publish never blocks.
-	pub := kvevents.NewPublisher(kvevents.DefaultConfig())
+	pub, err := kvevents.NewPublisher(kvevents.DefaultConfig())
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
 	pub.SetIdentity(hex.EncodeToString(idDigest[:]), o.blockSize)
 	var ts *tierSet
 	var arena *kvcache.Arena // set once the engine exists; events only flow after that

@@ -19,8 +19,15 @@ func (a cacheAdapter) markPending(owner uint64, hashes []prefix.Hash) {
 	a.c.MarkPending(hashes, prefix.Owner(owner))
 }
 
-func (a cacheAdapter) commit(owner uint64, hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID) {
-	a.c.Commit(prefix.Owner(owner), hash, parent, tokens, block)
+func (a cacheAdapter) commit(hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID, share bool) kvcache.BlockID {
+	canon, _ := a.c.Commit(hash, parent, tokens, block)
+	if !share || canon == block {
+		return block
+	}
+	// Another request committed the same block first: hold the shared one and free ours.
+	a.c.Ref(canon)
+	a.c.Release([]kvcache.BlockID{block})
+	return canon
 }
 
 func (a cacheAdapter) abort(owner uint64) { a.c.Abort(prefix.Owner(owner)) }

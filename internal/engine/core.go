@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"time"
 
 	"stockpot/internal/kvcache"
@@ -19,8 +18,10 @@ type blockCache interface {
 	allocate(n int) ([]kvcache.BlockID, error)
 	// markPending says owner is computing the blocks with these hashes.
 	markPending(owner uint64, hashes []prefix.Hash)
-	// commit registers a computed block; it stays owned (ref'd) by the caller.
-	commit(owner uint64, hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID)
+	// commit registers a computed block and returns the block the caller holds from now on:
+	// block itself, or, when share is set and another request committed the same block first,
+	// that shared block (ref'd for the caller; block is released). Either stays ref'd.
+	commit(hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID, share bool) kvcache.BlockID
 	// abort drops owner's pending marks.
 	abort(owner uint64)
 	// release drops one ref on each block (tail blocks should be evicted first).
@@ -132,6 +133,25 @@ type coreStats struct {
 	restored      [4]uint64     // blocks restored, by Tier
 }
 
+// CoreStats is a snapshot of the scheduler's counters (all cumulative except Running and
+// Waiting).
+type CoreStats struct {
+	Running, Waiting int
+	DedupWaits       uint64        // admissions passed over for blocks another request computes
+	Preemptions      uint64        // sequences preempted to free memory for a decode
+	PrefetchStall    time.Duration // time admissions were held back waiting for prefetches
+	Restored         [4]uint64     // blocks restored from the lower tiers, indexed by Tier
+}
+
+// Stats returns the core's counters. The wrapper reads them through here, never the fields.
+func (c *Core) Stats() CoreStats {
+	return CoreStats{
+		Running: len(c.running), Waiting: len(c.waiting),
+		DedupWaits: c.stats.dedupWaits, Preemptions: c.stats.preemptions,
+		PrefetchStall: c.stats.prefetchStall, Restored: c.stats.restored,
+	}
+}
+
 func newCore(cfg CoreConfig, cache blockCache) *Core {
 	return &Core{cfg: cfg, cache: cache, seqs: map[uint64]*seq{}}
 }
@@ -197,9 +217,6 @@ func (c *Core) Cancel(id uint64, now time.Time) {
 // Idle reports whether there is nothing to schedule.
 func (c *Core) Idle() bool { return len(c.waiting) == 0 && len(c.running) == 0 }
 
-// Counts returns running and waiting sequence counts.
-func (c *Core) Counts() (running, waiting int) { return len(c.running), len(c.waiting) }
-
 // admit tries to start waiting sequences, FCFS, while blocks and slots allow. A sequence
 // waiting on another's in-flight blocks is passed over without blocking those behind it.
 func (c *Core) admit(now time.Time) {
@@ -262,7 +279,7 @@ func (c *Core) admit(now time.Time) {
 		}
 		s.computed = (len(matched) + len(restore)) * B
 		s.committed = len(matched)
-		c.commitFull(s)
+		c.commitFull(s, false)
 		if c.cfg.PrefixCache {
 			if len(s.hashes) > len(matched) {
 				c.cache.markPending(s.id, s.hashes[len(matched):])
@@ -304,7 +321,7 @@ func (c *Core) restorable(s *seq, matched int) []RestoredBlock {
 
 // Schedule admits what fits and plans the next forward step. Decode tokens go first so a long
 // prompt never stalls running streams; prefill chunks fill the rest of the token budget.
-func (c *Core) Schedule(now time.Time) (*Plan, error) {
+func (c *Core) Schedule(now time.Time) *Plan {
 	c.admit(now)
 	B := c.cfg.BlockSize
 	budget := c.cfg.MaxBatchTokens
@@ -321,7 +338,10 @@ func (c *Core) Schedule(now time.Time) (*Plan, error) {
 			got, err := c.cache.allocate(1)
 			if err != nil {
 				if !c.preemptFor(s, now) {
-					return nil, fmt.Errorf("engine: no block for decode even after preemption: %w", err)
+					// s alone holds the whole pool and can never get another block: it has
+					// reached the longest generation this pool allows, as if it were the
+					// context length. Left running, it would wait forever.
+					c.finish(s, FinishLength, now)
 				}
 				i = -1 // the running list changed; rescan
 				plan.Items = plan.Items[:0]
@@ -346,7 +366,7 @@ func (c *Core) Schedule(now time.Time) (*Plan, error) {
 		plan.Items = append(plan.Items, PlanItem{Seq: s.id, Tokens: s.tokens[s.computed:end], Pos: s.computed, Blocks: s.blocks, WantLogits: end == len(s.tokens)})
 		budget -= n
 	}
-	return plan, nil
+	return plan
 }
 
 // preemptFor frees memory for s by preempting the most recently admitted other sequence
@@ -385,7 +405,7 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 			continue
 		}
 		s.computed = it.Pos + len(it.Tokens)
-		c.commitFull(s)
+		c.commitFull(s, true)
 		if !it.WantLogits {
 			continue
 		}
@@ -441,8 +461,11 @@ func (c *Core) isStop(s *seq, id int32) bool {
 	return false
 }
 
-// commitFull registers every newly completed block of s with the cache.
-func (c *Core) commitFull(s *seq) {
+// commitFull registers every newly completed block of s with the cache. With share, a block
+// another request committed first replaces s's own copy in its block table (identical K/V: the
+// forward pass is deterministic), so duplicates computed without dedup free their memory at
+// once. admit does not share: restores into s's own blocks are still pending there.
+func (c *Core) commitFull(s *seq, share bool) {
 	if !c.cfg.PrefixCache {
 		return
 	}
@@ -453,7 +476,7 @@ func (c *Core) commitFull(s *seq) {
 		if bi > 0 {
 			parent = s.hashes[bi-1]
 		}
-		c.cache.commit(s.id, s.hashes[bi], parent, s.tokens[bi*B:(bi+1)*B], s.blocks[bi])
+		s.blocks[bi] = c.cache.commit(s.hashes[bi], parent, s.tokens[bi*B:(bi+1)*B], s.blocks[bi], share)
 		s.committed++
 	}
 }

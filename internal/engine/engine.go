@@ -104,7 +104,8 @@ type Engine struct {
 	streams map[uint64]*stream // protected by mu
 	closed  bool               // protected by mu
 
-	stats atomic.Pointer[Stats]
+	stats   atomic.Pointer[Stats]
+	senders sync.WaitGroup // goroutines waiting to send on a full fetched (see sendFetched)
 }
 
 // stream carries one request's outputs from the runner to its caller without ever blocking the
@@ -274,16 +275,16 @@ func (e *Engine) SchedulerCounters() (dedupWaits, preemptions uint64) {
 }
 
 func (e *Engine) publishStats() {
-	r, w := e.core.Counts()
+	cs := e.core.Stats()
 	used, cached, ev := cacheAdapter{e.cache}.stats()
 	st := Stats{
-		Running: r, Waiting: w,
+		Running: cs.Running, Waiting: cs.Waiting,
 		KVBlocksTotal: e.arena.NumBlocks(), KVBlocksUsed: used, KVBlocksCached: cached,
 		KVBlockBytes: e.arena.Layout().BlockBytes(), Evictions: ev,
-		DedupWaits: e.core.stats.dedupWaits, Preemptions: e.core.stats.preemptions,
-		PrefetchStall: e.core.stats.prefetchStall,
+		DedupWaits: cs.DedupWaits, Preemptions: cs.Preemptions,
+		PrefetchStall: cs.PrefetchStall,
 		RestoredBlocks: map[string]uint64{
-			"host": e.core.stats.restored[TierHost], "disk": e.core.stats.restored[TierDisk], "remote": e.core.stats.restored[TierRemote],
+			"host": cs.Restored[TierHost], "disk": cs.Restored[TierDisk], "remote": cs.Restored[TierRemote],
 		},
 	}
 	e.stats.Store(&st)
@@ -300,6 +301,7 @@ func (e *Engine) Close() {
 	e.mu.Unlock()
 	close(e.quit)
 	<-e.done
+	e.senders.Wait()
 }
 
 // CheckInvariants verifies the block pool and index inside the runner goroutine; with no
@@ -416,15 +418,10 @@ func (e *Engine) run() {
 			}
 		}
 		e.deliver()
-		plan, err := e.core.Schedule(time.Now())
-		if err != nil {
-			e.cfg.Logger.Error("scheduler", "err", err)
-		}
+		plan := e.core.Schedule(time.Now())
 		e.flushEvents()
-		if plan != nil {
-			e.applyRestores(plan.Restores)
-		}
-		if plan == nil || len(plan.Items) == 0 {
+		e.applyRestores(plan.Restores)
+		if len(plan.Items) == 0 {
 			e.publishStats()
 			if !e.core.Idle() {
 				// Waiting on memory or on another request's in-flight blocks.
@@ -506,19 +503,36 @@ func (e *Engine) add(s *stream) {
 	e.core.Prefetching(s.id)
 	id := s.id
 	e.cfg.Restorer.Prefetch(s.root, hashes[:limit], s.req.Prompt, have, func(p Prefetched) {
-		select {
-		case e.fetched <- prefetchMsg{id, p}:
-		default:
-			go func() { e.fetched <- prefetchMsg{id, p} }()
-		}
+		e.sendFetched(prefetchMsg{id, p})
 	})
+}
+
+// sendFetched hands a prefetch result to the runner without blocking the Restorer's goroutine.
+// When the buffer is full a goroutine waits to send it; once the runner has returned (e.done)
+// the result is dropped, so that goroutine never outlives the engine. Close waits for them.
+func (e *Engine) sendFetched(m prefetchMsg) {
+	select {
+	case e.fetched <- m:
+		return
+	case <-e.done:
+		return // the runner is gone; shutdown already cancelled the request
+	default:
+	}
+	e.senders.Add(1)
+	go func() {
+		defer e.senders.Done()
+		select {
+		case e.fetched <- m:
+		case <-e.done:
+		}
+	}()
 }
 
 // prefetched hands a prefetch result to the core and reports any stall it ended.
 func (e *Engine) prefetched(m prefetchMsg) {
-	before := e.core.stats.prefetchStall
+	before := e.core.Stats().PrefetchStall
 	e.core.Prefetched(m.id, m.p, time.Now())
-	if d := e.core.stats.prefetchStall - before; d > 0 && e.cfg.OnRestoreStall != nil {
+	if d := e.core.Stats().PrefetchStall - before; d > 0 && e.cfg.OnRestoreStall != nil {
 		e.cfg.OnRestoreStall(d)
 	}
 }

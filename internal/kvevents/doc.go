@@ -37,10 +37,18 @@
 // with no holes; the epoch is random per process, so a restarted replica is
 // never mistaken for the old one. A Snapshot with Seq S reflects exactly
 // events 1..S. A Subscriber applies events to its Sink only in unbroken
-// sequence after a Reset; any break triggers a new Reset.
+// sequence after a Reset; any break triggers a new Reset. The client's side of
+// this protocol is a pure state machine (protocol.go, stepped alone by
+// testdata/protocol.txt); the Subscriber does the I/O around it.
 //
 // Publish is called on the engine's runner goroutine: it takes one short
 // mutex, does no I/O, never waits on a reader, and allocates only when the
 // block set map grows. Slow readers fall behind the ring and resync; they
 // never hold the publisher up.
+//
+// # Imports
+//
+// kvevents imports only package prefix (for the hash type) and the standard
+// library: both the engine's side and the router's use it, so it must import
+// neither.
 package kvevents

@@ -116,7 +116,7 @@ func churn(p *Publisher, from, n int) {
 }
 
 func TestPublisherSnapshotAndRing(t *testing.T) {
-	p := NewPublisher(Config{RingSize: 4, Epoch: 7})
+	p := mustPublisher(t, Config{RingSize: 4, Epoch: 7})
 	p.SetIdentity("abcd", 16)
 	p.Publish(Event{Kind: Stored, Tier: Device, Hash: h(1)}, Event{Kind: Stored, Tier: Host, Hash: h(1)}, Event{Kind: Stored, Tier: Device, Hash: h(2)})
 	p.Publish(Event{Kind: Removed, Tier: Device, Hash: h(1)})
@@ -147,7 +147,7 @@ func TestPublisherSnapshotAndRing(t *testing.T) {
 }
 
 func TestSubscriberConverges(t *testing.T) {
-	p := NewPublisher(Config{RingSize: 1024, Heartbeat: 50 * time.Millisecond})
+	p := mustPublisher(t, Config{RingSize: 1024, Heartbeat: 50 * time.Millisecond})
 	churn(p, 0, 50) // before the subscriber: comes from the snapshot
 	srv := httptest.NewServer(p.Handler())
 	t.Cleanup(srv.Close)
@@ -190,7 +190,7 @@ func (d dropWriter) Flush() { d.ResponseWriter.(http.Flusher).Flush() }
 func TestSubscriberGapResync(t *testing.T) {
 	for _, tail := range []bool{false, true} {
 		t.Run(fmt.Sprintf("tail=%v", tail), func(t *testing.T) {
-			p := NewPublisher(Config{RingSize: 1024, Heartbeat: 50 * time.Millisecond})
+			p := mustPublisher(t, Config{RingSize: 1024, Heartbeat: 50 * time.Millisecond})
 			var drop atomic.Uint64
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 				p.Handler().ServeHTTP(dropWriter{w, &drop}, r)
@@ -218,7 +218,7 @@ func TestSubscriberGapResync(t *testing.T) {
 
 func TestSubscriberRestartAndRingOverflow(t *testing.T) {
 	var cur atomic.Pointer[Publisher]
-	cur.Store(NewPublisher(Config{RingSize: 64, Heartbeat: 50 * time.Millisecond}))
+	cur.Store(mustPublisher(t, Config{RingSize: 64, Heartbeat: 50 * time.Millisecond}))
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cur.Load().Handler().ServeHTTP(w, r)
 	}))
@@ -229,7 +229,7 @@ func TestSubscriberRestartAndRingOverflow(t *testing.T) {
 	waitConverged(t, cur.Load(), sink, sub)
 
 	// Restart: a new process (new epoch) with a different block set.
-	p2 := NewPublisher(Config{RingSize: 64, Heartbeat: 50 * time.Millisecond})
+	p2 := mustPublisher(t, Config{RingSize: 64, Heartbeat: 50 * time.Millisecond})
 	churn(p2, 500, 10)
 	cur.Store(p2)
 	srv.CloseClientConnections()
@@ -263,7 +263,7 @@ func TestSubscriberUnsupported(t *testing.T) {
 }
 
 func BenchmarkPublish(b *testing.B) {
-	p := NewPublisher(DefaultConfig())
+	p := mustPublisher(b, DefaultConfig())
 	evs := make([]prefix.Event, 8)
 	for i := range evs {
 		evs[i] = prefix.Event{Kind: prefix.Stored, Hash: h(i % 4096)}
@@ -280,5 +280,47 @@ func BenchmarkPublish(b *testing.B) {
 			}
 		}
 		p.PublishPrefix(Device, evs)
+	}
+}
+
+func mustPublisher(t testing.TB, cfg Config) *Publisher {
+	t.Helper()
+	p, err := NewPublisher(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// Zero values take the defaults; negative ones are errors, never silently replaced.
+func TestPublisherConfigValidate(t *testing.T) {
+	c, err := Config{}.validate()
+	if err != nil || c.RingSize != DefaultConfig().RingSize || c.Heartbeat != DefaultConfig().Heartbeat || c.Epoch == 0 {
+		t.Fatalf("zero Config: %+v, %v; want the defaults and a nonzero epoch", c, err)
+	}
+	for _, bad := range []Config{{RingSize: -1}, {Heartbeat: -time.Second}} {
+		if _, err := NewPublisher(bad); err == nil {
+			t.Fatalf("NewPublisher(%+v) accepted a negative value", bad)
+		}
+	}
+}
+
+func TestSubscriberConfigValidate(t *testing.T) {
+	sink := &mapSink{}
+	c, err := SubscriberConfig{URL: "http://127.0.0.1:1", Sink: sink}.validate()
+	if err != nil || c.MinBackoff != 100*time.Millisecond || c.MaxBackoff != 5*time.Second || c.IdleTimeout != 5*time.Second {
+		t.Fatalf("zero durations: %+v, %v; want the defaults", c, err)
+	}
+	if c, err := (SubscriberConfig{URL: "x", Sink: sink, MinBackoff: 10 * time.Second}).validate(); err != nil || c.MaxBackoff != 10*time.Second {
+		t.Fatalf("MinBackoff above the default MaxBackoff: MaxBackoff %v, %v; want 10s", c.MaxBackoff, err)
+	}
+	for _, bad := range []SubscriberConfig{
+		{MinBackoff: -1}, {IdleTimeout: -time.Second}, {UnsupportedRetry: -1},
+		{MinBackoff: time.Second, MaxBackoff: time.Millisecond},
+	} {
+		bad.URL, bad.Sink = "http://127.0.0.1:1", sink
+		if _, err := NewSubscriber(bad); err == nil {
+			t.Errorf("NewSubscriber accepted %+v", bad)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"fmt"
 	"sync"
 	"time"
 
@@ -27,12 +28,18 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config { return Config{RingSize: 16384, Heartbeat: time.Second} }
 
-func (c Config) validate() Config {
-	if c.RingSize <= 0 {
-		c.RingSize = 16384
+// validate fills zero values with the defaults and rejects negative ones. c is a copy: the
+// caller's struct is not changed.
+func (c Config) validate() (Config, error) {
+	d := DefaultConfig()
+	if c.RingSize < 0 || c.Heartbeat < 0 {
+		return c, fmt.Errorf("kvevents: RingSize %d and Heartbeat %v must not be negative", c.RingSize, c.Heartbeat)
 	}
-	if c.Heartbeat <= 0 {
-		c.Heartbeat = time.Second
+	if c.RingSize == 0 {
+		c.RingSize = d.RingSize
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = d.Heartbeat
 	}
 	if c.Epoch == 0 {
 		var b [8]byte
@@ -42,7 +49,7 @@ func (c Config) validate() Config {
 	if c.Now == nil {
 		c.Now = time.Now
 	}
-	return c
+	return c, nil
 }
 
 // Publisher numbers a replica's block events, keeps the recent ones and the
@@ -66,13 +73,17 @@ type Publisher struct {
 	}
 }
 
-// NewPublisher returns a Publisher with a fresh epoch.
-func NewPublisher(cfg Config) *Publisher {
-	p := &Publisher{cfg: cfg.validate()}
+// NewPublisher returns a Publisher with a fresh epoch, or an error for a bad Config.
+func NewPublisher(cfg Config) (*Publisher, error) {
+	c, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	p := &Publisher{cfg: c}
 	p.mu.ring = make([]Event, p.cfg.RingSize)
 	p.mu.blocks = make(map[prefix.Hash]uint8)
 	p.mu.wake = make(chan struct{})
-	return p
+	return p, nil
 }
 
 // Epoch returns the publisher's epoch.

@@ -52,6 +52,8 @@ type SubscriberConfig struct {
 	Logger      *slog.Logger
 }
 
+// validate fills zero values with the defaults and rejects bad ones (negative durations, a
+// MaxBackoff below MinBackoff).
 func (c SubscriberConfig) validate() (SubscriberConfig, error) {
 	if c.Sink == nil {
 		return c, errors.New("kvevents: SubscriberConfig.Sink is required")
@@ -63,16 +65,23 @@ func (c SubscriberConfig) validate() (SubscriberConfig, error) {
 	if c.Client == nil {
 		c.Client = &http.Client{}
 	}
-	if c.MinBackoff <= 0 {
+	if c.MinBackoff < 0 || c.MaxBackoff < 0 || c.UnsupportedRetry < 0 || c.IdleTimeout < 0 {
+		return c, fmt.Errorf("kvevents: SubscriberConfig durations must not be negative (MinBackoff %v, MaxBackoff %v, UnsupportedRetry %v, IdleTimeout %v)",
+			c.MinBackoff, c.MaxBackoff, c.UnsupportedRetry, c.IdleTimeout)
+	}
+	if c.MaxBackoff != 0 && c.MaxBackoff < c.MinBackoff {
+		return c, fmt.Errorf("kvevents: SubscriberConfig.MaxBackoff %v is below MinBackoff %v", c.MaxBackoff, c.MinBackoff)
+	}
+	if c.MinBackoff == 0 {
 		c.MinBackoff = 100 * time.Millisecond
 	}
-	if c.MaxBackoff < c.MinBackoff {
+	if c.MaxBackoff == 0 {
 		c.MaxBackoff = max(5*time.Second, c.MinBackoff)
 	}
-	if c.UnsupportedRetry <= 0 {
+	if c.UnsupportedRetry == 0 {
 		c.UnsupportedRetry = 30 * time.Second
 	}
-	if c.IdleTimeout <= 0 {
+	if c.IdleTimeout == 0 {
 		c.IdleTimeout = 5 * time.Second
 	}
 	if c.Logger == nil {
@@ -136,23 +145,21 @@ var errResync = errors.New("kvevents: resync needed")
 // Run follows the stream until ctx is done. It returns ctx.Err().
 func (s *Subscriber) Run(ctx context.Context) error {
 	backoff := s.cfg.MinBackoff
-	needSnapshot := true
-	var epoch, seq uint64
+	p := newProtocol()
 	first := true
 	for ctx.Err() == nil {
 		var err error
-		if needSnapshot {
+		if p.needSnapshot {
 			var snap Snapshot
 			snap, err = s.fetchSnapshot(ctx)
 			if err == nil {
-				if epoch != 0 && snap.Epoch != epoch {
+				if p.snapshot(snap.Epoch, snap.Seq) {
 					s.update(func(st *SubscriberStats) { st.Restarts++ })
 				}
 				s.cfg.Sink.Reset(snap)
-				epoch, seq, needSnapshot = snap.Epoch, snap.Seq, false
 				s.update(func(st *SubscriberStats) {
 					st.Resyncs++
-					st.Synced, st.Unsupported, st.Epoch, st.Seq = true, false, epoch, seq
+					st.Synced, st.Unsupported, st.Epoch, st.Seq = true, false, p.epoch, p.seq
 				})
 			}
 		}
@@ -162,12 +169,11 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			}
 			first = false
 			var progressed bool
-			seq, progressed, err = s.stream(ctx, epoch, seq)
+			progressed, err = s.stream(ctx, &p)
 			if progressed {
 				backoff = s.cfg.MinBackoff
 			}
 			if errors.Is(err, errResync) {
-				needSnapshot = true
 				backoff = s.cfg.MinBackoff
 				continue
 			}
@@ -179,7 +185,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 		if errors.Is(err, ErrUnsupported) {
 			wait = s.cfg.UnsupportedRetry
 			s.cfg.Sink.Reset(Snapshot{})
-			needSnapshot, epoch = true, 0
+			p.unsupported()
 			s.update(func(st *SubscriberStats) { st.Unsupported, st.Synced = true, false })
 		}
 		s.update(func(st *SubscriberStats) {
@@ -241,26 +247,26 @@ func (s *Subscriber) fetchSnapshot(ctx context.Context) (Snapshot, error) {
 	return snap, nil
 }
 
-// stream reads events after seq until an error. It returns the last applied
-// seq, whether any line arrived, and errResync when a snapshot is needed.
-func (s *Subscriber) stream(ctx context.Context, epoch, seq uint64) (uint64, bool, error) {
+// stream reads events after p.seq until an error, checking each line with p. It reports
+// whether any line arrived, and returns errResync when p needs a snapshot.
+func (s *Subscriber) stream(ctx context.Context, p *protocol) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	u := s.cfg.URL + "/v1/kv-events?since=" + strconv.FormatUint(seq, 10) + "&epoch=" + epochString(epoch)
+	u := s.cfg.URL + "/v1/kv-events?since=" + strconv.FormatUint(p.seq, 10) + "&epoch=" + epochString(p.epoch)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return seq, false, err
+		return false, err
 	}
 	resp, err := s.cfg.Client.Do(req)
 	if err != nil {
-		return seq, false, err
+		return false, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound {
-		return seq, false, ErrUnsupported
+		return false, ErrUnsupported
 	}
 	if resp.StatusCode != http.StatusOK {
-		return seq, false, fmt.Errorf("kvevents: stream: HTTP %d", resp.StatusCode)
+		return false, fmt.Errorf("kvevents: stream: HTTP %d", resp.StatusCode)
 	}
 	// The watchdog closes the stream when no line came for IdleTimeout.
 	alive := make(chan struct{}, 1)
@@ -295,6 +301,16 @@ func (s *Subscriber) stream(ctx context.Context, epoch, seq uint64) (uint64, boo
 		})
 		batch = batch[:0]
 	}
+	// failed records a verdict that ends the stream.
+	failed := func(v verdict) (bool, error) {
+		s.update(func(st *SubscriberStats) {
+			if v == gap {
+				st.Gaps++
+			}
+			st.Synced = false
+		})
+		return progressed, errResync
+	}
 	for {
 		line, rerr := br.ReadSlice('\n')
 		if rerr != nil {
@@ -302,7 +318,7 @@ func (s *Subscriber) stream(ctx context.Context, epoch, seq uint64) (uint64, boo
 			if rerr == io.EOF {
 				rerr = io.ErrUnexpectedEOF
 			}
-			return seq, progressed, rerr
+			return progressed, rerr
 		}
 		select {
 		case alive <- struct{}{}:
@@ -311,51 +327,38 @@ func (s *Subscriber) stream(ctx context.Context, epoch, seq uint64) (uint64, boo
 		var m wireMsg
 		if err := json.Unmarshal(line, &m); err != nil {
 			flush()
-			return seq, progressed, fmt.Errorf("kvevents: bad line: %w", err)
+			return progressed, fmt.Errorf("kvevents: bad line: %w", err)
 		}
 		switch m.Type {
 		case "hello":
 			progressed = true
 			e, err := parseEpoch(m.Epoch)
 			if err != nil {
-				return seq, progressed, err
+				return progressed, err
 			}
-			if e != epoch {
-				s.update(func(st *SubscriberStats) { st.Synced = false })
-				return seq, progressed, errResync
+			if v := p.hello(e); v != accept {
+				return failed(v)
 			}
 			s.update(func(st *SubscriberStats) { st.Connected, st.LastEvent, st.LastError = true, time.Now(), "" })
 		case "resync":
 			flush()
-			s.update(func(st *SubscriberStats) { st.Synced = false })
-			return seq, progressed, errResync
+			return failed(p.resyncAsked())
 		case "heartbeat":
 			flush()
-			if m.Seq < seq {
-				// The publisher is behind us: it restarted with our epoch?
-				// Impossible unless epochs collide; resync anyway.
-				s.update(func(st *SubscriberStats) { st.Gaps++; st.Synced = false })
-				return seq, progressed, errResync
-			}
-			if m.Seq > seq {
-				// Every event up to m.Seq was written before this heartbeat:
-				// we lost some.
-				s.update(func(st *SubscriberStats) { st.Gaps++; st.Synced = false })
-				return seq, progressed, errResync
+			if v := p.heartbeat(m.Seq); v != accept {
+				return failed(v)
 			}
 			s.update(func(st *SubscriberStats) { st.LastEvent, st.Lag = time.Now(), 0 })
 		case "event":
 			ev, err := decodeEvent(&m)
 			if err != nil {
 				flush()
-				return seq, progressed, err
+				return progressed, err
 			}
-			if ev.Seq != seq+1 {
+			if v := p.event(ev.Seq); v != accept {
 				flush()
-				s.update(func(st *SubscriberStats) { st.Gaps++; st.Synced = false })
-				return seq, progressed, errResync
+				return failed(v)
 			}
-			seq = ev.Seq
 			batch = append(batch, ev)
 			if len(batch) == cap(batch) || br.Buffered() == 0 {
 				flush()

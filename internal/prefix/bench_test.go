@@ -51,7 +51,7 @@ func BenchmarkMatchHit2K(b *testing.B) {
 	blocks, _ := c.Allocate(len(hs))
 	parent := root
 	for i, h := range hs {
-		c.Commit(1, h, parent, toks[i*16:(i+1)*16], blocks[i])
+		c.Commit(h, parent, toks[i*16:(i+1)*16], blocks[i])
 		parent = h
 	}
 	c.Release(blocks)
@@ -90,7 +90,7 @@ func BenchmarkCommit2K(b *testing.B) {
 		}
 		parent := root
 		for j, h := range hs[r] {
-			c.Commit(1, h, parent, toks[r][j*16:(j+1)*16], blocks[j])
+			c.Commit(h, parent, toks[r][j*16:(j+1)*16], blocks[j])
 			parent = h
 		}
 		c.Release(blocks)
@@ -116,7 +116,7 @@ func BenchmarkFull2K(b *testing.B) {
 				}
 				parent := root
 				for j, h := range m.Hashes {
-					c.Commit(1, h, parent, toks[j*16:(j+1)*16], blocks[j])
+					c.Commit(h, parent, toks[j*16:(j+1)*16], blocks[j])
 					parent = h
 				}
 				c.Release(blocks)

@@ -420,7 +420,8 @@ func (c *Cache) Abort(owner Owner) {
 // Commit registers block, which the caller has just filled with the K/V of
 // tokens (one full block) following parent, under hash =
 // Chain(parent, tokens, extra). parent is the previous block's hash, or the
-// root for a sequence's first block. Commit clears the pending mark for hash.
+// root for a sequence's first block. Commit clears the pending mark for hash,
+// whichever owner set it.
 //
 // It returns the canonical block for hash and whether block was stored:
 //
@@ -437,7 +438,7 @@ func (c *Cache) Abort(owner Owner) {
 //
 // REQUIRES: the caller holds a reference on block, block is not indexed
 // under another hash, and len(tokens) == BlockSize (panics otherwise).
-func (c *Cache) Commit(owner Owner, hash, parent Hash, tokens []int32, block BlockID) (BlockID, bool) {
+func (c *Cache) Commit(hash, parent Hash, tokens []int32, block BlockID) (BlockID, bool) {
 	if len(tokens) != c.cfg.BlockSize {
 		panic(fmt.Sprintf("prefix: Commit of %d tokens, block size %d", len(tokens), c.cfg.BlockSize))
 	}
@@ -451,8 +452,9 @@ func (c *Cache) Commit(owner Owner, hash, parent Hash, tokens []int32, block Blo
 		}
 		panic(fmt.Sprintf("prefix: Commit of block %d as %s, already indexed as %s", block, hash.Short(), e.hash.Short()))
 	}
+	// Whoever marked hash pending, it is computed now: waiters may match it. Marks are keyed
+	// by hash, so Commit needs no owner; owned[owner] is cleaned by Abort.
 	delete(c.pending, hash)
-	_ = owner // marks are keyed by hash; owned[owner] is cleaned by Abort
 
 	if b, ok := c.index[hash]; ok {
 		ex := &c.meta[b]

@@ -138,7 +138,7 @@ func (s *scenario) commit(name string, r *testRequest, n int, keep bool) {
 			parent = r.m.Hashes[i-1]
 		}
 		own := r.table[i]
-		canon, stored := s.c.Commit(r.owner, r.m.Hashes[i], parent, r.tokens[i*bs:(i+1)*bs], own)
+		canon, stored := s.c.Commit(r.m.Hashes[i], parent, r.tokens[i*bs:(i+1)*bs], own)
 		switch {
 		case stored:
 			s.printf("%s: block %d -> %d stored\n", name, i, own)

@@ -76,11 +76,11 @@ func TestMisusePanics(t *testing.T) {
 		f()
 	}
 	root := Root(nil, "")
-	mustPanic("commit of a free block", func() { c.Commit(1, Chain(root, []int32{1, 2}, nil), root, []int32{1, 2}, 0) })
+	mustPanic("commit of a free block", func() { c.Commit(Chain(root, []int32{1, 2}, nil), root, []int32{1, 2}, 0) })
 	mustPanic("release of a free block", func() { c.Release([]BlockID{0}) })
 	mustPanic("ref of a free block", func() { c.Ref(1) })
 	b, _ := c.Allocate(1)
-	mustPanic("commit of a short block", func() { c.Commit(1, Chain(root, []int32{1}, nil), root, []int32{1}, b[0]) })
+	mustPanic("commit of a short block", func() { c.Commit(Chain(root, []int32{1}, nil), root, []int32{1}, b[0]) })
 	c.Release(b)
 	mustPanic("double release", func() { c.Release(b) })
 	if err := c.CheckInvariants(); err != nil {

@@ -123,7 +123,7 @@ func runOracle(t *testing.T, seed uint64, steps int) {
 			own := r.table[i]
 			key := prefixKey(r.salt, r.tokens[:(i+1)*bs])
 			content[own] = key // the engine writes the K/V, then commits
-			canon, stored := c.Commit(r.owner, r.hashes[i], parent, r.tokens[i*bs:(i+1)*bs], own)
+			canon, stored := c.Commit(r.hashes[i], parent, r.tokens[i*bs:(i+1)*bs], own)
 			if !stored && canon != own {
 				if content[canon] != key {
 					t.Fatalf("canonical block %d holds %q, want %q", canon, content[canon], key)

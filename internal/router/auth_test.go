@@ -35,7 +35,10 @@ type recordingBackend struct {
 
 func newRecordingBackend(t *testing.T, key string, guardHealth bool) *recordingBackend {
 	t.Helper()
-	pub := kvevents.NewPublisher(kvevents.DefaultConfig())
+	pub, err := kvevents.NewPublisher(kvevents.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
 	pub.SetIdentity("00", 16)
 	rb := &recordingBackend{}
 	rb.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

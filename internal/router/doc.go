@@ -2,10 +2,11 @@
 // requests over replicas so that each lands where its prompt prefix is
 // already cached, without hot spots, and hides replica failures.
 //
-// It never imports the engine. It shares with the replicas only the hash
-// chain (package prefix: the router hashes a prompt's tokens exactly as a
-// replica does, rooted at the identity the replica announces) and the event
-// stream (package kvevents).
+// It never imports the engine (nor server, offload or the tier stores). It
+// shares with the replicas only the hash chain (package prefix: the router
+// hashes a prompt's tokens exactly as a replica does, rooted at the identity
+// the replica announces), the event stream (package kvevents) and the wire
+// types (package api).
 //
 // # Parts
 //
@@ -22,6 +23,11 @@
 //     offers events).
 //   - Router: membership (add/remove at run time), health checks, the
 //     reverse proxy with retries, and metrics.
+//
+// A new policy is a type with Name and Pick in policy.go (plus NeedsTokens
+// when it wants the prompt's tokens), a case in NewPolicy and its name in
+// PolicyNames, and a script in testdata/policy (policy_script_test.go steps
+// policies over scripted backends, loads and indexes).
 //
 // # Anti-hot-spot rules
 //

@@ -144,27 +144,46 @@ func DefaultPolicyConfig() PolicyConfig {
 		StaleAfter: 5 * time.Second, EntryTTL: 30 * time.Minute}
 }
 
-func (c PolicyConfig) validate() PolicyConfig {
+// validate fills zero values with the defaults and rejects bad ones (negative, NaN, or a
+// load bound below 1, which no backend could meet).
+func (c PolicyConfig) validate() (PolicyConfig, error) {
 	d := DefaultPolicyConfig()
-	if c.PrefixTokens <= 0 {
+	if c.PrefixTokens < 0 || c.ConcurrencyThreshold < 0 {
+		return c, fmt.Errorf("router: PrefixTokens %d and ConcurrencyThreshold %d must not be negative", c.PrefixTokens, c.ConcurrencyThreshold)
+	}
+	if c.PrefixTokens == 0 {
 		c.PrefixTokens = d.PrefixTokens
 	}
-	if c.LoadBound < 1 {
+	if c.LoadBound != 0 && !(c.LoadBound >= 1) { // !(>=) also catches NaN
+		return c, fmt.Errorf("router: LoadBound %v must be at least 1 (0: default %v)", c.LoadBound, d.LoadBound)
+	}
+	if c.LoadBound == 0 {
 		c.LoadBound = d.LoadBound
 	}
-	if c.LoadPenalty <= 0 {
+	if c.LoadPenalty != 0 && !(c.LoadPenalty > 0) {
+		return c, fmt.Errorf("router: LoadPenalty %v must be positive (0: default %v)", c.LoadPenalty, d.LoadPenalty)
+	}
+	if c.LoadPenalty == 0 {
 		c.LoadPenalty = d.LoadPenalty
+	}
+	for t, w := range c.TierWeights {
+		if !(w >= 0) {
+			return c, fmt.Errorf("router: TierWeights[%d] %v must not be negative", t, w)
+		}
 	}
 	if c.TierWeights == ([kvevents.NumTiers]float64{}) {
 		c.TierWeights = d.TierWeights
 	}
-	if c.StaleAfter <= 0 {
+	if c.StaleAfter < 0 || c.EntryTTL < 0 {
+		return c, fmt.Errorf("router: StaleAfter %v and EntryTTL %v must not be negative", c.StaleAfter, c.EntryTTL)
+	}
+	if c.StaleAfter == 0 {
 		c.StaleAfter = d.StaleAfter
 	}
-	if c.EntryTTL <= 0 {
+	if c.EntryTTL == 0 {
 		c.EntryTTL = d.EntryTTL
 	}
-	return c
+	return c, nil
 }
 
 // PolicyNames lists the policies NewPolicy knows.
@@ -172,7 +191,10 @@ var PolicyNames = []string{"random", "round-robin", "least-loaded", "prefix", "k
 
 // NewPolicy returns the named policy.
 func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
-	cfg = cfg.validate()
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
 	switch name {
 	case "random":
 		return randomPolicy{}, nil

@@ -83,32 +83,47 @@ func DefaultConfig() Config {
 		BodyReadTimeout: 60 * time.Second}
 }
 
-func (c Config) validate() Config {
+// validate fills zero values with the defaults and rejects negative ones (a negative timeout
+// or count is a mistake, not a request for the default). c is a copy: the caller's struct is
+// not changed.
+func (c Config) validate() (Config, error) {
 	d := DefaultConfig()
 	if c.Policy == "" {
 		c.Policy = d.Policy
 	}
-	c.PolicyConfig = c.PolicyConfig.validate()
-	if c.HealthInterval <= 0 {
-		c.HealthInterval = d.HealthInterval
+	pc, err := c.PolicyConfig.validate()
+	if err != nil {
+		return c, err
 	}
-	if c.HealthTimeout <= 0 {
-		c.HealthTimeout = d.HealthTimeout
+	c.PolicyConfig = pc
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{
+		{"HealthInterval", &c.HealthInterval, d.HealthInterval},
+		{"HealthTimeout", &c.HealthTimeout, d.HealthTimeout},
+		{"TokenizeTimeout", &c.TokenizeTimeout, d.TokenizeTimeout},
+		{"BodyReadTimeout", &c.BodyReadTimeout, d.BodyReadTimeout},
+	} {
+		if *f.v < 0 {
+			return c, fmt.Errorf("router: %s %v is negative", f.name, *f.v)
+		}
+		if *f.v == 0 {
+			*f.v = f.def
+		}
 	}
-	if c.DownAfter <= 0 {
+	if c.DownAfter < 0 || c.MaxAttempts < 0 || c.MaxBodyBytes < 0 {
+		return c, fmt.Errorf("router: DownAfter %d, MaxAttempts %d and MaxBodyBytes %d must not be negative", c.DownAfter, c.MaxAttempts, c.MaxBodyBytes)
+	}
+	if c.DownAfter == 0 {
 		c.DownAfter = d.DownAfter
 	}
-	if c.MaxAttempts <= 0 {
+	if c.MaxAttempts == 0 {
 		c.MaxAttempts = d.MaxAttempts
 	}
-	if c.MaxBodyBytes <= 0 {
+	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes
-	}
-	if c.TokenizeTimeout <= 0 {
-		c.TokenizeTimeout = d.TokenizeTimeout
-	}
-	if c.BodyReadTimeout <= 0 {
-		c.BodyReadTimeout = d.BodyReadTimeout
 	}
 	c.BackendKey = strings.TrimSpace(c.BackendKey)
 	if c.Events == nil {
@@ -129,7 +144,7 @@ func (c Config) validate() Config {
 			ForceAttemptHTTP2:   false,
 		}
 	}
-	return c
+	return c, nil
 }
 
 // ErrNoBackend means no healthy backend is left to try.
@@ -164,7 +179,10 @@ type Router struct {
 // New starts a Router: health checks and, for kv-aware, event subscribers.
 // Close stops them.
 func New(cfg Config) (*Router, error) {
-	cfg = cfg.validate()
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
 	p, err := NewPolicy(cfg.Policy, cfg.PolicyConfig)
 	if err != nil {
 		return nil, err

@@ -153,8 +153,7 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 		stop     = stopFilter{stops: spec.stops}
 		res      genResult
 		runes    int
-		cut      bool // a stop string ended the output; we cancelled the engine
-		gone     bool
+		phase    = genRunning
 		final    *engine.Output
 		emitted  strings.Builder
 		batchBuf []genToken
@@ -164,13 +163,13 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 			oc := o
 			final = &oc
 		}
-		if cut || gone {
+		if phase != genRunning {
 			continue // draining after we cancelled; errors here are our cancellation's echo
 		}
 		if o.Err != nil {
-			gone := ctx.Err() != nil // checked before our own cancel below
+			clientLeft := ctx.Err() != nil // checked before our own cancel below
 			cancel()
-			if gone {
+			if clientLeft {
 				return nil, errClientGone
 			}
 			return nil, engineError(o.Err)
@@ -192,65 +191,83 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 			e, hit := stop.push(piece)
 			emitted.WriteString(e)
 			if hit {
-				cut = true
-				res.finish = engine.FinishStop
+				phase = genCut
 				cancel()
 				break
 			}
 		}
-		if o.Done && !cut {
+		if o.Done && phase == genRunning {
 			e, hit := stop.push(sd.Flush())
 			emitted.WriteString(e)
 			if hit {
-				cut = true
-				res.finish = engine.FinishStop
+				phase = genCut
 			} else {
 				emitted.WriteString(stop.flush())
 			}
 		}
 		if emitted.Len() > 0 || len(batch) > 0 {
 			if err := onDelta(emitted.String(), batch); err != nil {
-				gone = true
+				phase = genGone
 				cancel()
 			}
 		}
 		batchBuf = batch
 	}
-	if gone || client.Err() != nil {
-		// The client went away, even if the engine got to the end before it noticed: what
-		// was made reached nobody.
-		return nil, errClientGone
+	finish, err := genOutcome(phase, final, ctx.Err() != nil, client.Err() != nil)
+	if err != nil {
+		return nil, err
 	}
-	if final == nil {
-		if ctx.Err() != nil && !cut {
-			return nil, errClientGone
-		}
-		if !cut {
-			return nil, api.Internal("the engine ended the request without a final message")
-		}
-	}
-	if !cut {
-		switch final.FinishReason {
-		case engine.FinishStop, engine.FinishLength:
-			res.finish = final.FinishReason
-		case engine.FinishCancelled:
-			if ctx.Err() != nil {
-				return nil, errClientGone
-			}
-			return nil, api.Unavailable("the engine cancelled the request (shutting down?)")
-		default:
-			return nil, api.Internal("the engine finished with an unknown reason %q", final.FinishReason)
-		}
-	}
-	if final != nil && final.Usage != nil {
-		res.usage = *final.Usage
-	} else {
-		// Only after a cut whose cancellation raced the engine's last message: the prompt was
-		// computed as far as we know.
-		res.usage = engine.Usage{PromptTokens: len(spec.req.Prompt), ComputedTokens: len(spec.req.Prompt)}
-	}
+	res.finish = finish
+	res.usage = genUsage(final, len(spec.req.Prompt))
 	res.usage.CompletionTokens = len(res.tokens)
 	return &res, nil
+}
+
+// genPhase is where a generation stands. Once it leaves genRunning the engine has been
+// cancelled and generate only drains the stream, keeping the final output.
+type genPhase uint8
+
+const (
+	genRunning genPhase = iota // passing the engine's outputs to the client
+	genCut                     // a stop string ended the output (finish "stop")
+	genGone                    // the client stopped reading (onDelta failed)
+)
+
+// genOutcome decides how a drained generation ends: its finish reason, or the error to
+// return. final is the engine's final output (nil when none came), cancelled says the
+// generation's context ended (the client's, or our own cancel), clientDone the client's.
+func genOutcome(phase genPhase, final *engine.Output, cancelled, clientDone bool) (string, error) {
+	switch {
+	case phase == genGone || clientDone:
+		// The client went away, even if the engine got to the end before it noticed: what
+		// was made reached nobody.
+		return "", errClientGone
+	case phase == genCut:
+		return engine.FinishStop, nil // whether or not the engine's last message raced our cancel
+	case final == nil && cancelled:
+		return "", errClientGone
+	case final == nil:
+		return "", api.Internal("the engine ended the request without a final message")
+	}
+	switch final.FinishReason {
+	case engine.FinishStop, engine.FinishLength:
+		return final.FinishReason, nil
+	case engine.FinishCancelled:
+		if cancelled {
+			return "", errClientGone
+		}
+		return "", api.Unavailable("the engine cancelled the request (shutting down?)")
+	}
+	return "", api.Internal("the engine finished with an unknown reason %q", final.FinishReason)
+}
+
+// genUsage is the usage a generation reports: the engine's, or, only after a cut whose
+// cancellation raced the engine's last message, the prompt counted as computed.
+func genUsage(final *engine.Output, prompt int) engine.Usage {
+	if final != nil && final.Usage != nil {
+		return *final.Usage
+	}
+	return engine.Usage{PromptTokens: prompt, ComputedTokens: prompt}
 }
 
 // finishRequest records the outcome of a generation request in the metrics.

@@ -1,0 +1,306 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/datadriven"
+
+	"stockpot/internal/prefix"
+)
+
+// coreScenario steps a Core from testdata/core/*.txt scripts, with no model, no runner and no
+// clock: the script says what time it is and the fake model decides each next token. The block
+// cache is the real prefix.Cache (pure, and tested against its own oracle) behind the same
+// cacheAdapter the engine uses, so the scripts also cover the adapter.
+//
+// Commands (id= names a request; token lists take ids and ranges, e.g. tokens=(1-8,99)):
+//
+//	new blocks=N [block-size=B] [batch=T] [running=R] [ctx=L] [eog=(…)] [prefix=false]
+//	    [dedup=false] [prefetch=wait|timeout|best-effort] [prefetch-timeout=D]
+//	add id=I tokens=(…) [max=N] [stop=(…)] [ignore-eos] [salt=S] [allow=TOK done-after=K]
+//	                                     Core.Add at the current time; allow: a constraint that
+//	                                     allows only TOK and is done after K of them
+//	prefetching id=I                     Core.Prefetching (a Restorer started for I)
+//	prefetched id=I first=F blocks=N [tier=host|disk|remote] [elapsed=D] [discarded=REASON:K]
+//	cancel id=I                          Core.Cancel
+//	tick [by=D]                          advance the clock (default 1ms)
+//	step [next=(I:TOK,…)]                Schedule, print the plan, run the fake model, Advance
+//	schedule                             Schedule only; print the plan (the step is then lost:
+//	                                     its tokens are recomputed by the next schedule)
+//	stats                                Core.Stats
+//
+// The fake model's next token for a request is TOK from next=, or else its last input token
+// plus one. After every command the script prints the outputs Ready returned and the block
+// counts, and checks the prefix cache's invariants.
+type coreScenario struct {
+	t     *testing.T
+	core  *Core
+	cache *prefix.Cache
+	now   time.Time
+	vocab int
+	out   strings.Builder
+}
+
+func (s *coreScenario) printf(format string, args ...any) { fmt.Fprintf(&s.out, format, args...) }
+
+// tokenList parses key=(1-8,99) into token ids.
+func tokenList(t *testing.T, d *datadriven.TestData, key string) []int32 {
+	var out []int32
+	for _, arg := range d.CmdArgs {
+		if arg.Key != key {
+			continue
+		}
+		for _, v := range arg.Vals {
+			lo, hi, isRange := strings.Cut(v, "-")
+			a, err := strconv.Atoi(strings.TrimSpace(lo))
+			if err != nil {
+				t.Fatalf("%s: bad token %q", d.Pos, v)
+			}
+			b := a
+			if isRange {
+				if b, err = strconv.Atoi(strings.TrimSpace(hi)); err != nil {
+					t.Fatalf("%s: bad token range %q", d.Pos, v)
+				}
+			}
+			for x := a; x <= b; x++ {
+				out = append(out, int32(x))
+			}
+		}
+	}
+	return out
+}
+
+func argOr[T any](t *testing.T, d *datadriven.TestData, key string, def T) T {
+	if !d.HasArg(key) {
+		return def
+	}
+	var v T
+	switch p := any(&v).(type) {
+	case *time.Duration:
+		var str string
+		d.ScanArgs(t, key, &str)
+		dur, err := time.ParseDuration(str)
+		if err != nil {
+			t.Fatalf("%s: %s: %v", d.Pos, key, err)
+		}
+		*p = dur
+	default:
+		d.ScanArgs(t, key, &v)
+	}
+	return v
+}
+
+func (s *coreScenario) id(d *datadriven.TestData) uint64 {
+	var id uint64
+	d.ScanArgs(s.t, "id", &id)
+	return id
+}
+
+func (s *coreScenario) run(d *datadriven.TestData) {
+	t := s.t
+	if d.Cmd != "new" && s.core == nil {
+		t.Fatalf("%s: %s before new", d.Pos, d.Cmd)
+	}
+	switch d.Cmd {
+	case "new":
+		cfg := CoreConfig{
+			BlockSize:      argOr(t, d, "block-size", 4),
+			ContextLength:  argOr(t, d, "ctx", 256),
+			MaxBatchTokens: argOr(t, d, "batch", 64),
+			MaxRunning:     argOr(t, d, "running", 8),
+			PrefixCache:    argOr(t, d, "prefix", true),
+			Dedup:          argOr(t, d, "dedup", true),
+			EOG:            tokenList(t, d, "eog"),
+		}
+		switch p := argOr(t, d, "prefetch", "wait"); p {
+		case "wait":
+			cfg.Prefetch = PrefetchWait
+		case "timeout":
+			cfg.Prefetch = PrefetchTimeout
+		case "best-effort":
+			cfg.Prefetch = PrefetchBestEffort
+		default:
+			t.Fatalf("%s: unknown prefetch policy %q", d.Pos, p)
+		}
+		cfg.PrefetchTimeout = argOr(t, d, "prefetch-timeout", 50*time.Millisecond)
+		pc, err := prefix.New(prefix.Config{NumBlocks: argOr(t, d, "blocks", 16), BlockSize: cfg.BlockSize, MinHitsToProtect: 1, DisableEvents: true})
+		if err != nil {
+			t.Fatalf("%s: %v", d.Pos, err)
+		}
+		s.cache, s.core, s.now, s.vocab = pc, newCore(cfg, cacheAdapter{pc}), time.Unix(0, 0), 1000
+	case "add":
+		req := &Request{
+			Prompt: tokenList(t, d, "tokens"), MaxTokens: argOr(t, d, "max", 4),
+			StopTokens: tokenList(t, d, "stop"), IgnoreEOS: d.HasArg("ignore-eos"),
+			CacheSalt: argOr(t, d, "salt", ""),
+		}
+		if d.HasArg("allow") {
+			req.Sampling.Constraint = &fakeConstraint{allow: argOr(t, d, "allow", 0), left: argOr(t, d, "done-after", 1)}
+		}
+		s.core.Add(s.id(d), req, prefix.Root(nil, req.CacheSalt), 1, s.now)
+	case "prefetching":
+		s.core.Prefetching(s.id(d))
+	case "prefetched":
+		p := Prefetched{First: argOr(t, d, "first", 0), Elapsed: argOr(t, d, "elapsed", time.Duration(0))}
+		tier := map[string]Tier{"host": TierHost, "disk": TierDisk, "remote": TierRemote}[argOr(t, d, "tier", "host")]
+		for i := range argOr(t, d, "blocks", 0) {
+			p.Blocks = append(p.Blocks, RestoredBlock{Tier: tier, Data: []byte{byte(p.First + i)}})
+		}
+		if d.HasArg("discarded") {
+			var v string
+			d.ScanArgs(t, "discarded", &v)
+			reason, n, _ := strings.Cut(v, ":")
+			k, err := strconv.Atoi(n)
+			if err != nil {
+				t.Fatalf("%s: discarded=%q: want REASON:K", d.Pos, v)
+			}
+			p.Discarded = map[string]int{reason: k}
+		}
+		s.core.Prefetched(s.id(d), p, s.now)
+	case "cancel":
+		s.core.Cancel(s.id(d), s.now)
+	case "tick":
+		s.now = s.now.Add(argOr(t, d, "by", time.Millisecond))
+	case "schedule", "step":
+		plan := s.core.Schedule(s.now)
+		s.printPlan(plan)
+		if d.Cmd == "step" {
+			s.core.Advance(plan, s.fakeForward(d, plan), s.now)
+		}
+	case "stats":
+		st := s.core.Stats()
+		s.printf("running=%d waiting=%d dedup-waits=%d preemptions=%d prefetch-stall=%v restored host=%d disk=%d remote=%d\n",
+			st.Running, st.Waiting, st.DedupWaits, st.Preemptions, st.PrefetchStall,
+			st.Restored[TierHost], st.Restored[TierDisk], st.Restored[TierRemote])
+	default:
+		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
+	}
+}
+
+func (s *coreScenario) printPlan(plan *Plan) {
+	if len(plan.Items) == 0 && len(plan.Restores) == 0 {
+		s.printf("plan: empty\n")
+	}
+	for _, r := range plan.Restores {
+		s.printf("restore block %d <- prompt block %d\n", r.Block, r.Data[0])
+	}
+	for _, it := range plan.Items {
+		kind := "prefill"
+		if len(it.Tokens) == 1 && it.WantLogits && it.Pos > 0 && it.Pos >= s.prompt(it.Seq) {
+			kind = "decode"
+		}
+		logits := ""
+		if it.WantLogits {
+			logits = " +logits"
+		}
+		s.printf("%s %d: pos %d tokens %d [%d..%d] blocks %v%s\n", kind, it.Seq, it.Pos, len(it.Tokens), it.Tokens[0], it.Tokens[len(it.Tokens)-1], it.Blocks, logits)
+	}
+}
+
+func (s *coreScenario) prompt(id uint64) int {
+	if q, ok := s.core.seqs[id]; ok {
+		return q.prompt
+	}
+	return 0
+}
+
+// fakeForward returns one-hot logits for every item that wants them.
+func (s *coreScenario) fakeForward(d *datadriven.TestData, plan *Plan) [][]float32 {
+	next := map[uint64]int32{}
+	for _, arg := range d.CmdArgs {
+		if arg.Key != "next" {
+			continue
+		}
+		for _, v := range arg.Vals {
+			id, tok, ok := strings.Cut(v, ":")
+			a, err1 := strconv.ParseUint(id, 10, 64)
+			b, err2 := strconv.Atoi(tok)
+			if !ok || err1 != nil || err2 != nil {
+				s.t.Fatalf("%s: next=%q: want ID:TOKEN", d.Pos, v)
+			}
+			next[a] = int32(b)
+		}
+	}
+	logits := make([][]float32, len(plan.Items))
+	for i, it := range plan.Items {
+		if !it.WantLogits {
+			continue
+		}
+		tok, ok := next[it.Seq]
+		if !ok {
+			tok = (it.Tokens[len(it.Tokens)-1] + 1) % int32(s.vocab)
+		}
+		logits[i] = make([]float32, s.vocab)
+		logits[i][tok] = 1
+	}
+	return logits
+}
+
+func (s *coreScenario) printReady() {
+	for _, dl := range s.core.Ready() {
+		o := dl.Out
+		var toks []int32
+		for _, tk := range o.Tokens {
+			toks = append(toks, tk.ID)
+		}
+		if len(toks) > 0 {
+			s.printf("out %d: tokens %v\n", dl.Seq, toks)
+		}
+		if o.Done {
+			u := o.Usage
+			s.printf("out %d: done %s prompt=%d completion=%d device=%d host=%d disk=%d remote=%d computed=%d discarded=%d queue=%vms\n",
+				dl.Seq, o.FinishReason, u.PromptTokens, u.CompletionTokens, u.DeviceTokens, u.HostTokens, u.DiskTokens,
+				u.RemoteTokens, u.ComputedTokens, u.DiscardedTokens, u.QueueMs)
+			if u.CachedTokens()+u.ComputedTokens != u.PromptTokens {
+				s.t.Fatalf("usage %+v: cached+computed != prompt", *u)
+			}
+		}
+		if o.Err != nil {
+			s.printf("out %d: err %v\n", dl.Seq, o.Err)
+		}
+	}
+}
+
+func TestCoreScripts(t *testing.T) {
+	datadriven.Walk(t, "testdata/core", func(t *testing.T, path string) {
+		s := &coreScenario{t: t}
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			s.t = t
+			s.out.Reset()
+			s.run(d)
+			if s.cache != nil {
+				s.printReady()
+				if err := s.cache.CheckInvariants(); err != nil {
+					t.Fatalf("%s: %v", d.Pos, err)
+				}
+				if s.core.Idle() {
+					if st := s.cache.Stats(); st.Referenced != 0 {
+						t.Fatalf("%s: core idle but %d blocks referenced", d.Pos, st.Referenced)
+					}
+				}
+				st := s.cache.Stats()
+				r, w := len(s.core.running), len(s.core.waiting)
+				s.printf("running=%d waiting=%d | blocks free=%d used=%d cached=%d\n", r, w, st.Free, st.Referenced, st.Cached)
+			}
+			return s.out.String()
+		})
+	})
+}
+
+// fakeConstraint allows one token until it has accepted left of them, then is done.
+type fakeConstraint struct{ allow, left int }
+
+func (c *fakeConstraint) FillMask(mask []uint64) { mask[c.allow/64] |= 1 << (c.allow % 64) }
+func (c *fakeConstraint) Accept(tok int32) error {
+	if int(tok) != c.allow {
+		return fmt.Errorf("fake constraint: token %d, want %d", tok, c.allow)
+	}
+	c.left--
+	return nil
+}
+func (c *fakeConstraint) Complete() bool { return c.left <= 0 }
+func (c *fakeConstraint) Done() bool     { return c.left <= 0 }

@@ -1,0 +1,68 @@
+// Package engine runs a model over a paged K/V pool with continuous batching, prefix reuse
+// and restores from lower tiers.
+//
+// # Shape
+//
+// It is split the way etcd's raft is, so the scheduling rules can be tested step by step:
+//
+//   - Core (core.go) is the pure scheduler. It has no goroutines, no I/O and no clock: the
+//     caller feeds it requests (Add), cancellations (Cancel), prefetch results (Prefetched)
+//     and the time, asks what to run next (Schedule returns a Plan), runs it and hands back
+//     the logits (Advance), then collects the outputs (Ready). It reaches the prefix cache only
+//     through the small blockCache interface (cache.go adapts *prefix.Cache to it), and
+//     reports its counters through Stats.
+//   - Engine (engine.go) is the thin wrapper: one runner goroutine owns the model, the arena,
+//     the prefix cache and the Core; it turns channels into Core calls, runs each Plan's
+//     forward pass, copies restored bytes into blocks, and forwards outputs to per-request
+//     streams without ever blocking on a slow caller.
+//
+// The scripts in testdata/core step a Core with a fake model (core_test.go): admission,
+// chunked prefill, preemption, dedup waits, restores arriving before and after admission,
+// cancellation and stopping. A new scheduling rule goes in core.go and gets a script there.
+//
+// # A request's life in the core
+//
+//	       Add
+//	        │
+//	        ▼
+//	    waiting ◄──────────────────────────────┐
+//	   │  ▲   │ Prefetching (a Restorer runs)  │ preempted: blocks released, committed
+//	   │  │   ▼                                │ ones stay cached; back to the front
+//	   │  └ restoring: held by admission       │ of the queue, recomputed on readmit
+//	   │    until Prefetched (or the           │
+//	   │    PrefetchTimeout, or never for      │
+//	   │    best-effort)                       │
+//	   ▼ admit: device match + restored        │
+//	     blocks + fresh blocks allocated       │
+//	prefilling ── chunks of the token budget ──┤
+//	   │ last prompt token computed            │
+//	   ▼                                       │
+//	 decoding ── one token per step ───────────┘
+//	   │ stop token, max_tokens, context length, sampling error
+//	   ▼
+//	  done ◄── Cancel, from any state above
+//
+// Admission is FCFS: a request that cannot get its blocks holds back everyone behind it,
+// while one held for its prefetch or for blocks another request is prefilling (Dedup) is
+// passed over without blocking the queue. Decode tokens are planned before prefill chunks, so
+// a long prompt never stalls running streams. A decode that finds no free block preempts the
+// most recently admitted other request; one that runs alone and still finds none has reached
+// the longest generation the pool allows and ends with FinishLength.
+//
+// Every state change that ends a request queues exactly one final Output (Done, with a
+// FinishReason and Usage); Usage keeps Device+Host+Disk+Remote+Computed == PromptTokens.
+//
+// # Blocks
+//
+// A sequence's blocks[i] holds positions [i·B, (i+1)·B). Full blocks are committed to the
+// prefix cache as they are computed; when another request committed the same block first,
+// the sequence switches to that shared block and frees its own copy. Blocks are released
+// tail first, so a sequence's leaves are evicted before the prefix they extend.
+//
+// # Imports
+//
+// engine may import model, kernels, kvcache and prefix (and the leaf packages below them).
+// It never imports server, router, offload or the tiers: lower tiers reach it only through
+// the Restorer interface (restore.go), and block events leave it through
+// Config.OnBlockEvents.
+package engine
