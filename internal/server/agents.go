@@ -30,8 +30,8 @@ type chatPlan struct {
 	// forcedCalls: the output is constrained to calls (tool_choice required or named), so
 	// text the parser leaves over can only be a call cut short by max_tokens, never content.
 	forcedCalls bool
-	reasoning  bool // the template knows think blocks
-	opts       toolcall.Options
+	reasoning   bool // the template knows think blocks
+	opts        toolcall.Options
 }
 
 // parsing reports whether the output goes through the tool-call / reasoning parser.
