@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime"
 	"stockpot/internal/kvevents"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 	"strings"
 	"syscall"
@@ -153,7 +154,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	var evBuf []kvevents.Event
 	ecfg.OnBlockEvents = func(evs []prefix.Event) {
-		evBuf = kvevents.FromPrefix(evBuf[:0], kvevents.Device, evs)
+		evBuf = kvevents.FromPrefix(evBuf[:0], kvtier.Device, evs)
 		pub.Publish(evBuf...)
 		if ts != nil {
 			ts.onEvents(evs, arena)

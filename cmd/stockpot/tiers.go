@@ -9,9 +9,9 @@ import (
 
 	"stockpot/internal/engine"
 	"stockpot/internal/kvcache"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/offload"
 	"stockpot/internal/prefix"
-	"stockpot/internal/server"
 	"stockpot/internal/tier"
 	"stockpot/internal/tier/disk"
 	"stockpot/internal/tier/hostmem"
@@ -54,14 +54,14 @@ func openTiers(o tierOptions, id [32]byte, layout kvcache.Layout, reg prometheus
 		if err != nil {
 			return fail(fmt.Errorf("--host-cache: %w", err))
 		}
-		ts.tiers = append(ts.tiers, offload.Tier{Name: "host", Store: s})
+		ts.tiers = append(ts.tiers, offload.Tier{Tier: kvtier.Host, Store: s})
 	}
 	if o.diskDir != "" {
 		s, err := disk.Open(disk.Config{Dir: o.diskDir, CapacityBytes: o.diskBytes, IdentityDigest: id})
 		if err != nil {
 			return fail(fmt.Errorf("--disk-cache: %w", err))
 		}
-		ts.tiers = append(ts.tiers, offload.Tier{Name: "disk", Store: s})
+		ts.tiers = append(ts.tiers, offload.Tier{Tier: kvtier.Disk, Store: s})
 		ts.closers = append(ts.closers, s.Close)
 	}
 	if o.remoteURL != "" {
@@ -71,7 +71,7 @@ func openTiers(o tierOptions, id [32]byte, layout kvcache.Layout, reg prometheus
 		if err != nil {
 			return fail(fmt.Errorf("--remote-cache: %w", err))
 		}
-		ts.tiers = append(ts.tiers, offload.Tier{Name: "remote", Store: s})
+		ts.tiers = append(ts.tiers, offload.Tier{Tier: kvtier.Remote, Store: s})
 		ts.closers = append(ts.closers, s.Close)
 	}
 	m, err := offload.NewMetrics(reg)
@@ -117,13 +117,7 @@ func (ts *tierSet) enqueue(ev prefix.Event, kv []byte, wait bool) {
 }
 
 // stats is the server's view of the lower tiers for the kv_cache metrics.
-func (ts *tierSet) stats() []server.TierStat {
-	var out []server.TierStat
-	for _, t := range offload.TierStats(ts.tiers) {
-		out = append(out, server.TierStat{Tier: t.Tier, UsedBytes: t.UsedBytes, CapacityBytes: t.CapacityBytes, Evictions: t.Evictions})
-	}
-	return out
-}
+func (ts *tierSet) stats() []kvtier.Stat { return offload.TierStats(ts.tiers) }
 
 // close flushes queued writes and closes the stores.
 func (ts *tierSet) close() {
@@ -153,7 +147,7 @@ func (ts *tierSet) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int
 		if err == nil {
 			for i, b := range res.Blocks {
 				if i < res.Usable && b.Record != nil {
-					p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: tierOf(b.Tier), Data: b.Record.KV})
+					p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: b.Tier, Data: b.Record.KV})
 					continue
 				}
 				if b.Reason != "" {
@@ -164,16 +158,6 @@ func (ts *tierSet) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int
 		p.Elapsed = time.Since(start)
 		done(p)
 	}()
-}
-
-func tierOf(name string) engine.Tier {
-	switch name {
-	case "host":
-		return engine.TierHost
-	case "disk":
-		return engine.TierDisk
-	}
-	return engine.TierRemote
 }
 
 var _ tier.Store = (*hostmem.Store)(nil)

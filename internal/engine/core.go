@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvcache"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -129,7 +130,7 @@ type coreStats struct {
 	dedupWaits    uint64
 	preemptions   uint64
 	prefetchStall time.Duration // time admissions were held back waiting for prefetches
-	restored      [4]uint64     // blocks restored, by Tier
+	restored      kvtier.Counts // blocks restored, by tier
 }
 
 func newCore(cfg CoreConfig, cache blockCache) *Core {
@@ -252,11 +253,11 @@ func (c *Core) admit(now time.Time) {
 			c.pendingRestores = append(c.pendingRestores, Restore{Block: int32(s.blocks[bi]), Data: rb.Data})
 			c.stats.restored[rb.Tier]++
 			switch rb.Tier {
-			case TierHost:
+			case kvtier.Host:
 				s.usage.HostTokens += B
-			case TierDisk:
+			case kvtier.Disk:
 				s.usage.DiskTokens += B
-			case TierRemote:
+			case kvtier.Remote:
 				s.usage.RemoteTokens += B
 			}
 		}

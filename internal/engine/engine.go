@@ -281,10 +281,8 @@ func (e *Engine) publishStats() {
 		KVBlocksTotal: e.arena.NumBlocks(), KVBlocksUsed: used, KVBlocksCached: cached,
 		KVBlockBytes: e.arena.Layout().BlockBytes(), Evictions: ev,
 		DedupWaits: e.core.stats.dedupWaits, Preemptions: e.core.stats.preemptions,
-		PrefetchStall: e.core.stats.prefetchStall,
-		RestoredBlocks: map[string]uint64{
-			"host": e.core.stats.restored[TierHost], "disk": e.core.stats.restored[TierDisk], "remote": e.core.stats.restored[TierRemote],
-		},
+		PrefetchStall:  e.core.stats.prefetchStall,
+		RestoredBlocks: e.core.stats.restored,
 	}
 	e.stats.Store(&st)
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"stockpot/internal/kvtier"
 )
 
 // SamplingParams chooses the next token from the logits. Temperature 0 is greedy.
@@ -92,8 +94,8 @@ type Stats struct {
 	Evictions        uint64
 	DedupWaits       uint64 // admissions deferred to wait for another request's in-flight blocks
 	Preemptions      uint64
-	PrefetchStall    time.Duration     // total time admissions were held back for prefetches
-	RestoredBlocks   map[string]uint64 // blocks restored from lower tiers, by tier
+	PrefetchStall    time.Duration // total time admissions were held back for prefetches
+	RestoredBlocks   kvtier.Counts // blocks restored from lower tiers, by tier
 }
 
 // Errors callers branch on.

@@ -3,30 +3,9 @@ package engine
 import (
 	"time"
 
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
-
-// Tier names a place a block can be restored from.
-type Tier uint8
-
-// Tiers below the working pool, fastest first.
-const (
-	TierHost Tier = iota + 1
-	TierDisk
-	TierRemote
-)
-
-func (t Tier) String() string {
-	switch t {
-	case TierHost:
-		return "host"
-	case TierDisk:
-		return "disk"
-	case TierRemote:
-		return "remote"
-	}
-	return "unknown"
-}
 
 // Restorer finds a queued request's prefix blocks in the lower tiers while it waits.
 // Implementations do I/O on their own goroutines and never touch the engine's state.
@@ -50,7 +29,7 @@ type Prefetched struct {
 
 // RestoredBlock is one block's verified K/V bytes (kvcache block layout).
 type RestoredBlock struct {
-	Tier Tier
+	Tier kvtier.Tier // where it came from: one of kvtier.Below
 	Data []byte
 }
 

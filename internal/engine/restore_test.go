@@ -8,6 +8,7 @@ import (
 
 	"stockpot/internal/engine"
 	"stockpot/internal/kvcache"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -32,7 +33,7 @@ func (m *mapTier) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int3
 			if !ok {
 				break
 			}
-			p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: engine.TierDisk, Data: d})
+			p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: kvtier.Disk, Data: d})
 		}
 		p.Elapsed = time.Since(start)
 		done(p)

@@ -9,13 +9,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"stockpot/internal/engine"
+	"stockpot/internal/kvtier"
 )
 
-// Prompt-token sources and cache tiers, as label values.
-var (
-	promptSources = []string{"computed", "device", "host", "disk", "remote"}
-	cacheTiers    = []string{"device", "host", "disk", "remote"}
-)
+// Prompt-token sources, as label values (the cache tiers' are kvtier's names).
+var promptSources = []string{"computed", "device", "host", "disk", "remote"}
 
 // Histogram buckets in seconds. A pure-Go CPU engine is slower than a GPU one, so the ranges
 // reach further up than vLLM's.
@@ -80,8 +78,8 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 	for _, s := range promptSources {
 		m.promptTokens.WithLabelValues(s)
 	}
-	for _, t := range cacheTiers {
-		m.hits.WithLabelValues(t)
+	for t := range kvtier.Tier(kvtier.Count) {
+		m.hits.WithLabelValues(t.String())
 	}
 	hitRate := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "stockpot_prefix_cache_hit_rate",
@@ -179,15 +177,7 @@ func (w *hitWindow) rate() float64 {
 // engineCollector reads Generator.Stats() once per scrape.
 type engineCollector struct {
 	gen   engine.Generator
-	tiers func() []TierStat // the lower tiers' rows; nil without tiers
-}
-
-// TierStat is one lower tier's row of the stockpot_kv_cache_* metrics.
-type TierStat struct {
-	Tier          string // host, disk or remote
-	UsedBytes     int64
-	CapacityBytes int64
-	Evictions     uint64
+	tiers func() []kvtier.Stat // the lower tiers' rows; nil without tiers
 }
 
 var (
@@ -219,8 +209,8 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	for _, t := range c.tiers() {
-		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(t.UsedBytes), t.Tier)
-		ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(t.CapacityBytes), t.Tier)
-		ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(t.Evictions), t.Tier)
+		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(t.UsedBytes), t.Tier.String())
+		ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(t.CapacityBytes), t.Tier.String())
+		ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(t.Evictions), t.Tier.String())
 	}
 }
