@@ -139,7 +139,6 @@ func newInstance(o serveOptions) (*instance, error) {
 	pub := kvevents.NewPublisher(kvevents.DefaultConfig())
 	pub.SetIdentity(hex.EncodeToString(idDigest[:]), o.blockSize)
 	var ts *tierSet
-	var arena *kvcache.Arena // set once the engine exists; events only flow after that
 	if o.tiers.enabled() {
 		layout := kvcache.Layout{BlockSize: o.blockSize, Layers: lf.cfg.Layers, KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: o.kvType}
 		if ts, err = openTiers(o.tiers, idDigest, layout, reg); err != nil {
@@ -148,16 +147,16 @@ func newInstance(o serveOptions) (*instance, error) {
 		}
 		ecfg.Restorer = ts
 		ecfg.Prefetch = o.tiers.prefetch
-		ecfg.PrefetchTimeout = o.tiers.prefetchTimeout
+		ecfg.PrefetchMaxWait = o.tiers.prefetchTimeout
 		ecfg.OnStep = ts.fetcher.ObservePrefill
 		ecfg.OnRestoreStall = ts.metrics.RestoreStall
 	}
 	var evBuf []kvevents.Event
-	ecfg.OnBlockEvents = func(evs []prefix.Event) {
+	ecfg.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
 		evBuf = kvevents.FromPrefix(evBuf[:0], kvtier.Device, evs)
 		pub.Publish(evBuf...)
 		if ts != nil {
-			ts.onEvents(evs, arena)
+			ts.onEvents(evs, kv)
 		}
 	}
 	eng, err := engine.New(m, ecfg)
@@ -168,7 +167,6 @@ func newInstance(o serveOptions) (*instance, error) {
 		pool.Close()
 		return nil, err
 	}
-	arena = eng.Arena()
 	st := eng.Stats()
 	fmt.Fprintf(o.progress, "stockpot: KV pool %d blocks × %d tokens (%s, %s), prefix cache %v, %d threads\n",
 		st.KVBlocksTotal, o.blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), o.kvType, o.prefixCache, pool.Threads())
@@ -282,15 +280,8 @@ func cmdServe(args []string) error {
 	if to.diskBytes, err = bytesize.Parse(*diskSize); err != nil {
 		return fmt.Errorf("--disk-cache-size: %w", err)
 	}
-	switch *prefetch {
-	case "wait":
-		to.prefetch = engine.PrefetchWait
-	case "timeout":
-		to.prefetch = engine.PrefetchTimeout
-	case "best-effort":
-		to.prefetch = engine.PrefetchBestEffort
-	default:
-		return fmt.Errorf("--prefetch %q: want wait, timeout or best-effort", *prefetch)
+	if to.prefetch, err = engine.ParsePrefetchPolicy(*prefetch); err != nil {
+		return fmt.Errorf("--prefetch %w", err)
 	}
 	opts := serveOptions{
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,

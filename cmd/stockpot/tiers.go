@@ -93,11 +93,11 @@ func openTiers(o tierOptions, id [32]byte, layout kvcache.Layout, reg prometheus
 	return ts, nil
 }
 
-// onEvents writes evicted blocks down the tiers (the arena block is still intact).
-func (ts *tierSet) onEvents(evs []prefix.Event, arena *kvcache.Arena) {
-	for _, ev := range evs {
+// onEvents writes evicted blocks down the tiers (kv[i], the block's K/V, is still intact).
+func (ts *tierSet) onEvents(evs []prefix.Event, kv [][]byte) {
+	for i, ev := range evs {
 		if ev.Kind == prefix.Evicted {
-			ts.enqueue(ev, arena.BlockData(ev.Block), false)
+			ts.enqueue(ev, kv[i], false)
 		}
 	}
 }

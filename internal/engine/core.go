@@ -102,7 +102,7 @@ type CoreConfig struct {
 	EOG            []int32 // the model's end-of-generation tokens; stop unless Request.IgnoreEOS
 
 	Prefetch        PrefetchPolicy
-	PrefetchTimeout time.Duration
+	PrefetchMaxWait time.Duration // for PrefetchTimeout
 }
 
 // Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
@@ -214,7 +214,7 @@ func (c *Core) admit(now time.Time) {
 		}
 		if s.prefetching && !s.admitted {
 			wait := c.cfg.Prefetch == PrefetchWait ||
-				c.cfg.Prefetch == PrefetchTimeout && now.Sub(s.enqueued) < c.cfg.PrefetchTimeout
+				c.cfg.Prefetch == PrefetchTimeout && now.Sub(s.enqueued) < c.cfg.PrefetchMaxWait
 			if wait {
 				if s.heldSince.IsZero() {
 					s.heldSince = now

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"time"
 
 	"stockpot/internal/kvtier"
@@ -39,11 +40,31 @@ type PrefetchPolicy uint8
 const (
 	// PrefetchWait holds the request (not the ones behind it) until its prefetch is done.
 	PrefetchWait PrefetchPolicy = iota
-	// PrefetchTimeout waits up to Config.PrefetchTimeout, then computes what has not arrived.
+	// PrefetchTimeout waits up to Config.PrefetchMaxWait, then computes what has not arrived.
 	PrefetchTimeout
 	// PrefetchBestEffort never waits: whatever has arrived at admission is used.
 	PrefetchBestEffort
 )
+
+// The names of the policies, as `stockpot serve --prefetch` takes them.
+var prefetchPolicyNames = [...]string{PrefetchWait: "wait", PrefetchTimeout: "timeout", PrefetchBestEffort: "best-effort"}
+
+func (p PrefetchPolicy) String() string {
+	if int(p) < len(prefetchPolicyNames) {
+		return prefetchPolicyNames[p]
+	}
+	return fmt.Sprintf("prefetch(%d)", uint8(p))
+}
+
+// ParsePrefetchPolicy is the inverse of PrefetchPolicy.String.
+func ParsePrefetchPolicy(s string) (PrefetchPolicy, error) {
+	for p, n := range prefetchPolicyNames {
+		if n == s {
+			return PrefetchPolicy(p), nil
+		}
+	}
+	return 0, fmt.Errorf("%q: want wait, timeout or best-effort", s) // the caller names the setting
+}
 
 // Restore is a copy the runner performs before the forward pass: tier bytes into a block.
 type Restore struct {
