@@ -252,13 +252,10 @@ func (c *Core) admit(now time.Time) {
 			bi := len(matched) + i
 			c.pendingRestores = append(c.pendingRestores, Restore{Block: int32(s.blocks[bi]), Data: rb.Data})
 			c.stats.restored[rb.Tier]++
-			switch rb.Tier {
-			case kvtier.Host:
-				s.usage.HostTokens += B
-			case kvtier.Disk:
-				s.usage.DiskTokens += B
-			case kvtier.Remote:
-				s.usage.RemoteTokens += B
+			if rb.Tier != kvtier.Device {
+				if n := s.usage.tierTokens(rb.Tier); n != nil {
+					*n += B
+				}
 			}
 		}
 		s.computed = (len(matched) + len(restore)) * B

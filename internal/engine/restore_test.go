@@ -98,3 +98,12 @@ func TestPrefetchPolicyNames(t *testing.T) {
 		t.Errorf("DefaultConfig: prefetch %v, max wait %v; want timeout, 500ms (serve's documented defaults)", d.Prefetch, d.PrefetchMaxWait)
 	}
 }
+
+func TestUsageTierTokens(t *testing.T) {
+	u := engine.Usage{DeviceTokens: 1, HostTokens: 2, DiskTokens: 3, RemoteTokens: 4}
+	for tr, want := range map[kvtier.Tier]int{kvtier.Device: 1, kvtier.Host: 2, kvtier.Disk: 3, kvtier.Remote: 4, kvtier.Tier(kvtier.Count): 0} {
+		if got := u.TierTokens(tr); got != want {
+			t.Errorf("TierTokens(%v) = %d, want %d", tr, got, want)
+		}
+	}
+}

@@ -12,8 +12,15 @@ import (
 	"stockpot/internal/kvtier"
 )
 
-// Prompt-token sources, as label values (the cache tiers' are kvtier's names).
-var promptSources = []string{"computed", "device", "host", "disk", "remote"}
+// promptSources are the label values of stockpot_prompt_tokens_total's source: "computed", then
+// every tier's name.
+var promptSources = func() []string {
+	out := []string{"computed"}
+	for t := range kvtier.Tier(kvtier.Count) {
+		out = append(out, t.String())
+	}
+	return out
+}()
 
 // Histogram buckets in seconds. A pure-Go CPU engine is slower than a GPU one, so the ranges
 // reach further up than vLLM's.
@@ -97,15 +104,13 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 // observe records a finished generation whose usage u went (or would have gone) to the client.
 func (m *metrics) observe(u engine.Usage, e2e time.Duration) {
 	m.promptTokens.WithLabelValues("computed").Add(float64(u.ComputedTokens))
-	m.promptTokens.WithLabelValues("device").Add(float64(u.DeviceTokens))
-	m.promptTokens.WithLabelValues("host").Add(float64(u.HostTokens))
-	m.promptTokens.WithLabelValues("disk").Add(float64(u.DiskTokens))
-	m.promptTokens.WithLabelValues("remote").Add(float64(u.RemoteTokens))
+	for t := range kvtier.Tier(kvtier.Count) {
+		m.promptTokens.WithLabelValues(t.String()).Add(float64(u.TierTokens(t)))
+	}
 	m.queries.Add(float64(u.PromptTokens))
-	m.hits.WithLabelValues("device").Add(float64(u.DeviceTokens))
-	m.hits.WithLabelValues("host").Add(float64(u.HostTokens))
-	m.hits.WithLabelValues("disk").Add(float64(u.DiskTokens))
-	m.hits.WithLabelValues("remote").Add(float64(u.RemoteTokens))
+	for t := range kvtier.Tier(kvtier.Count) {
+		m.hits.WithLabelValues(t.String()).Add(float64(u.TierTokens(t)))
+	}
 	m.discarded.Add(float64(u.DiscardedTokens))
 	m.generated.Add(float64(u.CompletionTokens))
 	m.window.add(u.PromptTokens, u.CachedTokens())
@@ -201,10 +206,10 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.gen.Stats()
 	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running))
 	ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(st.Waiting))
-	ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(int64(st.KVBlocksUsed)*st.KVBlockBytes), "device")
-	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(int64(st.KVBlocksCached)*st.KVBlockBytes), "device")
-	ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(int64(st.KVBlocksTotal)*st.KVBlockBytes), "device")
-	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), "device")
+	ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(int64(st.KVBlocksUsed)*st.KVBlockBytes), kvtier.Device.String())
+	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(int64(st.KVBlocksCached)*st.KVBlockBytes), kvtier.Device.String())
+	ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(int64(st.KVBlocksTotal)*st.KVBlockBytes), kvtier.Device.String())
+	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), kvtier.Device.String())
 	if c.tiers == nil {
 		return
 	}
