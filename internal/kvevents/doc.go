@@ -43,4 +43,8 @@
 // mutex, does no I/O, never waits on a reader, and allocates only when the
 // block set map grows. Slow readers fall behind the ring and resync; they
 // never hold the publisher up.
+//
+// A block's tier is a kvtier.Tier; its String is the "tier" wire value, so
+// the stream's bytes do not depend on this package. The publisher keeps the
+// tiers holding a block as a uint8 bit set: at most 8 tiers.
 package kvevents
