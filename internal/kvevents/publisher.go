@@ -10,6 +10,9 @@ import (
 	"stockpot/internal/prefix"
 )
 
+// A block's tiers are a uint8 bit set (bit t = kvtier.Tier t): this fails to compile past 8.
+var _ [8 - kvtier.Count]struct{}
+
 // Config configures a Publisher.
 type Config struct {
 	// RingSize is how many recent events are kept for subscribers that

@@ -11,9 +11,19 @@
 // "remote") are wire values: the {tier} label of the metrics and the "tier"
 // field of /v1/kv-events. Changing one breaks dashboards and routers.
 //
-// Adding a tier: a constant here (before count) and its name in names; every
-// array indexed by Tier grows with it. Then a store (package tier) and its
-// flag (cmd/stockpot, into offload.Config).
+// Adding a tier touches, besides its store (a package under internal/tier
+// that passes tiertest):
+//   - here: a constant before count, and its name;
+//   - offload/tiers.go: a Config field and its branch in Open; offload/cost.go:
+//     its read-bandwidth and overhead priors;
+//   - cmd/stockpot/serve.go: its flag, into offload.Config;
+//   - engine/request.go: its Usage field (a case of tierTokens), and
+//     api/types.go: its usage.cache field (the API contract);
+//   - router/index.go: its default weight.
+//
+// The metric labels, the kv-events names and the engine's restore counts
+// follow from the constant. Sets of tiers are uint8 bit sets (kvevents,
+// router): at most 8 tiers.
 //
 // It imports only the standard library: every layer may import it.
 package kvtier
