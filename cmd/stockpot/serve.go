@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"runtime"
 	"stockpot/internal/kvevents"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 	"strings"
 	"syscall"
@@ -27,6 +28,7 @@ import (
 	"stockpot/internal/kernels"
 	"stockpot/internal/kvcache"
 	"stockpot/internal/model"
+	"stockpot/internal/offload"
 	"stockpot/internal/server"
 	"stockpot/internal/tokenizer"
 )
@@ -44,10 +46,12 @@ type serveOptions struct {
 	maxBody              int64
 	keys                 []string
 	metricsKey           string
-	readTimeout          time.Duration // request bodies; 0 = server default
-	idleTimeout          time.Duration // keep-alive connections; 0 = server default
-	maxConns             int           // 0 = server default
-	tiers                tierOptions
+	readTimeout          time.Duration  // request bodies; 0 = server default
+	idleTimeout          time.Duration  // keep-alive connections; 0 = server default
+	maxConns             int            // 0 = server default
+	tiers                offload.Config // lower tiers; Identity and Layout are filled from the model
+	prefetch             engine.PrefetchPolicy
+	prefetchMaxWait      time.Duration // 0 = the engine's default
 	logger               *slog.Logger
 	progress             io.Writer
 }
@@ -60,7 +64,7 @@ type instance struct {
 	server *server.Server
 	reg    *prometheus.Registry
 	events *kvevents.Publisher
-	tiers  *tierSet // nil without lower tiers
+	tiers  *offload.Tiers // nil without lower tiers
 }
 
 // handler serves the API plus the replica's block events. Event streams are long-lived, so
@@ -85,16 +89,21 @@ func (in *instance) handler(drain context.Context) http.Handler {
 }
 
 // Close stops the engine. With lower tiers, every block still in the working pool is written
-// down first (write-back at shutdown), so the cache survives a restart.
+// down first (write-back at shutdown), so the cache survives a restart. It is also the one
+// cleanup of a partly built instance (newInstance's errors): each part is closed if it exists.
 func (in *instance) Close() {
-	if in.tiers != nil {
-		in.engine.FlushCached(func(ev prefix.Event, kv []byte) { in.tiers.enqueue(ev, kv, true) })
+	if in.engine != nil {
+		if in.tiers != nil {
+			in.engine.FlushCached(in.tiers.FlushBlock)
+		}
+		in.engine.Close()
 	}
-	in.engine.Close()
 	if in.tiers != nil {
-		in.tiers.close()
+		in.tiers.Close()
 	}
-	in.pool.Close()
+	if in.pool != nil {
+		in.pool.Close()
+	}
 }
 
 // newInstance loads the model and wires engine and server. cmdServe and the tests share it.
@@ -112,13 +121,16 @@ func newInstance(o serveOptions) (*instance, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool := kernels.NewPool(o.threads)
-	m, err := model.Load(lf.file, pool)
-	if err != nil {
-		pool.Close()
+	in := &instance{file: lf, pool: kernels.NewPool(o.threads), reg: prometheus.NewRegistry()}
+	fail := func(err error) (*instance, error) {
+		in.Close()
 		return nil, err
 	}
-	reg := prometheus.NewRegistry()
+	m, err := model.Load(lf.file, in.pool)
+	if err != nil {
+		return fail(err)
+	}
+	reg := in.reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	desc := identity.Descriptor{Model: lf.fingerprint, Tokenizer: lf.tok.Digest(), KVType: o.kvType.String(), BlockSize: o.blockSize}
 	idDigest := desc.Digest()
@@ -130,51 +142,37 @@ func newInstance(o serveOptions) (*instance, error) {
 	ecfg.Dedup = o.dedup
 	ecfg.MaxBatchTokens = o.maxBatch
 	ecfg.MaxRunning = o.maxRunning
+	ecfg.Prefetch = o.prefetch
+	ecfg.PrefetchMaxWait = o.prefetchMaxWait
 	ecfg.Identity = idDigest[:]
 	ecfg.EOG = lf.tok.EOGs()
 	ecfg.Logger = o.logger
 	// Block events feed /v1/kv-events (the router's global index). The hook runs on the
 	// engine's runner goroutine; Publish never blocks.
-	pub, err := kvevents.NewPublisher(kvevents.DefaultConfig())
-	if err != nil {
-		pool.Close()
-		return nil, err
+	if in.events, err = kvevents.NewPublisher(kvevents.DefaultConfig()); err != nil {
+		return fail(err)
 	}
-	pub.SetIdentity(hex.EncodeToString(idDigest[:]), o.blockSize)
-	var ts *tierSet
-	var arena *kvcache.Arena // set once the engine exists; events only flow after that
-	if o.tiers.enabled() {
-		layout := kvcache.Layout{BlockSize: o.blockSize, Layers: lf.cfg.Layers, KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: o.kvType}
-		if ts, err = openTiers(o.tiers, idDigest, layout, reg); err != nil {
-			pool.Close()
-			return nil, err
-		}
-		ecfg.Restorer = ts
-		ecfg.Prefetch = o.tiers.prefetch
-		ecfg.PrefetchTimeout = o.tiers.prefetchTimeout
-		ecfg.OnStep = ts.fetcher.ObservePrefill
-		ecfg.OnRestoreStall = ts.metrics.RestoreStall
-	}
+	in.events.SetIdentity(hex.EncodeToString(idDigest[:]), o.blockSize)
 	var evBuf []kvevents.Event
-	ecfg.OnBlockEvents = func(evs []prefix.Event) {
-		evBuf = kvevents.FromPrefix(evBuf[:0], kvevents.Device, evs)
-		pub.Publish(evBuf...)
-		if ts != nil {
-			ts.onEvents(evs, arena)
-		}
+	ecfg.OnBlockEvents = func(evs []prefix.Event, _ [][]byte) {
+		evBuf = kvevents.FromPrefix(evBuf[:0], kvtier.Device, evs)
+		in.events.Publish(evBuf...)
 	}
-	eng, err := engine.New(m, ecfg)
-	if err != nil {
-		if ts != nil {
-			ts.close()
+	if o.tiers.Enabled() {
+		tcfg := o.tiers
+		tcfg.Identity = idDigest
+		tcfg.Layout = kvcache.Layout{BlockSize: o.blockSize, Layers: lf.cfg.Layers, KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: o.kvType}
+		if in.tiers, err = offload.Open(tcfg, reg); err != nil {
+			return fail(err)
 		}
-		pool.Close()
-		return nil, err
+		in.tiers.Hook(&ecfg) // restore, cost model feed, and write-back after the publisher
 	}
-	arena = eng.Arena()
-	st := eng.Stats()
+	if in.engine, err = engine.New(m, ecfg); err != nil {
+		return fail(err)
+	}
+	st := in.engine.Stats()
 	fmt.Fprintf(o.progress, "stockpot: KV pool %d blocks × %d tokens (%s, %s), prefix cache %v, %d threads\n",
-		st.KVBlocksTotal, o.blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), o.kvType, o.prefixCache, pool.Threads())
+		st.KVBlocksTotal, o.blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), o.kvType, o.prefixCache, in.pool.Threads())
 
 	scfg := server.DefaultConfig()
 	scfg.Addr = o.addr
@@ -192,50 +190,47 @@ func newInstance(o serveOptions) (*instance, error) {
 	scfg.IdleTimeout = o.idleTimeout
 	scfg.MaxConnections = o.maxConns
 	scfg.Logger = o.logger
-	if ts != nil {
-		scfg.TierStats = ts.stats
+	if in.tiers != nil {
+		scfg.TierStats = in.tiers.Stats
 	}
-	srv, err := server.New(scfg, eng, tokAdapter{lf.tok}, reg)
-	if err != nil {
-		eng.Close()
-		if ts != nil {
-			ts.close()
-		}
-		pool.Close()
-		return nil, err
+	if in.server, err = server.New(scfg, in.engine, tokAdapter{lf.tok}, reg); err != nil {
+		return fail(err)
 	}
-	return &instance{file: lf, pool: pool, engine: eng, server: srv, reg: reg, events: pub, tiers: ts}, nil
+	return in, nil
 }
 
 func cmdServe(args []string) error {
+	// Defaults come from the packages' DefaultConfig, so a flag cannot drift from the default
+	// the package documents and tests.
+	ed, sd, td := engine.DefaultConfig(), server.DefaultConfig(), offload.DefaultConfig()
 	fs := newFlagSet("serve")
 	modelSpec := fs.String("model", defaultModel, "GGUF file, or synthetic:PRESET")
-	addr := fs.String("addr", "127.0.0.1:8080", "listen address")
+	addr := fs.String("addr", sd.Addr, "listen address")
 	threads := fs.Int("threads", runtime.NumCPU(), "compute threads")
-	blockSize := fs.Int("block-size", 16, "tokens per KV block")
+	blockSize := fs.Int("block-size", ed.BlockSize, "tokens per KV block")
 	kvMemory := fs.String("kv-memory", "auto", "working KV block pool size (e.g. 512MiB), or auto")
-	kvType := fs.String("kv-type", "f32", "K/V element type: f32 or f16")
-	prefixCache := fs.Bool("prefix-cache", true, "reuse cached prompt prefixes")
-	dedup := fs.Bool("prefix-dedup", true, "wait for prefix blocks another request is computing instead of computing them twice")
-	maxBatch := fs.Int("max-batch-tokens", 512, "tokens per forward step (prefill chunk + decodes)")
-	maxRunning := fs.Int("max-running", 64, "requests running at once")
+	kvType := fs.String("kv-type", ed.KVType.String(), "K/V element type: f32 or f16")
+	prefixCache := fs.Bool("prefix-cache", ed.PrefixCache, "reuse cached prompt prefixes")
+	dedup := fs.Bool("prefix-dedup", ed.Dedup, "wait for prefix blocks another request is computing instead of computing them twice")
+	maxBatch := fs.Int("max-batch-tokens", ed.MaxBatchTokens, "tokens per forward step (prefill chunk + decodes)")
+	maxRunning := fs.Int("max-running", ed.MaxRunning, "requests running at once")
 	maxPrompt := fs.Int("max-prompt-tokens", 0, "refuse longer prompts (0: context length - 1)")
-	maxBody := fs.String("max-body-bytes", "16MiB", "refuse larger request bodies")
+	maxBody := fs.String("max-body-bytes", bytesize.Format(sd.MaxBodyBytes), "refuse larger request bodies")
 	var keys stringList
 	fs.Var(&keys, "api-key", "required API key (repeatable)")
 	keyFile := fs.String("api-key-file", "", "file with one API key per line")
-	readTimeout := fs.Duration("read-timeout", 30*time.Second, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
-	idleTimeout := fs.Duration("idle-timeout", 60*time.Second, "close keep-alive connections idle this long")
-	maxConns := fs.Int("max-connections", 4096, "connections held open at once; more wait in the listen backlog")
+	readTimeout := fs.Duration("read-timeout", sd.ReadTimeout, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
+	idleTimeout := fs.Duration("idle-timeout", sd.IdleTimeout, "close keep-alive connections idle this long")
+	maxConns := fs.Int("max-connections", sd.MaxConnections, "connections held open at once; more wait in the listen backlog")
 	metricsKey := fs.String("metrics-key", "", "when set, /metrics needs \"Authorization: Bearer KEY\" (unset: /metrics is open)")
-	hostCache := fs.String("host-cache", "0", "host RAM tier budget (e.g. 4GiB); 0 = off")
-	diskCache := fs.String("disk-cache", "", "disk tier directory; empty = off")
-	diskSize := fs.String("disk-cache-size", "10GiB", "disk tier budget")
-	remoteCache := fs.String("remote-cache", "", "remote tier, redis://host:port/db; empty = off")
-	minHits := fs.Int("offload-min-hits", 0, "write back only blocks reused at least this often")
-	minPrefix := fs.Int("offload-min-prefix-tokens", 0, "write back only blocks ending at least this many tokens into their prompt")
-	prefetch := fs.String("prefetch", "timeout", "queued requests vs their tier prefetch: wait, timeout or best-effort")
-	prefetchTimeout := fs.Duration("prefetch-timeout", 500*time.Millisecond, "for --prefetch timeout: longest wait before computing instead")
+	hostCache := fs.String("host-cache", bytesize.Format(td.HostBytes), "host RAM tier budget (e.g. 4GiB); 0 = off")
+	diskCache := fs.String("disk-cache", td.DiskDir, "disk tier directory; empty = off")
+	diskSize := fs.String("disk-cache-size", bytesize.Format(td.DiskBytes), "disk tier budget")
+	remoteCache := fs.String("remote-cache", td.RemoteURL, "remote tier, redis://host:port/db; empty = off")
+	minHits := fs.Int("offload-min-hits", td.Admission.MinHits, "write back only blocks reused at least this often")
+	minPrefix := fs.Int("offload-min-prefix-tokens", td.Admission.MinPrefixTokens, "write back only blocks ending at least this many tokens into their prompt")
+	prefetch := fs.String("prefetch", ed.Prefetch.String(), "queued requests vs their tier prefetch: wait, timeout or best-effort")
+	prefetchTimeout := fs.Duration("prefetch-timeout", ed.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -278,29 +273,25 @@ func cmdServe(args []string) error {
 		}
 	}
 
-	to := tierOptions{diskDir: *diskCache, remoteURL: *remoteCache, minHits: *minHits, minPrefix: *minPrefix, prefetchTimeout: *prefetchTimeout}
-	if to.hostBytes, err = bytesize.Parse(*hostCache); err != nil {
+	to := td
+	to.DiskDir, to.RemoteURL = *diskCache, *remoteCache
+	to.Admission = offload.Admission{MinHits: *minHits, MinPrefixTokens: *minPrefix}
+	if to.HostBytes, err = bytesize.Parse(*hostCache); err != nil {
 		return fmt.Errorf("--host-cache: %w", err)
 	}
-	if to.diskBytes, err = bytesize.Parse(*diskSize); err != nil {
+	if to.DiskBytes, err = bytesize.Parse(*diskSize); err != nil {
 		return fmt.Errorf("--disk-cache-size: %w", err)
 	}
-	switch *prefetch {
-	case "wait":
-		to.prefetch = engine.PrefetchWait
-	case "timeout":
-		to.prefetch = engine.PrefetchTimeout
-	case "best-effort":
-		to.prefetch = engine.PrefetchBestEffort
-	default:
-		return fmt.Errorf("--prefetch %q: want wait, timeout or best-effort", *prefetch)
+	policy, err := engine.ParsePrefetchPolicy(*prefetch)
+	if err != nil {
+		return fmt.Errorf("--prefetch %w", err)
 	}
 	opts := serveOptions{
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
 		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
-		tiers: to,
+		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout,
 	}
 	inst, err := newInstance(opts)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"stockpot/internal/engine"
+	"stockpot/internal/offload"
 )
 
 type timings struct {
@@ -37,8 +38,8 @@ func BenchmarkDiskRestoreTTFT(b *testing.B) {
 	prompt := longText(20500) // ≈ 8,000 tokens of the default model
 	for b.Loop() {
 		dir := b.TempDir()
-		to := tierOptions{diskDir: dir, diskBytes: 8 << 30, prefetch: engine.PrefetchWait}
-		o := serveOptions{model: defaultModel, blockSize: 16, kvBudget: 1 << 30, prefixCache: true, dedup: true, maxBatch: 512, maxRunning: 16, tiers: to}
+		to := offload.Config{DiskDir: dir, DiskBytes: 8 << 30}
+		o := serveOptions{model: defaultModel, blockSize: 16, kvBudget: 1 << 30, prefixCache: true, dedup: true, maxBatch: 512, maxRunning: 16, tiers: to, prefetch: engine.PrefetchWait}
 		inst, err := newInstance(o)
 		if err != nil {
 			b.Fatal(err)
@@ -72,8 +73,8 @@ func BenchmarkPrefetchOverlap(b *testing.B) {
 	shared := longText(4000 * 4)
 	for b.Loop() {
 		dir := b.TempDir()
-		to := tierOptions{diskDir: dir, diskBytes: 8 << 30, prefetch: engine.PrefetchWait}
-		o := serveOptions{model: defaultModel, blockSize: 16, kvBudget: 1 << 30, prefixCache: true, dedup: true, maxBatch: 512, maxRunning: 1, tiers: to}
+		to := offload.Config{DiskDir: dir, DiskBytes: 8 << 30}
+		o := serveOptions{model: defaultModel, blockSize: 16, kvBudget: 1 << 30, prefixCache: true, dedup: true, maxBatch: 512, maxRunning: 1, tiers: to, prefetch: engine.PrefetchWait}
 		inst, err := newInstance(o)
 		if err != nil {
 			b.Fatal(err)

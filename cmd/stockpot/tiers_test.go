@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"stockpot/internal/engine"
+	"stockpot/internal/offload"
 )
 
 type completionResult struct {
@@ -36,10 +37,10 @@ func completeText(t *testing.T, url string, prompt string) completionResult {
 	return completionResult{text: r.Choices[0].Text, usage: r.Usage}
 }
 
-func tieredInstance(t *testing.T, model string, to tierOptions) (*instance, string, func()) {
+func tieredInstance(t *testing.T, model string, to offload.Config) (*instance, string, func()) {
 	t.Helper()
 	o := serveOptions{model: model, threads: 2, blockSize: 16, kvBudget: 16 << 20, kvType: 0,
-		prefixCache: true, dedup: true, maxBatch: 256, maxRunning: 16, tiers: to}
+		prefixCache: true, dedup: true, maxBatch: 256, maxRunning: 16, tiers: to, prefetch: engine.PrefetchWait}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +53,7 @@ func tieredInstance(t *testing.T, model string, to tierOptions) (*instance, stri
 // the block-aligned prefix comes from disk and the greedy output is the same.
 func TestDiskRestart(t *testing.T) {
 	dir := t.TempDir()
-	to := tierOptions{diskDir: dir, diskBytes: 1 << 30, prefetch: engine.PrefetchWait}
+	to := offload.Config{DiskDir: dir, DiskBytes: 1 << 30}
 	prompt := longText(2400)
 	_, url, stop := tieredInstance(t, "synthetic:tiny-llama-spm", to)
 	cold := completeText(t, url, prompt)
@@ -116,7 +117,7 @@ func TestDiskRestart(t *testing.T) {
 // evicted blocks come back from host RAM.
 func TestHostTier(t *testing.T) {
 	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: 16, kvBudget: 70 * 8192, prefixCache: true,
-		maxBatch: 256, maxRunning: 4, tiers: tierOptions{hostBytes: 64 << 20, prefetch: engine.PrefetchWait}}
+		maxBatch: 256, maxRunning: 4, tiers: offload.Config{HostBytes: 64 << 20}, prefetch: engine.PrefetchWait}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)
@@ -144,7 +145,7 @@ func TestHostTier(t *testing.T) {
 // Redis, restores it from the remote tier. Stopping Redis mid-run never fails a request.
 func TestRedisSharedAcrossReplicas(t *testing.T) {
 	addr := startRedis(t)
-	to := tierOptions{remoteURL: "redis://" + addr + "/0", prefetch: engine.PrefetchWait}
+	to := offload.Config{RemoteURL: "redis://" + addr + "/0"}
 	prompt := longText(1200)
 	_, urlA, stopA := tieredInstance(t, "synthetic:tiny-llama-spm", to)
 	a := completeText(t, urlA, prompt)
@@ -349,7 +350,7 @@ func TestDiskTierOnFullTmpfs(t *testing.T) {
 		t.Skipf("mount tmpfs: %v %s; internal/tier/disk TestDiskFullEvictsAndRetries covers ENOSPC", err, out)
 	}
 	t.Cleanup(func() { exec.Command("umount", dir).Run() })
-	to := tierOptions{diskDir: dir, diskBytes: 64 << 20, prefetch: engine.PrefetchWait}
+	to := offload.Config{DiskDir: dir, DiskBytes: 64 << 20}
 	_, url, stop := tieredInstance(t, "synthetic:default", to)
 	defer func() { stop() }() // the last instance: the file system is unmounted after it
 	var first []string

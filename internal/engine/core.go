@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvcache"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -102,7 +103,7 @@ type CoreConfig struct {
 	EOG            []int32 // the model's end-of-generation tokens; stop unless Request.IgnoreEOS
 
 	Prefetch        PrefetchPolicy
-	PrefetchTimeout time.Duration
+	PrefetchMaxWait time.Duration // for PrefetchTimeout
 }
 
 // Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
@@ -130,7 +131,7 @@ type coreStats struct {
 	dedupWaits    uint64
 	preemptions   uint64
 	prefetchStall time.Duration // time admissions were held back waiting for prefetches
-	restored      [4]uint64     // blocks restored, by Tier
+	restored      kvtier.Counts // blocks restored, by tier
 }
 
 // CoreStats is a snapshot of the scheduler's counters (all cumulative except Running and
@@ -230,7 +231,7 @@ func (c *Core) admit(now time.Time) {
 		}
 		if s.prefetching && !s.admitted {
 			wait := c.cfg.Prefetch == PrefetchWait ||
-				c.cfg.Prefetch == PrefetchTimeout && now.Sub(s.enqueued) < c.cfg.PrefetchTimeout
+				c.cfg.Prefetch == PrefetchTimeout && now.Sub(s.enqueued) < c.cfg.PrefetchMaxWait
 			if wait {
 				if s.heldSince.IsZero() {
 					s.heldSince = now
@@ -268,13 +269,10 @@ func (c *Core) admit(now time.Time) {
 			bi := len(matched) + i
 			c.pendingRestores = append(c.pendingRestores, Restore{Block: int32(s.blocks[bi]), Data: rb.Data})
 			c.stats.restored[rb.Tier]++
-			switch rb.Tier {
-			case TierHost:
-				s.usage.HostTokens += B
-			case TierDisk:
-				s.usage.DiskTokens += B
-			case TierRemote:
-				s.usage.RemoteTokens += B
+			if rb.Tier != kvtier.Device {
+				if n := s.usage.tierTokens(rb.Tier); n != nil {
+					*n += B
+				}
 			}
 		}
 		s.computed = (len(matched) + len(restore)) * B

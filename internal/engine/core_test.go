@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/datadriven"
 
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -126,7 +127,7 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 		default:
 			t.Fatalf("%s: unknown prefetch policy %q", d.Pos, p)
 		}
-		cfg.PrefetchTimeout = argOr(t, d, "prefetch-timeout", 50*time.Millisecond)
+		cfg.PrefetchMaxWait = argOr(t, d, "prefetch-timeout", 50*time.Millisecond)
 		pc, err := prefix.New(prefix.Config{NumBlocks: argOr(t, d, "blocks", 16), BlockSize: cfg.BlockSize, MinHitsToProtect: 1, DisableEvents: true})
 		if err != nil {
 			t.Fatalf("%s: %v", d.Pos, err)
@@ -146,7 +147,7 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 		s.core.Prefetching(s.id(d))
 	case "prefetched":
 		p := Prefetched{First: argOr(t, d, "first", 0), Elapsed: argOr(t, d, "elapsed", time.Duration(0))}
-		tier := map[string]Tier{"host": TierHost, "disk": TierDisk, "remote": TierRemote}[argOr(t, d, "tier", "host")]
+		tier := map[string]kvtier.Tier{"host": kvtier.Host, "disk": kvtier.Disk, "remote": kvtier.Remote}[argOr(t, d, "tier", "host")]
 		for i := range argOr(t, d, "blocks", 0) {
 			p.Blocks = append(p.Blocks, RestoredBlock{Tier: tier, Data: []byte{byte(p.First + i)}})
 		}
@@ -175,7 +176,7 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 		st := s.core.Stats()
 		s.printf("running=%d waiting=%d dedup-waits=%d preemptions=%d prefetch-stall=%v restored host=%d disk=%d remote=%d\n",
 			st.Running, st.Waiting, st.DedupWaits, st.Preemptions, st.PrefetchStall,
-			st.Restored[TierHost], st.Restored[TierDisk], st.Restored[TierRemote])
+			st.Restored[kvtier.Host], st.Restored[kvtier.Disk], st.Restored[kvtier.Remote])
 	default:
 		t.Fatalf("%s: unknown command %q", d.Pos, d.Cmd)
 	}

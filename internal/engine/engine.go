@@ -28,10 +28,12 @@ type Config struct {
 	EOG            []int32 // end-of-generation tokens (tokenizer.EOGs)
 	// OnBlockEvents, when set, receives the prefix cache's block events (stored, evicted,
 	// removed, cleared) on the runner goroutine, after each scheduling step and before the
-	// forward pass writes into any reallocated block: an Evicted block's K/V is still intact
-	// during the call. The slice and its token slices are only valid during the call. It must
-	// be quick and must not call back into the engine.
-	OnBlockEvents func([]prefix.Event)
+	// forward pass writes into any reallocated block. kv[i] is the K/V of evs[i].Block for a
+	// Stored or Evicted event (nil for the others): an Evicted block's bytes are still intact
+	// during the call, the copy-out window of the write-back tiers. The slices, their token
+	// slices and the bytes are only valid during the call. It must be quick and must not call
+	// back into the engine.
+	OnBlockEvents func(evs []prefix.Event, kv [][]byte)
 	// OnStep, when set, receives each forward step's token count and duration (the runner's
 	// measured prefill rate feeds the restore-vs-recompute cost model).
 	OnStep func(tokens int, d time.Duration)
@@ -39,19 +41,25 @@ type Config struct {
 	// prefetch (stockpot_kv_restore_stall_seconds_total).
 	OnRestoreStall func(time.Duration)
 	// Restorer, when set, prefetches queued requests' prefixes from lower tiers.
-	Restorer        Restorer
-	Prefetch        PrefetchPolicy
-	PrefetchTimeout time.Duration // for PrefetchTimeout; default 50 ms
+	Restorer Restorer
+	// Prefetch is how admission treats a request whose prefetch has not finished (zero:
+	// PrefetchWait; DefaultConfig: PrefetchTimeout, as `stockpot serve --prefetch`).
+	Prefetch PrefetchPolicy
+	// PrefetchMaxWait is the longest PrefetchTimeout holds a request for its prefetch before
+	// computing what has not arrived. Default 500 ms: above the remote tier's 250 ms call
+	// timeout, so a Redis read that answers at all lands before the request gives up on it.
+	PrefetchMaxWait time.Duration
 	Logger          *slog.Logger
 }
 
-// DefaultKVMemory is the pool size used when Config.KVMemory is 0: enough for 64 full
-// contexts of the default model, capped at 2 GiB.
+// DefaultKVMemory is the pool size used when Config.KVMemory is 0: 1 GiB, enough for 64 full
+// contexts of the default model.
 const DefaultKVMemory = 1 << 30
 
 // DefaultConfig returns the defaults behind `stockpot serve`.
 func DefaultConfig() Config {
-	return Config{BlockSize: 16, KVType: kvcache.F32, MaxBatchTokens: 512, MaxRunning: 64, PrefixCache: true, Dedup: true}
+	return Config{BlockSize: 16, KVType: kvcache.F32, MaxBatchTokens: 512, MaxRunning: 64, PrefixCache: true, Dedup: true,
+		Prefetch: PrefetchTimeout, PrefetchMaxWait: 500 * time.Millisecond}
 }
 
 func (c Config) validate() (Config, error) {
@@ -71,8 +79,8 @@ func (c Config) validate() (Config, error) {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if c.PrefetchTimeout == 0 {
-		c.PrefetchTimeout = 50 * time.Millisecond
+	if c.PrefetchMaxWait == 0 {
+		c.PrefetchMaxWait = d.PrefetchMaxWait
 	}
 	if c.BlockSize < 1 || c.BlockSize > 4096 {
 		return c, fmt.Errorf("engine: block size %d out of range [1, 4096]", c.BlockSize)
@@ -106,6 +114,8 @@ type Engine struct {
 
 	stats   atomic.Pointer[Stats]
 	senders sync.WaitGroup // goroutines waiting to send on a full fetched (see sendFetched)
+
+	eventKV [][]byte // flushEvents' kv argument, reused; runner goroutine only
 }
 
 // stream carries one request's outputs from the runner to its caller without ever blocking the
@@ -151,15 +161,12 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		BlockSize: cfg.BlockSize, ContextLength: mc.ContextLength,
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxRunning: cfg.MaxRunning,
 		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup, EOG: cfg.EOG,
-		Prefetch: cfg.Prefetch, PrefetchTimeout: cfg.PrefetchTimeout,
+		Prefetch: cfg.Prefetch, PrefetchMaxWait: cfg.PrefetchMaxWait,
 	}, cacheAdapter{pc})
 	e.publishStats()
 	go e.run()
 	return e, nil
 }
-
-// Arena exposes the K/V memory (for tiers and tests).
-func (e *Engine) Arena() *kvcache.Arena { return e.arena }
 
 // ModelConfig returns the served model's hyper-parameters.
 func (e *Engine) ModelConfig() model.Config { return e.model.Config() }
@@ -282,10 +289,8 @@ func (e *Engine) publishStats() {
 		KVBlocksTotal: e.arena.NumBlocks(), KVBlocksUsed: used, KVBlocksCached: cached,
 		KVBlockBytes: e.arena.Layout().BlockBytes(), Evictions: ev,
 		DedupWaits: cs.DedupWaits, Preemptions: cs.Preemptions,
-		PrefetchStall: cs.PrefetchStall,
-		RestoredBlocks: map[string]uint64{
-			"host": cs.Restored[TierHost], "disk": cs.Restored[TierDisk], "remote": cs.Restored[TierRemote],
-		},
+		PrefetchStall:  cs.PrefetchStall,
+		RestoredBlocks: cs.Restored,
 	}
 	e.stats.Store(&st)
 }
@@ -322,7 +327,7 @@ func (e *Engine) CheckInvariants() error {
 }
 
 // FlushCached calls fn, on the runner goroutine, with every block the working pool indexes, as
-// Stored events whose K/V is intact during the call (arena.BlockData(ev.Block)). Serve calls
+// Stored events, and the block's K/V (valid during the call). Serve calls
 // it at shutdown so the write-back tiers keep what was never evicted.
 func (e *Engine) FlushCached(fn func(ev prefix.Event, kv []byte)) {
 	e.do(func() {
@@ -478,9 +483,20 @@ func (e *Engine) flushEvents() {
 	if e.cfg.OnBlockEvents == nil {
 		return
 	}
-	if evs := e.cache.Events(); len(evs) > 0 {
-		e.cfg.OnBlockEvents(evs)
+	evs := e.cache.Events()
+	if len(evs) == 0 {
+		return
 	}
+	e.eventKV = e.eventKV[:0]
+	for _, ev := range evs {
+		var kv []byte
+		if ev.Kind == prefix.Stored || ev.Kind == prefix.Evicted {
+			kv = e.arena.BlockData(ev.Block)
+		}
+		e.eventKV = append(e.eventKV, kv)
+	}
+	e.cfg.OnBlockEvents(evs, e.eventKV)
+	clear(e.eventKV) // hold no views of the arena between steps
 }
 
 type prefetchMsg struct {

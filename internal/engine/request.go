@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"stockpot/internal/kvtier"
 )
 
 // SamplingParams chooses the next token from the logits. Temperature 0 is greedy.
@@ -65,6 +67,29 @@ func (u Usage) CachedTokens() int {
 	return u.DeviceTokens + u.HostTokens + u.DiskTokens + u.RemoteTokens
 }
 
+// tierTokens points at the field counting t's tokens (nil for no named tier).
+func (u *Usage) tierTokens(t kvtier.Tier) *int {
+	switch t {
+	case kvtier.Device:
+		return &u.DeviceTokens
+	case kvtier.Host:
+		return &u.HostTokens
+	case kvtier.Disk:
+		return &u.DiskTokens
+	case kvtier.Remote:
+		return &u.RemoteTokens
+	}
+	return nil
+}
+
+// TierTokens returns the prompt tokens reused from tier t (0 for no named tier).
+func (u Usage) TierTokens(t kvtier.Tier) int {
+	if p := u.tierTokens(t); p != nil {
+		return *p
+	}
+	return 0
+}
+
 // Finish reasons.
 const (
 	FinishStop      = "stop"      // an end-of-generation or stop token
@@ -92,8 +117,8 @@ type Stats struct {
 	Evictions        uint64
 	DedupWaits       uint64 // admissions deferred to wait for another request's in-flight blocks
 	Preemptions      uint64
-	PrefetchStall    time.Duration     // total time admissions were held back for prefetches
-	RestoredBlocks   map[string]uint64 // blocks restored from lower tiers, by tier
+	PrefetchStall    time.Duration // total time admissions were held back for prefetches
+	RestoredBlocks   kvtier.Counts // blocks restored from lower tiers, by tier
 }
 
 // Errors callers branch on.

@@ -1,32 +1,12 @@
 package engine
 
 import (
+	"fmt"
 	"time"
 
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
-
-// Tier names a place a block can be restored from.
-type Tier uint8
-
-// Tiers below the working pool, fastest first.
-const (
-	TierHost Tier = iota + 1
-	TierDisk
-	TierRemote
-)
-
-func (t Tier) String() string {
-	switch t {
-	case TierHost:
-		return "host"
-	case TierDisk:
-		return "disk"
-	case TierRemote:
-		return "remote"
-	}
-	return "unknown"
-}
 
 // Restorer finds a queued request's prefix blocks in the lower tiers while it waits.
 // Implementations do I/O on their own goroutines and never touch the engine's state.
@@ -50,7 +30,7 @@ type Prefetched struct {
 
 // RestoredBlock is one block's verified K/V bytes (kvcache block layout).
 type RestoredBlock struct {
-	Tier Tier
+	Tier kvtier.Tier // where it came from: one of kvtier.Below
 	Data []byte
 }
 
@@ -60,11 +40,31 @@ type PrefetchPolicy uint8
 const (
 	// PrefetchWait holds the request (not the ones behind it) until its prefetch is done.
 	PrefetchWait PrefetchPolicy = iota
-	// PrefetchTimeout waits up to Config.PrefetchTimeout, then computes what has not arrived.
+	// PrefetchTimeout waits up to Config.PrefetchMaxWait, then computes what has not arrived.
 	PrefetchTimeout
 	// PrefetchBestEffort never waits: whatever has arrived at admission is used.
 	PrefetchBestEffort
 )
+
+// The names of the policies, as `stockpot serve --prefetch` takes them.
+var prefetchPolicyNames = [...]string{PrefetchWait: "wait", PrefetchTimeout: "timeout", PrefetchBestEffort: "best-effort"}
+
+func (p PrefetchPolicy) String() string {
+	if int(p) < len(prefetchPolicyNames) {
+		return prefetchPolicyNames[p]
+	}
+	return fmt.Sprintf("prefetch(%d)", uint8(p))
+}
+
+// ParsePrefetchPolicy is the inverse of PrefetchPolicy.String.
+func ParsePrefetchPolicy(s string) (PrefetchPolicy, error) {
+	for p, n := range prefetchPolicyNames {
+		if n == s {
+			return PrefetchPolicy(p), nil
+		}
+	}
+	return 0, fmt.Errorf("%q: want wait, timeout or best-effort", s) // the caller names the setting
+}
 
 // Restore is a copy the runner performs before the forward pass: tier bytes into a block.
 type Restore struct {

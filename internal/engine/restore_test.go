@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"stockpot/internal/engine"
-	"stockpot/internal/kvcache"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -32,7 +32,7 @@ func (m *mapTier) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int3
 			if !ok {
 				break
 			}
-			p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: engine.TierDisk, Data: d})
+			p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: kvtier.Disk, Data: d})
 		}
 		p.Elapsed = time.Since(start)
 		done(p)
@@ -43,22 +43,17 @@ func (m *mapTier) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int3
 // restart from disk) are reused, counted by tier, and change no output bit.
 func TestRestoreFromTier(t *testing.T) {
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
-	var arena *kvcache.Arena
-	var mu sync.Mutex
 	a := newEngine(t, func(c *engine.Config) {
-		c.OnBlockEvents = func(evs []prefix.Event) {
-			mu.Lock()
-			defer mu.Unlock()
-			for _, ev := range evs {
+		c.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
+			tier.mu.Lock()
+			defer tier.mu.Unlock()
+			for i, ev := range evs {
 				if ev.Kind == prefix.Stored {
-					tier.blocks[ev.Hash] = append([]byte(nil), arena.BlockData(ev.Block)...)
+					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
 				}
 			}
 		}
 	})
-	mu.Lock()
-	arena = a.Arena()
-	mu.Unlock()
 	p := seqPrompt(77, 150)
 	req := engine.Request{Prompt: p, MaxTokens: 8, Logprobs: 1}
 	cold := collect(t, a, req)
@@ -68,7 +63,7 @@ func TestRestoreFromTier(t *testing.T) {
 	for _, policy := range []engine.PrefetchPolicy{engine.PrefetchWait, engine.PrefetchTimeout, engine.PrefetchBestEffort} {
 		t.Run(fmt.Sprint("policy=", policy), func(t *testing.T) {
 			tier.delay = 20 * time.Millisecond
-			b := newEngine(t, func(c *engine.Config) { c.Restorer = tier; c.Prefetch = policy; c.PrefetchTimeout = time.Second })
+			b := newEngine(t, func(c *engine.Config) { c.Restorer = tier; c.Prefetch = policy; c.PrefetchMaxWait = time.Second })
 			warm := collect(t, b, req)
 			want := (len(p) - 1) / 16 * 16
 			if policy == engine.PrefetchBestEffort {
@@ -86,5 +81,29 @@ func TestRestoreFromTier(t *testing.T) {
 				t.Errorf("repeat: device tokens %d", again.usage.DeviceTokens)
 			}
 		})
+	}
+}
+
+func TestPrefetchPolicyNames(t *testing.T) {
+	for _, p := range []engine.PrefetchPolicy{engine.PrefetchWait, engine.PrefetchTimeout, engine.PrefetchBestEffort} {
+		got, err := engine.ParsePrefetchPolicy(p.String())
+		if err != nil || got != p {
+			t.Errorf("ParsePrefetchPolicy(%q) = %v, %v; want %v", p.String(), got, err, p)
+		}
+	}
+	if _, err := engine.ParsePrefetchPolicy("sometimes"); err == nil {
+		t.Error("ParsePrefetchPolicy(sometimes): no error")
+	}
+	if d := engine.DefaultConfig(); d.Prefetch != engine.PrefetchTimeout || d.PrefetchMaxWait != 500*time.Millisecond {
+		t.Errorf("DefaultConfig: prefetch %v, max wait %v; want timeout, 500ms (serve's documented defaults)", d.Prefetch, d.PrefetchMaxWait)
+	}
+}
+
+func TestUsageTierTokens(t *testing.T) {
+	u := engine.Usage{DeviceTokens: 1, HostTokens: 2, DiskTokens: 3, RemoteTokens: 4}
+	for tr, want := range map[kvtier.Tier]int{kvtier.Device: 1, kvtier.Host: 2, kvtier.Disk: 3, kvtier.Remote: 4, kvtier.Tier(kvtier.Count): 0} {
+		if got := u.TierTokens(tr); got != want {
+			t.Errorf("TierTokens(%v) = %d, want %d", tr, got, want)
+		}
 	}
 }

@@ -46,9 +46,13 @@
 // block set map grows. Slow readers fall behind the ring and resync; they
 // never hold the publisher up.
 //
+// A block's tier is a kvtier.Tier; its String is the "tier" wire value, so
+// the stream's bytes do not depend on this package. The publisher keeps the
+// tiers holding a block as a uint8 bit set: at most 8 tiers.
+//
 // # Imports
 //
-// kvevents imports only package prefix (for the hash type) and the standard
-// library: both the engine's side and the router's use it, so it must import
-// neither.
+// kvevents imports only packages prefix (for the hash type) and kvtier, and
+// the standard library: both the engine's side and the router's use it, so it
+// must import neither.
 package kvevents

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -40,44 +41,20 @@ func ParseKind(s string) (Kind, error) {
 	return 0, fmt.Errorf("kvevents: unknown kind %q", s)
 }
 
-// Tier is where a block lives, fastest first.
-type Tier uint8
-
-const (
-	Device Tier = iota // the working block pool
-	Host               // host memory offload
-	Disk               // local disk offload
-	Remote             // a shared remote store
-	numTiers
-)
-
-// NumTiers is the number of tiers.
-const NumTiers = int(numTiers)
-
-var tierNames = [...]string{Device: "device", Host: "host", Disk: "disk", Remote: "remote"}
-
-func (t Tier) String() string {
-	if int(t) < len(tierNames) {
-		return tierNames[t]
+// parseTier decodes a wire tier name (kvtier.Parse, with this package's error prefix).
+func parseTier(s string) (kvtier.Tier, error) {
+	t, err := kvtier.Parse(s)
+	if err != nil {
+		return 0, fmt.Errorf("kvevents: %w", err)
 	}
-	return "tier(" + strconv.Itoa(int(t)) + ")"
-}
-
-// ParseTier is the inverse of Tier.String.
-func ParseTier(s string) (Tier, error) {
-	for t, n := range tierNames {
-		if n == s {
-			return Tier(t), nil
-		}
-	}
-	return 0, fmt.Errorf("kvevents: unknown tier %q", s)
+	return t, nil
 }
 
 // Event is one change to a replica's block set. Seq is set by the Publisher.
 type Event struct {
 	Seq    uint64
 	Kind   Kind
-	Tier   Tier
+	Tier   kvtier.Tier
 	Hash   prefix.Hash
 	Parent prefix.Hash
 	Time   time.Time // when it was published; Publish fills a zero Time
@@ -86,7 +63,7 @@ type Event struct {
 // Block is one (hash, tier) pair of a snapshot.
 type Block struct {
 	Hash prefix.Hash
-	Tier Tier
+	Tier kvtier.Tier
 }
 
 // Snapshot is a replica's whole block set after event Seq of epoch Epoch.
@@ -109,7 +86,7 @@ func (s *Snapshot) IdentityBytes() ([]byte, error) {
 // FromPrefix converts the prefix cache's events of one tier, appending to
 // dst: Stored stays stored, Evicted and Removed become removed, Cleared
 // stays cleared. Tokens are dropped (subscribers recompute hashes instead).
-func FromPrefix(dst []Event, tier Tier, evs []prefix.Event) []Event {
+func FromPrefix(dst []Event, tier kvtier.Tier, evs []prefix.Event) []Event {
 	for i := range evs {
 		var k Kind
 		switch evs[i].Kind {
@@ -197,7 +174,7 @@ func decodeEvent(m *wireMsg) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
-	t, err := ParseTier(m.Tier)
+	t, err := parseTier(m.Tier)
 	if err != nil {
 		return Event{}, err
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -105,12 +106,12 @@ func startSub(t *testing.T, url string, sink Sink) *Subscriber {
 // churn publishes stores, removals across tiers, and a clear.
 func churn(p *Publisher, from, n int) {
 	for i := from; i < from+n; i++ {
-		p.Publish(Event{Kind: Stored, Tier: Device, Hash: h(i), Parent: h(i - 1)})
+		p.Publish(Event{Kind: Stored, Tier: kvtier.Device, Hash: h(i), Parent: h(i - 1)})
 		if i%3 == 0 {
-			p.Publish(Event{Kind: Stored, Tier: Host, Hash: h(i)})
+			p.Publish(Event{Kind: Stored, Tier: kvtier.Host, Hash: h(i)})
 		}
 		if i%5 == 0 {
-			p.Publish(Event{Kind: Removed, Tier: Device, Hash: h(i - 2)})
+			p.Publish(Event{Kind: Removed, Tier: kvtier.Device, Hash: h(i - 2)})
 		}
 	}
 }
@@ -118,8 +119,8 @@ func churn(p *Publisher, from, n int) {
 func TestPublisherSnapshotAndRing(t *testing.T) {
 	p := mustPublisher(t, Config{RingSize: 4, Epoch: 7})
 	p.SetIdentity("abcd", 16)
-	p.Publish(Event{Kind: Stored, Tier: Device, Hash: h(1)}, Event{Kind: Stored, Tier: Host, Hash: h(1)}, Event{Kind: Stored, Tier: Device, Hash: h(2)})
-	p.Publish(Event{Kind: Removed, Tier: Device, Hash: h(1)})
+	p.Publish(Event{Kind: Stored, Tier: kvtier.Device, Hash: h(1)}, Event{Kind: Stored, Tier: kvtier.Host, Hash: h(1)}, Event{Kind: Stored, Tier: kvtier.Device, Hash: h(2)})
+	p.Publish(Event{Kind: Removed, Tier: kvtier.Device, Hash: h(1)})
 	s := p.Snapshot()
 	if s.Seq != 4 || s.Epoch != 7 || s.Identity != "abcd" || s.BlockSize != 16 {
 		t.Fatalf("snapshot header %+v", s)
@@ -130,7 +131,7 @@ func TestPublisherSnapshotAndRing(t *testing.T) {
 			t.Fatalf("blocks: have %v want %v", got, want)
 		}
 	}
-	p.Publish(Event{Kind: Cleared, Tier: Host})
+	p.Publish(Event{Kind: Cleared, Tier: kvtier.Host})
 	if got := len(p.Snapshot().Blocks); got != 1 {
 		t.Fatalf("after clear host: have %d blocks want 1", got)
 	}
@@ -204,7 +205,7 @@ func TestSubscriberGapResync(t *testing.T) {
 			// heartbeat can reveal the gap.
 			drop.Store(p.Seq() + 1)
 			if tail {
-				p.Publish(Event{Kind: Stored, Tier: Device, Hash: h(999)})
+				p.Publish(Event{Kind: Stored, Tier: kvtier.Device, Hash: h(999)})
 			} else {
 				churn(p, 20, 30)
 			}
@@ -279,7 +280,7 @@ func BenchmarkPublish(b *testing.B) {
 				evs[j].Kind = prefix.Stored
 			}
 		}
-		p.PublishPrefix(Device, evs)
+		p.PublishPrefix(kvtier.Device, evs)
 	}
 }
 

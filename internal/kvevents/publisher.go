@@ -7,8 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
+
+// A block's tiers are a uint8 bit set (bit t = kvtier.Tier t): this fails to compile past 8.
+var _ [8 - kvtier.Count]struct{}
 
 // Config configures a Publisher.
 type Config struct {
@@ -126,7 +130,7 @@ func (p *Publisher) Publish(evs ...Event) {
 }
 
 // PublishPrefix publishes the prefix cache's events as happening in tier.
-func (p *Publisher) PublishPrefix(tier Tier, evs []prefix.Event) {
+func (p *Publisher) PublishPrefix(tier kvtier.Tier, evs []prefix.Event) {
 	var stack [64]Event
 	p.Publish(FromPrefix(stack[:0], tier, evs)...)
 }
@@ -163,7 +167,7 @@ func (p *Publisher) Snapshot() Snapshot {
 	s := Snapshot{Epoch: p.cfg.Epoch, Seq: p.mu.seq, Identity: p.mu.identity, BlockSize: p.mu.blockSize,
 		Blocks: make([]Block, 0, len(p.mu.blocks))}
 	for h, m := range p.mu.blocks {
-		for t := range numTiers {
+		for t := range kvtier.Tier(kvtier.Count) {
 			if m&(1<<t) != 0 {
 				s.Blocks = append(s.Blocks, Block{Hash: h, Tier: t})
 			}

@@ -238,7 +238,7 @@ func (s *Subscriber) fetchSnapshot(ctx context.Context) (Snapshot, error) {
 		if err != nil {
 			return Snapshot{}, err
 		}
-		t, err := ParseTier(b.Tier)
+		t, err := parseTier(b.Tier)
 		if err != nil {
 			return Snapshot{}, err
 		}

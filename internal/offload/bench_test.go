@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvcache"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/tier"
 	"stockpot/internal/tier/disk"
 	"stockpot/internal/tier/hostmem"
@@ -23,8 +24,8 @@ const benchBlocks = 32
 // restore is the engine's restore path for blocks in s: the Fetcher finds, reads and
 // verifies them (checksum, identity, tokens; on all cores), then their K/V is copied into the
 // arena as the runner does before its forward pass.
-func restore(b *testing.B, name string, s tier.Store, recs []*tier.Record, arena *kvcache.Arena) {
-	f := benchFetcher(b, name, s)
+func restore(b *testing.B, t kvtier.Tier, s tier.Store, recs []*tier.Record, arena *kvcache.Arena) {
+	f := benchFetcher(b, t, s)
 	req := Request{Root: recs[0].Root, Parent: recs[0].Parent}
 	for _, r := range recs {
 		req.Hashes = append(req.Hashes, r.Hash)
@@ -43,14 +44,14 @@ var fetchers = map[tier.Store]*Fetcher{}
 
 // benchFetcher builds (once per store) a fetcher whose cost model always restores, so the
 // benchmark measures the I/O path rather than the model's decision.
-func benchFetcher(b *testing.B, name string, s tier.Store) *Fetcher {
+func benchFetcher(b *testing.B, t kvtier.Tier, s tier.Store) *Fetcher {
 	if f, ok := fetchers[s]; ok {
 		return f
 	}
 	cfg := DefaultFetcherConfig()
 	cfg.Identity, cfg.Layout = identity, benchLayout
 	cfg.Cost.PrefillTokensPerSecond = 1 // recomputing is always slower
-	f, err := NewFetcher(cfg, []Tier{{Name: name, Store: s}}, nil)
+	f, err := NewFetcher(cfg, []Tier{{Tier: t, Store: s}}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -86,7 +87,7 @@ func BenchmarkRestoreHostVsCopy(b *testing.B) {
 	h.Put(ctx, tiertest.Items(recs))
 	arena, _ := kvcache.NewArena(benchLayout, benchBlocks)
 	bytes := int64(benchBlocks) * benchLayout.BlockBytes()
-	reportRatio(b, bytes, func() { restore(b, "host", h, recs, arena) }, func() {
+	reportRatio(b, bytes, func() { restore(b, kvtier.Host, h, recs, arena) }, func() {
 		for i, r := range recs {
 			copy(arena.BlockData(kvcache.BlockID(i)), r.KV)
 		}
@@ -106,7 +107,7 @@ func BenchmarkRestoreDiskVsReadFile(b *testing.B) {
 	files, _ := filepath.Glob(filepath.Join(d.Dir(), "*.kv"))
 	arena, _ := kvcache.NewArena(benchLayout, benchBlocks)
 	bytes := int64(benchBlocks) * benchLayout.BlockBytes()
-	reportRatio(b, bytes, func() { restore(b, "disk", d, recs, arena) }, func() {
+	reportRatio(b, bytes, func() { restore(b, kvtier.Disk, d, recs, arena) }, func() {
 		for _, f := range files {
 			if _, err := os.ReadFile(f); err != nil {
 				b.Fatal(err)

@@ -3,6 +3,8 @@ package offload
 import (
 	"fmt"
 	"time"
+
+	"stockpot/internal/kvtier"
 )
 
 // CostConfig configures a CostModel. Bandwidths are bytes per second.
@@ -12,12 +14,12 @@ type CostConfig struct {
 	// restores off, and a tier that stays slow does within a few.
 	Alpha float64
 	// ReadBandwidth is the prior per tier, used until a read is observed.
-	ReadBandwidth map[string]float64
+	ReadBandwidth map[kvtier.Tier]float64
 	// PrefillTokensPerSecond is the prior prefill rate.
 	PrefillTokensPerSecond float64
 	// Overhead is the fixed cost of one batched read from a tier (a call,
 	// a round trip, the wake-up of the waiting request).
-	Overhead map[string]time.Duration
+	Overhead map[kvtier.Tier]time.Duration
 }
 
 // DefaultCostConfig returns priors for a CPU engine with local tiers:
@@ -27,9 +29,9 @@ type CostConfig struct {
 func DefaultCostConfig() CostConfig {
 	return CostConfig{
 		Alpha:                  0.2,
-		ReadBandwidth:          map[string]float64{"host": 10e9, "disk": 1e9, "remote": 100e6},
+		ReadBandwidth:          map[kvtier.Tier]float64{kvtier.Host: 10e9, kvtier.Disk: 1e9, kvtier.Remote: 100e6},
 		PrefillTokensPerSecond: 1000,
-		Overhead:               map[string]time.Duration{"host": 5 * time.Microsecond, "disk": 200 * time.Microsecond, "remote": time.Millisecond},
+		Overhead:               map[kvtier.Tier]time.Duration{kvtier.Host: 5 * time.Microsecond, kvtier.Disk: 200 * time.Microsecond, kvtier.Remote: time.Millisecond},
 	}
 }
 
@@ -47,18 +49,18 @@ func (c CostConfig) validate() (CostConfig, error) {
 	if c.PrefillTokensPerSecond < 0 {
 		return c, fmt.Errorf("offload: prefill rate %v < 0", c.PrefillTokensPerSecond)
 	}
-	bw := make(map[string]float64)
+	bw := make(map[kvtier.Tier]float64)
 	for k, v := range d.ReadBandwidth {
 		bw[k] = v
 	}
 	for k, v := range c.ReadBandwidth {
 		if v <= 0 {
-			return c, fmt.Errorf("offload: read bandwidth of %q is %v, must be > 0", k, v)
+			return c, fmt.Errorf("offload: read bandwidth of %q is %v, must be > 0", k.String(), v)
 		}
 		bw[k] = v
 	}
 	c.ReadBandwidth = bw
-	ov := make(map[string]time.Duration)
+	ov := make(map[kvtier.Tier]time.Duration)
 	for k, v := range d.Overhead {
 		ov[k] = v
 	}
@@ -73,8 +75,8 @@ func (c CostConfig) validate() (CostConfig, error) {
 // use; the Fetcher guards its own with a mutex.
 type CostModel struct {
 	cfg     CostConfig
-	bw      map[string]float64 // bytes/s per tier, EWMA
-	prefill float64            // tokens/s, EWMA
+	bw      map[kvtier.Tier]float64 // bytes/s per tier, EWMA
+	prefill float64                 // tokens/s, EWMA
 }
 
 // NewCostModel returns a model at its priors.
@@ -83,7 +85,7 @@ func NewCostModel(cfg CostConfig) (*CostModel, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &CostModel{cfg: cfg, bw: make(map[string]float64), prefill: cfg.PrefillTokensPerSecond}
+	m := &CostModel{cfg: cfg, bw: make(map[kvtier.Tier]float64), prefill: cfg.PrefillTokensPerSecond}
 	for k, v := range cfg.ReadBandwidth {
 		m.bw[k] = v
 	}
@@ -95,7 +97,7 @@ func (m *CostModel) ewma(old, sample float64) float64 {
 }
 
 // ObserveRead feeds one measured read of bytes from tier taking d.
-func (m *CostModel) ObserveRead(tier string, bytes int64, d time.Duration) {
+func (m *CostModel) ObserveRead(tier kvtier.Tier, bytes int64, d time.Duration) {
 	if bytes <= 0 || d <= 0 {
 		return
 	}
@@ -117,14 +119,14 @@ func (m *CostModel) ObservePrefill(tokens int, d time.Duration) {
 
 // ReadBandwidth returns the current estimate for tier in bytes/s (0 if
 // unknown: such a tier is never worth reading).
-func (m *CostModel) ReadBandwidth(tier string) float64 { return m.bw[tier] }
+func (m *CostModel) ReadBandwidth(tier kvtier.Tier) float64 { return m.bw[tier] }
 
 // PrefillRate returns the current estimate in tokens/s.
 func (m *CostModel) PrefillRate() float64 { return m.prefill }
 
 // Span is one block a restore could read.
 type Span struct {
-	Tier   string
+	Tier   kvtier.Tier
 	Bytes  int64 // bytes to read
 	Tokens int   // tokens it saves from recompute
 }
@@ -136,7 +138,7 @@ func (m *CostModel) Plan(blocks []Span) (n int, saved time.Duration) {
 		return 0, 0
 	}
 	var best, cur float64
-	used := make(map[string]bool, 3)
+	used := make(map[kvtier.Tier]bool, 3)
 	for i, b := range blocks {
 		bw := m.bw[b.Tier]
 		if bw <= 0 {

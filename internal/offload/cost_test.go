@@ -3,18 +3,20 @@ package offload
 import (
 	"testing"
 	"time"
+
+	"stockpot/internal/kvtier"
 )
 
 func TestPlan(t *testing.T) {
 	const mb = 1 << 20
 	cfg := CostConfig{
-		ReadBandwidth:          map[string]float64{"host": 1000 * mb, "disk": 100 * mb, "remote": 10 * mb},
+		ReadBandwidth:          map[kvtier.Tier]float64{kvtier.Host: 1000 * mb, kvtier.Disk: 100 * mb, kvtier.Remote: 10 * mb},
 		PrefillTokensPerSecond: 1000, // 16 tokens = 16 ms
-		Overhead:               map[string]time.Duration{"host": 0, "disk": time.Millisecond, "remote": 20 * time.Millisecond},
+		Overhead:               map[kvtier.Tier]time.Duration{kvtier.Host: 0, kvtier.Disk: time.Millisecond, kvtier.Remote: 20 * time.Millisecond},
 	}
-	host := Span{"host", mb, 16}     // 1 ms read vs 16 ms recompute
-	disk := Span{"disk", mb, 16}     // 10 ms vs 16 ms
-	remote := Span{"remote", mb, 16} // 100 ms vs 16 ms: never
+	host := Span{kvtier.Host, mb, 16}     // 1 ms read vs 16 ms recompute
+	disk := Span{kvtier.Disk, mb, 16}     // 10 ms vs 16 ms
+	remote := Span{kvtier.Remote, mb, 16} // 100 ms vs 16 ms: never
 	tests := []struct {
 		name   string
 		blocks []Span
@@ -26,8 +28,8 @@ func TestPlan(t *testing.T) {
 		{"remote never pays", []Span{remote, remote}, 0},
 		{"stop before remote", []Span{host, host, remote, remote}, 2},
 		{"remote gap then host does not pay", []Span{host, remote, host}, 1},
-		{"one disk block does not pay its overhead", []Span{{"disk", 16 * mb / 10, 16}}, 0}, // 16 ms + 1 ms > 16 ms
-		{"unknown tier stops", []Span{host, {"tape", 1, 16}, host}, 1},
+		{"one disk block does not pay its overhead", []Span{{kvtier.Disk, 16 * mb / 10, 16}}, 0}, // 16 ms + 1 ms > 16 ms
+		{"unknown tier stops", []Span{host, {kvtier.Tier(kvtier.Count), 1, 16}, host}, 1},
 	}
 	for _, tt := range tests {
 		m, err := NewCostModel(cfg)
@@ -43,31 +45,31 @@ func TestPlan(t *testing.T) {
 }
 
 func TestObservationsMove(t *testing.T) {
-	m, _ := NewCostModel(CostConfig{Alpha: 0.5, ReadBandwidth: map[string]float64{"disk": 100}, PrefillTokensPerSecond: 100})
-	m.ObserveRead("disk", 300, time.Second) // sample 300: ewma 200
-	if got := m.ReadBandwidth("disk"); got != 200 {
+	m, _ := NewCostModel(CostConfig{Alpha: 0.5, ReadBandwidth: map[kvtier.Tier]float64{kvtier.Disk: 100}, PrefillTokensPerSecond: 100})
+	m.ObserveRead(kvtier.Disk, 300, time.Second) // sample 300: ewma 200
+	if got := m.ReadBandwidth(kvtier.Disk); got != 200 {
 		t.Errorf("bandwidth = %v, want 200", got)
 	}
 	m.ObservePrefill(50, time.Second) // sample 50: ewma 75
 	if got := m.PrefillRate(); got != 75 {
 		t.Errorf("prefill = %v, want 75", got)
 	}
-	m.ObserveRead("new", 10, time.Second)
-	if got := m.ReadBandwidth("new"); got != 10 {
+	m.ObserveRead(kvtier.Tier(kvtier.Count), 10, time.Second)
+	if got := m.ReadBandwidth(kvtier.Tier(kvtier.Count)); got != 10 {
 		t.Errorf("a new tier starts at its first sample: %v, want 10", got)
 	}
-	m.ObserveRead("disk", 0, 0) // ignored
-	if got := m.ReadBandwidth("disk"); got != 200 {
+	m.ObserveRead(kvtier.Disk, 0, 0) // ignored
+	if got := m.ReadBandwidth(kvtier.Disk); got != 200 {
 		t.Errorf("an empty observation moved the estimate to %v", got)
 	}
 	// A tier that turns slow switches restores off.
-	m2, _ := NewCostModel(CostConfig{PrefillTokensPerSecond: 1000, Overhead: map[string]time.Duration{"disk": 0}})
-	blk := []Span{{"disk", 1 << 20, 16}}
+	m2, _ := NewCostModel(CostConfig{PrefillTokensPerSecond: 1000, Overhead: map[kvtier.Tier]time.Duration{kvtier.Disk: 0}})
+	blk := []Span{{kvtier.Disk, 1 << 20, 16}}
 	if n, _ := m2.Plan(blk); n != 1 {
 		t.Fatalf("fast disk: Plan = %d, want 1", n)
 	}
 	for range 20 {
-		m2.ObserveRead("disk", 1<<20, 100*time.Millisecond)
+		m2.ObserveRead(kvtier.Disk, 1<<20, 100*time.Millisecond)
 	}
 	if n, _ := m2.Plan(blk); n != 0 {
 		t.Fatalf("slow disk: Plan = %d, want 0", n)
@@ -78,7 +80,7 @@ func TestCostConfigValidate(t *testing.T) {
 	for name, cfg := range map[string]CostConfig{
 		"alpha":     {Alpha: 2},
 		"prefill":   {PrefillTokensPerSecond: -1},
-		"bandwidth": {ReadBandwidth: map[string]float64{"disk": 0}},
+		"bandwidth": {ReadBandwidth: map[kvtier.Tier]float64{kvtier.Disk: 0}},
 	} {
 		if _, err := NewCostModel(cfg); err == nil {
 			t.Errorf("%s: accepted %+v", name, cfg)

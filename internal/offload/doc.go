@@ -3,6 +3,26 @@
 // a queued request's prefix (Fetcher), the restore-or-recompute decision
 // (CostModel), and their metrics (Metrics, TierStats).
 //
+// # Wiring: Tiers
+//
+// Open(Config) is the one constructor serve calls: it opens the stores the
+// Config turns on (host, disk, remote, fastest first; a tier is a
+// kvtier.Tier), the Writer, the Fetcher and the metrics, and Tiers.Hook
+// plugs them into an engine.Config. Tiers is the engine.Restorer: Prefetch
+// hands the request to a fixed set of fetcher goroutines (Config.Fetchers)
+// through a bounded queue (Config.FetchQueue; past it the answer is an empty
+// result at once, and the request computes), each fetch under a context that
+// Config.FetchTimeout bounds and Close cancels. Tiers.BlockEvents is the sink
+// of the engine's block events: it turns each Evicted event, whose K/V the
+// engine passes beside it, into an Evicted write-back; FlushBlock does the
+// same for the pool's write-back at shutdown (engine.FlushCached). Close
+// stops the fetchers, drains the writer and closes the stores, in that
+// order, and is safe on a partly opened Tiers.
+//
+// Imports: engine (the Restorer and hook types it implements), kvtier,
+// prefix, kvcache, tier and its stores, prometheus. Nothing below engine
+// imports offload.
+//
 // # Write-back: per-tier queues
 //
 // Writer.Enqueue runs on the engine's goroutine right after the prefix cache
@@ -41,7 +61,8 @@
 // Admission (WriterConfig.Admission): a block is written only if it was
 // reused at least MinHits times on the device and its prefix (tokens up to
 // and including the block) is at least MinPrefixTokens long; zero turns a
-// condition off. The engine fills Evicted.Hits and Evicted.PrefixTokens.
+// condition off. Tiers.BlockEvents fills Evicted.Hits and Evicted.PrefixTokens
+// from the engine's block event.
 //
 // # Restore: Fetcher
 //

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvcache"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier"
 )
@@ -48,7 +49,8 @@ type Request struct {
 
 // Restored is the outcome for one block of a Request.
 type Restored struct {
-	Tier   string       // where it was found; "" if in no tier
+	Found  bool         // in some tier (Tier)
+	Tier   kvtier.Tier  // where it was found, when Found
 	Record *tier.Record // verified, usable; nil otherwise
 	Reason string       // discard reason when found but not used (tier.Reason*); "" otherwise
 	Err    error        // the verification error behind Reason, if any
@@ -201,8 +203,8 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	spans := make([]Span, found)
 	recBytes := int64((&tier.Record{Tokens: make([]int32, bs), KV: nil}).EncodedSize()) + f.cfg.Layout.BlockBytes()
 	for i := range spans {
-		spans[i] = Span{Tier: f.tiers[loc[i]].Name, Bytes: recBytes, Tokens: bs}
-		res.Blocks[i].Tier = spans[i].Tier
+		spans[i] = Span{Tier: f.tiers[loc[i]].Tier, Bytes: recBytes, Tokens: bs}
+		res.Blocks[i].Found, res.Blocks[i].Tier = true, spans[i].Tier
 	}
 	f.mu.Lock()
 	n, saved := f.mu.cost.Plan(spans)
@@ -265,7 +267,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 			if brk == "" {
 				brk = "gap"
 			}
-			b.Tier = ""
+			b.Found, b.Tier = false, 0
 			continue
 		}
 		rec, err := dec[i].rec, dec[i].err
@@ -301,7 +303,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		res.Usable = last
 	}
 	// Trim trailing blocks that were never found (a gap at the end).
-	for len(res.Blocks) > 0 && res.Blocks[len(res.Blocks)-1].Tier == "" {
+	for len(res.Blocks) > 0 && !res.Blocks[len(res.Blocks)-1].Found {
 		res.Blocks = res.Blocks[:len(res.Blocks)-1]
 	}
 	return res, nil
@@ -335,7 +337,7 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) [][]byte {
 		start := time.Now()
 		vals, err := t.Store.Get(ctx, lk)
 		d := time.Since(start)
-		f.metrics.ObserveRead(t.Name, d)
+		f.metrics.ObserveRead(t.Tier.String(), d)
 		var bytes int64
 		f.mu.Lock()
 		for j, i := range lead {
@@ -348,7 +350,7 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) [][]byte {
 			close(leadCalls[j].done)
 		}
 		if err == nil {
-			f.mu.cost.ObserveRead(t.Name, bytes, d)
+			f.mu.cost.ObserveRead(t.Tier, bytes, d)
 		}
 		f.mu.Unlock()
 	}

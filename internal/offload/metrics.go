@@ -5,32 +5,25 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"stockpot/internal/kvtier"
 	"stockpot/internal/tier"
 )
 
-// Tier is one named tier below the device: "host", "disk" or "remote" (the
-// label values of the {tier} metrics and of the usage "cache" fields).
+// Tier is one store below the device, and which tier it is (one of
+// kvtier.Below; its String is the {tier} label of the metrics).
 type Tier struct {
-	Name  string
+	Tier  kvtier.Tier
 	Store tier.Store
-}
-
-// TierStat is one tier's row of the stockpot_kv_cache_* gauges.
-type TierStat struct {
-	Tier          string
-	UsedBytes     int64
-	CapacityBytes int64
-	Evictions     uint64
 }
 
 // TierStats returns the rows the server's collector adds to
 // stockpot_kv_cache_usage_bytes, _capacity_bytes and _evictions_total
 // (beside its own tier="device" row). See the package doc.
-func TierStats(tiers []Tier) []TierStat {
-	out := make([]TierStat, len(tiers))
+func TierStats(tiers []Tier) []kvtier.Stat {
+	out := make([]kvtier.Stat, len(tiers))
 	for i, t := range tiers {
 		st := t.Store.Stats()
-		out[i] = TierStat{Tier: t.Name, UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Evictions: st.Evictions}
+		out[i] = kvtier.Stat{Tier: t.Tier, UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Evictions: st.Evictions}
 	}
 	return out
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier"
 	"stockpot/internal/tier/hostmem"
@@ -59,7 +60,7 @@ func TestWriterWritesAllTiersAndAdmits(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, err := NewWriter(WriterConfig{Identity: identity, Layout: layout, Admission: Admission{MinHits: 1, MinPrefixTokens: 8}},
-		[]Tier{{"host", host}, {"disk", disk}}, m)
+		[]Tier{{kvtier.Host, host}, {kvtier.Disk, disk}}, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +102,7 @@ func TestWriterDropsWhenFull(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, _ := NewMetrics(reg)
 	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 2, MaxBatch: 1},
-		[]Tier{{"host", fast}, {"remote", slow}}, m)
+		[]Tier{{kvtier.Host, fast}, {kvtier.Remote, slow}}, m)
 	recs := tiertest.Chain(identity, root, layout, 10, 2)
 	done := make(chan struct{})
 	go func() {
@@ -155,7 +156,7 @@ func request(recs []*tier.Record) Request {
 func newFetcher(t *testing.T, tiers []Tier, m *Metrics, mod func(*FetcherConfig)) *Fetcher {
 	t.Helper()
 	cfg := FetcherConfig{Identity: identity, Layout: layout,
-		Cost: CostConfig{PrefillTokensPerSecond: 10, Overhead: map[string]time.Duration{"host": 0, "disk": 0, "remote": 0}}}
+		Cost: CostConfig{PrefillTokensPerSecond: 10, Overhead: map[kvtier.Tier]time.Duration{kvtier.Host: 0, kvtier.Disk: 0, kvtier.Remote: 0}}}
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -184,14 +185,14 @@ func TestFetchLongestPrefixAcrossTiers(t *testing.T) {
 	host.Put(ctx, items[0:2])
 	disk.Put(ctx, items[1:4])
 	remote.Put(ctx, items[5:6])
-	f := newFetcher(t, []Tier{{"host", host}, {"disk", disk}, {"remote", remote}}, nil, nil)
+	f := newFetcher(t, []Tier{{kvtier.Host, host}, {kvtier.Disk, disk}, {kvtier.Remote, remote}}, nil, nil)
 	res := fetch(t, f, request(recs))
 	if res.Usable != 4 || len(res.Blocks) != 4 {
 		t.Fatalf("usable %d of %d blocks, want 4 of 4", res.Usable, len(res.Blocks))
 	}
-	for i, want := range []string{"host", "host", "disk", "disk"} {
+	for i, want := range []kvtier.Tier{kvtier.Host, kvtier.Host, kvtier.Disk, kvtier.Disk} {
 		b := res.Blocks[i]
-		if b.Tier != want || b.Record == nil || b.Record.Hash != recs[i].Hash || string(b.Record.KV) != string(recs[i].KV) {
+		if !b.Found || b.Tier != want || b.Record == nil || b.Record.Hash != recs[i].Hash || string(b.Record.KV) != string(recs[i].KV) {
 			t.Fatalf("block %d: %+v, want a verified record from %s", i, b, want)
 		}
 	}
@@ -207,7 +208,7 @@ func TestFetchDiscards(t *testing.T) {
 	items := tiertest.Items(recs)
 	items[1].Value[200] ^= 1 // torn block 1
 	host.Put(ctx, items)
-	f := newFetcher(t, []Tier{{"host", host}}, m, nil)
+	f := newFetcher(t, []Tier{{kvtier.Host, host}}, m, nil)
 	res := fetch(t, f, request(recs))
 	if res.Usable != 1 {
 		t.Fatalf("usable %d, want 1 (block 1 is corrupt)", res.Usable)
@@ -247,7 +248,7 @@ func TestFetchIncompleteState(t *testing.T) {
 	host.Put(ctx, tiertest.Items(recs))
 	reg := prometheus.NewRegistry()
 	m, _ := NewMetrics(reg)
-	f := newFetcher(t, []Tier{{"host", host}}, m, func(c *FetcherConfig) { c.NeedState = true })
+	f := newFetcher(t, []Tier{{kvtier.Host, host}}, m, func(c *FetcherConfig) { c.NeedState = true })
 	res := fetch(t, f, request(recs))
 	if res.Usable != 2 {
 		t.Fatalf("usable %d, want 2 (last complete state at block 1)", res.Usable)
@@ -266,9 +267,9 @@ func TestFetchSlowerThanRecompute(t *testing.T) {
 	items := tiertest.Items(recs)
 	host.Put(ctx, items[:2])
 	remote.Put(ctx, items[2:])
-	f := newFetcher(t, []Tier{{"host", host}, {"remote", remote}}, nil, func(c *FetcherConfig) {
-		c.Cost = CostConfig{PrefillTokensPerSecond: 1e6, ReadBandwidth: map[string]float64{"host": 1e12, "remote": 1e3},
-			Overhead: map[string]time.Duration{"host": 0, "remote": 0}}
+	f := newFetcher(t, []Tier{{kvtier.Host, host}, {kvtier.Remote, remote}}, nil, func(c *FetcherConfig) {
+		c.Cost = CostConfig{PrefillTokensPerSecond: 1e6, ReadBandwidth: map[kvtier.Tier]float64{kvtier.Host: 1e12, kvtier.Remote: 1e3},
+			Overhead: map[kvtier.Tier]time.Duration{kvtier.Host: 0, kvtier.Remote: 0}}
 	})
 	res := fetch(t, f, request(recs))
 	if res.Usable != 2 || res.Blocks[2].Reason != tier.ReasonSlowerThanRecompute || res.Blocks[3].Reason != tier.ReasonSlowerThanRecompute {
@@ -282,7 +283,7 @@ func TestFetchSingleflight(t *testing.T) {
 	st := &blockingStore{Store: memstore.New(), getGate: gate}
 	recs := tiertest.Chain(identity, root, layout, 3, 7)
 	st.Store.Put(ctx, tiertest.Items(recs))
-	f := newFetcher(t, []Tier{{"host", st}}, nil, nil)
+	f := newFetcher(t, []Tier{{kvtier.Host, st}}, nil, nil)
 	var futures []*Future
 	for range 8 {
 		futures = append(futures, f.Fetch(ctx, request(recs)))
@@ -316,7 +317,7 @@ func TestFetchWaitTimeoutAndTierDown(t *testing.T) {
 	st := &blockingStore{Store: memstore.New(), getGate: gate}
 	recs := tiertest.Chain(identity, root, layout, 2, 8)
 	st.Store.Put(ctx, tiertest.Items(recs))
-	f := newFetcher(t, []Tier{{"host", st}}, nil, nil)
+	f := newFetcher(t, []Tier{{kvtier.Host, st}}, nil, nil)
 	fu := f.Fetch(ctx, request(recs))
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel()
@@ -332,8 +333,8 @@ func TestFetchWaitTimeoutAndTierDown(t *testing.T) {
 func TestTierStatsAndMetricsNames(t *testing.T) {
 	h, _ := hostmem.New(hostmem.Config{CapacityBytes: 1 << 20})
 	h.Put(ctx, tiertest.Items(tiertest.Chain(identity, root, layout, 2, 9)))
-	st := TierStats([]Tier{{"host", h}})
-	if len(st) != 1 || st[0].Tier != "host" || st[0].UsedBytes == 0 || st[0].CapacityBytes != 1<<20 {
+	st := TierStats([]Tier{{kvtier.Host, h}})
+	if len(st) != 1 || st[0].Tier != kvtier.Host || st[0].UsedBytes == 0 || st[0].CapacityBytes != 1<<20 {
 		t.Fatalf("TierStats = %+v", st)
 	}
 	reg := prometheus.NewRegistry()

@@ -169,7 +169,7 @@ func NewWriter(cfg WriterConfig, tiers []Tier, metrics *Metrics) (*Writer, error
 	for _, t := range tiers {
 		q := &tierQueue{t: t, ch: make(chan queued, cfg.QueueLen), done: make(chan struct{})}
 		w.queues = append(w.queues, q)
-		metrics.initWriteFailures(t.Name)
+		metrics.initWriteFailures(t.Tier.String())
 	}
 	// Each Spiller's evictions go to the Unshadowers below it. Safe without w.mu: a spill
 	// comes from a Put on the spilling tier's worker, and Close closes the queues in tier
@@ -206,7 +206,7 @@ func (w *Writer) spill(below []*tierQueue, items []tier.Item) {
 			case q.ch <- queued{item: it, spill: true}:
 			default:
 				q.dropped.Add(1)
-				w.metrics.WriteFailed(q.t.Name, FailQueueFull, 1)
+				w.metrics.WriteFailed(q.t.Tier.String(), FailQueueFull, 1)
 			}
 		}
 	}
@@ -256,8 +256,8 @@ func (w *Writer) enqueue(ev Evicted, kv []byte, wait bool) bool {
 			shadowed = shadowed || q.spiller != nil
 		default:
 			q.dropped.Add(1)
-			w.metrics.Dropped(q.t.Name)
-			w.metrics.WriteFailed(q.t.Name, FailQueueFull, 1)
+			w.metrics.Dropped(q.t.Tier.String())
+			w.metrics.WriteFailed(q.t.Tier.String(), FailQueueFull, 1)
 		}
 	}
 	return sent
@@ -286,12 +286,12 @@ func (w *Writer) run(q *tierQueue) {
 		if len(items) > 0 {
 			start := time.Now()
 			err := q.t.Store.Put(ctx, items)
-			w.metrics.ObserveWrite(q.t.Name, time.Since(start))
+			w.metrics.ObserveWrite(q.t.Tier.String(), time.Since(start))
 			// Nothing is retried here (a store retries what it can, as the disk does on
 			// ENOSPC): the block is recomputed if it is ever needed.
 			failed := 0
 			for reason, n := range writeFailures(err, len(items)) {
-				w.metrics.WriteFailed(q.t.Name, reason, n)
+				w.metrics.WriteFailed(q.t.Tier.String(), reason, n)
 				failed += n
 			}
 			failed = min(failed, len(items))

@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"stockpot/internal/kvevents"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -138,7 +138,7 @@ func BenchmarkPick(b *testing.B) {
 	}
 	hs := prefix.BlockHashes(prefix.Root([]byte{0}, ""), toks, 4)
 	for i, be := range bs {
-		storeChain(be, hs[:len(hs)*(i+1)/4], kvevents.Device)
+		storeChain(be, hs[:len(hs)*(i+1)/4], kvtier.Device)
 	}
 	for _, name := range []string{"random", "prefix", "kv-aware"} {
 		b.Run(name, func(b *testing.B) {

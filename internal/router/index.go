@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvevents"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -13,11 +14,11 @@ import (
 // block is reused for free, a host block costs a copy over PCIe, a disk or
 // remote block a read that can approach recompute cost for short prefixes.
 // The numbers are relative prefill savings, in blocks.
-var defaultTierWeights = [kvevents.NumTiers]float64{
-	kvevents.Device: 1.0,
-	kvevents.Host:   0.8,
-	kvevents.Disk:   0.5,
-	kvevents.Remote: 0.3,
+var defaultTierWeights = [kvtier.Count]float64{
+	kvtier.Device: 1.0,
+	kvtier.Host:   0.8,
+	kvtier.Disk:   0.5,
+	kvtier.Remote: 0.3,
 }
 
 // entry is one block in a replica's index.
@@ -116,7 +117,7 @@ func (ix *replicaIndex) chain() (identity []byte, blockSize int, ok bool) {
 // match walks hashes in order while the replica holds them (and they have
 // not expired), returning the count and the tier-weighted count (each block
 // weighted by its fastest tier).
-func (ix *replicaIndex) match(hashes []prefix.Hash, weights *[kvevents.NumTiers]float64, expireBefore int64) (n int, weighted float64) {
+func (ix *replicaIndex) match(hashes []prefix.Hash, weights *[kvtier.Count]float64, expireBefore int64) (n int, weighted float64) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	for _, h := range hashes {

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"stockpot/internal/kvevents"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -128,7 +128,7 @@ type PolicyConfig struct {
 	// requests.
 	LoadPenalty float64
 	// TierWeights value a matched block by its fastest tier.
-	TierWeights [kvevents.NumTiers]float64
+	TierWeights [kvtier.Count]float64
 	// StaleAfter: a replica whose stream sent nothing (not even a
 	// heartbeat) for this long has its index ignored. Default 5s.
 	StaleAfter time.Duration
@@ -171,7 +171,7 @@ func (c PolicyConfig) validate() (PolicyConfig, error) {
 			return c, fmt.Errorf("router: TierWeights[%d] %v must not be negative", t, w)
 		}
 	}
-	if c.TierWeights == ([kvevents.NumTiers]float64{}) {
+	if c.TierWeights == ([kvtier.Count]float64{}) {
 		c.TierWeights = d.TierWeights
 	}
 	if c.StaleAfter < 0 || c.EntryTTL < 0 {

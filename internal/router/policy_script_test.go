@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"stockpot/internal/kvevents"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -190,11 +191,11 @@ func (s *policyScenario) run(d *datadriven.TestData) {
 	case "index":
 		var name string
 		d.ScanArgs(t, "b", &name)
-		tier := kvevents.Device
+		tier := kvtier.Device
 		if d.HasArg("tier") {
 			var v string
 			d.ScanArgs(t, "tier", &v)
-			tier = map[string]kvevents.Tier{"device": kvevents.Device, "host": kvevents.Host, "disk": kvevents.Disk, "remote": kvevents.Remote}[v]
+			tier = map[string]kvtier.Tier{"device": kvtier.Device, "host": kvtier.Host, "disk": kvtier.Disk, "remote": kvtier.Remote}[v]
 		}
 		salt := ""
 		if d.HasArg("salt") {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvevents"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -148,7 +149,7 @@ func TestPrefixBoundedLoad(t *testing.T) {
 	}
 }
 
-func storeChain(b *Backend, hs []prefix.Hash, tier kvevents.Tier) {
+func storeChain(b *Backend, hs []prefix.Hash, tier kvtier.Tier) {
 	evs := make([]kvevents.Event, len(hs))
 	for i, h := range hs {
 		evs[i] = kvevents.Event{Kind: kvevents.Stored, Tier: tier, Hash: h, Time: time.Now()}
@@ -172,9 +173,9 @@ func TestKVAware(t *testing.T) {
 	root := prefix.Root([]byte{0}, "")
 	prompt := toks(40, 1) // 10 blocks of 4
 	hs := prefix.BlockHashes(root, prompt, 4)
-	storeChain(bs[0], hs[:3], kvevents.Device)
-	storeChain(bs[1], hs[:8], kvevents.Disk) // 8 × 0.5 = 4 > 3
-	storeChain(bs[2], hs[:5], kvevents.Host) // 5 × 0.8 = 4 + a hole after
+	storeChain(bs[0], hs[:3], kvtier.Device)
+	storeChain(bs[1], hs[:8], kvtier.Disk) // 8 × 0.5 = 4 > 3
+	storeChain(bs[2], hs[:5], kvtier.Host) // 5 × 0.8 = 4 + a hole after
 	d := p.Pick(&Request{Tokens: prompt}, bs)
 	if d.Reason != "cache" {
 		t.Fatalf("reason %q", d.Reason)
@@ -217,7 +218,7 @@ func TestNoHotSpotOnTies(t *testing.T) {
 	root := prefix.Root([]byte{0}, "")
 	prompt := toks(16, 2)
 	for _, b := range bs {
-		storeChain(b, prefix.BlockHashes(root, prompt, 4), kvevents.Device)
+		storeChain(b, prefix.BlockHashes(root, prompt, 4), kvtier.Device)
 	}
 	for _, name := range []string{"kv-aware", "least-loaded"} {
 		p, _ := NewPolicy(name, PolicyConfig{})

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"time"
+
+	"stockpot/internal/kvtier"
 )
 
 // Config configures a Server. Zero fields take the defaults of DefaultConfig, except
@@ -54,7 +56,7 @@ type Config struct {
 	HitRateMaxAge time.Duration
 	// TierStats, when set, reports the lower KV tiers (host, disk, remote) for the
 	// stockpot_kv_cache_usage_bytes, _capacity_bytes and _evictions_total metrics.
-	TierStats func() []TierStat
+	TierStats func() []kvtier.Stat
 	// Logger receives request errors and recovered panics.
 	Logger *slog.Logger
 	// Now is the clock (tests); defaults to time.Now.

@@ -9,13 +9,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"stockpot/internal/engine"
+	"stockpot/internal/kvtier"
 )
 
-// Prompt-token sources and cache tiers, as label values.
-var (
-	promptSources = []string{"computed", "device", "host", "disk", "remote"}
-	cacheTiers    = []string{"device", "host", "disk", "remote"}
-)
+// promptSources are the label values of stockpot_prompt_tokens_total's source: "computed", then
+// every tier's name.
+var promptSources = func() []string {
+	out := []string{"computed"}
+	for t := range kvtier.Tier(kvtier.Count) {
+		out = append(out, t.String())
+	}
+	return out
+}()
 
 // Histogram buckets in seconds. A pure-Go CPU engine is slower than a GPU one, so the ranges
 // reach further up than vLLM's.
@@ -80,8 +85,8 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 	for _, s := range promptSources {
 		m.promptTokens.WithLabelValues(s)
 	}
-	for _, t := range cacheTiers {
-		m.hits.WithLabelValues(t)
+	for t := range kvtier.Tier(kvtier.Count) {
+		m.hits.WithLabelValues(t.String())
 	}
 	hitRate := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "stockpot_prefix_cache_hit_rate",
@@ -99,15 +104,13 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 // observe records a finished generation whose usage u went (or would have gone) to the client.
 func (m *metrics) observe(u engine.Usage, e2e time.Duration) {
 	m.promptTokens.WithLabelValues("computed").Add(float64(u.ComputedTokens))
-	m.promptTokens.WithLabelValues("device").Add(float64(u.DeviceTokens))
-	m.promptTokens.WithLabelValues("host").Add(float64(u.HostTokens))
-	m.promptTokens.WithLabelValues("disk").Add(float64(u.DiskTokens))
-	m.promptTokens.WithLabelValues("remote").Add(float64(u.RemoteTokens))
+	for t := range kvtier.Tier(kvtier.Count) {
+		m.promptTokens.WithLabelValues(t.String()).Add(float64(u.TierTokens(t)))
+	}
 	m.queries.Add(float64(u.PromptTokens))
-	m.hits.WithLabelValues("device").Add(float64(u.DeviceTokens))
-	m.hits.WithLabelValues("host").Add(float64(u.HostTokens))
-	m.hits.WithLabelValues("disk").Add(float64(u.DiskTokens))
-	m.hits.WithLabelValues("remote").Add(float64(u.RemoteTokens))
+	for t := range kvtier.Tier(kvtier.Count) {
+		m.hits.WithLabelValues(t.String()).Add(float64(u.TierTokens(t)))
+	}
 	m.discarded.Add(float64(u.DiscardedTokens))
 	m.generated.Add(float64(u.CompletionTokens))
 	m.window.add(u.PromptTokens, u.CachedTokens())
@@ -179,15 +182,7 @@ func (w *hitWindow) rate() float64 {
 // engineCollector reads Generator.Stats() once per scrape.
 type engineCollector struct {
 	gen   engine.Generator
-	tiers func() []TierStat // the lower tiers' rows; nil without tiers
-}
-
-// TierStat is one lower tier's row of the stockpot_kv_cache_* metrics.
-type TierStat struct {
-	Tier          string // host, disk or remote
-	UsedBytes     int64
-	CapacityBytes int64
-	Evictions     uint64
+	tiers func() []kvtier.Stat // the lower tiers' rows; nil without tiers
 }
 
 var (
@@ -211,16 +206,16 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.gen.Stats()
 	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running))
 	ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(st.Waiting))
-	ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(int64(st.KVBlocksUsed)*st.KVBlockBytes), "device")
-	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(int64(st.KVBlocksCached)*st.KVBlockBytes), "device")
-	ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(int64(st.KVBlocksTotal)*st.KVBlockBytes), "device")
-	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), "device")
+	ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(int64(st.KVBlocksUsed)*st.KVBlockBytes), kvtier.Device.String())
+	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(int64(st.KVBlocksCached)*st.KVBlockBytes), kvtier.Device.String())
+	ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(int64(st.KVBlocksTotal)*st.KVBlockBytes), kvtier.Device.String())
+	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), kvtier.Device.String())
 	if c.tiers == nil {
 		return
 	}
 	for _, t := range c.tiers() {
-		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(t.UsedBytes), t.Tier)
-		ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(t.CapacityBytes), t.Tier)
-		ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(t.Evictions), t.Tier)
+		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(t.UsedBytes), t.Tier.String())
+		ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(t.CapacityBytes), t.Tier.String())
+		ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(t.Evictions), t.Tier.String())
 	}
 }

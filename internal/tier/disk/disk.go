@@ -18,6 +18,7 @@ import (
 
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier"
+	"stockpot/internal/tier/lru"
 )
 
 // Config configures a Store.
@@ -91,10 +92,10 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 type entry struct {
-	key        tier.Key
-	size       int64  // file size
-	sole       bool   // no faster tier holds it (see tier.Item.Shadowed); picks its LRU list
-	prev, next *entry // its class's LRU list; protected by Store.mu
+	key  tier.Key
+	size int64            // file size
+	sole bool             // no faster tier holds it (see tier.Item.Shadowed); picks its LRU list
+	node lru.Node[*entry] // in its class's LRU list; protected by Store.mu
 }
 
 // Store is the disk tier. Safe for concurrent use.
@@ -107,9 +108,9 @@ type Store struct {
 		sync.Mutex
 		closed bool
 		m      map[tier.Key]*entry
-		// One LRU list per class (sentinels: next = most recent). Eviction takes the
-		// shadowed list's tail first; a shadowed Put never takes from the sole list.
-		shadowed, sole entry
+		// One LRU list per class (front: the most recent). Eviction takes the shadowed
+		// list's back first; a shadowed Put never takes from the sole list.
+		shadowed, sole lru.List[*entry]
 		// used = soleBytes + the shadowed entries' bytes; the sum of indexed file sizes.
 		used, soleBytes int64
 		stats           tier.Stats
@@ -143,9 +144,6 @@ func Open(cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, lock: lock, dir: filepath.Join(cfg.Dir, hex.EncodeToString(cfg.IdentityDigest[:]))}
 	s.mu.m = make(map[tier.Key]*entry)
-	for _, l := range []*entry{&s.mu.shadowed, &s.mu.sole} {
-		l.next, l.prev = l, l
-	}
 	if err := s.collectForeign(); err != nil {
 		lock.Close()
 		return nil, err
@@ -271,20 +269,22 @@ func (s *Store) tickLocked() time.Time {
 	return now
 }
 
+// listLocked returns the LRU list of e's class.
 // REQUIRES: s.mu held.
-func (s *Store) unlinkLocked(e *entry) {
-	e.prev.next, e.next.prev = e.next, e.prev
-	e.prev, e.next = nil, nil
+func (s *Store) listLocked(e *entry) *lru.List[*entry] {
+	if e.sole {
+		return &s.mu.sole
+	}
+	return &s.mu.shadowed
 }
+
+// REQUIRES: s.mu held; e in the list of its class (change e.sole only while unlinked).
+func (s *Store) unlinkLocked(e *entry) { s.listLocked(e).Remove(&e.node) }
 
 // REQUIRES: s.mu held; e unlinked.
 func (s *Store) pushFrontLocked(e *entry) {
-	l := &s.mu.shadowed
-	if e.sole {
-		l = &s.mu.sole
-	}
-	e.prev, e.next = l, l.next
-	e.prev.next, e.next.prev = e, e
+	e.node.Value = e
+	s.listLocked(e).PushFront(&e.node)
 }
 
 // insertLocked indexes e as the most recent of its class.
@@ -321,12 +321,13 @@ func (s *Store) removeLocked(e *entry) {
 // evict).
 // REQUIRES: s.mu held.
 func (s *Store) evictLocked(sole bool) int64 {
-	victim := s.mu.shadowed.prev
-	if victim == &s.mu.shadowed {
-		if victim = s.mu.sole.prev; !sole || victim == &s.mu.sole {
+	n := s.mu.shadowed.Back()
+	if n == nil {
+		if n = s.mu.sole.Back(); !sole || n == nil {
 			return 0
 		}
 	}
+	victim := n.Value
 	s.removeLocked(victim)
 	s.mu.stats.Evictions++
 	return victim.size

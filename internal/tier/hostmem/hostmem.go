@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"stockpot/internal/tier"
+	"stockpot/internal/tier/lru"
 )
 
 // entryOverhead approximates the bytes one entry costs besides its value:
@@ -32,9 +33,15 @@ func (c Config) validate() (Config, error) {
 }
 
 type entry struct {
-	key        tier.Key
-	value      []byte // never written by the store (see package doc)
-	prev, next *entry // LRU list; protected by Store.mu
+	key   tier.Key
+	value []byte           // never written by the store (see package doc)
+	node  lru.Node[*entry] // in Store.mu.lru; protected by Store.mu
+}
+
+func newEntry(key tier.Key, value []byte) *entry {
+	e := &entry{key: key, value: value}
+	e.node.Value = e
+	return e
 }
 
 func (e *entry) size() int64 { return int64(len(e.value)) + entryOverhead }
@@ -45,7 +52,7 @@ type Store struct {
 	mu  struct {
 		sync.Mutex
 		m     map[tier.Key]*entry
-		lru   entry // sentinel: lru.next is the most recent, lru.prev the least
+		lru   lru.List[*entry] // front: the most recent
 		used  int64
 		stats tier.Stats
 		spill func([]tier.Item) // see SpillTo; nil: evictions are dropped
@@ -72,25 +79,12 @@ func New(cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg}
 	s.mu.m = make(map[tier.Key]*entry)
-	s.mu.lru.next, s.mu.lru.prev = &s.mu.lru, &s.mu.lru
 	return s, nil
 }
 
 // REQUIRES: s.mu held.
-func (s *Store) unlinkLocked(e *entry) {
-	e.prev.next, e.next.prev = e.next, e.prev
-	e.prev, e.next = nil, nil
-}
-
-// REQUIRES: s.mu held; e unlinked.
-func (s *Store) pushFrontLocked(e *entry) {
-	e.prev, e.next = &s.mu.lru, s.mu.lru.next
-	e.prev.next, e.next.prev = e, e
-}
-
-// REQUIRES: s.mu held.
 func (s *Store) removeLocked(e *entry) {
-	s.unlinkLocked(e)
+	s.mu.lru.Remove(&e.node)
 	delete(s.mu.m, e.key)
 	s.mu.used -= e.size()
 }
@@ -112,8 +106,7 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 			continue
 		}
 		s.mu.stats.Hits++
-		s.unlinkLocked(e)
-		s.pushFrontLocked(e)
+		s.mu.lru.MoveToFront(&e.node)
 		out[i] = e.value
 	}
 	return out, nil
@@ -137,7 +130,7 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 		}
 	}()
 	for _, it := range items {
-		e := &entry{key: it.Key, value: it.Value}
+		e := newEntry(it.Key, it.Value)
 		if e.size() > s.cfg.CapacityBytes {
 			errs = append(errs, tier.TooLarge(it.Key, e.size(), s.cfg.CapacityBytes))
 			continue
@@ -146,7 +139,7 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 			s.removeLocked(old)
 		}
 		for s.mu.used+e.size() > s.cfg.CapacityBytes {
-			victim := s.mu.lru.prev
+			victim := s.mu.lru.Back().Value // used > 0: not empty
 			s.removeLocked(victim)
 			s.mu.stats.Evictions++
 			if spill != nil {
@@ -154,7 +147,7 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 			}
 		}
 		s.mu.m[it.Key] = e
-		s.pushFrontLocked(e)
+		s.mu.lru.PushFront(&e.node)
 		s.mu.used += e.size()
 	}
 	return errors.Join(errs...)

@@ -1,0 +1,133 @@
+package offload
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"stockpot/internal/engine"
+	"stockpot/internal/prefix"
+)
+
+// restorer runs the engine's prefetches on a fixed set of fetcher goroutines, so the number
+// of fetches in flight is bounded however many requests queue. Each fetch runs under a
+// context that FetchTimeout bounds and close cancels.
+type restorer struct {
+	fetcher *Fetcher
+	block   int
+	timeout time.Duration
+	jobs    chan prefetchJob
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
+
+	mu struct {
+		sync.RWMutex
+		closed bool // protected by mu; Prefetch holds it shared, close exclusive
+	}
+}
+
+type prefetchJob struct {
+	req   Request
+	first int
+	start time.Time
+	done  func(engine.Prefetched)
+}
+
+func newRestorer(f *Fetcher, cfg Config) *restorer {
+	r := &restorer{fetcher: f, block: cfg.Layout.BlockSize, timeout: cfg.FetchTimeout, jobs: make(chan prefetchJob, cfg.FetchQueue)}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	for range cfg.Fetchers {
+		r.wg.Add(1)
+		go r.run()
+	}
+	return r
+}
+
+// Prefetch implements engine.Restorer over the fetcher: the longest verified prefix across
+// the tiers, cut by the cost model where restoring would be slower than recomputing. It never
+// blocks the engine: with every fetcher busy and the queue full, or after Close, done gets an
+// empty result at once.
+func (t *Tiers) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, done func(engine.Prefetched)) {
+	r := t.restorer
+	parent := root
+	if first > 0 {
+		parent = hashes[first-1]
+	}
+	job := prefetchJob{first: first, start: time.Now(), done: done,
+		req: Request{Root: root, Parent: parent, Hashes: hashes[first:], Tokens: tokens[first*r.block : len(hashes)*r.block]}}
+	queued := false
+	r.mu.RLock()
+	if !r.mu.closed {
+		select {
+		case r.jobs <- job:
+			queued = true
+		default:
+		}
+	}
+	r.mu.RUnlock()
+	if !queued {
+		done(engine.Prefetched{First: first, Discarded: map[string]int{}, Elapsed: time.Since(job.start)})
+	}
+}
+
+func (r *restorer) run() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case job := <-r.jobs:
+			r.do(job)
+		}
+	}
+}
+
+func (r *restorer) do(job prefetchJob) {
+	ctx, cancel := context.WithTimeout(r.ctx, r.timeout)
+	defer cancel()
+	res, err := r.fetcher.fetch(ctx, job.req)
+	if err != nil {
+		res = Result{}
+	}
+	p := prefetched(job.first, res)
+	p.Elapsed = time.Since(job.start)
+	job.done(p)
+}
+
+// prefetched is the engine's view of a fetch result: the usable leading blocks, with their
+// tier and K/V, and the others counted by discard reason.
+func prefetched(first int, res Result) engine.Prefetched {
+	p := engine.Prefetched{First: first, Discarded: map[string]int{}}
+	for i, b := range res.Blocks {
+		if i < res.Usable && b.Record != nil {
+			p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: b.Tier, Data: b.Record.KV})
+			continue
+		}
+		if b.Reason != "" {
+			p.Discarded[b.Reason]++
+		}
+	}
+	return p
+}
+
+// close cancels the fetches in flight, waits for the fetchers, and answers what is still
+// queued with empty results (done is called exactly once per Prefetch).
+func (r *restorer) close() {
+	r.once.Do(func() {
+		r.mu.Lock()
+		r.mu.closed = true
+		r.mu.Unlock()
+		r.cancel()
+		r.wg.Wait()
+		for {
+			select {
+			case job := <-r.jobs:
+				job.done(engine.Prefetched{First: job.first, Discarded: map[string]int{}, Elapsed: time.Since(job.start)})
+			default:
+				return
+			}
+		}
+	})
+}

@@ -1,0 +1,216 @@
+package offload
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"stockpot/internal/engine"
+	"stockpot/internal/kvtier"
+	"stockpot/internal/prefix"
+	"stockpot/internal/tier"
+	"stockpot/internal/tier/memstore"
+	"stockpot/internal/tier/tiertest"
+)
+
+// prefetchArgs are a Prefetch's arguments for recs, a whole prompt from block 0.
+func prefetchArgs(recs []*tier.Record) (hashes []prefix.Hash, tokens []int32) {
+	for _, r := range recs {
+		hashes = append(hashes, r.Hash)
+		tokens = append(tokens, r.Tokens...)
+	}
+	return hashes, tokens
+}
+
+// prefetch calls Prefetch and returns a channel with its one result.
+func prefetch(ts *Tiers, recs []*tier.Record) <-chan engine.Prefetched {
+	ch := make(chan engine.Prefetched, 2) // room for a wrong second call, caught by the caller
+	hs, toks := prefetchArgs(recs)
+	ts.Prefetch(root, hs, toks, 0, func(p engine.Prefetched) { ch <- p })
+	return ch
+}
+
+// evictedEvents are the engine's block events for recs leaving the pool, and their K/V.
+func evictedEvents(recs []*tier.Record) ([]prefix.Event, [][]byte) {
+	var evs []prefix.Event
+	var kv [][]byte
+	for i, r := range recs {
+		evs = append(evs, prefix.Event{Kind: prefix.Evicted, Root: r.Root, Hash: r.Hash, Parent: r.Parent,
+			Depth: int32(i), Block: prefix.BlockID(i), Tokens: r.Tokens})
+		kv = append(kv, r.KV)
+	}
+	return evs, kv
+}
+
+// Open wires a host tier; the engine hook writes evicted blocks down and the restorer brings
+// them back, verified, from the host tier.
+func TestTiersWriteBackThenRestore(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.HostBytes, cfg.Identity, cfg.Layout = 1<<20, identity, layout
+	ts, err := Open(cfg, prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	var published int
+	ecfg := engine.DefaultConfig()
+	ecfg.OnBlockEvents = func(evs []prefix.Event, _ [][]byte) { published += len(evs) }
+	ts.Hook(&ecfg)
+	if ecfg.Restorer == nil || ecfg.OnStep == nil || ecfg.OnRestoreStall == nil {
+		t.Fatalf("Hook left the engine unwired: %+v", ecfg)
+	}
+	recs := tiertest.Chain(identity, root, layout, 3, 31)
+	evs, kv := evictedEvents(recs)
+	stored := prefix.Event{Kind: prefix.Stored, Hash: recs[0].Hash}
+	ecfg.OnBlockEvents(append(evs, stored), append(kv, nil))
+	if published != 4 {
+		t.Errorf("the hook set before Hook saw %d events, want 4", published)
+	}
+	ts.writer.Close() // the write-backs are in the store
+	if st := ts.writer.Stats(); st.Enqueued != 3 || st.Written[0] != 3 {
+		t.Fatalf("writer stats %+v, want 3 evicted blocks written (the Stored event is not)", st)
+	}
+	p := <-prefetch(ts, recs)
+	if p.First != 0 || len(p.Blocks) != 3 {
+		t.Fatalf("restored %d blocks from %d, want 3 from 0", len(p.Blocks), p.First)
+	}
+	for i, b := range p.Blocks {
+		if b.Tier != kvtier.Host || !slices.Equal(b.Data, recs[i].KV) {
+			t.Fatalf("block %d: tier %v, data equal %v", i, b.Tier, slices.Equal(b.Data, recs[i].KV))
+		}
+	}
+	if got := ts.Stats(); len(got) != 1 || got[0].Tier != kvtier.Host || got[0].UsedBytes == 0 {
+		t.Errorf("Stats = %+v", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	if DefaultConfig().Enabled() {
+		t.Error("the default config turns a tier on")
+	}
+	if _, err := Open(DefaultConfig(), prometheus.NewRegistry()); err == nil {
+		t.Error("Open with no tier: no error")
+	}
+	cfg := DefaultConfig()
+	cfg.HostBytes, cfg.Identity, cfg.Layout, cfg.Fetchers = 1<<20, identity, layout, -1
+	if _, err := Open(cfg, prometheus.NewRegistry()); err == nil {
+		t.Error("Open with -1 fetchers: no error")
+	}
+}
+
+// newTestTiers is a Tiers over stores, restore only (no writer).
+func newTestTiers(t *testing.T, stores []Tier, mod func(*Config)) *Tiers {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Identity, cfg.Layout = identity, layout
+	mod(&cfg)
+	ts := &Tiers{cfg: cfg, tiers: stores, fetcher: newFetcher(t, stores, nil, nil)}
+	ts.restorer = newRestorer(ts.fetcher, cfg)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// waitFor waits until cond holds (a condition, not a duration, is what the test asserts).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+	}
+}
+
+// One fetcher and a queue of one: a third prefetch while both are taken is answered at
+// once, empty, instead of starting a goroutine; the other two complete when the store does.
+func TestRestorerBounded(t *testing.T) {
+	gate := make(chan struct{})
+	st := &blockingStore{Store: memstore.New(), getGate: gate}
+	recs := tiertest.Chain(identity, root, layout, 2, 32)
+	st.Store.Put(ctx, tiertest.Items(recs))
+	ts := newTestTiers(t, []Tier{{kvtier.Host, st}}, func(c *Config) { c.Fetchers, c.FetchQueue = 1, 1 })
+	first := prefetch(ts, recs)
+	waitFor(t, "the fetcher reads", func() bool { return st.gets.Load() > 0 })
+	second := prefetch(ts, recs)
+	select {
+	case p := <-prefetch(ts, recs):
+		if len(p.Blocks) != 0 {
+			t.Fatalf("an overflowing prefetch restored %d blocks", len(p.Blocks))
+		}
+	default:
+		t.Fatal("an overflowing prefetch was not answered at once")
+	}
+	close(gate)
+	for i, ch := range []<-chan engine.Prefetched{first, second} {
+		if p := <-ch; len(p.Blocks) != 2 {
+			t.Fatalf("prefetch %d restored %d blocks, want 2", i, len(p.Blocks))
+		}
+	}
+}
+
+// hangingStore answers Contains but never a Get, until the context ends.
+type hangingStore struct{ tier.Store }
+
+func (h hangingStore) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A fetch that outlives FetchTimeout is abandoned, and the request computes instead.
+func TestRestorerTimeout(t *testing.T) {
+	st := hangingStore{memstore.New()}
+	recs := tiertest.Chain(identity, root, layout, 2, 33)
+	st.Store.Put(ctx, tiertest.Items(recs))
+	ts := newTestTiers(t, []Tier{{kvtier.Host, st}}, func(c *Config) { c.FetchTimeout = time.Millisecond })
+	if p := <-prefetch(ts, recs); len(p.Blocks) != 0 {
+		t.Fatalf("a timed-out fetch restored %d blocks", len(p.Blocks))
+	}
+}
+
+// Close cancels the fetch in flight and answers the queued ones, each exactly once; a
+// Prefetch after Close is answered at once.
+func TestRestorerClose(t *testing.T) {
+	st := hangingStore{memstore.New()}
+	recs := tiertest.Chain(identity, root, layout, 2, 34)
+	st.Store.Put(ctx, tiertest.Items(recs))
+	ts := newTestTiers(t, []Tier{{kvtier.Host, st}}, func(c *Config) { c.Fetchers, c.FetchTimeout = 1, time.Hour })
+	var chans []<-chan engine.Prefetched
+	for range 3 {
+		chans = append(chans, prefetch(ts, recs))
+	}
+	ts.Close()
+	chans = append(chans, prefetch(ts, recs))
+	for i, ch := range chans {
+		select {
+		case p := <-ch:
+			if len(p.Blocks) != 0 {
+				t.Errorf("prefetch %d restored %d blocks", i, len(p.Blocks))
+			}
+		default:
+			t.Fatalf("prefetch %d not answered by Close", i)
+		}
+		if len(ch) != 0 {
+			t.Errorf("prefetch %d answered twice", i)
+		}
+	}
+}
+
+// prefetched keeps the usable leading blocks and counts the rest by reason.
+func TestPrefetched(t *testing.T) {
+	rec := &tier.Record{KV: []byte{1}}
+	res := Result{Usable: 1, Blocks: []Restored{
+		{Found: true, Tier: kvtier.Disk, Record: rec},
+		{Found: true, Tier: kvtier.Disk, Reason: tier.ReasonChecksum},
+		{Found: true, Tier: kvtier.Remote, Reason: tier.ReasonChecksum},
+		{Found: true, Tier: kvtier.Remote, Reason: tier.ReasonSlowerThanRecompute},
+	}}
+	p := prefetched(3, res)
+	if p.First != 3 || len(p.Blocks) != 1 || p.Blocks[0].Tier != kvtier.Disk || p.Blocks[0].Data[0] != 1 {
+		t.Errorf("blocks %+v from %d", p.Blocks, p.First)
+	}
+	if p.Discarded[tier.ReasonChecksum] != 2 || p.Discarded[tier.ReasonSlowerThanRecompute] != 1 || len(p.Discarded) != 2 {
+		t.Errorf("discarded %v", p.Discarded)
+	}
+}

@@ -1,0 +1,200 @@
+package offload
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"stockpot/internal/engine"
+	"stockpot/internal/kvcache"
+	"stockpot/internal/kvtier"
+	"stockpot/internal/prefix"
+	"stockpot/internal/tier/disk"
+	"stockpot/internal/tier/hostmem"
+	"stockpot/internal/tier/redis"
+)
+
+// Config configures the lower tiers of one serving engine (the --host-cache, --disk-cache,
+// --remote-cache, --offload-* flags of `stockpot serve`). A tier is on when its field is set;
+// with none on there is nothing to open (Enabled).
+type Config struct {
+	HostBytes int64  // host-RAM tier budget; 0 = off
+	DiskDir   string // disk tier directory; "" = off
+	DiskBytes int64  // disk tier budget. Default 10 GiB (disk.DefaultConfig)
+	RemoteURL string // redis://host:port/db; "" = off
+	Admission Admission
+
+	// FetchTimeout bounds one prefetch: lookup, reads and verification across every tier.
+	// Default 30 s: far above any healthy fetch (the remote tier's own calls time out at
+	// 250 ms), it only frees a worker from a store that hangs.
+	FetchTimeout time.Duration
+	// Fetchers is how many prefetches run at once. Default 64, the engine's default
+	// MaxRunning: a queue that long is already a full batch waiting.
+	Fetchers int
+	// FetchQueue is how many prefetches wait for a fetcher. Default 4096; past it a prefetch
+	// answers at once with nothing, and the request computes its prefix.
+	FetchQueue int
+
+	// Set by the caller from the model, not from flags.
+	Identity [32]byte       // identity.Descriptor digest
+	Layout   kvcache.Layout // shape of every block
+}
+
+// DefaultConfig returns the defaults behind `stockpot serve`: every tier off.
+func DefaultConfig() Config {
+	return Config{DiskBytes: disk.DefaultConfig().CapacityBytes, FetchTimeout: 30 * time.Second, Fetchers: 64, FetchQueue: 4096}
+}
+
+// Enabled reports whether cfg turns on any tier.
+func (c Config) Enabled() bool { return c.HostBytes > 0 || c.DiskDir != "" || c.RemoteURL != "" }
+
+func (c Config) validate() (Config, error) {
+	d := DefaultConfig()
+	if c.DiskBytes == 0 {
+		c.DiskBytes = d.DiskBytes
+	}
+	if c.FetchTimeout == 0 {
+		c.FetchTimeout = d.FetchTimeout
+	}
+	if c.Fetchers == 0 {
+		c.Fetchers = d.Fetchers
+	}
+	if c.FetchQueue == 0 {
+		c.FetchQueue = d.FetchQueue
+	}
+	switch {
+	case !c.Enabled():
+		return c, errors.New("offload: no tier configured")
+	case c.HostBytes < 0:
+		return c, fmt.Errorf("offload: host tier budget %d < 0", c.HostBytes)
+	case c.FetchTimeout < 0 || c.Fetchers < 0 || c.FetchQueue < 0:
+		return c, fmt.Errorf("offload: fetch timeout %v, fetchers %d and queue %d must not be negative", c.FetchTimeout, c.Fetchers, c.FetchQueue)
+	}
+	return c, nil
+}
+
+// Tiers is the wired lower tiers of one engine: the stores, fastest first; write-back of
+// evicted blocks (BlockEvents) and of the whole pool at shutdown (FlushBlock); restore of
+// queued requests' prefixes (it is the engine.Restorer); and their metrics.
+type Tiers struct {
+	cfg      Config
+	tiers    []Tier
+	closers  []func() error // stores that hold resources, in open order
+	metrics  *Metrics
+	writer   *Writer
+	fetcher  *Fetcher
+	restorer *restorer
+}
+
+var _ engine.Restorer = (*Tiers)(nil)
+
+// Open opens the configured stores (host, disk, remote, in that order), registers the offload
+// metrics with reg, and starts the writer and the fetchers. On error nothing stays open.
+func Open(cfg Config, reg prometheus.Registerer) (*Tiers, error) {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return nil, err
+	}
+	t := &Tiers{cfg: cfg}
+	fail := func(err error) (*Tiers, error) {
+		t.Close()
+		return nil, err
+	}
+	if cfg.HostBytes > 0 {
+		s, err := hostmem.New(hostmem.Config{CapacityBytes: cfg.HostBytes})
+		if err != nil {
+			return fail(fmt.Errorf("host tier: %w", err))
+		}
+		t.tiers = append(t.tiers, Tier{Tier: kvtier.Host, Store: s})
+	}
+	if cfg.DiskDir != "" {
+		s, err := disk.Open(disk.Config{Dir: cfg.DiskDir, CapacityBytes: cfg.DiskBytes, IdentityDigest: cfg.Identity})
+		if err != nil {
+			return fail(fmt.Errorf("disk tier: %w", err))
+		}
+		t.tiers = append(t.tiers, Tier{Tier: kvtier.Disk, Store: s})
+		t.closers = append(t.closers, s.Close)
+	}
+	if cfg.RemoteURL != "" {
+		rcfg := redis.DefaultConfig()
+		rcfg.IdentityDigest = cfg.Identity
+		s, err := redis.Open(cfg.RemoteURL, rcfg)
+		if err != nil {
+			return fail(fmt.Errorf("remote tier: %w", err))
+		}
+		t.tiers = append(t.tiers, Tier{Tier: kvtier.Remote, Store: s})
+		t.closers = append(t.closers, s.Close)
+	}
+	if t.metrics, err = NewMetrics(reg); err != nil {
+		return fail(err)
+	}
+	wcfg := DefaultWriterConfig()
+	wcfg.Identity, wcfg.Layout, wcfg.Admission = cfg.Identity, cfg.Layout, cfg.Admission
+	if t.writer, err = NewWriter(wcfg, t.tiers, t.metrics); err != nil {
+		return fail(err)
+	}
+	fcfg := DefaultFetcherConfig()
+	fcfg.Identity, fcfg.Layout = cfg.Identity, cfg.Layout
+	if t.fetcher, err = NewFetcher(fcfg, t.tiers, t.metrics); err != nil {
+		return fail(err)
+	}
+	t.restorer = newRestorer(t.fetcher, cfg)
+	return t, nil
+}
+
+// Hook wires t into an engine's config: t restores queued prefixes (Restorer), measured
+// prefills feed its cost model (OnStep), restore stalls its metric (OnRestoreStall), and the
+// block events (OnBlockEvents, after any hook already set) its write-back.
+func (t *Tiers) Hook(cfg *engine.Config) {
+	cfg.Restorer = t
+	cfg.OnStep = t.fetcher.ObservePrefill
+	cfg.OnRestoreStall = t.metrics.RestoreStall
+	prev := cfg.OnBlockEvents
+	cfg.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
+		if prev != nil {
+			prev(evs, kv)
+		}
+		t.BlockEvents(evs, kv)
+	}
+}
+
+// BlockEvents is the engine's block-event sink: every Evicted block is offered to the writer
+// (kv[i] is its K/V, intact during the call; see engine.Config.OnBlockEvents). Never blocks.
+func (t *Tiers) BlockEvents(evs []prefix.Event, kv [][]byte) {
+	for i, ev := range evs {
+		if ev.Kind == prefix.Evicted {
+			t.writer.Enqueue(t.evicted(ev), kv[i])
+		}
+	}
+}
+
+// FlushBlock writes one block of the working pool back at shutdown (engine.FlushCached's fn):
+// it waits for queue space rather than drop, since no request waits on the caller then.
+func (t *Tiers) FlushBlock(ev prefix.Event, kv []byte) { t.writer.EnqueueWait(t.evicted(ev), kv) }
+
+// evicted is the writer's view of a block event. The block is complete (the engine has no
+// recurrent state to attach yet).
+func (t *Tiers) evicted(ev prefix.Event) Evicted {
+	return Evicted{Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent, Tokens: ev.Tokens, Hits: int(ev.Hits),
+		PrefixTokens: int(ev.Depth+1) * t.cfg.Layout.BlockSize, StateComplete: true}
+}
+
+// Stats returns the tiers' rows of the stockpot_kv_cache_* metrics (server.Config.TierStats).
+func (t *Tiers) Stats() []kvtier.Stat { return TierStats(t.tiers) }
+
+// Close stops the fetchers (in-flight prefetches are canceled and answered empty), writes
+// what is queued, and closes the stores. Safe on a partly opened Tiers, and more than once.
+func (t *Tiers) Close() {
+	if t.restorer != nil {
+		t.restorer.close()
+	}
+	if t.writer != nil {
+		t.writer.Close()
+	}
+	for _, c := range t.closers {
+		_ = c()
+	}
+	t.closers = nil
+}

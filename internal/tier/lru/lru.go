@@ -1,0 +1,78 @@
+package lru
+
+// Node is one element; embed it in the entry and set Value to the entry.
+// A Node is in at most one List at a time.
+type Node[T any] struct {
+	prev, next *Node[T] // nil while not in a list
+	Value      T
+}
+
+// List is a recency list. The zero List is empty and ready to use.
+type List[T any] struct {
+	root Node[T] // sentinel: root.next is the front (most recent), root.prev the back
+	n    int
+}
+
+func (l *List[T]) lazyInit() {
+	if l.root.next == nil {
+		l.root.next, l.root.prev = &l.root, &l.root
+	}
+}
+
+// Len returns the number of nodes in l.
+func (l *List[T]) Len() int { return l.n }
+
+// PushFront inserts n as the most recent.
+// REQUIRES: n is in no list.
+func (l *List[T]) PushFront(n *Node[T]) {
+	if n.next != nil {
+		panic("lru: PushFront of a node already in a list")
+	}
+	l.lazyInit()
+	n.prev, n.next = &l.root, l.root.next
+	n.prev.next, n.next.prev = n, n
+	l.n++
+}
+
+// Remove takes n out of l.
+// REQUIRES: n is in l.
+func (l *List[T]) Remove(n *Node[T]) {
+	if n.next == nil {
+		panic("lru: Remove of a node in no list")
+	}
+	n.prev.next, n.next.prev = n.next, n.prev
+	n.prev, n.next = nil, nil
+	l.n--
+}
+
+// MoveToFront marks n as the most recent.
+// REQUIRES: n is in l.
+func (l *List[T]) MoveToFront(n *Node[T]) {
+	l.Remove(n)
+	l.PushFront(n)
+}
+
+// Back returns the least recent node, or nil if l is empty.
+func (l *List[T]) Back() *Node[T] {
+	if l.n == 0 {
+		return nil
+	}
+	return l.root.prev
+}
+
+// Front returns the most recent node, or nil if l is empty.
+func (l *List[T]) Front() *Node[T] {
+	if l.n == 0 {
+		return nil
+	}
+	return l.root.next
+}
+
+// Next returns the node after n towards the back, or nil at the back.
+// REQUIRES: n is in l.
+func (l *List[T]) Next(n *Node[T]) *Node[T] {
+	if n.next == &l.root {
+		return nil
+	}
+	return n.next
+}
