@@ -30,7 +30,6 @@ import (
 	"stockpot/internal/model"
 	"stockpot/internal/offload"
 	"stockpot/internal/server"
-	"stockpot/internal/tokenizer"
 )
 
 // serveOptions are the resolved flags of `stockpot serve`.
@@ -193,7 +192,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	if in.tiers != nil {
 		scfg.TierStats = in.tiers.Stats
 	}
-	if in.server, err = server.New(scfg, in.engine, tokAdapter{lf.tok}, reg); err != nil {
+	if in.server, err = server.New(scfg, in.engine, server.FromTokenizer(lf.tok), reg); err != nil {
 		return fail(err)
 	}
 	return in, nil
@@ -312,43 +311,3 @@ func cmdServe(args []string) error {
 	fmt.Fprintln(os.Stderr, "stockpot: drained, bye")
 	return nil
 }
-
-// tokAdapter fits *tokenizer.Tokenizer to server.Tokenizer (the method sets differ only in
-// the concrete types they return).
-type tokAdapter struct{ *tokenizer.Tokenizer }
-
-func (a tokAdapter) NewStreamDecoder() server.StreamDecoder { return a.Tokenizer.NewStreamDecoder() }
-
-func (a tokAdapter) ApplyChatTemplate(msgs []server.Message, opts server.ChatOptions) (string, error) {
-	return a.Tokenizer.RenderChat(chatMessages(msgs), tokenizer.RenderOptions{
-		Tools: opts.Tools, AddGenerationPrompt: opts.AddGenerationPrompt, Kwargs: opts.Kwargs})
-}
-
-func (a tokAdapter) ChatTemplate(tools bool) string { return a.Tokenizer.ChatTemplateSource(tools) }
-
-// chatMessages converts the server's messages to the template's.
-func chatMessages(msgs []server.Message) []tokenizer.ChatMessage {
-	in := make([]tokenizer.ChatMessage, len(msgs))
-	for i, m := range msgs {
-		c := tokenizer.ChatMessage{Role: m.Role, ToolCallID: m.ToolCallID, Name: m.Name, ReasoningContent: m.Reasoning}
-		switch {
-		case m.NullContent:
-			c.Content = nil
-		case m.Parts != nil:
-			parts := make([]tokenizer.ContentPart, len(m.Parts))
-			for j, p := range m.Parts {
-				parts[j] = tokenizer.ContentPart{Type: "text", Text: p}
-			}
-			c.Content = parts
-		default:
-			c.Content = m.Content
-		}
-		for _, tc := range m.ToolCalls {
-			c.ToolCalls = append(c.ToolCalls, tokenizer.ToolCall{ID: tc.ID, Type: tc.Type, Name: tc.Function.Name, Arguments: tc.Function.Arguments})
-		}
-		in[i] = c
-	}
-	return in
-}
-
-var _ server.Tokenizer = tokAdapter{}
