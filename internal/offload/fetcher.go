@@ -244,10 +244,6 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	// Decode and verify on all cores (the checksum pass is the costly part of a host-tier
 	// restore), then walk the results in order: the usable prefix stops at the first gap or
 	// failure.
-	type checked struct {
-		rec *tier.Record
-		err error
-	}
 	dec := make([]checked, n)
 	verifyAll(n, func(i int) {
 		if vals[i] == nil {
@@ -260,8 +256,31 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		dec[i].rec, dec[i].err = tier.DecodeVerify(vals[i], tier.Want{Identity: f.cfg.Identity, Root: req.Root, Hash: req.Hashes[i],
 			Parent: parent, Tokens: req.Tokens[i*bs : (i+1)*bs], Layout: f.cfg.Layout})
 	})
+	for reason, k := range assemble(&res, vals, dec, f.cfg.NeedState) {
+		f.metrics.Discarded(reason, k)
+	}
+	return res, nil
+}
+
+// checked is one fetched block after decoding and verification.
+type checked struct {
+	rec *tier.Record
+	err error
+}
+
+// assemble walks the fetched blocks in chain order and decides what is usable, in place in
+// res: the usable prefix (res.Usable) stops at the first gap (a block lost since the lookup,
+// vals[i] nil) or failure; a valid block after a failure is discarded with that failure's
+// reason (its parent cannot be restored); with needState the prefix also ends at the last
+// block whose recurrent state is complete. Blocks never found at the end are trimmed. It
+// returns the discarded blocks by reason. Pure: no I/O, no metrics.
+//
+// REQUIRES: len(vals) == len(dec) <= len(res.Blocks); res.Blocks[i] for i < len(vals) are
+// the blocks that were read.
+func assemble(res *Result, vals [][]byte, dec []checked, needState bool) map[string]int {
+	discarded := map[string]int{}
 	var brk string // the reason the chain broke, for the blocks after it
-	for i := range n {
+	for i := range vals {
 		b := &res.Blocks[i]
 		if vals[i] == nil { // lost since Contains: a plain miss
 			if brk == "" {
@@ -287,10 +306,10 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 			res.Usable = i + 1
 		}
 		if b.Reason != "" {
-			f.metrics.Discarded(b.Reason, 1)
+			discarded[b.Reason]++
 		}
 	}
-	if f.cfg.NeedState {
+	if needState {
 		last := res.Usable
 		for last > 0 && !res.Blocks[last-1].Record.StateComplete {
 			last--
@@ -299,14 +318,16 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 			res.Blocks[i].Record, res.Blocks[i].Reason = nil, tier.ReasonIncompleteState
 			res.Blocks[i].Err = tier.ErrIncompleteState
 		}
-		f.metrics.Discarded(tier.ReasonIncompleteState, res.Usable-last)
+		if res.Usable > last {
+			discarded[tier.ReasonIncompleteState] += res.Usable - last
+		}
 		res.Usable = last
 	}
 	// Trim trailing blocks that were never found (a gap at the end).
 	for len(res.Blocks) > 0 && !res.Blocks[len(res.Blocks)-1].Found {
 		res.Blocks = res.Blocks[:len(res.Blocks)-1]
 	}
-	return res, nil
+	return discarded
 }
 
 // get reads keys from tier ti, joining reads of the same keys already in
