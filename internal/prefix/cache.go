@@ -637,9 +637,12 @@ func (c *Cache) maybeHeapAdd(b BlockID) {
 	c.heapPush(b)
 }
 
-// Live calls fn for every block in the index (referenced or not), parents before children, as
-// a Stored event. The event's Tokens are valid only during the call. It is for write-back of
-// the whole working pool at shutdown: the blocks' K/V is intact while fn runs.
+// Live calls fn for every block in the index (referenced or not), children before parents
+// (deepest first), as a Stored event. The event's Tokens are valid only during the call. It is
+// for write-back of the whole working pool at shutdown: the blocks' K/V is intact while fn
+// runs. Deepest first because the tiers below evict least recently written first: when the
+// pool is larger than a tier's budget, what the flush's own overflow evicts is then chain
+// tails, and the chain heads, without which nothing after them is reachable, stay.
 func (c *Cache) Live(fn func(Event)) {
 	byDepth := map[int32][]BlockID{}
 	maxDepth := int32(-1)
@@ -651,7 +654,7 @@ func (c *Cache) Live(fn func(Event)) {
 		byDepth[e.depth] = append(byDepth[e.depth], BlockID(b))
 		maxDepth = max(maxDepth, e.depth)
 	}
-	for d := int32(0); d <= maxDepth; d++ {
+	for d := maxDepth; d >= 0; d-- {
 		for _, b := range byDepth[d] {
 			e := &c.meta[b]
 			fn(Event{Kind: Stored, Hash: e.hash, Parent: e.parent, Root: e.root, Hits: e.hits, Depth: e.depth, Block: b, Tokens: c.blockTokens(b)})
