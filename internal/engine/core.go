@@ -240,6 +240,12 @@ func (c *Core) admit(now time.Time) {
 				continue
 			}
 		}
+		if !s.heldSince.IsZero() {
+			// Held for its prefetch until now, admitted without it (timeout or best-effort):
+			// the stall ends here, not when the late result arrives.
+			c.stats.prefetchStall += now.Sub(s.heldSince)
+			s.heldSince = time.Time{}
+		}
 		var matched []kvcache.BlockID
 		var hashes []prefix.Hash
 		pending := 0
