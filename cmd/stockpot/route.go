@@ -89,7 +89,12 @@ func cmdRoute(args []string) error {
 	if err != nil {
 		return err
 	}
-	srv, ln := rt.HTTPServer(ln, router.ServerConfig{ReadHeaderTimeout: *headerTimeout, IdleTimeout: *idle, MaxConnections: *maxConns})
+	raw := ln
+	srv, ln, err := rt.HTTPServer(raw, router.ServerConfig{ReadHeaderTimeout: *headerTimeout, IdleTimeout: *idle, MaxConnections: *maxConns})
+	if err != nil {
+		raw.Close()
+		return err
+	}
 	fmt.Fprintf(os.Stderr, "stockpot: routing (%s) %d backend(s) on http://%s\n", *policy, len(backends), ln.Addr())
 	if len(apiKeys) == 0 {
 		fmt.Fprintf(os.Stderr, "stockpot: no --api-key: whoever reaches http://%s can use the backends\n", ln.Addr())

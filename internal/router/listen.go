@@ -3,6 +3,7 @@ package router
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -39,32 +40,41 @@ func DefaultServerConfig() ServerConfig {
 		MaxConnections: 4096, MaxHeaderBytes: 1 << 20}
 }
 
-func (c ServerConfig) validate() ServerConfig {
+// validate fills zero values with the defaults and rejects negative durations and sizes
+// (MaxConnections may be negative: unbounded).
+func (c ServerConfig) validate() (ServerConfig, error) {
 	d := DefaultServerConfig()
-	if c.ReadHeaderTimeout <= 0 {
+	if c.ReadHeaderTimeout < 0 || c.IdleTimeout < 0 || c.MaxHeaderBytes < 0 {
+		return c, fmt.Errorf("router: ReadHeaderTimeout %v, IdleTimeout %v and MaxHeaderBytes %d must not be negative",
+			c.ReadHeaderTimeout, c.IdleTimeout, c.MaxHeaderBytes)
+	}
+	if c.ReadHeaderTimeout == 0 {
 		c.ReadHeaderTimeout = d.ReadHeaderTimeout
 	}
-	if c.IdleTimeout <= 0 {
+	if c.IdleTimeout == 0 {
 		c.IdleTimeout = d.IdleTimeout
 	}
 	if c.MaxConnections == 0 {
 		c.MaxConnections = d.MaxConnections
 	}
-	if c.MaxHeaderBytes <= 0 {
+	if c.MaxHeaderBytes == 0 {
 		c.MaxHeaderBytes = d.MaxHeaderBytes
 	}
-	return c
+	return c, nil
 }
 
 // HTTPServer returns a server for the router's Handler with sc's limits,
 // and ln wrapped to hold at most sc.MaxConnections connections and to turn
 // net/http's plain-text protocol errors (400, 431) into the API's JSON
 // error shape. Serve the returned server on the returned listener.
-func (r *Router) HTTPServer(ln net.Listener, sc ServerConfig) (*http.Server, net.Listener) {
-	sc = sc.validate()
+func (r *Router) HTTPServer(ln net.Listener, sc ServerConfig) (*http.Server, net.Listener, error) {
+	sc, err := sc.validate()
+	if err != nil {
+		return nil, nil, err
+	}
 	srv := &http.Server{Handler: r.Handler(), ReadHeaderTimeout: sc.ReadHeaderTimeout,
 		IdleTimeout: sc.IdleTimeout, MaxHeaderBytes: sc.MaxHeaderBytes}
-	return srv, newLimitListener(ln, sc.MaxConnections, r.m)
+	return srv, newLimitListener(ln, sc.MaxConnections, r.m), nil
 }
 
 // limitListener accepts at most n connections at once: Accept takes a slot

@@ -21,7 +21,10 @@ func servedRouter(t *testing.T, sc ServerConfig, mod func(*Config), backends ...
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, lln := rt.HTTPServer(ln, sc)
+	srv, lln, err := rt.HTTPServer(ln, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() { _ = srv.Serve(lln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return rt, ln.Addr().String()
@@ -291,4 +294,16 @@ func FuzzJSONProtocolError(f *testing.F) {
 			t.Fatalf("%q → body %q: %v", p, b, err)
 		}
 	})
+}
+
+func TestServerConfigValidate(t *testing.T) {
+	for _, bad := range []ServerConfig{{ReadHeaderTimeout: -time.Second}, {IdleTimeout: -1}, {MaxHeaderBytes: -5}} {
+		if _, err := bad.validate(); err == nil {
+			t.Errorf("%+v: no error", bad)
+		}
+	}
+	c, err := ServerConfig{MaxConnections: -1}.validate()
+	if err != nil || c.MaxConnections != -1 || c != (ServerConfig{ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 60 * time.Second, MaxConnections: -1, MaxHeaderBytes: 1 << 20}) {
+		t.Errorf("defaults: %+v %v", c, err)
+	}
 }
