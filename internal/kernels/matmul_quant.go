@@ -33,7 +33,7 @@ func newQuantJob() *quantJob {
 // same way whatever the row range, so the split keeps the determinism rule.
 func matMulQuant(p *Pool, dst, x []float32, M int, w *Weight) {
 	switch w.Type {
-	case gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
+	case gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
 	default:
 		panic(fmt.Sprintf("kernels: MatMul of %v weights is not supported", w.Type))
 	}

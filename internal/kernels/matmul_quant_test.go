@@ -35,7 +35,7 @@ func TestMatMulQuantized(t *testing.T) {
 	pools := []*Pool{nil, NewPool(2), NewPool(3)}
 	defer pools[1].Close()
 	defer pools[2].Close()
-	for _, typ := range []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+	for _, typ := range []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
 		K := 2 * typ.BlockSize()
 		if typ.BlockSize() == 32 {
 			K = 96
@@ -89,7 +89,7 @@ func BenchmarkMatMulQuantized(b *testing.B) {
 	p := NewPool(0)
 	defer p.Close()
 	t := &testing.T{}
-	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
 		for _, s := range []struct{ N, K int }{{576, 768}, {1536, 768}} {
 			w, _ := randQuantWeight(t, r, typ, s.N, s.K)
 			for _, M := range []int{1, 16} { // M=512 takes seconds until quant has SIMD

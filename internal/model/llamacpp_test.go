@@ -176,8 +176,10 @@ var refCases = []refCase{
 	{"tiny-kquant", gguf.TypeBF16, 2e-2},
 	{"tiny-kquant", gguf.TypeQ8_0, 1e-1},
 	{"tiny-kquant", gguf.TypeQ4_0, 1e-1},
+	{"tiny-kquant", gguf.TypeQ5_0, 1e-1},
 	{"tiny-kquant", gguf.TypeQ4_K, 1e-1},
 	{"tiny-kquant", gguf.TypeQ6_K, 1e-1},
+	{"tiny-qwen2", gguf.TypeQ4_K, 1e-1}, // Q4_K_M on 64-wide rows: the Q5_0 and Q8_0 fallbacks
 }
 
 // maxDiff is the largest |a−b| over tokens whose reference logprob is above −15.

@@ -29,6 +29,9 @@ func pickKernels() (map[gguf.Type]kernel, string) {
 	k[gguf.TypeQ4_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 		tiles2x2(true, kVNNI, q4_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
 	}
+	k[gguf.TypeQ5_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+		rowsQ5_0(kVNNI, dst, ldd, xq, M, w, K, n0, n1)
+	}
 	k[gguf.TypeQ4_K] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 		tilesK(false, kVNNI, dst, ldd, xq, M, w, K, n0, n1)
 	}
