@@ -261,6 +261,16 @@ func (m *Model) Forward(seqs []Sequence) error {
 			o++
 		}
 	}
+	if nOut == 1 {
+		// Decode of one sequence: the head writes straight into the caller's buffer, so the
+		// vocabulary is passed over once (the MatMul) and not copied after.
+		for _, s := range seqs {
+			if s.Logits != nil {
+				kernels.MatMul(m.pool, s.Logits, sc.outRows, 1, m.output)
+			}
+		}
+		return nil
+	}
 	sc.logits = grow(sc.logits, nOut*c.Vocab)
 	kernels.MatMul(m.pool, sc.logits, sc.outRows, nOut, m.output)
 	o = 0
