@@ -10,7 +10,9 @@
 // decode bandwidth (weight bytes per forward pass × passes per second) as a share of a
 // copy() bandwidth measured at start. Both engines run on 2 threads with f16 K/V and flash
 // attention off (llama-bench at this version cannot use f32 K/V), and they alternate test
-// by test, so that load from other processes on a shared machine hits both.
+// by test over three rounds, so that load from other processes on a shared machine hits
+// both; the table keeps each engine's best round (llama.cpp's OpenMP barriers spin, so a
+// round in which another process takes one of its threads can run 10× slower).
 //
 // Stockpot's 4-stream decode is one model.Forward per step over the four sequences: that is
 // what the engine's scheduler plans (every running sequence's decode token in one step), so

@@ -33,6 +33,11 @@ const (
 	streamPrompt = 128
 	streamGen    = 64
 	decodeTokens = 64
+	// rounds of every test per engine; the table keeps each engine's best round. On a shared
+	// machine a round can lose its CPU to other processes, llama.cpp's spinning OpenMP
+	// barriers more than Stockpot's blocking pool (one slow thread stalls every graph node),
+	// so the best round is the fair figure for both.
+	rounds = 3
 )
 
 // weightKinds are the table's rows: the synth type and the name llama.cpp gives the mix.
@@ -294,32 +299,39 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 			defer done()
 			o.prefill(b, 64, 0) // warm up: page the mapping in, size the scratch buffers
 			row := tableRow{kind: k.name, bytesStep: weightBytes(b, path)}
+			tgKey := fmt.Sprintf("tg%d", decodeTokens)
+			best := map[string]float64{}
+			keep := func(k string, v float64) { best[k] = max(best[k], v) }
 			for b.Loop() {
-				// Alternate the engines test by test, so load from other processes hits both.
-				ref, err := llamaref.NativeBench(path, []int{512, 2048}, decodeTokens, threads, llamaref.BenchOptions{KVType: "f16", Repetitions: 2})
-				if err != nil {
-					b.Fatal(err)
+				// Alternate the engines test by test, round by round, so load from other
+				// processes hits both; keep each side's best round.
+				for range rounds {
+					ref, err := llamaref.NativeBench(path, []int{512, 2048}, decodeTokens, threads, llamaref.BenchOptions{KVType: "f16", Repetitions: 1})
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, r := range ref {
+						keep("ref "+r.Test, r.TokensPerSec)
+					}
+					keep("pp512", o.prefill(b, 512, 0))
+					keep("pp2048", o.prefill(b, 2048, 0))
+					keep(tgKey, o.decode(b, 1, 0, decodeTokens))
+					batched, err := nativeBatched(path, streamPrompt, streamGen, []int{streams})
+					if err != nil {
+						b.Fatal(err)
+					}
+					keep("ref batched", batched[streams])
+					for s := range streams {
+						o.prefill(b, streamPrompt, s)
+					}
+					keep("batched", o.decode(b, streams, streamPrompt, streamGen))
 				}
-				refTS := map[string]float64{}
-				for _, r := range ref {
-					refTS[r.Test] = r.TokensPerSec
-				}
-				pp512, pp2048 := o.prefill(b, 512, 0), o.prefill(b, 2048, 0)
-				tg1 := o.decode(b, 1, 0, decodeTokens)
-				batched, err := nativeBatched(path, streamPrompt, streamGen, []int{streams})
-				if err != nil {
-					b.Fatal(err)
-				}
-				for s := range streams {
-					o.prefill(b, streamPrompt, s)
-				}
-				tgN := o.decode(b, streams, streamPrompt, streamGen)
-				row.cells = []cell{
-					{"prefill 512", pp512, refTS["pp512"], 0},
-					{"prefill 2048", pp2048, refTS["pp2048"], 0},
-					{fmt.Sprintf("decode 1 stream (tg%d)", decodeTokens), tg1, refTS[fmt.Sprintf("tg%d", decodeTokens)], 1},
-					{fmt.Sprintf("decode %d streams (pp%d+tg%d)", streams, streamPrompt, streamGen), tgN, batched[streams], 1.0 / streams},
-				}
+			}
+			row.cells = []cell{
+				{"prefill 512", best["pp512"], best["ref pp512"], 0},
+				{"prefill 2048", best["pp2048"], best["ref pp2048"], 0},
+				{fmt.Sprintf("decode 1 stream (%s)", tgKey), best[tgKey], best["ref "+tgKey], 1},
+				{fmt.Sprintf("decode %d streams (pp%d+tg%d)", streams, streamPrompt, streamGen), best["batched"], best["ref batched"], 1.0 / streams},
 			}
 			for _, c := range row.cells {
 				key := strings.NewReplacer(" ", "-", "(", "", ")", "", "+", "-").Replace(c.test)
@@ -329,7 +341,7 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 		})
 	}
 	fmt.Printf("\nStockpot vs native llama.cpp, preset %s, %d threads, K/V f16, flash attention off.\n", preset, threads)
-	fmt.Printf("Measured alternately in one run; load average %s at start, %s at end (other processes share the CPU).\n", start, loadAvg())
+	fmt.Printf("Measured alternately in one run, best of %d rounds each; load average %s at start, %s at end (other processes share the CPU).\n", rounds, start, loadAvg())
 	fmt.Printf("memcpy: %.1f GB/s read+written (%d threads). BW = weight bytes per forward pass × passes/s, and its share of memcpy.\n\n", memcpy, threads)
 	fmt.Printf("| weights | test | Stockpot tok/s | llama.cpp tok/s | ratio | Stockpot BW | llama.cpp BW |\n")
 	fmt.Printf("|---|---|---:|---:|---:|---:|---:|\n")
