@@ -39,6 +39,11 @@ func QuantizeActivations(at gguf.Type, src []float32, dst []byte) {
 		}
 		return
 	}
+	quantizeRowsQ8_0(src, dst, nb)
+}
+
+// quantizeRowsQ8_0Go is quantizeRowsQ8_0 in Go, one block at a time.
+func quantizeRowsQ8_0Go(src []float32, dst []byte, nb int) {
 	for i := range nb {
 		quantizeQ8_0X86(src[i*qk0:(i+1)*qk0], dst[i*q8_0Bytes:(i+1)*q8_0Bytes])
 	}
