@@ -306,9 +306,11 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 				// Alternate the engines test by test, round by round, so load from other
 				// processes hits both; keep each side's best round.
 				for range rounds {
+					// A failed llama.cpp round is logged and the others count; all
+					// rounds failing is fatal below.
 					ref, err := llamaref.NativeBench(path, []int{512, 2048}, decodeTokens, threads, llamaref.BenchOptions{KVType: "f16", Repetitions: 1})
 					if err != nil {
-						b.Fatal(err)
+						b.Logf("llama-bench round failed: %v", err)
 					}
 					for _, r := range ref {
 						keep("ref "+r.Test, r.TokensPerSec)
@@ -318,13 +320,20 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 					keep(tgKey, o.decode(b, 1, 0, decodeTokens))
 					batched, err := nativeBatched(path, streamPrompt, streamGen, []int{streams})
 					if err != nil {
-						b.Fatal(err)
+						// llama-batched-bench's log thread sometimes exits without
+						// printing on a loaded machine.
+						b.Logf("llama-batched-bench round failed: %v", err)
 					}
 					keep("ref batched", batched[streams])
 					for s := range streams {
 						o.prefill(b, streamPrompt, s)
 					}
 					keep("batched", o.decode(b, streams, streamPrompt, streamGen))
+				}
+			}
+			for _, k := range []string{"ref pp512", "ref pp2048", "ref " + tgKey, "ref batched"} {
+				if best[k] == 0 {
+					b.Fatalf("no llama.cpp round gave %s", strings.TrimPrefix(k, "ref "))
 				}
 			}
 			row.cells = []cell{

@@ -58,6 +58,12 @@ func q8_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
 func q4_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
 
 //go:noescape
+func q8_0Tile2x2VNNI(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
+
+//go:noescape
+func q4_0Tile2x2VNNI(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
+
+//go:noescape
 func q5_0Tile2x2VNNI(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
 
 // tilesQ5_0 is tiles2x2 for Q5_0 weights on AVX512BW+VL machines: 2x2
@@ -113,9 +119,14 @@ func tiles2x2(q4, vnni bool, wBytes int,
 		for m := 0; m < M; m += 2 {
 			mB := m + 1
 			// Direct calls (not a func value) keep acc on the stack.
-			if q4 {
+			switch {
+			case q4 && vnni:
+				q4_0Tile2x2VNNI(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
+			case q4:
 				q4_0TileAVX2(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
-			} else {
+			case vnni:
+				q8_0Tile2x2VNNI(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
+			default:
 				q8_0TileAVX2(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
 			}
 			dst[m*ldd+n] = hsum8((*[8]float32)(acc[0:8]))
