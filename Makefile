@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 10s
 
-.PHONY: test sysdeps vet unit fuzz build bench
+.PHONY: test sysdeps vet unit fuzz build bench bench-vs-llama
 
 ## test: install what the tests need, then vet, unit tests and short fuzz runs.
 test: deps sysdeps vet unit fuzz
@@ -42,6 +42,14 @@ fuzz:
 ## bench: engine speed against native llama.cpp (needs `make llama-native` once).
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./internal/enginebench
+
+## bench-vs-llama: the speed table against native llama.cpp (f32, Q8_0, Q4_K_M, Q6_K: prefill
+## 512/2048, decode at 1 and 4 streams, bandwidth as a share of memcpy), both engines
+## alternating in one run. Builds native llama.cpp first when its binaries are missing.
+NATIVE_BIN := .cache/llama.cpp-build/bin
+bench-vs-llama:
+	@if [ ! -x $(NATIVE_BIN)/llama-bench ] || [ ! -x $(NATIVE_BIN)/llama-batched-bench ]; then LLAMA_NATIVE_TARGETS="llama-bench llama-batched-bench" $(MAKE) llama-native; fi
+	$(GO) test -run '^$$' -bench '^BenchmarkVsLlamaCpp$$' -benchtime 1x -timeout 60m ./internal/enginebench
 
 .PHONY: deps
 # ---- deps: llama.cpp reference (owner: internal/llamaref; see tools/llamaref/README.md) ----

@@ -11,8 +11,10 @@
 #   .cache/llama.cpp-build   cmake build dir; binaries in .cache/llama.cpp-build/bin/
 #
 # Idempotent: an existing clone at the bundle's commit is reused and cmake only
-# rebuilds what changed. Targets: llama-bench, llama-server, and llama-cli unless
-# LLAMA_NATIVE_NO_CLI=1. No network access is needed (no CURL, no OpenSSL, no web UI).
+# rebuilds what changed. Targets: llama-bench, llama-batched-bench, llama-server, and
+# llama-cli unless LLAMA_NATIVE_NO_CLI=1. No network access is needed for llama.cpp itself
+# (no CURL, no OpenSSL, no web UI); cmake and g++ are installed with apt-get where missing
+# (a fresh machine has no cmake).
 #
 # Environment:
 #   LLAMA_BUNDLE   path to gitRelease.bundle (default: from .cache/llamaref, see `make deps`)
@@ -27,6 +29,22 @@ build="$cache/llama.cpp-build"
 jobs="${JOBS:-$(nproc)}"
 
 log() { printf '[build-llama-native %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+# The build tools, from apt where missing: cmake is absent on a fresh machine.
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v g++ >/dev/null 2>&1 || need+=(g++)
+command -v make >/dev/null 2>&1 || need+=(make)
+if [[ ${#need[@]} -gt 0 ]]; then
+	sudo=""
+	[[ "$(id -u)" -ne 0 ]] && sudo="sudo"
+	log "installing ${need[*]} with apt-get"
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+	for t in "${need[@]}"; do
+		command -v "$t" >/dev/null 2>&1 || { log "apt-get did not install $t"; exit 1; }
+	done
+fi
 
 bundle="${LLAMA_BUNDLE:-}"
 if [[ -z "$bundle" ]]; then
@@ -63,32 +81,50 @@ if [[ -n "${LLAMA_NATIVE_TARGETS:-}" ]]; then
 	read -r -a targets <<<"$LLAMA_NATIVE_TARGETS"
 else
 	# llama-bench first: it is what the speed ratios use, and it is the cheapest.
-	targets=(llama-bench llama-server)
+	# llama-batched-bench measures decode at several parallel streams.
+	targets=(llama-bench llama-batched-bench llama-server)
 	[[ "${LLAMA_NATIVE_NO_CLI:-0}" == 1 ]] || targets+=(llama-cli)
 fi
 
+# AMX is off unless LLAMA_NATIVE_AMX=1: on the AMX machines we run on (VMs), ggml's AMX
+# mul_mat segfaults in llama-bench for Q8_0/Q4_K/Q6_K files, and Stockpot has no AMX kernels,
+# so the ratios compare AVX-512 (VNNI) code with AVX-512 code. GCC lets an explicit -mno-*
+# win over what -march=native turns on.
+cflags=""
+[[ "${LLAMA_NATIVE_AMX:-0}" == 1 ]] || cflags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+config=(
+	-DCMAKE_BUILD_TYPE=Release
+	-DGGML_NATIVE=ON
+	"-DCMAKE_C_FLAGS=$cflags"
+	"-DCMAKE_CXX_FLAGS=$cflags"
+	-DBUILD_SHARED_LIBS=OFF
+	-DLLAMA_BUILD_TESTS=OFF
+	-DLLAMA_BUILD_EXAMPLES=OFF
+	-DLLAMA_BUILD_APP=OFF
+	-DLLAMA_BUILD_TOOLS=ON
+	-DLLAMA_BUILD_SERVER=ON
+	-DLLAMA_BUILD_UI=OFF
+	-DLLAMA_USE_PREBUILT_UI=OFF
+	-DLLAMA_OPENSSL=OFF
+	-DLLAMA_CURL=OFF
+	-DGGML_CCACHE=OFF
+)
+# A build configured with other options is reconfigured from scratch.
+stamp="$build/stockpot-configure-args"
+if [[ -f "$build/CMakeCache.txt" ]] && [[ "$(cat "$stamp" 2>/dev/null)" != "${config[*]}" ]]; then
+	log "configure options changed; rebuilding $build from scratch"
+	rm -rf "$build"
+fi
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
-	log "configuring (Release, GGML_NATIVE=ON, static, no curl/openssl/ui)"
-	cmake -S "$src" -B "$build" \
-		-DCMAKE_BUILD_TYPE=Release \
-		-DGGML_NATIVE=ON \
-		-DBUILD_SHARED_LIBS=OFF \
-		-DLLAMA_BUILD_TESTS=OFF \
-		-DLLAMA_BUILD_EXAMPLES=OFF \
-		-DLLAMA_BUILD_APP=OFF \
-		-DLLAMA_BUILD_TOOLS=ON \
-		-DLLAMA_BUILD_SERVER=ON \
-		-DLLAMA_BUILD_UI=OFF \
-		-DLLAMA_USE_PREBUILT_UI=OFF \
-		-DLLAMA_OPENSSL=OFF \
-		-DLLAMA_CURL=OFF \
-		-DGGML_CCACHE=OFF \
-		>"$build.configure.log" 2>&1 || {
+	log "configuring (Release, GGML_NATIVE=ON${cflags:+, $cflags}, static, no curl/openssl/ui)"
+	mkdir -p "$build"
+	cmake -S "$src" -B "$build" "${config[@]}" >"$build.configure.log" 2>&1 || {
 		log "cmake configure failed; see $build.configure.log"
 		tail -n 30 "$build.configure.log" >&2
 		exit 1
 	}
 	mv "$build.configure.log" "$build/configure.log"
+	printf '%s' "${config[*]}" >"$stamp"
 fi
 
 start=$(date +%s)

@@ -85,7 +85,7 @@ func cmdSynth(args []string) error {
 	preset := fs.String("preset", "", "preset name ("+presetNames()+")")
 	out := fs.String("out", "", "output GGUF path")
 	seed := fs.Uint64("seed", 0, "random seed (same seed, same bytes)")
-	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q4_k, q6_k")
+	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q5_0, q4_k_m (alias q4_k: llama-quantize's Q4_K_M mix), q6_k")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -120,12 +120,14 @@ func parseType(s string) (gguf.Type, error) {
 		return gguf.TypeQ8_0, nil
 	case "q4_0":
 		return gguf.TypeQ4_0, nil
+	case "q5_0":
+		return gguf.TypeQ5_0, nil
 	case "q4_k", "q4_k_m":
 		return gguf.TypeQ4_K, nil
 	case "q6_k":
 		return gguf.TypeQ6_K, nil
 	}
-	return 0, fmt.Errorf("unknown weight type %q (want f32, f16, bf16, q8_0, q4_0, q4_k, q6_k)", s)
+	return 0, fmt.Errorf("unknown weight type %q (want f32, f16, bf16, q8_0, q4_0, q5_0, q4_k_m, q6_k)", s)
 }
 
 func presetNames() string {

@@ -21,6 +21,7 @@ func TestTypeLayout(t *testing.T) {
 		{TypeF16, "F16", 1, 2},
 		{TypeBF16, "BF16", 1, 2},
 		{TypeQ4_0, "Q4_0", 32, 18},
+		{TypeQ5_0, "Q5_0", 32, 22},
 		{TypeQ8_0, "Q8_0", 32, 34},
 		{TypeQ4_K, "Q4_K", 256, 144},
 		{TypeQ6_K, "Q6_K", 256, 210},

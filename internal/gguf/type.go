@@ -11,6 +11,7 @@ const (
 	TypeF32  Type = 0
 	TypeF16  Type = 1
 	TypeQ4_0 Type = 2
+	TypeQ5_0 Type = 6
 	TypeQ8_0 Type = 8
 	TypeQ4_K Type = 12
 	TypeQ6_K Type = 14
@@ -28,6 +29,7 @@ type typeInfo struct {
 // Block layouts (ggml-common.h):
 //
 //	Q4_0: f16 d + 16 bytes of 4-bit quants          = 18 bytes / 32
+//	Q5_0: f16 d + 4 bytes of 5th bits + 16 nibbles  = 22 bytes / 32
 //	Q8_0: f16 d + 32 int8                           = 34 bytes / 32
 //	Q4_K: f16 d, f16 dmin, 12 bytes scales, 128 qs  = 144 bytes / 256
 //	Q6_K: 128 ql, 64 qh, 16 int8 scales, f16 d      = 210 bytes / 256
@@ -38,6 +40,7 @@ var typeInfos = [...]typeInfo{
 	TypeF32:  {"F32", 1, 4},
 	TypeF16:  {"F16", 1, 2},
 	TypeQ4_0: {"Q4_0", 32, 18},
+	TypeQ5_0: {"Q5_0", 32, 22},
 	TypeQ8_0: {"Q8_0", 32, 34},
 	TypeQ4_K: {"Q4_K", 256, 144},
 	TypeQ6_K: {"Q6_K", 256, 210},
@@ -48,7 +51,7 @@ var typeInfos = [...]typeInfo{
 // ggmlNames names the ggml types Stockpot does not support, so that an error
 // about one says which type the file has.
 var ggmlNames = map[Type]string{
-	3: "Q4_1", 6: "Q5_0", 7: "Q5_1", 9: "Q8_1", 10: "Q2_K", 11: "Q3_K",
+	3: "Q4_1", 7: "Q5_1", 9: "Q8_1", 10: "Q2_K", 11: "Q3_K",
 	13: "Q5_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S",
 	20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16",
 	26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0",
@@ -72,7 +75,7 @@ func (t Type) Valid() bool {
 }
 
 // BlockSize returns the number of elements per block: 1 for F32/F16/BF16,
-// 32 for Q4_0/Q8_0, 256 for the K quants. It panics if t is not Valid.
+// 32 for Q4_0/Q5_0/Q8_0, 256 for the K quants. It panics if t is not Valid.
 func (t Type) BlockSize() int { return t.info().blockSize }
 
 // BlockBytes returns the bytes per block. It panics if t is not Valid.

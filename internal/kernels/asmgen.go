@@ -108,6 +108,17 @@ func kernel(b *bytes.Buffer, s isa, t string, mr, nr int) {
 	for j := 1; j < nr; j++ {
 		p("LEAQ (%s)(R13*1), %s", wRegs[j-1], wRegs[j])
 	}
+	// Decode (mr = 1) streams every weight byte once: prefetch, for row j,
+	// the same column of row j+nr, which the next tile reads (rows are
+	// consecutive). It leaves the values alone; it only hides the memory
+	// latency a single activation row cannot amortize.
+	pf := mr == 1
+	if pf {
+		p("LEAQ (%s)(R13*1), R8", wRegs[nr-1])
+		for j := 1; j < nr; j++ {
+			p("LEAQ (%s)(R13*1), %s", xRegs[j], xRegs[j+1])
+		}
+	}
 	p("MOVQ k+32(FP), R13")
 	p("XORQ CX, CX")
 	for i := range mr {
@@ -123,6 +134,9 @@ func kernel(b *bytes.Buffer, s isa, t string, mr, nr int) {
 	p("CMPQ R13, $0")
 	p("JLE reduce")
 	b.WriteString("loop:\n")
+	for j := 0; pf && j < nr; j++ {
+		p("PREFETCHT0 (%s)(CX*%d)", xRegs[j+1], wscale)
+	}
 	for j := range nr {
 		wr := v(s.wBase + j)
 		switch t {
@@ -135,7 +149,6 @@ func kernel(b *bytes.Buffer, s isa, t string, mr, nr int) {
 			p("VPSLLD $16, %s, %s", wr, wr)
 		}
 	}
-	_ = wscale
 	for i := range mr {
 		p("VMOVUPS (%s)(CX*4), %s", xRegs[i], v(s.xReg))
 		for j := range nr {

@@ -75,12 +75,7 @@ const l2PanelBytes = 384 << 10
 // quant.MatMul over ranges of weight rows.
 func MatMul(p *Pool, dst, x []float32, M int, w *Weight) {
 	K, N := w.Cols, w.Rows
-	if M < 0 || len(x) < M*K || len(dst) < M*N {
-		panic(fmt.Sprintf("kernels: MatMul M=%d K=%d N=%d with len(x)=%d len(dst)=%d", M, K, N, len(x), len(dst)))
-	}
-	if len(w.Data) < N*w.Type.RowBytes(K) {
-		panic(fmt.Sprintf("kernels: MatMul %v weight %dx%d has %d bytes, need %d", w.Type, N, K, len(w.Data), N*w.Type.RowBytes(K)))
-	}
+	checkMatMul(dst, x, M, w)
 	if M == 0 || N == 0 {
 		return
 	}
@@ -94,6 +89,17 @@ func MatMul(p *Pool, dst, x []float32, M int, w *Weight) {
 		return
 	}
 	matMulFloat(p, simd, dst, x, M, w)
+}
+
+// checkMatMul panics on mis-sized MatMul arguments (programmer bugs).
+func checkMatMul(dst, x []float32, M int, w *Weight) {
+	K, N := w.Cols, w.Rows
+	if M < 0 || len(x) < M*K || len(dst) < M*N {
+		panic(fmt.Sprintf("kernels: MatMul M=%d K=%d N=%d with len(x)=%d len(dst)=%d", M, K, N, len(x), len(dst)))
+	}
+	if len(w.Data) < N*w.Type.RowBytes(K) {
+		panic(fmt.Sprintf("kernels: MatMul %v weight %dx%d has %d bytes, need %d", w.Type, N, K, len(w.Data), N*w.Type.RowBytes(K)))
+	}
 }
 
 // matMulFloat is MatMul for float weights with the tile family ks (nil:

@@ -32,11 +32,7 @@ func newQuantJob() *quantJob {
 // ranges of weight rows across the pool. quant.MatMul computes (m, n) the
 // same way whatever the row range, so the split keeps the determinism rule.
 func matMulQuant(p *Pool, dst, x []float32, M int, w *Weight) {
-	switch w.Type {
-	case gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
-	default:
-		panic(fmt.Sprintf("kernels: MatMul of %v weights is not supported", w.Type))
-	}
+	checkQuantType(w.Type)
 	var j *quantJob
 	if p == nil {
 		j = newQuantJob()
@@ -45,17 +41,86 @@ func matMulQuant(p *Pool, dst, x []float32, M int, w *Weight) {
 		defer p.matMu.Unlock()
 		j = p.quant
 	}
+	j.matMul(p, dst, x, M, w, false)
+}
+
+func checkQuantType(t gguf.Type) {
+	switch t {
+	case gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
+	default:
+		panic(fmt.Sprintf("kernels: MatMul of %v weights is not supported", t))
+	}
+}
+
+// matMul runs one quantized MatMul on j. With reuse, j.xq already holds x's
+// rows in w's activation type (the previous matMul on j had the same x, M,
+// K and activation type, and nothing ran on j in between); the values are
+// the same either way, only the quantization pass is skipped.
+// REQUIRES: j is the caller's (Pool.matMu held, or a fresh job).
+func (j *quantJob) matMul(p *Pool, dst, x []float32, M int, w *Weight, reuse bool) {
 	K := w.Cols
 	at := quant.ActivationType(w.Type)
 	*j = quantJob{run: j.run, quantize: j.quantize, xq: j.xq,
 		at: at, xRowBytes: at.RowBytes(K), dst: dst, x: x, M: M, w: w}
 	j.blockRows = max(1, l2PanelBytes/w.Type.RowBytes(K))
 	if len(j.xq) < M*j.xRowBytes {
+		if reuse {
+			panic("kernels: quantized activations reused but not there")
+		}
 		j.xq = alignedBytes(M * j.xRowBytes)
 	}
-	p.For(M, j.quantize)
+	if !reuse {
+		p.For(M, j.quantize)
+	}
 	p.For(w.Rows, j.run)
 	*j = quantJob{run: j.run, quantize: j.quantize, xq: j.xq}
+}
+
+// MatMuls computes MatMul(p, dsts[i], x, M, ws[i]) for every i. Weights
+// that read x in the same quantized activation type one after another (the
+// q, k and v projections; gate and up) share one quantization of x, which
+// prefill would otherwise repeat per weight. Every value is the one MatMul
+// gives.
+func MatMuls(p *Pool, x []float32, M int, dsts [][]float32, ws []*Weight) {
+	if len(dsts) != len(ws) {
+		panic(fmt.Sprintf("kernels: MatMuls with %d outputs for %d weights", len(dsts), len(ws)))
+	}
+	shares := func(a, b *Weight) bool {
+		return typeIndex(b.Type) < 0 && b.Rows > 0 && b.Cols == a.Cols &&
+			quant.ActivationType(a.Type) == quant.ActivationType(b.Type)
+	}
+	for i := 0; i < len(ws); {
+		w := ws[i]
+		e := i + 1
+		if typeIndex(w.Type) < 0 && M > 0 && w.Rows > 0 && w.Cols > 0 {
+			checkQuantType(w.Type)
+			for e < len(ws) && shares(w, ws[e]) {
+				e++
+			}
+		}
+		if e == i+1 {
+			MatMul(p, dsts[i], x, M, w)
+			i++
+			continue
+		}
+		for k := i; k < e; k++ {
+			checkMatMul(dsts[k], x, M, ws[k])
+		}
+		var j *quantJob
+		if p == nil {
+			j = newQuantJob()
+		} else {
+			p.matMu.Lock()
+			j = p.quant
+		}
+		for k := i; k < e; k++ {
+			j.matMul(p, dsts[k], x, M, ws[k], k > i)
+		}
+		if p != nil {
+			p.matMu.Unlock()
+		}
+		i = e
+	}
 }
 
 func (j *quantJob) quantizeRange(lo, hi int) {

@@ -35,7 +35,7 @@ func TestMatMulQuantized(t *testing.T) {
 	pools := []*Pool{nil, NewPool(2), NewPool(3)}
 	defer pools[1].Close()
 	defer pools[2].Close()
-	for _, typ := range []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+	for _, typ := range []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
 		K := 2 * typ.BlockSize()
 		if typ.BlockSize() == 32 {
 			K = 96
@@ -89,7 +89,7 @@ func BenchmarkMatMulQuantized(b *testing.B) {
 	p := NewPool(0)
 	defer p.Close()
 	t := &testing.T{}
-	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
 		for _, s := range []struct{ N, K int }{{576, 768}, {1536, 768}} {
 			w, _ := randQuantWeight(t, r, typ, s.N, s.K)
 			for _, M := range []int{1, 16} { // M=512 takes seconds until quant has SIMD
@@ -102,6 +102,50 @@ func BenchmarkMatMulQuantized(b *testing.B) {
 					}
 					b.ReportMetric(2*float64(M*s.N*s.K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 				})
+			}
+		}
+	}
+}
+
+// TestMatMulsShared checks that MatMuls, which quantizes the activations
+// once for consecutive weights of one activation type, gives bitwise what
+// one MatMul per weight gives: runs that share (Q5_0, Q8_0, Q4_0 all read
+// Q8_0; Q4_K and Q6_K read Q8_K), a float weight between them, and a
+// different K that must not share.
+func TestMatMulsShared(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	p := NewPool(2)
+	defer p.Close()
+	const K = 512
+	mk := func(typ gguf.Type, N, k int) *Weight {
+		if typ == gguf.TypeF32 || typ == gguf.TypeF16 {
+			return randWeight(r, typ, N, k)
+		}
+		w, _ := randQuantWeight(t, r, typ, N, k)
+		return w
+	}
+	ws := []*Weight{
+		mk(gguf.TypeQ5_0, 7, K), mk(gguf.TypeQ8_0, 5, K), mk(gguf.TypeQ4_0, 3, K),
+		mk(gguf.TypeF16, 4, K),
+		mk(gguf.TypeQ4_K, 6, K), mk(gguf.TypeQ6_K, 9, K),
+		mk(gguf.TypeQ8_0, 2, K), mk(gguf.TypeQ4_K, 3, K),
+	}
+	for _, M := range []int{1, 4, 7} {
+		x := randFloats(r, M*K)
+		for _, pool := range []*Pool{nil, p} {
+			have := make([][]float32, len(ws))
+			for i, w := range ws {
+				have[i] = make([]float32, M*w.Rows)
+			}
+			MatMuls(pool, x, M, have, ws)
+			for i, w := range ws {
+				want := make([]float32, M*w.Rows)
+				MatMul(pool, want, x, M, w)
+				for e := range want {
+					if math.Float32bits(have[i][e]) != math.Float32bits(want[e]) {
+						t.Fatalf("M=%d weight %d (%v) element %d: MatMuls %v, MatMul %v", M, i, w.Type, e, have[i][e], want[e])
+					}
+				}
 			}
 		}
 	}

@@ -176,8 +176,10 @@ var refCases = []refCase{
 	{"tiny-kquant", gguf.TypeBF16, 2e-2},
 	{"tiny-kquant", gguf.TypeQ8_0, 1e-1},
 	{"tiny-kquant", gguf.TypeQ4_0, 1e-1},
+	{"tiny-kquant", gguf.TypeQ5_0, 1e-1},
 	{"tiny-kquant", gguf.TypeQ4_K, 1e-1},
 	{"tiny-kquant", gguf.TypeQ6_K, 1e-1},
+	{"tiny-qwen2", gguf.TypeQ4_K, 1e-1}, // Q4_K_M on 64-wide rows: the Q5_0 and Q8_0 fallbacks
 }
 
 // maxDiff is the largest |a−b| over tokens whose reference logprob is above −15.
@@ -283,13 +285,24 @@ func TestMatchesLlamaCpp(t *testing.T) {
 
 // TestChunkInvariance checks the determinism rule end to end: the logits after a prompt are
 // bitwise the same whether it is prefilled at once, in odd chunks, or token by token, and the
-// same in an f16 arena across chunkings.
+// same in an f16 arena across chunkings, for float and quantized weights.
 func TestChunkInvariance(t *testing.T) {
 	pool := kernels.NewPool(2)
 	defer pool.Close()
-	for _, preset := range []string{"tiny-llama-spm", "tiny-qwen2", "tiny-qwen3"} {
-		t.Run(preset, func(t *testing.T) {
-			w, err := synth.Build(preset, synth.Options{Seed: 3})
+	// The quantized cases run every decode-shaped kernel (M = 1, chunk 1) against the
+	// prefill tiles (M up to 150): Q8_0, the Q4_K_M mix on 64-wide rows (Q5_0, Q8_0) and on
+	// 256-wide rows (Q4_K, Q6_K), and f16.
+	for _, c := range []struct {
+		preset string
+		typ    gguf.Type
+	}{
+		{"tiny-llama-spm", gguf.TypeF32}, {"tiny-qwen2", gguf.TypeF32}, {"tiny-qwen3", gguf.TypeF32},
+		{"tiny-llama-spm", gguf.TypeQ8_0}, {"tiny-qwen2", gguf.TypeQ4_K}, {"tiny-kquant", gguf.TypeQ4_K},
+		{"tiny-kquant", gguf.TypeQ6_K}, {"tiny-kquant", gguf.TypeF16},
+	} {
+		preset := c.preset
+		t.Run(preset+"/"+c.typ.String(), func(t *testing.T) {
+			w, err := synth.Build(preset, synth.Options{Seed: 3, Type: c.typ})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -118,7 +118,7 @@ func (ld *loader) matrix(name string, rows, cols int) *kernels.Weight {
 		return nil
 	}
 	switch ti.Type {
-	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
 	default:
 		ld.err = fmt.Errorf("%w: tensor %s has type %s", ErrUnsupported, name, ti.Type)
 		return nil
@@ -261,6 +261,16 @@ func (m *Model) Forward(seqs []Sequence) error {
 			o++
 		}
 	}
+	if nOut == 1 {
+		// Decode of one sequence: the head writes straight into the caller's buffer, so the
+		// vocabulary is passed over once (the MatMul) and not copied after.
+		for _, s := range seqs {
+			if s.Logits != nil {
+				kernels.MatMul(m.pool, s.Logits, sc.outRows, 1, m.output)
+			}
+		}
+		return nil
+	}
 	sc.logits = grow(sc.logits, nOut*c.Vocab)
 	kernels.MatMul(m.pool, sc.logits, sc.outRows, nOut, m.output)
 	o = 0
@@ -284,9 +294,10 @@ func (m *Model) layerForward(li int, seqs []Sequence, M int) {
 			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.attnNorm, c.NormEps)
 		}
 	})
-	kernels.MatMul(m.pool, sc.q, sc.h, M, l.wq)
-	kernels.MatMul(m.pool, sc.k, sc.h, M, l.wk)
-	kernels.MatMul(m.pool, sc.v, sc.h, M, l.wv)
+	// q, k and v read the same rows: one quantization of them serves all three.
+	qkv := [3][]float32{sc.q, sc.k, sc.v}
+	qkvW := [3]*kernels.Weight{l.wq, l.wk, l.wv}
+	kernels.MatMuls(m.pool, sc.h, M, qkv[:], qkvW[:])
 
 	// Per-token: bias, QK-norm, RoPE. Positions follow each sequence.
 	r0 := 0
@@ -344,8 +355,9 @@ func (m *Model) layerForward(li int, seqs []Sequence, M int) {
 			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], x, l.ffnNorm, c.NormEps)
 		}
 	})
-	kernels.MatMul(m.pool, sc.gate, sc.h, M, l.gate)
-	kernels.MatMul(m.pool, sc.up, sc.h, M, l.up)
+	gateUp := [2][]float32{sc.gate, sc.up}
+	gateUpW := [2]*kernels.Weight{l.gate, l.up}
+	kernels.MatMuls(m.pool, sc.h, M, gateUp[:], gateUpW[:])
 	m.pool.For(M, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			kernels.SwiGLU(sc.gate[i*c.FFN:(i+1)*c.FFN], sc.gate[i*c.FFN:(i+1)*c.FFN], sc.up[i*c.FFN:(i+1)*c.FFN])

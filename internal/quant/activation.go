@@ -9,11 +9,11 @@ import (
 )
 
 // ActivationType returns ggml's vec_dot_type for weights of type t: the
-// format activations are quantized to before MatMul. Q8_0 for Q4_0 and
-// Q8_0, Q8_K for Q4_K and Q6_K. It panics for other types.
+// format activations are quantized to before MatMul. Q8_0 for Q4_0, Q5_0
+// and Q8_0, Q8_K for Q4_K and Q6_K. It panics for other types.
 func ActivationType(t gguf.Type) gguf.Type {
 	switch t {
-	case gguf.TypeQ4_0, gguf.TypeQ8_0:
+	case gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0:
 		return gguf.TypeQ8_0
 	case gguf.TypeQ4_K, gguf.TypeQ6_K:
 		return gguf.TypeQ8_K
@@ -39,6 +39,11 @@ func QuantizeActivations(at gguf.Type, src []float32, dst []byte) {
 		}
 		return
 	}
+	quantizeRowsQ8_0(src, dst, nb)
+}
+
+// quantizeRowsQ8_0Go is quantizeRowsQ8_0 in Go, one block at a time.
+func quantizeRowsQ8_0Go(src []float32, dst []byte, nb int) {
 	for i := range nb {
 		quantizeQ8_0X86(src[i*qk0:(i+1)*qk0], dst[i*q8_0Bytes:(i+1)*q8_0Bytes])
 	}

@@ -124,6 +124,20 @@ func (k kernel) prologue(sig string, doc ...string) {
 	p("\tMOVQ acc+%d(FP), DX", 16+8*r)
 }
 
+// prefetchAhead is how far ahead of the weight pointer the loops prefetch:
+// rows are consecutive, so this is the stream of the next rows (or the
+// next super-blocks of this one). Without it one core streams Q4_K/Q6_K
+// weights at about 14 GB/s; with it at 20+. A prefetch never faults and
+// never changes a value.
+const prefetchAhead = 2048
+
+// prefetch emits the prefetches that cover one super-block of n bytes.
+func prefetch(n int) {
+	for off := 0; off < n; off += 64 {
+		p("\tPREFETCHT0 %d(SI)", prefetchAhead+off)
+	}
+}
+
 func q4k(r int, vnni bool) {
 	k := newKernel("4", r, vnni)
 	sig := "w, x *byte, nb int, acc *[12]float32"
@@ -144,6 +158,7 @@ func q4k(r int, vnni bool) {
 	p("\tTESTQ CX, CX")
 	p("\tJZ %sdone", k.label)
 	p("\n%sloop:", k.label)
+	prefetch(144)
 	p("\t// scales and mins (get_scale_min_k4 for all 8 sub-blocks)")
 	for _, ins := range []string{
 		"MOVL 4(SI), AX",
@@ -261,6 +276,7 @@ func q6k(r int, vnni bool) {
 	p("\tTESTQ CX, CX")
 	p("\tJZ %sdone", k.label)
 	p("\n%sloop:", k.label)
+	prefetch(210)
 	p("\tVMOVDQU 192(SI), X13")
 	for i := range r {
 		p("\tVPXOR Y%d, Y%d, Y%d", i, i, i)

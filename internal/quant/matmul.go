@@ -13,7 +13,7 @@ import (
 type kernel func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int)
 
 // MatMul sets dst[m*ldd+n] = dot(w row n, x row m) for m < M and
-// n0 <= n < n1. w holds rows of K elements of type t (Q4_0, Q8_0, Q4_K or
+// n0 <= n < n1. w holds rows of K elements of type t (Q4_0, Q5_0, Q8_0, Q4_K or
 // Q6_K); xq holds M rows of K elements already in ActivationType(t).
 // Mis-sized arguments are programmer bugs and panic.
 //
@@ -38,6 +38,7 @@ func MatMul(t gguf.Type, dst []float32, ldd int, xq []byte, M int, w []byte, K i
 // for bit.
 var refKernels = map[gguf.Type]kernel{
 	gguf.TypeQ4_0: matmulQ4_0Ref,
+	gguf.TypeQ5_0: matmulQ5_0Ref,
 	gguf.TypeQ8_0: matmulQ8_0Ref,
 	gguf.TypeQ4_K: matmulQ4_KRef,
 	gguf.TypeQ6_K: matmulQ6_KRef,
@@ -57,6 +58,10 @@ func matmulRef(dot func(w, x []byte, nb int) float32, wBytes, xBytes, blockSize 
 
 func matmulQ4_0Ref(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 	matmulRef(dotQ4_0, q4_0Bytes, q8_0Bytes, qk0)(dst, ldd, xq, M, w, K, n0, n1)
+}
+
+func matmulQ5_0Ref(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+	matmulRef(dotQ5_0, q5_0Bytes, q8_0Bytes, qk0)(dst, ldd, xq, M, w, K, n0, n1)
 }
 
 func matmulQ8_0Ref(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
@@ -101,6 +106,24 @@ func dotQ4_0(w, x []byte, nb int) float32 {
 			for e := 4 * k; e < 4*k+4; e++ {
 				q := int32(wb[2+e%16]>>(4*(e/16))&0xf) - 8
 				s += q * int32(int8(xb[2+e]))
+			}
+			acc[k] = fma32(d, float32(s), acc[k])
+		}
+	}
+	return hsum8(&acc)
+}
+
+// dotQ5_0 mirrors ggml_vec_dot_q5_0_q8_0 (AVX2): dotQ4_0 with 5-bit levels
+// minus 16.
+func dotQ5_0(w, x []byte, nb int) float32 {
+	var acc [8]float32
+	for b := range nb {
+		wb, xb := w[b*q5_0Bytes:], x[b*q8_0Bytes:]
+		d := f16At(wb, 0) * f16At(xb, 0)
+		for k := range 8 {
+			var s int32
+			for e := 4 * k; e < 4*k+4; e++ {
+				s += (int32(q5At(wb, e)) - 16) * int32(int8(xb[2+e]))
 			}
 			acc[k] = fma32(d, float32(s), acc[k])
 		}

@@ -29,6 +29,13 @@ func pickKernels() (map[gguf.Type]kernel, string) {
 	k[gguf.TypeQ4_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 		tiles2x2(true, kVNNI, q4_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
 	}
+	k[gguf.TypeQ5_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+		if kVNNI {
+			tilesQ5_0(dst, ldd, xq, M, w, K, n0, n1)
+			return
+		}
+		rowsQ5_0(false, dst, ldd, xq, M, w, K, n0, n1)
+	}
 	k[gguf.TypeQ4_K] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 		tilesK(false, kVNNI, dst, ldd, xq, M, w, K, n0, n1)
 	}
@@ -49,6 +56,44 @@ func q8_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
 
 //go:noescape
 func q4_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
+
+//go:noescape
+func q8_0Tile2x2VNNI(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
+
+//go:noescape
+func q4_0Tile2x2VNNI(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
+
+//go:noescape
+func q5_0Tile2x2VNNI(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
+
+// tilesQ5_0 is tiles2x2 for Q5_0 weights on AVX512BW+VL machines: 2x2
+// tiles over pairs of activation rows (each weight block is unpacked once
+// per pair), an odd last row through rowsQ5_0's 4x1 kernel, which runs
+// the same per-pair float sequence.
+func tilesQ5_0(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+	nb := K / qk0
+	row, xrow := nb*q5_0Bytes, nb*q8_0Bytes
+	if M%2 == 1 {
+		M--
+		rowsQ5_0(true, dst[M*ldd:], ldd, xq[M*xrow:], 1, w, K, n0, n1)
+		if M == 0 {
+			return
+		}
+	}
+	var acc [32]float32
+	for n := n0; n < n1; n += 2 {
+		nB := min(n+1, n1-1)
+		wA, wB := &w[n*row], &w[nB*row]
+		for m := 0; m < M; m += 2 {
+			mB := m + 1
+			q5_0Tile2x2VNNI(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
+			dst[m*ldd+n] = hsum8((*[8]float32)(acc[0:8]))
+			dst[mB*ldd+n] = hsum8((*[8]float32)(acc[8:16]))
+			dst[m*ldd+nB] = hsum8((*[8]float32)(acc[16:24]))
+			dst[mB*ldd+nB] = hsum8((*[8]float32)(acc[24:32]))
+		}
+	}
+}
 
 // tiles2x2 runs a 2x2 tile kernel for 32-element blocks (Q8_0 activations)
 // over pairs of activation rows; an odd last activation row (all of decode,
@@ -74,9 +119,14 @@ func tiles2x2(q4, vnni bool, wBytes int,
 		for m := 0; m < M; m += 2 {
 			mB := m + 1
 			// Direct calls (not a func value) keep acc on the stack.
-			if q4 {
+			switch {
+			case q4 && vnni:
+				q4_0Tile2x2VNNI(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
+			case q4:
 				q4_0TileAVX2(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
-			} else {
+			case vnni:
+				q8_0Tile2x2VNNI(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
+			default:
 				q8_0TileAVX2(wA, wB, &xq[m*xrow], &xq[mB*xrow], nb, &acc)
 			}
 			dst[m*ldd+n] = hsum8((*[8]float32)(acc[0:8]))

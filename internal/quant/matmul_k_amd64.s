@@ -100,6 +100,9 @@ TEXT ·q4_KTile1x4AVX2(SB), NOSPLIT, $0-56
 	JZ q4k4avx2done
 
 q4k4avx2loop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
 	// scales and mins (get_scale_min_k4 for all 8 sub-blocks)
 	MOVL 4(SI), AX
 	MOVL 8(SI), BX
@@ -351,6 +354,9 @@ TEXT ·q4_KTile1x1AVX2(SB), NOSPLIT, $0-32
 	JZ q4k1avx2done
 
 q4k1avx2loop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
 	// scales and mins (get_scale_min_k4 for all 8 sub-blocks)
 	MOVL 4(SI), AX
 	MOVL 8(SI), BX
@@ -488,6 +494,10 @@ TEXT ·q6_KTile1x4AVX2(SB), NOSPLIT, $0-56
 	JZ q6k4avx2done
 
 q6k4avx2loop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
+	PREFETCHT0 2240(SI)
 	VMOVDQU 192(SI), X13
 	VPXOR Y0, Y0, Y0
 	VPXOR Y1, Y1, Y1
@@ -722,6 +732,10 @@ TEXT ·q6_KTile1x1AVX2(SB), NOSPLIT, $0-32
 	JZ q6k1avx2done
 
 q6k1avx2loop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
+	PREFETCHT0 2240(SI)
 	VMOVDQU 192(SI), X13
 	VPXOR Y0, Y0, Y0
 	// 128-element half 0
@@ -866,6 +880,9 @@ TEXT ·q4_KTile1x4VNNI(SB), NOSPLIT, $0-56
 	JZ q4k4vnnidone
 
 q4k4vnniloop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
 	// scales and mins (get_scale_min_k4 for all 8 sub-blocks)
 	MOVL 4(SI), AX
 	MOVL 8(SI), BX
@@ -1085,6 +1102,9 @@ TEXT ·q4_KTile1x1VNNI(SB), NOSPLIT, $0-32
 	JZ q4k1vnnidone
 
 q4k1vnniloop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
 	// scales and mins (get_scale_min_k4 for all 8 sub-blocks)
 	MOVL 4(SI), AX
 	MOVL 8(SI), BX
@@ -1214,6 +1234,10 @@ TEXT ·q6_KTile1x4VNNI(SB), NOSPLIT, $0-56
 	JZ q6k4vnnidone
 
 q6k4vnniloop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
+	PREFETCHT0 2240(SI)
 	VMOVDQU 192(SI), X13
 	VPXOR Y0, Y0, Y0
 	VPXOR Y1, Y1, Y1
@@ -1416,6 +1440,10 @@ TEXT ·q6_KTile1x1VNNI(SB), NOSPLIT, $0-32
 	JZ q6k1vnnidone
 
 q6k1vnniloop:
+	PREFETCHT0 2048(SI)
+	PREFETCHT0 2112(SI)
+	PREFETCHT0 2176(SI)
+	PREFETCHT0 2240(SI)
 	VMOVDQU 192(SI), X13
 	VPXOR Y0, Y0, Y0
 	// 128-element half 0

@@ -9,6 +9,12 @@ func q8_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
 func q8_0Tile4x1VNNI(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
 
 //go:noescape
+func q5_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+
+//go:noescape
+func q5_0Tile4x1VNNI(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+
+//go:noescape
 func q4_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
 
 //go:noescape
@@ -42,5 +48,33 @@ func row4x1(q4, vnni bool, wBytes int, dst []float32, xq []byte, w []byte, K, n0
 		dst[nC] = hsum8((*[8]float32)(acc[16:24]))
 		dst[nB] = hsum8((*[8]float32)(acc[8:16]))
 		dst[n] = hsum8((*[8]float32)(acc[0:8]))
+	}
+}
+
+// rowsQ5_0 is MatMul for Q5_0 weights: every activation row runs the 4x1
+// kernel over weight rows n0..n1-1 (there is no 2x2 tile for Q5_0; the
+// caller's L2-sized row panels keep the weights cached across the M rows).
+// Each value is the same per-pair sequence whatever M, n0 and n1 are; at
+// the n edge the last row repeats and the duplicates are dropped.
+func rowsQ5_0(vnni bool, dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+	nb := K / qk0
+	row, xrow := nb*q5_0Bytes, nb*q8_0Bytes
+	var acc [32]float32
+	for m := range M {
+		x := &xq[m*xrow]
+		d := dst[m*ldd:]
+		for n := n0; n < n1; n += 4 {
+			nB, nC, nD := min(n+1, n1-1), min(n+2, n1-1), min(n+3, n1-1)
+			wA, wB, wC, wD := &w[n*row], &w[nB*row], &w[nC*row], &w[nD*row]
+			if vnni {
+				q5_0Tile4x1VNNI(wA, wB, wC, wD, x, nb, &acc)
+			} else {
+				q5_0Tile4x1AVX2(wA, wB, wC, wD, x, nb, &acc)
+			}
+			d[nD] = hsum8((*[8]float32)(acc[24:32]))
+			d[nC] = hsum8((*[8]float32)(acc[16:24]))
+			d[nB] = hsum8((*[8]float32)(acc[8:16]))
+			d[n] = hsum8((*[8]float32)(acc[0:8]))
+		}
 	}
 }

@@ -71,6 +71,25 @@
 	VMOVD AX, X14; \
 	VPBROADCASTD X14, Y14
 
+// R12 = the next group of four rows (rows are consecutive, so it starts one
+// row past w3); the loops prefetch it while computing this one, so the
+// weights stream from memory without waiting. A prefetch never changes a
+// value (at the n edge it may touch rows already read).
+#define NEXTGROUP \
+	MOVQ R11, R12; \
+	SUBQ R10, R12; \
+	ADDQ R11, R12
+
+// The bytes one iteration reads of the four rows, prefetched from R12.
+#define PREFETCH1(STEP) \
+	PREFETCHT0 (R12); \
+	ADDQ $STEP, R12
+
+#define PREFETCH2(STEP) \
+	PREFETCHT0 (R12); \
+	PREFETCHT0 64(R12); \
+	ADDQ $STEP, R12
+
 #define XLOAD \
 	VPBROADCASTW (R8), X10; \
 	VCVTPH2PS X10, Y10; \
@@ -89,9 +108,11 @@
 // acc[8r:8r+8] is the 8-lane accumulator of weight row r against x.
 TEXT ·q8_0Tile4x1AVX2(SB), NOSPLIT, $0-56
 	PROLOGUE
+	NEXTGROUP
 	TESTQ CX, CX
 	JZ q8a_done
 q8a_loop:
+	PREFETCH2(136)
 	XLOAD
 	LOADQ8(SI)
 	DOTAVX2
@@ -118,9 +139,11 @@ q8a_done:
 // func q8_0Tile4x1VNNI(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
 TEXT ·q8_0Tile4x1VNNI(SB), NOSPLIT, $0-56
 	PROLOGUE
+	NEXTGROUP
 	TESTQ CX, CX
 	JZ q8v_done
 q8v_loop:
+	PREFETCH2(136)
 	XLOAD
 	LOADQ8(SI)
 	DOTVNNI
@@ -147,9 +170,11 @@ q8v_done:
 // func q4_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
 TEXT ·q4_0Tile4x1AVX2(SB), NOSPLIT, $0-56
 	PROLOGUE
+	NEXTGROUP
 	TESTQ CX, CX
 	JZ q4a_done
 q4a_loop:
+	PREFETCH2(72)
 	XLOAD
 	LOADQ4(SI)
 	DOTAVX2
@@ -176,9 +201,11 @@ q4a_done:
 // func q4_0Tile4x1VNNI(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
 TEXT ·q4_0Tile4x1VNNI(SB), NOSPLIT, $0-56
 	PROLOGUE
+	NEXTGROUP
 	TESTQ CX, CX
 	JZ q4v_done
 q4v_loop:
+	PREFETCH2(72)
 	XLOAD
 	LOADQ4(SI)
 	DOTVNNI
@@ -200,4 +227,116 @@ q4v_loop:
 	DECQ CX
 	JNZ q4v_loop
 q4v_done:
+	EPILOGUE
+
+// Q5_0 weights (ggml_vec_dot_q5_0_q8_0, AVX2): the nibbles unpacked as for
+// Q4_0, then OR 0xF0 into every byte whose qh bit is clear (ggml's
+// bytes_from_bits_32 and andnot), which is the 5-bit level minus 16 as an
+// int8. The weight row then runs the same per-pair sequence as Q4_0.
+// Y5 = byte shuffle spreading qh byte j/8 to lane j, Y11 = bit j%8 of lane
+// j, Y14 = 0xF0 (in place of Q4_0's 8).
+#define LOADQ5(P) \
+	VMOVDQU 6(P), X6; \
+	VPSRLW $4, X6, X12; \
+	VINSERTI128 $1, X12, Y6, Y6; \
+	VPAND Y13, Y6, Y6; \
+	VPBROADCASTD 2(P), Y8; \
+	VPSHUFB Y5, Y8, Y8; \
+	VPAND Y11, Y8, Y8; \
+	VPCMPEQB Y11, Y8, Y8; \
+	VPANDN Y14, Y8, Y8; \
+	VPOR Y8, Y6, Y6
+
+// LOADQ5K is LOADQ5 with AVX-512 masks (the VNNI kernel runs only where
+// AVX512BW and VL are present): K1 = qh, K2 = its complement, and the bytes
+// of K2 get 16 subtracted, which is the same int8 as ORing in 0xF0 (a
+// nibble is below 16). Y14 = 0x10.
+#define LOADQ5K(P) \
+	VMOVDQU 6(P), X6; \
+	VPSRLW $4, X6, X12; \
+	VINSERTI128 $1, X12, Y6, Y6; \
+	VPAND Y13, Y6, Y6; \
+	KMOVD 2(P), K1; \
+	KNOTD K1, K2; \
+	VPSUBB Y14, Y6, K2, Y6
+
+DATA q5shuf<>+0(SB)/8, $0x0000000000000000
+DATA q5shuf<>+8(SB)/8, $0x0101010101010101
+DATA q5shuf<>+16(SB)/8, $0x0202020202020202
+DATA q5shuf<>+24(SB)/8, $0x0303030303030303
+GLOBL q5shuf<>(SB), RODATA|NOPTR, $32
+
+#define Q5CONST \
+	VMOVDQU q5shuf<>(SB), Y5; \
+	MOVQ $0x8040201008040201, AX; \
+	VMOVQ AX, X11; \
+	VPBROADCASTQ X11, Y11; \
+	MOVL $0xf0f0f0f0, AX; \
+	VMOVD AX, X14; \
+	VPBROADCASTD X14, Y14
+
+// func q5_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+TEXT ·q5_0Tile4x1AVX2(SB), NOSPLIT, $0-56
+	PROLOGUE
+	NEXTGROUP
+	Q5CONST
+	TESTQ CX, CX
+	JZ q5a_done
+q5a_loop:
+	PREFETCH2(88)
+	XLOAD
+	LOADQ5(SI)
+	DOTAVX2
+	ACCUM(SI, Y0)
+	LOADQ5(DI)
+	DOTAVX2
+	ACCUM(DI, Y1)
+	LOADQ5(R10)
+	DOTAVX2
+	ACCUM(R10, Y2)
+	LOADQ5(R11)
+	DOTAVX2
+	ACCUM(R11, Y3)
+	ADDQ $22, SI
+	ADDQ $22, DI
+	ADDQ $22, R10
+	ADDQ $22, R11
+	ADDQ $34, R8
+	DECQ CX
+	JNZ q5a_loop
+q5a_done:
+	EPILOGUE
+
+// func q5_0Tile4x1VNNI(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
+TEXT ·q5_0Tile4x1VNNI(SB), NOSPLIT, $0-56
+	PROLOGUE
+	NEXTGROUP
+	MOVL $0x10101010, AX
+	VMOVD AX, X14
+	VPBROADCASTD X14, Y14
+	TESTQ CX, CX
+	JZ q5v_done
+q5v_loop:
+	PREFETCH2(88)
+	XLOAD
+	LOADQ5K(SI)
+	DOTVNNI
+	ACCUM(SI, Y0)
+	LOADQ5K(DI)
+	DOTVNNI
+	ACCUM(DI, Y1)
+	LOADQ5K(R10)
+	DOTVNNI
+	ACCUM(R10, Y2)
+	LOADQ5K(R11)
+	DOTVNNI
+	ACCUM(R11, Y3)
+	ADDQ $22, SI
+	ADDQ $22, DI
+	ADDQ $22, R10
+	ADDQ $22, R11
+	ADDQ $34, R8
+	DECQ CX
+	JNZ q5v_loop
+q5v_done:
 	EPILOGUE

@@ -14,6 +14,7 @@ const (
 	qkK = 256 // elements per K-quant super-block
 
 	q4_0Bytes = 18  // f16 d, 16 bytes of nibbles (element j low, j+16 high)
+	q5_0Bytes = 22  // f16 d, u32 qh (bit j: element j's 5th bit), 16 bytes of nibbles as Q4_0
 	q8_0Bytes = 34  // f16 d, 32 int8
 	q4_KBytes = 144 // f16 d, f16 dmin, 12 bytes 6-bit scales+mins, 128 bytes nibbles
 	q6_KBytes = 210 // 128 ql, 64 qh, 16 int8 scales, f16 d
@@ -65,6 +66,10 @@ func QuantizeRow(t gguf.Type, src []float32, dst []byte) error {
 		for i := range nb {
 			quantizeQ4_0(src[i*qk0:(i+1)*qk0], dst[i*q4_0Bytes:(i+1)*q4_0Bytes])
 		}
+	case gguf.TypeQ5_0:
+		for i := range nb {
+			quantizeQ5_0(src[i*qk0:(i+1)*qk0], dst[i*q5_0Bytes:(i+1)*q5_0Bytes])
+		}
 	case gguf.TypeQ8_0:
 		for i := range nb {
 			quantizeQ8_0Ref(src[i*qk0:(i+1)*qk0], dst[i*q8_0Bytes:(i+1)*q8_0Bytes])
@@ -111,6 +116,15 @@ func DequantizeRow(t gguf.Type, src []byte, dst []float32) error {
 			for j := range 16 {
 				y[j] = float32(int(b[2+j]&0xf)-8) * d
 				y[j+16] = float32(int(b[2+j]>>4)-8) * d
+			}
+		}
+	case gguf.TypeQ5_0:
+		for i := range nb {
+			b, y := src[i*q5_0Bytes:], dst[i*qk0:]
+			d := f16At(b, 0)
+			for j := range 16 {
+				y[j] = float32(int32(q5At(b, j))-16) * d
+				y[j+16] = float32(int32(q5At(b, j+16))-16) * d
 			}
 		}
 	case gguf.TypeQ8_0:
@@ -182,6 +196,40 @@ func quantizeQ4_0(x []float32, y []byte) {
 		xi1 := uint8(min(15, toInt8(x1+8.5)))
 		y[2+j] = xi0 | xi1<<4
 	}
+}
+
+// quantizeQ5_0 is quantize_row_q5_0_ref for one block: like Q4_0 with
+// levels 0..31 around 16, the 5th bit of element j in bit j of qh.
+func quantizeQ5_0(x []float32, y []byte) {
+	var amax, max float32
+	for _, v := range x {
+		if amax < abs32(v) {
+			amax = abs32(v)
+			max = v
+		}
+	}
+	d := max / -16
+	var id float32
+	if d != 0 {
+		id = 1 / d
+	}
+	binary.LittleEndian.PutUint16(y, F32ToF16(d))
+	var qh uint32
+	for j := range 16 {
+		x0 := float32(x[j] * id)
+		x1 := float32(x[j+16] * id)
+		xi0 := uint8(min(31, toInt8(x0+16.5)))
+		xi1 := uint8(min(31, toInt8(x1+16.5)))
+		y[6+j] = xi0&0xf | (xi1&0xf)<<4
+		qh |= uint32(xi0&0x10)>>4<<j | uint32(xi1&0x10)>>4<<(j+16)
+	}
+	binary.LittleEndian.PutUint32(y[2:], qh)
+}
+
+// q5At is the 5-bit level (0..31) of element e of a Q5_0 block.
+func q5At(b []byte, e int) uint8 {
+	qh := binary.LittleEndian.Uint32(b[2:])
+	return b[6+e%16]>>(4*(e/16))&0xf | uint8(qh>>e&1)<<4
 }
 
 // quantizeQ8_0Ref is quantize_row_q8_0_ref for one block (roundf, 1/d).

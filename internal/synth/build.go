@@ -18,22 +18,23 @@ type Options struct {
 	// Seed selects the weights; the same seed gives the same file.
 	Seed uint64
 	// Type is the weight type: F32 (the zero value), F16, BF16, Q8_0, Q4_0,
-	// Q4_K (mixed as llama-quantize's Q4_K_M: Q6_K for the output head and
-	// for attn_v/ffn_down in some layers) or Q6_K.
+	// Q5_0, Q4_K (mixed as llama-quantize's Q4_K_M: Q6_K for the output head
+	// and for attn_v/ffn_down in some layers, Q5_0/Q8_0 where a row is not a
+	// multiple of 256) or Q6_K. See tensorType.
 	Type gguf.Type
 }
 
 // fileTypes maps a weight type to llama.cpp's general.file_type (enum
-// llama_ftype): ALL_F32, MOSTLY_F16, MOSTLY_Q4_0, MOSTLY_Q8_0,
+// llama_ftype): ALL_F32, MOSTLY_F16, MOSTLY_Q4_0, MOSTLY_Q8_0, MOSTLY_Q5_0,
 // MOSTLY_Q4_K_M, MOSTLY_Q6_K, MOSTLY_BF16.
 var fileTypes = map[gguf.Type]uint32{
-	gguf.TypeF32: 0, gguf.TypeF16: 1, gguf.TypeQ4_0: 2, gguf.TypeQ8_0: 7,
+	gguf.TypeF32: 0, gguf.TypeF16: 1, gguf.TypeQ4_0: 2, gguf.TypeQ8_0: 7, gguf.TypeQ5_0: 8,
 	gguf.TypeQ4_K: 15, gguf.TypeQ6_K: 18, gguf.TypeBF16: 32,
 }
 
 func (o Options) validate() error {
 	if _, ok := fileTypes[o.Type]; !ok {
-		return fmt.Errorf("synth: weight type %s is not one of F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q6_K", o.Type)
+		return fmt.Errorf("synth: weight type %s is not one of F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K", o.Type)
 	}
 	return nil
 }
@@ -207,28 +208,43 @@ func (b *builder) matrix(name string, cols, rows int, std float64, layer int) {
 	b.err = b.w.AddTensor(name, t, []uint64{uint64(cols), uint64(rows)}, data)
 }
 
-// tensorType picks a matrix's storage type the way llama-quantize does for
-// the file types offered, simplified: the output head (token_embd when
-// tied) is Q6_K unless the file is Q8_0 or unquantized; Q4_K files use
-// Q6_K for attn_v and ffn_down in the layers llama.cpp's use_more_bits
-// picks (Q4_K_M). A type whose block does not divide the row length falls
-// back to Q8_0, then F16.
+// tensorType picks a matrix's storage type as llama-quantize does
+// (llama_tensor_get_type in llama.cpp's src/llama-quant.cpp) for the file
+// types offered and the architectures synth writes (no MoE, no fused QKV,
+// no Falcon, not 70B):
+//   - the output head (token_embd when tied) is Q8_0 when its row length is
+//     not a multiple of the file type's block, else Q6_K unless the file is
+//     Q8_0;
+//   - Q4_K files are llama.cpp's Q4_K_M mix: Q6_K for attn_v and ffn_down in
+//     the layers use_more_bits picks, Q4_K for the rest (Q5_K appears in
+//     Q4_K_M only for fused QKV, 8-expert and 70B models);
+//   - then the shape fallback (tensor_type_fallback): a type whose block does
+//     not divide the row length becomes Q5_0 (from Q4_K), Q8_0 (from Q6_K),
+//     or stays a 32-block type; F16 when even that does not fit.
+//
+// Unquantized files (F32, F16, BF16) keep their type for every matrix.
 func tensorType(name string, rowLen int, ft gguf.Type, layer, layers int, tied bool) gguf.Type {
+	if ft == gguf.TypeF32 || ft == gguf.TypeF16 || ft == gguf.TypeBF16 {
+		return ft
+	}
 	t := ft
 	isHead := name == "output.weight" || (tied && name == "token_embd.weight")
-	switch ft {
-	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0:
-	default:
-		if isHead {
-			t = gguf.TypeQ6_K
-		}
-	}
-	if ft == gguf.TypeQ4_K && layer >= 0 && useMoreBits(layer, layers) &&
-		(name == fmt.Sprintf("blk.%d.attn_v.weight", layer) || name == fmt.Sprintf("blk.%d.ffn_down.weight", layer)) {
+	switch {
+	case isHead && rowLen%ft.BlockSize() != 0:
+		t = gguf.TypeQ8_0
+	case isHead && ft != gguf.TypeQ8_0:
+		t = gguf.TypeQ6_K
+	case ft == gguf.TypeQ4_K && layer >= 0 && useMoreBits(layer, layers) &&
+		(name == fmt.Sprintf("blk.%d.attn_v.weight", layer) || name == fmt.Sprintf("blk.%d.ffn_down.weight", layer)):
 		t = gguf.TypeQ6_K
 	}
 	if rowLen%t.BlockSize() != 0 {
-		t = gguf.TypeQ8_0
+		switch t {
+		case gguf.TypeQ4_K:
+			t = gguf.TypeQ5_0
+		case gguf.TypeQ6_K:
+			t = gguf.TypeQ8_0
+		}
 		if rowLen%t.BlockSize() != 0 {
 			t = gguf.TypeF16
 		}

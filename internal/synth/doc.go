@@ -6,7 +6,7 @@
 //   - Preset: a named model shape (architecture, dimensions, tokenizer,
 //     chat template, rope settings). Presets lists them; Lookup finds one.
 //   - Options: the seed and the weight type (F32, F16, BF16, Q8_0, Q4_0,
-//     Q4_K in the Q4_K_M mix, Q6_K).
+//     Q5_0, Q4_K in the Q4_K_M mix, Q6_K).
 //   - Build returns a gguf.Writer holding the model; WriteFile writes it.
 //
 // Tokenizers come from package vocab (trained here on an embedded corpus,
@@ -28,8 +28,10 @@
 //     presets). Small tied embeddings keep the input token's own logit
 //     from dominating (tiny tied models still repeat themselves sometimes).
 //   - Norm weights are near 1, biases small. One-dimensional tensors
-//     (norms, biases, rope_freqs) are always F32. A matrix whose row length
-//     is not a multiple of the chosen type's block falls back to Q8_0, then
-//     F16, as llama-quantize does.
+//     (norms, biases, rope_freqs) are always F32. Matrix types follow
+//     llama-quantize's llama_tensor_get_type (tensorType): the output head
+//     in Q6_K (Q8_0 when 256 does not divide its rows), the Q4_K_M mix's
+//     Q6_K layers, and the shape fallbacks Q4_K -> Q5_0, Q6_K -> Q8_0,
+//     then F16.
 //   - Dimensions are in GGUF order: Dims[0] is the row length (ne0).
 package synth

@@ -19,7 +19,8 @@ import (
 //
 // Each case starts llama.cpp once (seconds), so by default it covers two
 // files: qwen3 (byte-level BPE, q/k norms, tied output, user-defined
-// tokens) and tiny-kquant in the Q4_K_M mix (SPM with byte fallback). With
+// tokens), tiny-kquant in the Q4_K_M mix (SPM with byte fallback) and
+// tiny-qwen2 in the Q4_K_M mix (Q5_0 and Q8_0 fallbacks). With
 // STOCKPOT_SYNTH_ALL=1 it covers every preset (smollm-135m too) in
 // F32, every weight type on tiny-kquant and a few more mixes.
 func TestLlamaCppLoads(t *testing.T) {
@@ -36,9 +37,11 @@ func TestLlamaCppLoads(t *testing.T) {
 	for _, p := range synth.Presets() {
 		cases = append(cases, tc{p.Name, gguf.TypeF32})
 	}
-	cases = append(cases, tc{"tiny-kquant", gguf.TypeQ4_K})
+	// tiny-kquant's rows fit Q4_K; tiny-qwen2's 64-wide rows take the Q4_K_M
+	// mix's shape fallbacks (Q5_0, Q8_0).
+	cases = append(cases, tc{"tiny-kquant", gguf.TypeQ4_K}, tc{"tiny-qwen2", gguf.TypeQ4_K})
 	if os.Getenv("STOCKPOT_SYNTH_ALL") != "" {
-		for _, ft := range []gguf.Type{gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+		for _, ft := range []gguf.Type{gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
 			cases = append(cases, tc{"tiny-kquant", ft})
 		}
 		cases = append(cases, tc{"tiny-qwen3", gguf.TypeQ8_0}, tc{"tiny-qwen2", gguf.TypeQ4_0}, tc{"default", gguf.TypeQ4_K})

@@ -18,7 +18,7 @@ func TestWeightTypes(t *testing.T) {
 	// layout or scale, not rounding details (package quant tests those).
 	tol := map[gguf.Type]float64{
 		gguf.TypeF32: 0, gguf.TypeF16: 1e-3, gguf.TypeBF16: 1e-2, gguf.TypeQ8_0: 0.01,
-		gguf.TypeQ6_K: 0.05, gguf.TypeQ4_K: 0.12, gguf.TypeQ4_0: 0.15,
+		gguf.TypeQ6_K: 0.05, gguf.TypeQ4_K: 0.12, gguf.TypeQ5_0: 0.08, gguf.TypeQ4_0: 0.15,
 	}
 	for _, name := range []string{"tiny-kquant", "tiny-qwen2"} {
 		ref, err := gguf.Parse(encodeFile(t, name, Options{Seed: 3}))
@@ -26,7 +26,7 @@ func TestWeightTypes(t *testing.T) {
 			t.Fatal(err)
 		}
 		p, _ := Lookup(name)
-		for _, ft := range []gguf.Type{gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+		for _, ft := range []gguf.Type{gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
 			f, err := gguf.Parse(encodeFile(t, name, Options{Seed: 3, Type: ft}))
 			if err != nil {
 				t.Fatalf("%s %s: %v", name, ft, err)

@@ -195,8 +195,18 @@ func TestTensorType(t *testing.T) {
 		{"blk.0.attn_v.weight", 256, gguf.TypeQ4_K, 0, false, gguf.TypeQ6_K}, // first eighth
 		{"blk.3.attn_v.weight", 256, gguf.TypeQ4_K, 3, false, gguf.TypeQ6_K}, // (3-1)%3 == 2
 		{"blk.4.ffn_down.weight", 768, gguf.TypeQ4_K, 4, false, gguf.TypeQ4_K},
-		{"blk.7.ffn_down.weight", 768, gguf.TypeQ4_K, 7, false, gguf.TypeQ6_K}, // last eighth
-		{"blk.0.attn_q.weight", 384, gguf.TypeQ4_K, 0, false, gguf.TypeQ8_0},
+		{"blk.7.ffn_down.weight", 768, gguf.TypeQ4_K, 7, false, gguf.TypeQ6_K},  // last eighth
+		{"blk.0.attn_q.weight", 384, gguf.TypeQ4_K, 0, false, gguf.TypeQ5_0},    // Q4_K falls back to Q5_0
+		{"blk.0.attn_v.weight", 576, gguf.TypeQ4_K, 0, false, gguf.TypeQ8_0},    // Q6_K falls back to Q8_0
+		{"blk.4.attn_v.weight", 576, gguf.TypeQ4_K, 4, false, gguf.TypeQ5_0},    // not a more-bits layer
+		{"token_embd.weight", 576, gguf.TypeQ4_K, -1, true, gguf.TypeQ8_0},      // head: Q8_0 when 256 does not divide
+		{"token_embd.weight", 576, gguf.TypeQ4_K, -1, false, gguf.TypeQ5_0},     // untied embedding is not the head
+		{"output.weight", 576, gguf.TypeQ6_K, -1, false, gguf.TypeQ8_0},         // 576 % 256 != 0
+		{"blk.2.ffn_down.weight", 1536, gguf.TypeQ6_K, 2, false, gguf.TypeQ6_K}, // 1536 = 6·256
+		{"blk.0.attn_q.weight", 576, gguf.TypeQ5_0, 0, false, gguf.TypeQ5_0},    // 32-block type fits
+		{"output.weight", 576, gguf.TypeQ5_0, -1, false, gguf.TypeQ8_0},         // Q6_K falls back
+		{"blk.0.attn_q.weight", 48, gguf.TypeQ4_K, 0, false, gguf.TypeF16},      // not even Q5_0 fits
+		{"blk.0.attn_q.weight", 64, gguf.TypeBF16, 0, false, gguf.TypeBF16},
 		{"blk.0.attn_q.weight", 48, gguf.TypeQ4_0, 0, false, gguf.TypeF16},
 	} {
 		if got := tensorType(c.name, c.rowLen, c.ft, c.layer, 8, c.tied); got != c.want {

@@ -16,10 +16,12 @@
 #include <string.h>
 
 void quantize_row_q4_0_ref(const float *x, void *y, int64_t k);
+void quantize_row_q5_0_ref(const float *x, void *y, int64_t k);
 void quantize_row_q8_0_ref(const float *x, void *y, int64_t k);
 void quantize_row_q4_K_ref(const float *x, void *y, int64_t k);
 void quantize_row_q6_K_ref(const float *x, void *y, int64_t k);
 void dequantize_row_q4_0(const void *x, float *y, int64_t k);
+void dequantize_row_q5_0(const void *x, float *y, int64_t k);
 void dequantize_row_q8_0(const void *x, float *y, int64_t k);
 void dequantize_row_q4_K(const void *x, float *y, int64_t k);
 void dequantize_row_q6_K(const void *x, float *y, int64_t k);
@@ -27,6 +29,7 @@ void quantize_row_q8_0(const float *x, void *y, int64_t k);
 void quantize_row_q8_K(const float *x, void *y, int64_t k);
 typedef void (*vecdot)(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);
 void ggml_vec_dot_q4_0_q8_0(int, float *, size_t, const void *, size_t, const void *, size_t, int);
+void ggml_vec_dot_q5_0_q8_0(int, float *, size_t, const void *, size_t, const void *, size_t, int);
 void ggml_vec_dot_q8_0_q8_0(int, float *, size_t, const void *, size_t, const void *, size_t, int);
 void ggml_vec_dot_q4_K_q8_K(int, float *, size_t, const void *, size_t, const void *, size_t, int);
 void ggml_vec_dot_q6_K_q8_K(int, float *, size_t, const void *, size_t, const void *, size_t, int);
@@ -58,12 +61,14 @@ int main(void) {
 		{8, 34, 34, 32, quantize_row_q8_0_ref, dequantize_row_q8_0, quantize_row_q8_0, ggml_vec_dot_q8_0_q8_0},
 		{12, 144, 292, 256, quantize_row_q4_K_ref, dequantize_row_q4_K, quantize_row_q8_K, ggml_vec_dot_q4_K_q8_K},
 		{14, 210, 292, 256, quantize_row_q6_K_ref, dequantize_row_q6_K, quantize_row_q8_K, ggml_vec_dot_q6_K_q8_K},
+		// Appended last, so the records before it (and the RNG stream they use) are unchanged.
+		{6, 22, 34, 32, quantize_row_q5_0_ref, dequantize_row_q5_0, quantize_row_q8_0, ggml_vec_dot_q5_0_q8_0},
 	};
 	for (int i = 0; i < 1 << 16; i++) ggml_table_f32_f16[i] = _cvtsh_ss((uint16_t)i);
 	const uint32_t rows = 6, k = 1024;
 	float *w = calloc(rows * k, 4), *dq = calloc(rows * k, 4), *a = calloc(rows * k, 4), *dot = calloc(rows * rows, 4);
 	uint8_t *wq = calloc(rows * k, 2), *aq = calloc(rows * k, 2);
-	for (int t = 0; t < 4; t++) {
+	for (int t = 0; t < (int)(sizeof T / sizeof T[0]); t++) {
 		for (uint32_t i = 0; i < rows * k; i++) { w[i] = sample(i); a[i] = sample(i + 7); }
 		memset(w + k, 0, 256 * 4); // an all-zero block in row 1
 		memset(a + 2 * k, 0, 256 * 4);
