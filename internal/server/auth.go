@@ -69,9 +69,10 @@ func (s *Server) metricsAuthorized(r *http.Request) bool {
 	return ok && s.metricsKeys.match(key)
 }
 
-func unauthorized(w http.ResponseWriter) {
-	writeError(w, api.Unauthorized("missing or invalid API key; send \"Authorization: Bearer <key>\" or \"x-api-key: <key>\""))
-}
+func unauthorized(w http.ResponseWriter) { writeError(w, errUnauthorized) }
+
+// errUnauthorized is the answer to a missing or wrong API key.
+var errUnauthorized = api.Unauthorized("missing or invalid API key; send \"Authorization: Bearer <key>\" or \"x-api-key: <key>\"")
 
 // RequireAPIKey wraps h, a route served beside the API (the replica's block events), with the
 // API's key check: without a valid key the answer is a 401 in the API's error shape.

@@ -88,13 +88,15 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		}
 	}
 	s.routes = map[string]map[string]http.HandlerFunc{
-		"/v1/completions":      {http.MethodPost: s.handleCompletions},
-		"/v1/chat/completions": {http.MethodPost: s.handleChat},
-		"/v1/models":           {http.MethodGet: s.handleModels},
-		"/tokenize":            {http.MethodPost: s.handleTokenize},
-		"/detokenize":          {http.MethodPost: s.handleDetokenize},
-		"/health":              {http.MethodGet: s.handleHealth},
-		"/metrics":             {http.MethodGet: s.handleMetrics},
+		"/v1/completions":           {http.MethodPost: s.handleCompletions},
+		"/v1/chat/completions":      {http.MethodPost: s.handleChat},
+		"/v1/messages":              {http.MethodPost: s.handleMessages},
+		"/v1/messages/count_tokens": {http.MethodPost: s.handleCountTokens},
+		"/v1/models":                {http.MethodGet: s.handleModels},
+		"/tokenize":                 {http.MethodPost: s.handleTokenize},
+		"/detokenize":               {http.MethodPost: s.handleDetokenize},
+		"/health":                   {http.MethodGet: s.handleHealth},
+		"/metrics":                  {http.MethodGet: s.handleMetrics},
 	}
 	s.handler = http.HandlerFunc(s.serveHTTP)
 	return s, nil
@@ -176,6 +178,10 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Body = newBodyDeadline(w, r.Body, time.Now().Add(s.cfg.ReadTimeout))
 	}
 	path := r.URL.Path
+	writeError := writeError
+	if isMessagesPath(path) {
+		writeError = writeAnthropicError // Anthropic's clients read their own error shape
+	}
 	switch path {
 	case "/health":
 	case "/metrics":
@@ -185,7 +191,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	default:
 		if !s.authorized(r) {
-			unauthorized(rw)
+			writeError(rw, errUnauthorized)
 			return
 		}
 	}

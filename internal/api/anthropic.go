@@ -1,0 +1,515 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Anthropic's Messages API (POST /v1/messages and /v1/messages/count_tokens). A request is
+// validated here and translated into the same ChatRequest the chat endpoint parses, so that
+// rendering, tool parsing and constrained decoding are the chat endpoint's own.
+
+// MaxCacheBreakpoints is how many cache_control breakpoints Anthropic allows per request.
+const MaxCacheBreakpoints = 4
+
+// MessagesRequest is a parsed /v1/messages body.
+type MessagesRequest struct {
+	Model         string
+	MaxTokens     int // required on /v1/messages; 0 on count_tokens
+	Stream        bool
+	StopSequences []string
+	Metadata      map[string]any
+	// Chat is the equivalent chat request: messages, tools, tool choice and sampling.
+	Chat *ChatRequest
+	// Breakpoints are the cache_control marks, in request order.
+	Breakpoints []CacheControl
+}
+
+// CacheControl is one cache_control breakpoint: Where names the field, TTL is "5m" or "1h".
+type CacheControl struct {
+	Where string
+	TTL   string
+}
+
+type anthropicBlock struct {
+	Type         string          `json:"type"`
+	Text         *string         `json:"text"`
+	ID           string          `json:"id"`
+	Name         string          `json:"name"`
+	Input        json.RawMessage `json:"input"`
+	ToolUseID    string          `json:"tool_use_id"`
+	Content      json.RawMessage `json:"content"`
+	IsError      bool            `json:"is_error"`
+	Thinking     *string         `json:"thinking"`
+	Signature    string          `json:"signature"`
+	Data         string          `json:"data"`
+	CacheControl json.RawMessage `json:"cache_control"`
+	Citations    json.RawMessage `json:"citations"`
+	Source       json.RawMessage `json:"source"`
+}
+
+type anthropicMessage struct {
+	Role    string          `json:"role"`
+	Content json.RawMessage `json:"content"`
+}
+
+type anthropicTool struct {
+	Name         string          `json:"name"`
+	Description  string          `json:"description"`
+	InputSchema  json.RawMessage `json:"input_schema"`
+	CacheControl json.RawMessage `json:"cache_control"`
+	Type         string          `json:"type"`
+}
+
+type anthropicBody struct {
+	Model         string             `json:"model"`
+	MaxTokens     *int               `json:"max_tokens"`
+	Messages      []anthropicMessage `json:"messages"`
+	System        json.RawMessage    `json:"system"`
+	Tools         []anthropicTool    `json:"tools"`
+	ToolChoice    json.RawMessage    `json:"tool_choice"`
+	StopSequences []string           `json:"stop_sequences"`
+	Stream        bool               `json:"stream"`
+	Temperature   *float64           `json:"temperature"`
+	TopP          *float64           `json:"top_p"`
+	TopK          *int               `json:"top_k"`
+	Metadata      map[string]any     `json:"metadata"`
+	Thinking      json.RawMessage    `json:"thinking"`
+	ServiceTier   string             `json:"service_tier"`
+	Container     json.RawMessage    `json:"container"`
+	MCPServers    json.RawMessage    `json:"mcp_servers"`
+	CacheControl  json.RawMessage    `json:"cache_control"` // automatic caching: a breakpoint at the end
+}
+
+// chat-request JSON built from an Anthropic body (then parsed by ParseChatRequest).
+type chatOut struct {
+	Model       string         `json:"model,omitempty"`
+	Messages    []chatOutMsg   `json:"messages"`
+	MaxTokens   *int           `json:"max_tokens,omitempty"`
+	Temperature *float64       `json:"temperature,omitempty"`
+	TopP        *float64       `json:"top_p,omitempty"`
+	TopK        *int           `json:"top_k,omitempty"`
+	Stop        []string       `json:"stop,omitempty"`
+	Tools       []any          `json:"tools,omitempty"`
+	ToolChoice  any            `json:"tool_choice,omitempty"`
+	Parallel    *bool          `json:"parallel_tool_calls,omitempty"`
+	Stream      bool           `json:"stream,omitempty"`
+	Options     *StreamOptions `json:"stream_options,omitempty"`
+}
+
+type chatOutMsg struct {
+	Role       string     `json:"role"`
+	Content    *string    `json:"content"`
+	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string     `json:"tool_call_id,omitempty"`
+	Reasoning  *string    `json:"reasoning_content,omitempty"`
+}
+
+// ParseMessagesRequest decodes and validates a /v1/messages body. countOnly is for
+// /v1/messages/count_tokens, where max_tokens is not required. Errors are *Error.
+func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error) {
+	var b anthropicBody
+	if err := json.Unmarshal(body, &b); err != nil {
+		return nil, Invalid("", "the request body is not a valid Messages request: %v", err)
+	}
+	r := &MessagesRequest{Model: b.Model, Stream: b.Stream, StopSequences: b.StopSequences, Metadata: b.Metadata}
+	if !countOnly {
+		if b.MaxTokens == nil {
+			return nil, Invalid("max_tokens", "max_tokens: Field required")
+		}
+		if *b.MaxTokens < 1 {
+			return nil, Invalid("max_tokens", "max_tokens must be at least 1, got %d", *b.MaxTokens)
+		}
+		r.MaxTokens = *b.MaxTokens
+	}
+	if len(b.Messages) == 0 {
+		return nil, Invalid("messages", "messages: at least one message is required")
+	}
+	if b.Temperature != nil && (*b.Temperature < 0 || *b.Temperature > 1) {
+		return nil, Invalid("temperature", "temperature must be between 0 and 1, got %v", *b.Temperature)
+	}
+	for i, s := range b.StopSequences {
+		if s == "" {
+			return nil, Invalid(fmt.Sprintf("stop_sequences[%d]", i), "stop_sequences[%d] is empty", i)
+		}
+	}
+	out := chatOut{Model: b.Model, Temperature: b.Temperature, TopP: b.TopP, TopK: b.TopK, Stop: b.StopSequences, Stream: b.Stream}
+	if !countOnly {
+		out.MaxTokens = &r.MaxTokens
+	}
+	if b.Stream {
+		out.Options = &StreamOptions{IncludeUsage: true}
+	}
+	mark := func(raw json.RawMessage, where string, empty bool) error {
+		if isNull(raw) {
+			return nil
+		}
+		var cc struct {
+			Type string `json:"type"`
+			TTL  string `json:"ttl"`
+		}
+		if err := json.Unmarshal(raw, &cc); err != nil {
+			return Invalid(where+".cache_control", "%s.cache_control must be {\"type\":\"ephemeral\",\"ttl\":\"5m\"|\"1h\"}", where)
+		}
+		if cc.Type != "ephemeral" {
+			return Invalid(where+".cache_control.type", "%s.cache_control.type must be \"ephemeral\", got %q", where, cc.Type)
+		}
+		switch cc.TTL {
+		case "":
+			cc.TTL = "5m"
+		case "5m", "1h":
+		default:
+			return Invalid(where+".cache_control.ttl", "%s.cache_control.ttl must be \"5m\" or \"1h\", got %q", where, cc.TTL)
+		}
+		if empty {
+			return Invalid(where+".cache_control", "%s: cache_control cannot be set for empty text blocks", where)
+		}
+		r.Breakpoints = append(r.Breakpoints, CacheControl{Where: where, TTL: cc.TTL})
+		if len(r.Breakpoints) > MaxCacheBreakpoints {
+			return Invalid(where+".cache_control", "A maximum of %d blocks with cache_control may be provided. Found %d.", MaxCacheBreakpoints, len(r.Breakpoints))
+		}
+		return nil
+	}
+
+	// system: a string or text blocks.
+	if sys := bytes.TrimSpace(b.System); !isNull(sys) {
+		var text string
+		if sys[0] == '"' {
+			if err := json.Unmarshal(sys, &text); err != nil {
+				return nil, Invalid("system", "system must be a string or a list of text blocks")
+			}
+		} else {
+			var blocks []anthropicBlock
+			if err := json.Unmarshal(sys, &blocks); err != nil {
+				return nil, Invalid("system", "system must be a string or a list of text blocks")
+			}
+			parts := make([]string, 0, len(blocks))
+			for i, bl := range blocks {
+				where := fmt.Sprintf("system[%d]", i)
+				if bl.Type != "text" || bl.Text == nil {
+					return nil, Invalid(where, "%s must be a text block ({\"type\":\"text\",\"text\":...})", where)
+				}
+				if err := mark(bl.CacheControl, where, *bl.Text == ""); err != nil {
+					return nil, err
+				}
+				parts = append(parts, *bl.Text)
+			}
+			text = strings.Join(parts, "\n")
+		}
+		out.Messages = append(out.Messages, chatOutMsg{Role: "system", Content: &text})
+	}
+
+	for i, t := range b.Tools {
+		where := fmt.Sprintf("tools[%d]", i)
+		if t.Type != "" && t.Type != "custom" {
+			return nil, Unsupported(where+".type", "%s.type %q is not supported; only custom tools (name, description, input_schema)", where, t.Type)
+		}
+		if t.Name == "" {
+			return nil, Invalid(where+".name", "%s.name is required", where)
+		}
+		if isNull(t.InputSchema) {
+			return nil, Invalid(where+".input_schema", "%s.input_schema is required", where)
+		}
+		if err := mark(t.CacheControl, where, false); err != nil {
+			return nil, err
+		}
+		fn := map[string]any{"name": t.Name, "parameters": t.InputSchema}
+		if t.Description != "" {
+			fn["description"] = t.Description
+		}
+		out.Tools = append(out.Tools, map[string]any{"type": "function", "function": fn})
+	}
+
+	if tc := bytes.TrimSpace(b.ToolChoice); !isNull(tc) {
+		var c struct {
+			Type                   string `json:"type"`
+			Name                   string `json:"name"`
+			DisableParallelToolUse *bool  `json:"disable_parallel_tool_use"`
+		}
+		if err := json.Unmarshal(tc, &c); err != nil {
+			return nil, Invalid("tool_choice", "tool_choice must be an object with a type (auto, any, tool or none)")
+		}
+		if c.DisableParallelToolUse != nil {
+			p := !*c.DisableParallelToolUse
+			out.Parallel = &p
+		}
+		switch c.Type {
+		case "auto":
+			out.ToolChoice = "auto"
+		case "any":
+			out.ToolChoice = "required"
+		case "none":
+			out.ToolChoice = "none"
+		case "tool":
+			if c.Name == "" {
+				return nil, Invalid("tool_choice.name", "tool_choice.name is required when tool_choice.type is \"tool\"")
+			}
+			found := false
+			for _, t := range b.Tools {
+				found = found || t.Name == c.Name
+			}
+			if !found {
+				return nil, Invalid("tool_choice.name", "tool_choice names the tool %q, which is not in tools", c.Name)
+			}
+			out.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": c.Name}}
+		default:
+			return nil, Invalid("tool_choice.type", "tool_choice.type must be auto, any, tool or none, got %q", c.Type)
+		}
+		if len(b.Tools) == 0 && c.Type != "none" && c.Type != "auto" {
+			return nil, Invalid("tool_choice", "tool_choice %q needs tools", c.Type)
+		}
+	}
+
+	for i, m := range b.Messages {
+		msgs, err := convertMessage(m, fmt.Sprintf("messages[%d]", i), mark)
+		if err != nil {
+			return nil, err
+		}
+		out.Messages = append(out.Messages, msgs...)
+	}
+	if err := mark(b.CacheControl, "request", false); err != nil {
+		return nil, err
+	}
+	chatBody, err := json.Marshal(out)
+	if err != nil {
+		return nil, Invalid("", "cannot translate the request: %v", err)
+	}
+	chat, err := ParseChatRequest(chatBody)
+	if err != nil {
+		return nil, err
+	}
+	r.Chat = chat
+	return r, nil
+}
+
+// convertMessage turns one Anthropic message into chat messages: a user message's
+// tool_result blocks become tool messages (in order, between runs of text); an assistant's
+// tool_use blocks become tool_calls and its thinking blocks reasoning_content.
+func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage, string, bool) error) ([]chatOutMsg, error) {
+	if m.Role != "user" && m.Role != "assistant" {
+		return nil, Invalid(where+".role", "%s.role must be \"user\" or \"assistant\", got %q", where, m.Role)
+	}
+	raw := bytes.TrimSpace(m.Content)
+	if isNull(raw) {
+		return nil, Invalid(where+".content", "%s.content is required", where)
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, Invalid(where+".content", "%s.content must be a string or a list of content blocks", where)
+		}
+		return []chatOutMsg{{Role: m.Role, Content: &s}}, nil
+	}
+	var blocks []anthropicBlock
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return nil, Invalid(where+".content", "%s.content must be a string or a list of content blocks: %v", where, err)
+	}
+	var (
+		out      []chatOutMsg
+		text     []string
+		hasText  bool
+		calls    []ToolCall
+		thinking []string
+	)
+	flushUser := func() {
+		if hasText {
+			s := strings.Join(text, "\n")
+			out = append(out, chatOutMsg{Role: "user", Content: &s})
+		}
+		text, hasText = nil, false
+	}
+	for j, bl := range blocks {
+		bw := fmt.Sprintf("%s.content[%d]", where, j)
+		switch bl.Type {
+		case "text":
+			if bl.Text == nil {
+				return nil, Invalid(bw+".text", "%s.text is required", bw)
+			}
+			if err := mark(bl.CacheControl, bw, *bl.Text == ""); err != nil {
+				return nil, err
+			}
+			text, hasText = append(text, *bl.Text), true
+		case "tool_use":
+			if m.Role != "assistant" {
+				return nil, Invalid(bw+".type", "%s: tool_use blocks are only allowed in assistant messages", bw)
+			}
+			if bl.ID == "" || bl.Name == "" {
+				return nil, Invalid(bw, "%s: tool_use needs an id and a name", bw)
+			}
+			in := bytes.TrimSpace(bl.Input)
+			if len(in) == 0 || in[0] != '{' || !json.Valid(in) {
+				return nil, Invalid(bw+".input", "%s.input must be a JSON object", bw)
+			}
+			if err := mark(bl.CacheControl, bw, false); err != nil {
+				return nil, err
+			}
+			calls = append(calls, ToolCall{ID: bl.ID, Type: "function", Function: ToolCallFunction{Name: bl.Name, Arguments: string(in)}})
+		case "tool_result":
+			if m.Role != "user" {
+				return nil, Invalid(bw+".type", "%s: tool_result blocks are only allowed in user messages", bw)
+			}
+			if bl.ToolUseID == "" {
+				return nil, Invalid(bw+".tool_use_id", "%s.tool_use_id is required", bw)
+			}
+			res, err := toolResultText(bl.Content, bw)
+			if err != nil {
+				return nil, err
+			}
+			if err := mark(bl.CacheControl, bw, false); err != nil {
+				return nil, err
+			}
+			flushUser()
+			out = append(out, chatOutMsg{Role: "tool", Content: &res, ToolCallID: bl.ToolUseID})
+		case "thinking":
+			if m.Role != "assistant" {
+				return nil, Invalid(bw+".type", "%s: thinking blocks are only allowed in assistant messages", bw)
+			}
+			if bl.Thinking == nil {
+				return nil, Invalid(bw+".thinking", "%s.thinking is required", bw)
+			}
+			thinking = append(thinking, *bl.Thinking)
+		case "redacted_thinking":
+			// Opaque to us: nothing to render.
+		case "image", "document", "search_result":
+			return nil, Unsupported(bw+".type", "%s: %q blocks are not supported by this server (text-only model)", bw, bl.Type)
+		default:
+			return nil, Invalid(bw+".type", "%s.type %q is not a known content block type", bw, bl.Type)
+		}
+	}
+	if m.Role == "user" {
+		flushUser()
+		if len(out) == 0 {
+			empty := ""
+			out = append(out, chatOutMsg{Role: "user", Content: &empty})
+		}
+		return out, nil
+	}
+	msg := chatOutMsg{Role: "assistant", ToolCalls: calls}
+	if hasText || len(calls) == 0 {
+		s := strings.Join(text, "")
+		msg.Content = &s
+	}
+	if len(thinking) > 0 {
+		s := strings.Join(thinking, "\n")
+		msg.Reasoning = &s
+	}
+	return []chatOutMsg{msg}, nil
+}
+
+// toolResultText is a tool_result's content as text: a string, or its text blocks joined.
+func toolResultText(raw json.RawMessage, where string) (string, error) {
+	raw = bytes.TrimSpace(raw)
+	if isNull(raw) {
+		return "", nil
+	}
+	if raw[0] == '"' {
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return "", Invalid(where+".content", "%s.content must be a string or text blocks", where)
+		}
+		return s, nil
+	}
+	var blocks []anthropicBlock
+	if err := json.Unmarshal(raw, &blocks); err != nil {
+		return "", Invalid(where+".content", "%s.content must be a string or text blocks", where)
+	}
+	parts := make([]string, 0, len(blocks))
+	for k, bl := range blocks {
+		if bl.Type != "text" || bl.Text == nil {
+			return "", Unsupported(fmt.Sprintf("%s.content[%d]", where, k), "%s.content[%d]: only text blocks are supported in tool results", where, k)
+		}
+		parts = append(parts, *bl.Text)
+	}
+	return strings.Join(parts, "\n"), nil
+}
+
+// Anthropic error types.
+const (
+	AnthropicInvalidRequest = "invalid_request_error"
+	AnthropicAuthentication = "authentication_error"
+	AnthropicPermission     = "permission_error"
+	AnthropicNotFound       = "not_found_error"
+	AnthropicTooLarge       = "request_too_large"
+	AnthropicRateLimit      = "rate_limit_error"
+	AnthropicAPI            = "api_error"
+	AnthropicOverloaded     = "overloaded_error"
+)
+
+// AnthropicErrorBody is Anthropic's error shape.
+type AnthropicErrorBody struct {
+	Type  string               `json:"type"` // "error"
+	Error AnthropicErrorDetail `json:"error"`
+}
+
+// AnthropicErrorDetail is the inner error object.
+type AnthropicErrorDetail struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
+}
+
+// AnthropicError returns the status and body Anthropic would send for e: unavailable (503)
+// becomes 529 overloaded_error, as Anthropic reports overload.
+func AnthropicError(e *Error) (int, AnthropicErrorBody) {
+	status, typ := e.Status, AnthropicInvalidRequest
+	switch {
+	case e.Status == http.StatusUnauthorized:
+		typ = AnthropicAuthentication
+	case e.Status == http.StatusForbidden:
+		typ = AnthropicPermission
+	case e.Status == http.StatusNotFound:
+		typ = AnthropicNotFound
+	case e.Status == http.StatusRequestEntityTooLarge:
+		typ = AnthropicTooLarge
+	case e.Status == http.StatusTooManyRequests:
+		typ = AnthropicRateLimit
+	case e.Status == http.StatusServiceUnavailable || e.Status == 529:
+		status, typ = 529, AnthropicOverloaded
+	case e.Status >= 500:
+		typ = AnthropicAPI
+	}
+	return status, AnthropicErrorBody{Type: "error", Error: AnthropicErrorDetail{Type: typ, Message: e.Message}}
+}
+
+// MessagesUsage is Anthropic's usage object. InputTokens counts the prompt tokens neither
+// read from the cache nor written to it.
+type MessagesUsage struct {
+	InputTokens              int                `json:"input_tokens"`
+	OutputTokens             int                `json:"output_tokens"`
+	CacheCreationInputTokens int                `json:"cache_creation_input_tokens"`
+	CacheReadInputTokens     int                `json:"cache_read_input_tokens"`
+	CacheCreation            MessagesCacheSplit `json:"cache_creation"`
+	ServiceTier              string             `json:"service_tier,omitempty"`
+	Cache                    *CacheUsage        `json:"stockpot_cache,omitempty"`
+}
+
+// MessagesCacheSplit splits cache writes by TTL.
+type MessagesCacheSplit struct {
+	Ephemeral5m int `json:"ephemeral_5m_input_tokens"`
+	Ephemeral1h int `json:"ephemeral_1h_input_tokens"`
+}
+
+// MessagesContent is one content block of a response.
+type MessagesContent struct {
+	Type      string           `json:"type"`
+	Text      *string          `json:"text,omitempty"`
+	Thinking  *string          `json:"thinking,omitempty"`
+	Signature *string          `json:"signature,omitempty"`
+	ID        string           `json:"id,omitempty"`
+	Name      string           `json:"name,omitempty"`
+	Input     *json.RawMessage `json:"input,omitempty"`
+}
+
+// MessagesResponse is a /v1/messages response (and message_start's message).
+type MessagesResponse struct {
+	ID           string            `json:"id"`
+	Type         string            `json:"type"` // "message"
+	Role         string            `json:"role"`
+	Model        string            `json:"model"`
+	Content      []MessagesContent `json:"content"`
+	StopReason   *string           `json:"stop_reason"`
+	StopSequence *string           `json:"stop_sequence"`
+	Usage        MessagesUsage     `json:"usage"`
+}
