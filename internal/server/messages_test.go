@@ -258,3 +258,65 @@ func TestMessagesErrors(t *testing.T) {
 		t.Errorf("draining: %d %s", rec.Code, rec.Body)
 	}
 }
+
+func TestMessagesThinking(t *testing.T) {
+	gen := newFakeGen("<think>\nPlan first.\n</think>\n\nThe answer.")
+	s, _ := newTestServerTok(t, gen, thinkTok{}, agentConfig)
+	c := anthropicClient(t, s)
+	params := anthropic.MessageNewParams{Model: testModel, MaxTokens: 100, Messages: userText("q")}
+	msg, err := c.Messages.New(context.Background(), params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(how string, msg anthropic.Message) {
+		t.Helper()
+		if len(msg.Content) != 2 || msg.Content[0].Type != "thinking" || strings.TrimSpace(msg.Content[0].Thinking) != "Plan first." ||
+			msg.Content[1].Type != "text" || strings.TrimSpace(msg.Content[1].Text) != "The answer." || msg.StopReason != "end_turn" {
+			t.Errorf("%s: %s", how, msg.RawJSON())
+		}
+	}
+	check("whole", *msg)
+	stream := c.Messages.NewStreaming(context.Background(), params)
+	var acc anthropic.Message
+	thinkingDeltas := 0
+	for stream.Next() {
+		ev := stream.Current()
+		if ev.Type == "content_block_delta" && ev.Delta.Type == "thinking_delta" {
+			thinkingDeltas++
+		}
+		if err := acc.Accumulate(ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := stream.Err(); err != nil {
+		t.Fatal(err)
+	}
+	check("streamed", acc)
+	if thinkingDeltas == 0 {
+		t.Error("no thinking_delta events")
+	}
+
+	// A thinking block in the history goes back as the assistant's reasoning.
+	hist := append(userText("q"), acc.ToParam(), anthropic.NewUserMessage(anthropic.NewTextBlock("more")))
+	if _, err := c.Messages.New(context.Background(), anthropic.MessageNewParams{Model: testModel, MaxTokens: 10, Messages: hist}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestMessagesStreamError(t *testing.T) {
+	gen := newFakeGen("partial")
+	gen.block, gen.streamErr = true, errors.New("device lost")
+	s, _ := newTestServer(t, gen, agentConfig)
+	rec := do(s.Handler(), "POST", "/v1/messages", `{"max_tokens":20,"stream":true,"messages":[{"role":"user","content":"q"}]}`)
+	body := rec.Body.String()
+	if !strings.Contains(body, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\"") || strings.Contains(body, "message_stop") {
+		t.Errorf("stream error: %s", body)
+	}
+	c := anthropicClient(t, s)
+	stream := c.Messages.NewStreaming(context.Background(), anthropic.MessageNewParams{Model: testModel, MaxTokens: 20, Messages: userText("q")})
+	for stream.Next() {
+	}
+	if stream.Err() == nil {
+		t.Error("the client saw no error")
+	}
+}
