@@ -15,6 +15,10 @@ import (
 // MaxCacheBreakpoints is how many cache_control breakpoints Anthropic allows per request.
 const MaxCacheBreakpoints = 4
 
+// MaxStopSequences bounds stop_sequences (Anthropic sets no small limit, unlike OpenAI's 4
+// stop strings; each one is searched for in the held-back text of every generated token).
+const MaxStopSequences = 64
+
 // MessagesRequest is a parsed /v1/messages body.
 type MessagesRequest struct {
 	Model         string
@@ -131,12 +135,15 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	if b.Temperature != nil && (*b.Temperature < 0 || *b.Temperature > 1) {
 		return nil, Invalid("temperature", "temperature must be between 0 and 1, got %v", *b.Temperature)
 	}
+	if len(b.StopSequences) > MaxStopSequences {
+		return nil, Invalid("stop_sequences", "stop_sequences has %d entries, over this server's limit of %d", len(b.StopSequences), MaxStopSequences)
+	}
 	for i, s := range b.StopSequences {
 		if s == "" {
 			return nil, Invalid(fmt.Sprintf("stop_sequences[%d]", i), "stop_sequences[%d] is empty", i)
 		}
 	}
-	out := chatOut{Model: b.Model, Temperature: b.Temperature, TopP: b.TopP, TopK: b.TopK, Stop: b.StopSequences, Stream: b.Stream}
+	out := chatOut{Model: b.Model, Temperature: b.Temperature, TopP: b.TopP, TopK: b.TopK, Stream: b.Stream}
 	if !countOnly {
 		out.MaxTokens = &r.MaxTokens
 	}
@@ -270,6 +277,12 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 		}
 		out.Messages = append(out.Messages, msgs...)
 	}
+	if last := b.Messages[len(b.Messages)-1]; last.Role == "assistant" {
+		// Continuing a final assistant message needs the template to leave it open, which
+		// chat templates do not do; Anthropic answers such models with a 400 too.
+		return nil, Invalid(fmt.Sprintf("messages[%d]", len(b.Messages)-1),
+			"the last message is from the assistant (prefill), which this server does not support; end with a user message")
+	}
 	if err := mark(b.CacheControl, "request", false); err != nil {
 		return nil, err
 	}
@@ -281,6 +294,7 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	if err != nil {
 		return nil, err
 	}
+	chat.StopStrings = b.StopSequences // validated above; more than chat's 4 are allowed
 	r.Chat = chat
 	return r, nil
 }

@@ -73,6 +73,11 @@ func TestParseMessagesToolChoice(t *testing.T) {
 			t.Errorf("%s: mode %q, want %q", choice, r.Chat.ParsedToolChoice.Mode, want)
 		}
 	}
+	// More stop sequences than chat's 4 are fine.
+	r, err := ParseMessagesRequest([]byte(`{"max_tokens":1,"stop_sequences":["a","b","c","d","e","f"],`+tools+`}`), false)
+	if err != nil || len(r.Chat.StopStrings) != 6 {
+		t.Errorf("six stop sequences: %v", err)
+	}
 	// count_tokens needs no max_tokens.
 	if _, err := ParseMessagesRequest([]byte(`{`+tools+`}`), true); err != nil {
 		t.Errorf("count_tokens: %v", err)
@@ -106,6 +111,9 @@ func TestParseMessagesErrors(t *testing.T) {
 		{`{"max_tokens":1,"messages":[{"role":"user","content":5}]}`, "content"},
 		{`{"max_tokens":1,"messages":[{"role":"tool","content":"x"}]}`, "role"},
 		{`[]`, "not a valid"},
+		{`{"max_tokens":1,"messages":[{"role":"user","content":"q"},{"role":"assistant","content":"The answer is"}]}`, "prefill"},
+		{`{"max_tokens":1,"stop_sequences":["a",""],` + user + `}`, "empty"},
+		{`{"max_tokens":1,"stop_sequences":[` + strings.Repeat(`"a",`, MaxStopSequences) + `"b"],` + user + `}`, "limit of 64"},
 	} {
 		_, err := ParseMessagesRequest([]byte(tc.body), false)
 		var e *Error
@@ -176,6 +184,16 @@ func FuzzMessagesRequest(f *testing.F) {
 		if r.Chat == nil || len(r.Chat.Messages) == 0 {
 			t.Fatal("no chat messages")
 		}
-		checkParsed(t, &r.Chat.GenerationParams, nil)
+		if len(r.Chat.StopStrings) > MaxStopSequences {
+			t.Fatalf("%d stop sequences", len(r.Chat.StopStrings))
+		}
+		for _, s := range r.Chat.StopStrings {
+			if s == "" {
+				t.Fatal("empty stop sequence kept")
+			}
+		}
+		if !countOnly && (r.Chat.MaxTokens == nil || *r.Chat.MaxTokens != r.MaxTokens) {
+			t.Fatalf("max_tokens %d did not reach the chat request", r.MaxTokens)
+		}
 	})
 }

@@ -241,6 +241,7 @@ func TestMessagesErrors(t *testing.T) {
 		{"role", `{"max_tokens":5,"messages":[{"role":"system","content":"q"}]}`, 400, "invalid_request_error", "role"},
 		{"model", `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"q"}]}`, 404, "not_found_error", "claude-x"},
 		{"not json", `{`, 400, "invalid_request_error", "not a valid"},
+		{"too large", `{"max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<16) + `"}]}`, 413, "request_too_large", "limit"},
 	} {
 		rec := do(s.Handler(), "POST", "/v1/messages", tc.body, "x-api-key", "k", "anthropic-version", "2023-06-01")
 		e := decode[api.AnthropicErrorBody](t, rec)
