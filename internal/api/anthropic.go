@@ -496,7 +496,7 @@ type MessagesUsage struct {
 	CacheReadInputTokens     int                `json:"cache_read_input_tokens"`
 	CacheCreation            MessagesCacheSplit `json:"cache_creation"`
 	ServiceTier              string             `json:"service_tier,omitempty"`
-	Cache                    *CacheUsage        `json:"stockpot_cache,omitempty"`
+	Cache                    *CacheUsage        `json:"cache,omitempty"` // Stockpot's per-tier split, as chat's usage.cache
 }
 
 // MessagesCacheSplit splits cache writes by TTL.

@@ -66,6 +66,9 @@ func TestMessagesText(t *testing.T) {
 		u.OutputTokens != int64(len("Bonjour."))+1 {
 		t.Errorf("usage %+v (prompt %d)", u, n)
 	}
+	if !strings.Contains(msg.RawJSON(), `"cache":{"device_tokens":`) || !strings.Contains(msg.RawJSON(), `"cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":0}`) {
+		t.Errorf("usage lacks the per-tier split or the cache_creation object: %s", msg.RawJSON())
+	}
 }
 
 func TestMessagesStopSequenceAndMaxTokens(t *testing.T) {
