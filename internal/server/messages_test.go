@@ -56,7 +56,7 @@ func TestMessagesText(t *testing.T) {
 	if !strings.Contains(prompt, "<|system|>be brief\n<|user|>hello\n<|assistant|>") {
 		t.Errorf("prompt %q", prompt)
 	}
-	if req.MaxTokens != 50 || req.Sampling.Temperature != 0.5 || req.Sampling.TopK != 5 {
+	if req.MaxTokens != 50 || req.Sampling.Temperature != 0.5 || req.Sampling.TopK != 5 || req.Sampling.TopP != float32(0.9) {
 		t.Errorf("engine request %+v", req)
 	}
 	n := len(req.Prompt)
