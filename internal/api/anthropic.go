@@ -275,7 +275,16 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 		if err != nil {
 			return nil, err
 		}
-		out.Messages = append(out.Messages, msgs...)
+		for _, cm := range msgs {
+			// Consecutive user turns are combined into one, as Anthropic does: many chat
+			// templates insist that roles alternate.
+			if n := len(out.Messages); n > 0 && cm.Role == "user" && out.Messages[n-1].Role == "user" && out.Messages[n-1].Content != nil {
+				joined := *out.Messages[n-1].Content + "\n" + *cm.Content
+				out.Messages[n-1].Content = &joined
+				continue
+			}
+			out.Messages = append(out.Messages, cm)
+		}
 	}
 	if last := b.Messages[len(b.Messages)-1]; last.Role == "assistant" {
 		// Continuing a final assistant message needs the template to leave it open, which

@@ -73,8 +73,13 @@ func TestParseMessagesToolChoice(t *testing.T) {
 			t.Errorf("%s: mode %q, want %q", choice, r.Chat.ParsedToolChoice.Mode, want)
 		}
 	}
+	// Consecutive user turns are combined.
+	r, err := ParseMessagesRequest([]byte(`{"max_tokens":1,"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"text","text":"b"}]}]}`), false)
+	if err != nil || len(r.Chat.Messages) != 1 || r.Chat.Messages[0].Text != "a\nb" {
+		t.Errorf("consecutive user turns: %v %+v", err, r)
+	}
 	// More stop sequences than chat's 4 are fine.
-	r, err := ParseMessagesRequest([]byte(`{"max_tokens":1,"stop_sequences":["a","b","c","d","e","f"],`+tools+`}`), false)
+	r, err = ParseMessagesRequest([]byte(`{"max_tokens":1,"stop_sequences":["a","b","c","d","e","f"],`+tools+`}`), false)
 	if err != nil || len(r.Chat.StopStrings) != 6 {
 		t.Errorf("six stop sequences: %v", err)
 	}
