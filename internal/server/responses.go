@@ -397,7 +397,8 @@ func (rw *responsesWriter) stream(w http.ResponseWriter, r *http.Request, spec *
 			writeError(w, err)
 			return nil, nil, err
 		}
-		_ = rw.event("error", map[string]any{"error": api.AsError(err).Body().Error})
+		e := api.AsError(err).Body().Error
+		_ = rw.event("error", map[string]any{"code": e.Code, "message": e.Message, "param": e.Param})
 		return nil, nil, err
 	}
 	if st.open == "" && len(st.out) == 0 && !rw.plan.forcedCalls {

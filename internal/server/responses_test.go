@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -214,5 +215,41 @@ func TestResponsesTextThenCall(t *testing.T) {
 			r.Output[1].Type != "function_call" || r.Output[1].AsFunctionCall().Arguments != `{"city":"Paris"}` {
 			t.Errorf("stream=%v: %s", stream, r.RawJSON())
 		}
+	}
+}
+
+func TestResponsesReasoning(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		s, _ := newTestServerTok(t, newFakeGen("<think>hmm</think>the answer"), thinkTok{}, agentConfig)
+		r := respond(t, responsesClient(t, s), responses.ResponseNewParams{Model: testModel,
+			Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("q")}}, stream)
+		if len(r.Output) != 2 || r.Output[0].Type != "reasoning" || r.Output[1].Type != "message" || r.OutputText() != "the answer" {
+			t.Errorf("stream=%v: %s", stream, r.RawJSON())
+		}
+		if rs := r.Output[0].AsReasoning(); len(rs.Content) != 1 || rs.Content[0].Text != "hmm" {
+			t.Errorf("stream=%v: reasoning %s", stream, r.Output[0].RawJSON())
+		}
+	}
+}
+
+func TestResponsesStreamError(t *testing.T) {
+	gen := newFakeGen("partial")
+	gen.block, gen.streamErr = true, errors.New("engine broke")
+	s, _ := newTestServer(t, gen, agentConfig)
+	rec := do(s.Handler(), "POST", "/v1/responses", `{"input":"q","stream":true}`)
+	body := rec.Body.String()
+	if !strings.Contains(body, "event: response.created") || !strings.Contains(body, "event: error\ndata: ") || strings.Contains(body, "response.completed") {
+		t.Errorf("stream error: %s", body)
+	}
+	// Not stored: a failed response cannot be continued.
+	var created struct {
+		Response api.Response `json:"response"`
+	}
+	first := strings.SplitN(strings.SplitN(body, "data: ", 2)[1], "\n", 2)[0]
+	if err := json.Unmarshal([]byte(first), &created); err != nil {
+		t.Fatal(err)
+	}
+	if rec := do(s.Handler(), "POST", "/v1/responses", `{"input":"q","previous_response_id":"`+created.Response.ID+`"}`); rec.Code != 404 {
+		t.Errorf("failed response was stored: %d", rec.Code)
 	}
 }
