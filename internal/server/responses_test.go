@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -251,5 +252,30 @@ func TestResponsesStreamError(t *testing.T) {
 	}
 	if rec := do(s.Handler(), "POST", "/v1/responses", `{"input":"q","previous_response_id":"`+created.Response.ID+`"}`); rec.Code != 404 {
 		t.Errorf("failed response was stored: %d", rec.Code)
+	}
+}
+
+func TestResponseStoreBounded(t *testing.T) {
+	var st responseStore
+	if _, ok := st.get("none"); ok {
+		t.Fatal("empty store found an id")
+	}
+	for i := range responseStoreSize + 10 {
+		st.put(fmt.Sprintf("r%d", i), []api.ResponsesItem{{Type: api.ItemMessage, Role: "user", Text: fmt.Sprint(i)}})
+		if i == responseStoreSize-1 {
+			st.get("r0") // read when the store is full: kept over r1..r10
+		}
+	}
+	if st.order.Len() != responseStoreSize || len(st.byID) != responseStoreSize {
+		t.Fatalf("store holds %d/%d", st.order.Len(), len(st.byID))
+	}
+	if _, ok := st.get("r1"); ok {
+		t.Error("the least recently used response was kept")
+	}
+	if it, ok := st.get("r0"); !ok || it[0].Text != "0" {
+		t.Error("a recently read response was dropped")
+	}
+	if _, ok := st.get(fmt.Sprintf("r%d", responseStoreSize+9)); !ok {
+		t.Error("the newest response was dropped")
 	}
 }
