@@ -401,7 +401,7 @@ func (rw *responsesWriter) stream(w http.ResponseWriter, r *http.Request, spec *
 		_ = rw.event("error", map[string]any{"code": e.Code, "message": e.Message, "param": e.Param})
 		return nil, nil, err
 	}
-	if st.open == "" && len(st.out) == 0 && !rw.plan.forcedCalls {
+	if st.open == "" && len(st.out) == 0 {
 		// An empty answer is still one (empty) message, as non-streamed.
 		if err := rw.openItem(st, messageItem(newID("msg_"), "", "in_progress")); err != nil {
 			return nil, nil, errClientGone
