@@ -4,6 +4,9 @@
 //
 // It does no I/O. The HTTP layer (internal/server) reads bodies, calls ParseCompletionRequest or
 // ParseChatRequest, tokenizes, talks to the engine and writes the types defined here.
+// ParseResponsesRequest reads a /v1/responses body, and ResponsesRequest.ChatRequest turns it
+// into the ChatRequest it means (items folded into chat messages, flat tools nested, text.format
+// as response_format), so that one set of chat checks and one generation path serve both.
 //
 // Parsing rules, the same for every endpoint:
 //   - Unknown fields are ignored, as OpenAI and vLLM do, so clients written for either work.

@@ -20,6 +20,9 @@
 //     be the start of a stop string is held back until it is known not to be one; on a match the
 //     output is cut before the stop string and the engine request is cancelled through its
 //     context. The engine handles stop tokens and max_tokens.
+//   - /v1/responses (OpenAI's Responses API): converted into the chat request it means and
+//     served by the chat path (same rendering, tool-call parsing and constrained decoding);
+//     previous_response_id reads a bounded in-memory LRU of recent responses' items.
 //   - Metrics: counters fed from the very usage objects written to clients, so the sum of the
 //     responses' usage equals the counters exactly; engine gauges read from Generator.Stats()
 //     by a collector at scrape time. Nothing is global: everything registers on the

@@ -50,6 +50,7 @@ type Server struct {
 	vocabOnce sync.Once
 	vocab     *grammar.Vocab
 	grammars  grammarCache
+	responses responseStore // for /v1/responses' previous_response_id
 
 	apiKeys     keySet // Config.APIKeys
 	metricsKeys keySet // Config.MetricsKey
@@ -90,6 +91,7 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 	s.routes = map[string]map[string]http.HandlerFunc{
 		"/v1/completions":           {http.MethodPost: s.handleCompletions},
 		"/v1/chat/completions":      {http.MethodPost: s.handleChat},
+		"/v1/responses":             {http.MethodPost: s.handleResponses},
 		"/v1/messages":              {http.MethodPost: s.handleMessages},
 		"/v1/messages/count_tokens": {http.MethodPost: s.handleCountTokens},
 		"/v1/models":                {http.MethodGet: s.handleModels},

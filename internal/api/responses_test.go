@@ -1,0 +1,157 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+)
+
+var responsesSeeds = []string{
+	`{"model":"m","input":"hello","instructions":"be brief","max_output_tokens":64,"temperature":0.2,"top_p":0.9,"stream":true}`,
+	`{"input":[{"role":"user","content":"w?"},{"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\":1}"},{"type":"function_call_output","call_id":"c1","output":"ok"}],"tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]},"strict":true}],"tool_choice":"required","parallel_tool_calls":false}`,
+	`{"input":[{"type":"message","role":"developer","content":[{"type":"input_text","text":"x"}]},{"type":"message","role":"assistant","content":[{"type":"output_text","text":"y"}]},{"type":"reasoning","summary":[]}],"text":{"format":{"type":"json_schema","name":"o","schema":{"type":"object"},"strict":true}}}`,
+	`{"input":"x","tools":[{"type":"function","name":"g"}],"tool_choice":{"type":"function","name":"g"},"store":false}`,
+	`{"input":"x","text":{"format":{"type":"json_object"}},"previous_response_id":"resp_1"}`,
+	`{"input":[{"type":"function_call_output","call_id":"c9","output":[{"type":"input_text","text":"r"}]}]}`,
+}
+
+func TestResponsesToChat(t *testing.T) {
+	r, err := ParseResponsesRequest([]byte(responsesSeeds[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.ChatRequest([]ResponsesItem{{Type: ItemMessage, Role: "user", Text: "earlier"}, {Type: ItemMessage, Role: "assistant", Text: "sure"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roles := []string{}
+	for _, m := range c.Messages {
+		roles = append(roles, m.Role)
+	}
+	if strings.Join(roles, ",") != "user,assistant,user,assistant,tool" {
+		t.Fatalf("roles %v", roles)
+	}
+	if a := c.Messages[3]; a.HasText || len(a.Calls) != 1 || a.Calls[0].ID != "c1" || a.Calls[0].Function.Arguments != `{"a":1}` {
+		t.Errorf("assistant call message %+v", a)
+	}
+	if m := c.Messages[4]; m.ToolCallID != "c1" || m.Text != "ok" {
+		t.Errorf("tool message %+v", m)
+	}
+	if len(c.ParsedTools) != 1 || c.ParsedTools[0].Name != "f" || !c.ParsedTools[0].Strict || c.ParsedToolChoice.Mode != ToolChoiceRequired || c.ParallelCalls() {
+		t.Errorf("tools %+v choice %+v", c.ParsedTools, c.ParsedToolChoice)
+	}
+	if !strings.HasPrefix(string(c.ParsedTools[0].Raw), `{"type":"function","function":{"name":"f","description":"d","parameters":`) {
+		t.Errorf("template tool %s", c.ParsedTools[0].Raw)
+	}
+
+	// An assistant message and the calls right after it are one turn; instructions lead.
+	r, _ = ParseResponsesRequest([]byte(`{"instructions":"sys","input":[{"role":"user","content":"q"},{"role":"assistant","content":"let me see"},
+		{"type":"function_call","call_id":"a","name":"f","arguments":"{}"},{"type":"function_call","call_id":"b","name":"f","arguments":"{}"},
+		{"type":"function_call_output","call_id":"a","output":"1"},{"type":"function_call_output","call_id":"b","output":"2"}],
+		"tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"function","name":"f"},"text":null,"max_output_tokens":9}`))
+	c, err = r.ChatRequest(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Messages) != 5 || c.Messages[0].Role != "system" || c.Messages[2].Text != "let me see" || len(c.Messages[2].Calls) != 2 {
+		t.Errorf("messages %+v", c.Messages)
+	}
+	if c.ParsedToolChoice.Mode != ToolChoiceFunction || c.ParsedToolChoice.Name != "f" || *c.RequestedMaxTokens() != 9 {
+		t.Errorf("choice %+v", c.ParsedToolChoice)
+	}
+
+	r, _ = ParseResponsesRequest([]byte(responsesSeeds[2]))
+	if c, err = r.ChatRequest(nil); err != nil || c.Format == nil || c.Format.Type != FormatJSONSchema || !c.Format.Strict || c.Format.Name != "o" {
+		t.Errorf("format %+v %v", c, err)
+	}
+}
+
+func TestResponsesRequestErrors(t *testing.T) {
+	for _, tc := range []struct{ body, param string }{
+		{`[]`, ""},
+		{`{"input":{}}`, "input"},
+		{`{"input":[]}`, "input"},
+		{`{"input":[1]}`, "input[0]"},
+		{`{"input":[{"type":"function_call","name":"f"}]}`, "input[0].call_id"},
+		{`{"input":[{"type":"function_call","call_id":"c","name":"bad name"}]}`, "input[0].name"},
+		{`{"input":[{"type":"function_call","call_id":"c","name":"f","arguments":"{"}]}`, "input[0].arguments"},
+		{`{"input":[{"type":"function_call_output","output":"x"}]}`, "input[0].call_id"},
+		{`{"input":[{"role":"user"}]}`, "input[0].content"},
+		{`{"input":[{"role":"user","content":[{"type":"input_text"}]}]}`, "input[0].content[0].text"},
+		{`{"input":"x","max_output_tokens":-1}`, "max_output_tokens"},
+	} {
+		_, err := ParseResponsesRequest([]byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Status != 400 || e.Param != tc.param {
+			t.Errorf("%s: %v", tc.body, err)
+		}
+	}
+	for _, tc := range []struct{ body, param string }{
+		{`{"input":"x","tools":{}}`, "tools"},
+		{`{"input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"mcp"}}`, "tool_choice"},
+		{`{"input":"x","text":{"format":{"type":"json_schema","name":"o","schema":[]}}}`, "text.format"},
+		{`{"input":"x","temperature":9}`, "temperature"},
+		{`{"input":[{"type":"function_call_output","call_id":"zz","output":"x"}]}`, "input[0].tool_call_id"},
+	} {
+		r, err := ParseResponsesRequest([]byte(tc.body))
+		if err == nil {
+			_, err = r.ChatRequest(nil)
+		}
+		var e *Error
+		if !errors.As(err, &e) || e.Status != 400 || !strings.HasPrefix(e.Param, tc.param) {
+			t.Errorf("%s: %v", tc.body, err)
+		}
+	}
+}
+
+func TestItemsOf(t *testing.T) {
+	args := `{"a":1}`
+	items := ItemsOf([]ResponseItem{
+		{Type: ItemReasoning, ID: "rs"},
+		{Type: ItemMessage, Content: []ResponseContent{{Type: "output_text", Text: "hi"}}},
+		{Type: ItemFunctionCall, CallID: "c", Name: "f", Arguments: &args},
+	})
+	b, _ := json.Marshal(items)
+	want := `[{"Type":"message","Role":"assistant","Text":"hi","CallID":"","Name":"","Arguments":"","Output":""},{"Type":"function_call","Role":"","Text":"","CallID":"c","Name":"f","Arguments":"{\"a\":1}","Output":""}]`
+	if string(b) != want {
+		t.Errorf("items %s", b)
+	}
+}
+
+func FuzzResponsesRequest(f *testing.F) {
+	for _, s := range responsesSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := ParseResponsesRequest(body)
+		if err != nil {
+			checkParsed(t, nil, err)
+			return
+		}
+		for _, it := range r.Items {
+			switch it.Type {
+			case ItemMessage:
+				if _, ok := responsesRoles[it.Role]; !ok {
+					t.Fatalf("role %q accepted", it.Role)
+				}
+			case ItemFunctionCall:
+				if it.CallID == "" || !json.Valid([]byte(it.Arguments)) {
+					t.Fatalf("call %+v accepted", it)
+				}
+			case ItemFunctionCallOutput:
+				if it.CallID == "" {
+					t.Fatal("output without call_id accepted")
+				}
+			default:
+				t.Fatalf("item type %q kept", it.Type)
+			}
+		}
+		c, err := r.ChatRequest(r.Items)
+		if err != nil {
+			checkParsed(t, nil, err)
+			return
+		}
+		checkParsed(t, &c.GenerationParams, nil)
+	})
+}

@@ -1,0 +1,422 @@
+package server
+
+import (
+	"container/list"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+
+	"stockpot/internal/api"
+	"stockpot/internal/toolcall"
+)
+
+// POST /v1/responses: OpenAI's Responses API, converted into the chat request it means
+// (api.ResponsesRequest.ChatRequest) and served by the chat path: the same template
+// rendering, tool-call parsing and constrained decoding; only the wire shapes differ.
+
+// responseStoreSize bounds the responses kept for previous_response_id.
+const responseStoreSize = 1024
+
+// responseStore keeps the items (input and output) of recent responses, dropping the least
+// recently used. The zero value is ready.
+type responseStore struct {
+	mu    sync.Mutex
+	order *list.List               // front: most recent; values are *storedResponse
+	byID  map[string]*list.Element // id -> element of order
+}
+
+type storedResponse struct {
+	id    string
+	items []api.ResponsesItem
+}
+
+func (st *responseStore) get(id string) ([]api.ResponsesItem, bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	e, ok := st.byID[id]
+	if !ok {
+		return nil, false
+	}
+	st.order.MoveToFront(e)
+	return e.Value.(*storedResponse).items, true
+}
+
+func (st *responseStore) put(id string, items []api.ResponsesItem) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.byID == nil {
+		st.byID = map[string]*list.Element{}
+		st.order = list.New()
+	}
+	st.byID[id] = st.order.PushFront(&storedResponse{id: id, items: items})
+	for st.order.Len() > responseStoreSize {
+		last := st.order.Back()
+		st.order.Remove(last)
+		delete(st.byID, last.Value.(*storedResponse).id)
+	}
+}
+
+func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
+	start := s.cfg.Now()
+	var (
+		res *genResult
+		err error
+	)
+	defer func() { s.finishRequest(res, err, start) }()
+	rr, spec, c, prior, err := s.prepareResponses(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rw := &responsesWriter{chatWriter: c, rr: rr, created: start.Unix()}
+	var out []api.ResponseItem
+	var finish string
+	if rr.Stream {
+		out, res, err = rw.stream(w, r, spec)
+		if err != nil {
+			return
+		}
+		finish = res.finish
+	} else {
+		var text string
+		if text, res, err = s.generateAll(w, r, spec); err != nil {
+			return
+		}
+		msg, _ := c.message(text, res.finish)
+		out, finish = rw.items(msg), res.finish
+		writeJSON(w, http.StatusOK, rw.response(out, finish, res))
+	}
+	if rr.Stored() {
+		items := append(append(append([]api.ResponsesItem(nil), prior...), rr.Items...), api.ItemsOf(out)...)
+		s.responses.put(rw.id, items)
+	}
+}
+
+// prepareResponses parses the request, resolves previous_response_id and builds the
+// generation as prepareChat does.
+func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *genSpec, *chatWriter, []api.ResponsesItem, error) {
+	start := s.cfg.Now()
+	body, err := s.readBody(r)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	rr, err := api.ParseResponsesRequest(body)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if err := s.checkModel(rr.Model); err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if s.draining.Load() {
+		return nil, nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
+	}
+	var prior []api.ResponsesItem
+	if id := rr.PreviousResponseID; id != "" {
+		var ok bool
+		if prior, ok = s.responses.get(id); !ok {
+			return nil, nil, nil, nil, &api.Error{Status: http.StatusNotFound, Type: api.TypeInvalidRequest, Code: "previous_response_not_found",
+				Param: "previous_response_id", Message: "previous response with id '" + id + "' not found (it was not stored, or it was dropped)"}
+		}
+	}
+	req, err := rr.ChatRequest(prior)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	text, prompt, err := s.chatPrompt(req)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	plan, constraint, err := s.planChat(req, text)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	defaultMax := max(s.cfg.ContextLength-len(prompt), 1)
+	spec, err := s.prepare(&req.GenerationParams, prompt, req.RequestedMaxTokens(), defaultMax, 0, start)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	spec.req.Sampling.Constraint = constraint
+	spec.controlText = plan.parseCalls
+	c := &chatWriter{s: s, req: req, plan: plan, prompt: spec.req.Prompt, id: newID("resp_"), created: start.Unix()}
+	return rr, spec, c, prior, nil
+}
+
+// responsesWriter builds the Responses shapes of one request.
+type responsesWriter struct {
+	*chatWriter
+	rr      *api.ResponsesRequest
+	created int64
+	seq     int
+	sse     *sseWriter
+}
+
+// items converts an assistant message to output items: reasoning, then the text, then the
+// function calls.
+func (rw *responsesWriter) items(m api.ChatMessage) []api.ResponseItem {
+	var out []api.ResponseItem
+	if m.ReasoningContent != nil && *m.ReasoningContent != "" {
+		out = append(out, reasoningItem(newID("rs_"), *m.ReasoningContent))
+	}
+	if m.Content != nil && (*m.Content != "" || len(m.ToolCalls) == 0) {
+		out = append(out, messageItem(newID("msg_"), *m.Content, "completed"))
+	}
+	for _, c := range m.ToolCalls {
+		out = append(out, callItem(newID("fc_"), c.ID, c.Function.Name, c.Function.Arguments, "completed"))
+	}
+	return out
+}
+
+func reasoningItem(id, text string) api.ResponseItem {
+	return api.ResponseItem{Type: api.ItemReasoning, ID: id, Summary: []api.ResponseContent{},
+		Content: []api.ResponseContent{{Type: "reasoning_text", Text: text}}}
+}
+
+func messageItem(id, text, status string) api.ResponseItem {
+	return api.ResponseItem{Type: api.ItemMessage, ID: id, Status: status, Role: "assistant",
+		Content: []api.ResponseContent{{Type: "output_text", Text: text, Annotations: []any{}}}}
+}
+
+func callItem(id, callID, name, args, status string) api.ResponseItem {
+	return api.ResponseItem{Type: api.ItemFunctionCall, ID: id, Status: status, CallID: callID, Name: name, Arguments: &args}
+}
+
+// response builds the response object; res is nil while it is in progress.
+func (rw *responsesWriter) response(out []api.ResponseItem, finish string, res *genResult) *api.Response {
+	rr := rw.rr
+	resp := &api.Response{ID: rw.id, Object: "response", CreatedAt: rw.created, Status: "in_progress",
+		Model: rw.s.cfg.ModelName, Output: out, Instructions: rr.Instructions, MaxOutputTokens: rr.MaxOutputTokens,
+		ParallelToolCalls: rw.req.ParallelCalls(), Temperature: rr.Temperature, TopP: rr.TopP,
+		ToolChoice: json.RawMessage(`"auto"`), Tools: json.RawMessage(`[]`), Store: rr.Stored()}
+	if resp.Output == nil {
+		resp.Output = []api.ResponseItem{}
+	}
+	if !isNullJSON(rr.ToolChoice) {
+		resp.ToolChoice = rr.ToolChoice
+	}
+	if !isNullJSON(rr.Tools) {
+		resp.Tools = rr.Tools
+	}
+	if rr.PreviousResponseID != "" {
+		p := rr.PreviousResponseID
+		resp.PreviousResponseID = &p
+	}
+	if res == nil {
+		return resp
+	}
+	resp.Status = "completed"
+	if finish == "length" {
+		resp.Status = "incomplete"
+		resp.IncompleteDetails = &api.IncompleteDetails{Reason: "max_output_tokens"}
+	}
+	var text strings.Builder
+	for _, o := range out {
+		if o.Type == api.ItemMessage {
+			for _, c := range o.Content {
+				text.WriteString(c.Text)
+			}
+		}
+	}
+	resp.OutputText = text.String()
+	resp.Usage = api.ResponseUsageOf(usageOf(res.usage))
+	return resp
+}
+
+func isNullJSON(raw json.RawMessage) bool {
+	t := strings.TrimSpace(string(raw))
+	return t == "" || t == "null"
+}
+
+// event sends one streamed event: an "event:" line with its type, and the payload with type
+// and sequence_number added.
+func (rw *responsesWriter) event(typ string, fields map[string]any) error {
+	fields["type"] = typ
+	fields["sequence_number"] = rw.seq
+	rw.seq++
+	b, err := json.Marshal(fields)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 0, len(b)+len(typ)+16)
+	buf = append(buf, "event: "...)
+	buf = append(buf, typ...)
+	buf = append(buf, "\ndata: "...)
+	buf = append(buf, b...)
+	buf = append(buf, "\n\n"...)
+	if _, err := rw.sse.w.Write(buf); err != nil {
+		return err
+	}
+	return rw.sse.flush()
+}
+
+// streamState is the output item being streamed.
+type streamState struct {
+	out  []api.ResponseItem
+	open string // "", message, reasoning or function_call
+	text strings.Builder
+}
+
+func (rw *responsesWriter) openItem(st *streamState, it api.ResponseItem) error {
+	if err := rw.closeItem(st); err != nil {
+		return err
+	}
+	st.out = append(st.out, it)
+	st.open = it.Type
+	st.text.Reset()
+	if err := rw.event("response.output_item.added", map[string]any{"output_index": len(st.out) - 1, "item": it}); err != nil {
+		return err
+	}
+	if it.Type == api.ItemMessage {
+		return rw.event("response.content_part.added", map[string]any{"item_id": it.ID, "output_index": len(st.out) - 1,
+			"content_index": 0, "part": api.ResponseContent{Type: "output_text", Text: "", Annotations: []any{}}})
+	}
+	return nil
+}
+
+func (rw *responsesWriter) closeItem(st *streamState) error {
+	if st.open == "" {
+		return nil
+	}
+	i := len(st.out) - 1
+	it := &st.out[i]
+	text := st.text.String()
+	var err error
+	switch st.open {
+	case api.ItemMessage:
+		*it = messageItem(it.ID, text, "completed")
+		if err = rw.event("response.output_text.done", map[string]any{"item_id": it.ID, "output_index": i, "content_index": 0, "text": text}); err == nil {
+			err = rw.event("response.content_part.done", map[string]any{"item_id": it.ID, "output_index": i, "content_index": 0, "part": it.Content[0]})
+		}
+	case api.ItemReasoning:
+		*it = reasoningItem(it.ID, text)
+		err = rw.event("response.reasoning_text.done", map[string]any{"item_id": it.ID, "output_index": i, "content_index": 0, "text": text})
+	case api.ItemFunctionCall:
+		*it = callItem(it.ID, it.CallID, it.Name, text, "completed")
+		err = rw.event("response.function_call_arguments.done", map[string]any{"item_id": it.ID, "output_index": i, "arguments": text})
+	}
+	st.open = ""
+	if err != nil {
+		return err
+	}
+	return rw.event("response.output_item.done", map[string]any{"output_index": i, "item": *it})
+}
+
+// feed streams the parser's deltas as events.
+func (rw *responsesWriter) feed(st *streamState, ds []toolcall.Delta) error {
+	for _, d := range ds {
+		switch {
+		case d.Call != nil:
+			if d.Call.ID != "" {
+				if err := rw.openItem(st, callItem(newID("fc_"), d.Call.ID, d.Call.Name, "", "in_progress")); err != nil {
+					return err
+				}
+			}
+			if d.Call.Arguments == "" || st.open != api.ItemFunctionCall {
+				continue
+			}
+			st.text.WriteString(d.Call.Arguments)
+			i := len(st.out) - 1
+			if err := rw.event("response.function_call_arguments.delta", map[string]any{"item_id": st.out[i].ID, "output_index": i, "delta": d.Call.Arguments}); err != nil {
+				return err
+			}
+		case d.Reasoning != "":
+			if st.open != api.ItemReasoning {
+				if err := rw.openItem(st, api.ResponseItem{Type: api.ItemReasoning, ID: newID("rs_"), Summary: []api.ResponseContent{}}); err != nil {
+					return err
+				}
+			}
+			st.text.WriteString(d.Reasoning)
+			i := len(st.out) - 1
+			if err := rw.event("response.reasoning_text.delta", map[string]any{"item_id": st.out[i].ID, "output_index": i, "content_index": 0, "delta": d.Reasoning}); err != nil {
+				return err
+			}
+		case d.Content != "":
+			if err := rw.content(st, d.Content); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (rw *responsesWriter) content(st *streamState, text string) error {
+	if st.open != api.ItemMessage {
+		if err := rw.openItem(st, messageItem(newID("msg_"), "", "in_progress")); err != nil {
+			return err
+		}
+	}
+	st.text.WriteString(text)
+	i := len(st.out) - 1
+	return rw.event("response.output_text.delta", map[string]any{"item_id": st.out[i].ID, "output_index": i, "content_index": 0, "delta": text})
+}
+
+func (rw *responsesWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpec) ([]api.ResponseItem, *genResult, error) {
+	rw.sse = newSSE(w)
+	started := func() error {
+		if err := rw.sse.start(); err != nil {
+			return err
+		}
+		if err := rw.event("response.created", map[string]any{"response": rw.response(nil, "", nil)}); err != nil {
+			return err
+		}
+		return rw.event("response.in_progress", map[string]any{"response": rw.response(nil, "", nil)})
+	}
+	var parser *toolcall.Parser
+	if rw.plan.parsing() {
+		parser = toolcall.NewParser(rw.plan.outputFamily(), rw.plan.opts)
+	}
+	st := &streamState{}
+	res, err := rw.s.generate(r.Context(), spec, started, func(text string, _ []genToken) error {
+		if parser == nil {
+			if text == "" {
+				return nil
+			}
+			return rw.content(st, text)
+		}
+		ds := parser.Feed(text)
+		if rw.plan.forcedCalls {
+			ds = withoutContent(ds)
+		}
+		return rw.feed(st, ds)
+	})
+	if err == nil && parser != nil {
+		rest := parser.Finish()
+		if rw.plan.forcedCalls {
+			rest = withoutContent(rest)
+		}
+		if rw.feed(st, rest) != nil {
+			err = errClientGone
+		}
+	}
+	if err != nil {
+		if errors.Is(err, errClientGone) {
+			return nil, nil, err
+		}
+		if !rw.sse.began {
+			writeError(w, err)
+			return nil, nil, err
+		}
+		e := api.AsError(err).Body().Error
+		_ = rw.event("error", map[string]any{"code": e.Code, "message": e.Message, "param": e.Param})
+		return nil, nil, err
+	}
+	if st.open == "" && len(st.out) == 0 {
+		// An empty answer is still one (empty) message, as non-streamed.
+		if err := rw.openItem(st, messageItem(newID("msg_"), "", "in_progress")); err != nil {
+			return nil, nil, errClientGone
+		}
+	}
+	if err := rw.closeItem(st); err != nil {
+		return nil, nil, errClientGone
+	}
+	resp := rw.response(st.out, res.finish, res)
+	typ := "response.completed"
+	if resp.Status == "incomplete" {
+		typ = "response.incomplete"
+	}
+	if err := rw.event(typ, map[string]any{"response": resp}); err != nil {
+		return nil, nil, errClientGone
+	}
+	return st.out, res, nil
+}
