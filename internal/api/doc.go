@@ -7,6 +7,9 @@
 // ParseResponsesRequest reads a /v1/responses body, and ResponsesRequest.ChatRequest turns it
 // into the ChatRequest it means (items folded into chat messages, flat tools nested, text.format
 // as response_format), so that one set of chat checks and one generation path serve both.
+// ParseMessagesRequest does the same for Anthropic's /v1/messages (blocks folded into chat
+// messages, tool_choice any/tool as required/function), and validates cache_control
+// breakpoints (ephemeral, ttl 5m or 1h, at most MaxCacheBreakpoints, never on an empty block).
 //
 // Parsing rules, the same for every endpoint:
 //   - Unknown fields are ignored, as OpenAI and vLLM do, so clients written for either work.

@@ -23,6 +23,11 @@
 //   - /v1/responses (OpenAI's Responses API): converted into the chat request it means and
 //     served by the chat path (same rendering, tool-call parsing and constrained decoding);
 //     previous_response_id reads a bounded in-memory LRU of recent responses' items.
+//   - /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API): converted into
+//     the chat request it means and served by the chat path; responses, SSE events (with
+//     event: lines) and errors ({"type":"error",...}, 529 for unavailable) in Anthropic's
+//     shape, on those routes also for auth and routing errors. Usage reads the engine's cache
+//     split: cache_read_input_tokens = cached tokens, input_tokens = the rest.
 //   - Metrics: counters fed from the very usage objects written to clients, so the sum of the
 //     responses' usage equals the counters exactly; engine gauges read from Generator.Stats()
 //     by a collector at scrape time. Nothing is global: everything registers on the
