@@ -279,7 +279,7 @@ func TestForwardReplacesClientKey(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			be := newRecordingBackend(t, "", false)
 			_, front, _ := authRouter(t, func(cfg *Config) { cfg.APIKeys, cfg.BackendKey = c.apiKeys, c.backendKey }, be.URL)
-			for _, path := range []string{"/v1/completions", "/v1/chat/completions", "/tokenize"} {
+			for _, path := range []string{"/v1/completions", "/v1/chat/completions", "/tokenize", "/v1/responses", "/v1/messages", "/v1/messages/count_tokens"} {
 				code, body := call(t, "POST", front+path, `{"prompt":"hi"}`, c.hdr...)
 				if code != c.wantCode {
 					t.Fatalf("%s: HTTP %d %s, want %d", path, code, body, c.wantCode)
@@ -301,7 +301,7 @@ func TestForwardReplacesClientKey(t *testing.T) {
 					t.Errorf("the client's key reached the backend on %s", s.path)
 				}
 			}
-			if want := map[int]int{200: 3, 401: 0}[c.wantCode]; fwd != want {
+			if want := map[int]int{200: 6, 401: 0}[c.wantCode]; fwd != want {
 				t.Errorf("backend got %d forwarded requests, want %d", fwd, want)
 			}
 		})

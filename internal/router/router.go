@@ -377,14 +377,17 @@ func (r *Router) candidates(tried []*Backend) []*Backend {
 // routes lists every path the router serves and its methods, for the JSON
 // 404 and 405 answers (the mux's own are plain text).
 var routes = map[string]string{
-	"/v1/completions":      "POST",
-	"/v1/chat/completions": "POST",
-	"/tokenize":            "POST",
-	"/detokenize":          "POST",
-	"/v1/models":           "GET",
-	"/health":              "GET",
-	"/metrics":             "GET",
-	"/backends":            "GET, POST",
+	"/v1/completions":           "POST",
+	"/v1/chat/completions":      "POST",
+	"/v1/responses":             "POST",
+	"/v1/messages":              "POST",
+	"/v1/messages/count_tokens": "POST",
+	"/tokenize":                 "POST",
+	"/detokenize":               "POST",
+	"/v1/models":                "GET",
+	"/health":                   "GET",
+	"/metrics":                  "GET",
+	"/backends":                 "GET, POST",
 }
 
 // Handler returns the router's HTTP API.
@@ -392,6 +395,11 @@ func (r *Router) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", r.requireClient(r.serveGenerate))
 	mux.HandleFunc("POST /v1/chat/completions", r.requireClient(r.serveGenerate))
+	// The Responses and Anthropic Messages dialects pass through to the least-loaded backend
+	// (streams relayed event by event); they get no prefix affinity yet.
+	mux.HandleFunc("POST /v1/responses", r.requireClient(r.servePassThrough))
+	mux.HandleFunc("POST /v1/messages", r.requireClient(r.servePassThrough))
+	mux.HandleFunc("POST /v1/messages/count_tokens", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("POST /tokenize", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("POST /detokenize", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("GET /v1/models", r.requireClient(r.servePassThrough))
