@@ -61,23 +61,34 @@ func (s *Server) prepareChat(r *http.Request, start time.Time) (*genSpec, *api.C
 	if s.draining.Load() {
 		return nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
 	}
-	text, prompt, err := s.chatPrompt(req)
+	spec, plan, err := s.chatSpec(req, req.RequestedMaxTokens(), req.NumTopLogprobs(), start)
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	return spec, req, plan, nil
+}
+
+// chatSpec is what every dialect that is a chat underneath (chat completions, Responses,
+// Anthropic Messages) does once its request is a ChatRequest: render the prompt with the
+// template, plan how the output is parsed and constrained, and build the engine request.
+func (s *Server) chatSpec(req *api.ChatRequest, maxTokens *int, logprobs int, start time.Time) (*genSpec, *chatPlan, error) {
+	text, prompt, err := s.chatPrompt(req)
+	if err != nil {
+		return nil, nil, err
 	}
 	plan, constraint, err := s.planChat(req, text)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	// With no max_tokens a chat may use the rest of the context, as with OpenAI and vLLM.
 	defaultMax := max(s.cfg.ContextLength-len(prompt), 1)
-	spec, err := s.prepare(&req.GenerationParams, prompt, req.RequestedMaxTokens(), defaultMax, req.NumTopLogprobs(), start)
+	spec, err := s.prepare(&req.GenerationParams, prompt, maxTokens, defaultMax, logprobs, start)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	spec.req.Sampling.Constraint = constraint
 	spec.controlText = plan.parseCalls
-	return spec, req, plan, nil
+	return spec, plan, nil
 }
 
 // chatWriter builds /v1/chat/completions responses and chunks for one request.

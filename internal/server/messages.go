@@ -43,21 +43,11 @@ func (s *Server) prepareMessages(r *http.Request, start time.Time) (*genSpec, *a
 	if s.draining.Load() {
 		return nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
 	}
-	text, prompt, err := s.chatPrompt(req.Chat)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	plan, constraint, err := s.planChat(req.Chat, text)
-	if err != nil {
-		return nil, nil, nil, err
-	}
 	mt := req.MaxTokens
-	spec, err := s.prepare(&req.Chat.GenerationParams, prompt, &mt, mt, 0, start)
+	spec, plan, err := s.chatSpec(req.Chat, &mt, 0, start)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	spec.req.Sampling.Constraint = constraint
-	spec.controlText = plan.parseCalls
 	return spec, req, plan, nil
 }
 

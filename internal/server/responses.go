@@ -124,21 +124,10 @@ func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *genS
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	text, prompt, err := s.chatPrompt(req)
+	spec, plan, err := s.chatSpec(req, req.RequestedMaxTokens(), 0, start)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	plan, constraint, err := s.planChat(req, text)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	defaultMax := max(s.cfg.ContextLength-len(prompt), 1)
-	spec, err := s.prepare(&req.GenerationParams, prompt, req.RequestedMaxTokens(), defaultMax, 0, start)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	spec.req.Sampling.Constraint = constraint
-	spec.controlText = plan.parseCalls
 	c := &chatWriter{s: s, req: req, plan: plan, prompt: spec.req.Prompt, id: newID("resp_"), created: start.Unix()}
 	return rr, spec, c, prior, nil
 }
