@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"stockpot/internal/prefix"
 )
@@ -29,6 +30,9 @@ type Item struct {
 	// place that way is declined (counted in Stats.Declined, not an error). Stores without a
 	// budget of their own ignore it. See the package doc, "Sole copies".
 	Shadowed bool
+	// PinTTL, when > 0, stores the item pinned (see Pinner): kept ahead of every unpinned item
+	// until PinTTL after its last use. Stores that are not Pinners ignore it.
+	PinTTL time.Duration
 }
 
 // Stats is a snapshot of a store's counters. Capacity is 0 when the store has
@@ -80,6 +84,27 @@ type Unshadower interface {
 	// Unshadow marks the keys it holds as sole copies (a faster tier has dropped them) and
 	// reports, per key, whether it held it; the caller Puts the ones it did not.
 	Unshadow(ctx context.Context, keys []Key) ([]bool, error)
+}
+
+// Pinner is a store that honours pins (prompt-cache retention: Anthropic cache_control TTLs,
+// OpenAI prompt_cache_retention). Its eviction skips a pinned item until the pin expires; a Get
+// that finds a pinned item refreshes its expiry to now + its TTL; expiry is checked lazily (on
+// eviction and Get) and by a periodic sweep; a persistent store keeps pins, with their remaining
+// time, across a restart. Unpinned items behave exactly as in a plain Store. When only pinned
+// items are left, a Put that needs room is declined (Stats.Declined), never an eviction of a pin.
+type Pinner interface {
+	// Pin pins the keys the store holds for ttl from now (ttl <= 0 unpins) and reports, per key,
+	// whether it held it. The caller Puts (with Item.PinTTL) the ones it did not.
+	Pin(ctx context.Context, keys []Key, ttl time.Duration) ([]bool, error)
+	// Pins lists the pinned items that have not expired.
+	Pins() []PinInfo
+}
+
+// PinInfo is one pinned item.
+type PinInfo struct {
+	Key     Key
+	TTL     time.Duration // refreshed to Expires = last use + TTL
+	Expires time.Time
 }
 
 var (
