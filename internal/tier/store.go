@@ -31,7 +31,9 @@ type Item struct {
 	// budget of their own ignore it. See the package doc, "Sole copies".
 	Shadowed bool
 	// PinTTL, when > 0, stores the item pinned (see Pinner): kept ahead of every unpinned item
-	// until PinTTL after its last use. Stores that are not Pinners ignore it.
+	// until PinTTL after its last use. Stores that are not Pinners ignore it. A Put with
+	// PinTTL 0 over a pinned item keeps the pin (a write-back is a use: it refreshes the
+	// expiry); only Pin with ttl <= 0 unpins.
 	PinTTL time.Duration
 }
 
@@ -44,7 +46,11 @@ type Stats struct {
 	Evictions     uint64 // items dropped to make room (not Deletes)
 	Hits          uint64 // keys found by Get
 	Misses        uint64 // keys not found by Get
-	Declined      uint64 // shadowed items Put did not store (no room without evicting a sole copy)
+	Declined      uint64 // items Put did not store (no room without evicting a sole copy or a pin)
+	// PinnedItems and PinnedBytes count the unexpired pins of a Pinner (bytes as UsedBytes
+	// counts them; 0 for a store that does not track its bytes, such as Redis).
+	PinnedItems int64
+	PinnedBytes int64
 }
 
 // Store is one offload tier. All methods are safe for concurrent use and take

@@ -1,10 +1,11 @@
 package lru
 
 // Node is one element; embed it in the entry and set Value to the entry.
-// A Node is in at most one List at a time.
+// A Node is in at most one List or Pins at a time.
 type Node[T any] struct {
 	prev, next *Node[T] // nil while not in a list
 	Value      T
+	pin        pinState // see Pins
 }
 
 // List is a recency list. The zero List is empty and ready to use.
@@ -25,7 +26,7 @@ func (l *List[T]) Len() int { return l.n }
 // PushFront inserts n as the most recent.
 // REQUIRES: n is in no list.
 func (l *List[T]) PushFront(n *Node[T]) {
-	if n.next != nil {
+	if n.next != nil || n.pin.idx != 0 {
 		panic("lru: PushFront of a node already in a list")
 	}
 	l.lazyInit()
@@ -50,6 +51,18 @@ func (l *List[T]) Remove(n *Node[T]) {
 func (l *List[T]) MoveToFront(n *Node[T]) {
 	l.Remove(n)
 	l.PushFront(n)
+}
+
+// PushBack inserts n as the least recent (an expired pin: its last use is a TTL ago).
+// REQUIRES: n is in no list.
+func (l *List[T]) PushBack(n *Node[T]) {
+	if n.next != nil || n.pin.idx != 0 {
+		panic("lru: PushBack of a node already in a list")
+	}
+	l.lazyInit()
+	n.prev, n.next = l.root.prev, &l.root
+	n.prev.next, n.next.prev = n, n
+	l.n++
 }
 
 // Back returns the least recent node, or nil if l is empty.
