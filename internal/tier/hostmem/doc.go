@@ -27,6 +27,17 @@
 // a batch's keys last to first, so a restored prefix's head is the most recent and eviction
 // takes chains from their tails.
 //
+// # Pins
+//
+// The store is a tier.Pinner. A pinned entry leaves the LRU list for a heap by expiry
+// (lru.Pins), so eviction never sees it; a Get refreshes its expiry to now + TTL; a Put
+// without PinTTL over a pinned entry keeps the pin (refreshed). Every operation sweeps
+// first: expired pins become the least recent unpinned entries (one comparison when none
+// has expired, and no clock read while nothing is pinned). A Put that could make room only
+// by evicting a pin is declined (Stats.Declined; an overwrite so declined keeps the old
+// value): the pins stay, and a pin budget above (the engine's --pin-budget) keeps them
+// from filling the tier. Config.Now is the clock, for tests.
+//
 // Accounting: UsedBytes counts value bytes plus a fixed per-entry overhead
 // (entryOverhead), so a budget of tiny values still bounds memory.
 package hostmem

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"stockpot/internal/tier"
 	"stockpot/internal/tier/lru"
@@ -20,6 +21,8 @@ const entryOverhead = 192
 type Config struct {
 	// CapacityBytes is the byte budget (--host-cache). Must be > 0.
 	CapacityBytes int64
+	// Now is the clock of pin expiry; nil is time.Now. Tests set a test clock.
+	Now func() time.Time
 }
 
 // DefaultConfig returns a 1 GiB budget.
@@ -29,13 +32,16 @@ func (c Config) validate() (Config, error) {
 	if c.CapacityBytes <= 0 {
 		return c, fmt.Errorf("hostmem: capacity %d bytes must be > 0", c.CapacityBytes)
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c, nil
 }
 
 type entry struct {
 	key   tier.Key
 	value []byte           // never written by the store (see package doc)
-	node  lru.Node[*entry] // in Store.mu.lru; protected by Store.mu
+	node  lru.Node[*entry] // in Store.mu.lru, or in Store.mu.pins while pinned; protected by Store.mu
 }
 
 func newEntry(key tier.Key, value []byte) *entry {
@@ -51,17 +57,21 @@ type Store struct {
 	cfg Config
 	mu  struct {
 		sync.Mutex
-		m     map[tier.Key]*entry
-		lru   lru.List[*entry] // front: the most recent
-		used  int64
-		stats tier.Stats
-		spill func([]tier.Item) // see SpillTo; nil: evictions are dropped
+		m    map[tier.Key]*entry
+		lru  lru.List[*entry] // the unpinned entries; front: the most recent
+		pins lru.Pins[*entry] // the pinned entries, by expiry; never evicted
+		used int64            // every entry's size, pinned or not
+		// pinned is the pinned entries' share of used: what no eviction can free.
+		pinned int64
+		stats  tier.Stats
+		spill  func([]tier.Item) // see SpillTo; nil: evictions are dropped
 	}
 }
 
 var (
 	_ tier.Store   = (*Store)(nil)
 	_ tier.Spiller = (*Store)(nil)
+	_ tier.Pinner  = (*Store)(nil)
 )
 
 // SpillTo implements tier.Spiller: fn gets the items each Put evicted.
@@ -84,9 +94,63 @@ func New(cfg Config) (*Store, error) {
 
 // REQUIRES: s.mu held.
 func (s *Store) removeLocked(e *entry) {
-	s.mu.lru.Remove(&e.node)
+	if s.mu.pins.Pinned(&e.node) {
+		s.unpinLocked(e)
+	} else {
+		s.mu.lru.Remove(&e.node)
+	}
 	delete(s.mu.m, e.key)
 	s.mu.used -= e.size()
+}
+
+// pinLocked pins e (or repins it) for ttl from now.
+// REQUIRES: s.mu held; e indexed; ttl > 0.
+func (s *Store) pinLocked(e *entry, ttl time.Duration, now time.Time) {
+	if !s.mu.pins.Pinned(&e.node) {
+		s.mu.lru.Remove(&e.node)
+		s.mu.pinned += e.size()
+	}
+	s.mu.pins.Pin(&e.node, ttl, now)
+}
+
+// unpinLocked takes e out of the pins; the caller links it into the LRU list or drops it.
+// REQUIRES: s.mu held; e pinned.
+func (s *Store) unpinLocked(e *entry) {
+	s.mu.pins.Unpin(&e.node)
+	s.mu.pinned -= e.size()
+}
+
+// sweepLocked turns the pins expired at now into the least recent unpinned entries and
+// returns how many. One comparison when none has expired (the heap's top).
+// REQUIRES: s.mu held.
+func (s *Store) sweepLocked(now time.Time) int {
+	return s.mu.pins.Expire(now, func(n *lru.Node[*entry]) {
+		s.mu.pinned -= n.Value.size()
+		s.mu.lru.PushBack(n)
+	})
+}
+
+// nowLocked reads the clock and sweeps, if there are pins; without pins it returns the zero
+// time and costs nothing (the clock is read only when a pin needs it).
+// REQUIRES: s.mu held.
+func (s *Store) nowLocked() time.Time {
+	if s.mu.pins.Len() == 0 {
+		return time.Time{}
+	}
+	now := s.cfg.Now()
+	s.sweepLocked(now)
+	return now
+}
+
+// Sweep unpins the expired pins now and returns how many. Every operation sweeps first, so
+// calling it is needed only to bring Stats up to date on an idle store; it is cheap.
+func (s *Store) Sweep() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mu.pins.Len() == 0 {
+		return 0
+	}
+	return s.sweepLocked(s.cfg.Now())
 }
 
 func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
@@ -96,6 +160,7 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 	out := make([][]byte, len(keys))
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.nowLocked() // no pin is expired at now after this
 	// Last to first: a batch is a prefix in order, so its head ends the most recent and
 	// eviction takes the chain from its tail (a chain without its head is useless).
 	for i := len(keys) - 1; i >= 0; i-- {
@@ -106,15 +171,21 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 			continue
 		}
 		s.mu.stats.Hits++
-		s.mu.lru.MoveToFront(&e.node)
+		if s.mu.pins.Pinned(&e.node) {
+			s.mu.pins.Touch(&e.node, now) // a use refreshes the pin
+		} else {
+			s.mu.lru.MoveToFront(&e.node)
+		}
 		out[i] = e.value
 	}
 	return out, nil
 }
 
-// Put stores items, evicting least recently used entries to make room. An
-// item over the whole budget is skipped and reported (ErrTooLarge) after the
-// others are stored.
+// Put stores items, evicting least recently used unpinned entries to make room. An item over
+// the whole budget is skipped and reported (ErrTooLarge) after the others are stored; one
+// that would fit only by evicting a pin is declined (Stats.Declined; an overwrite so declined
+// keeps the old value). An item with PinTTL is stored pinned; one without keeps the pin of
+// the value it replaces (refreshed: a write-back is a use).
 func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -129,13 +200,26 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 			spill(spilled) // outside the lock: fn may queue work that reads this store
 		}
 	}()
+	now := s.nowLocked()
 	for _, it := range items {
 		e := newEntry(it.Key, it.Value)
 		if e.size() > s.cfg.CapacityBytes {
 			errs = append(errs, tier.TooLarge(it.Key, e.size(), s.cfg.CapacityBytes))
 			continue
 		}
-		if old, ok := s.mu.m[it.Key]; ok {
+		ttl, keep := it.PinTTL, s.mu.pinned // keep: the bytes no eviction frees
+		old, ok := s.mu.m[it.Key]
+		if ok && s.mu.pins.Pinned(&old.node) {
+			keep -= old.size()
+			if ttl <= 0 {
+				ttl, _ = s.mu.pins.TTL(&old.node)
+			}
+		}
+		if keep+e.size() > s.cfg.CapacityBytes {
+			s.mu.stats.Declined++ // only pins would make room
+			continue
+		}
+		if ok {
 			s.removeLocked(old)
 		}
 		for s.mu.used+e.size() > s.cfg.CapacityBytes {
@@ -149,8 +233,54 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 		s.mu.m[it.Key] = e
 		s.mu.lru.PushFront(&e.node)
 		s.mu.used += e.size()
+		if ttl > 0 {
+			if now.IsZero() { // the first pin: nowLocked did not read the clock
+				now = s.cfg.Now()
+			}
+			s.pinLocked(e, ttl, now)
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// Pin implements tier.Pinner: the keys held are pinned for ttl from now (ttl <= 0: unpinned,
+// as the most recent unpinned entries).
+func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(keys))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.cfg.Now()
+	s.sweepLocked(now)
+	for i, k := range keys {
+		e, ok := s.mu.m[k]
+		if !ok {
+			continue
+		}
+		out[i] = true
+		switch {
+		case ttl > 0:
+			s.pinLocked(e, ttl, now)
+		case s.mu.pins.Pinned(&e.node):
+			s.unpinLocked(e)
+			s.mu.lru.PushFront(&e.node)
+		}
+	}
+	return out, nil
+}
+
+// Pins implements tier.Pinner.
+func (s *Store) Pins() []tier.PinInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.nowLocked()
+	out := make([]tier.PinInfo, 0, s.mu.pins.Len())
+	s.mu.pins.All(func(n *lru.Node[*entry], ttl time.Duration, exp time.Time) {
+		out = append(out, tier.PinInfo{Key: n.Value.key, TTL: ttl, Expires: exp})
+	})
+	return out
 }
 
 func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
@@ -184,7 +314,9 @@ func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
 func (s *Store) Stats() tier.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.nowLocked()
 	st := s.mu.stats
+	st.PinnedItems, st.PinnedBytes = int64(s.mu.pins.Len()), s.mu.pinned
 	st.UsedBytes = s.mu.used
 	st.CapacityBytes = s.cfg.CapacityBytes
 	st.Items = int64(len(s.mu.m))

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier"
@@ -22,7 +23,15 @@ func newStore(t *testing.T, capacity int64) *hostmem.Store {
 }
 
 func TestConformance(t *testing.T) {
-	tiertest.Run(t, func(t *testing.T) tier.Store { return newStore(t, 64<<20) })
+	tiertest.RunOptions(t, func(t *testing.T) tier.Store { return newStore(t, 64<<20) }, tiertest.Options{
+		Pins: func(t *testing.T, capacity int64, now func() time.Time) tier.Store {
+			s, err := hostmem.New(hostmem.Config{CapacityBytes: capacity, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	})
 }
 
 var (

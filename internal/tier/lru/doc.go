@@ -13,10 +13,10 @@
 // A pinned entry (tier.Pinner: prompt-cache retention) leaves its List for Pins, a min-heap by
 // expiry, so eviction, which takes a List's Back, never sees it: nothing is scanned or
 // skipped. A use refreshes the expiry (Touch: now + TTL). Expiry is found lazily: the top of
-// the heap is the pin expiring first, so a store's sweep (PopExpired until nil, done at the
-// start of every operation and by its Sweep method) costs one comparison when nothing has
-// expired. An expired entry goes back to the Back of its List: its last use is a TTL ago, so
-// it is the first to go under pressure, as an unpinned entry that old would be. The time is
+// the heap is the pin expiring first, so a store's sweep (Expire, done at the start of every
+// operation and by its Sweep method) costs one comparison when nothing has expired. An
+// expired entry goes back to the Back of its List, the earliest expired last: its last use is
+// a TTL ago, so it is the first to go under pressure, as an unpinned entry that old would be. The time is
 // always the caller's argument (a store's injectable clock): this package reads no clock.
 //
 // It imports nothing but time: a leaf under package tier.

@@ -17,7 +17,8 @@ type pinState struct {
 // its (injectable) clock once per operation and this type stays pure.
 // The zero Pins is empty and ready to use. Not safe for concurrent use.
 type Pins[T any] struct {
-	h []*Node[T]
+	h       []*Node[T]
+	expired []*Node[T] // Expire's buffer, kept between calls
 }
 
 // Len returns the number of pinned nodes, expired ones included until they are taken.
@@ -106,6 +107,22 @@ func (p *Pins[T]) PopExpired(now time.Time) *Node[T] {
 	n := p.h[0]
 	p.Unpin(n)
 	return n
+}
+
+// Expire unpins every node expired at now and calls back for each, the latest expiry first,
+// and returns how many: a store whose back links each at the Back of its List ends with the
+// earliest expired, the least recently used, as the least recent. The store calls it at the
+// start of each operation (one comparison when nothing has expired).
+func (p *Pins[T]) Expire(now time.Time, back func(n *Node[T])) int {
+	p.expired = p.expired[:0]
+	for n := p.PopExpired(now); n != nil; n = p.PopExpired(now) {
+		p.expired = append(p.expired, n)
+	}
+	for i := len(p.expired) - 1; i >= 0; i-- {
+		back(p.expired[i])
+		p.expired[i] = nil
+	}
+	return len(p.expired)
 }
 
 // All calls fn for every pinned node, in no particular order; fn must not change p.

@@ -30,10 +30,10 @@ func (m *pinModel) node(t *testing.T, d *datadriven.TestData, name string) *Node
 // sweep moves every expired pin to the back of the list and returns their names.
 func (m *pinModel) sweep() []string {
 	var out []string
-	for n := m.p.PopExpired(m.now); n != nil; n = m.p.PopExpired(m.now) {
+	m.p.Expire(m.now, func(n *Node[string]) {
 		m.l.PushBack(n)
 		out = append(out, n.Value)
-	}
+	})
 	return out
 }
 

@@ -26,6 +26,12 @@ type Options struct {
 	// (Redis), so its Stats report only hits and misses; Items and
 	// UsedBytes are not checked.
 	SharedStats bool
+	// Pins makes stores for the tier.Pinner cases; it must be set for a store that is a
+	// Pinner (the suite fails otherwise).
+	Pins PinStore
+	// ServerClock: pins expire on the server's own clock (Redis); the test clock drives only
+	// the store's own view of them (Pins, Stats).
+	ServerClock bool
 }
 
 // RunOptions is Run with options.
@@ -49,11 +55,26 @@ func RunOptions(t *testing.T, newStore func(t *testing.T) tier.Store, opts Optio
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newStore(t)
-			if c, ok := s.(io.Closer); ok {
-				t.Cleanup(func() { c.Close() })
-			}
+			closeAtEnd(t, s)
 			tt.fn(t, s, opts)
 		})
+	}
+	t.Run("Pins", func(t *testing.T) {
+		s := newStore(t)
+		closeAtEnd(t, s)
+		_, pinner := s.(tier.Pinner)
+		switch {
+		case pinner && opts.Pins == nil:
+			t.Fatalf("%T is a tier.Pinner: set Options.Pins to run its cases", s)
+		case opts.Pins != nil:
+			runPins(t, opts.Pins, opts)
+		}
+	})
+}
+
+func closeAtEnd(t *testing.T, s tier.Store) {
+	if c, ok := s.(io.Closer); ok {
+		t.Cleanup(func() { c.Close() })
 	}
 }
 
