@@ -4,28 +4,58 @@ import (
 	"bytes"
 	"context"
 	"sync"
+	"time"
 
 	"stockpot/internal/tier"
 )
 
 // Store is an unbounded in-memory tier.Store.
 type Store struct {
-	mu struct {
+	now func() time.Time
+	mu  struct {
 		sync.Mutex
 		m     map[tier.Key][]byte
+		pins  map[tier.Key]tier.PinInfo // a subset of m's keys; expired ones dropped by sweepLocked
 		used  int64
 		stats tier.Stats
 	}
 }
 
-// New returns an empty Store.
-func New() *Store {
-	s := &Store{}
+// New returns an empty Store whose pins expire by time.Now.
+func New() *Store { return NewWithClock(time.Now) }
+
+// NewWithClock returns an empty Store whose pins expire by now (a test clock).
+func NewWithClock(now func() time.Time) *Store {
+	s := &Store{now: now}
 	s.mu.m = make(map[tier.Key][]byte)
+	s.mu.pins = make(map[tier.Key]tier.PinInfo)
 	return s
 }
 
-var _ tier.Store = (*Store)(nil)
+var (
+	_ tier.Store  = (*Store)(nil)
+	_ tier.Pinner = (*Store)(nil)
+)
+
+// sweepLocked drops the pins expired at now: a scan, obviously right (the store has no
+// eviction, so an expired pin only stops being listed).
+// REQUIRES: s.mu held.
+func (s *Store) sweepLocked(now time.Time) {
+	for k, p := range s.mu.pins {
+		if !p.Expires.After(now) {
+			delete(s.mu.pins, k)
+		}
+	}
+}
+
+// touchLocked refreshes k's pin, if any, to now + its TTL.
+// REQUIRES: s.mu held; sweepLocked(now) done.
+func (s *Store) touchLocked(k tier.Key, now time.Time) {
+	if p, ok := s.mu.pins[k]; ok {
+		p.Expires = now.Add(p.TTL)
+		s.mu.pins[k] = p
+	}
+}
 
 func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 	if err := ctx.Err(); err != nil {
@@ -33,10 +63,13 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	s.sweepLocked(now)
 	out := make([][]byte, len(keys))
 	for i, k := range keys {
 		if v, ok := s.mu.m[k]; ok {
 			out[i] = bytes.Clone(v)
+			s.touchLocked(k, now)
 			s.mu.stats.Hits++
 		} else {
 			s.mu.stats.Misses++
@@ -51,10 +84,17 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	now := s.now()
+	s.sweepLocked(now)
 	for _, it := range items {
 		s.mu.used -= int64(len(s.mu.m[it.Key]))
 		s.mu.m[it.Key] = bytes.Clone(it.Value)
 		s.mu.used += int64(len(it.Value))
+		if it.PinTTL > 0 {
+			s.mu.pins[it.Key] = tier.PinInfo{Key: it.Key, TTL: it.PinTTL, Expires: now.Add(it.PinTTL)}
+		} else {
+			s.touchLocked(it.Key, now) // a write-back keeps the pin (tier.Item.PinTTL)
+		}
 	}
 	return nil
 }
@@ -68,6 +108,7 @@ func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 	for _, k := range keys {
 		s.mu.used -= int64(len(s.mu.m[k]))
 		delete(s.mu.m, k)
+		delete(s.mu.pins, k)
 	}
 	return nil
 }
@@ -88,8 +129,48 @@ func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
 func (s *Store) Stats() tier.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sweepLocked(s.now())
 	st := s.mu.stats
 	st.UsedBytes = s.mu.used
 	st.Items = int64(len(s.mu.m))
+	st.PinnedItems = int64(len(s.mu.pins))
+	for k := range s.mu.pins {
+		st.PinnedBytes += int64(len(s.mu.m[k]))
+	}
 	return st
+}
+
+// Pin implements tier.Pinner. Without a budget, a pin only changes what Pins lists.
+func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]bool, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.now()
+	s.sweepLocked(now)
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		if _, out[i] = s.mu.m[k]; !out[i] {
+			continue
+		}
+		if ttl > 0 {
+			s.mu.pins[k] = tier.PinInfo{Key: k, TTL: ttl, Expires: now.Add(ttl)}
+		} else {
+			delete(s.mu.pins, k)
+		}
+	}
+	return out, nil
+}
+
+// Pins implements tier.Pinner.
+func (s *Store) Pins() []tier.PinInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked(s.now())
+	out := make([]tier.PinInfo, 0, len(s.mu.pins))
+	for _, p := range s.mu.pins {
+		out = append(out, p)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package memstore_test
 
 import (
 	"testing"
+	"time"
 
 	"stockpot/internal/tier"
 	"stockpot/internal/tier/memstore"
@@ -9,5 +10,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	tiertest.Run(t, func(t *testing.T) tier.Store { return memstore.New() })
+	tiertest.RunOptions(t, func(t *testing.T) tier.Store { return memstore.New() }, tiertest.Options{
+		Pins: func(t *testing.T, _ int64, now func() time.Time) tier.Store { return memstore.NewWithClock(now) },
+	})
 }
