@@ -36,6 +36,9 @@ type Config struct {
 	// FS is what block files are written through; nil is the OS. Tests wrap it to
 	// inject faults (a file system smaller than the budget).
 	FS FS
+	// Now is the clock of recency stamps and pin expiry; nil is time.Now. Tests set a test
+	// clock.
+	Now func() time.Time
 }
 
 // FS creates and renames the store's files. Reads, listing and removal go to the OS
@@ -73,6 +76,9 @@ func (c Config) validate() (Config, error) {
 	if c.FS == nil {
 		c.FS = osFS{}
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c, nil
 }
 
@@ -95,7 +101,7 @@ type entry struct {
 	key  tier.Key
 	size int64            // file size
 	sole bool             // no faster tier holds it (see tier.Item.Shadowed); picks its LRU list
-	node lru.Node[*entry] // in its class's LRU list; protected by Store.mu
+	node lru.Node[*entry] // in its class's LRU list, or in Store.mu.pins while pinned; protected by Store.mu
 }
 
 // Store is the disk tier. Safe for concurrent use.
@@ -108,19 +114,26 @@ type Store struct {
 		sync.Mutex
 		closed bool
 		m      map[tier.Key]*entry
-		// One LRU list per class (front: the most recent). Eviction takes the shadowed
-		// list's back first; a shadowed Put never takes from the sole list.
+		// One LRU list per class of unpinned entries (front: the most recent). Eviction takes
+		// the shadowed list's back first; a shadowed Put never takes from the sole list.
 		shadowed, sole lru.List[*entry]
-		// used = soleBytes + the shadowed entries' bytes; the sum of indexed file sizes.
-		used, soleBytes int64
-		stats           tier.Stats
-		corrupt         uint64
+		// pins holds the pinned entries, by expiry, out of both lists: never evicted. An
+		// entry is pinned iff its pin record (pinName) exists, but for a crash in between.
+		pins lru.Pins[*entry]
+		// used = the sum of indexed file sizes = soleBytes (unpinned sole copies) +
+		// pinnedBytes + the unpinned shadowed entries' bytes.
+		used, soleBytes, pinnedBytes int64
+		stats                        tier.Stats
+		corrupt                      uint64
 		// clock is the last modification time given to a file (see tickLocked).
 		clock time.Time
 	}
 }
 
-var _ tier.Store = (*Store)(nil)
+var (
+	_ tier.Store  = (*Store)(nil)
+	_ tier.Pinner = (*Store)(nil)
+)
 
 // Open opens (creating if needed) the store in cfg.Dir: it takes the
 // directory lock, removes partial temp files and other identities' records,
@@ -191,9 +204,12 @@ func fileName(k tier.Key) string {
 	return string(b[:])
 }
 
-func parseName(name string) (tier.Key, bool) {
+func parseName(name string) (tier.Key, bool) { return parseKeyName(name, fileSuffix) }
+
+// parseKeyName parses "<root hex>-<hash hex><suffix>".
+func parseKeyName(name, suffix string) (tier.Key, bool) {
 	var k tier.Key
-	if len(name) != 129+len(fileSuffix) || name[64] != '-' || !strings.HasSuffix(name, fileSuffix) {
+	if len(name) != 129+len(suffix) || name[64] != '-' || !strings.HasSuffix(name, suffix) {
 		return k, false
 	}
 	if _, err := hex.Decode(k.Root[:], []byte(name[:64])); err != nil {
@@ -206,7 +222,8 @@ func parseName(name string) (tier.Key, bool) {
 }
 
 // rebuild lists s.dir, removes temp files and strays, and indexes the rest
-// in modification-time order.
+// in modification-time order; block files with a valid, unexpired pin record are pinned
+// until their last use (mtime) + the recorded TTL, the other pin records are removed.
 func (s *Store) rebuild() error {
 	if err := os.MkdirAll(s.dir, 0o755); err != nil {
 		return fmt.Errorf("disk: %w", err)
@@ -221,8 +238,13 @@ func (s *Store) rebuild() error {
 		mtime time.Time
 	}
 	var files []found
+	pinFiles := map[tier.Key]bool{}
 	for _, e := range ents {
 		path := filepath.Join(s.dir, e.Name())
+		if key, ok := parsePinName(e.Name()); ok && e.Type().IsRegular() {
+			pinFiles[key] = true
+			continue
+		}
 		key, ok := parseName(e.Name())
 		if !ok || !e.Type().IsRegular() {
 			// Partial temp files of a crash, and anything we did not write.
@@ -242,14 +264,38 @@ func (s *Store) rebuild() error {
 		files = append(files, found{key, info.Size(), info.ModTime()})
 	}
 	slices.SortStableFunc(files, func(a, b found) int { return a.mtime.Compare(b.mtime) })
+	now := s.cfg.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.mu.clock = now
 	for _, f := range files {
 		// Whatever a faster tier held died with the process: every file is a sole copy.
-		s.insertLocked(&entry{key: f.key, size: f.size, sole: true})
+		e := &entry{key: f.key, size: f.size, sole: true}
+		s.insertLocked(e)
+		if !pinFiles[f.key] {
+			continue
+		}
+		delete(pinFiles, f.key)
+		ttl, err := readPin(filepath.Join(s.dir, pinName(f.key)), f.key)
+		if expires := f.mtime.Add(ttl); err != nil || !expires.After(now) {
+			os.Remove(filepath.Join(s.dir, pinName(f.key))) // torn, or expired while down
+			continue
+		}
+		s.pinLocked(e, ttl, f.mtime.Add(ttl))
+		if f.mtime.After(s.mu.clock) {
+			s.mu.clock = f.mtime // stamps stay after every file's (a clock that went back)
+		}
+	}
+	for k := range pinFiles { // a pin record without its block
+		os.Remove(filepath.Join(s.dir, pinName(k)))
 	}
 	for s.mu.used > s.cfg.CapacityBytes {
-		s.evictLocked(true)
+		if s.evictLocked(true) == 0 {
+			// Only pins left over a budget made smaller: the budget wins, the pin that would
+			// expire first goes.
+			s.removeLocked(s.mu.pins.First().Value)
+			s.mu.stats.Evictions++
+		}
 	}
 	return nil
 }
@@ -261,7 +307,7 @@ func (s *Store) rebuild() error {
 // tails, would be lost.
 // REQUIRES: s.mu held.
 func (s *Store) tickLocked() time.Time {
-	now := time.Now()
+	now := s.cfg.Now()
 	if !now.After(s.mu.clock) {
 		now = s.mu.clock.Add(time.Nanosecond)
 	}
@@ -278,47 +324,110 @@ func (s *Store) listLocked(e *entry) *lru.List[*entry] {
 	return &s.mu.shadowed
 }
 
-// REQUIRES: s.mu held; e in the list of its class (change e.sole only while unlinked).
-func (s *Store) unlinkLocked(e *entry) { s.listLocked(e).Remove(&e.node) }
+// unlinkLocked takes an unpinned e out of its class's list (and soleBytes).
+// REQUIRES: s.mu held; e in the list of its class (change e.sole only while unlinked or pinned).
+func (s *Store) unlinkLocked(e *entry) {
+	s.listLocked(e).Remove(&e.node)
+	if e.sole {
+		s.mu.soleBytes -= e.size
+	}
+}
 
-// REQUIRES: s.mu held; e unlinked.
-func (s *Store) pushFrontLocked(e *entry) {
+// linkLocked puts e into its class's list, as the most recent (front) or the least.
+// REQUIRES: s.mu held; e unlinked and not pinned.
+func (s *Store) linkLocked(e *entry, front bool) {
 	e.node.Value = e
-	s.listLocked(e).PushFront(&e.node)
+	if front {
+		s.listLocked(e).PushFront(&e.node)
+	} else {
+		s.listLocked(e).PushBack(&e.node)
+	}
+	if e.sole {
+		s.mu.soleBytes += e.size
+	}
+}
+
+func (s *Store) pinnedLocked(e *entry) bool { return s.mu.pins.Pinned(&e.node) }
+
+// pinLocked pins e (or repins it) until expires, in memory only (the caller writes the pin
+// record).
+// REQUIRES: s.mu held; e indexed; ttl > 0.
+func (s *Store) pinLocked(e *entry, ttl time.Duration, expires time.Time) {
+	if !s.pinnedLocked(e) {
+		s.unlinkLocked(e)
+		s.mu.pinnedBytes += e.size
+	}
+	s.mu.pins.PinUntil(&e.node, ttl, expires)
+}
+
+// unpinLocked ends e's pin and removes its pin record; e is linked into its class's list
+// (front or back) if link.
+// REQUIRES: s.mu held; e pinned.
+func (s *Store) unpinLocked(e *entry, link, front bool) {
+	s.mu.pins.Unpin(&e.node)
+	s.mu.pinnedBytes -= e.size
+	os.Remove(filepath.Join(s.dir, pinName(e.key)))
+	if link {
+		s.linkLocked(e, front)
+	}
+}
+
+// sweepLocked ends the pins expired at now: each becomes the least recent of its class (the
+// earliest expired last) and its pin record is removed. One comparison when none expired.
+// REQUIRES: s.mu held.
+func (s *Store) sweepLocked(now time.Time) int {
+	return s.mu.pins.Expire(now, func(n *lru.Node[*entry]) {
+		e := n.Value
+		s.mu.pinnedBytes -= e.size
+		os.Remove(filepath.Join(s.dir, pinName(e.key)))
+		s.linkLocked(e, false)
+	})
+}
+
+// sweepNowLocked sweeps if anything is pinned: without pins it reads no clock.
+// REQUIRES: s.mu held.
+func (s *Store) sweepNowLocked() {
+	if s.mu.pins.Len() > 0 {
+		s.sweepLocked(s.cfg.Now())
+	}
 }
 
 // insertLocked indexes e as the most recent of its class.
 // REQUIRES: s.mu held; e.key not indexed.
 func (s *Store) insertLocked(e *entry) {
 	s.mu.m[e.key] = e
-	s.pushFrontLocked(e)
+	s.linkLocked(e, true)
 	s.mu.used += e.size
-	if e.sole {
-		s.mu.soleBytes += e.size
-	}
 }
 
-// dropLocked unindexes e; its file stays (the caller removes or replaces it).
+// dropLocked unindexes e, pinned or not; its files stay (the caller removes or replaces
+// them).
 // REQUIRES: s.mu held; e indexed.
 func (s *Store) dropLocked(e *entry) {
-	s.unlinkLocked(e)
+	if s.pinnedLocked(e) {
+		s.mu.pins.Unpin(&e.node)
+		s.mu.pinnedBytes -= e.size
+	} else {
+		s.unlinkLocked(e)
+	}
 	delete(s.mu.m, e.key)
 	s.mu.used -= e.size
-	if e.sole {
-		s.mu.soleBytes -= e.size
-	}
 }
 
-// removeLocked drops e from the index and unlinks its file.
+// removeLocked drops e from the index and unlinks its file and pin record.
 // REQUIRES: s.mu held; e indexed.
 func (s *Store) removeLocked(e *entry) {
+	pinned := s.pinnedLocked(e)
 	s.dropLocked(e)
 	os.Remove(filepath.Join(s.dir, fileName(e.key)))
+	if pinned {
+		os.Remove(filepath.Join(s.dir, pinName(e.key)))
+	}
 }
 
 // evictLocked evicts the least recently used shadowed entry, or, if there is none and sole
-// allows, the least recently used sole copy. It reports the bytes freed (0: nothing it may
-// evict).
+// allows, the least recently used sole copy; never a pin. It reports the bytes freed (0:
+// nothing it may evict).
 // REQUIRES: s.mu held.
 func (s *Store) evictLocked(sole bool) int64 {
 	n := s.mu.shadowed.Back()
@@ -333,16 +442,20 @@ func (s *Store) evictLocked(sole bool) int64 {
 	return victim.size
 }
 
-// roomLocked reports whether an item of size bytes and class sole fits once old (the entry
-// it replaces, or nil) is gone: a shadowed item may count only on evicting shadowed entries.
+// roomLocked reports whether an item of size bytes fits once old (the entry it replaces, or
+// nil) is gone: no item may count on evicting a pin, and a shadowed unpinned one (sole and
+// pinned false) only on evicting shadowed entries.
 // REQUIRES: s.mu held.
-func (s *Store) roomLocked(size int64, sole bool, old *entry) bool {
-	if sole {
-		return true // size <= capacity was checked; sole copies may evict anything
-	}
-	keep := s.mu.soleBytes
-	if old != nil && old.sole {
+func (s *Store) roomLocked(size int64, sole, pinned bool, old *entry) bool {
+	keep := s.mu.pinnedBytes
+	if old != nil && s.pinnedLocked(old) {
 		keep -= old.size
+	}
+	if !sole && !pinned {
+		keep += s.mu.soleBytes
+		if old != nil && old.sole && !s.pinnedLocked(old) {
+			keep -= old.size
+		}
 	}
 	return keep+size <= s.cfg.CapacityBytes
 }
@@ -375,11 +488,16 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 	found := make([]*entry, len(keys))
 	stamps := make([]time.Time, len(keys))
 	s.mu.Lock()
+	s.sweepNowLocked()
 	for i := len(keys) - 1; i >= 0; i-- {
 		if e, ok := s.mu.m[keys[i]]; ok {
-			s.unlinkLocked(e)
-			s.pushFrontLocked(e)
 			found[i], stamps[i] = e, s.tickLocked()
+			if s.pinnedLocked(e) {
+				// A use refreshes the pin: expiry = this stamp (the file's mtime) + TTL.
+				s.mu.pins.Touch(&e.node, stamps[i])
+			} else {
+				s.listLocked(e).MoveToFront(&e.node)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -493,20 +611,35 @@ func (s *Store) put(it tier.Item) error {
 	}
 	sole := !it.Shadowed
 	s.mu.Lock()
-	fits := s.roomLocked(size, sole, s.mu.m[it.Key])
+	s.sweepNowLocked()
+	old := s.mu.m[it.Key]
+	pinned := it.PinTTL > 0 || (old != nil && s.pinnedLocked(old))
+	fits := s.roomLocked(size, sole, pinned, old)
 	if !fits {
 		s.mu.stats.Declined++
 	}
 	s.mu.Unlock()
 	if !fits {
-		return nil // the shadowing tier has it; keeping it would cost a sole copy
+		return nil // keeping it would cost a pin, or (shadowed) a sole copy
 	}
+	var pinTmp string // the new pin record, when the TTL is new
+	if it.PinTTL > 0 {
+		var err error
+		if pinTmp, err = s.writePinTemp(it.Key, it.PinTTL); err != nil {
+			return fmt.Errorf("disk: put %s: pin record: %w", it.Key, noSpace(err))
+		}
+	}
+	defer func() {
+		if pinTmp != "" {
+			os.Remove(pinTmp) // not renamed into place
+		}
+	}()
 	tmp, err := s.writeTemp(it, size)
 	if isNoSpace(err) {
 		s.mu.Lock()
 		var freed int64
 		for freed < size {
-			n := s.evictLocked(sole)
+			n := s.evictLocked(sole || pinned)
 			if n == 0 {
 				break
 			}
@@ -529,33 +662,60 @@ func (s *Store) put(it tier.Item) error {
 		os.Remove(tmp)
 		return tier.ErrClosed
 	}
-	old := s.mu.m[it.Key]
-	if !s.roomLocked(size, sole, old) { // sole copies came in meanwhile
+	s.sweepNowLocked()
+	old = s.mu.m[it.Key]
+	ttl := it.PinTTL
+	if ttl <= 0 && old != nil && s.pinnedLocked(old) {
+		ttl, _ = s.mu.pins.TTL(&old.node) // a write-back keeps the pin and its record
+	}
+	if !s.roomLocked(size, sole, ttl > 0, old) { // sole copies or pins came in meanwhile
 		os.Remove(tmp)
 		s.mu.stats.Declined++
 		return nil
 	}
+	oldPinned := old != nil && s.pinnedLocked(old)
 	if old != nil {
 		s.dropLocked(old) // the rename below replaces its file
 	}
 	for s.mu.used+size > s.cfg.CapacityBytes {
-		s.evictLocked(sole) // roomLocked guarantees this ends
+		s.evictLocked(sole || ttl > 0) // roomLocked guarantees this ends
 	}
 	ts := s.tickLocked()
-	os.Chtimes(tmp, ts, ts) // recency for the next Open; best effort
+	os.Chtimes(tmp, ts, ts) // recency (and a pin's last use) for the next Open; best effort
 	if err := s.cfg.FS.Rename(tmp, filepath.Join(s.dir, fileName(it.Key))); err != nil {
 		os.Remove(tmp)
 		os.Remove(filepath.Join(s.dir, fileName(it.Key))) // the old value, now unindexed
-		if isNoSpace(err) {
-			err = fmt.Errorf("%w: %w", tier.ErrNoSpace, err)
+		if oldPinned {
+			os.Remove(filepath.Join(s.dir, pinName(it.Key)))
 		}
-		return fmt.Errorf("disk: put %s: %w", it.Key, err)
+		return fmt.Errorf("disk: put %s: %w", it.Key, noSpace(err))
+	}
+	e := &entry{key: it.Key, size: size, sole: sole}
+	s.insertLocked(e)
+	var pinErr error
+	if ttl > 0 {
+		s.pinLocked(e, ttl, ts.Add(ttl))
+		if pinTmp != "" {
+			// After the block: a crash in between loses the pin, never the block.
+			if err := s.cfg.FS.Rename(pinTmp, filepath.Join(s.dir, pinName(it.Key))); err != nil {
+				pinErr = fmt.Errorf("disk: put %s: pin record (pinned until a restart): %w", it.Key, noSpace(err))
+			} else {
+				pinTmp = ""
+			}
+		}
 	}
 	if s.cfg.Sync {
 		syncDir(s.dir)
 	}
-	s.insertLocked(&entry{key: it.Key, size: size, sole: sole})
-	return nil
+	return pinErr
+}
+
+// noSpace wraps tier.ErrNoSpace around a full file system's error.
+func noSpace(err error) error {
+	if isNoSpace(err) {
+		return fmt.Errorf("%w: %w", tier.ErrNoSpace, err)
+	}
+	return err
 }
 
 // writeTemp writes it to a new temp file and returns its path; on error nothing is left.
@@ -625,12 +785,13 @@ func (s *Store) Unshadow(ctx context.Context, keys []tier.Key) ([]bool, error) {
 			continue
 		}
 		out[i] = true
-		s.unlinkLocked(e)
-		if !e.sole {
-			e.sole = true
-			s.mu.soleBytes += e.size
+		if s.pinnedLocked(e) {
+			e.sole = true // its class once the pin ends
+			continue
 		}
-		s.pushFrontLocked(e)
+		s.unlinkLocked(e)
+		e.sole = true
+		s.linkLocked(e, true)
 	}
 	return out, nil
 }
@@ -655,10 +816,12 @@ func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
 func (s *Store) Stats() tier.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.sweepNowLocked()
 	st := s.mu.stats
 	st.UsedBytes = s.mu.used
 	st.CapacityBytes = s.cfg.CapacityBytes
 	st.Items = int64(len(s.mu.m))
+	st.PinnedItems, st.PinnedBytes = int64(s.mu.pins.Len()), s.mu.pinnedBytes
 	return st
 }
 

@@ -37,7 +37,15 @@ func open(t *testing.T, dir string, digest [32]byte, capacity int64) *Store {
 }
 
 func TestConformance(t *testing.T) {
-	tiertest.Run(t, func(t *testing.T) tier.Store { return open(t, t.TempDir(), digestA, 64<<20) })
+	tiertest.RunOptions(t, func(t *testing.T) tier.Store { return open(t, t.TempDir(), digestA, 64<<20) }, tiertest.Options{
+		Pins: func(t *testing.T, capacity int64, now func() time.Time) tier.Store {
+			s, err := Open(Config{Dir: t.TempDir(), CapacityBytes: capacity, IdentityDigest: digestA, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		},
+	})
 }
 
 func TestConfig(t *testing.T) {
@@ -485,9 +493,31 @@ func TestCrashMidWrite(t *testing.T) {
 			t.Fatalf("round %d: %d blocks survived, want at least the 20 acknowledged", round, served)
 		}
 		ents, _ := os.ReadDir(s.Dir())
+		records := 0
 		for _, e := range ents {
-			if _, ok := parseName(e.Name()); !ok {
+			_, block := parseName(e.Name())
+			k, pin := parsePinName(e.Name())
+			if !block && !pin {
 				t.Fatalf("round %d: %s left after Open", round, e.Name())
+			}
+			if pin {
+				records++
+				if has, _ := s.Contains(ctx, []tier.Key{k}); !has[0] {
+					t.Fatalf("round %d: pin record of %s without its block", round, k)
+				}
+			}
+		}
+		// Every odd block is Put pinned; those acknowledged are pinned after the crash.
+		pins := map[tier.Key]bool{}
+		for _, p := range s.Pins() {
+			pins[p.Key] = true
+		}
+		if len(pins) != records {
+			t.Fatalf("round %d: %d pins, %d pin records", round, len(pins), records)
+		}
+		for i := 1; i < 20; i += 2 {
+			if !pins[recs[i].Key()] {
+				t.Fatalf("round %d: acknowledged pinned block %d not pinned after the crash", round, i)
 			}
 		}
 		s.Close()
@@ -507,7 +537,10 @@ func crashChild() {
 	if err != nil {
 		panic(err)
 	}
-	for _, it := range tiertest.Items(crashRecords(seed)) {
+	for i, it := range tiertest.Items(crashRecords(seed)) {
+		if i%2 == 1 {
+			it.PinTTL = time.Hour
+		}
 		if err := s.Put(ctx, []tier.Item{it}); err != nil {
 			panic(err)
 		}

@@ -60,6 +60,28 @@
 // first, so a chain's head stays more recent than its tail, and eviction takes chains from
 // the tail: what survives is a usable prefix.
 //
+// # Pins
+//
+// The store is a tier.Pinner. A pinned entry leaves both LRU lists for a heap by expiry
+// (lru.Pins): pinned entries are ahead of both classes, so no Put evicts one; a Put that
+// could make room only by evicting a pin is declined (Stats.Declined). Within the unpinned
+// entries the sole-copy rule above is unchanged. A Get refreshes a pin (expiry = this use +
+// TTL); every operation first sweeps the expired pins, which become the least recent entries
+// of their class (Unshadow of a pinned entry changes only that class).
+//
+// Persistence: a pin record "<root>-<hash>.pin" (magic, version, key, TTL, CRC-32C; 84
+// bytes; written by temp file + rename) holds the TTL, and the block file's modification
+// time, which every Put and Get already sets, is the pin's last use. So a hit costs no
+// extra write, and at Open a block with a valid record is pinned until mtime + TTL, its
+// remaining time; a record whose pin has expired, a torn or foreign record (a checksum or
+// key mismatch: fuzzed, FuzzParsePin), or one without its block is removed and the block, if
+// any, is a plain sole copy. A record exists only while its entry is pinned: it is renamed
+// into place after the block's rename and under the lock that checks the pin still holds,
+// and removed at unpin, expiry, Delete and eviction. A crash in between loses a pin, never a
+// block. Should pins alone exceed a budget made smaller since the last run, Open evicts the
+// pins that would expire first: the budget is a hard limit. Config.Now is the clock of both
+// the recency stamps and the pins, for tests.
+//
 // # Full file system
 //
 // A file system smaller than the budget (or shared) fails a write with ENOSPC. The Put then

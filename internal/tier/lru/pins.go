@@ -109,6 +109,14 @@ func (p *Pins[T]) PopExpired(now time.Time) *Node[T] {
 	return n
 }
 
+// First returns the pinned node expiring first, or nil.
+func (p *Pins[T]) First() *Node[T] {
+	if len(p.h) == 0 {
+		return nil
+	}
+	return p.h[0]
+}
+
 // Expire unpins every node expired at now and calls back for each, the latest expiry first,
 // and returns how many: a store whose back links each at the Back of its List ends with the
 // earliest expired, the least recently used, as the least recent. The store calls it at the
