@@ -9,10 +9,32 @@
 // models: two models on one Redis share no key, and a model's keys can be
 // listed or dropped with one SCAN pattern. The root carries the tenant salt.
 // Keys have no hash tag: on a cluster, a prefix's blocks spread over every
-// node instead of piling one tenant onto one slot. A batch is then one
-// pipeline of GETs that go-redis splits per node; on a single server a batch
-// read is one MGET. Writes are pipelined SETs with a TTL (Config.TTL), so a
-// Redis without an eviction policy still forgets blocks nobody reads.
+// node instead of piling one tenant onto one slot. A batch read is one script
+// call on a single server and a pipeline of per-key script calls on a cluster,
+// which go-redis splits per node (see Pins). Writes are pipelined SETs with a
+// TTL (Config.TTL), so a Redis without an eviction policy still forgets blocks
+// nobody reads.
+//
+// # Pins
+//
+// The store is a tier.Pinner. Redis evicts by its own policy, so a pin here is a TTL: the
+// pin record "{<block key>}:pin" holds the pin's TTL in ms and expires with it, and the
+// block key's TTL is at least the pin's (max of what it has left and the retention). The
+// hash tag of the record is the whole block key, so on a cluster both live in one slot. A
+// Get is a Lua script (one call for the batch on a single server, one per key, pipelined,
+// on a cluster) that reads each block and its record and, for a pinned block, refreshes
+// both TTLs: so a read by any replica refreshes a pin, in the same round trip. An unpinned
+// block is only read, and Put writes it with Config.TTL as before (a write-back of a block
+// this process knows pinned keeps its pin). Pin sets or removes records (an unpin brings
+// the block's TTL back to at most Config.TTL). When a record expires the block is an
+// unpinned one again until its own TTL ends. Delete removes both. A TTL is only as good as
+// the server's memory policy: with maxmemory and an allkeys policy Redis may still evict a
+// pinned block; volatile-ttl prefers the shortest TTLs, which pins are not.
+//
+// Pins lists this process's view: the pins it made and those its Gets found, expiring by
+// Config.Now at the last use seen here + TTL (at most 65536 kept; its own first). Pins of
+// other replicas it never read are not listed (that would be a SCAN of a shared keyspace):
+// exact for one replica, a lower bound for many. Stats.PinnedItems counts the view.
 //
 // # Never on the critical path of correctness
 //

@@ -29,6 +29,9 @@ type Config struct {
 	BreakerFailures int
 	// BreakerCooldown is how long an open breaker skips Redis. Default 5s.
 	BreakerCooldown time.Duration
+	// Now is the clock of this process's view of the pins (Pins); nil is time.Now. Redis
+	// expires keys by its own clock.
+	Now func() time.Time
 }
 
 // DefaultConfig returns the defaults above; IdentityDigest must be set.
@@ -57,6 +60,9 @@ func (c Config) validate() (Config, error) {
 	if c.BreakerCooldown <= 0 {
 		c.BreakerCooldown = d.BreakerCooldown
 	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
 	return c, nil
 }
 
@@ -65,17 +71,21 @@ type Store struct {
 	cfg     Config
 	client  goredis.UniversalClient
 	owned   bool // Close closes client
-	cluster bool // batch reads as pipelined GETs rather than MGET
+	cluster bool // batch reads as pipelined per-key script calls rather than one call
 	prefix  string
 	breaker breaker
 
 	mu struct {
 		sync.Mutex
 		hits, misses uint64
+		pins         map[tier.Key]tier.PinInfo // this process's view; see Pins
 	}
 }
 
-var _ tier.Store = (*Store)(nil)
+var (
+	_ tier.Store  = (*Store)(nil)
+	_ tier.Pinner = (*Store)(nil)
+)
 
 // New returns a Store over client (a *redis.Client, *redis.ClusterClient or
 // any UniversalClient). The caller keeps ownership of client. For the
@@ -90,6 +100,7 @@ func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, client: client, cluster: cluster,
 		prefix: cfg.KeyPrefix + ":" + hex.EncodeToString(cfg.IdentityDigest[:]) + ":"}
 	s.breaker.failures, s.breaker.cooldown, s.breaker.now = cfg.BreakerFailures, cfg.BreakerCooldown, time.Now
+	s.mu.pins = make(map[tier.Key]tier.PinInfo)
 	return s, nil
 }
 
@@ -156,41 +167,28 @@ func (s *Store) call(ctx context.Context, fn func(ctx context.Context) error) er
 	return nil
 }
 
+// Get reads the blocks and their pin records in one script call (one per key on a cluster)
+// and refreshes the pins it finds (see the package doc).
 func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 	out := make([][]byte, len(keys))
 	if len(keys) == 0 {
 		return out, ctx.Err()
 	}
+	pinTTL := make([]time.Duration, len(keys))
 	err := s.call(ctx, func(ctx context.Context) error {
-		if !s.cluster {
-			names := make([]string, len(keys))
-			for i, k := range keys {
-				names[i] = s.key(k)
-			}
-			vals, err := s.client.MGet(ctx, names...).Result()
-			if err != nil {
-				return err
-			}
-			for i, v := range vals {
-				if str, ok := v.(string); ok {
-					out[i] = []byte(str)
-				}
-			}
-			return nil
-		}
-		cmds := make([]*goredis.StringCmd, len(keys))
-		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for i, k := range keys {
-				cmds[i] = p.Get(ctx, s.key(k))
-			}
-			return nil
-		})
-		if err != nil && !errors.Is(err, goredis.Nil) {
+		res, err := s.runPairs(ctx, getScript, keys)
+		if err != nil {
 			return err
 		}
-		for i, c := range cmds {
-			if b, err := c.Bytes(); err == nil {
-				out[i] = b
+		for i, r := range res {
+			if len(r) != 2 {
+				return fmt.Errorf("get script: %d values for a key, want 2", len(r))
+			}
+			if str, ok := r[0].(string); ok {
+				out[i] = []byte(str)
+			}
+			if pinTTL[i], err = parsePinTTL(r[1]); err != nil {
+				return fmt.Errorf("get script: %w", err)
 			}
 		}
 		return nil
@@ -199,47 +197,90 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 		return nil, err
 	}
 	var hits uint64
-	for _, v := range out {
-		if v != nil {
+	found := make([]bool, len(keys))
+	for i, v := range out {
+		if found[i] = v != nil; found[i] {
 			hits++
 		}
 	}
+	now := s.cfg.Now()
 	s.mu.Lock()
 	s.mu.hits += hits
 	s.mu.misses += uint64(len(keys)) - hits
+	s.notePinsLocked(keys, pinTTL, found, now)
 	s.mu.Unlock()
 	return out, nil
 }
 
+// Put writes each block with the default TTL, as a pipeline of SETs. A pinned item (PinTTL,
+// or a key this process knows pinned: a write-back keeps the pin) also gets its pin record,
+// and a TTL of at least the pin's.
 func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 	if len(items) == 0 {
 		return ctx.Err()
 	}
-	return s.call(ctx, func(ctx context.Context) error {
+	now := s.cfg.Now()
+	pinTTL := make([]time.Duration, len(items))
+	s.mu.Lock()
+	for i, it := range items {
+		pinTTL[i] = it.PinTTL
+		if p, ok := s.mu.pins[it.Key]; ok && pinTTL[i] <= 0 && p.Expires.After(now) {
+			pinTTL[i] = p.TTL
+		}
+	}
+	s.mu.Unlock()
+	err := s.call(ctx, func(ctx context.Context) error {
 		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for _, it := range items {
-				p.Set(ctx, s.key(it.Key), it.Value, s.cfg.TTL)
+			for i, it := range items {
+				if pinTTL[i] <= 0 {
+					p.Set(ctx, s.key(it.Key), it.Value, s.cfg.TTL)
+					continue
+				}
+				p.Set(ctx, s.key(it.Key), it.Value, max(s.cfg.TTL, pinTTL[i]))
+				p.Set(ctx, s.pinKey(it.Key), ms(pinTTL[i]), pinTTL[i])
 			}
 			return nil
 		})
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for i, it := range items {
+		if pinTTL[i] > 0 {
+			s.mu.pins[it.Key] = tier.PinInfo{Key: it.Key, TTL: pinTTL[i], Expires: now.Add(pinTTL[i])}
+		}
+	}
+	s.mu.Unlock()
+	return nil
 }
 
+// Delete removes the blocks and their pin records.
 func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 	if len(keys) == 0 {
 		return ctx.Err()
 	}
-	return s.call(ctx, func(ctx context.Context) error {
+	err := s.call(ctx, func(ctx context.Context) error {
 		// One DEL per key: a multi-key DEL spanning slots fails on a cluster.
 		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for _, k := range keys {
 				p.Del(ctx, s.key(k))
+				p.Del(ctx, s.pinKey(k))
 			}
 			return nil
 		})
 		return err
 	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	for _, k := range keys {
+		delete(s.mu.pins, k)
+	}
+	s.mu.Unlock()
+	return nil
 }
 
 func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
@@ -269,11 +310,13 @@ func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
 	return out, nil
 }
 
-// Stats returns this process's hits and misses (see the package doc).
+// Stats returns this process's hits and misses, and the pins of its view (PinnedItems; see
+// Pins and the package doc).
 func (s *Store) Stats() tier.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return tier.Stats{Hits: s.mu.hits, Misses: s.mu.misses}
+	s.sweepLocked(s.cfg.Now())
+	return tier.Stats{Hits: s.mu.hits, Misses: s.mu.misses, PinnedItems: int64(len(s.mu.pins))}
 }
 
 // BreakerOpen reports whether calls are being skipped now.

@@ -37,15 +37,18 @@ func TestConformance(t *testing.T) {
 	srv := startServer(t)
 	tiertest.RunOptions(t, func(t *testing.T) tier.Store {
 		return openStore(t, srv.url(), Config{IdentityDigest: randomDigest()})
-	}, tiertest.Options{SharedStats: true})
+	}, tiertest.Options{SharedStats: true, ServerClock: true,
+		Pins: func(t *testing.T, _ int64, now func() time.Time) tier.Store {
+			return openStore(t, srv.url(), Config{IdentityDigest: randomDigest(), Now: now})
+		}})
 }
 
 func TestConformanceCluster(t *testing.T) {
 	srv := startCluster(t)
-	tiertest.RunOptions(t, func(t *testing.T) tier.Store {
+	newStore := func(t *testing.T, now func() time.Time) *Store {
 		c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{srv.addr()}, MaxRetries: -1})
 		t.Cleanup(func() { c.Close() })
-		s, err := New(c, Config{IdentityDigest: randomDigest()})
+		s, err := New(c, Config{IdentityDigest: randomDigest(), Now: now})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +56,11 @@ func TestConformanceCluster(t *testing.T) {
 			t.Fatal("cluster client not detected")
 		}
 		return s
-	}, tiertest.Options{SharedStats: true})
+	}
+	tiertest.RunOptions(t, func(t *testing.T) tier.Store { return newStore(t, nil) }, tiertest.Options{
+		SharedStats: true, ServerClock: true,
+		Pins: func(t *testing.T, _ int64, now func() time.Time) tier.Store { return newStore(t, now) },
+	})
 }
 
 func TestConfig(t *testing.T) {

@@ -1,0 +1,220 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"stockpot/internal/tier"
+)
+
+// maxLocalPins bounds this process's view of the pins (Pins): pins it made are always kept
+// and ones discovered by its reads only while the view is smaller than this.
+const maxLocalPins = 1 << 16
+
+// pinKey names k's pin record: "{<block key>}:pin". The hash tag is the whole block key, so
+// on a cluster the record lives in the block's slot and one script can read both.
+func (s *Store) pinKey(k tier.Key) string { return "{" + s.key(k) + "}:pin" }
+
+// getScript reads pairs (block key, pin key). For a block that has a pin record it refreshes
+// the pin (the record's TTL = the pin's) and extends the block's TTL to at least the pin's.
+// It returns, per pair, the value (nil: a miss) and the pin TTL in ms (0: not pinned).
+// An unpinned block is only read: its TTL is the one Put gave it.
+var getScript = goredis.NewScript(`
+local out = {}
+for i = 1, #KEYS, 2 do
+  local v = redis.call('GET', KEYS[i])
+  local ttl = 0
+  if v then
+    local p = tonumber(redis.call('GET', KEYS[i+1]) or '')
+    if p and p > 0 then
+      ttl = p
+      redis.call('PEXPIRE', KEYS[i+1], ttl)
+      if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
+    end
+  end
+  out[#out+1] = v
+  out[#out+1] = ttl
+end
+return out
+`)
+
+// pinScript pins (ARGV[1] > 0 ms) or unpins the blocks of pairs (block key, pin key) that
+// exist: a pin writes the record with that TTL and extends the block's TTL to at least it;
+// an unpin removes the record and brings the block's TTL back to at most the default
+// (ARGV[2] ms). It returns 1 per pair whose block exists, else 0.
+var pinScript = goredis.NewScript(`
+local ttl, def = tonumber(ARGV[1]), tonumber(ARGV[2])
+local out = {}
+for i = 1, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i]) == 1 then
+    if ttl > 0 then
+      redis.call('SET', KEYS[i+1], ttl, 'PX', ttl)
+      if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
+    else
+      redis.call('DEL', KEYS[i+1])
+      if redis.call('PTTL', KEYS[i]) > def then redis.call('PEXPIRE', KEYS[i], def) end
+    end
+    out[#out+1] = 1
+  else
+    out[#out+1] = 0
+  end
+end
+return out
+`)
+
+// ms is d in whole milliseconds, at least 1 (Redis TTLs are ms).
+func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+
+// runPairs runs sc over the pairs (block key, pin key) of keys and returns its flat reply
+// for each key: one script call on a single server; on a cluster one call per pair, in a
+// pipeline (a pair shares a slot, the batch does not). A script the server has not cached
+// is sent whole once (EVALSHA, then EVAL on NOSCRIPT).
+func (s *Store) runPairs(ctx context.Context, sc *goredis.Script, keys []tier.Key, args ...any) ([][]any, error) {
+	out := make([][]any, len(keys))
+	if !s.cluster {
+		names := make([]string, 0, 2*len(keys))
+		for _, k := range keys {
+			names = append(names, s.key(k), s.pinKey(k))
+		}
+		res, err := sc.Run(ctx, s.client, names, args...).Slice()
+		if err != nil {
+			return nil, err
+		}
+		if len(res)%len(keys) != 0 {
+			return nil, fmt.Errorf("script reply of %d values for %d keys", len(res), len(keys))
+		}
+		w := len(res) / len(keys)
+		for i := range out {
+			out[i] = res[i*w : (i+1)*w]
+		}
+		return out, nil
+	}
+	run := func(eval bool) ([]*goredis.Cmd, error) {
+		cmds := make([]*goredis.Cmd, len(keys))
+		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i, k := range keys {
+				pair := []string{s.key(k), s.pinKey(k)}
+				if eval {
+					cmds[i] = sc.Eval(ctx, p, pair, args...)
+				} else {
+					cmds[i] = sc.EvalSha(ctx, p, pair, args...)
+				}
+			}
+			return nil
+		})
+		return cmds, err
+	}
+	cmds, err := run(false)
+	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
+		cmds, err = run(true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for i, c := range cmds {
+		if out[i], err = c.Slice(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// Pin implements tier.Pinner: the blocks Redis holds get a pin record with ttl (ttl <= 0:
+// removed) and a TTL of at least ttl; see the package doc.
+func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]bool, error) {
+	out := make([]bool, len(keys))
+	if len(keys) == 0 {
+		return out, ctx.Err()
+	}
+	pinMS := int64(0)
+	if ttl > 0 {
+		pinMS = ms(ttl)
+	}
+	var res [][]any
+	err := s.call(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = s.runPairs(ctx, pinScript, keys, pinMS, ms(s.cfg.TTL))
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	now := s.cfg.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, r := range res {
+		n, _ := r[0].(int64)
+		out[i] = n == 1
+		switch {
+		case !out[i] || ttl <= 0:
+			delete(s.mu.pins, keys[i])
+		default:
+			s.mu.pins[keys[i]] = tier.PinInfo{Key: keys[i], TTL: ttl, Expires: now.Add(ttl)}
+		}
+	}
+	return out, nil
+}
+
+// notePinsLocked updates the local view from a Get's replies: a block found with a pin
+// record is pinned until now + its TTL; one found without, or missed, is not pinned.
+// REQUIRES: s.mu held.
+func (s *Store) notePinsLocked(keys []tier.Key, pinTTL []time.Duration, found []bool, now time.Time) {
+	for i, k := range keys {
+		if !found[i] || pinTTL[i] <= 0 {
+			delete(s.mu.pins, k)
+			continue
+		}
+		if _, ok := s.mu.pins[k]; !ok && len(s.mu.pins) >= maxLocalPins {
+			s.sweepLocked(now)
+			if len(s.mu.pins) >= maxLocalPins {
+				continue // discovered, and no room in the view: Redis still refreshes it
+			}
+		}
+		s.mu.pins[k] = tier.PinInfo{Key: k, TTL: pinTTL[i], Expires: now.Add(pinTTL[i])}
+	}
+}
+
+// sweepLocked drops the pins of the local view that have expired at now.
+// REQUIRES: s.mu held.
+func (s *Store) sweepLocked(now time.Time) {
+	for k, p := range s.mu.pins {
+		if !p.Expires.After(now) {
+			delete(s.mu.pins, k)
+		}
+	}
+}
+
+// Pins implements tier.Pinner with this process's view: the pins it made (Put with PinTTL,
+// Pin) and the ones its Gets found, each expiring by its own clock at its last use seen
+// here + TTL. Pins made by other replicas that this one has not read are not listed: Redis
+// is shared, and listing all would be a SCAN of the keyspace. The view is exact for a
+// single replica and a lower bound for many.
+func (s *Store) Pins() []tier.PinInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sweepLocked(s.cfg.Now())
+	out := make([]tier.PinInfo, 0, len(s.mu.pins))
+	for _, p := range s.mu.pins {
+		out = append(out, p)
+	}
+	return out
+}
+
+// parsePinTTL reads the pin TTL (ms) a script returned.
+func parsePinTTL(v any) (time.Duration, error) {
+	switch x := v.(type) {
+	case int64:
+		return time.Duration(x) * time.Millisecond, nil
+	case string:
+		n, err := strconv.ParseInt(x, 10, 64)
+		return time.Duration(n) * time.Millisecond, err
+	case nil:
+		return 0, nil
+	}
+	return 0, errors.New("unexpected pin TTL type")
+}
