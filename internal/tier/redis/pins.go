@@ -20,25 +20,21 @@ const maxLocalPins = 1 << 16
 // on a cluster the record lives in the block's slot and one script can read both.
 func (s *Store) pinKey(k tier.Key) string { return "{" + s.key(k) + "}:pin" }
 
-// getScript reads pairs (block key, pin key). For a block that has a pin record it refreshes
-// the pin (the record's TTL = the pin's) and extends the block's TTL to at least the pin's.
-// It returns, per pair, the value (nil: a miss) and the pin TTL in ms (0: not pinned).
-// An unpinned block is only read: its TTL is the one Put gave it.
-var getScript = goredis.NewScript(`
+// refreshScript refreshes the pins of pairs (block key, pin key): for a block with a pin
+// record (its value: the pin's TTL in ms) both TTLs become at least the pin's; it returns 1
+// per pair refreshed, else 0. Values do not
+// pass through it: the blocks are read by MGET (GETs on a cluster) next to it.
+var refreshScript = goredis.NewScript(`
 local out = {}
 for i = 1, #KEYS, 2 do
-  local v = redis.call('GET', KEYS[i])
-  local ttl = 0
-  if v then
-    local p = tonumber(redis.call('GET', KEYS[i+1]) or '')
-    if p and p > 0 then
-      ttl = p
-      redis.call('PEXPIRE', KEYS[i+1], ttl)
-      if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
-    end
+  local p = tonumber(redis.call('GET', KEYS[i+1]) or '')
+  if p and p > 0 then
+    redis.call('PEXPIRE', KEYS[i+1], p)
+    if redis.call('PTTL', KEYS[i]) < p then redis.call('PEXPIRE', KEYS[i], p) end
+    out[#out+1] = 1
+  else
+    out[#out+1] = 0
   end
-  out[#out+1] = v
-  out[#out+1] = ttl
 end
 return out
 `)
@@ -205,16 +201,99 @@ func (s *Store) Pins() []tier.PinInfo {
 	return out
 }
 
-// parsePinTTL reads the pin TTL (ms) a script returned.
-func parsePinTTL(v any) (time.Duration, error) {
-	switch x := v.(type) {
-	case int64:
-		return time.Duration(x) * time.Millisecond, nil
-	case string:
-		n, err := strconv.ParseInt(x, 10, 64)
-		return time.Duration(n) * time.Millisecond, err
-	case nil:
-		return 0, nil
+// read reads keys' blocks and pin records in one round trip: on a single server one MGET of
+// both, on a cluster a pipeline of GETs; the pins this process knows (known) are refreshed
+// in the same pipeline. It returns the values and the pin TTLs found (0: no record).
+func (s *Store) read(ctx context.Context, keys []tier.Key, known []tier.Key) ([][]byte, []time.Duration, error) {
+	vals := make([][]byte, len(keys))
+	pins := make([]time.Duration, len(keys))
+	var refresh []*goredis.Cmd
+	var fromMGet *goredis.SliceCmd
+	var gets []*goredis.StringCmd
+	var names []string
+	if !s.cluster {
+		names = make([]string, 0, 2*len(keys))
+		for _, k := range keys {
+			names = append(names, s.key(k))
+		}
+		for i := range keys {
+			names = append(names, "{"+names[i]+"}:pin") // pinKey
+		}
 	}
-	return 0, errors.New("unexpected pin TTL type")
+	var err error
+	if !s.cluster && len(known) == 0 {
+		fromMGet = s.client.MGet(ctx, names...) // nothing to refresh in this round trip
+		err = fromMGet.Err()
+	} else {
+		_, err = s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			if !s.cluster {
+				fromMGet = p.MGet(ctx, names...)
+				pairs := make([]string, 0, 2*len(known))
+				for _, k := range known {
+					pairs = append(pairs, s.key(k), s.pinKey(k))
+				}
+				refresh = append(refresh, refreshScript.EvalSha(ctx, p, pairs))
+				return nil
+			}
+			gets = make([]*goredis.StringCmd, 2*len(keys))
+			for i, k := range keys {
+				gets[2*i], gets[2*i+1] = p.Get(ctx, s.key(k)), p.Get(ctx, s.pinKey(k))
+			}
+			for _, k := range known {
+				refresh = append(refresh, refreshScript.EvalSha(ctx, p, []string{s.key(k), s.pinKey(k)}))
+			}
+			return nil
+		})
+	}
+	noScript := false
+	for _, c := range refresh {
+		if goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			noScript = true
+		}
+	}
+	if err != nil && !errors.Is(err, goredis.Nil) && !noScript {
+		return nil, nil, err
+	}
+	if !s.cluster {
+		res, err := fromMGet.Result()
+		if err != nil {
+			return nil, nil, err
+		}
+		for i := range keys {
+			if str, ok := res[i].(string); ok {
+				vals[i] = []byte(str)
+			}
+			pins[i] = pinValue(res[len(keys)+i])
+		}
+	} else {
+		for i := range keys {
+			if b, err := gets[2*i].Bytes(); err == nil {
+				vals[i] = b
+			} else if !errors.Is(err, goredis.Nil) {
+				return nil, nil, err
+			}
+			if v, err := gets[2*i+1].Result(); err == nil {
+				pins[i] = pinValue(v)
+			}
+		}
+	}
+	if noScript { // a restarted server: send the script whole (EVAL caches it)
+		if _, err := s.runPairs(ctx, refreshScript, known); err != nil {
+			return nil, nil, err
+		}
+	}
+	return vals, pins, nil
+}
+
+// pinValue reads a pin record's value (the TTL in ms); 0 for none or a malformed one.
+func pinValue(v any) time.Duration {
+	str, ok := v.(string)
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseInt(str, 10, 64)
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return time.Duration(n) * time.Millisecond
 }

@@ -167,31 +167,45 @@ func (s *Store) call(ctx context.Context, fn func(ctx context.Context) error) er
 	return nil
 }
 
-// Get reads the blocks and their pin records in one script call (one per key on a cluster)
-// and refreshes the pins it finds (see the package doc).
+// Get reads the blocks and their pin records in one round trip and refreshes the pins in
+// it: those this process knows in the same pipeline, those it finds that it did not know
+// (another replica's) in a second call (see the package doc).
 func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
-	out := make([][]byte, len(keys))
 	if len(keys) == 0 {
-		return out, ctx.Err()
+		return make([][]byte, 0), ctx.Err()
 	}
-	pinTTL := make([]time.Duration, len(keys))
+	now := s.cfg.Now()
+	var known []tier.Key // pinned as far as this process knows: refreshed in the read's pipeline
+	var knownSet map[tier.Key]bool
+	s.mu.Lock()
+	if len(s.mu.pins) > 0 {
+		for _, k := range keys {
+			if p, ok := s.mu.pins[k]; ok && p.Expires.After(now) {
+				if knownSet == nil {
+					knownSet = map[tier.Key]bool{}
+				}
+				known, knownSet[k] = append(known, k), true
+			}
+		}
+	}
+	s.mu.Unlock()
+	var out [][]byte
+	var pinTTL []time.Duration
 	err := s.call(ctx, func(ctx context.Context) error {
-		res, err := s.runPairs(ctx, getScript, keys)
-		if err != nil {
+		var err error
+		if out, pinTTL, err = s.read(ctx, keys, known); err != nil {
 			return err
 		}
-		for i, r := range res {
-			if len(r) != 2 {
-				return fmt.Errorf("get script: %d values for a key, want 2", len(r))
-			}
-			if str, ok := r[0].(string); ok {
-				out[i] = []byte(str)
-			}
-			if pinTTL[i], err = parsePinTTL(r[1]); err != nil {
-				return fmt.Errorf("get script: %w", err)
+		var found []tier.Key // pinned, but not by what this process knew: refresh now
+		for i, k := range keys {
+			if out[i] != nil && pinTTL[i] > 0 && !knownSet[k] {
+				found = append(found, k)
 			}
 		}
-		return nil
+		if len(found) > 0 {
+			_, err = s.runPairs(ctx, refreshScript, found)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -203,7 +217,6 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 			hits++
 		}
 	}
-	now := s.cfg.Now()
 	s.mu.Lock()
 	s.mu.hits += hits
 	s.mu.misses += uint64(len(keys)) - hits
