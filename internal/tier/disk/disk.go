@@ -349,6 +349,17 @@ func (s *Store) linkLocked(e *entry, front bool) {
 
 func (s *Store) pinnedLocked(e *entry) bool { return s.mu.pins.Pinned(&e.node) }
 
+// pinnedWithLocked reports whether e (nil: no entry) is pinned with ttl, so that its pin
+// record holds ttl.
+// REQUIRES: s.mu held.
+func (s *Store) pinnedWithLocked(e *entry, ttl time.Duration) bool {
+	if e == nil || !s.pinnedLocked(e) {
+		return false
+	}
+	t, _ := s.mu.pins.TTL(&e.node)
+	return t == ttl
+}
+
 // pinLocked pins e (or repins it) until expires, in memory only (the caller writes the pin
 // record).
 // REQUIRES: s.mu held; e indexed; ttl > 0.
@@ -615,6 +626,7 @@ func (s *Store) put(it tier.Item) error {
 	old := s.mu.m[it.Key]
 	pinned := it.PinTTL > 0 || (old != nil && s.pinnedLocked(old))
 	fits := s.roomLocked(size, sole, pinned, old)
+	record := it.PinTTL > 0 && !s.pinnedWithLocked(old, it.PinTTL) // else its record stands
 	if !fits {
 		s.mu.stats.Declined++
 	}
@@ -623,7 +635,7 @@ func (s *Store) put(it tier.Item) error {
 		return nil // keeping it would cost a pin, or (shadowed) a sole copy
 	}
 	var pinTmp string // the new pin record, when the TTL is new
-	if it.PinTTL > 0 {
+	if record {
 		var err error
 		if pinTmp, err = s.writePinTemp(it.Key, it.PinTTL); err != nil {
 			return fmt.Errorf("disk: put %s: pin record: %w", it.Key, noSpace(err))
@@ -674,6 +686,7 @@ func (s *Store) put(it tier.Item) error {
 		return nil
 	}
 	oldPinned := old != nil && s.pinnedLocked(old)
+	recordStands := s.pinnedWithLocked(old, ttl)
 	if old != nil {
 		s.dropLocked(old) // the rename below replaces its file
 	}
@@ -695,6 +708,12 @@ func (s *Store) put(it tier.Item) error {
 	var pinErr error
 	if ttl > 0 {
 		s.pinLocked(e, ttl, ts.Add(ttl))
+		if pinTmp == "" && !recordStands { // the pin changed meanwhile: write its record now
+			var err error
+			if pinTmp, err = s.writePinTemp(it.Key, ttl); err != nil {
+				pinErr = fmt.Errorf("disk: put %s: pin record (pinned until a restart): %w", it.Key, noSpace(err))
+			}
+		}
 		if pinTmp != "" {
 			// After the block: a crash in between loses the pin, never the block.
 			if err := s.cfg.FS.Rename(pinTmp, filepath.Join(s.dir, pinName(it.Key))); err != nil {

@@ -165,16 +165,10 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 		if w.tmp == "" {
 			continue
 		}
-		// Rename under the lock, only if the entry is still the one pinned with this TTL: a
-		// record exists only for a pinned entry (a Delete, eviction or unpin meanwhile removed
-		// it, or would have).
-		cur, ok := s.mu.m[w.e.key]
-		still := ok && cur == w.e && s.pinnedLocked(cur)
-		if still {
-			t, _ := s.mu.pins.TTL(&cur.node)
-			still = t == ttl
-		}
-		if !still || s.mu.closed {
+		// Rename under the lock, only if the key is still pinned with this TTL (by this Pin,
+		// or a Put that kept it): a record exists only for a pinned entry (a Delete, eviction
+		// or unpin meanwhile removed it, or would have).
+		if !s.pinnedWithLocked(s.mu.m[w.e.key], ttl) || s.mu.closed {
 			os.Remove(w.tmp)
 			continue
 		}

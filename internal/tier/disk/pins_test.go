@@ -217,6 +217,38 @@ func TestPinsOverSmallerBudgetAtOpen(t *testing.T) {
 	}
 }
 
+// After concurrent pin operations the pin records on disk are exactly the pins in memory: a
+// reopen restores the same pins, with the same TTLs.
+func TestConcurrentPinsMatchRecords(t *testing.T) {
+	dir := t.TempDir()
+	c := tiertest.NewClock()
+	s := openClock(t, dir, 1<<20, c)
+	items := tiertest.Items(tiertest.Chain(digestA, rootA, tiertest.SmallLayout, 12, 55))
+	tiertest.ConcurrentPinOps(t, s, items, 4, 200)
+	before := map[tier.Key]time.Duration{}
+	for _, p := range s.Pins() {
+		before[p.Key] = p.TTL
+	}
+	if got := pinRecords(t, s); len(got) != len(before) {
+		t.Fatalf("%d pin records for %d pins", len(got), len(before))
+	}
+	s.Close()
+	s = openClock(t, dir, 1<<20, c)
+	defer s.Close()
+	after := map[tier.Key]time.Duration{}
+	for _, p := range s.Pins() {
+		after[p.Key] = p.TTL
+	}
+	if len(before) == 0 || len(after) != len(before) {
+		t.Fatalf("pins before a reopen %v, after %v", before, after)
+	}
+	for k, ttl := range before {
+		if after[k] != ttl {
+			t.Fatalf("pin %s: TTL %v before a reopen, %v after", k, ttl, after[k])
+		}
+	}
+}
+
 func FuzzParsePin(f *testing.F) {
 	k := tier.Key{Root: rootA, Hash: prefix.Hash{1, 2, 3}}
 	good := encodePin(k, time.Hour)
