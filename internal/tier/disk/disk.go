@@ -267,7 +267,6 @@ func (s *Store) rebuild() error {
 	now := s.cfg.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.mu.clock = now
 	for _, f := range files {
 		// Whatever a faster tier held died with the process: every file is a sole copy.
 		e := &entry{key: f.key, size: f.size, sole: true}
@@ -281,10 +280,11 @@ func (s *Store) rebuild() error {
 			os.Remove(filepath.Join(s.dir, pinName(f.key))) // torn, or expired while down
 			continue
 		}
-		s.pinLocked(e, ttl, f.mtime.Add(ttl))
-		if f.mtime.After(s.mu.clock) {
-			s.mu.clock = f.mtime // stamps stay after every file's (a clock that went back)
+		last := f.mtime
+		if last.After(now) {
+			last = now // a clock that went back: never more than the TTL left
 		}
+		s.pinLocked(e, ttl, last.Add(ttl))
 	}
 	for k := range pinFiles { // a pin record without its block
 		os.Remove(filepath.Join(s.dir, pinName(k)))
