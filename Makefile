@@ -31,6 +31,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzResponsesRequest$$' -fuzztime $(FUZZTIME) ./internal/api
 	$(GO) test -run '^$$' -fuzz '^FuzzMessagesRequest$$' -fuzztime $(FUZZTIME) ./internal/api
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/tier
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePin$$' -fuzztime $(FUZZTIME) ./internal/tier/disk
 	$(GO) test -run '^$$' -fuzz '^FuzzEncodeLimit$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
 	$(GO) test -run '^$$' -fuzz '^FuzzChatJSON$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
 	$(GO) test -run '^$$' -fuzz '^FuzzChatTemplateSource$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
