@@ -36,7 +36,9 @@ func (a cacheAdapter) release(blocks []kvcache.BlockID) { a.c.Release(blocks) }
 
 func (a cacheAdapter) ref(block kvcache.BlockID) { a.c.Ref(block) }
 
-func (a cacheAdapter) holds(hash prefix.Hash, block kvcache.BlockID) bool { return a.c.Holds(hash, block) }
+func (a cacheAdapter) holds(hash prefix.Hash, block kvcache.BlockID) bool {
+	return a.c.Holds(hash, block)
+}
 
 func (a cacheAdapter) stats() (used, cached int, evictions uint64) {
 	s := a.c.Stats()
