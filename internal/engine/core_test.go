@@ -23,7 +23,8 @@ import (
 //	new blocks=N [block-size=B] [batch=T] [running=R] [ctx=L] [eog=(…)] [prefix=false]
 //	    [dedup=false] [prefetch=wait|timeout|best-effort] [prefetch-timeout=D] [pin-budget=N]
 //	add id=I tokens=(…) [max=N] [stop=(…)] [ignore-eos] [salt=S] [allow=TOK done-after=K]
-//	    [pin=(TOKENS:TTL,…)] [strict]
+//	    [pin=(TOKENS:TTL,…)] [strict]    (a done request prints its pins as
+//	                                     pinned/requested@TTL+created)
 //	                                     Core.Add at the current time; allow: a constraint that
 //	                                     allows only TOK and is done after K of them; pin: the
 //	                                     request's PinSpecs; strict: PinStrict, reserved first
@@ -317,7 +318,7 @@ func (s *coreScenario) printReady() {
 					if p.Refused {
 						refused = " refused"
 					}
-					s.printf(" %d/%d@%v%s", p.Pinned, p.Requested, p.TTL, refused)
+					s.printf(" %d/%d@%v+%d%s", p.Pinned, p.Requested, p.TTL, p.Created, refused)
 				}
 				s.printf("\n")
 			}

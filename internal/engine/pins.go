@@ -175,6 +175,8 @@ func (p *pinTable) pinSeq(c blockCache, s *seq, now time.Time) []PinResult {
 	avail := p.free(s.id)
 	p.unreserve(s.id)
 	got := 0
+	reused := s.usage.CachedTokens() / p.blockSize // leading blocks this request did not compute
+	var created []int                               // indexes of the blocks newly pinned and computed here
 	for bi := 0; bi < want && bi < len(s.hashes) && bi < len(s.blocks); bi++ {
 		h, b := s.hashes[bi], s.blocks[bi]
 		if !c.holds(h, b) {
@@ -200,12 +202,20 @@ func (p *pinTable) pinSeq(c blockCache, s *seq, now time.Time) []PinResult {
 			B := p.blockSize
 			p.add(c, &pinEntry{root: s.root, hash: h, parent: parent, depth: bi,
 				tokens: s.tokens[bi*B : (bi+1)*B : (bi+1)*B], block: b, ttl: ttl, expires: now.Add(ttl)})
+			if bi >= reused {
+				created = append(created, bi)
+			}
 		}
 		got = bi + 1
 	}
 	for i := range res {
 		res[i].Pinned = min(res[i].Requested, got*p.blockSize)
 		res[i].Refused = res[i].Requested > 0 && res[i].Pinned == 0
+		for _, bi := range created {
+			if (bi+1)*p.blockSize <= res[i].Pinned {
+				res[i].Created += p.blockSize
+			}
+		}
 	}
 	return res
 }

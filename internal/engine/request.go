@@ -51,12 +51,14 @@ type PinSpec struct {
 // PinResult is what became of one PinSpec, in the order of Request.Pins. Requested and
 // Pinned are tokens, whole blocks: Requested is the spec's Tokens rounded down to blocks
 // (within the prompt), Pinned how many of them the pool holds pinned now (less when the pin
-// budget ran out, or when a block could not be cached). Refused is set when nothing could be
-// pinned although something was asked.
+// budget ran out, or when a block could not be cached). Created counts the pinned tokens this
+// request both computed (or restored: not reused from the pool) and pinned first: Anthropic's
+// cache writes. Refused is set when nothing could be pinned although something was asked.
 type PinResult struct {
 	TTL       time.Duration
 	Requested int
 	Pinned    int
+	Created   int
 	Refused   bool
 }
 
