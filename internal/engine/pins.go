@@ -176,7 +176,7 @@ func (p *pinTable) pinSeq(c blockCache, s *seq, now time.Time) []PinResult {
 	p.unreserve(s.id)
 	got := 0
 	reused := s.usage.CachedTokens() / p.blockSize // leading blocks this request did not compute
-	var created []int                               // indexes of the blocks newly pinned and computed here
+	var created []int                              // indexes of the blocks newly pinned and computed here
 	for bi := 0; bi < want && bi < len(s.hashes) && bi < len(s.blocks); bi++ {
 		h, b := s.hashes[bi], s.blocks[bi]
 		if !c.holds(h, b) {
