@@ -76,6 +76,9 @@ func (f *fakePinner) pinned(k tier.Key) (tier.PinInfo, bool) {
 	return p, ok
 }
 
+// plainStore is a tier.Store and nothing more (no Pinner, whatever the store under it is).
+type plainStore struct{ tier.Store }
+
 func pinEvents(kind engine.PinEventKind, recs []*tier.Record, ttl time.Duration) ([]engine.PinEvent, [][]byte) {
 	evs := make([]engine.PinEvent, len(recs))
 	kv := make([][]byte, len(recs))
@@ -93,7 +96,7 @@ func pinEvents(kind engine.PinEventKind, recs []*tier.Record, ttl time.Duration)
 // pinned; a refresh pins again; an unpin unpins; a store that is no Pinner sees nothing.
 func TestPinWriter(t *testing.T) {
 	recs := tiertest.Chain(identity, root, layout, 3, 40)
-	host, plain := newFakePinner(), memstore.New()
+	host, plain := newFakePinner(), plainStore{memstore.New()}
 	if err := host.Store.Put(ctx, tiertest.Items(recs[:1])); err != nil { // the host already holds block 0
 		t.Fatal(err)
 	}
