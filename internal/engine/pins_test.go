@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"stockpot/internal/engine"
+	"stockpot/internal/kvcache"
 )
 
 // fakeClock is an engine clock that moves only when told.
@@ -147,20 +148,33 @@ func TestPinBudget(t *testing.T) {
 	}
 }
 
-// BenchmarkPinnedPrefixFlood measures the pinned prefix's hit rate and TTFT while one-off
+// BenchmarkPinnedPrefixFlood measures the pinned prefix's hit rate and TTFT while other
 // prompts flood the pool, against the same prefix unpinned (sub-benchmarks pinned and
 // unpinned, same run). Each iteration floods the 64-block pool with 12 prompts of 6 blocks,
 // each sent twice (reused, so in eviction's protected class as the prefix is), then sends
 // the 12-block prefix with a new question. Metrics: hit% (of the prefix's tokens reused) and
-// ttft-ms (the prefix request's).
+// ttft-ms (the prefix request's, from the engine's usage). The tiny test model; the Served
+// variant runs the model `stockpot serve` embeds.
 func BenchmarkPinnedPrefixFlood(b *testing.B) {
+	benchPinFlood(b, func(c *engine.Config) { c.KVMemory = 64 * 8192 }, newEngine)
+}
+
+func BenchmarkPinnedPrefixFloodServed(b *testing.B) {
+	benchPinFlood(b, nil, func(b testing.TB, mutate func(*engine.Config)) *engine.Engine {
+		mc := servedModel(b.(*testing.B)).Config()
+		lay := kvcache.Layout{BlockSize: 16, Layers: mc.Layers, KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, DType: kvcache.F32}
+		return servedEngine(b.(*testing.B), func(c *engine.Config) { c.KVMemory = 64 * lay.BlockBytes() })
+	})
+}
+
+func benchPinFlood(b *testing.B, mutate func(*engine.Config), mk func(testing.TB, func(*engine.Config)) *engine.Engine) {
 	for _, pin := range []bool{true, false} {
 		name := "unpinned"
 		if pin {
 			name = "pinned"
 		}
 		b.Run(name, func(b *testing.B) {
-			e := newEngine(b, func(c *engine.Config) { c.KVMemory = 64 * 8192 })
+			e := mk(b, mutate)
 			sys := seqPrompt(77, 12*16)
 			var spec []engine.PinSpec
 			if pin {
