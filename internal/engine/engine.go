@@ -599,6 +599,10 @@ func (e *Engine) Unpin(match func(PinInfo) bool) int {
 	return n
 }
 
+// Root is the root of the hash chains of a tenant's prompts (salt: Request.CacheSalt): a
+// pin's PinInfo.Root, for selecting a tenant's pins (Unpin) in the cache admin API.
+func (e *Engine) Root(salt string) prefix.Hash { return prefix.Root(e.cfg.Identity, salt) }
+
 // SweepPins drops the expired pins now (the runner does it on every step and every
 // Config.PinSweep while idle); it returns how many blocks it unpinned. For tests with a fake
 // clock.

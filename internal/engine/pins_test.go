@@ -143,7 +143,10 @@ func TestPinBudget(t *testing.T) {
 	if r := u.Pins[0]; r.Pinned != 0 || !r.Refused {
 		t.Errorf("pins off: %+v, want refused", r)
 	}
-	if n := e2.Unpin(func(engine.PinInfo) bool { return true }); n != 3 {
+	if n := e2.Unpin(func(p engine.PinInfo) bool { return p.Root == e2.Root("other tenant") }); n != 0 {
+		t.Errorf("Unpin of another tenant's root: %d blocks", n)
+	}
+	if n := e2.Unpin(func(p engine.PinInfo) bool { return p.Root == e2.Root("") }); n != 3 {
 		t.Errorf("Unpin everything: %d blocks, want 3", n)
 	}
 }
