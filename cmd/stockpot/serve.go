@@ -51,6 +51,7 @@ type serveOptions struct {
 	tiers                offload.Config // lower tiers; Identity and Layout are filled from the model
 	prefetch             engine.PrefetchPolicy
 	prefetchMaxWait      time.Duration // 0 = the engine's default
+	pinBudget            int64         // engine.Config.PinBudget: 0 = half the pool, < 0 = no pins
 	logger               *slog.Logger
 	progress             io.Writer
 }
@@ -143,6 +144,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	ecfg.MaxRunning = o.maxRunning
 	ecfg.Prefetch = o.prefetch
 	ecfg.PrefetchMaxWait = o.prefetchMaxWait
+	ecfg.PinBudget = o.pinBudget
 	ecfg.Identity = idDigest[:]
 	ecfg.EOG = lf.tok.EOGs()
 	ecfg.Logger = o.logger
@@ -230,6 +232,7 @@ func cmdServe(args []string) error {
 	minPrefix := fs.Int("offload-min-prefix-tokens", td.Admission.MinPrefixTokens, "write back only blocks ending at least this many tokens into their prompt")
 	prefetch := fs.String("prefetch", ed.Prefetch.String(), "queued requests vs their tier prefetch: wait, timeout or best-effort")
 	prefetchTimeout := fs.Duration("prefetch-timeout", ed.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
+	pinBudget := fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -281,6 +284,10 @@ func cmdServe(args []string) error {
 	if to.DiskBytes, err = bytesize.Parse(*diskSize); err != nil {
 		return fmt.Errorf("--disk-cache-size: %w", err)
 	}
+	pins, err := parsePinBudget(*pinBudget)
+	if err != nil {
+		return err
+	}
 	policy, err := engine.ParsePrefetchPolicy(*prefetch)
 	if err != nil {
 		return fmt.Errorf("--prefetch %w", err)
@@ -290,7 +297,7 @@ func cmdServe(args []string) error {
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
 		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
-		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout,
+		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins,
 	}
 	inst, err := newInstance(opts)
 	if err != nil {
@@ -310,4 +317,20 @@ func cmdServe(args []string) error {
 	}
 	fmt.Fprintln(os.Stderr, "stockpot: drained, bye")
 	return nil
+}
+
+// parsePinBudget reads --pin-budget into engine.Config.PinBudget: "auto" is 0 (half the
+// pool), a size is bytes, and 0 turns pins off (-1).
+func parsePinBudget(v string) (int64, error) {
+	if v == "auto" {
+		return 0, nil
+	}
+	n, err := bytesize.Parse(v)
+	if err != nil {
+		return 0, fmt.Errorf("--pin-budget: %w", err)
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return n, nil
 }

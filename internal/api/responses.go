@@ -29,6 +29,9 @@ type ResponsesRequest struct {
 	Store              *bool           `json:"store"`
 	User               string          `json:"user"`
 	CacheSalt          string          `json:"cache_salt"` // vLLM extension, as on chat
+	// PromptCacheRetention and PinStrict are passed to the chat request (GenerationParams).
+	PromptCacheRetention string `json:"prompt_cache_retention"`
+	PinStrict            bool   `json:"pin_strict"`
 
 	// Items is Input decoded, in order. Set by parsing.
 	Items []ResponsesItem `json:"-"`
@@ -306,6 +309,12 @@ func (r *ResponsesRequest) ChatRequest(prior []ResponsesItem) (*ChatRequest, err
 	}
 	if r.User != "" {
 		body["user"] = r.User
+	}
+	if r.PromptCacheRetention != "" {
+		body["prompt_cache_retention"] = r.PromptCacheRetention
+	}
+	if r.PinStrict {
+		body["pin_strict"] = true
 	}
 	b, err := json.Marshal(body)
 	if err != nil {

@@ -14,6 +14,8 @@ var responsesSeeds = []string{
 	`{"input":"x","tools":[{"type":"function","name":"g"}],"tool_choice":{"type":"function","name":"g"},"store":false}`,
 	`{"input":"x","text":{"format":{"type":"json_object"}},"previous_response_id":"resp_1"}`,
 	`{"input":[{"type":"function_call_output","call_id":"c9","output":[{"type":"input_text","text":"r"}]}]}`,
+	`{"input":"hi","prompt_cache_retention":"24h","pin_strict":true}`,
+	`{"input":"hi","prompt_cache_retention":"never"}`,
 }
 
 func TestResponsesToChat(t *testing.T) {

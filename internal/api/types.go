@@ -34,6 +34,12 @@ type CacheUsage struct {
 	RemoteTokens    int `json:"remote_tokens"`
 	ComputedTokens  int `json:"computed_tokens"`
 	DiscardedTokens int `json:"discarded_tokens"`
+	// PinnedTokens is how many prompt tokens the request's pins (cache_control breakpoints,
+	// prompt_cache_retention) hold pinned now, and PinRequestedTokens how many they asked for
+	// (whole blocks): less pinned than requested is a partial pin (the pin budget ran out).
+	// Both are absent when the request asked for no pin.
+	PinnedTokens       *int `json:"pinned_tokens,omitempty"`
+	PinRequestedTokens *int `json:"pin_requested_tokens,omitempty"`
 }
 
 // Timings are per-request phase durations in milliseconds (Stockpot extension).

@@ -34,6 +34,12 @@ func (a cacheAdapter) abort(owner uint64) { a.c.Abort(prefix.Owner(owner)) }
 
 func (a cacheAdapter) release(blocks []kvcache.BlockID) { a.c.Release(blocks) }
 
+func (a cacheAdapter) ref(block kvcache.BlockID) { a.c.Ref(block) }
+
+func (a cacheAdapter) holds(hash prefix.Hash, block kvcache.BlockID) bool {
+	return a.c.Holds(hash, block)
+}
+
 func (a cacheAdapter) stats() (used, cached int, evictions uint64) {
 	s := a.c.Stats()
 	return s.Referenced, s.Cached, s.Evictions

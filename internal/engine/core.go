@@ -27,6 +27,10 @@ type blockCache interface {
 	abort(owner uint64)
 	// release drops one ref on each block (tail blocks should be evicted first).
 	release(blocks []kvcache.BlockID)
+	// ref takes one more reference on a block the caller holds (a pin keeps its blocks so).
+	ref(block kvcache.BlockID)
+	// holds reports whether block is cached under hash (its commit was not refused).
+	holds(hash prefix.Hash, block kvcache.BlockID) bool
 	stats() (used, cached int, evictions uint64)
 }
 
@@ -104,6 +108,8 @@ type CoreConfig struct {
 
 	Prefetch        PrefetchPolicy
 	PrefetchMaxWait time.Duration // for PrefetchTimeout
+
+	PinBudget int // the most blocks pins may hold (see pins.go); 0 = no pins
 }
 
 // Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
@@ -118,6 +124,7 @@ type Core struct {
 	stats   coreStats
 
 	pendingRestores []Restore // set by admit, handed out by Schedule
+	pins            *pinTable
 }
 
 // Ready returns the outputs queued since the last call, in order.
@@ -154,7 +161,7 @@ func (c *Core) Stats() CoreStats {
 }
 
 func newCore(cfg CoreConfig, cache blockCache) *Core {
-	return &Core{cfg: cfg, cache: cache, seqs: map[uint64]*seq{}}
+	return &Core{cfg: cfg, cache: cache, seqs: map[uint64]*seq{}, pins: newPinTable(cfg.PinBudget, cfg.BlockSize)}
 }
 
 // Add queues a request. Validation of limits happens before (Engine.Generate).
@@ -283,7 +290,11 @@ func (c *Core) admit(now time.Time) {
 		}
 		s.computed = (len(matched) + len(restore)) * B
 		s.committed = len(matched)
-		c.commitFull(s, false)
+		c.pins.hit(s.hashes, len(matched), now) // reusing pinned blocks refreshes their pins
+		for bi := range matched {
+			c.pins.adopt(c.cache, s, bi, now)
+		}
+		c.commitFull(s, false, now)
 		if c.cfg.PrefixCache {
 			if len(s.hashes) > len(matched) {
 				c.cache.markPending(s.id, s.hashes[len(matched):])
@@ -326,6 +337,7 @@ func (c *Core) restorable(s *seq, matched int) []RestoredBlock {
 // Schedule admits what fits and plans the next forward step. Decode tokens go first so a long
 // prompt never stalls running streams; prefill chunks fill the rest of the token budget.
 func (c *Core) Schedule(now time.Time) *Plan {
+	c.pins.expire(c.cache, now)
 	c.admit(now)
 	B := c.cfg.BlockSize
 	budget := c.cfg.MaxBatchTokens
@@ -409,11 +421,15 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 			continue
 		}
 		s.computed = it.Pos + len(it.Tokens)
-		c.commitFull(s, true)
+		c.commitFull(s, true, now)
 		if !it.WantLogits {
 			continue
 		}
 		if s.generated == 0 {
+			if len(s.req.Pins) > 0 && s.usage.Pins == nil {
+				// The prompt is computed and its full blocks committed: pin them.
+				s.usage.Pins = c.pins.pinSeq(c.cache, s, now)
+			}
 			s.firstToken = now
 			s.usage.PrefillMs = ms(now.Sub(s.started))
 			s.usage.TTFTMs = ms(now.Sub(s.enqueued))
@@ -469,7 +485,7 @@ func (c *Core) isStop(s *seq, id int32) bool {
 // another request committed first replaces s's own copy in its block table (identical K/V: the
 // forward pass is deterministic), so duplicates computed without dedup free their memory at
 // once. admit does not share: restores into s's own blocks are still pending there.
-func (c *Core) commitFull(s *seq, share bool) {
+func (c *Core) commitFull(s *seq, share bool, now time.Time) {
 	if !c.cfg.PrefixCache {
 		return
 	}
@@ -481,6 +497,7 @@ func (c *Core) commitFull(s *seq, share bool) {
 			parent = s.hashes[bi-1]
 		}
 		s.blocks[bi] = c.cache.commit(s.hashes[bi], parent, s.tokens[bi*B:(bi+1)*B], s.blocks[bi], share)
+		c.pins.adopt(c.cache, s, bi, now)
 		s.committed++
 	}
 }
@@ -504,9 +521,18 @@ func (c *Core) finish(s *seq, reason string, now time.Time) {
 	}
 	c.cache.abort(s.id)
 	c.cache.release(reverse(s.blocks))
+	c.pins.unreserve(s.id)
 	s.blocks = nil
 	s.state = stateDone
 	u := s.usage
+	if len(s.req.Pins) > 0 && u.Pins == nil {
+		// Ended before its prompt was computed: nothing was pinned.
+		u.Pins = make([]PinResult, len(s.req.Pins))
+		for i, ps := range s.req.Pins {
+			n := pinBlocks(ps, s.prompt, c.cfg.BlockSize) * c.cfg.BlockSize
+			u.Pins[i] = PinResult{TTL: ps.TTL, Requested: n, Refused: n > 0}
+		}
+	}
 	if !s.admitted {
 		u.ComputedTokens = s.prompt
 		u.QueueMs = ms(now.Sub(s.enqueued))

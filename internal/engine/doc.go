@@ -59,6 +59,15 @@
 // the sequence switches to that shared block and frees its own copy. Blocks are released
 // tail first, so a sequence's leaves are evicted before the prefix they extend.
 //
+// # Pins
+//
+// Request.Pins keep prompt prefixes in the working pool for a TTL after their last use
+// (prompt-cache retention). The core's pin table (pins.go) owns one reference per pinned
+// block, within Config.PinBudget; hits refresh, Schedule and the idle sweep expire, and the
+// pin events (Config.OnPins) take pins down to the tiers. Unpinned blocks are untouched by
+// any of it. The script testdata/core/pins.txt steps it: survival through a flood, refresh,
+// expiry, partial and strict pins, TTL upgrades, unpin, and pins adopted after a restart.
+//
 // # Imports
 //
 // engine may import model, kernels, kvcache and prefix (and the leaf packages below them).

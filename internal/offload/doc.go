@@ -91,6 +91,16 @@
 // recompute − restore − overhead > 0. Blocks beyond n are recomputed and
 // counted as slower_than_recompute.
 //
+// # Pins
+//
+// Pins (prompt-cache retention) reach the tiers through the engine's pin events
+// (Tiers.PinEvents, engine.Config.OnPins): a pin created in the working pool is pinned in
+// each tier.Pinner store that holds the block and written, pinned, to those that do not; a
+// refresh pins again; an unpin unpins; one worker and a bounded queue, off the request path
+// (pins.go). At a restart the persistent stores' pins become the engine's KnownPins, so the
+// prefix is pinned again, with its remaining time, when a request brings it back; the
+// shutdown write-back writes pinned blocks pinned (Evicted.PinTTL).
+//
 // # Metrics
 //
 // Metrics registers the offload histograms and counters with a
