@@ -49,6 +49,8 @@ func (s *Server) prepareMessages(r *http.Request, start time.Time) (*genSpec, *a
 		return nil, nil, nil, err
 	}
 	spec.req.Pins, spec.req.PinStrict = s.breakpointPins(req, spec.req.Prompt), req.PinStrict
+	// Anthropic names tool_use blocks toolu_…; a call that carries its own id keeps it.
+	plan.opts.NewID = func() string { return newID("toolu_") }
 	return spec, req, plan, nil
 }
 
