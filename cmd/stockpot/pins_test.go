@@ -1,12 +1,14 @@
 package main
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"stockpot/internal/offload"
-	"stockpot/internal/tier"
-	"stockpot/internal/tier/disk"
 )
 
 // TestPinsSurviveRestart: a prompt pinned with prompt_cache_retention "24h" on serve with a
@@ -14,12 +16,6 @@ import (
 // prefix from disk and the pool pins it again, with the pin's 24h TTL and no more time left
 // than it had.
 func TestPinsSurviveRestart(t *testing.T) {
-	if _, ok := any((*disk.Store)(nil)).(tier.Pinner); !ok {
-		// The disk store's tier.Pinner comes with the pins-tiers branch; until it is merged
-		// the disk keeps no pins to restore (internal/offload's TestPinsAcrossRestart runs
-		// the same path over a fake Pinner).
-		t.Skip("the disk tier is not a tier.Pinner yet (pins-tiers)")
-	}
 	dir := t.TempDir()
 	to := offload.Config{DiskDir: dir, DiskBytes: 1 << 30}
 	prompt := longText(1200)
@@ -56,6 +52,49 @@ func TestPinsSurviveRestart(t *testing.T) {
 	for i, p := range after {
 		if p.Hash != before[i].Hash || p.TTL != 24*time.Hour || p.Expires.After(stopped.Add(24*time.Hour+time.Minute)) || !p.Expires.After(time.Now().Add(23*time.Hour)) {
 			t.Errorf("block %d re-pinned %+v, want the kept 24h pin", i, p)
+		}
+	}
+}
+
+// TestPinsRedisTTL: with a Redis tier, a prompt pinned for 24h reaches Redis off the request
+// path with its retention as the key TTL, on the block and on its pin record.
+func TestPinsRedisTTL(t *testing.T) {
+	addr := startRedis(t)
+	defer stopRedis(t)
+	to := offload.Config{RemoteURL: "redis://" + addr + "/0"}
+	inst, url, stop := tieredInstance(t, "synthetic:tiny-llama-spm", to)
+	defer stop()
+	code, out := post(t, url+"/v1/completions", map[string]any{"prompt": longText(600), "max_tokens": 2, "prompt_cache_retention": "24h"})
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, out)
+	}
+	blocks := len(inst.engine.Pins())
+	if blocks == 0 {
+		t.Fatal("nothing pinned")
+	}
+	rc := goredis.NewClient(&goredis.Options{Addr: addr})
+	defer rc.Close()
+	ctx := context.Background()
+	var pinKeys []string
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		keys, err := rc.Keys(ctx, "*:pin").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pinKeys = keys; len(keys) >= blocks {
+			break
+		}
+	}
+	if len(pinKeys) != blocks {
+		t.Fatalf("%d pin records in Redis, want one per pinned block (%d)", len(pinKeys), blocks)
+	}
+	for _, k := range pinKeys {
+		block := strings.TrimSuffix(strings.TrimPrefix(k, "{"), "}:pin")
+		for _, name := range []string{k, block} {
+			ttl, err := rc.PTTL(ctx, name).Result()
+			if err != nil || ttl < 23*time.Hour+59*time.Minute || ttl > 24*time.Hour {
+				t.Errorf("%s: TTL %v (%v), want the 24h retention", name, ttl, err)
+			}
 		}
 	}
 }
