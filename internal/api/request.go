@@ -53,6 +53,7 @@ type GenerationParams struct {
 	FrequencyPenalty *float64           `json:"frequency_penalty"`
 	LogitBias        map[string]float64 `json:"logit_bias"`
 	CacheSalt        string             `json:"cache_salt"`       // vLLM extension
+	PromptCacheKey   string             `json:"prompt_cache_key"` // OpenAI: the router's affinity key
 	ReturnTokenIDs   bool               `json:"return_token_ids"` // vLLM extension
 	IgnoreEOS        bool               `json:"ignore_eos"`       // vLLM extension
 	User             string             `json:"user"`
@@ -326,6 +327,9 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 	}
 	if len(p.CacheSalt) > MaxCacheSaltBytes {
 		return Invalid("cache_salt", "cache_salt is %d bytes, over the limit of %d; use a tenant id or a hash of one", len(p.CacheSalt), MaxCacheSaltBytes)
+	}
+	if err := checkPromptCacheKey(p.PromptCacheKey); err != nil {
+		return err
 	}
 	if len(p.StopTokenIDs) > MaxStopTokenIDs {
 		return Invalid("stop_token_ids", "stop_token_ids has %d ids; at most %d are allowed", len(p.StopTokenIDs), MaxStopTokenIDs)

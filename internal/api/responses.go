@@ -29,6 +29,7 @@ type ResponsesRequest struct {
 	Store              *bool           `json:"store"`
 	User               string          `json:"user"`
 	CacheSalt          string          `json:"cache_salt"` // vLLM extension, as on chat
+	PromptCacheKey     string          `json:"prompt_cache_key"`
 
 	// Items is Input decoded, in order. Set by parsing.
 	Items []ResponsesItem `json:"-"`
@@ -72,6 +73,9 @@ const MaxResponsesItems = 4096
 func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	var r ResponsesRequest
 	if err := decodeObject(body, &r); err != nil {
+		return nil, err
+	}
+	if err := checkPromptCacheKey(r.PromptCacheKey); err != nil {
 		return nil, err
 	}
 	items, err := parseResponsesInput(r.Input)
@@ -303,6 +307,9 @@ func (r *ResponsesRequest) ChatRequest(prior []ResponsesItem) (*ChatRequest, err
 	}
 	if r.CacheSalt != "" {
 		body["cache_salt"] = r.CacheSalt
+	}
+	if r.PromptCacheKey != "" {
+		body["prompt_cache_key"] = r.PromptCacheKey
 	}
 	if r.User != "" {
 		body["user"] = r.User

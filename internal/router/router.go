@@ -163,6 +163,7 @@ type Router struct {
 	client, own *http.Client
 
 	m      *metrics
+	keys   *keyMetrics // prompt_cache_key counts (cachekey.go)
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -192,6 +193,7 @@ func New(cfg Config) (*Router, error) {
 		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys)}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
+	r.keys = newKeyMetrics(cfg.Registerer)
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(newBackendCollector(r))
 	}
@@ -397,7 +399,7 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/chat/completions", r.requireClient(r.serveGenerate))
 	// The Responses and Anthropic Messages dialects pass through to the least-loaded backend
 	// (streams relayed event by event); they get no prefix affinity yet.
-	mux.HandleFunc("POST /v1/responses", r.requireClient(r.servePassThrough))
+	mux.HandleFunc("POST /v1/responses", r.requireClient(r.serveKeyed))
 	mux.HandleFunc("POST /v1/messages", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("POST /v1/messages/count_tokens", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("POST /tokenize", r.requireClient(r.servePassThrough))
