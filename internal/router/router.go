@@ -390,6 +390,8 @@ var routes = map[string]string{
 	"/health":                   "GET",
 	"/metrics":                  "GET",
 	"/backends":                 "GET, POST",
+	"/v1/cache":                 "GET, DELETE",
+	"/v1/cache/prewarm":         "POST",
 }
 
 // Handler returns the router's HTTP API.
@@ -406,6 +408,9 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("POST /detokenize", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("GET /v1/models", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("GET /v1/models/{name}", r.requireClient(r.servePassThrough))
+	mux.HandleFunc("POST /v1/cache/prewarm", r.requireCacheAdmin(r.servePrewarm))
+	mux.HandleFunc("GET /v1/cache", r.requireCacheAdmin(r.serveCacheFanout))
+	mux.HandleFunc("DELETE /v1/cache", r.requireCacheAdmin(r.serveCacheFanout))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		if len(r.candidates(nil)) == 0 {
 			writeAPIError(w, api.Unavailable("no healthy backend"))
