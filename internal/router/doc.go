@@ -60,6 +60,12 @@
 // stockpot_router_stream_failures_total{backend,reason} counts it (cut: the
 // connection broke; incomplete: it ended without [DONE]).
 //
+// # Cache admin
+//
+// POST /v1/cache/prewarm goes to the replica the policy picks for its prompt; GET and DELETE
+// /v1/cache go to every replica and come back aggregated per replica (cacheadmin.go). They
+// take the admin key and reach replicas with the backend key only.
+//
 // # Keys
 //
 // Three keys, each a set (rotation: several may be valid at once), compared
