@@ -15,7 +15,6 @@
 //     the prefix cache and the Core; it turns channels into Core calls, runs each Plan's
 //     forward pass, copies restored bytes into blocks, and forwards outputs to per-request
 //     streams without ever blocking on a slow caller.
-//
 //   - admin.go holds the cache admin operations (Prewarm, Residency, DropCache), each run on
 //     the runner goroutine through do or as an ordinary request.
 //
