@@ -400,7 +400,8 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/completions", r.requireClient(r.serveGenerate))
 	mux.HandleFunc("POST /v1/chat/completions", r.requireClient(r.serveGenerate))
 	// The Responses and Anthropic Messages dialects pass through to the least-loaded backend
-	// (streams relayed event by event); they get no prefix affinity yet.
+	// (streams relayed event by event), except that a Responses request with a
+	// prompt_cache_key or X-Session-ID keeps its affinity (cachekey.go); no prefix hashing yet.
 	mux.HandleFunc("POST /v1/responses", r.requireClient(r.serveKeyed))
 	mux.HandleFunc("POST /v1/messages", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("POST /v1/messages/count_tokens", r.requireClient(r.servePassThrough))
