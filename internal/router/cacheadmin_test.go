@@ -177,3 +177,118 @@ func TestRouterCacheAdmin(t *testing.T) {
 		t.Errorf("every replica refusing: HTTP %d %s, want their 400", code, body)
 	}
 }
+
+// TestCacheAdminE2E drives the cache admin API through a kv-aware router over three real
+// replicas (their --admin-key is the router's --backend-key): a prewarm lands on one replica,
+// a completion of the same prompt then goes there and finds it cached, GET aggregates the
+// three, and DELETE ?all=1 empties them so the prompt is computed again.
+func TestCacheAdminE2E(t *testing.T) {
+	rs := startReplicas(t, 3, "--admin-key", "replica-admin")
+	rt, url := startRouter(t, "kv-aware", rs, func(c *Config) {
+		c.AdminKeys, c.BackendKey = []string{"adm"}, "replica-admin"
+	})
+	post := func(path, key, body string) (int, http.Header, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url+path, strings.NewReader(body))
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, b
+	}
+	prompt := strings.Repeat("The stock simmers for hours and every bowl is served from it. ", 12)
+	code, hdr, body := post("/v1/cache/prewarm", "adm", `{"prompt":"`+prompt+`"}`)
+	if code != 200 {
+		t.Fatalf("prewarm: HTTP %d %s", code, body)
+	}
+	var pw struct {
+		Prompt   int `json:"prompt_tokens"`
+		Computed int `json:"computed_tokens"`
+	}
+	if err := json.Unmarshal(body, &pw); err != nil || pw.Computed != pw.Prompt || pw.Prompt == 0 {
+		t.Fatalf("prewarm answer %s", body)
+	}
+	owner := hdr.Get("X-Stockpot-Backend")
+	// The router learns the blocks from the owner's event stream.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		for _, b := range rt.backends() {
+			if b.ID == owner {
+				n = b.index.Len()
+			}
+		}
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the router never indexed the prewarmed blocks of %s", owner)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cached := func() (string, int) {
+		t.Helper()
+		code, hdr, body := post("/v1/completions", "", `{"prompt":"`+prompt+`","max_tokens":2}`)
+		var r struct {
+			Usage struct {
+				Details struct {
+					Cached int `json:"cached_tokens"`
+				} `json:"prompt_tokens_details"`
+			} `json:"usage"`
+		}
+		if code != 200 || json.Unmarshal(body, &r) != nil {
+			t.Fatalf("completion: HTTP %d %s", code, body)
+		}
+		return hdr.Get("X-Stockpot-Backend"), r.Usage.Details.Cached
+	}
+	if b, c := cached(); b != owner || c == 0 {
+		t.Errorf("after the prewarm: completion on %s with %d cached tokens, want %s with the prefix cached", b, c, owner)
+	}
+
+	req, _ := http.NewRequest("GET", url+"/v1/cache", nil)
+	req.Header.Set("Authorization", "Bearer adm")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var agg CacheFanout
+	err = json.NewDecoder(resp.Body).Decode(&agg)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || len(agg.Replicas) != 3 || agg.Failed != 0 {
+		t.Fatalf("GET /v1/cache: HTTP %d, %+v, %v", resp.StatusCode, agg, err)
+	}
+	for _, rc := range agg.Replicas {
+		var c struct {
+			Tiers []struct {
+				Tier   string `json:"tier"`
+				Blocks int    `json:"blocks"`
+			} `json:"tiers"`
+		}
+		if err := json.Unmarshal(rc.Answer, &c); err != nil || len(c.Tiers) == 0 || c.Tiers[0].Tier != "device" {
+			t.Errorf("replica %s: %s", rc.Backend, rc.Answer)
+		} else if rc.Backend == owner && c.Tiers[0].Blocks == 0 {
+			t.Errorf("the owner %s reports no device blocks", owner)
+		}
+	}
+
+	req, _ = http.NewRequest("DELETE", url+"/v1/cache?all=1", nil)
+	req.Header.Set("Authorization", "Bearer adm")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agg = CacheFanout{}
+	err = json.NewDecoder(resp.Body).Decode(&agg)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 || agg.DroppedBlocks == nil || *agg.DroppedBlocks == 0 {
+		t.Fatalf("DELETE /v1/cache?all=1: HTTP %d %+v %v", resp.StatusCode, agg, err)
+	}
+	if b, c := cached(); c != 0 {
+		t.Errorf("after the drop: %d cached tokens on %s, want 0", c, b)
+	}
+}
