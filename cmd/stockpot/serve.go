@@ -44,6 +44,7 @@ type serveOptions struct {
 	maxPrompt            int
 	maxBody              int64
 	keys                 []string
+	adminKeys            []string // the cache admin API (--admin-key)
 	metricsKey           string
 	readTimeout          time.Duration  // request bodies; 0 = server default
 	idleTimeout          time.Duration  // keep-alive connections; 0 = server default
@@ -187,12 +188,14 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	scfg.APIKeys = o.keys
 	scfg.MetricsKey = o.metricsKey
+	scfg.AdminKeys, scfg.CacheAdmin = o.adminKeys, in.engine
 	scfg.ReadTimeout = o.readTimeout
 	scfg.IdleTimeout = o.idleTimeout
 	scfg.MaxConnections = o.maxConns
 	scfg.Logger = o.logger
 	if in.tiers != nil {
 		scfg.TierStats = in.tiers.Stats
+		scfg.TierDrop = in.tiers.DropRoot
 	}
 	if in.server, err = server.New(scfg, in.engine, server.FromTokenizer(lf.tok), reg); err != nil {
 		return fail(err)
@@ -220,6 +223,9 @@ func cmdServe(args []string) error {
 	var keys stringList
 	fs.Var(&keys, "api-key", "required API key (repeatable)")
 	keyFile := fs.String("api-key-file", "", "file with one API key per line")
+	var adminKeys stringList
+	fs.Var(&adminKeys, "admin-key", "key for the cache admin API, /v1/cache and /v1/cache/prewarm (repeatable); without one it is off (403). Behind a router, include the router's --backend-key")
+	adminKeyFile := fs.String("admin-key-file", "", "file with admin keys, one per line")
 	readTimeout := fs.Duration("read-timeout", sd.ReadTimeout, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
 	idleTimeout := fs.Duration("idle-timeout", sd.IdleTimeout, "close keep-alive connections idle this long")
 	maxConns := fs.Int("max-connections", sd.MaxConnections, "connections held open at once; more wait in the listen backlog")
@@ -274,6 +280,11 @@ func cmdServe(args []string) error {
 			}
 		}
 	}
+	fileAdmin, err := readKeyFile(*adminKeyFile)
+	if err != nil {
+		return fmt.Errorf("--admin-key-file: %w", err)
+	}
+	adminKeys = append(adminKeys, fileAdmin...)
 
 	to := td
 	to.DiskDir, to.RemoteURL = *diskCache, *remoteCache
@@ -295,7 +306,7 @@ func cmdServe(args []string) error {
 	opts := serveOptions{
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
-		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
+		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
 		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins,
 	}

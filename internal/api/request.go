@@ -54,6 +54,7 @@ type GenerationParams struct {
 	FrequencyPenalty *float64           `json:"frequency_penalty"`
 	LogitBias        map[string]float64 `json:"logit_bias"`
 	CacheSalt        string             `json:"cache_salt"`       // vLLM extension
+	PromptCacheKey   string             `json:"prompt_cache_key"` // OpenAI: the router's affinity key
 	ReturnTokenIDs   bool               `json:"return_token_ids"` // vLLM extension
 	IgnoreEOS        bool               `json:"ignore_eos"`       // vLLM extension
 	User             string             `json:"user"`
@@ -360,6 +361,9 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 	case "", RetentionInMemoryName, Retention24hName:
 	default:
 		return Invalid("prompt_cache_retention", "prompt_cache_retention must be %q or %q, got %q", RetentionInMemoryName, Retention24hName, p.PromptCacheRetention)
+	}
+	if err := checkPromptCacheKey(p.PromptCacheKey); err != nil {
+		return err
 	}
 	if len(p.StopTokenIDs) > MaxStopTokenIDs {
 		return Invalid("stop_token_ids", "stop_token_ids has %d ids; at most %d are allowed", len(p.StopTokenIDs), MaxStopTokenIDs)

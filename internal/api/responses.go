@@ -32,6 +32,7 @@ type ResponsesRequest struct {
 	// PromptCacheRetention and PinStrict are passed to the chat request (GenerationParams).
 	PromptCacheRetention string `json:"prompt_cache_retention"`
 	PinStrict            bool   `json:"pin_strict"`
+	PromptCacheKey       string `json:"prompt_cache_key"`
 
 	// Items is Input decoded, in order. Set by parsing.
 	Items []ResponsesItem `json:"-"`
@@ -75,6 +76,9 @@ const MaxResponsesItems = 4096
 func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	var r ResponsesRequest
 	if err := decodeObject(body, &r); err != nil {
+		return nil, err
+	}
+	if err := checkPromptCacheKey(r.PromptCacheKey); err != nil {
 		return nil, err
 	}
 	items, err := parseResponsesInput(r.Input)
@@ -306,6 +310,9 @@ func (r *ResponsesRequest) ChatRequest(prior []ResponsesItem) (*ChatRequest, err
 	}
 	if r.CacheSalt != "" {
 		body["cache_salt"] = r.CacheSalt
+	}
+	if r.PromptCacheKey != "" {
+		body["prompt_cache_key"] = r.PromptCacheKey
 	}
 	if r.User != "" {
 		body["user"] = r.User

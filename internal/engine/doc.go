@@ -15,6 +15,8 @@
 //     the prefix cache and the Core; it turns channels into Core calls, runs each Plan's
 //     forward pass, copies restored bytes into blocks, and forwards outputs to per-request
 //     streams without ever blocking on a slow caller.
+//   - admin.go holds the cache admin operations (Prewarm, Residency, DropCache), each run on
+//     the runner goroutine through do or as an ordinary request.
 //
 // The scripts in testdata/core step a Core with a fake model (core_test.go): admission,
 // chunked prefill, preemption, dedup waits, restores arriving before and after admission,

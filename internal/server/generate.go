@@ -78,6 +78,9 @@ func (s *Server) prepare(p *api.GenerationParams, prompt []int32, maxTokens *int
 	if p.Seed != nil {
 		sp.Seed, sp.HasSeed = uint64(*p.Seed), true
 	}
+	if p.PromptCacheKey != "" {
+		s.metrics.keyed.Inc()
+	}
 	return &genSpec{
 		req: engine.Request{
 			Prompt: prompt, MaxTokens: mt, Sampling: sp, StopTokens: p.StopTokenIDs,
