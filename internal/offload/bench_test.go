@@ -22,23 +22,36 @@ var benchLayout = kvcache.Layout{BlockSize: 16, Layers: 8, KVHeads: 8, HeadDim: 
 const benchBlocks = 32
 
 // restore is the engine's restore path for blocks in s: the Fetcher finds, reads and
-// verifies them (checksum, identity, tokens; on all cores), then their K/V is copied into the
-// arena as the runner does before its forward pass.
-func restore(b *testing.B, t kvtier.Tier, s tier.Store, recs []*tier.Record, arena *kvcache.Arena) {
+// verifies them (checksum, identity, tokens; on all cores). With into (the engine's path when
+// it reserved the blocks at prefetch time) the checksum pass also copies each block's K/V
+// into its arena block; without, the K/V is copied into the arena afterwards, as the runner
+// does before its forward pass when it could not reserve.
+func restore(b *testing.B, t kvtier.Tier, s tier.Store, recs []*tier.Record, arena *kvcache.Arena, into bool) {
 	f := benchFetcher(b, t, s)
 	req := Request{Root: recs[0].Root, Parent: recs[0].Parent}
-	for _, r := range recs {
+	for i, r := range recs {
 		req.Hashes = append(req.Hashes, r.Hash)
 		req.Tokens = append(req.Tokens, r.Tokens...)
+		if into {
+			req.Into = append(req.Into, arena.BlockData(kvcache.BlockID(i)))
+		}
 	}
 	res, err := f.Fetch(ctx, req).Wait(ctx)
 	if err != nil || res.Usable != len(recs) {
 		b.Fatalf("fetch: %d of %d usable, %v", res.Usable, len(recs), err)
 	}
-	for i, blk := range res.Blocks {
-		copy(arena.BlockData(kvcache.BlockID(i)), blk.Record.KV)
+	if !into {
+		for i, blk := range res.Blocks {
+			copy(arena.BlockData(kvcache.BlockID(i)), blk.Record.KV)
+		}
 	}
 }
+
+// modes are the two restore paths: "into" reserved blocks (one pass) and "buffered".
+var modes = []struct {
+	name string
+	into bool
+}{{"into", true}, {"buffered", false}}
 
 var fetchers = map[tier.Store]*Fetcher{}
 
@@ -87,11 +100,15 @@ func BenchmarkRestoreHostVsCopy(b *testing.B) {
 	h.Put(ctx, tiertest.Items(recs))
 	arena, _ := kvcache.NewArena(benchLayout, benchBlocks)
 	bytes := int64(benchBlocks) * benchLayout.BlockBytes()
-	reportRatio(b, bytes, func() { restore(b, kvtier.Host, h, recs, arena) }, func() {
-		for i, r := range recs {
-			copy(arena.BlockData(kvcache.BlockID(i)), r.KV)
-		}
-	})
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			reportRatio(b, bytes, func() { restore(b, kvtier.Host, h, recs, arena, m.into) }, func() {
+				for i, r := range recs {
+					copy(arena.BlockData(kvcache.BlockID(i)), r.KV)
+				}
+			})
+		})
+	}
 }
 
 // Disk -> arena against os.ReadFile of the same files (both from the page
@@ -107,11 +124,15 @@ func BenchmarkRestoreDiskVsReadFile(b *testing.B) {
 	files, _ := filepath.Glob(filepath.Join(d.Dir(), "*.kv"))
 	arena, _ := kvcache.NewArena(benchLayout, benchBlocks)
 	bytes := int64(benchBlocks) * benchLayout.BlockBytes()
-	reportRatio(b, bytes, func() { restore(b, kvtier.Disk, d, recs, arena) }, func() {
-		for _, f := range files {
-			if _, err := os.ReadFile(f); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	for _, m := range modes {
+		b.Run(m.name, func(b *testing.B) {
+			reportRatio(b, bytes, func() { restore(b, kvtier.Disk, d, recs, arena, m.into) }, func() {
+				for _, f := range files {
+					if _, err := os.ReadFile(f); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
 }

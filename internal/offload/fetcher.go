@@ -45,6 +45,12 @@ type Request struct {
 	Parent prefix.Hash   // parent of Hashes[0]: Root, or the last block on the device
 	Hashes []prefix.Hash // block hashes, in prefix order
 	Tokens []int32       // len(Hashes)*BlockSize tokens of those blocks
+	// Into, when set, holds one destination per block (Layout.BlockBytes() bytes each: the
+	// pool blocks reserved for the request): a block's K/V is copied into Into[i] in the same
+	// pass over its bytes as the checksum (tier.DecodeVerifyInto), and a usable Record's KV
+	// is Into[i]. A block that fails leaves garbage in Into[i]. Into[i] is written only while
+	// the fetch runs: after Fetch's Future is Done (or fetch has returned) nothing writes it.
+	Into [][]byte
 }
 
 // Restored is the outcome for one block of a Request.
@@ -190,6 +196,14 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	if len(req.Tokens) != len(req.Hashes)*bs {
 		return Result{}, fmt.Errorf("offload: request has %d tokens for %d blocks of %d", len(req.Tokens), len(req.Hashes), bs)
 	}
+	if req.Into != nil && len(req.Into) != len(req.Hashes) {
+		return Result{}, fmt.Errorf("offload: request has %d destinations for %d blocks", len(req.Into), len(req.Hashes))
+	}
+	for i, d := range req.Into {
+		if int64(len(d)) != f.cfg.Layout.BlockBytes() {
+			return Result{}, fmt.Errorf("offload: destination %d has %d bytes, a block %d", i, len(d), f.cfg.Layout.BlockBytes())
+		}
+	}
 	loc := f.Lookup(ctx, req)
 	found := 0
 	for found < len(loc) && loc[found] >= 0 {
@@ -242,7 +256,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	}
 
 	// Decode and verify on all cores (the checksum pass is the costly part of a host-tier
-	// restore), then walk the results in order: the usable prefix stops at the first gap or
+	// restore; with req.Into it is also the copy into the pool), then walk the results in order: the usable prefix stops at the first gap or
 	// failure.
 	dec := make([]checked, n)
 	verifyAll(n, func(i int) {
@@ -253,8 +267,13 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		if i > 0 {
 			parent = req.Hashes[i-1]
 		}
-		dec[i].rec, dec[i].err = tier.DecodeVerify(vals[i], tier.Want{Identity: f.cfg.Identity, Root: req.Root, Hash: req.Hashes[i],
-			Parent: parent, Tokens: req.Tokens[i*bs : (i+1)*bs], Layout: f.cfg.Layout})
+		want := tier.Want{Identity: f.cfg.Identity, Root: req.Root, Hash: req.Hashes[i],
+			Parent: parent, Tokens: req.Tokens[i*bs : (i+1)*bs], Layout: f.cfg.Layout}
+		if req.Into != nil {
+			dec[i].rec, dec[i].err = tier.DecodeVerifyInto(vals[i], want, req.Into[i])
+		} else {
+			dec[i].rec, dec[i].err = tier.DecodeVerify(vals[i], want)
+		}
 	})
 	for reason, k := range assemble(&res, vals, dec, f.cfg.NeedState) {
 		f.metrics.Discarded(reason, k)
