@@ -516,11 +516,24 @@ func (e *Engine) add(s *stream) {
 	if have >= limit {
 		return
 	}
-	e.core.Prefetching(s.id)
 	id := s.id
-	e.cfg.Restorer.Prefetch(s.root, hashes[:limit], s.req.Prompt, have, func(p Prefetched) {
-		e.sendFetched(prefetchMsg{id, p})
-	})
+	done := func(p Prefetched) { e.sendFetched(prefetchMsg{id, p}) }
+	if ir, ok := e.cfg.Restorer.(IntoRestorer); ok {
+		// Reserve the blocks the prefetch may restore, so it verifies straight into them.
+		if ids := e.core.Reserve(id, have, limit-have); ids != nil {
+			// Reserving may have evicted cached blocks: their bytes go to the hook (the
+			// write-back copies them out) before the Restorer may overwrite them.
+			e.flushEvents()
+			dst := make([][]byte, len(ids))
+			for i, b := range ids {
+				dst[i] = e.arena.BlockData(b)
+			}
+			ir.PrefetchInto(s.root, hashes[:limit], s.req.Prompt, have, dst, done)
+			return
+		}
+	}
+	e.core.Prefetching(id)
+	e.cfg.Restorer.Prefetch(s.root, hashes[:limit], s.req.Prompt, have, done)
 }
 
 // sendFetched hands a prefetch result to the runner without blocking the Restorer's goroutine.
