@@ -100,8 +100,9 @@ type flightKey struct {
 }
 
 type call struct {
-	done chan struct{}
-	val  []byte
+	done    chan struct{}
+	val     []byte
+	waiters int // fetches that joined this read; protected by Fetcher.mu
 }
 
 // Fetcher restores prefixes from the tiers. Safe for concurrent use.
@@ -260,7 +261,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			f.readTier(ctx, ti, req, idx, vals, verify)
+			f.readTier(ctx, ti, req, idx, vals, dec, verify)
 		}()
 	}
 	wg.Wait()
@@ -365,8 +366,9 @@ const chunksInFlight = 4
 // once it has arrived: in chunks of readChunk keys, or in one Get. It feeds the cost model
 // the bytes read over the time the tier took to deliver all of them (from the first Get's
 // start to the last one's end; verification is not reading).
-func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, vals [][]byte, verify func(i int)) {
+func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, vals [][]byte, dec []checked, verify func(i int)) {
 	t := f.tiers[ti]
+	rc, _ := t.Store.(tier.Recycler)
 	chunk := readChunk(t.Tier)
 	if chunk <= 0 || chunk >= len(idx) {
 		chunk = len(idx)
@@ -387,7 +389,7 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 				for j, i := range part {
 					keys[j] = tier.Key{Root: req.Root, Hash: req.Hashes[i]}
 				}
-				got, n, err := f.get(ctx, ti, keys)
+				got, own, n, err := f.get(ctx, ti, keys)
 				for end := int64(time.Since(start)); ; {
 					if old := lastEnd.Load(); old >= end || lastEnd.CompareAndSwap(old, end) {
 						break
@@ -401,6 +403,9 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 					vals[i] = got[j]
 				}
 				verifyAll(len(part), func(j int) { verify(part[j]) })
+				if rc != nil && req.Into != nil {
+					f.recycle(rc, part, got, own, dec)
+				}
 			}
 		}()
 	}
@@ -412,13 +417,29 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 	}
 }
 
+// recycle hands the store back the values of part (got[j] is block part[j]'s) that are
+// nobody else's: read by this fetch's own Get with no other fetch joined (own), and decoded
+// into the pool, with no Aux aliasing them (or failed). The fetch reads vals only for their
+// nil-ness afterwards (assemble).
+func (f *Fetcher) recycle(rc tier.Recycler, part []int, got [][]byte, own []bool, dec []checked) {
+	var done [][]byte
+	for j, i := range part {
+		if own[j] && got[j] != nil && (dec[i].rec == nil || len(dec[i].rec.Aux) == 0) {
+			done = append(done, got[j])
+		}
+	}
+	if len(done) > 0 {
+		rc.Recycle(done)
+	}
+}
+
 // get reads keys from tier ti, joining reads of the same keys already in
 // flight (singleflight) and leading one batched Get for the rest. It returns
-// the values, the bytes its own Get read, and that Get's error.
-func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) ([][]byte, int64, error) {
-	out := make([][]byte, len(keys))
-	var bytes int64
-	var getErr error
+// the values; own[i], whether value i is this call's alone (its own Get read it
+// and no other fetch joined that read); the bytes its own Get read; and that
+// Get's error.
+func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) (out [][]byte, own []bool, bytes int64, getErr error) {
+	out, own = make([][]byte, len(keys)), make([]bool, len(keys))
 	var lead []int
 	var leadCalls []*call
 	wait := make(map[int]*call)
@@ -426,6 +447,7 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) ([][]byte, i
 	for i, k := range keys {
 		fk := flightKey{ti, k}
 		if c, ok := f.mu.flight[fk]; ok {
+			c.waiters++
 			wait[i] = c
 			continue
 		}
@@ -451,6 +473,7 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) ([][]byte, i
 				bytes += int64(len(vals[j]))
 			}
 			out[i] = leadCalls[j].val
+			own[i] = leadCalls[j].waiters == 0 // and none can join: the entry goes now
 			delete(f.mu.flight, flightKey{ti, keys[i]})
 			close(leadCalls[j].done)
 		}
@@ -464,7 +487,7 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) ([][]byte, i
 		case <-ctx.Done():
 		}
 	}
-	return out, bytes, getErr
+	return out, own, bytes, getErr
 }
 
 // verifyAll runs fn(0..n-1) on up to GOMAXPROCS goroutines. Blocks are independent, so the

@@ -2,6 +2,8 @@ package offload
 
 import (
 	"bytes"
+	"context"
+	"sync"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -79,5 +81,98 @@ func TestPrefetchInto(t *testing.T) {
 		if !b.InPlace || b.Data != nil || !bytes.Equal(dst[i], recs[1+i].KV) {
 			t.Fatalf("block %d: in place %v, data %d bytes, destination right %v", i, b.InPlace, len(b.Data), bytes.Equal(dst[i], recs[1+i].KV))
 		}
+	}
+}
+
+// recyclingStore is a memstore that hands out copies and records what comes back through
+// Recycle, poisoning it (as a reused buffer would be overwritten).
+type recyclingStore struct {
+	tier.Store
+	gate     chan struct{} // if non-nil, Get waits on it
+	mu       sync.Mutex
+	recycled int
+}
+
+func (r *recyclingStore) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
+	if r.gate != nil {
+		<-r.gate
+	}
+	vals, err := r.Store.Get(ctx, keys)
+	for i := range vals {
+		vals[i] = bytes.Clone(vals[i])
+	}
+	return vals, err
+}
+
+func (r *recyclingStore) Recycle(vals [][]byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range vals {
+		clear(v)
+		r.recycled++
+	}
+}
+
+// Values verified into the pool go back to a Recycler; values a Record still aliases (no
+// Into), or that another fetch joined, do not.
+func TestFetchRecycles(t *testing.T) {
+	recs := tiertest.Chain(identity, root, layout, 9, 43)
+	for _, tt := range []struct {
+		name string
+		tier kvtier.Tier
+		into bool
+		want int
+	}{
+		{"disk into", kvtier.Disk, true, 9}, // chunked: 3 Gets of up to 4
+		{"host into", kvtier.Host, true, 9},
+		{"disk buffered", kvtier.Disk, false, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			st := &recyclingStore{Store: memstore.New()}
+			st.Store.Put(ctx, tiertest.Items(recs))
+			f := newFetcher(t, []Tier{{tt.tier, st}}, nil, nil)
+			req := request(recs)
+			if tt.into {
+				req.Into = destinations(len(recs))
+			}
+			res := fetch(t, f, req)
+			if res.Usable != len(recs) || st.recycled != tt.want {
+				t.Fatalf("usable %d, recycled %d; want %d, %d", res.Usable, st.recycled, len(recs), tt.want)
+			}
+			for i, b := range res.Blocks {
+				if !bytes.Equal(b.Record.KV, recs[i].KV) {
+					t.Fatalf("block %d: K/V damaged by recycling", i)
+				}
+			}
+		})
+	}
+	// Two fetches of the same blocks: the second joins the first's read, so the values are
+	// shared and neither fetch recycles them.
+	st := &recyclingStore{Store: memstore.New(), gate: make(chan struct{})}
+	st.Store.Put(ctx, tiertest.Items(recs[:2]))
+	f := newFetcher(t, []Tier{{kvtier.Host, st}}, nil, nil)
+	a, b := request(recs[:2]), request(recs[:2])
+	a.Into, b.Into = destinations(2), destinations(2)
+	fa := f.Fetch(ctx, a)
+	waitFor(t, "the first fetch's read", func() bool { f.mu.Lock(); defer f.mu.Unlock(); return len(f.mu.flight) == 2 })
+	fb := f.Fetch(ctx, b)
+	waitFor(t, "the second fetch to join", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, c := range f.mu.flight {
+			if c.waiters == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	close(st.gate)
+	for _, fu := range []*Future{fa, fb} {
+		if res, err := fu.Wait(ctx); err != nil || res.Usable != 2 {
+			t.Fatalf("usable %d, %v", res.Usable, err)
+		}
+	}
+	if st.recycled != 0 {
+		t.Fatalf("recycled %d shared values", st.recycled)
 	}
 }

@@ -123,6 +123,8 @@ type Store struct {
 	noDirect atomic.Bool
 	// directReads counts files whose uncached part was read with O_DIRECT (tests, benchmarks).
 	directReads atomic.Uint64
+	// bufs holds read buffers handed back by Recycle (*[]byte, aligned; read.go).
+	bufs sync.Pool
 }
 
 var _ tier.Store = (*Store)(nil)

@@ -108,7 +108,7 @@ func (s *Store) readFile(path string) ([]byte, error) {
 	}
 	size := int(st.Size)
 	full := (size + directAlign - 1) &^ (directAlign - 1)
-	buf := alignedBuffer(full)
+	buf := s.buffer(full)
 	n := 0
 	if !s.noDirect.Load() && !cached(fd, size) {
 		n = s.readDirect(fd, buf[:full], 0, size)
@@ -188,6 +188,37 @@ func (s *Store) readDirect(fd int, buf []byte, n, size int) int {
 var setFlags = func(fd, flags int) error {
 	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, flags)
 	return err
+}
+
+var _ tier.Recycler = (*Store)(nil)
+
+// buffer returns an aligned read buffer of n bytes, a recycled one when it has one that size
+// (every file of a store has the same size: one block's record). Its contents are garbage.
+func (s *Store) buffer(n int) []byte {
+	if p, ok := s.bufs.Get().(*[]byte); ok && len(*p) == n {
+		return *p
+	}
+	return alignedBuffer(n)
+}
+
+// Recycle implements tier.Recycler: each value is a view of an aligned read buffer from
+// headerSize bytes after its start (parse), so the buffer is found again from the value.
+//
+// REQUIRES: vals are values this Store's Get returned (nil and Corrupted are skipped); any
+// other slice is a caller bug (panics when caught: a misaligned result).
+func (s *Store) Recycle(vals [][]byte) {
+	for _, v := range vals {
+		if len(v) == 0 || unsafe.SliceData(v) == unsafe.SliceData(Corrupted) {
+			continue
+		}
+		base := unsafe.Add(unsafe.Pointer(unsafe.SliceData(v)), -headerSize)
+		if uintptr(base)&(directAlign-1) != 0 {
+			panic("disk: Recycle of a value this store did not return")
+		}
+		full := (headerSize + len(v) + trailerSize + directAlign - 1) &^ (directAlign - 1)
+		b := unsafe.Slice((*byte)(base), full)
+		s.bufs.Put(&b)
+	}
 }
 
 // alignedBuffer returns n bytes starting at a directAlign boundary.
