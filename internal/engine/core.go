@@ -199,9 +199,10 @@ func (c *Core) Prefetching(id uint64) {
 // Reserve takes n fresh blocks for request id's prompt blocks first..first+n-1, for an
 // IntoRestorer to verify K/V into while the request waits, and marks the request prefetching
 // (as Prefetching). It returns nil and takes nothing when the request is not a queued one
-// never admitted, or when n is more than half of what the pool could hand out now (free plus
-// evictable): a queue of long prompts must not push the cached prefixes out of the pool long
-// before it is admitted. The caller then prefetches without a reservation.
+// never admitted, or when all reservations would then hold more than half of the blocks no
+// running request holds (free, evictable, or reserved): a queue of long prompts must neither
+// push the cached prefixes out of the pool long before it is admitted nor leave the running
+// requests no room to decode. The caller then prefetches without a reservation.
 //
 // The blocks are the request's alone and outside the prefix index (allocate hands out
 // uncommitted blocks, and only admission commits them). Its first admission uses them for
@@ -213,7 +214,8 @@ func (c *Core) Prefetching(id uint64) {
 // until then.
 func (c *Core) Reserve(id uint64, first, n int) []kvcache.BlockID {
 	s, ok := c.seqs[id]
-	if !ok || s.state != stateWaiting || s.admitted || s.prefetching || len(s.reserved) > 0 || n <= 0 || 2*n > c.cache.available() {
+	if !ok || s.state != stateWaiting || s.admitted || s.prefetching || len(s.reserved) > 0 || n <= 0 ||
+		2*(c.reservedBlocks+n) > c.cache.available()+c.reservedBlocks {
 		return nil
 	}
 	ids, err := c.cache.allocate(n)
@@ -453,7 +455,8 @@ func (c *Core) takeBlocks(s *seq, from, total int) ([]kvcache.BlockID, error) {
 }
 
 // reclaim frees the reservations of the waiting requests other than s, for s's admission
-// (FCFS: s does not fit, and nobody behind it may start before it): at once where the
+// (FCFS: s does not fit, and nobody behind it may start before it), or, s nil, for a running
+// request's next block (a reservation must not cost a preemption): at once where the
 // prefetch has ended, with whatever was restored in them (those requests compute it
 // instead), and when it ends for the others. Without it a request that needs the whole pool
 // would wait forever behind reservations of requests that cannot start before it. Reports
@@ -494,6 +497,9 @@ func (c *Core) Schedule(now time.Time) *Plan {
 		pos := s.computed
 		if pos/B >= len(s.blocks) {
 			got, err := c.cache.allocate(1)
+			if err != nil && c.reclaim(nil) {
+				got, err = c.cache.allocate(1)
+			}
 			if err != nil {
 				if !c.preemptFor(s, now) {
 					// s alone holds the whole pool and can never get another block: it has
