@@ -60,6 +60,15 @@
 // first, so a chain's head stays more recent than its tail, and eviction takes chains from
 // the tail: what survives is a usable prefix.
 //
+// # Reads
+//
+// Get reads a batch's files on up to 8 goroutines (a device needs several reads in flight).
+// A file wholly in the page cache is read buffered; one it lacks is read with O_DIRECT into
+// an aligned buffer, skipping the page cache's copy and readahead (cachestat tells which;
+// where it is missing reads stay buffered, and where the file system refuses O_DIRECT the
+// store stops trying). The read buffers can be handed back once their values are used
+// (tier.Recycler), and later reads reuse them. See read.go.
+//
 // # Full file system
 //
 // A file system smaller than the budget (or shared) fails a write with ENOSPC. The Put then
