@@ -102,6 +102,13 @@ func FuzzDecodeVerifyInto(f *testing.F) {
 	})
 }
 
+// TestIntoFuzzCorpusPresent keeps the checked-in corpus from silently vanishing.
+func TestIntoFuzzCorpusPresent(t *testing.T) {
+	if m, _ := filepath.Glob(filepath.Join("testdata", "fuzz", "FuzzDecodeVerifyInto", "*")); len(m) == 0 {
+		t.Fatal("testdata/fuzz/FuzzDecodeVerifyInto is missing or empty")
+	}
+}
+
 // TestWriteIntoFuzzCorpus regenerates testdata/fuzz/FuzzDecodeVerifyInto when
 // STOCKPOT_WRITE_CORPUS=1 (after a format change).
 func TestWriteIntoFuzzCorpus(t *testing.T) {
