@@ -15,6 +15,8 @@ func (a cacheAdapter) match(root prefix.Hash, tokens []int32) ([]kvcache.BlockID
 
 func (a cacheAdapter) allocate(n int) ([]kvcache.BlockID, error) { return a.c.Allocate(n) }
 
+func (a cacheAdapter) available() int { return a.c.Available() }
+
 func (a cacheAdapter) markPending(owner uint64, hashes []prefix.Hash) {
 	a.c.MarkPending(hashes, prefix.Owner(owner))
 }

@@ -35,6 +35,10 @@ import (
 //	known tokens=(…) ttl=D expires=D     Core.AdoptPins of every full block of tokens
 //	prefetching id=I                     Core.Prefetching (a Restorer started for I)
 //	prefetched id=I first=F blocks=N [tier=host|disk|remote] [elapsed=D] [discarded=REASON:K]
+//	    [in-place]                       in-place: the blocks were verified into the reservation
+//	reserve id=I first=F n=N             Core.Reserve (an IntoRestorer started for I); prints
+//	                                     the reserved blocks
+//	reserved                             blocks reserved now (CoreStats.ReservedBlocks)
 //	cancel id=I                          Core.Cancel
 //	tick [by=D]                          advance the clock (default 1ms)
 //	step [next=(I:TOK,…)]                Schedule, print the plan, run the fake model, Advance
@@ -204,6 +208,10 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 		p := Prefetched{First: argOr(t, d, "first", 0), Elapsed: argOr(t, d, "elapsed", time.Duration(0))}
 		tier := map[string]kvtier.Tier{"host": kvtier.Host, "disk": kvtier.Disk, "remote": kvtier.Remote}[argOr(t, d, "tier", "host")]
 		for i := range argOr(t, d, "blocks", 0) {
+			if d.HasArg("in-place") {
+				p.Blocks = append(p.Blocks, RestoredBlock{Tier: tier, InPlace: true})
+				continue
+			}
 			p.Blocks = append(p.Blocks, RestoredBlock{Tier: tier, Data: []byte{byte(p.First + i)}})
 		}
 		if d.HasArg("discarded") {
@@ -217,6 +225,14 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			p.Discarded = map[string]int{reason: k}
 		}
 		s.core.Prefetched(s.id(d), p, s.now)
+	case "reserve":
+		if ids := s.core.Reserve(s.id(d), argOr(t, d, "first", 0), argOr(t, d, "n", 0)); ids != nil {
+			s.printf("reserved %v\n", ids)
+		} else {
+			s.printf("no reservation\n")
+		}
+	case "reserved":
+		s.printf("reserved=%d\n", s.core.Stats().ReservedBlocks)
 	case "cancel":
 		s.core.Cancel(s.id(d), s.now)
 	case "tick":
@@ -348,8 +364,10 @@ func TestCoreScripts(t *testing.T) {
 					t.Fatalf("%s: %v", d.Pos, err)
 				}
 				if s.core.Idle() {
-					if st := s.cache.Stats(); st.Referenced != s.core.PinnedBlocks() {
-						t.Fatalf("%s: core idle but %d blocks referenced, %d pinned", d.Pos, st.Referenced, s.core.PinnedBlocks())
+					// Only pins and reservations whose prefetch is still running may outlive
+					// their request.
+					if st, r, p := s.cache.Stats(), s.core.Stats().ReservedBlocks, s.core.PinnedBlocks(); st.Referenced != r+p {
+						t.Fatalf("%s: core idle but %d blocks referenced, %d reserved, %d pinned", d.Pos, st.Referenced, r, p)
 					}
 				}
 				st := s.cache.Stats()

@@ -372,8 +372,10 @@ func (e *Engine) CheckInvariants() error {
 			return
 		}
 		if e.core.Idle() {
-			if st := e.cache.Stats(); st.Referenced != e.core.PinnedBlocks() {
-				err = fmt.Errorf("engine: idle but %d blocks still referenced, %d of them pinned", st.Referenced, e.core.PinnedBlocks())
+			// Only pins and reservations whose prefetch still runs (Core.Reserve) may outlive
+			// a request.
+			if st, r, p := e.cache.Stats(), e.core.Stats().ReservedBlocks, e.core.PinnedBlocks(); st.Referenced != r+p {
+				err = fmt.Errorf("engine: idle but %d blocks still referenced, %d reserved, %d pinned", st.Referenced, r, p)
 			}
 		}
 	})
@@ -633,11 +635,24 @@ func (e *Engine) add(s *stream) {
 	if have >= limit {
 		return
 	}
-	e.core.Prefetching(s.id)
 	id := s.id
-	e.cfg.Restorer.Prefetch(s.root, hashes[:limit], s.req.Prompt, have, func(p Prefetched) {
-		e.sendFetched(prefetchMsg{id, p})
-	})
+	done := func(p Prefetched) { e.sendFetched(prefetchMsg{id, p}) }
+	if ir, ok := e.cfg.Restorer.(IntoRestorer); ok {
+		// Reserve the blocks the prefetch may restore, so it verifies straight into them.
+		if ids := e.core.Reserve(id, have, limit-have); ids != nil {
+			// Reserving may have evicted cached blocks: their bytes go to the hook (the
+			// write-back copies them out) before the Restorer may overwrite them.
+			e.flushEvents()
+			dst := make([][]byte, len(ids))
+			for i, b := range ids {
+				dst[i] = e.arena.BlockData(b)
+			}
+			ir.PrefetchInto(s.root, hashes[:limit], s.req.Prompt, have, dst, done)
+			return
+		}
+	}
+	e.core.Prefetching(id)
+	e.cfg.Restorer.Prefetch(s.root, hashes[:limit], s.req.Prompt, have, done)
 }
 
 // sendFetched hands a prefetch result to the runner without blocking the Restorer's goroutine.

@@ -89,7 +89,10 @@ type Tiers struct {
 	pins     *pinWriter
 }
 
-var _ engine.Restorer = (*Tiers)(nil)
+var (
+	_ engine.Restorer     = (*Tiers)(nil)
+	_ engine.IntoRestorer = (*Tiers)(nil)
+)
 
 // Open opens the configured stores (host, disk, remote, in that order), registers the offload
 // metrics with reg, and starts the writer and the fetchers. On error nothing stays open.
