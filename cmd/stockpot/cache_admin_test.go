@@ -59,18 +59,19 @@ func TestServeCacheAdmin(t *testing.T) {
 	if code := adminCall(t, "GET", ts.URL+"/v1/cache", "", nil, nil); code != 401 {
 		t.Errorf("no key: HTTP %d, want 401", code)
 	}
-	text := longText(1500)
+	text := longText(700) // 22 blocks: within the pin budget (half the pool)
 	var pw struct {
 		PromptTokens   int `json:"prompt_tokens"`
 		CachedTokens   int `json:"cached_tokens"`
 		ComputedTokens int `json:"computed_tokens"`
 		Blocks         int `json:"blocks"`
+		PinnedTokens   int `json:"pinned_tokens"`
 	}
 	if code := adminCall(t, "POST", ts.URL+"/v1/cache/prewarm", "adm", map[string]any{"prompt": text, "pin": map[string]any{"ttl": "1h"}}, &pw); code != 200 {
 		t.Fatalf("prewarm: HTTP %d", code)
 	}
-	if pw.ComputedTokens != pw.PromptTokens || pw.Blocks != pw.PromptTokens/16 {
-		t.Errorf("prewarm %+v: want every token computed into %d blocks", pw, pw.PromptTokens/16)
+	if pw.ComputedTokens != pw.PromptTokens || pw.Blocks != pw.PromptTokens/16 || pw.PinnedTokens != pw.Blocks*16 {
+		t.Errorf("prewarm %+v: want every token computed into %d blocks, all pinned", pw, pw.PromptTokens/16)
 	}
 	warm := completeText(t, ts.URL, text)
 	if c, want := *warm.usage.PromptTokensDetails.CachedTokens, (warm.usage.PromptTokens-1)/16*16; c != want {
@@ -82,8 +83,8 @@ func TestServeCacheAdmin(t *testing.T) {
 		t.Errorf("a prewarm over the pool: HTTP %d, want 400", code)
 	}
 
-	for i := range 3 { // push the prewarmed prompt down to the host tier
-		completeText(t, ts.URL, fmt.Sprint(i, longText(1500)))
+	for i := range 3 { // push other prompts down to the host tier; the pinned one stays
+		completeText(t, ts.URL, fmt.Sprint(i, longText(1000)))
 	}
 	var res struct {
 		Tiers []struct {
@@ -93,7 +94,11 @@ func TestServeCacheAdmin(t *testing.T) {
 		TopPrefixes struct {
 			ByBytes []struct{ Tokens int } `json:"by_bytes"`
 		} `json:"top_prefixes"`
-		Pins []any
+		Pins []struct {
+			ID, Tier       string
+			Blocks, Tokens int
+			TTL            float64 `json:"ttl_seconds"`
+		}
 	}
 	if code := adminCall(t, "GET", ts.URL+"/v1/cache?limit=3", "adm", nil, &res); code != 200 {
 		t.Fatalf("GET /v1/cache: HTTP %d", code)
@@ -103,6 +108,32 @@ func TestServeCacheAdmin(t *testing.T) {
 	}
 	if n := len(res.TopPrefixes.ByBytes); n == 0 || n > 3 || res.TopPrefixes.ByBytes[0].Tokens == 0 {
 		t.Errorf("top prefixes by bytes %+v (limit 3)", res.TopPrefixes.ByBytes)
+	}
+	// The prewarm's pin kept its prefix in the pool through that traffic, and is listed: one
+	// chain in the pool, and its blocks pinned in the host tier too (pins go down the tiers).
+	if len(res.Pins) == 0 || res.Pins[0].Tier != "device" || res.Pins[0].Tokens != pw.PinnedTokens || res.Pins[0].TTL != 3600 {
+		t.Fatalf("pins %+v, want the prewarm's %d-token 1h pin first", res.Pins, pw.PinnedTokens)
+	}
+	for _, p := range res.Pins[1:] {
+		if p.Tier != "host" || p.TTL != 3600 || p.Blocks != 1 {
+			t.Errorf("pin %+v: want the host tier's copies of the 1h pin's blocks", p)
+		}
+	}
+	var un struct {
+		UnpinnedBlocks int `json:"unpinned_blocks"`
+	}
+	if code := adminCall(t, "DELETE", ts.URL+"/v1/cache?pin="+res.Pins[0].ID, "adm", nil, &un); code != 200 || un.UnpinnedBlocks != res.Pins[0].Blocks {
+		t.Errorf("unpin: HTTP %d, %+v, want %d blocks", code, un, res.Pins[0].Blocks)
+	}
+	if n := len(inst.engine.Pins()); n != 0 {
+		t.Errorf("%d blocks still pinned after the unpin", n)
+	}
+	if code := adminCall(t, "DELETE", ts.URL+"/v1/cache?pin="+res.Pins[0].ID, "adm", nil, &un); code != 404 {
+		t.Errorf("unpin twice: HTTP %d, want 404", code)
+	}
+	var after struct{ Pins []any }
+	if code := adminCall(t, "GET", ts.URL+"/v1/cache", "adm", nil, &after); code != 200 || len(after.Pins) != 0 {
+		t.Errorf("after the unpin: HTTP %d, pins %v, want none in any tier", code, after.Pins)
 	}
 
 	var dr struct {

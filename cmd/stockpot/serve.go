@@ -196,6 +196,14 @@ func newInstance(o serveOptions) (*instance, error) {
 	if in.tiers != nil {
 		scfg.TierStats = in.tiers.Stats
 		scfg.TierDrop = in.tiers.DropRoot
+		scfg.TierPins = func() []server.TierPin {
+			var out []server.TierPin
+			for _, p := range in.tiers.Pins() {
+				out = append(out, server.TierPin{Tier: p.Tier, Root: p.Root, Hash: p.Hash, TTL: p.TTL, Expires: p.Expires})
+			}
+			return out
+		}
+		scfg.TierUnpin = in.tiers.Unpin
 	}
 	if in.server, err = server.New(scfg, in.engine, server.FromTokenizer(lf.tok), reg); err != nil {
 		return fail(err)

@@ -28,8 +28,10 @@ type PrewarmRequest struct {
 	// tools. Exactly one is non-nil.
 	Completion *CompletionRequest `json:"-"`
 	Chat       *ChatRequest       `json:"-"`
-	// PinTTL is the pin's time to live; 0 without a pin.
-	PinTTL time.Duration `json:"-"`
+	// PinTTL is the pin's time to live; 0 without a pin. PinStrict (pin.strict) refuses a pin
+	// the pin budget cannot hold whole instead of pinning part of it.
+	PinTTL    time.Duration `json:"-"`
+	PinStrict bool          `json:"-"`
 }
 
 // Pin TTLs: Anthropic's two cache_control TTLs and OpenAI's prompt_cache_retention "24h", by
@@ -49,11 +51,11 @@ func ParsePrewarmRequest(body []byte) (*PrewarmRequest, error) {
 	if len(r.CacheSalt) > MaxCacheSaltBytes {
 		return nil, Invalid("cache_salt", "cache_salt is %d bytes, over the limit of %d; use a tenant id or a hash of one", len(r.CacheSalt), MaxCacheSaltBytes)
 	}
-	ttl, err := parsePin(r.Pin)
+	ttl, strict, err := parsePin(r.Pin)
 	if err != nil {
 		return nil, err
 	}
-	r.PinTTL = ttl
+	r.PinTTL, r.PinStrict = ttl, strict
 	hasPrompt, hasMessages := !isNull(bytes.TrimSpace(r.Prompt)), !isNull(bytes.TrimSpace(r.Messages))
 	switch {
 	case hasPrompt && hasMessages:
@@ -89,19 +91,26 @@ func ParsePrewarmRequest(body []byte) (*PrewarmRequest, error) {
 	return &r, nil
 }
 
-// parsePin reads pin: null/absent (no pin) or {"ttl": "5m"|"1h"|"24h"|seconds}.
-func parsePin(raw json.RawMessage) (time.Duration, error) {
+// parsePin reads pin: null/absent (no pin) or {"ttl": "5m"|"1h"|"24h"|seconds, "strict": bool}.
+func parsePin(raw json.RawMessage) (time.Duration, bool, error) {
 	raw = bytes.TrimSpace(raw)
 	if isNull(raw) {
-		return 0, nil
+		return 0, false, nil
 	}
 	var p struct {
-		TTL json.RawMessage `json:"ttl"`
+		TTL    json.RawMessage `json:"ttl"`
+		Strict bool            `json:"strict"`
 	}
 	if raw[0] != '{' || json.Unmarshal(raw, &p) != nil {
-		return 0, Invalid("pin", `pin must be an object {"ttl": "5m" | "1h" | "24h" | seconds}`)
+		return 0, false, Invalid("pin", `pin must be an object {"ttl": "5m" | "1h" | "24h" | seconds, "strict": false}`)
 	}
-	ttl := bytes.TrimSpace(p.TTL)
+	ttl, err := parsePinTTL(p.TTL)
+	return ttl, p.Strict, err
+}
+
+// parsePinTTL reads pin.ttl.
+func parsePinTTL(ttl json.RawMessage) (time.Duration, error) {
+	ttl = bytes.TrimSpace(ttl)
 	if isNull(ttl) {
 		return 0, Invalid("pin.ttl", `pin.ttl is required: "5m", "1h", "24h" or a number of seconds`)
 	}

@@ -154,6 +154,7 @@ func (c *Core) Ready() []Delivery {
 type coreStats struct {
 	dedupWaits    uint64
 	preemptions   uint64
+	pinsShed      uint64        // pinned blocks unpinned for a request that could not run otherwise
 	prefetchStall time.Duration // time admissions were held back waiting for prefetches
 	restored      kvtier.Counts // blocks restored, by tier
 }
@@ -167,6 +168,7 @@ type CoreStats struct {
 	PrefetchStall    time.Duration // time admissions were held back waiting for prefetches
 	Restored         [4]uint64     // blocks restored from the lower tiers, indexed by Tier
 	ReservedBlocks   int           // blocks reserved for prefetches now (Reserve), not yet used or released
+	PinsShed         uint64        // pinned blocks unpinned early for a request that could not run otherwise
 }
 
 // Stats returns the core's counters. The wrapper reads them through here, never the fields.
@@ -175,7 +177,7 @@ func (c *Core) Stats() CoreStats {
 		Running: len(c.running), Waiting: len(c.waiting),
 		DedupWaits: c.stats.dedupWaits, Preemptions: c.stats.preemptions,
 		PrefetchStall: c.stats.prefetchStall, Restored: c.stats.restored,
-		ReservedBlocks: c.reservedBlocks,
+		ReservedBlocks: c.reservedBlocks, PinsShed: c.stats.pinsShed,
 	}
 }
 
@@ -356,6 +358,9 @@ func (c *Core) admit(now time.Time) {
 		if err != nil && c.reclaim(s) {
 			rest, err = c.takeBlocks(s, len(matched), total)
 		}
+		for err != nil && len(c.running) == 0 && c.shedPins() {
+			rest, err = c.takeBlocks(s, len(matched), total)
+		}
 		if err != nil {
 			c.cache.release(matched)
 			kept = append(kept, s)
@@ -511,6 +516,9 @@ func (c *Core) Schedule(now time.Time) *Plan {
 		if pos/B >= len(s.blocks) {
 			got, err := c.cache.allocate(1)
 			if err != nil && c.reclaim(nil) {
+				got, err = c.cache.allocate(1)
+			}
+			for err != nil && c.shedPins() {
 				got, err = c.cache.allocate(1)
 			}
 			if err != nil {

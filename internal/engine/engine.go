@@ -344,7 +344,7 @@ func (e *Engine) publishStats() {
 		DedupWaits: cs.DedupWaits, Preemptions: cs.Preemptions,
 		PrefetchStall:  cs.PrefetchStall,
 		RestoredBlocks: cs.Restored,
-		PinnedBlocks:   e.core.PinnedBlocks(), PinBudgetBlocks: e.core.cfg.PinBudget,
+		PinnedBlocks:   e.core.PinnedBlocks(), PinBudgetBlocks: e.core.cfg.PinBudget, PinsShed: cs.PinsShed,
 	}
 	e.stats.Store(&st)
 }

@@ -343,6 +343,37 @@ func (p *pinTable) unpin(c blockCache, match func(*pinEntry) bool) int {
 	return len(gone)
 }
 
+// shed drops the pin that expires first, and every pin below it, to give memory back to a
+// request that cannot run otherwise (see Core.shedPins). No events: the tiers keep their pins
+// (the block goes down with its pin when the pool evicts it). It returns the blocks unpinned.
+func (p *pinTable) shed(c blockCache) int {
+	var first *pinEntry
+	for _, e := range p.entries {
+		if first == nil || e.expires.Before(first.expires) || e.expires.Equal(first.expires) && e.depth > first.depth {
+			first = e
+		}
+	}
+	if first == nil {
+		return 0
+	}
+	drop := map[prefix.Hash]bool{first.hash: true}
+	for changed := true; changed; {
+		changed = false
+		for h, e := range p.entries {
+			if !drop[h] && drop[e.parent] {
+				drop[h], changed = true, true
+			}
+		}
+	}
+	gone := make([]*pinEntry, 0, len(drop))
+	for h := range drop {
+		gone = append(gone, p.entries[h])
+		delete(p.entries, h)
+	}
+	p.drop(c, gone, false)
+	return len(gone)
+}
+
 func (p *pinTable) drop(c blockCache, gone []*pinEntry, events bool) {
 	if len(gone) == 0 {
 		return
@@ -425,6 +456,18 @@ func (c *Core) ReservePins(id uint64, req *Request, root prefix.Hash) error {
 
 // Unreserve gives back what ReservePins reserved for a request that was never added.
 func (c *Core) Unreserve(id uint64) { c.pins.unreserve(id) }
+
+// shedPins gives pinned memory back when a request could not run otherwise: the head of the
+// queue that does not fit with nothing running (nothing else will free a block), or a running
+// request that needs a block to decode, before anything is preempted. Pins are the cache's
+// priority, not a reservation against requests: the budget bounds what they hold, and when
+// requests need more than the rest of the pool, the pins that expire first yield (counted in
+// CoreStats.PinsShed), never a hang. It reports whether it freed anything.
+func (c *Core) shedPins() bool {
+	n := c.pins.shed(c.cache)
+	c.stats.pinsShed += uint64(n)
+	return n > 0
+}
 
 // ExpirePins drops the pins whose time is up; Schedule calls it too. It returns how many
 // blocks were unpinned.

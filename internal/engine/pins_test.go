@@ -151,6 +151,48 @@ func TestPinBudget(t *testing.T) {
 	}
 }
 
+// TestPinsYield: pins never make a request wait forever. With the pin budget at the whole
+// 64-block pool and 48 blocks pinned, a 40-block prompt cannot be admitted until pins give
+// way: the pins that expire first are shed (counted) and the request completes; the pin that
+// expires last survives as far as the pool allows. A request that fits leaves pins alone.
+func TestPinsYield(t *testing.T) {
+	clk := newFakeClock()
+	e := newEngine(t, func(c *engine.Config) { c.KVMemory = 64 * 8192; c.PinBudget = 64 * 8192; c.Now = clk.Now })
+	long := seqPrompt(21, 24*16+1)
+	short := seqPrompt(22, 24*16+1)
+	collect(t, e, engine.Request{Prompt: long, MaxTokens: 1, Pins: []engine.PinSpec{{Tokens: len(long), TTL: time.Hour}}})
+	collect(t, e, engine.Request{Prompt: short, MaxTokens: 1, Pins: []engine.PinSpec{{Tokens: len(short), TTL: 5 * time.Minute}}})
+	if n := e.Stats().PinnedBlocks; n != 48 {
+		t.Fatalf("%d blocks pinned, want 48", n)
+	}
+	collect(t, e, engine.Request{Prompt: seqPrompt(23, 8*16), MaxTokens: 1}) // fits beside the pins
+	if st := e.Stats(); st.PinsShed != 0 || st.PinnedBlocks != 48 {
+		t.Fatalf("a request that fits shed %d pinned blocks (%d left)", st.PinsShed, st.PinnedBlocks)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		collect(t, e, engine.Request{Prompt: seqPrompt(24, 40*16), MaxTokens: 1})
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatal("a request that fits the pool only without the pins never ran")
+	}
+	st := e.Stats()
+	if st.PinsShed == 0 || st.PinnedBlocks+int(st.PinsShed) != 48 {
+		t.Errorf("shed %d, %d still pinned: want some shed, the rest kept", st.PinsShed, st.PinnedBlocks)
+	}
+	for _, p := range e.Pins() {
+		if p.TTL != time.Hour {
+			t.Errorf("pin %+v survived the 1h pin: the 5m pin (expiring first) should yield first", p)
+		}
+	}
+	if err := e.CheckInvariants(); err != nil {
+		t.Error(err)
+	}
+}
+
 // BenchmarkPinnedPrefixFlood measures the pinned prefix's hit rate and TTFT while other
 // prompts flood the pool, against the same prefix unpinned (sub-benchmarks pinned and
 // unpinned, same run). Each iteration floods the 64-block pool with 12 prompts of 6 blocks,

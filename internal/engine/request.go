@@ -155,6 +155,7 @@ type Stats struct {
 	RestoredBlocks   kvtier.Counts // blocks restored from lower tiers, by tier
 	PinnedBlocks     int           // blocks held by pins (part of KVBlocksUsed)
 	PinBudgetBlocks  int           // the most blocks pins may hold (Config.PinBudget)
+	PinsShed         uint64        // pinned blocks unpinned early for a request that could not run otherwise
 }
 
 // Errors callers branch on.

@@ -40,6 +40,12 @@ type CacheAdmin interface {
 	DropCache(salt string, all bool) engine.Dropped
 	// PoolFits says whether an n-token prompt fits the pool at all.
 	PoolFits(n int) error
+	// Pins lists the working pool's pinned blocks; Unpin unpins those match selects (and the
+	// pins below them), returning how many blocks it unpinned.
+	Pins() []engine.PinInfo
+	Unpin(match func(engine.PinInfo) bool) int
+	// Root is the chain root of a tenant's (salt's) blocks.
+	Root(salt string) prefix.Hash
 }
 
 // Bounds of GET /v1/cache's ?limit: each list (roots, prefixes by hits, by bytes) has at most
@@ -95,7 +101,7 @@ type PrewarmResponse struct {
 	CachedTokens   int    `json:"cached_tokens"`   // found cached (any tier)
 	ComputedTokens int    `json:"computed_tokens"` // prefilled by this call
 	Blocks         int    `json:"blocks"`          // full blocks of the prompt now in the pool
-	PinnedTokens   int    `json:"pinned_tokens"`   // 0 until pins are wired
+	PinnedTokens   int    `json:"pinned_tokens"`   // held by the pin ("pin"), whole blocks; less than asked when over the pin budget
 }
 
 func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
@@ -135,9 +141,9 @@ func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ereq := &engine.Request{Prompt: prompt, CacheSalt: req.CacheSalt}
-	// TODO(coordinator): pins. req.PinTTL (> 0 when "pin" was sent) becomes
-	// ereq.Pins = []engine.PinSpec{{Tokens: len(prompt), TTL: req.PinTTL}}, and PinnedTokens
-	// below reads the usage's Pins.
+	if req.PinTTL > 0 {
+		ereq.Pins, ereq.PinStrict = []engine.PinSpec{{Tokens: len(prompt), TTL: req.PinTTL}}, req.PinStrict
+	}
 	u, err := s.cfg.CacheAdmin.Prewarm(r.Context(), ereq)
 	if err != nil {
 		if r.Context().Err() != nil {
@@ -146,8 +152,12 @@ func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
 		writeError(w, engineError(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, PrewarmResponse{Object: "cache.prewarm", PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens(),
-		ComputedTokens: u.ComputedTokens, Blocks: len(prompt) / s.cfg.BlockSize})
+	out := PrewarmResponse{Object: "cache.prewarm", PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens(),
+		ComputedTokens: u.ComputedTokens, Blocks: len(prompt) / s.cfg.BlockSize}
+	for _, p := range u.Pins {
+		out.PinnedTokens = max(out.PinnedTokens, p.Pinned)
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // prewarmPrompt tokenizes a prewarm's prompt: text as a completion prompt (BOS added), tokens
@@ -212,13 +222,18 @@ type CachePrefix struct {
 	Hits   int    `json:"hits"`
 }
 
-// CachePin is one pin (filled in once pins are wired).
+// CachePin is one pin: in the working pool ("device") a pinned prefix, from its first block
+// (Head) to its last (ID, the id DELETE /v1/cache?pin= takes), Tokens long; in a lower tier one
+// pinned block (Blocks 1, no Head or Tokens: the tiers keep no chains).
 type CachePin struct {
 	ID      string    `json:"id"`
 	Tier    string    `json:"tier"`
-	Tokens  int       `json:"tokens"`
+	Root    string    `json:"root"`
+	Head    string    `json:"head,omitempty"`
+	Blocks  int       `json:"blocks"`
+	Tokens  int       `json:"tokens,omitempty"`
 	TTL     float64   `json:"ttl_seconds"`
-	Expires time.Time `json:"expires_at"`
+	Expires time.Time `json:"expires_at"` // the earliest along the chain: when it first gets shorter
 }
 
 // CacheResponse is the answer of GET /v1/cache.
@@ -271,17 +286,18 @@ func (s *Server) handleCacheGet(w http.ResponseWriter, r *http.Request) {
 		return o
 	}
 	out.Top.ByHits, out.Top.ByBytes = conv(res.ByHits), conv(res.ByBytes)
-	// TODO(coordinator): pins. Fill out.Pins from the pool's pins and the tiers' Pins().
+	out.Pins = s.cachePins(limit)
 	writeJSON(w, http.StatusOK, out)
 }
 
 // CacheDropResponse is the answer of DELETE /v1/cache.
 type CacheDropResponse struct {
-	Object        string            `json:"object"` // "cache.dropped"
-	DroppedBlocks int               `json:"dropped_blocks"`
-	BusyBlocks    int               `json:"busy_blocks"` // of those, still held by running requests (freed when they end)
-	Tiers         map[string]uint64 `json:"tiers"`       // blocks deleted per lower tier
-	TierErrors    []string          `json:"tier_errors,omitempty"`
+	Object         string            `json:"object"` // "cache.dropped"
+	DroppedBlocks  int               `json:"dropped_blocks"`
+	BusyBlocks     int               `json:"busy_blocks"`     // of those, still held by running requests (freed when they end)
+	UnpinnedBlocks int               `json:"unpinned_blocks"` // pinned blocks unpinned before the drop
+	Tiers          map[string]uint64 `json:"tiers"`           // blocks deleted per lower tier
+	TierErrors     []string          `json:"tier_errors,omitempty"`
 }
 
 func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
@@ -298,9 +314,7 @@ func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case q.Has("pin"):
-		// TODO(coordinator): pins. Unpin ID (its blocks become ordinary cached blocks).
-		writeError(w, &api.Error{Status: http.StatusNotImplemented, Type: api.TypeInvalidRequest, Code: "not_implemented", Param: "pin",
-			Message: "dropping a pin is not available yet on this server"})
+		s.handleUnpin(w, r, q.Get("pin"))
 		return
 	case q.Has("all"):
 		if v := q.Get("all"); v != "1" && v != "true" {
@@ -312,8 +326,12 @@ func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	all := q.Has("all")
+	// Dropping a tenant (or everything) drops its pins first: a pinned block is held, so it
+	// would otherwise stay behind as busy. The tiers lose the pins with the blocks.
+	root := s.cfg.CacheAdmin.Root(q.Get("salt"))
+	unpinned := s.cfg.CacheAdmin.Unpin(func(p engine.PinInfo) bool { return all || p.Root == root })
 	d := s.cfg.CacheAdmin.DropCache(q.Get("salt"), all)
-	out := CacheDropResponse{Object: "cache.dropped", DroppedBlocks: d.Blocks, BusyBlocks: d.Busy, Tiers: map[string]uint64{}}
+	out := CacheDropResponse{Object: "cache.dropped", DroppedBlocks: d.Blocks, BusyBlocks: d.Busy, UnpinnedBlocks: unpinned, Tiers: map[string]uint64{}}
 	if s.cfg.TierDrop != nil {
 		counts, err := s.cfg.TierDrop(r.Context(), d.Root) // the zero root: every root
 		for t := range kvtier.Tier(kvtier.Count) {

@@ -21,12 +21,34 @@ type fakeCacheAdmin struct {
 	prewarmed             []engine.Request
 	limit                 int
 	drops                 []string // "salt=S" or "all"
+	pins                  []engine.PinInfo
 }
+
+func (f *fakeCacheAdmin) Pins() []engine.PinInfo { return f.pins }
+
+func (f *fakeCacheAdmin) Unpin(match func(engine.PinInfo) bool) int {
+	kept, n := f.pins[:0:0], 0
+	for _, p := range f.pins {
+		if match(p) {
+			n++
+			continue
+		}
+		kept = append(kept, p)
+	}
+	f.pins = kept
+	return n
+}
+
+func (f *fakeCacheAdmin) Root(salt string) prefix.Hash { return prefix.Root([]byte("id"), salt) }
 
 func (f *fakeCacheAdmin) Prewarm(_ context.Context, req *engine.Request) (engine.Usage, error) {
 	f.prewarmed = append(f.prewarmed, *req)
 	n := len(req.Prompt)
-	return engine.Usage{PromptTokens: n, DeviceTokens: n / 2, ComputedTokens: n - n/2}, nil
+	u := engine.Usage{PromptTokens: n, DeviceTokens: n / 2, ComputedTokens: n - n/2}
+	for _, p := range req.Pins {
+		u.Pins = append(u.Pins, engine.PinResult{TTL: p.TTL, Requested: p.Tokens, Pinned: p.Tokens / f.blockSize * f.blockSize})
+	}
+	return u, nil
 }
 
 func (f *fakeCacheAdmin) Residency(limit int) engine.Residency {

@@ -63,6 +63,10 @@ type Config struct {
 	CacheAdmin CacheAdmin
 	// TierDrop, when set, drops a root's blocks from the lower tiers on DELETE /v1/cache.
 	TierDrop TierDropper
+	// TierPins and TierUnpin, when set, list and drop the lower tiers' pins (GET and
+	// DELETE /v1/cache?pin=).
+	TierPins  func() []TierPin
+	TierUnpin TierUnpinner
 	// Logger receives request errors and recovered panics.
 	Logger *slog.Logger
 	// Now is the clock (tests); defaults to time.Now.
