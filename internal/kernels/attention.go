@@ -93,7 +93,8 @@ type AttnParams struct {
 // Numerics follow ggml's non-flash path: with an f16 cache q is rounded to
 // f16 (the vec_dot_type of an f16 K), scores are q·k times Scale, softmax
 // subtracts the max, exps in f32, sums in float64, and out = Σ p_j v_j in
-// f32. With a Q8_0 cache q is quantized to q8_0 per head and q·k is
+// f32, with p_j rounded to f16 for an f16 cache (the vec_dot_type of the
+// f16 V in ggml's P·V mul_mat). With a Q8_0 cache q is quantized to q8_0 per head and q·k is
 // ggml's q8_0 dot (quant.MatMul), as llama.cpp's flash attention does (see
 // attention_q8.go). The result for a query does not depend on the other
 // queries in the call nor on the thread count (see attendBlock).
@@ -326,6 +327,11 @@ func (st *attnState) attendBlock(kvh, qb int, buf []float32) {
 	for r := range m {
 		softmaxCausal(s[r*nb:(r+1)*nb], st.positions[t0+r/group]+1, a.Scale)
 	}
+	if f16 {
+		// ggml's non-flash P·V is a mul_mat with the f16 V as src0: P is
+		// rounded to f16, its vec_dot_type.
+		roundF16(s[:m*nb], s[:m*nb])
+	}
 	mulRows(ob, hd, s, nb, m, st.vt[kvh*hd*st.nPad:], st.nPad, hd, nb)
 	for t := t0; t < t1; t++ {
 		for g := range group {
@@ -529,6 +535,9 @@ func attendOne(out, q []float32, n int, kv *PagedKV, layer, kvh int, scale float
 	clear(out)
 	for j, pj := range scores {
 		pj *= inv
+		if kv.F16 != nil {
+			pj = f16ToF32(f32ToF16(pj)) // as in Attention: P in f16 for an f16 V
+		}
 		vo := kv.offset(layer, 1, j) + headOff
 		if kv.F16 != nil {
 			axpyF16(out, pj, kv.F16[vo:vo+hd])
