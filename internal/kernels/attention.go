@@ -317,7 +317,7 @@ func (st *attnState) attendBlock(kvh, qb int, buf []float32) {
 			case f16:
 				roundF16(dst, src)
 			case q8:
-				roundQ8(dst, src)
+				roundQ8(dst, src, rotK(hd))
 			default:
 				copy(dst, src)
 			}
@@ -333,6 +333,9 @@ func (st *attnState) attendBlock(kvh, qb int, buf []float32) {
 		roundF16(s[:m*nb], s[:m*nb])
 	}
 	mulRows(ob, hd, s, nb, m, st.vt[kvh*hd*st.nPad:], st.nPad, hd, nb)
+	if q8 {
+		fwht(ob[:m*hd], rotV(hd)) // undo v's rotation (attention_q8.go)
+	}
 	for t := t0; t < t1; t++ {
 		for g := range group {
 			copy(st.out[(t*a.NHeads+kvh*group+g)*hd:][:hd], ob[((t-t0)*group+g)*hd:][:hd])

@@ -20,6 +20,18 @@ import (
 //     times d_q*d_k, accumulated in f32;
 //   - V rows are dequantized to f32 (d*q) and accumulated in f32.
 //
+// And before any of that, when the head dim is a multiple of 64, llama.cpp
+// rotates (llama-kv-cache.cpp attn_rot_k / attn_rot_v, on by default for a
+// quantized cache; LLAMA_ATTN_ROT_DISABLE turns it off): q and k by an
+// orthonormal Walsh-Hadamard matrix over chunks of rotK(HeadDim) elements
+// (the largest power of two dividing the head dim), v over chunks of 64, and
+// the attention output over chunks of 64 again, which undoes v's rotation
+// (H·H = I). In exact arithmetic attention is unchanged; the rotation spreads
+// outliers across a block so that q8_0 loses less. Its CPU kernel
+// (ggml_compute_forward_fwht_f32) scales by 1/sqrtf(n) first and then runs
+// the butterflies u+v, u−v in natural order; fwht does exactly that, so the
+// stored bytes are llama.cpp's.
+//
 // We quantize K, V and q the same way, but compute q·k as an f32 dot of the
 // dequantized values (d*q is exact in f32) with the f32 tile kernels of the
 // f16 path, so Q8 attention costs what f16 attention costs: the scores
@@ -60,14 +72,84 @@ func (kv *PagedKV) checkQ8() {
 	}
 }
 
-// storeKVQ8 quantizes one token's K and V rows into a Q8_0 arena.
+// storeKVQ8 quantizes one token's K and V rows into a Q8_0 arena, rotated
+// first when the head dim is a multiple of 64 (k by rotK, v by rotV).
 func storeKVQ8(kv *PagedKV, layer, pos int, k, v []float32) {
 	kv.checkQ8()
 	row := kv.KVHeads * kv.HeadDim
-	rb := kv.KVHeads * kv.headBytesQ8()
 	ko, vo := kv.byteOffsetQ8(layer, 0, pos), kv.byteOffsetQ8(layer, 1, pos)
-	quant.QuantizeActivations(gguf.TypeQ8_0, k[:row], kv.Q8[ko:ko+rb])
-	quant.QuantizeActivations(gguf.TypeQ8_0, v[:row], kv.Q8[vo:vo+rb])
+	quantizeRotated(kv.Q8[ko:], k[:row], rotK(kv.HeadDim))
+	quantizeRotated(kv.Q8[vo:], v[:row], rotV(kv.HeadDim))
+}
+
+// rotK returns the chunk size of the Hadamard rotation of q and k for head
+// dim hd, 0 for none: the largest power of two >= 64 dividing hd.
+func rotK(hd int) int {
+	if hd%64 != 0 {
+		return 0
+	}
+	n := 64
+	for hd%(2*n) == 0 {
+		n *= 2
+	}
+	return n
+}
+
+// rotV returns the chunk size of the rotation of v and of the attention
+// output: 64 when hd is a multiple of 64, else 0 (none).
+func rotV(hd int) int {
+	if hd%64 != 0 {
+		return 0
+	}
+	return 64
+}
+
+// fwht sets every chunk of n elements of x (n a power of two, len(x) a
+// multiple of n) to H_n times it, H_n the orthonormal Sylvester-ordered
+// Walsh-Hadamard matrix: scale by 1/sqrtf(n), then butterflies of span 1,
+// 2, 4, ... in natural order, as ggml's CPU fwht. n = 0 leaves x as is.
+func fwht(x []float32, n int) {
+	if n == 0 {
+		return
+	}
+	scale := 1 / float32(math.Sqrt(float64(n)))
+	for c := 0; c+n <= len(x); c += n {
+		r := x[c : c+n]
+		for j := range r {
+			r[j] *= scale
+		}
+		for l := 1; l < n; l <<= 1 {
+			for i := 0; i < n; i += 2 * l {
+				a, b := r[i:i+l], r[i+l:i+2*l]
+				for j := range a {
+					u, w := a[j], b[j]
+					a[j], b[j] = u+w, u-w
+				}
+			}
+		}
+	}
+}
+
+// quantizeRotated writes src, rotated in chunks of n (0: not rotated), as
+// Q8_0 blocks to the start of dst. src is not changed.
+func quantizeRotated(dst []byte, src []float32, n int) {
+	if n == 0 {
+		quant.QuantizeActivations(gguf.TypeQ8_0, src, dst[:len(src)/q8Block*q8Bytes])
+		return
+	}
+	var stack [256]float32
+	tmp := stack[:]
+	if n > len(stack) {
+		tmp = make([]float32, n)
+	}
+	tmp = tmp[:n]
+	cb := n / q8Block * q8Bytes
+	for c := 0; c+n <= len(src); c += n {
+		copy(tmp, src[c:c+n])
+		fwht(tmp, n)
+		o := c / n * cb
+		quant.QuantizeActivations(gguf.TypeQ8_0, tmp, dst[o:o+cb])
+	}
 }
 
 // dequantQ8 sets dst[i] = d*q[i] for the len(dst)/32 blocks of src, as
@@ -83,13 +165,16 @@ func dequantQ8(dst []float32, src []byte) {
 	}
 }
 
-// roundQ8 sets dst to src quantized to Q8_0 (as ggml's x86 from_float)
-// and dequantized, one block at a time: the values llama.cpp's q8_0 dot
-// sees for a query row. len(src) is a multiple of 32.
-func roundQ8(dst, src []float32) {
+// roundQ8 sets dst to src rotated in chunks of n (0: not rotated),
+// quantized to Q8_0 (as ggml's x86 from_float) and dequantized: the values
+// llama.cpp's q8_0 dot sees for a query row. len(src) is a multiple of 32
+// and of n; dst may be src.
+func roundQ8(dst, src []float32, n int) {
+	copy(dst, src)
+	fwht(dst, n)
 	var blk [q8Bytes]byte
-	for b := 0; b+q8Block <= len(src); b += q8Block {
-		quant.QuantizeActivations(gguf.TypeQ8_0, src[b:b+q8Block], blk[:])
+	for b := 0; b+q8Block <= len(dst); b += q8Block {
+		quant.QuantizeActivations(gguf.TypeQ8_0, dst[b:b+q8Block], blk[:])
 		dequantQ8(dst[b:b+q8Block], blk[:])
 	}
 }
@@ -110,15 +195,15 @@ func dotQ8Ref(a, b []byte, nb int) float32 {
 	return s
 }
 
-// attendOneQ8 is attendOne for a Q8_0 arena: q quantized to q8_0, scores by
-// dotQ8Ref, V dequantized and accumulated by axpy. buf holds at least
-// n + 2*HeadDim floats.
+// attendOneQ8 is attendOne for a Q8_0 arena: q rotated and quantized to
+// q8_0, scores by dotQ8Ref, V dequantized and accumulated by axpy, the
+// output rotated back. buf holds at least n + 2*HeadDim floats.
 func attendOneQ8(out, q []float32, n int, kv *PagedKV, layer, kvh int, scale float32, buf []float32) {
 	hd := len(q)
 	hb := kv.headBytesQ8()
 	scores, vr := buf[:n], buf[n:n+hd]
 	qq := make([]byte, hb)
-	quant.QuantizeActivations(gguf.TypeQ8_0, q, qq)
+	quantizeRotated(qq, q, rotK(hd))
 	mx := float32(math.Inf(-1))
 	for j := range n {
 		ko := kv.byteOffsetQ8(layer, 0, j) + kvh*hb
@@ -139,4 +224,5 @@ func attendOneQ8(out, q []float32, n int, kv *PagedKV, layer, kvh int, scale flo
 		dequantQ8(vr, kv.Q8[vo:vo+hb])
 		axpyF32Ref(out, pj*inv, vr)
 	}
+	fwht(out, rotV(hd))
 }

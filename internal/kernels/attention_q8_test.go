@@ -12,7 +12,8 @@ import (
 )
 
 // newTestKVQ8 is newTestKV for a Q8 arena. It also returns, for layer, the
-// K and V rows as stored (dequantized), for the dense oracle.
+// K and V rows as stored (rotated when hd is a multiple of 64, quantized,
+// dequantized), for the dense oracle.
 func newTestKVQ8(r *rand.Rand, layers, layer, nkv, hd, bs, nPos int) (kv *PagedKV, keys, vals [][]float32) {
 	nBlocks := (nPos + bs - 1) / bs
 	kv = &PagedKV{BlockSize: bs, Layers: layers, KVHeads: nkv, HeadDim: hd}
@@ -27,21 +28,75 @@ func newTestKVQ8(r *rand.Rand, layers, layer, nkv, hd, bs, nPos int) (kv *PagedK
 			k, v := randFloats(r, row), randFloats(r, row)
 			StoreKV(kv, l, pos, k, v)
 			if l == layer {
-				keys = append(keys, roundedQ8(k))
-				vals = append(vals, roundedQ8(v))
+				keys = append(keys, roundedQ8(k, rotK(hd)))
+				vals = append(vals, roundedQ8(v, rotV(hd)))
 			}
 		}
 	}
 	return kv, keys, vals
 }
 
-// roundedQ8 returns x quantized to Q8_0 (ggml's x86 from_float) and back.
-func roundedQ8(x []float32) []float32 {
+// roundedQ8 returns x rotated in chunks of n (0: not rotated), quantized
+// to Q8_0 (ggml's x86 from_float) and back.
+func roundedQ8(x []float32, n int) []float32 {
+	r := append([]float32(nil), x...)
+	fwht(r, n)
 	b := make([]byte, len(x)/q8Block*q8Bytes)
-	quant.QuantizeActivations(gguf.TypeQ8_0, x, b)
+	quant.QuantizeActivations(gguf.TypeQ8_0, r, b)
 	out := make([]float32, len(x))
 	dequantQ8(out, b)
 	return out
+}
+
+// hadamard returns ggml_gen_hadamard's n×n matrix, in float64.
+func hadamard(n int) [][]float64 {
+	h := make([][]float64, n)
+	for i := range h {
+		h[i] = make([]float64, n)
+	}
+	h[0][0] = 1 / math.Sqrt(float64(n))
+	for s := 1; s < n; s *= 2 {
+		for i := range s {
+			for j := range s {
+				v := h[i][j]
+				h[i+s][j], h[i][j+s], h[i+s][j+s] = v, v, -v
+			}
+		}
+	}
+	return h
+}
+
+// TestFWHT checks fwht against the explicit matrix product and H·H = I.
+func TestFWHT(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, n := range []int{64, 128, 256, 512} {
+		h := hadamard(n)
+		x := randFloats(r, 2*n)
+		y := append([]float32(nil), x...)
+		fwht(y, n)
+		for c := 0; c < 2; c++ {
+			for i := range n {
+				var want float64
+				for j := range n {
+					want += h[i][j] * float64(x[c*n+j])
+				}
+				if d := math.Abs(float64(y[c*n+i]) - want); d > 1e-5 {
+					t.Fatalf("n %d chunk %d element %d: have %v, want %v", n, c, i, y[c*n+i], want)
+				}
+			}
+		}
+		fwht(y, n)
+		for i := range x {
+			if d := math.Abs(float64(y[i] - x[i])); d > 1e-5 {
+				t.Fatalf("n %d: H·H·x element %d = %v, want %v", n, i, y[i], x[i])
+			}
+		}
+	}
+	for _, tt := range []struct{ hd, k, v int }{{32, 0, 0}, {64, 64, 64}, {96, 0, 0}, {128, 128, 64}, {192, 64, 64}, {256, 256, 64}} {
+		if k, v := rotK(tt.hd), rotV(tt.hd); k != tt.k || v != tt.v {
+			t.Errorf("head dim %d: rotK %d rotV %d, want %d %d (llama-kv-cache.cpp)", tt.hd, k, v, tt.k, tt.v)
+		}
+	}
 }
 
 func TestStoreKVQ8(t *testing.T) {
@@ -61,7 +116,7 @@ func TestStoreKVQ8(t *testing.T) {
 	}
 	// Quantization error is at most half a step, d/2 = amax/254 per block.
 	x := randFloats(r, 64)
-	y := roundedQ8(x)
+	y := roundedQ8(x, 0)
 	for b := range 2 {
 		var amax float64
 		for _, v := range x[b*32 : (b+1)*32] {
@@ -83,7 +138,7 @@ func TestAttentionQ8(t *testing.T) {
 	p := NewPool(2)
 	defer p.Close()
 	for _, tt := range []struct{ nh, nkv, hd, bs, nPos int }{
-		{4, 2, 32, 4, 11}, {3, 3, 64, 16, 40}, {9, 3, 64, 16, 35}, {2, 1, 128, 8, 70},
+		{4, 2, 32, 4, 11}, {3, 3, 64, 16, 40}, {9, 3, 64, 16, 35}, {2, 1, 128, 8, 70}, {2, 2, 96, 8, 20}, {2, 1, 192, 4, 9},
 	} {
 		t.Run(fmt.Sprintf("h%d/kv%d/d%d/bs%d", tt.nh, tt.nkv, tt.hd, tt.bs), func(t *testing.T) {
 			const layers, layer = 3, 1
@@ -93,9 +148,21 @@ func TestAttentionQ8(t *testing.T) {
 			q := randFloats(r, len(positions)*tt.nh*tt.hd)
 			qo := make([]float32, 0, len(q))
 			for h := 0; h < len(q); h += tt.hd {
-				qo = append(qo, roundedQ8(q[h:h+tt.hd])...)
+				qo = append(qo, roundedQ8(q[h:h+tt.hd], rotK(tt.hd))...)
 			}
 			want := denseAttention(qo, positions, keys, vals, a)
+			if n := rotV(tt.hd); n > 0 { // the output is rotated back
+				hm := hadamard(n)
+				for c := 0; c < len(want); c += n {
+					chunk := append([]float64(nil), want[c:c+n]...)
+					for i := range n {
+						want[c+i] = 0
+						for j := range n {
+							want[c+i] += hm[i][j] * chunk[j]
+						}
+					}
+				}
+			}
 			have := make([]float32, len(q))
 			Attention(p, have, q, positions, kv, layer, a)
 			ref := make([]float32, len(q))
