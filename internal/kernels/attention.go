@@ -143,7 +143,7 @@ func Attention(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer in
 	*st = attnState{gather: st.gather, attend: st.attend, p: p, out: out, q: q, positions: positions, kv: kv, layer: layer, a: a,
 		group: group, nKeys: nKeys, nPad: nPad, k: sc.k[:need], vt: sc.vt[:need],
 		nqb:    (nt + attnQBlock - 1) / attnQBlock,
-		bufLen: max(attnKeyPad*hd, attnQBlock*group*(2*hd+nPad))}
+		bufLen: max(attnKeyPad*hd, attnQBlock*group*(2*hd+nPad)) + attnQ8Scratch}
 	if st.gather == nil {
 		st.gather, st.attend = st.gatherRange, st.attendRange
 	}
@@ -160,6 +160,9 @@ const (
 	attnKeyPad = 64
 	// attnQBlock is the number of query tokens per task.
 	attnQBlock = 16
+	// attnQ8Scratch is the floats at the end of a worker buffer that hold
+	// one Q8_0 block (34 bytes) for roundQ8.
+	attnQ8Scratch = 9
 )
 
 // padKeys rounds n up to a positive multiple of attnKeyPad.
@@ -309,6 +312,10 @@ func (st *attnState) attendBlock(kvh, qb int, buf []float32) {
 	rows := attnQBlock * group
 	qs, ob, s := buf[:m*hd], buf[rows*hd:rows*hd+m*hd], buf[2*rows*hd:2*rows*hd+m*nb]
 	f16, q8 := st.kv.F16 != nil, st.kv.Q8 != nil
+	var blk []byte // q8: roundQ8's scratch, the last attnQ8Scratch floats of buf
+	if q8 {
+		blk = unsafe.Slice((*byte)(unsafe.Pointer(&buf[st.bufLen-attnQ8Scratch])), 4*attnQ8Scratch)
+	}
 	for t := t0; t < t1; t++ {
 		for g := range group {
 			src := st.q[(t*a.NHeads+kvh*group+g)*hd:][:hd]
@@ -317,7 +324,7 @@ func (st *attnState) attendBlock(kvh, qb int, buf []float32) {
 			case f16:
 				roundF16(dst, src)
 			case q8:
-				roundQ8(dst, src, rotK(hd))
+				roundQ8(dst, src, rotK(hd), blk)
 			default:
 				copy(dst, src)
 			}

@@ -153,8 +153,10 @@ func quantizeRotated(dst []byte, src []float32, n int) {
 }
 
 // dequantQ8 sets dst[i] = d*q[i] for the len(dst)/32 blocks of src, as
-// ggml's dequantize_row_q8_0.
-func dequantQ8(dst []float32, src []byte) {
+// ggml's dequantize_row_q8_0; amd64 replaces it with an AVX2 version.
+var dequantQ8 = dequantQ8Ref
+
+func dequantQ8Ref(dst []float32, src []byte) {
 	for b := range len(dst) / q8Block {
 		blk := src[b*q8Bytes : (b+1)*q8Bytes]
 		d := f16ToF32(binary.LittleEndian.Uint16(blk))
@@ -168,14 +170,15 @@ func dequantQ8(dst []float32, src []byte) {
 // roundQ8 sets dst to src rotated in chunks of n (0: not rotated),
 // quantized to Q8_0 (as ggml's x86 from_float) and dequantized: the values
 // llama.cpp's q8_0 dot sees for a query row. len(src) is a multiple of 32
-// and of n; dst may be src.
-func roundQ8(dst, src []float32, n int) {
+// and of n; dst may be src. blk is scratch of at least q8Bytes bytes (a
+// local array would escape: QuantizeActivations leaks its dst).
+func roundQ8(dst, src []float32, n int, blk []byte) {
 	copy(dst, src)
 	fwht(dst, n)
-	var blk [q8Bytes]byte
+	blk = blk[:q8Bytes]
 	for b := 0; b+q8Block <= len(dst); b += q8Block {
-		quant.QuantizeActivations(gguf.TypeQ8_0, dst[b:b+q8Block], blk[:])
-		dequantQ8(dst[b:b+q8Block], blk[:])
+		quant.QuantizeActivations(gguf.TypeQ8_0, dst[b:b+q8Block], blk)
+		dequantQ8(dst[b:b+q8Block], blk)
 	}
 }
 

@@ -314,3 +314,27 @@ func BenchmarkAttentionQ8(b *testing.B) {
 		})
 	}
 }
+
+// TestDequantQ8MatchesReference: the dequantization in use (AVX2 on amd64)
+// gives the reference's bits, for every int8 and scales including zero,
+// subnormal, infinite and NaN halves.
+func TestDequantQ8MatchesReference(t *testing.T) {
+	r := rand.New(rand.NewPCG(43, 44))
+	for _, nb := range []int{0, 1, 2, 3, 8, 17} {
+		src := make([]byte, nb*q8Bytes)
+		for i := range src {
+			src[i] = byte(r.Uint32())
+		}
+		for b := 0; b < nb && b < 5; b++ {
+			binary.LittleEndian.PutUint16(src[b*q8Bytes:], []uint16{0, 0x0001, 0x7c00, 0x7e00, 0x3c00}[b])
+		}
+		have, want := make([]float32, nb*q8Block), make([]float32, nb*q8Block)
+		dequantQ8(have, src)
+		dequantQ8Ref(want, src)
+		for i := range have {
+			if math.Float32bits(have[i]) != math.Float32bits(want[i]) && !(math.IsNaN(float64(have[i])) && math.IsNaN(float64(want[i]))) {
+				t.Fatalf("nb %d element %d: have %v, want %v", nb, i, have[i], want[i])
+			}
+		}
+	}
+}
