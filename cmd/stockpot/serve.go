@@ -221,7 +221,7 @@ func cmdServe(args []string) error {
 	threads := fs.Int("threads", runtime.NumCPU(), "compute threads")
 	blockSize := fs.Int("block-size", ed.BlockSize, "tokens per KV block")
 	kvMemory := fs.String("kv-memory", "auto", "working KV block pool size (e.g. 512MiB), or auto")
-	kvType := fs.String("kv-type", ed.KVType.String(), "K/V element type: f32 or f16")
+	kvType := fs.String("kv-type", ed.KVType.String(), "K/V element type: f32, f16 or q8_0 (ggml's block_q8_0, 34 bytes per 32 values; needs a head dim that is a multiple of 32)")
 	prefixCache := fs.Bool("prefix-cache", ed.PrefixCache, "reuse cached prompt prefixes")
 	dedup := fs.Bool("prefix-dedup", ed.Dedup, "wait for prefix blocks another request is computing instead of computing them twice")
 	maxBatch := fs.Int("max-batch-tokens", ed.MaxBatchTokens, "tokens per forward step (prefill chunk + decodes)")
@@ -269,13 +269,9 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--max-body-bytes: %w", err)
 	}
-	dt := kvcache.F32
-	switch strings.ToLower(*kvType) {
-	case "f32":
-	case "f16":
-		dt = kvcache.F16
-	default:
-		return fmt.Errorf("--kv-type %q: want f32 or f16", *kvType)
+	dt, err := kvcache.ParseDType(*kvType)
+	if err != nil {
+		return fmt.Errorf("--kv-type %q: want f32, f16 or q8_0", *kvType)
 	}
 	if *keyFile != "" {
 		b, err := os.ReadFile(*keyFile)

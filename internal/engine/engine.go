@@ -508,7 +508,7 @@ func (e *Engine) run() {
 				t = append(t, int32(b))
 			}
 			tables[i] = t
-			kv := &kernels.PagedKV{F32: e.arena.F32(), F16: e.arena.F16(), BlockSize: e.cfg.BlockSize, Layers: mc.Layers, KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, Table: t}
+			kv := &kernels.PagedKV{F32: e.arena.F32(), F16: e.arena.F16(), Q8: e.arena.Q8(), BlockSize: e.cfg.BlockSize, Layers: mc.Layers, KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, Table: t}
 			sq := model.Sequence{Tokens: it.Tokens, Pos: it.Pos, KV: kv}
 			if it.WantLogits {
 				if nl == len(logitBufs) {

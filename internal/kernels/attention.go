@@ -8,15 +8,18 @@ import (
 )
 
 // PagedKV is a view of one sequence's K/V in a block arena (see doc.go for
-// the layout). Exactly one of F32 and F16 is non-nil: the arena, holding
-// whole blocks back to back, each of BlockElems() elements. Table maps the
-// sequence's block index (pos / BlockSize) to an arena block.
+// the layout). Exactly one of F32, F16 and Q8 is non-nil: the arena, holding
+// whole blocks back to back, each of BlockElems() elements (for Q8, of
+// BlockElems()/32*34 bytes: Q8_0 blocks of 32 elements per head row, so
+// HeadDim must be a multiple of 32). Table maps the sequence's block index
+// (pos / BlockSize) to an arena block.
 //
 // The view does not own the arena; whoever owns the blocks guarantees that
 // the blocks in Table are not written by anyone else during a call.
 type PagedKV struct {
 	F32 []float32
 	F16 []uint16
+	Q8  []byte
 
 	BlockSize int // token slots per block
 	Layers    int
@@ -47,11 +50,16 @@ func (kv *PagedKV) offset(layer, isV, pos int) int {
 }
 
 // StoreKV writes one token's K and V (KVHeads*HeadDim each) for layer at
-// position pos, rounding to f16 when the arena is f16.
+// position pos, rounding to f16 when the arena is f16 and quantizing to
+// Q8_0 (as ggml's x86 from_float does) when it is Q8.
 func StoreKV(kv *PagedKV, layer, pos int, k, v []float32) {
 	row := kv.KVHeads * kv.HeadDim
 	if len(k) < row || len(v) < row || layer < 0 || layer >= kv.Layers || pos < 0 {
 		panic(fmt.Sprintf("kernels: StoreKV layer %d pos %d with len(k)=%d len(v)=%d, row %d", layer, pos, len(k), len(v), row))
+	}
+	if kv.Q8 != nil {
+		storeKVQ8(kv, layer, pos, k, v)
+		return
 	}
 	ko, vo := kv.offset(layer, 0, pos), kv.offset(layer, 1, pos)
 	if kv.F16 != nil {
@@ -85,8 +93,11 @@ type AttnParams struct {
 // Numerics follow ggml's non-flash path: with an f16 cache q is rounded to
 // f16 (the vec_dot_type of an f16 K), scores are q·k times Scale, softmax
 // subtracts the max, exps in f32, sums in float64, and out = Σ p_j v_j in
-// f32. The result for a query does not depend on the other queries in the
-// call nor on the thread count (see attendBlock).
+// f32, with p_j rounded to f16 for an f16 cache (the vec_dot_type of the
+// f16 V in ggml's P·V mul_mat). With a Q8_0 cache q is quantized to q8_0 per head and q·k is
+// ggml's q8_0 dot (quant.MatMul), as llama.cpp's flash attention does (see
+// attention_q8.go). The result for a query does not depend on the other
+// queries in the call nor on the thread count (see attendBlock).
 //
 // Per KV head the call gathers K rows [0, nPad) into a contiguous matrix and
 // V transposed, nPad being maxPos+1 rounded up to attnKeyPad with zeros
@@ -111,6 +122,10 @@ func Attention(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer in
 		nKeys = max(nKeys, pos+1)
 	}
 	nPad := padKeys(nKeys)
+	q8 := kv.Q8 != nil
+	if q8 {
+		kv.checkQ8()
+	}
 
 	var sc *attnScratch
 	if p != nil {
@@ -128,7 +143,7 @@ func Attention(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer in
 	*st = attnState{gather: st.gather, attend: st.attend, p: p, out: out, q: q, positions: positions, kv: kv, layer: layer, a: a,
 		group: group, nKeys: nKeys, nPad: nPad, k: sc.k[:need], vt: sc.vt[:need],
 		nqb:    (nt + attnQBlock - 1) / attnQBlock,
-		bufLen: max(attnKeyPad*hd, attnQBlock*group*(2*hd+nPad))}
+		bufLen: max(attnKeyPad*hd, attnQBlock*group*(2*hd+nPad)) + attnQ8Scratch}
 	if st.gather == nil {
 		st.gather, st.attend = st.gatherRange, st.attendRange
 	}
@@ -145,6 +160,9 @@ const (
 	attnKeyPad = 64
 	// attnQBlock is the number of query tokens per task.
 	attnQBlock = 16
+	// attnQ8Scratch is the floats at the end of a worker buffer that hold
+	// one Q8_0 block (34 bytes) for roundQ8.
+	attnQ8Scratch = 9
 )
 
 // padKeys rounds n up to a positive multiple of attnKeyPad.
@@ -187,6 +205,10 @@ type attnState struct {
 func (st *attnState) gatherRange(worker, lo, hi int) {
 	kv, hd, nPad := st.kv, st.a.HeadDim, st.nPad
 	tmp := st.p.workerBuf(worker, st.bufLen)[:attnKeyPad*hd]
+	if kv.Q8 != nil {
+		st.gatherRangeQ8(tmp, lo, hi)
+		return
+	}
 	for h := range kv.KVHeads {
 		kh := st.k[h*nPad*hd : (h+1)*nPad*hd]
 		vh := st.vt[h*hd*nPad : (h+1)*hd*nPad]
@@ -210,12 +232,46 @@ func (st *attnState) gatherRange(worker, lo, hi int) {
 					copy(vr, kv.F32[vo:vo+hd])
 				}
 			}
-			for d := range hd {
-				dst := vh[d*nPad+j0 : d*nPad+j0+attnKeyPad]
-				for jj := range dst {
-					dst[jj] = tmp[jj*hd+d]
+			transposeChunk(vh, tmp, j0, nPad, hd)
+		}
+	}
+}
+
+// transposeChunk writes the attnKeyPad rows of HeadDim floats in tmp into
+// columns j0.. of vh ([HeadDim][nPad]).
+func transposeChunk(vh, tmp []float32, j0, nPad, hd int) {
+	for d := range hd {
+		dst := vh[d*nPad+j0 : d*nPad+j0+attnKeyPad]
+		for jj := range dst {
+			dst[jj] = tmp[jj*hd+d]
+		}
+	}
+}
+
+// gatherRangeQ8 is gatherRange for a Q8 arena: K and V rows are
+// dequantized to f32 (exactly: d*q needs 18 bits).
+func (st *attnState) gatherRangeQ8(tmp []float32, lo, hi int) {
+	kv, hd, nPad := st.kv, st.a.HeadDim, st.nPad
+	hb := kv.headBytesQ8()
+	for h := range kv.KVHeads {
+		kh := st.k[h*nPad*hd : (h+1)*nPad*hd]
+		vh := st.vt[h*hd*nPad : (h+1)*hd*nPad]
+		for c := lo; c < hi; c++ {
+			j0 := c * attnKeyPad
+			for jj := range attnKeyPad {
+				j := j0 + jj
+				kr, vr := kh[j*hd:(j+1)*hd], tmp[jj*hd:(jj+1)*hd]
+				if j >= st.nKeys {
+					clear(kr)
+					clear(vr)
+					continue
 				}
+				ko := kv.byteOffsetQ8(st.layer, 0, j) + h*hb
+				vo := kv.byteOffsetQ8(st.layer, 1, j) + h*hb
+				dequantQ8(kr, kv.Q8[ko:ko+hb])
+				dequantQ8(vr, kv.Q8[vo:vo+hb])
 			}
+			transposeChunk(vh, tmp, j0, nPad, hd)
 		}
 	}
 }
@@ -255,14 +311,21 @@ func (st *attnState) attendBlock(kvh, qb int, buf []float32) {
 	nb := padKeys(nKeys)
 	rows := attnQBlock * group
 	qs, ob, s := buf[:m*hd], buf[rows*hd:rows*hd+m*hd], buf[2*rows*hd:2*rows*hd+m*nb]
-	f16 := st.kv.F16 != nil
+	f16, q8 := st.kv.F16 != nil, st.kv.Q8 != nil
+	var blk []byte // q8: roundQ8's scratch, the last attnQ8Scratch floats of buf
+	if q8 {
+		blk = unsafe.Slice((*byte)(unsafe.Pointer(&buf[st.bufLen-attnQ8Scratch])), 4*attnQ8Scratch)
+	}
 	for t := t0; t < t1; t++ {
 		for g := range group {
 			src := st.q[(t*a.NHeads+kvh*group+g)*hd:][:hd]
 			dst := qs[((t-t0)*group+g)*hd:][:hd]
-			if f16 {
+			switch {
+			case f16:
 				roundF16(dst, src)
-			} else {
+			case q8:
+				roundQ8(dst, src, rotK(hd), blk)
+			default:
 				copy(dst, src)
 			}
 		}
@@ -271,7 +334,15 @@ func (st *attnState) attendBlock(kvh, qb int, buf []float32) {
 	for r := range m {
 		softmaxCausal(s[r*nb:(r+1)*nb], st.positions[t0+r/group]+1, a.Scale)
 	}
+	if f16 {
+		// ggml's non-flash P·V is a mul_mat with the f16 V as src0: P is
+		// rounded to f16, its vec_dot_type.
+		roundF16(s[:m*nb], s[:m*nb])
+	}
 	mulRows(ob, hd, s, nb, m, st.vt[kvh*hd*st.nPad:], st.nPad, hd, nb)
+	if q8 {
+		fwht(ob[:m*hd], rotV(hd)) // undo v's rotation (attention_q8.go)
+	}
 	for t := t0; t < t1; t++ {
 		for g := range group {
 			copy(st.out[(t*a.NHeads+kvh*group+g)*hd:][:hd], ob[((t-t0)*group+g)*hd:][:hd])
@@ -427,11 +498,15 @@ func attentionRef(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer
 		maxLen = max(maxLen, pos+1)
 	}
 	p.forWorker(nt*a.NHeads, func(worker, lo, hi int) {
-		buf := make([]float32, maxLen+hd)
+		buf := make([]float32, maxLen+2*hd)
 		for i := lo; i < hi; i++ {
 			t, h := i/a.NHeads, i%a.NHeads
 			o := (t*a.NHeads + h) * hd
-			attendOne(out[o:o+hd], q[o:o+hd], positions[t]+1, kv, layer, h/group, a.Scale, buf)
+			if kv.Q8 != nil {
+				attendOneQ8(out[o:o+hd], q[o:o+hd], positions[t]+1, kv, layer, h/group, a.Scale, buf)
+			} else {
+				attendOne(out[o:o+hd], q[o:o+hd], positions[t]+1, kv, layer, h/group, a.Scale, buf)
+			}
 		}
 	})
 }
@@ -470,6 +545,9 @@ func attendOne(out, q []float32, n int, kv *PagedKV, layer, kvh int, scale float
 	clear(out)
 	for j, pj := range scores {
 		pj *= inv
+		if kv.F16 != nil {
+			pj = f16ToF32(f32ToF16(pj)) // as in Attention: P in f16 for an f16 V
+		}
 		vo := kv.offset(layer, 1, j) + headOff
 		if kv.F16 != nil {
 			axpyF16(out, pj, kv.F16[vo:vo+hd])

@@ -51,7 +51,13 @@
 //
 //	block[b] = [layer][K then V][slot 0..BlockSize-1][kvHead][headDim]
 //
-// with f32 or f16 elements. A sequence's block table maps position p to
+// with f32 or f16 elements, or (PagedKV.Q8) with each head row stored as
+// HeadDim/32 Q8_0 blocks (f16 scale, 32 int8; 34 bytes), so a row is
+// KVHeads*HeadDim/32*34 bytes and the formula below holds in rows. Q8_0 K/V
+// follows llama.cpp's `-ctk q8_0 -ctv q8_0` (flash attention, which it
+// requires, plus its Hadamard rotation of q, k, v and the output for head
+// dims that are multiples of 64): see attention_q8.go. A sequence's block
+// table maps position p to
 // block Table[p/BlockSize], slot p%BlockSize, so the element (layer, K or V,
 // p, head, d) is at
 //

@@ -11,8 +11,10 @@ import (
 var ErrBudget = errors.New("kvcache: kv memory budget too small")
 
 // Arena is the K/V memory of NumBlocks blocks, back to back in one slab.
-// Exactly one of the f32 and f16 slabs is non-nil, chosen by Layout.DType.
-// Block id b occupies elements [b*BlockElems, (b+1)*BlockElems).
+// Exactly one of the f32, f16 and q8 slabs is non-nil, chosen by
+// Layout.DType. Block id b occupies elements [b*BlockElems, (b+1)*BlockElems)
+// of the f32 or f16 slab, or bytes [b*BlockBytes, (b+1)*BlockBytes) of the
+// q8 slab (Q8_0 blocks, see Layout).
 //
 // The Arena does no bookkeeping: who may write a block is decided by the Pool
 // that hands out its ids. The arena never moves, so views stay valid for its
@@ -23,6 +25,7 @@ type Arena struct {
 	elems     int // layout.BlockElems(), cached
 	f32       []float32
 	f16       []uint16
+	q8        []byte
 }
 
 // NewArena allocates numBlocks blocks of layout l.
@@ -40,6 +43,8 @@ func NewArena(l Layout, numBlocks int) (*Arena, error) {
 		a.f32 = make([]float32, n)
 	case F16:
 		a.f16 = make([]uint16, n)
+	case Q8_0:
+		a.q8 = make([]byte, int64(numBlocks)*l.BlockBytes())
 	}
 	return a, nil
 }
@@ -74,6 +79,9 @@ func (a *Arena) F32() []float32 { return a.f32 }
 // F16 returns the whole slab when the dtype is F16, else nil. Shared, not a copy.
 func (a *Arena) F16() []uint16 { return a.f16 }
 
+// Q8 returns the whole slab when the dtype is Q8_0, else nil. Shared, not a copy.
+func (a *Arena) Q8() []byte { return a.q8 }
+
 func (a *Arena) check(id BlockID) int {
 	if id < 0 || int(id) >= a.numBlocks {
 		panic(fmt.Sprintf("kvcache: block %d outside arena of %d blocks", id, a.numBlocks))
@@ -85,7 +93,7 @@ func (a *Arena) check(id BlockID) int {
 func (a *Arena) BlockF32(id BlockID) []float32 {
 	off := a.check(id)
 	if a.f32 == nil {
-		panic("kvcache: BlockF32 on an f16 arena")
+		panic("kvcache: BlockF32 on a " + a.layout.DType.String() + " arena")
 	}
 	return a.f32[off : off+a.elems : off+a.elems]
 }
@@ -94,7 +102,7 @@ func (a *Arena) BlockF32(id BlockID) []float32 {
 func (a *Arena) BlockF16(id BlockID) []uint16 {
 	off := a.check(id)
 	if a.f16 == nil {
-		panic("kvcache: BlockF16 on an f32 arena")
+		panic("kvcache: BlockF16 on a " + a.layout.DType.String() + " arena")
 	}
 	return a.f16[off : off+a.elems : off+a.elems]
 }
@@ -107,10 +115,14 @@ func (a *Arena) BlockF16(id BlockID) []uint16 {
 func (a *Arena) BlockData(id BlockID) []byte {
 	off := a.check(id)
 	n := int(a.layout.BlockBytes())
-	if a.f32 != nil {
+	switch {
+	case a.f32 != nil:
 		return unsafe.Slice((*byte)(unsafe.Pointer(&a.f32[off])), n)
+	case a.f16 != nil:
+		return unsafe.Slice((*byte)(unsafe.Pointer(&a.f16[off])), n)
 	}
-	return unsafe.Slice((*byte)(unsafe.Pointer(&a.f16[off])), n)
+	b := int(id) * n
+	return a.q8[b : b+n : b+n]
 }
 
 // CopyBlock copies block src's K/V into block dst.

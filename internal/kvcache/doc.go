@@ -7,7 +7,11 @@
 //   - Layout: the shape of one block. A block holds BlockSize consecutive token
 //     positions for all layers, laid out as
 //     [layer][K then V][slot 0..BlockSize-1][kvHead][headDim] (docs/DESIGN.md,
-//     "K/V block layout"), in f32 or f16. Keeping every layer of a position
+//     "K/V block layout"), in f32, f16 or q8_0 (ggml's block_q8_0: per 32
+//     elements of a head row one f16 scale and 32 int8, 34 bytes, so a token
+//     costs 17/64 of its f32 bytes; the dtype is part of the cache identity,
+//     identity.Descriptor.KVType, so blocks of two dtypes never share a hash
+//     chain). Keeping every layer of a position
 //     range in one block makes the block the single unit of sharing, hashing,
 //     offload and restore: copying a block out is one contiguous copy.
 //   - Arena: the K/V memory itself, one slab of NumBlocks blocks back to back,

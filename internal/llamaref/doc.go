@@ -21,7 +21,8 @@
 //
 // Numerics of Evaluate, the contract the rest of Stockpot is tested against:
 // every prompt runs alone from an empty K/V cache at position 0, flash
-// attention off, K and V cache in f32 (Options.KVType), a fixed thread count,
+// attention off, K and V cache in f32 (Options.KVType; Q8_0 K/V runs with
+// flash attention on, which llama.cpp requires for it), a fixed thread count,
 // n_batch = n_ubatch = Options.BatchSize. Continuations are greedy (argmax,
 // lowest id on ties) and do not stop at end-of-generation tokens.
 // LastLogprobs are natural-log probabilities over the whole vocabulary at the

@@ -30,7 +30,10 @@ var ErrNotInstalled = errors.New(`llama.cpp reference (node-llama-cpp) is not in
 type Options struct {
 	// Threads is the llama.cpp thread count (n_threads = n_threads_batch).
 	Threads int
-	// KVType is the K and V cache element type: "F32" or "F16".
+	// KVType is the K and V cache element type: "F32", "F16" or "Q8_0".
+	// llama.cpp needs flash attention for a quantized V cache, so "Q8_0"
+	// runs with flash attention on (its CPU kernel quantizes q to q8_0 for
+	// the q·k dot and dequantizes V to f32); the others run with it off.
 	KVType string
 	// BatchSize is n_batch = n_ubatch: prompts longer than it are evaluated
 	// in chunks of this many tokens. Default 512, capped at ContextSize.
@@ -71,8 +74,8 @@ func (o Options) validate() (Options, error) {
 	switch {
 	case o.Threads < 0:
 		return o, fmt.Errorf("llamaref: Threads %d < 0", o.Threads)
-	case o.KVType != "F32" && o.KVType != "F16":
-		return o, fmt.Errorf("llamaref: KVType %q, want F32 or F16", o.KVType)
+	case o.KVType != "F32" && o.KVType != "F16" && o.KVType != "Q8_0":
+		return o, fmt.Errorf("llamaref: KVType %q, want F32, F16 or Q8_0", o.KVType)
 	case o.BatchSize < 0, o.ContextSize < 0, o.TopK < 0:
 		return o, fmt.Errorf("llamaref: negative BatchSize %d, ContextSize %d or TopK %d", o.BatchSize, o.ContextSize, o.TopK)
 	}

@@ -47,7 +47,8 @@ func TestOptionsValidate(t *testing.T) {
 	}{
 		{in: Options{}, want: Options{Threads: 2, KVType: "F32", BatchSize: 512}},
 		{in: Options{KVType: "f16", ContextSize: 256}, want: Options{Threads: 2, KVType: "F16", BatchSize: 256, ContextSize: 256}},
-		{in: Options{KVType: "q8_0"}, wantErr: true},
+		{in: Options{KVType: "q8_0"}, want: Options{Threads: 2, KVType: "Q8_0", BatchSize: 512}},
+		{in: Options{KVType: "q4_0"}, wantErr: true},
 		{in: Options{TopK: -1}, wantErr: true},
 	} {
 		have, err := tc.in.validate()

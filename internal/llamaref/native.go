@@ -56,7 +56,8 @@ type BenchResult struct {
 
 // NativeBench runs the native llama-bench on model: one prompt-processing test
 // per entry of promptTokens and one generation test of genTokens tokens (0
-// skips it), with threads threads, flash attention off and mmap on; every test
+// skips it), with threads threads, flash attention off (on for a quantized K/V
+// type such as q8_0, which llama.cpp requires) and mmap on; every test
 // starts from an empty cache. It returns the tests in llama-bench's order.
 //
 // The binaries are found in .cache/llama.cpp-build/bin of the checkout, or in
@@ -74,6 +75,11 @@ func NativeBench(model string, promptTokens []int, genTokens, threads int, opts 
 	}
 	if kv == "f32" {
 		return nil, errors.New("llamaref: llama-bench cannot use f32 K/V at this llama.cpp version (-ctk accepts f16, bf16, q8_0, q4_0, ...)")
+	}
+	// llama.cpp refuses a quantized V cache without flash attention.
+	fa := "0"
+	if kv != "f16" && kv != "bf16" {
+		fa = "1"
 	}
 	reps := opts.Repetitions
 	if reps <= 0 {
@@ -94,7 +100,7 @@ func NativeBench(model string, promptTokens []int, genTokens, threads int, opts 
 		"-t", strconv.Itoa(threads),
 		"-p", strings.Join(pp, ","),
 		"-n", strconv.Itoa(max(genTokens, 0)),
-		"-fa", "0",
+		"-fa", fa,
 		"-ctk", kv, "-ctv", kv,
 		"-r", strconv.Itoa(reps),
 	}

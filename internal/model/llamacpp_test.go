@@ -38,7 +38,7 @@ func newRunner(t testing.TB, m *model.Model, maxTokens int, dt kvcache.DType) *r
 	for i := range table {
 		table[i] = int32(n - 1 - i) // deliberately not the identity: exercise the block table
 	}
-	kv := &kernels.PagedKV{F32: a.F32(), F16: a.F16(), BlockSize: bs, Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Table: table}
+	kv := &kernels.PagedKV{F32: a.F32(), F16: a.F16(), Q8: a.Q8(), BlockSize: bs, Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Table: table}
 	return &runner{m: m, arena: a, kv: kv}
 }
 
@@ -285,7 +285,8 @@ func TestMatchesLlamaCpp(t *testing.T) {
 
 // TestChunkInvariance checks the determinism rule end to end: the logits after a prompt are
 // bitwise the same whether it is prefilled at once, in odd chunks, or token by token, and the
-// same in an f16 arena across chunkings, for float and quantized weights.
+// same in an f16 or q8_0 arena across chunkings, for float and quantized weights (q8_0 K/V
+// only where the head dim is a multiple of 32: tiny-qwen3 and tiny-kquant).
 func TestChunkInvariance(t *testing.T) {
 	pool := kernels.NewPool(2)
 	defer pool.Close()
@@ -298,7 +299,7 @@ func TestChunkInvariance(t *testing.T) {
 	}{
 		{"tiny-llama-spm", gguf.TypeF32}, {"tiny-qwen2", gguf.TypeF32}, {"tiny-qwen3", gguf.TypeF32},
 		{"tiny-llama-spm", gguf.TypeQ8_0}, {"tiny-qwen2", gguf.TypeQ4_K}, {"tiny-kquant", gguf.TypeQ4_K},
-		{"tiny-kquant", gguf.TypeQ6_K}, {"tiny-kquant", gguf.TypeF16},
+		{"tiny-kquant", gguf.TypeQ6_K}, {"tiny-kquant", gguf.TypeF16}, {"tiny-kquant", gguf.TypeF32},
 	} {
 		preset := c.preset
 		t.Run(preset+"/"+c.typ.String(), func(t *testing.T) {
@@ -323,7 +324,10 @@ func TestChunkInvariance(t *testing.T) {
 			for i := range prompt {
 				prompt[i] = int32((i*7919 + 13) % m.Config().Vocab)
 			}
-			for _, dt := range []kvcache.DType{kvcache.F32, kvcache.F16} {
+			for _, dt := range []kvcache.DType{kvcache.F32, kvcache.F16, kvcache.Q8_0} {
+				if dt == kvcache.Q8_0 && m.Config().HeadDim%kvcache.Q8Block != 0 {
+					continue // q8_0 K/V needs head rows of whole blocks (as in llama.cpp)
+				}
 				want := newRunner(t, m, len(prompt), dt).prefill(t, prompt, len(prompt))
 				for _, chunk := range []int{1, 7, 16, 61} {
 					have := newRunner(t, m, len(prompt), dt).prefill(t, prompt, chunk)

@@ -215,8 +215,9 @@ func decodeSummed(b []byte) (*Record, error) {
 	if need > rest {
 		return nil, fmt.Errorf("%w: %d tokens need %d bytes, %d left", ErrFormat, bs, need, rest)
 	}
-	row := int64(heads) * int64(dim) * int64(r.Layout.DType.Size()) // < 2^35
-	perLayer := row * 2 * int64(bs)                                 // < 2^52
+	// Bytes per 32 elements (128, 64, or 34 for q8_0, whose head dim is a multiple of 32).
+	row := int64(heads) * int64(dim) * int64(r.Layout.DType.RowBytes(kvcache.Q8Block)) / kvcache.Q8Block // < 2^35
+	perLayer := row * 2 * int64(bs)                                                                      // < 2^52
 	if perLayer > rest || perLayer*int64(layers) > rest-need {
 		return nil, fmt.Errorf("%w: layout %v needs more than the %d bytes left", ErrFormat, r.Layout, rest-need)
 	}

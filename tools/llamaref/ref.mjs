@@ -38,7 +38,9 @@
 //                       "top":[[id,logprob],...],"all_logprobs":["<b64>",...]}],
 //           "context_size":N,"batch_size":B,"threads":T,"kv_type":"F32"}
 //       Each prompt runs alone from an empty K/V cache at position 0, with
-//       flash attention off and K and V cache tensors of kv_type.
+//       flash attention off and K and V cache tensors of kv_type (F32, F16 or
+//       Q8_0; llama.cpp requires flash attention for a quantized V cache, so
+//       Q8_0 runs with flash attention on).
 //       continuation: n_gen greedy tokens (argmax, lowest id on ties); generation
 //                     does not stop at end-of-generation tokens.
 //       logprobs: "full" (vector of vocab_size float32, base64), "none".
@@ -107,7 +109,7 @@ function intOpt(obj, key, def, min = 0) {
 
 function kvType(v) {
   const t = String(v ?? "F32").toUpperCase();
-  if (t !== "F32" && t !== "F16") throw new UserError(`kv_type must be F32 or F16, got ${JSON.stringify(v)}`);
+  if (t !== "F32" && t !== "F16" && t !== "Q8_0") throw new UserError(`kv_type must be F32, F16 or Q8_0, got ${JSON.stringify(v)}`);
   return t;
 }
 
@@ -175,7 +177,8 @@ async function makeContext(model, { contextSize, batchSize, threads, kv }) {
     batchSize,
     sequences: 1,
     threads,
-    flashAttention: false,
+    // llama.cpp refuses a quantized V cache without flash attention.
+    flashAttention: kv === "Q8_0",
     experimentalKvCacheKeyType: kv,
     experimentalKvCacheValueType: kv,
     ignoreMemorySafetyChecks: true,

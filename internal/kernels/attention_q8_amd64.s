@@ -1,0 +1,42 @@
+//go:build amd64
+
+#include "textflag.h"
+
+// func dequantQ8AVX2(dst *float32, src *byte, nb int)
+// dst[32*b+i] = d_b * int8(q_b[i]) for nb Q8_0 blocks (f16 d, then 32 int8):
+// the scale widened by F16C, the int8 sign-extended and converted exactly,
+// one multiply each, as dequantQ8Ref.
+TEXT ·dequantQ8AVX2(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ nb+16(FP), CX
+	CMPQ CX, $0
+	JLE dqdone
+dqloop:
+	MOVWLZX (SI), AX
+	VMOVD AX, X0
+	VCVTPH2PS X0, X0
+	VBROADCASTSS X0, Y0
+	VPMOVSXBD 2(SI), Y1
+	VPMOVSXBD 10(SI), Y2
+	VPMOVSXBD 18(SI), Y3
+	VPMOVSXBD 26(SI), Y4
+	VCVTDQ2PS Y1, Y1
+	VCVTDQ2PS Y2, Y2
+	VCVTDQ2PS Y3, Y3
+	VCVTDQ2PS Y4, Y4
+	VMULPS Y0, Y1, Y1
+	VMULPS Y0, Y2, Y2
+	VMULPS Y0, Y3, Y3
+	VMULPS Y0, Y4, Y4
+	VMOVUPS Y1, (DI)
+	VMOVUPS Y2, 32(DI)
+	VMOVUPS Y3, 64(DI)
+	VMOVUPS Y4, 96(DI)
+	ADDQ $34, SI
+	ADDQ $128, DI
+	DECQ CX
+	JNZ dqloop
+dqdone:
+	VZEROUPPER
+	RET
