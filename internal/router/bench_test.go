@@ -232,6 +232,26 @@ func BenchmarkPick(b *testing.B) {
 					p.Pick(&Request{Tokens: toks}, bs)
 				}
 			})
+			if name != "kv-aware" {
+				continue
+			}
+			// The prompt seen for the first time (an empty hash cache), and with no cache.
+			b.Run(c.name+"/kv-aware-unseen", func(b *testing.B) {
+				p, _ := NewPolicy(name, PolicyConfig{PrefixTokens: 256})
+				b.ReportAllocs()
+				for b.Loop() {
+					p.(*kvAware).hashes = newHashCache()
+					p.Pick(&Request{Tokens: toks}, bs)
+				}
+			})
+			b.Run(c.name+"/kv-aware-no-cache", func(b *testing.B) {
+				p, _ := NewPolicy(name, PolicyConfig{PrefixTokens: 256})
+				p.(*kvAware).hashes = nil
+				b.ReportAllocs()
+				for b.Loop() {
+					p.Pick(&Request{Tokens: toks}, bs)
+				}
+			})
 		}
 		b.Run(c.name+"/block-hashes-only", func(b *testing.B) {
 			b.ReportAllocs()

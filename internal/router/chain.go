@@ -20,12 +20,16 @@ type hashChain struct {
 	tokens    []int32
 	root      prefix.Hash
 	hashes    []prefix.Hash // hashes[i] covers tokens[:(i+1)*blockSize]
+
+	cache *hashCache // nil: no cache
+	keys  []fastKey  // keys[i] is hashes[i]'s cache key (with a cache)
+	rootK fastKey
 }
 
 // blocks is how many full blocks the prompt has (the most hashes there can be).
 func (c *hashChain) blocks() int { return len(c.tokens) / c.blockSize }
 
-// extend computes hashes up to n (at most blocks()).
+// extend computes hashes up to n (at most blocks()), taking what it can from the cache.
 func (c *hashChain) extend(n int) {
 	n = min(n, c.blocks())
 	if n <= len(c.hashes) {
@@ -33,18 +37,41 @@ func (c *hashChain) extend(n int) {
 	}
 	if len(c.hashes) == 0 {
 		c.root = prefix.Root([]byte(c.identity), c.salt)
-	}
-	if c.hashes == nil {
 		c.hashes = make([]prefix.Hash, 0, c.blocks()) // one allocation, 32 bytes a block
+		if c.cache != nil {
+			c.rootK = c.cache.rootKey(c.root)
+			c.keys = make([]fastKey, 0, c.blocks())
+		}
+	}
+	from, bs := len(c.hashes), c.blockSize
+	if c.cache != nil {
+		var buf [8 + 4*64]byte
+		parent := c.rootK
+		if from > 0 {
+			parent = c.keys[from-1]
+		}
+		for i := from; i < n; i++ {
+			parent = c.cache.nextKey(parent, c.tokens[i*bs:(i+1)*bs], buf[:0])
+			c.keys = append(c.keys, parent)
+		}
+		c.hashes = c.hashes[:n]
+		hit, promote := c.cache.lookup(c.keys[from:n], c.hashes[from:n])
+		c.hashes = c.hashes[:from+hit]
+		if promote > 0 {
+			c.cache.store(c.keys[from:from+hit], c.hashes[from:from+hit])
+		}
 	}
 	parent := c.root
 	if len(c.hashes) > 0 {
 		parent = c.hashes[len(c.hashes)-1]
 	}
-	bs := c.blockSize
-	for i := len(c.hashes); i < n; i++ {
+	computed := len(c.hashes)
+	for i := computed; i < n; i++ {
 		parent = prefix.Chain(parent, c.tokens[i*bs:(i+1)*bs], nil)
 		c.hashes = append(c.hashes, parent)
+	}
+	if c.cache != nil {
+		c.cache.store(c.keys[computed:n], c.hashes[computed:n])
 	}
 }
 

@@ -90,13 +90,13 @@ func (r *Request) affinityKey(prefixTokens int) (uint64, bool) {
 
 // chain returns the request's (lazily computed) chain hashes for a replica
 // with this identity and block size.
-func (r *Request) chain(identity []byte, blockSize int) *hashChain {
+func (r *Request) chain(identity []byte, blockSize int, cache *hashCache) *hashChain {
 	for _, c := range r.chains {
 		if c.blockSize == blockSize && c.identity == string(identity) {
 			return c
 		}
 	}
-	c := &hashChain{identity: string(identity), blockSize: blockSize, salt: r.Salt, tokens: r.Tokens}
+	c := &hashChain{identity: string(identity), blockSize: blockSize, salt: r.Salt, tokens: r.Tokens, cache: cache}
 	r.chains = append(r.chains, c)
 	return c
 }
@@ -104,7 +104,7 @@ func (r *Request) chain(identity []byte, blockSize int) *hashChain {
 // blockHashes returns all of the request's chain hashes for a replica with
 // this identity and block size.
 func (r *Request) blockHashes(identity []byte, blockSize int) []prefix.Hash {
-	return r.chain(identity, blockSize).all()
+	return r.chain(identity, blockSize, nil).all()
 }
 
 // PolicyConfig configures the policies.
@@ -205,7 +205,7 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 	case "prefix":
 		return newPrefixPolicy(cfg), nil
 	case "kv-aware":
-		return &kvAware{cfg: cfg, affinity: newPrefixPolicy(cfg)}, nil
+		return &kvAware{cfg: cfg, affinity: newPrefixPolicy(cfg), hashes: newHashCache()}, nil
 	}
 	return nil, fmt.Errorf("router: unknown policy %q (want one of %v)", name, PolicyNames)
 }
@@ -379,6 +379,7 @@ func (p *prefixPolicy) pickKeyUnremembered(key uint64, c []*Backend) Decision {
 type kvAware struct {
 	cfg      PolicyConfig
 	affinity *prefixPolicy
+	hashes   *hashCache // chain hashes of earlier requests' prompts
 }
 
 func (*kvAware) Name() string { return "kv-aware" }
@@ -406,7 +407,7 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 			var id []byte
 			var ok bool
 			if id, bs, ok = b.index.chain(); ok {
-				n, w = b.index.matchChain(r.chain(id, bs), &p.cfg.TierWeights, expire)
+				n, w = b.index.matchChain(r.chain(id, bs, p.hashes), &p.cfg.TierWeights, expire)
 			}
 		}
 		s := w - p.cfg.LoadPenalty*float64(b.Load())

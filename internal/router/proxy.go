@@ -496,51 +496,46 @@ func parseStreamUsage(tail []byte) usageInfo {
 // int32 ("[1, 2,3]"), the common token-id prompt, about 20× faster than
 // encoding/json. ok=false for anything else; the caller falls back.
 func parseTokenArray(b []byte) (ids []int32, ok bool) {
-	i := 0
-	skip := func() {
-		for i < len(b) && (b[i] == ' ' || b[i] == '\n' || b[i] == '\t' || b[i] == '\r') {
-			i++
-		}
-	}
-	skip()
+	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '[' {
 		return nil, false
 	}
-	i++
 	ids = make([]int32, 0, len(b)/4)
-	skip()
-	if i < len(b) && b[i] == ']' {
-		i++
-		skip()
-		return ids, i == len(b)
+	if i = skipWS(b, i+1); i < len(b) && b[i] == ']' {
+		return ids, skipWS(b, i+1) == len(b)
 	}
 	for {
-		skip()
-		start, v := i, int64(0)
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			v = v*10 + int64(b[i]-'0')
-			if v > 1<<31-1 {
-				return nil, false
-			}
+		// The common separator is a bare comma; skipWS handles the rest.
+		start, v := i, uint64(0)
+		for i < len(b) && b[i]-'0' <= 9 {
+			v = v*10 + uint64(b[i]-'0')
 			i++
 		}
-		if i == start || b[start] == '0' && i-start > 1 {
-			return nil, false // no digits, or a leading zero (not JSON)
+		// Ten digits can exceed int32 but not uint64; more is out of range anyway.
+		if i == start || i-start > 10 || v > 1<<31-1 || b[start] == '0' && i-start > 1 {
+			return nil, false // no digits, out of range, or a leading zero (not JSON)
 		}
 		ids = append(ids, int32(v))
-		skip()
+		if i < len(b) && b[i] == ',' {
+			i++
+			if i < len(b) && b[i]-'0' <= 9 {
+				continue
+			}
+			i = skipWS(b, i)
+			continue
+		}
+		i = skipWS(b, i)
 		if i >= len(b) {
 			return nil, false
 		}
-		if b[i] == ']' {
-			i++
-			skip()
-			return ids, i == len(b)
-		}
-		if b[i] != ',' {
+		switch b[i] {
+		case ']':
+			return ids, skipWS(b, i+1) == len(b)
+		case ',':
+			i = skipWS(b, i+1)
+		default:
 			return nil, false
 		}
-		i++
 	}
 }
 

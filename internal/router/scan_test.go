@@ -130,3 +130,21 @@ func BenchmarkDecodeGenerateBody(b *testing.B) {
 		}
 	})
 }
+
+// FuzzParseTokenArray: the token-array fast path agrees with encoding/json wherever it answers.
+func FuzzParseTokenArray(f *testing.F) {
+	for _, s := range []string{`[]`, `[1]`, ` [1, 2 ,3] `, "[0,\n4095]", `[2147483647]`, `[2147483648]`, `[9999999999]`,
+		`[99999999999]`, `[-1]`, `[1.5]`, `[1,]`, `[1 2]`, `[01]`, `[1,,2]`, `[1]x`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ids, ok := parseTokenArray(b)
+		if !ok {
+			return
+		}
+		var want []int32
+		if err := json.Unmarshal(b, &want); err != nil || !equalInts(ids, want) {
+			t.Fatalf("%q: have %v, json %v (%v)", b, ids, want, err)
+		}
+	})
+}
