@@ -2,6 +2,7 @@ package router
 
 import (
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -69,14 +70,17 @@ func BenchmarkAddedLatency(b *testing.B) {
 	cases := []struct {
 		name, policy, body string
 		session            bool
+		unique             bool // a new prompt each request (no /tokenize answer to reuse)
 	}{
-		{"round-robin", "round-robin", `{"prompt":"hello","max_tokens":1}`, false},
-		{"prefix", "prefix", `{"prompt":"hello","max_tokens":1}`, true},
-		{"kv-aware", "kv-aware", `{"prompt":` + jsonInts(toks) + `,"max_tokens":1}`, false},
+		{"round-robin", "round-robin", `{"prompt":"hello","max_tokens":1}`, false, false},
+		{"prefix", "prefix", `{"prompt":"hello","max_tokens":1}`, true, false},
+		{"kv-aware", "kv-aware", `{"prompt":` + jsonInts(toks) + `,"max_tokens":1}`, false, false},
 		// The replica's index holds the whole 2048-token prompt: the pick hashes 128 blocks.
-		{"kv-aware-indexed-2k", "kv-aware", `{"prompt":` + jsonInts(long) + `,"max_tokens":1}`, false},
-		// A text prompt: the router asks the replica's /tokenize first.
-		{"kv-aware-text-2k", "kv-aware", `{"prompt":` + text + `,"max_tokens":1}`, false},
+		{"kv-aware-indexed-2k", "kv-aware", `{"prompt":` + jsonInts(long) + `,"max_tokens":1}`, false, false},
+		// A text prompt: the router asks the replica's /tokenize first (once: repeats hit
+		// the router's cache), and a new text prompt every time (always asks).
+		{"kv-aware-text-2k", "kv-aware", `{"prompt":` + text + `,"max_tokens":1}`, false, false},
+		{"kv-aware-text-2k-unique", "kv-aware", `{"prompt":` + text + `,"max_tokens":1,"user":"%d"}`, false, true},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -96,8 +100,15 @@ func BenchmarkAddedLatency(b *testing.B) {
 			front := httptest.NewServer(rt.Handler())
 			defer front.Close()
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 16}}
+			seq := 0
 			do := func(base string) time.Duration {
-				req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", strings.NewReader(c.body))
+				body := c.body
+				if c.unique {
+					// The text's first bytes change, so the prompt differs from the start.
+					seq++
+					body = strings.Replace(fmt.Sprintf(c.body, seq), `"prompt":"`, fmt.Sprintf(`"prompt":"%d `, seq), 1)
+				}
+				req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", strings.NewReader(body))
 				req.Header.Set("Content-Type", "application/json")
 				if c.session {
 					req.Header.Set("X-Session-ID", "s1")

@@ -118,6 +118,9 @@ func (r *Router) promptTokens(ctx context.Context, gb *generateBody) []int32 {
 	default:
 		return nil
 	}
+	if ids, ok := r.toks.get(tb); ok {
+		return ids
+	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.TokenizeTimeout)
 	defer cancel()
@@ -132,6 +135,7 @@ func (r *Router) promptTokens(ctx context.Context, gb *generateBody) []int32 {
 		toks, err := r.tokenizeOn(ctx, b, tb)
 		if err == nil {
 			r.m.tokenize.WithLabelValues("ok").Observe(since(start))
+			r.toks.put(tb, toks)
 			return toks
 		}
 		r.cfg.Logger.Debug("router: tokenize failed", "backend", b.ID, "err", err)
