@@ -32,7 +32,7 @@ func newSampler(p SamplingParams, seed uint64) *sampler {
 
 // logSumExp returns log Σ exp(logits), accumulated in float64 in index order (this exact
 // arithmetic defines every reported logprob: logprob(i) = float64(logits[i]) - lse).
-func logSumExp(logits []float32) float64 {
+func (s *sampler) logSumExp(logits []float32) float64 {
 	mx32 := float32(math.Inf(-1))
 	for _, v := range logits {
 		if v > mx32 {
@@ -70,7 +70,7 @@ func (s *sampler) sample(logits []float32, topN int) Token {
 	} else {
 		id = s.draw(logits)
 	}
-	lse := logSumExp(logits)
+	lse := s.logSumExp(logits)
 	tok := Token{ID: int32(id), Logprob: float32(float64(logits[id]) - lse)}
 	if topN > 0 {
 		tok.Top = topLogprobs(logits, lse, topN)

@@ -7,7 +7,8 @@ import (
 )
 
 // benchLogits returns logits shaped like a trained model's ("peaked": a normal body with a
-// few dozen clear favourites, so top-p 0.95 keeps a handful of tokens) or like the random
+// few dozen clear favourites, so top-p 0.95 keeps a handful of tokens, though the body still
+// counts in the sum; "sharp": a confident step, where the body does not), or like the random
 // weights of the synthetic presets ("flat": top-p keeps most of the vocabulary).
 func benchLogits(n int, shape string, seed uint64) []float32 {
 	r := rand.New(rand.NewPCG(seed, 1))
@@ -15,14 +16,19 @@ func benchLogits(n int, shape string, seed uint64) []float32 {
 	for i := range l {
 		l[i] = float32(r.NormFloat64())
 	}
-	if shape == "peaked" {
+	switch shape {
+	case "sharp": // a confident step: the tail weighs under 2^-53 of the favourites
+		for k := range 8 {
+			l[r.IntN(n)] = 40 + float32(k)/2
+		}
+	case "peaked":
 		for i := range l {
 			l[i] *= 2
 		}
 		for k := range 32 {
 			l[r.IntN(n)] = 12 + float32(k)/4
 		}
-	} else {
+	default:
 		for i := range l {
 			l[i] *= 0.05
 		}
@@ -48,10 +54,10 @@ var benchCases = []benchCase{
 // the full-sort reference ("ref", the peer) against the sampler ("fast") in the same run.
 func BenchmarkSample(b *testing.B) {
 	for _, n := range []int{151936, 49152} {
-		for _, shape := range []string{"peaked", "flat"} {
+		for _, shape := range []string{"sharp", "peaked", "flat"} {
 			logits := benchLogits(n, shape, 7)
 			for _, c := range benchCases {
-				if shape == "flat" && c.p.Temperature == 0 {
+				if shape != "peaked" && c.p.Temperature == 0 {
 					continue
 				}
 				b.Run(fmt.Sprintf("v%d/%s/%s/ref", n, shape, c.name), func(b *testing.B) {
@@ -71,4 +77,21 @@ func BenchmarkSample(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkSampleParts: the passes every step makes whatever the filters, over Qwen's
+// vocabulary: logSumExp (one math.Exp per token, for the chosen token's logprob) and argmax.
+func BenchmarkSampleParts(b *testing.B) {
+	logits := benchLogits(151936, "peaked", 7)
+	s := newSampler(SamplingParams{}, 1)
+	b.Run("logsumexp", func(b *testing.B) {
+		for b.Loop() {
+			s.logSumExp(logits)
+		}
+	})
+	b.Run("argmax", func(b *testing.B) {
+		for b.Loop() {
+			argmax(logits)
+		}
+	})
 }
