@@ -106,6 +106,12 @@ var ErrTokenRange = fmt.Errorf("tokenizer: token id out of range")
 // result may hold invalid UTF-8 if the ids split a character; use a
 // StreamDecoder to emit text incrementally.
 func (t *Tokenizer) Decode(ids []int32) string {
+	if len(ids) == 1 { // one token's text (logprobs list every token and alternative): no copy
+		if id := ids[0]; t.valid(id) && t.attrs[id]&(attrControl|attrUnknown) == 0 {
+			return pieceString(t.pieces[id])
+		}
+		return ""
+	}
 	var out []byte
 	for _, id := range ids {
 		if t.valid(id) {

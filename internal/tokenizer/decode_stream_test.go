@@ -101,6 +101,13 @@ func TestStreamDecoderRealVocab(t *testing.T) {
 				if have, want := streamed(tk, ids), wholeAsRunes(tk, ids); have != want {
 					t.Fatalf("ids %v: stream %q, whole %q", ids, have, want)
 				}
+				var each strings.Builder
+				for _, id := range ids {
+					each.WriteString(tk.Decode([]int32{id}))
+				}
+				if have, want := each.String(), tk.Decode(ids); have != want {
+					t.Fatalf("ids %v: one by one %q, together %q", ids, have, want)
+				}
 			}
 		})
 	}
