@@ -22,57 +22,67 @@ type hashChain struct {
 	hashes    []prefix.Hash // hashes[i] covers tokens[:(i+1)*blockSize]
 
 	cache *hashCache // nil: no cache
-	keys  []fastKey  // keys[i] is hashes[i]'s cache key (with a cache)
+	keys  []fastKey  // keys[j] is run j's cache key (with a cache)
 	rootK fastKey
+	buf   []byte // runKey's scratch
 }
 
 // blocks is how many full blocks the prompt has (the most hashes there can be).
 func (c *hashChain) blocks() int { return len(c.tokens) / c.blockSize }
 
-// extend computes hashes up to n (at most blocks()), taking what it can from the cache.
+// extend computes hashes up to n (at most blocks()), taking whole runs from the cache where
+// it has them (so it may compute past n, to the end of a run), and storing each run it
+// completes with SHA-256.
 func (c *hashChain) extend(n int) {
 	n = min(n, c.blocks())
 	if n <= len(c.hashes) {
 		return
 	}
-	if len(c.hashes) == 0 {
+	if c.hashes == nil {
 		c.root = prefix.Root([]byte(c.identity), c.salt)
 		c.hashes = make([]prefix.Hash, 0, c.blocks()) // one allocation, 32 bytes a block
 		if c.cache != nil {
 			c.rootK = c.cache.rootKey(c.root)
-			c.keys = make([]fastKey, 0, c.blocks())
+			c.keys = make([]fastKey, 0, c.blocks()/runBlocks)
 		}
 	}
-	from, bs := len(c.hashes), c.blockSize
-	if c.cache != nil {
-		var buf [8 + 4*64]byte
+	bs := c.blockSize
+	for len(c.hashes) < n {
+		i := len(c.hashes)
+		if c.cache != nil && i%runBlocks == 0 && i+runBlocks <= c.blocks() {
+			if r, ok := c.cache.lookup(c.runKey(i / runBlocks)); ok {
+				c.hashes = append(c.hashes, r[:]...)
+				continue
+			}
+		}
+		parent := c.root
+		if i > 0 {
+			parent = c.hashes[i-1]
+		}
+		c.hashes = append(c.hashes, prefix.Chain(parent, c.tokens[i*bs:(i+1)*bs], nil))
+		if c.cache != nil && (i+1)%runBlocks == 0 { // a run completed by SHA-256: remember it
+			c.cache.store(c.runKey(i/runBlocks), c.hashes[i+1-runBlocks:i+1])
+		}
+	}
+}
+
+// runKey returns run j's cache key (a maphash chain over whole runs of tokens), computing
+// the keys up to it.
+func (c *hashChain) runKey(j int) fastKey {
+	span := runBlocks * c.blockSize
+	if c.buf == nil {
+		c.buf = make([]byte, 0, 8+4*span)
+	}
+	for k := len(c.keys); k <= j; k++ {
 		parent := c.rootK
-		if from > 0 {
-			parent = c.keys[from-1]
+		if k > 0 {
+			parent = c.keys[k-1]
 		}
-		for i := from; i < n; i++ {
-			parent = c.cache.nextKey(parent, c.tokens[i*bs:(i+1)*bs], buf[:0])
-			c.keys = append(c.keys, parent)
-		}
-		c.hashes = c.hashes[:n]
-		hit, promote := c.cache.lookup(c.keys[from:n], c.hashes[from:n])
-		c.hashes = c.hashes[:from+hit]
-		if promote > 0 {
-			c.cache.store(c.keys[from:from+hit], c.hashes[from:from+hit])
-		}
+		var key fastKey
+		key, c.buf = c.cache.nextKey(parent, c.tokens[k*span:(k+1)*span], c.buf)
+		c.keys = append(c.keys, key)
 	}
-	parent := c.root
-	if len(c.hashes) > 0 {
-		parent = c.hashes[len(c.hashes)-1]
-	}
-	computed := len(c.hashes)
-	for i := computed; i < n; i++ {
-		parent = prefix.Chain(parent, c.tokens[i*bs:(i+1)*bs], nil)
-		c.hashes = append(c.hashes, parent)
-	}
-	if c.cache != nil {
-		c.cache.store(c.keys[computed:n], c.hashes[computed:n])
-	}
+	return c.keys[j]
 }
 
 // all returns every block hash (prefix.BlockHashes of the prompt).

@@ -3,6 +3,7 @@ package router
 import (
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"stockpot/internal/kvevents"
@@ -46,7 +47,11 @@ func testMatchChain(t *testing.T, cache *hashCache) {
 				if hn != wn || hw != ww {
 					t.Errorf("%s: matchChain %d/%v, match %d/%v", name, hn, hw, wn, ww)
 				}
-				if len(c.hashes) > max(2*held, firstHashes) {
+				limit := max(2*held, firstHashes)
+				if cache != nil { // a cached run comes whole
+					limit = (limit + runBlocks - 1) / runBlocks * runBlocks
+				}
+				if len(c.hashes) > limit {
 					t.Errorf("%s: hashed %d blocks for a match of %d", name, len(c.hashes), held)
 				}
 				all := c.all()
@@ -63,38 +68,79 @@ func testMatchChain(t *testing.T, cache *hashCache) {
 	}
 }
 
-// TestHashCacheGenerations: the cache keeps the most recent entries across a generation
+// TestHashCacheGenerations: the cache keeps the most recent runs across a generation
 // turnover, drops the oldest, and a hit in the previous generation is carried forward.
 func TestHashCacheGenerations(t *testing.T) {
 	c := newHashCache()
 	key := func(i int) fastKey { return fastKey(uint64(i) * 0x9e3779b97f4a7c15) }
-	val := func(i int) prefix.Hash { return prefix.Hash{byte(i), byte(i >> 8), byte(i >> 16)} }
-	put := func(from, to int) {
-		keys, hs := []fastKey{}, []prefix.Hash{}
-		for i := from; i < to; i++ {
-			keys, hs = append(keys, key(i)), append(hs, val(i))
+	run := func(i int) []prefix.Hash {
+		hs := make([]prefix.Hash, runBlocks)
+		for j := range hs {
+			hs[j] = prefix.Hash{byte(i), byte(i >> 8), byte(j)}
 		}
-		c.store(keys, hs)
+		return hs
 	}
-	get := func(i int) (prefix.Hash, bool) {
-		var h [1]prefix.Hash
-		n, _ := c.lookup([]fastKey{key(i)}, h[:])
-		return h[0], n == 1
+	put := func(from, to int) {
+		for i := from; i < to; i++ {
+			c.store(key(i), run(i))
+		}
 	}
-	put(0, hashCacheGen)               // fills the first generation
-	put(hashCacheGen, hashCacheGen+10) // turns it over: 0.. are now the previous generation
-	if h, ok := get(5); !ok || h != val(5) {
-		t.Fatalf("an entry of the previous generation: %v %v", h, ok)
+	has := func(i int) bool {
+		r, ok := c.lookup(key(i))
+		return ok && r[runBlocks-1] == run(i)[runBlocks-1]
 	}
-	c.store([]fastKey{key(5)}, []prefix.Hash{val(5)}) // what extend does with a promoted hit
-	put(hashCacheGen+10, 2*hashCacheGen+10)           // another turnover drops the rest of 0..
-	if _, ok := get(6); ok {
-		t.Error("an entry two generations old is still there")
+	put(0, hashCacheRuns)                // fills the first generation
+	put(hashCacheRuns, hashCacheRuns+10) // turns it over: 0.. are now the previous generation
+	if !has(5) {                         // found there, and carried forward
+		t.Fatal("a run of the previous generation was lost")
 	}
-	if h, ok := get(5); !ok || h != val(5) {
-		t.Error("a promoted entry was dropped")
+	put(hashCacheRuns+10, 2*hashCacheRuns+9) // another turnover drops the rest of 0..
+	if has(6) {
+		t.Error("a run two generations old is still there")
 	}
-	if h, ok := get(2*hashCacheGen + 9); !ok || h != val(2*hashCacheGen+9) {
-		t.Error("the newest entry is missing")
+	if !has(5) {
+		t.Error("a recently used run was dropped")
 	}
+	if !has(2*hashCacheRuns + 8) {
+		t.Error("the newest run is missing")
+	}
+}
+
+// BenchmarkChainExtend: hashing a 2048-token prompt's 128 blocks (of 16) with no cache (SHA-256
+// only), on a cache miss (a new prompt: SHA-256 plus keys and inserts, into a cache already
+// holding a generation's worth), and on a hit (keys and probes only).
+func BenchmarkChainExtend(b *testing.B) {
+	prompt := func(seed int) []int32 {
+		t := make([]int32, 2048)
+		for i := range t {
+			t[i] = int32(seed*7919+i) % 150000
+		}
+		return t
+	}
+	warm := newHashCache()
+	for s := 0; len(warm.mu.cur) < hashCacheRuns-20; s++ {
+		(&hashChain{identity: "id", blockSize: 16, tokens: prompt(-1 - s), cache: warm}).all()
+	}
+	same := prompt(0)
+	(&hashChain{identity: "id", blockSize: 16, tokens: same, cache: warm}).all()
+	b.Run("no-cache", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			(&hashChain{identity: "id", blockSize: 16, tokens: same}).all()
+		}
+	})
+	b.Run("cache-miss", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			i++ // a new salt: a new root, so every block is new to the cache
+			(&hashChain{identity: "id", blockSize: 16, salt: strconv.Itoa(i), tokens: same, cache: warm}).all()
+		}
+	})
+	b.Run("cache-hit", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			(&hashChain{identity: "id", blockSize: 16, tokens: same, cache: warm}).all()
+		}
+	})
 }
