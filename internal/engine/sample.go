@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 )
 
 // sampler turns logits into a token. It is pure given its RNG state, so a seeded request
@@ -18,12 +19,53 @@ type sampler struct {
 	params SamplingParams
 	rng    *rand.Rand
 	// scratch, reused across steps
-	heap   []cand    // draw: partial selection of the best candidates
-	ids    []int32   // draw: candidate ids, best first
-	radix  [2][]cand // draw: radix-sort buffers when the whole list is needed
-	probs  []float64 // draw: candidate weights
-	mask   []uint64  // constrained requests: allowed tokens
-	masked []float32 // constrained requests: logits with disallowed tokens at -inf
+	heap   []cand       // draw: partial selection of the best candidates
+	ids    []int32      // draw: candidate ids, best first
+	big    *sortScratch // draw: the whole-list scratch, held only while a draw needs it
+	probs  []float64    // draw: candidate weights
+	mask   []uint64     // constrained requests: allowed tokens
+	masked []float32    // constrained requests: logits with disallowed tokens at -inf
+}
+
+// sortScratch is the scratch of a draw over the whole list: about 4 MiB for Qwen's
+// vocabulary. It is shared rather than kept per sampler (a sampler lives as long as its
+// request, and the runner draws for one request at a time), so it costs that once, not once
+// per running request. A free list, not a sync.Pool: the pool drops its items at every
+// other GC, and reallocating 4 MiB then is the garbage this avoids.
+type sortScratch struct {
+	radix [2][]cand
+	ids   []int32
+	probs []float64
+}
+
+// sortScratchFree holds at most sortScratchKeep idle scratches (one per goroutine drawing
+// at once: the runner, plus tests that run engines side by side).
+var sortScratchFree struct {
+	sync.Mutex
+	list []*sortScratch
+}
+
+const sortScratchKeep = 2
+
+func getSortScratch() *sortScratch {
+	f := &sortScratchFree
+	f.Lock()
+	defer f.Unlock()
+	if n := len(f.list); n > 0 {
+		sc := f.list[n-1]
+		f.list = f.list[:n-1]
+		return sc
+	}
+	return new(sortScratch)
+}
+
+func putSortScratch(sc *sortScratch) {
+	f := &sortScratchFree
+	f.Lock()
+	defer f.Unlock()
+	if len(f.list) < sortScratchKeep {
+		f.list = append(f.list, sc)
+	}
 }
 
 func newSampler(p SamplingParams, seed uint64) *sampler {
@@ -105,6 +147,12 @@ func (s *sampler) draw(logits []float32) int {
 	}
 	var u float64
 	drawn := false
+	defer func() {
+		if s.big != nil {
+			putSortScratch(s.big)
+			s.big = nil
+		}
+	}()
 	m := min(list, firstCands)
 	for {
 		full := m == list
@@ -156,10 +204,14 @@ func (s *sampler) pick(logits []float32, ids []int32, next float32, full bool, u
 	p := s.params
 	inv := 1 / float64(p.Temperature)
 	mx := float64(logits[ids[0]])
-	if cap(s.probs) < len(ids) {
-		s.probs = make([]float64, len(ids))
+	buf := &s.probs
+	if s.big != nil {
+		buf = &s.big.probs
 	}
-	probs := s.probs[:len(ids)]
+	if cap(*buf) < len(ids) {
+		*buf = make([]float64, len(ids))
+	}
+	probs := (*buf)[:len(ids)]
 	sum := 0.0
 	for i, t := range ids {
 		probs[i] = math.Exp((float64(logits[t]) - mx) * inv)
@@ -284,17 +336,21 @@ func (s *sampler) idsOf(c []cand) []int32 {
 	return ids
 }
 
-// sortAll returns every token in list order in s.ids, by a stable LSD radix sort on the
+// sortAll returns every token in list order (in s.big, the shared scratch), by a stable LSD radix sort on the
 // logits' bits (ids enter in ascending order, so ties stay by id): O(n), where sort.Slice
 // over 150K tokens took about 20 ms.
 func (s *sampler) sortAll(logits []float32) []int32 {
 	n := len(logits)
-	for i := range s.radix {
-		if cap(s.radix[i]) < n {
-			s.radix[i] = make([]cand, n)
+	if s.big == nil {
+		s.big = getSortScratch()
+	}
+	big := s.big
+	for i := range big.radix {
+		if cap(big.radix[i]) < n {
+			big.radix[i] = make([]cand, n)
 		}
 	}
-	src, dst := s.radix[0][:n], s.radix[1][:n]
+	src, dst := big.radix[0][:n], big.radix[1][:n]
 	// The key orders best first: invert the usual float-to-ordered-uint map. The id field
 	// carries the token; the logit field carries the key (as bits) during the sort.
 	for i, v := range logits {
@@ -321,7 +377,14 @@ func (s *sampler) sortAll(logits []float32) []int32 {
 		}
 		src, dst = dst, src
 	}
-	return s.idsOf(src)
+	if cap(big.ids) < n {
+		big.ids = make([]int32, n)
+	}
+	ids := big.ids[:n]
+	for i, c := range src {
+		ids[i] = c.id
+	}
+	return ids
 }
 
 // descKey maps a logit to a uint32 that sorts ascending as the logit sorts descending, with
