@@ -6,6 +6,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"stockpot/internal/api"
 )
 
 // discardRW is a ResponseWriter that keeps only a byte count (or the bytes, when keep) and
@@ -86,6 +88,29 @@ func BenchmarkStream(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
+	}
+}
+
+// BenchmarkSSESend: the writer alone, one chat text chunk per event (as chatWriter builds
+// it), through the template against encoding/json (the writer before templates).
+func BenchmarkSSESend(b *testing.B) {
+	for _, json := range []bool{false, true} {
+		name := "template"
+		if json {
+			name = "encoding-json"
+		}
+		b.Run(name, func(b *testing.B) {
+			noChunkTemplates = json
+			defer func() { noChunkTemplates = false }()
+			sse := newSSE(&discardRW{})
+			text := " world"
+			b.ReportAllocs()
+			for b.Loop() {
+				t := text
+				_ = sse.send(&api.ChatCompletionChunk{ID: "chatcmpl-0123456789abcdef", Object: "chat.completion.chunk", Created: 1764547200,
+					Model: "qwen2.5-0.5b-instruct", SystemFingerprint: "fp_3f9a2c", Choices: []api.ChatChunkChoice{{Delta: api.ChatDelta{Content: &t}}}})
+			}
 		})
 	}
 }
