@@ -156,6 +156,11 @@ func skipValue(b []byte, i, depth int) int {
 		if depth >= maxScanDepth {
 			return -1
 		}
+		if c == '[' {
+			if end := skipIntArray(b, i); end >= 0 {
+				return end // the common token-id prompt, without a call per element
+			}
+		}
 		end := byte('}')
 		if c == '[' {
 			end = ']'
@@ -288,4 +293,38 @@ func skipDigits(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// skipIntArray returns the end of the array at b[i] ('[') when it holds only unsigned
+// integers (the token-id prompt), or -1 for anything else (the general walk decides then,
+// valid or not).
+func skipIntArray(b []byte, i int) int {
+	i = skipWS(b, i+1)
+	for {
+		start := i
+		for i < len(b) && b[i]-'0' <= 9 {
+			i++
+		}
+		if i == start || b[start] == '0' && i-start > 1 {
+			return -1
+		}
+		if i < len(b) && b[i] == ',' { // the common separator; skipWS handles the rest
+			if i++; i < len(b) && b[i]-'0' <= 9 {
+				continue
+			}
+			i = skipWS(b, i)
+			continue
+		}
+		if i = skipWS(b, i); i >= len(b) {
+			return -1
+		}
+		switch b[i] {
+		case ']':
+			return i + 1
+		case ',':
+			i = skipWS(b, i+1)
+		default:
+			return -1
+		}
+	}
 }

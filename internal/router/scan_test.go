@@ -28,6 +28,13 @@ var scanSeeds = []string{
 	`{"toKens":[1]}`,
 	`{"prompt":"\ud800"}`,
 	"{\"prompt\":\"a\tb\"}",
+	`{"prompt":[0,1 , 2,` + "\n" + `3]}`,
+	`{"prompt":[00]}`,
+	`{"prompt":[1,]}`,
+	`{"prompt":[1e5,2]}`,
+	`{"prompt":[3,-1]}`,
+	`{"prompt":[1,[2]],"x":[4 5]}`,
+	`{"prompt":[99999999999999999999]}`,
 }
 
 // FuzzScanGenerateBody: the hand scanner agrees with encoding/json wherever it answers, and
