@@ -30,6 +30,16 @@
 // PolicyNames, and a script in testdata/policy (policy_script_test.go steps
 // policies over scripted backends, loads and indexes).
 //
+// # Hot path
+//
+// Per request the router reads three fields of the body with a hand scanner
+// (scan.go; encoding/json when in doubt, and fuzzed against it), takes a
+// token-array prompt as it is or asks a replica's /tokenize (remembered by
+// request bytes: tokcache.go), and kv-aware hashes the prompt's blocks only
+// as far as some replica's index walk gets (chain.go), taking known blocks'
+// hashes from a bounded cache of earlier prompts' chains (hashcache.go), so
+// an agent's next turn pays SHA-256 only for its new blocks.
+//
 // # Anti-hot-spot rules
 //
 // Ties are broken uniformly at random (reservoir sampling), never by list

@@ -58,15 +58,9 @@ type Request struct {
 
 	keyDone bool
 	key     uint64
-	// hashes memoizes block hashes by identity and block size: replicas of
+	// chains memoizes block hashes by identity and block size: replicas of
 	// one model share one chain, so this is usually computed once.
-	hashes []hashMemo
-}
-
-type hashMemo struct {
-	identity  string
-	blockSize int
-	hashes    []prefix.Hash
+	chains []*hashChain
 }
 
 var keySeed = maphash.MakeSeed()
@@ -106,17 +100,23 @@ func (r *Request) affinityKey(prefixTokens int) (uint64, bool) {
 	return r.key, true
 }
 
-// blockHashes returns the request's chain hashes for a replica with this
-// identity and block size.
-func (r *Request) blockHashes(identity []byte, blockSize int) []prefix.Hash {
-	for _, m := range r.hashes {
-		if m.blockSize == blockSize && m.identity == string(identity) {
-			return m.hashes
+// chain returns the request's (lazily computed) chain hashes for a replica
+// with this identity and block size.
+func (r *Request) chain(identity []byte, blockSize int, cache *hashCache) *hashChain {
+	for _, c := range r.chains {
+		if c.blockSize == blockSize && c.identity == string(identity) {
+			return c
 		}
 	}
-	hs := prefix.BlockHashes(prefix.Root(identity, r.Salt), r.Tokens, blockSize)
-	r.hashes = append(r.hashes, hashMemo{identity: string(identity), blockSize: blockSize, hashes: hs})
-	return hs
+	c := &hashChain{identity: string(identity), blockSize: blockSize, salt: r.Salt, tokens: r.Tokens, cache: cache}
+	r.chains = append(r.chains, c)
+	return c
+}
+
+// blockHashes returns all of the request's chain hashes for a replica with
+// this identity and block size.
+func (r *Request) blockHashes(identity []byte, blockSize int) []prefix.Hash {
+	return r.chain(identity, blockSize, nil).all()
 }
 
 // PolicyConfig configures the policies.
@@ -217,7 +217,7 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 	case "prefix":
 		return newPrefixPolicy(cfg), nil
 	case "kv-aware":
-		return &kvAware{cfg: cfg, affinity: newPrefixPolicy(cfg)}, nil
+		return &kvAware{cfg: cfg, affinity: newPrefixPolicy(cfg), hashes: newHashCache()}, nil
 	}
 	return nil, fmt.Errorf("router: unknown policy %q (want one of %v)", name, PolicyNames)
 }
@@ -393,6 +393,7 @@ func (p *prefixPolicy) pickKeyUnremembered(key uint64, c []*Backend) Decision {
 type kvAware struct {
 	cfg      PolicyConfig
 	affinity *prefixPolicy
+	hashes   *hashCache // chain hashes of earlier requests' prompts
 }
 
 func (*kvAware) Name() string { return "kv-aware" }
@@ -421,7 +422,7 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 			var id []byte
 			var ok bool
 			if id, bs, ok = b.index.chain(); ok {
-				n, w = b.index.match(r.blockHashes(id, bs), &p.cfg.TierWeights, expire)
+				n, w = b.index.matchChain(r.chain(id, bs, p.hashes), &p.cfg.TierWeights, expire)
 			}
 		}
 		s := w - p.cfg.LoadPenalty*float64(b.Load())

@@ -158,6 +158,7 @@ type Router struct {
 	cfg    Config
 	policy Policy
 	needs  tokenNeeder // nil when the policy never needs tokens
+	toks   *tokenCache // /tokenize answers by request bytes
 	// client forwards requests (credentials set per request); own makes the
 	// router's own calls and always carries the backend key.
 	client, own *http.Client
@@ -190,7 +191,8 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{cfg: cfg, policy: p, client: &http.Client{Transport: cfg.Transport},
 		own:        &http.Client{Transport: keyTransport{base: cfg.Transport, key: cfg.BackendKey}},
-		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys)}
+		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys),
+		toks: newTokenCache()}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
 	r.keys = newKeyMetrics(cfg.Registerer)

@@ -161,7 +161,7 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 		runes    int
 		phase    = genRunning
 		final    *engine.Output
-		emitted  strings.Builder
+		emitted  deltaText // one piece passes uncopied
 		batchBuf []genToken
 	)
 	for o := range out {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 
@@ -13,6 +14,11 @@ type sseWriter struct {
 	w     http.ResponseWriter
 	rc    *http.ResponseController
 	began bool // the headers went out; errors must now travel as events
+
+	buf  []byte        // the event being written, reused (Write copies it out)
+	tmpl chunkTemplate // the stream's text-chunk encoding (see sse_fast.go)
+	js   bytes.Buffer  // encoding/json's output for other chunks, reused
+	enc  *json.Encoder // onto js
 }
 
 func newSSE(w http.ResponseWriter) *sseWriter {
@@ -31,14 +37,20 @@ func (s *sseWriter) start() error {
 }
 
 func (s *sseWriter) send(v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
+	buf := append(s.buf[:0], "data: "...)
+	var ok bool
+	if buf, ok = s.tmpl.appendChunk(buf, v); !ok {
+		if s.enc == nil {
+			s.enc = json.NewEncoder(&s.js) // HTML escaping on, as json.Marshal
+		}
+		s.js.Reset()
+		if err := s.enc.Encode(v); err != nil {
+			return err
+		}
+		buf = append(buf, bytes.TrimSuffix(s.js.Bytes(), []byte("\n"))...)
 	}
-	buf := make([]byte, 0, len(b)+8)
-	buf = append(buf, "data: "...)
-	buf = append(buf, b...)
 	buf = append(buf, "\n\n"...)
+	s.buf = buf
 	if _, err := s.w.Write(buf); err != nil {
 		return err
 	}

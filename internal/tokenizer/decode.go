@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // renderPiece is llama.cpp's token_to_piece(id, special=true) without
@@ -105,6 +106,12 @@ var ErrTokenRange = fmt.Errorf("tokenizer: token id out of range")
 // result may hold invalid UTF-8 if the ids split a character; use a
 // StreamDecoder to emit text incrementally.
 func (t *Tokenizer) Decode(ids []int32) string {
+	if len(ids) == 1 { // one token's text (logprobs list every token and alternative): no copy
+		if id := ids[0]; t.valid(id) && t.attrs[id]&(attrControl|attrUnknown) == 0 {
+			return pieceString(t.pieces[id])
+		}
+		return ""
+	}
 	var out []byte
 	for _, id := range ids {
 		if t.valid(id) {
@@ -139,11 +146,24 @@ func (t *Tokenizer) NewStreamDecoder() *StreamDecoder { return &StreamDecoder{t:
 
 // Add appends id's text (as Decode renders it) and returns whatever is now
 // complete. Out-of-range ids add nothing.
+//
+// Per token it allocates nothing in the common case, a token of whole
+// characters with nothing held: the result is the token's piece itself, as a
+// string over the tokenizer's piece bytes (never modified after New). Only
+// text that joins held bytes to the next token's is copied.
 func (d *StreamDecoder) Add(id int32) string {
-	if !d.t.valid(id) {
-		return ""
+	t := d.t
+	if !t.valid(id) || t.attrs[id]&(attrControl|attrUnknown) != 0 {
+		return "" // adds nothing; what is held stays held (it may still complete)
 	}
-	d.buf = d.t.appendDecoded(d.buf, id)
+	p := t.pieces[id]
+	if len(d.buf) == 0 {
+		if k, clean := settled(p, false); clean {
+			d.buf = append(d.buf, p[k:]...)
+			return pieceString(p[:k])
+		}
+	}
+	d.buf = append(d.buf, p...)
 	return d.drain(false)
 }
 
@@ -151,25 +171,59 @@ func (d *StreamDecoder) Add(id int32) string {
 // U+FFFD, and resets the stream.
 func (d *StreamDecoder) Flush() string { return d.drain(true) }
 
+// pieceString views piece bytes as a string without copying. REQUIRES: b is
+// (part of) a piece, which nothing writes after New.
+func pieceString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
+
+// settled returns how much of b drain would emit (all of it when final; else
+// up to a trailing incomplete but still possible character) and whether that
+// much is valid UTF-8 as it is (no byte to replace by U+FFFD).
+func settled(b []byte, final bool) (n int, clean bool) {
+	clean = true
+	for n < len(b) {
+		if b[n] < utf8.RuneSelf {
+			n++
+			continue
+		}
+		r, size := utf8.DecodeRune(b[n:])
+		if r == utf8.RuneError && size <= 1 {
+			if !final && !utf8.FullRune(b[n:]) {
+				break // may still complete
+			}
+			clean = false
+		}
+		n += size
+	}
+	return n, clean
+}
+
 // drain emits the longest prefix of buf that is settled: valid characters
 // pass through, invalid bytes become U+FFFD, and a trailing incomplete but
 // still possible character stays unless final.
 func (d *StreamDecoder) drain(final bool) string {
-	var out strings.Builder
-	i := 0
-	for i < len(d.buf) {
-		r, n := utf8.DecodeRune(d.buf[i:])
-		if r == utf8.RuneError && n <= 1 {
-			if !final && !utf8.FullRune(d.buf[i:]) {
-				break // may still complete
+	n, clean := settled(d.buf, final)
+	var out string
+	if clean {
+		out = string(d.buf[:n])
+	} else {
+		o := make([]byte, 0, n+8)
+		for i := 0; i < n; {
+			r, size := utf8.DecodeRune(d.buf[i:n])
+			if r == utf8.RuneError && size <= 1 {
+				o = utf8.AppendRune(o, utf8.RuneError)
+				i++
+				continue
 			}
-			out.WriteRune(utf8.RuneError)
-			i++
-			continue
+			o = append(o, d.buf[i:i+size]...)
+			i += size
 		}
-		out.Write(d.buf[i : i+n])
-		i += n
+		out = string(o)
 	}
-	d.buf = append(d.buf[:0], d.buf[i:]...)
-	return out.String()
+	d.buf = append(d.buf[:0], d.buf[n:]...)
+	return out
 }

@@ -57,7 +57,10 @@
 // llama.cpp server does for completions (token_to_piece with special=false):
 // control and unknown tokens render as nothing, and nothing else is
 // stripped or cleaned. StreamDecoder emits only complete UTF-8, turning
-// bytes that can never complete into U+FFFD.
+// bytes that can never complete into U+FFFD. It sits on every generated
+// token's path, so a token of whole characters with nothing held comes back
+// as its piece itself (a string over the piece bytes, which nothing writes
+// after New): no allocation per token.
 //
 // # Chat templates
 //

@@ -1,0 +1,118 @@
+package router
+
+import (
+	"math/bits"
+
+	"stockpot/internal/kvtier"
+	"stockpot/internal/prefix"
+)
+
+// hashChain is a request's block hashes for one identity and block size, computed only as far
+// as a lookup walks: the walk stops at a replica's first missing block, so a prompt of 600
+// blocks whose best replica holds 3 costs a few SHA-256s, not 600 (each is about 0.15 µs,
+// the bulk of a kv-aware pick on long prompts). Replicas of one model share one chain, so
+// the hashes one replica's walk computed serve the next. Not safe for concurrent use: a
+// Request is picked for by one goroutine.
+type hashChain struct {
+	identity  string
+	blockSize int
+	salt      string
+	tokens    []int32
+	root      prefix.Hash
+	hashes    []prefix.Hash // hashes[i] covers tokens[:(i+1)*blockSize]
+
+	cache *hashCache // nil: no cache
+	keys  []fastKey  // keys[j] is run j's cache key (with a cache)
+	rootK fastKey
+	buf   []byte // runKey's scratch
+}
+
+// blocks is how many full blocks the prompt has (the most hashes there can be).
+func (c *hashChain) blocks() int { return len(c.tokens) / c.blockSize }
+
+// extend computes hashes up to n (at most blocks()), taking whole runs from the cache where
+// it has them (so it may compute past n, to the end of a run), and storing each run it
+// completes with SHA-256.
+func (c *hashChain) extend(n int) {
+	n = min(n, c.blocks())
+	if n <= len(c.hashes) {
+		return
+	}
+	if c.hashes == nil {
+		c.root = prefix.Root([]byte(c.identity), c.salt)
+		c.hashes = make([]prefix.Hash, 0, c.blocks()) // one allocation, 32 bytes a block
+		if c.cache != nil {
+			c.rootK = c.cache.rootKey(c.root)
+			c.keys = make([]fastKey, 0, c.blocks()/runBlocks)
+		}
+	}
+	bs := c.blockSize
+	for len(c.hashes) < n {
+		i := len(c.hashes)
+		if c.cache != nil && i%runBlocks == 0 && i+runBlocks <= c.blocks() {
+			if r, ok := c.cache.lookup(c.runKey(i / runBlocks)); ok {
+				c.hashes = append(c.hashes, r[:]...)
+				continue
+			}
+		}
+		parent := c.root
+		if i > 0 {
+			parent = c.hashes[i-1]
+		}
+		c.hashes = append(c.hashes, prefix.Chain(parent, c.tokens[i*bs:(i+1)*bs], nil))
+		if c.cache != nil && (i+1)%runBlocks == 0 { // a run completed by SHA-256: remember it
+			c.cache.store(c.runKey(i/runBlocks), c.hashes[i+1-runBlocks:i+1])
+		}
+	}
+}
+
+// runKey returns run j's cache key (a maphash chain over whole runs of tokens), computing
+// the keys up to it.
+func (c *hashChain) runKey(j int) fastKey {
+	span := runBlocks * c.blockSize
+	if c.buf == nil {
+		c.buf = make([]byte, 0, 8+4*span)
+	}
+	for k := len(c.keys); k <= j; k++ {
+		parent := c.rootK
+		if k > 0 {
+			parent = c.keys[k-1]
+		}
+		var key fastKey
+		key, c.buf = c.cache.nextKey(parent, c.tokens[k*span:(k+1)*span], c.buf)
+		c.keys = append(c.keys, key)
+	}
+	return c.keys[j]
+}
+
+// all returns every block hash (prefix.BlockHashes of the prompt).
+func (c *hashChain) all() []prefix.Hash {
+	c.extend(c.blocks())
+	return c.hashes
+}
+
+// firstHashes is how many hashes a walk computes before its first lookup; it then doubles.
+const firstHashes = 4
+
+// matchChain is match over a lazily hashed chain: it hashes more blocks (outside the read
+// lock) only while the replica holds every block so far.
+func (ix *replicaIndex) matchChain(c *hashChain, weights *[kvtier.Count]float64, expireBefore int64) (n int, weighted float64) {
+	for {
+		if n == len(c.hashes) {
+			if n >= c.blocks() {
+				return n, weighted
+			}
+			c.extend(max(2*n, firstHashes))
+		}
+		ix.mu.RLock()
+		for ; n < len(c.hashes); n++ {
+			e, ok := ix.mu.blocks[c.hashes[n]]
+			if !ok || e.tiers == 0 || e.stored < expireBefore {
+				ix.mu.RUnlock()
+				return n, weighted
+			}
+			weighted += weights[bits.TrailingZeros8(e.tiers)] // its fastest tier
+		}
+		ix.mu.RUnlock()
+	}
+}
