@@ -41,6 +41,14 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzRewritePreHandlerError$$' -fuzztime $(FUZZTIME) ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzJSONProtocolError$$' -fuzztime $(FUZZTIME) ./internal/router
 	$(GO) test -run '^$$' -fuzz '^FuzzSSEBoundary$$' -fuzztime $(FUZZTIME) ./internal/router
+	$(GO) test -run '^$$' -fuzz '^FuzzPrewarmRequest$$' -fuzztime $(FUZZTIME) ./internal/api
+	$(GO) test -run '^$$' -fuzz '^FuzzParsePrices$$' -fuzztime $(FUZZTIME) ./internal/bench
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeVerifyInto$$' -fuzztime $(FUZZTIME) ./internal/tier
+	$(GO) test -run '^$$' -fuzz '^FuzzAttentionQ8Shapes$$' -fuzztime $(FUZZTIME) ./internal/kernels
+	$(GO) test -run '^$$' -fuzz '^FuzzScanGenerateBody$$' -fuzztime $(FUZZTIME) ./internal/router
+	$(GO) test -run '^$$' -fuzz '^FuzzParseTokenArray$$' -fuzztime $(FUZZTIME) ./internal/router
+	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./internal/server
+	$(GO) test -run '^$$' -fuzz '^FuzzStreamDecoderRealVocab$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
 
 ## bench: engine speed against native llama.cpp (needs `make llama-native` once).
 bench:
