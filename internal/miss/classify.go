@@ -41,7 +41,7 @@ func classify(t Text, shared, pTail, cTail []int32, at int) verdict {
 	switch {
 	case d == len(p) || d == len(c):
 		v.cause, v.detail = Template, "the same text, tokenized differently (a turn rendered or split another way)"
-	case spanAt(markupRE, p, d) || spanAt(markupRE, c, d):
+	case markup(p, c, d):
 		v.cause, v.detail = Template, "template markup differs (think or tool-call tags, special tokens)"
 	case spans(timestampRE, p, c, d, nil):
 		v.cause, v.detail = Timestamp, "a date or time differs"
@@ -170,6 +170,34 @@ func spans(re *regexp.Regexp, p, c string, d int, keep func(string) bool) bool {
 			return false
 		}
 		p, c = p[bp:], c[bc:]
+		d = commonPrefix(p, c)
+		if agree(p, c, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// markup reports whether the texts agree once template markup covering each difference is
+// skipped, on either side (a think block or a tag one rendering has and the other lacks).
+func markup(p, c string, d int) bool {
+	for range maxSpans {
+		_, bp, okp := matchAt(markupRE, p, d, nil)
+		_, bc, okc := matchAt(markupRE, c, d, nil)
+		if !okp && !okc {
+			return false
+		}
+		if okp {
+			p = p[bp:]
+		} else {
+			p = p[d:]
+		}
+		if okc {
+			c = c[bc:]
+		} else {
+			c = c[d:]
+		}
+		p, c = strings.TrimLeftFunc(p, unicode.IsSpace), strings.TrimLeftFunc(c, unicode.IsSpace)
 		d = commonPrefix(p, c)
 		if agree(p, c, d) {
 			return true

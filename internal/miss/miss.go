@@ -35,7 +35,8 @@ const MaxCachedTokens = 2048
 // Evidence is what the engine found at admission (see prefix.Cache.Diverge).
 type Evidence struct {
 	// Cause is set when the hash chain decides it (BelowBlock, Evicted, Salt, NewContent);
-	// empty when the text must (Cached holds the cached chain).
+	// empty when the text must (Cached holds the cached chain). A caller that ran Explain
+	// may store its answer here.
 	Cause Cause
 	// Block is the first prompt block not reused, Offset the first token where the prompt
 	// leaves the best cached chain (Block*BlockSize when it shares nothing of that block).
@@ -47,6 +48,9 @@ type Evidence struct {
 	Cached []int32
 	// BlockSize of the cache.
 	BlockSize int
+	// Report is Explain's answer, kept with the evidence by a caller that was asked for it
+	// (the server, for a request's cache_report). Nil until then.
+	Report *Report
 }
 
 // FromDivergence is the Evidence of what prefix.Cache.Diverge found, or nil for no miss.
