@@ -86,6 +86,7 @@ type anthropicBody struct {
 	Container     json.RawMessage    `json:"container"`
 	MCPServers    json.RawMessage    `json:"mcp_servers"`
 	CacheControl  json.RawMessage    `json:"cache_control"` // automatic caching: a breakpoint at the end
+	CacheReport   bool               `json:"cache_report"`  // Stockpot: usage.cache.miss
 }
 
 // chat-request JSON built from an Anthropic body (then parsed by ParseChatRequest).
@@ -305,6 +306,7 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	}
 	chat.StopStrings = b.StopSequences // validated above; more than chat's 4 are allowed
 	r.Chat = chat
+	r.Chat.CacheReport = b.CacheReport
 	return r, nil
 }
 

@@ -53,6 +53,7 @@ type GenerationParams struct {
 	FrequencyPenalty *float64           `json:"frequency_penalty"`
 	LogitBias        map[string]float64 `json:"logit_bias"`
 	CacheSalt        string             `json:"cache_salt"`       // vLLM extension
+	CacheReport      bool               `json:"cache_report"`     // Stockpot: usage.cache.miss
 	ReturnTokenIDs   bool               `json:"return_token_ids"` // vLLM extension
 	IgnoreEOS        bool               `json:"ignore_eos"`       // vLLM extension
 	User             string             `json:"user"`

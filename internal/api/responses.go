@@ -28,7 +28,8 @@ type ResponsesRequest struct {
 	PreviousResponseID string          `json:"previous_response_id"`
 	Store              *bool           `json:"store"`
 	User               string          `json:"user"`
-	CacheSalt          string          `json:"cache_salt"` // vLLM extension, as on chat
+	CacheSalt          string          `json:"cache_salt"`   // vLLM extension, as on chat
+	CacheReport        bool            `json:"cache_report"` // Stockpot: usage.cache.miss
 
 	// Items is Input decoded, in order. Set by parsing.
 	Items []ResponsesItem `json:"-"`
@@ -303,6 +304,9 @@ func (r *ResponsesRequest) ChatRequest(prior []ResponsesItem) (*ChatRequest, err
 	}
 	if r.CacheSalt != "" {
 		body["cache_salt"] = r.CacheSalt
+	}
+	if r.CacheReport {
+		body["cache_report"] = true
 	}
 	if r.User != "" {
 		body["user"] = r.User

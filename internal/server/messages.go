@@ -145,7 +145,8 @@ func messagesUsage(u engine.Usage) api.MessagesUsage {
 	return api.MessagesUsage{
 		InputTokens: max(u.PromptTokens-read, 0), OutputTokens: u.CompletionTokens, CacheReadInputTokens: read,
 		Cache: &api.CacheUsage{DeviceTokens: u.DeviceTokens, HostTokens: u.HostTokens, DiskTokens: u.DiskTokens,
-			RemoteTokens: u.RemoteTokens, ComputedTokens: u.ComputedTokens, DiscardedTokens: u.DiscardedTokens},
+			RemoteTokens: u.RemoteTokens, ComputedTokens: u.ComputedTokens, DiscardedTokens: u.DiscardedTokens,
+			Miss: missReport(u)},
 	}
 }
 
