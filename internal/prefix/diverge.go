@@ -13,8 +13,8 @@ import (
 //   - child lists: every live entry is linked into its parent's list (a root's list head is
 //     in rootKids), intrusive and doubly linked, so Commit and eviction keep them in O(1)
 //     with no allocation, and the children of the last matched block are enumerable;
-//   - ghosts: a bounded FIFO of the hashes eviction took most recently, so "this block was
-//     cached and is gone" is one probe;
+//   - ghosts: a bounded direct-mapped table of the hashes eviction took most recently, so
+//     "this block was cached and is gone" is one probe;
 //   - firsts: a bounded FIFO map from the content of a first block (a 64-bit digest of its
 //     tokens, no root) to the roots that committed it, so "this content is cached under
 //     another root" (another salt or tenant) costs one map probe and a Chain per candidate.
@@ -27,42 +27,46 @@ type kidLinks struct {
 	first, prev, next int32
 }
 
-// ghostCapacity bounds the ghost set: as many hashes as the pool has blocks (what it could
-// have held at once), at least 256 and at most 65536 (8 bytes each plus a map entry).
+// ghostCapacity sizes the ghost set: as many hashes as the pool has blocks (what it could
+// have held at once), at least 256 and at most 65536 (the table is twice that, 8 bytes a
+// slot: 1 MiB at most).
 func ghostCapacity(numBlocks int) int { return min(max(numBlocks, 256), 1<<16) }
 
 // firstsCapacity bounds the first-block map: distinct first blocks are few (one per system
 // prompt and tenant), so 4096 covers a busy server in 8 bytes + a few roots each.
 const firstsCapacity = 4096
 
-// rootsPerContent is the most roots remembered per first-block content.
-const rootsPerContent = 4
+// rootsPerContent is the most roots remembered per first-block content: 3 keeps a rootSet
+// under 128 bytes, which Go maps store inline (a bigger value is allocated per insert).
+const rootsPerContent = 3
 
 func (c *Cache) initDiverge() {
 	c.rootKids = make(map[Hash]int32)
-	c.ghosts = ghostSet{ring: make([]uint64, ghostCapacity(c.cfg.NumBlocks)), set: make(map[uint64]uint32)}
-	c.firsts = contentRoots{ring: make([]uint64, firstsCapacity), roots: make(map[uint64][]Hash)}
+	c.ghosts = newGhostSet(ghostCapacity(c.cfg.NumBlocks))
+	c.firsts = contentRoots{ring: make([]uint64, firstsCapacity), roots: make(map[uint64]rootSet)}
 }
 
 // linkKid puts newly committed entry b at the head of its parent's child list (the root's
 // when b is a first block), and records a first block's content under its root.
 func (c *Cache) linkKid(b BlockID) {
 	e := &c.meta[b]
-	var head *int32
+	id := int32(b) + 1
 	if e.parentBlock >= 0 {
-		head = &c.meta[e.parentBlock].kids.first
-	} else {
-		h := c.rootKids[e.parent]
-		head = &h
-		defer func() { c.rootKids[e.parent] = h }()
-		c.firsts.add(contentKey(c.blockTokens(b)), e.root)
+		p := &c.meta[e.parentBlock].kids
+		e.kids = kidLinks{next: p.first}
+		if p.first != 0 {
+			c.meta[p.first-1].kids.prev = id
+		}
+		p.first = id
+		return
 	}
-	e.kids.prev = 0
-	e.kids.next = *head
-	if *head != 0 {
-		c.meta[*head-1].kids.prev = int32(b) + 1
+	head := c.rootKids[e.parent]
+	e.kids = kidLinks{next: head}
+	if head != 0 {
+		c.meta[head-1].kids.prev = id
 	}
-	*head = int32(b) + 1
+	c.rootKids[e.parent] = id
+	c.firsts.add(contentKey(c.blockTokens(b)), e.root)
 }
 
 // unlinkKid takes live entry b out of its parent's child list. REQUIRES: b has no children.
@@ -97,58 +101,72 @@ func contentKey(tokens []int32) uint64 {
 	return h
 }
 
-// ghostSet is a bounded FIFO set of 64-bit hash prefixes (plenty to name an evicted block:
-// a false hit would need a 2^-64 coincidence, and only mislabels a miss).
+// ghostSet remembers recently evicted hashes in a direct-mapped table of 64-bit hash
+// prefixes: add overwrites the slot, so it holds at most len(slots) of them, the most recent
+// winning a collision. No map, no deletes: eviction, on the allocation path, pays one store.
+// A prefix names a block well enough (a false hit needs a 2^-64 coincidence and would only
+// mislabel a miss); a hash pushed out early just goes unexplained as evicted.
 type ghostSet struct {
-	ring []uint64
-	next int
-	full bool
-	set  map[uint64]uint32 // key -> occurrences in ring
+	slots []uint64
+	mask  uint64
 }
 
-func ghostKey(h Hash) uint64 { return binary.LittleEndian.Uint64(h[:8]) }
+func newGhostSet(capacity int) ghostSet {
+	n := 1
+	for n < 2*capacity {
+		n <<= 1
+	}
+	return ghostSet{slots: make([]uint64, n), mask: uint64(n - 1)}
+}
+
+// ghostKey is a hash's first 8 bytes, never 0 (0 marks an empty slot).
+func ghostKey(h Hash) uint64 { return binary.LittleEndian.Uint64(h[:8]) | 1 }
+
+// slot mixes the key's high bits in: the low bits of a hash prefix are as random as any, but
+// the mix keeps that true for keys from outside too.
+func (g *ghostSet) slot(k uint64) uint64 { return (k ^ k>>29) & g.mask }
 
 func (g *ghostSet) add(h Hash) {
 	k := ghostKey(h)
-	if g.full {
-		old := g.ring[g.next]
-		if g.set[old] <= 1 {
-			delete(g.set, old)
-		} else {
-			g.set[old]--
-		}
-	}
-	g.ring[g.next] = k
-	g.set[k]++
-	g.next++
-	if g.next == len(g.ring) {
-		g.next, g.full = 0, true
-	}
+	g.slots[g.slot(k)] = k
 }
 
-func (g *ghostSet) has(h Hash) bool { return g.set[ghostKey(h)] > 0 }
+func (g *ghostSet) has(h Hash) bool {
+	k := ghostKey(h)
+	return g.slots[g.slot(k)] == k
+}
 
 // contentRoots is a bounded FIFO map from a first block's content key to the roots that
-// committed it (at most rootsPerContent, most recent last).
+// committed it (at most rootsPerContent, most recent last), held inline: adding allocates
+// nothing.
 type contentRoots struct {
 	ring  []uint64
 	next  int
 	full  bool
-	roots map[uint64][]Hash
+	roots map[uint64]rootSet
+}
+
+type rootSet struct {
+	n     int
+	roots [rootsPerContent]Hash
 }
 
 func (f *contentRoots) add(k uint64, root Hash) {
 	rs, ok := f.roots[k]
-	for i, r := range rs {
-		if r == root {
-			rs = append(rs[:i], rs[i+1:]...)
+	for i := range rs.n {
+		if rs.roots[i] == root {
+			copy(rs.roots[i:rs.n], rs.roots[i+1:rs.n])
+			rs.n--
 			break
 		}
 	}
-	if len(rs) == rootsPerContent {
-		rs = rs[1:]
+	if rs.n == rootsPerContent {
+		copy(rs.roots[:], rs.roots[1:])
+		rs.n--
 	}
-	f.roots[k] = append(rs, root)
+	rs.roots[rs.n] = root
+	rs.n++
+	f.roots[k] = rs
 	if ok {
 		return // already in the ring
 	}
@@ -287,7 +305,8 @@ func sharedPrefix(a, b []int32) int {
 // underOtherRoot reports whether first (a first block's tokens) is live under a root other than
 // root.
 func (c *Cache) underOtherRoot(root Hash, first []int32) bool {
-	for _, r := range c.firsts.roots[contentKey(first)] {
+	rs := c.firsts.roots[contentKey(first)]
+	for _, r := range rs.roots[:rs.n] {
 		if r == root {
 			continue
 		}
