@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -98,5 +99,27 @@ func TestServeMissReport(t *testing.T) {
 		if n := got[`stockpot_prefix_miss_total{cause="`+cause+`"}`]; n != want {
 			t.Errorf("stockpot_prefix_miss_total{cause=%q} = %v, want %v", cause, n, want)
 		}
+	}
+}
+
+// TestServeMissEvicted: a small pool evicts a prompt's blocks under other traffic; the next
+// request with that prompt is told they were evicted.
+func TestServeMissEvicted(t *testing.T) {
+	inst, ts := newTestInstance(t, func(o *serveOptions) { o.kvBudget = 2 << 20 })
+	total := inst.engine.Stats().KVBlocksTotal
+	prompt := func(i int) map[string]any {
+		return map[string]any{"prompt": strings.Repeat(fmt.Sprintf("document %d says: the harbour extension was filed in spring. ", i), 12),
+			"max_tokens": 1, "cache_report": true}
+	}
+	// Used once, so not protected from eviction (reused blocks go last).
+	missOf(t, ts.URL, "/v1/completions", prompt(0))
+	for i := 1; inst.engine.Stats().Evictions < uint64(total); i++ {
+		missOf(t, ts.URL, "/v1/completions", prompt(i))
+		if i > 10*total {
+			t.Fatalf("%d blocks, no eviction after %d prompts", total, i)
+		}
+	}
+	if m := missOf(t, ts.URL, "/v1/completions", prompt(0)); m == nil || m.Cause != "evicted" {
+		t.Fatalf("after evictions: miss %+v, want evicted", m)
 	}
 }
