@@ -39,7 +39,7 @@ func cmdBench(args []string) error {
 	apiKey := fs.String("api-key", "", "bearer token for the target")
 	chat := fs.Bool("chat", false, "use /v1/chat/completions instead of /v1/completions")
 	blockSize := fs.Int("block-size", 0, "the target's KV block size for the prediction (0: ask the target, else 16)")
-	prices := fs.String("prices", "", "JSON price table replacing the built-in one")
+	prices := fs.String("prices", "", "price table replacing the built-in one: JSON (YAML for .yaml/.yml) of US dollars per million tokens for input, cache_read, cache_write_5m, cache_write_1h and output per provider model; see bench/prices.example.json")
 	timeout := fs.Duration("timeout", d.Timeout, "per-request timeout")
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	if err := parseWithEnv(fs, args); err != nil {

@@ -33,11 +33,23 @@ func TestMessagesEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	u1, u2 := first.Usage, second.Usage
-	t.Logf("first: input %d, cache read %d; second: input %d, cache read %d", u1.InputTokens, u1.CacheReadInputTokens, u2.InputTokens, u2.CacheReadInputTokens)
-	total := u1.InputTokens + u1.CacheReadInputTokens
-	if u2.CacheReadInputTokens <= u1.CacheReadInputTokens || u2.InputTokens+u2.CacheReadInputTokens != total ||
-		u2.CacheReadInputTokens < total/2 || u1.OutputTokens == 0 || first.Type != "message" || len(first.Content) == 0 {
-		t.Errorf("usage first %+v, second %+v", u1, u2)
+	t.Logf("first: input %d, cache read %d, creation %d (5m %d, 1h %d); second: input %d, cache read %d, creation %d",
+		u1.InputTokens, u1.CacheReadInputTokens, u1.CacheCreationInputTokens, u1.CacheCreation.Ephemeral5mInputTokens,
+		u1.CacheCreation.Ephemeral1hInputTokens, u2.InputTokens, u2.CacheReadInputTokens, u2.CacheCreationInputTokens)
+	total := u1.InputTokens + u1.CacheReadInputTokens + u1.CacheCreationInputTokens
+	// The first writes the system prompt's blocks to the cache, pinned for 1h; the second
+	// reads them (and writes nothing: they are pinned already).
+	if u1.CacheCreationInputTokens < total/2 || u1.CacheCreation.Ephemeral1hInputTokens != u1.CacheCreationInputTokens ||
+		u1.CacheCreation.Ephemeral5mInputTokens != 0 || u1.CacheReadInputTokens != 0 {
+		t.Errorf("first: usage %+v, want the system prompt as 1h cache writes", u1)
+	}
+	if u2.CacheReadInputTokens < u1.CacheCreationInputTokens || u2.CacheCreationInputTokens != 0 ||
+		u2.InputTokens+u2.CacheReadInputTokens+u2.CacheCreationInputTokens != total || u1.OutputTokens == 0 ||
+		first.Type != "message" || len(first.Content) == 0 {
+		t.Errorf("second: usage %+v, want the first's writes read back", u2)
+	}
+	if !strings.Contains(second.RawJSON(), `"pinned_tokens":`) {
+		t.Errorf("usage.cache lacks pinned_tokens: %s", second.RawJSON())
 	}
 
 	// count_tokens counts the same prompt.
@@ -95,5 +107,31 @@ func TestMessagesEndToEnd(t *testing.T) {
 	var ae *anthropic.Error
 	if !errors.As(err, &ae) || ae.StatusCode != 400 || !strings.Contains(ae.Error(), "invalid_request_error") || !strings.Contains(ae.Error(), "nope") {
 		t.Errorf("unknown tool: %v", err)
+	}
+}
+
+// TestMessagesPinBudget: with no room for pins, a breakpoint pins nothing (all input, no
+// write), and pin_strict turns that into Anthropic's 400 invalid_request_error.
+func TestMessagesPinBudget(t *testing.T) {
+	_, ts := newTestInstance(t, func(o *serveOptions) {
+		o.model, o.kvBudget, o.pinBudget = "synthetic:default", 64<<20, -1 // Qwen2.5's template: a system prompt renders first
+	})
+	c := anthropic.NewClient(option.WithBaseURL(ts.URL), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	ctx := context.Background()
+	params := anthropic.MessageNewParams{MaxTokens: 2,
+		System:   []anthropic.TextBlockParam{{Text: longText(200), CacheControl: anthropic.CacheControlEphemeralParam{TTL: anthropic.CacheControlEphemeralTTLTTL5m}}},
+		Messages: []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("hello"))}}
+	msg, err := c.Messages.New(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := msg.Usage; u.CacheCreationInputTokens != 0 || !strings.Contains(msg.RawJSON(), `"pinned_tokens":0`) ||
+		strings.Contains(msg.RawJSON(), `"pin_requested_tokens":0`) {
+		t.Errorf("pins off: usage %s, want no cache writes and pinned_tokens 0", msg.RawJSON())
+	}
+	_, err = c.Messages.New(ctx, params, option.WithJSONSet("pin_strict", true))
+	var ae *anthropic.Error
+	if !errors.As(err, &ae) || ae.StatusCode != 400 || !strings.Contains(ae.Error(), "invalid_request_error") || !strings.Contains(ae.Error(), "pin budget") {
+		t.Errorf("strict pin over budget: %v, want a 400 invalid_request_error", err)
 	}
 }

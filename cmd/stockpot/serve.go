@@ -44,6 +44,7 @@ type serveOptions struct {
 	maxPrompt            int
 	maxBody              int64
 	keys                 []string
+	adminKeys            []string // the cache admin API (--admin-key)
 	metricsKey           string
 	readTimeout          time.Duration  // request bodies; 0 = server default
 	idleTimeout          time.Duration  // keep-alive connections; 0 = server default
@@ -51,6 +52,7 @@ type serveOptions struct {
 	tiers                offload.Config // lower tiers; Identity and Layout are filled from the model
 	prefetch             engine.PrefetchPolicy
 	prefetchMaxWait      time.Duration // 0 = the engine's default
+	pinBudget            int64         // engine.Config.PinBudget: 0 = half the pool, < 0 = no pins
 	logger               *slog.Logger
 	progress             io.Writer
 }
@@ -143,6 +145,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	ecfg.MaxRunning = o.maxRunning
 	ecfg.Prefetch = o.prefetch
 	ecfg.PrefetchMaxWait = o.prefetchMaxWait
+	ecfg.PinBudget = o.pinBudget
 	ecfg.Identity = idDigest[:]
 	ecfg.EOG = lf.tok.EOGs()
 	ecfg.Logger = o.logger
@@ -185,12 +188,14 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	scfg.APIKeys = o.keys
 	scfg.MetricsKey = o.metricsKey
+	scfg.AdminKeys, scfg.CacheAdmin = o.adminKeys, in.engine
 	scfg.ReadTimeout = o.readTimeout
 	scfg.IdleTimeout = o.idleTimeout
 	scfg.MaxConnections = o.maxConns
 	scfg.Logger = o.logger
 	if in.tiers != nil {
 		scfg.TierStats = in.tiers.Stats
+		scfg.TierDrop = in.tiers.DropRoot
 	}
 	if in.server, err = server.New(scfg, in.engine, server.FromTokenizer(lf.tok), reg); err != nil {
 		return fail(err)
@@ -218,6 +223,9 @@ func cmdServe(args []string) error {
 	var keys stringList
 	fs.Var(&keys, "api-key", "required API key (repeatable)")
 	keyFile := fs.String("api-key-file", "", "file with one API key per line")
+	var adminKeys stringList
+	fs.Var(&adminKeys, "admin-key", "key for the cache admin API, /v1/cache and /v1/cache/prewarm (repeatable); without one it is off (403). Behind a router, include the router's --backend-key")
+	adminKeyFile := fs.String("admin-key-file", "", "file with admin keys, one per line")
 	readTimeout := fs.Duration("read-timeout", sd.ReadTimeout, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
 	idleTimeout := fs.Duration("idle-timeout", sd.IdleTimeout, "close keep-alive connections idle this long")
 	maxConns := fs.Int("max-connections", sd.MaxConnections, "connections held open at once; more wait in the listen backlog")
@@ -230,6 +238,7 @@ func cmdServe(args []string) error {
 	minPrefix := fs.Int("offload-min-prefix-tokens", td.Admission.MinPrefixTokens, "write back only blocks ending at least this many tokens into their prompt")
 	prefetch := fs.String("prefetch", ed.Prefetch.String(), "queued requests vs their tier prefetch: wait, timeout or best-effort")
 	prefetchTimeout := fs.Duration("prefetch-timeout", ed.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
+	pinBudget := fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -271,6 +280,11 @@ func cmdServe(args []string) error {
 			}
 		}
 	}
+	fileAdmin, err := readKeyFile(*adminKeyFile)
+	if err != nil {
+		return fmt.Errorf("--admin-key-file: %w", err)
+	}
+	adminKeys = append(adminKeys, fileAdmin...)
 
 	to := td
 	to.DiskDir, to.RemoteURL = *diskCache, *remoteCache
@@ -281,6 +295,10 @@ func cmdServe(args []string) error {
 	if to.DiskBytes, err = bytesize.Parse(*diskSize); err != nil {
 		return fmt.Errorf("--disk-cache-size: %w", err)
 	}
+	pins, err := parsePinBudget(*pinBudget)
+	if err != nil {
+		return err
+	}
 	policy, err := engine.ParsePrefetchPolicy(*prefetch)
 	if err != nil {
 		return fmt.Errorf("--prefetch %w", err)
@@ -288,9 +306,9 @@ func cmdServe(args []string) error {
 	opts := serveOptions{
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
-		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
+		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
-		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout,
+		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins,
 	}
 	inst, err := newInstance(opts)
 	if err != nil {
@@ -310,4 +328,20 @@ func cmdServe(args []string) error {
 	}
 	fmt.Fprintln(os.Stderr, "stockpot: drained, bye")
 	return nil
+}
+
+// parsePinBudget reads --pin-budget into engine.Config.PinBudget: "auto" is 0 (half the
+// pool), a size is bytes, and 0 turns pins off (-1).
+func parsePinBudget(v string) (int64, error) {
+	if v == "auto" {
+		return 0, nil
+	}
+	n, err := bytesize.Parse(v)
+	if err != nil {
+		return 0, fmt.Errorf("--pin-budget: %w", err)
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return n, nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Anthropic's Messages API (POST /v1/messages and /v1/messages/count_tokens). A request is
@@ -30,12 +31,62 @@ type MessagesRequest struct {
 	Chat *ChatRequest
 	// Breakpoints are the cache_control marks, in request order.
 	Breakpoints []CacheControl
+	// PinStrict is the Stockpot extension pin_strict: refuse the request (400) when its
+	// breakpoints do not all fit in the server's pin budget, instead of pinning part.
+	PinStrict bool
 }
 
 // CacheControl is one cache_control breakpoint: Where names the field, TTL is "5m" or "1h".
 type CacheControl struct {
 	Where string
 	TTL   string
+	cut   breakpointCut
+}
+
+// Duration is the breakpoint's TTL.
+func (c CacheControl) Duration() time.Duration {
+	if c.TTL == "1h" {
+		return time.Hour
+	}
+	return 5 * time.Minute
+}
+
+// breakpointCut is the conversation up to and including a marked block, as a cut of the
+// translated chat request: the first tools tools, the first messages messages whole, then
+// tail (a message cut right after the marked block) when set. whole: the full prompt (the
+// top-level cache_control, Anthropic's automatic caching).
+type breakpointCut struct {
+	whole    bool
+	tools    int
+	messages int
+	tail     *ChatRequestMessage
+}
+
+// CutChat returns the chat request that renders the conversation only up to breakpoint i
+// (its marked block included; no generation prompt), or nil when the breakpoint covers the
+// whole prompt. The prefix a breakpoint pins is the common token prefix of this render and
+// the full one: whatever the template puts around a cut, that prefix depends only on the
+// blocks up to the breakpoint. The result shares slices with r.Chat; do not modify it.
+func (r *MessagesRequest) CutChat(i int) *ChatRequest {
+	cut := r.Breakpoints[i].cut
+	if cut.whole {
+		return nil
+	}
+	c := *r.Chat
+	c.Messages = append([]ChatRequestMessage(nil), r.Chat.Messages[:min(cut.messages, len(r.Chat.Messages))]...)
+	if cut.tail != nil {
+		c.Messages = append(c.Messages, *cut.tail)
+	}
+	c.ParsedTools = r.Chat.ParsedTools[:min(cut.tools, len(r.Chat.ParsedTools))]
+	gen := false
+	c.AddGenerationPrompt = &gen
+	return &c
+}
+
+// textMessage is a chat message of role with text content.
+func textMessage(role, text string) *ChatRequestMessage {
+	raw, _ := json.Marshal(text)
+	return &ChatRequestMessage{Role: role, Content: raw, Text: text, HasText: true}
 }
 
 type anthropicBlock struct {
@@ -87,6 +138,7 @@ type anthropicBody struct {
 	MCPServers    json.RawMessage    `json:"mcp_servers"`
 	CacheControl  json.RawMessage    `json:"cache_control"` // automatic caching: a breakpoint at the end
 	CacheReport   bool               `json:"cache_report"`  // Stockpot: usage.cache.miss
+	PinStrict     bool               `json:"pin_strict"`    // Stockpot extension; see MessagesRequest
 }
 
 // chat-request JSON built from an Anthropic body (then parsed by ParseChatRequest).
@@ -120,7 +172,7 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	if err := json.Unmarshal(body, &b); err != nil {
 		return nil, Invalid("", "the request body is not a valid Messages request: %v", err)
 	}
-	r := &MessagesRequest{Model: b.Model, Stream: b.Stream, StopSequences: b.StopSequences, Metadata: b.Metadata}
+	r := &MessagesRequest{Model: b.Model, Stream: b.Stream, StopSequences: b.StopSequences, Metadata: b.Metadata, PinStrict: b.PinStrict}
 	if !countOnly {
 		if b.MaxTokens == nil {
 			return nil, Invalid("max_tokens", "max_tokens: Field required")
@@ -151,35 +203,37 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	if b.Stream {
 		out.Options = &StreamOptions{IncludeUsage: true}
 	}
-	mark := func(raw json.RawMessage, where string, empty bool) error {
+	// mark records a block's cache_control, if any, and returns its index in r.Breakpoints
+	// (-1 for none); the caller then sets where the breakpoint cuts the conversation.
+	mark := func(raw json.RawMessage, where string, empty bool) (int, error) {
 		if isNull(raw) {
-			return nil
+			return -1, nil
 		}
 		var cc struct {
 			Type string `json:"type"`
 			TTL  string `json:"ttl"`
 		}
 		if err := json.Unmarshal(raw, &cc); err != nil {
-			return Invalid(where+".cache_control", "%s.cache_control must be {\"type\":\"ephemeral\",\"ttl\":\"5m\"|\"1h\"}", where)
+			return -1, Invalid(where+".cache_control", "%s.cache_control must be {\"type\":\"ephemeral\",\"ttl\":\"5m\"|\"1h\"}", where)
 		}
 		if cc.Type != "ephemeral" {
-			return Invalid(where+".cache_control.type", "%s.cache_control.type must be \"ephemeral\", got %q", where, cc.Type)
+			return -1, Invalid(where+".cache_control.type", "%s.cache_control.type must be \"ephemeral\", got %q", where, cc.Type)
 		}
 		switch cc.TTL {
 		case "":
 			cc.TTL = "5m"
 		case "5m", "1h":
 		default:
-			return Invalid(where+".cache_control.ttl", "%s.cache_control.ttl must be \"5m\" or \"1h\", got %q", where, cc.TTL)
+			return -1, Invalid(where+".cache_control.ttl", "%s.cache_control.ttl must be \"5m\" or \"1h\", got %q", where, cc.TTL)
 		}
 		if empty {
-			return Invalid(where+".cache_control", "%s: cache_control cannot be set for empty text blocks", where)
+			return -1, Invalid(where+".cache_control", "%s: cache_control cannot be set for empty text blocks", where)
 		}
 		r.Breakpoints = append(r.Breakpoints, CacheControl{Where: where, TTL: cc.TTL})
 		if len(r.Breakpoints) > MaxCacheBreakpoints {
-			return Invalid(where+".cache_control", "A maximum of %d blocks with cache_control may be provided. Found %d.", MaxCacheBreakpoints, len(r.Breakpoints))
+			return -1, Invalid(where+".cache_control", "A maximum of %d blocks with cache_control may be provided. Found %d.", MaxCacheBreakpoints, len(r.Breakpoints))
 		}
-		return nil
+		return len(r.Breakpoints) - 1, nil
 	}
 
 	// system: a string or text blocks.
@@ -200,10 +254,15 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 				if bl.Type != "text" || bl.Text == nil {
 					return nil, Invalid(where, "%s must be a text block ({\"type\":\"text\",\"text\":...})", where)
 				}
-				if err := mark(bl.CacheControl, where, *bl.Text == ""); err != nil {
+				k, err := mark(bl.CacheControl, where, *bl.Text == "")
+				if err != nil {
 					return nil, err
 				}
 				parts = append(parts, *bl.Text)
+				if k >= 0 {
+					// Tools come before the system prompt in Anthropic's prefix order.
+					r.Breakpoints[k].cut = breakpointCut{tools: len(b.Tools), tail: textMessage("system", strings.Join(parts, "\n"))}
+				}
 			}
 			text = strings.Join(parts, "\n")
 		}
@@ -221,8 +280,12 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 		if isNull(t.InputSchema) {
 			return nil, Invalid(where+".input_schema", "%s.input_schema is required", where)
 		}
-		if err := mark(t.CacheControl, where, false); err != nil {
+		k, err := mark(t.CacheControl, where, false)
+		if err != nil {
 			return nil, err
+		}
+		if k >= 0 {
+			r.Breakpoints[k].cut = breakpointCut{tools: i + 1}
 		}
 		fn := map[string]any{"name": t.Name, "parameters": t.InputSchema}
 		if t.Description != "" {
@@ -272,19 +335,38 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	}
 
 	for i, m := range b.Messages {
-		msgs, err := convertMessage(m, fmt.Sprintf("messages[%d]", i), mark)
+		msgs, cuts, err := convertMessage(m, fmt.Sprintf("messages[%d]", i), mark)
 		if err != nil {
 			return nil, err
 		}
-		for _, cm := range msgs {
+		for j, cm := range msgs {
 			// Consecutive user turns are combined into one, as Anthropic does: many chat
 			// templates insist that roles alternate.
+			before := "" // the content cm was appended to, when merged
 			if n := len(out.Messages); n > 0 && cm.Role == "user" && out.Messages[n-1].Role == "user" && out.Messages[n-1].Content != nil {
-				joined := *out.Messages[n-1].Content + "\n" + *cm.Content
+				before = *out.Messages[n-1].Content + "\n"
+				joined := before + *cm.Content
 				out.Messages[n-1].Content = &joined
-				continue
+			} else {
+				out.Messages = append(out.Messages, cm)
 			}
-			out.Messages = append(out.Messages, cm)
+			at := len(out.Messages) - 1 // the chat message cm is (part of)
+			for _, c := range cuts {
+				if c.msg != j {
+					continue
+				}
+				cut := breakpointCut{tools: len(b.Tools), messages: at + 1}
+				switch {
+				case c.text != nil:
+					cut = breakpointCut{tools: len(b.Tools), messages: at, tail: textMessage("user", before+*c.text)}
+				case c.before:
+					cut.messages = at
+				case cm.Role == "user":
+					// A user message may still grow by merging: cut it as it is now.
+					cut = breakpointCut{tools: len(b.Tools), messages: at, tail: textMessage("user", *out.Messages[at].Content)}
+				}
+				r.Breakpoints[c.bp].cut = cut
+			}
 		}
 	}
 	if last := b.Messages[len(b.Messages)-1]; last.Role == "assistant" {
@@ -293,8 +375,12 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 		return nil, Invalid(fmt.Sprintf("messages[%d]", len(b.Messages)-1),
 			"the last message is from the assistant (prefill), which this server does not support; end with a user message")
 	}
-	if err := mark(b.CacheControl, "request", false); err != nil {
+	k, err := mark(b.CacheControl, "request", false)
+	if err != nil {
 		return nil, err
+	}
+	if k >= 0 {
+		r.Breakpoints[k].cut = breakpointCut{whole: true}
 	}
 	chatBody, err := json.Marshal(out)
 	if err != nil {
@@ -310,27 +396,40 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	return r, nil
 }
 
+// messageCut is where a breakpoint inside one Anthropic message cuts the chat messages it
+// became: in message msg (an index into convertMessage's result), after text (a user
+// message's text up to and including the marked block), or before the message (before: a
+// marked block that is not the last of an assistant message, whose render the later blocks
+// change), or else after the whole message.
+type messageCut struct {
+	bp     int // index in MessagesRequest.Breakpoints
+	msg    int
+	text   *string
+	before bool
+}
+
 // convertMessage turns one Anthropic message into chat messages: a user message's
 // tool_result blocks become tool messages (in order, between runs of text); an assistant's
-// tool_use blocks become tool_calls and its thinking blocks reasoning_content.
-func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage, string, bool) error) ([]chatOutMsg, error) {
+// tool_use blocks become tool_calls and its thinking blocks reasoning_content. It also says
+// where each breakpoint in the message cuts them.
+func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage, string, bool) (int, error)) ([]chatOutMsg, []messageCut, error) {
 	if m.Role != "user" && m.Role != "assistant" {
-		return nil, Invalid(where+".role", "%s.role must be \"user\" or \"assistant\", got %q", where, m.Role)
+		return nil, nil, Invalid(where+".role", "%s.role must be \"user\" or \"assistant\", got %q", where, m.Role)
 	}
 	raw := bytes.TrimSpace(m.Content)
 	if isNull(raw) {
-		return nil, Invalid(where+".content", "%s.content is required", where)
+		return nil, nil, Invalid(where+".content", "%s.content is required", where)
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, Invalid(where+".content", "%s.content must be a string or a list of content blocks", where)
+			return nil, nil, Invalid(where+".content", "%s.content must be a string or a list of content blocks", where)
 		}
-		return []chatOutMsg{{Role: m.Role, Content: &s}}, nil
+		return []chatOutMsg{{Role: m.Role, Content: &s}}, nil, nil
 	}
 	var blocks []anthropicBlock
 	if err := json.Unmarshal(raw, &blocks); err != nil {
-		return nil, Invalid(where+".content", "%s.content must be a string or a list of content blocks: %v", where, err)
+		return nil, nil, Invalid(where+".content", "%s.content must be a string or a list of content blocks: %v", where, err)
 	}
 	var (
 		out      []chatOutMsg
@@ -338,6 +437,7 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 		hasText  bool
 		calls    []ToolCall
 		thinking []string
+		cuts     []messageCut
 	)
 	flushUser := func() {
 		if hasText {
@@ -351,57 +451,74 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 		switch bl.Type {
 		case "text":
 			if bl.Text == nil {
-				return nil, Invalid(bw+".text", "%s.text is required", bw)
+				return nil, nil, Invalid(bw+".text", "%s.text is required", bw)
 			}
-			if err := mark(bl.CacheControl, bw, *bl.Text == ""); err != nil {
-				return nil, err
+			k, err := mark(bl.CacheControl, bw, *bl.Text == "")
+			if err != nil {
+				return nil, nil, err
 			}
 			text, hasText = append(text, *bl.Text), true
+			if k >= 0 {
+				if m.Role == "user" {
+					cut := strings.Join(text, "\n")
+					cuts = append(cuts, messageCut{bp: k, msg: len(out), text: &cut})
+				} else {
+					cuts = append(cuts, messageCut{bp: k, before: j < len(blocks)-1})
+				}
+			}
 		case "tool_use":
 			if m.Role != "assistant" {
-				return nil, Invalid(bw+".type", "%s: tool_use blocks are only allowed in assistant messages", bw)
+				return nil, nil, Invalid(bw+".type", "%s: tool_use blocks are only allowed in assistant messages", bw)
 			}
 			if bl.ID == "" || bl.Name == "" {
-				return nil, Invalid(bw, "%s: tool_use needs an id and a name", bw)
+				return nil, nil, Invalid(bw, "%s: tool_use needs an id and a name", bw)
 			}
 			in := bytes.TrimSpace(bl.Input)
 			if len(in) == 0 || in[0] != '{' || !json.Valid(in) {
-				return nil, Invalid(bw+".input", "%s.input must be a JSON object", bw)
+				return nil, nil, Invalid(bw+".input", "%s.input must be a JSON object", bw)
 			}
-			if err := mark(bl.CacheControl, bw, false); err != nil {
-				return nil, err
+			k, err := mark(bl.CacheControl, bw, false)
+			if err != nil {
+				return nil, nil, err
+			}
+			if k >= 0 {
+				cuts = append(cuts, messageCut{bp: k, before: j < len(blocks)-1})
 			}
 			calls = append(calls, ToolCall{ID: bl.ID, Type: "function", Function: ToolCallFunction{Name: bl.Name, Arguments: string(in)}})
 		case "tool_result":
 			if m.Role != "user" {
-				return nil, Invalid(bw+".type", "%s: tool_result blocks are only allowed in user messages", bw)
+				return nil, nil, Invalid(bw+".type", "%s: tool_result blocks are only allowed in user messages", bw)
 			}
 			if bl.ToolUseID == "" {
-				return nil, Invalid(bw+".tool_use_id", "%s.tool_use_id is required", bw)
+				return nil, nil, Invalid(bw+".tool_use_id", "%s.tool_use_id is required", bw)
 			}
 			res, err := toolResultText(bl.Content, bw)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			if err := mark(bl.CacheControl, bw, false); err != nil {
-				return nil, err
+			k, err := mark(bl.CacheControl, bw, false)
+			if err != nil {
+				return nil, nil, err
 			}
 			flushUser()
 			out = append(out, chatOutMsg{Role: "tool", Content: &res, ToolCallID: bl.ToolUseID})
+			if k >= 0 {
+				cuts = append(cuts, messageCut{bp: k, msg: len(out) - 1})
+			}
 		case "thinking":
 			if m.Role != "assistant" {
-				return nil, Invalid(bw+".type", "%s: thinking blocks are only allowed in assistant messages", bw)
+				return nil, nil, Invalid(bw+".type", "%s: thinking blocks are only allowed in assistant messages", bw)
 			}
 			if bl.Thinking == nil {
-				return nil, Invalid(bw+".thinking", "%s.thinking is required", bw)
+				return nil, nil, Invalid(bw+".thinking", "%s.thinking is required", bw)
 			}
 			thinking = append(thinking, *bl.Thinking)
 		case "redacted_thinking":
 			// Opaque to us: nothing to render.
 		case "image", "document", "search_result":
-			return nil, Unsupported(bw+".type", "%s: %q blocks are not supported by this server (text-only model)", bw, bl.Type)
+			return nil, nil, Unsupported(bw+".type", "%s: %q blocks are not supported by this server (text-only model)", bw, bl.Type)
 		default:
-			return nil, Invalid(bw+".type", "%s.type %q is not a known content block type", bw, bl.Type)
+			return nil, nil, Invalid(bw+".type", "%s.type %q is not a known content block type", bw, bl.Type)
 		}
 	}
 	if m.Role == "user" {
@@ -410,7 +527,7 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 			empty := ""
 			out = append(out, chatOutMsg{Role: "user", Content: &empty})
 		}
-		return out, nil
+		return out, cuts, nil
 	}
 	msg := chatOutMsg{Role: "assistant", ToolCalls: calls}
 	if hasText || len(calls) == 0 {
@@ -421,7 +538,7 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 		s := strings.Join(thinking, "\n")
 		msg.Reasoning = &s
 	}
-	return []chatOutMsg{msg}, nil
+	return []chatOutMsg{msg}, cuts, nil
 }
 
 // toolResultText is a tool_result's content as text: a string, or its text blocks joined.

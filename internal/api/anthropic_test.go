@@ -28,8 +28,9 @@ func TestParseMessagesRequest(t *testing.T) {
 		len(c.StopStrings) != 1 || c.StopStrings[0] != "END" || !c.IncludeUsage() {
 		t.Errorf("params %+v / %+v", r, c.GenerationParams)
 	}
-	if len(r.Breakpoints) != 3 || r.Breakpoints[0] != (CacheControl{"system[0]", "1h"}) || r.Breakpoints[1] != (CacheControl{"tools[0]", "5m"}) ||
-		r.Breakpoints[2] != (CacheControl{"messages[2].content[1]", "5m"}) {
+	bp := func(i int) [2]string { return [2]string{r.Breakpoints[i].Where, r.Breakpoints[i].TTL} }
+	if len(r.Breakpoints) != 3 || bp(0) != [2]string{"system[0]", "1h"} || bp(1) != [2]string{"tools[0]", "5m"} ||
+		bp(2) != [2]string{"messages[2].content[1]", "5m"} {
 		t.Errorf("breakpoints %+v", r.Breakpoints)
 	}
 	if len(c.ParsedTools) != 1 || c.ParsedTools[0].Name != "f" || c.ParsedToolChoice.Mode != ToolChoiceFunction || c.ParsedToolChoice.Name != "f" || c.ParallelCalls() {
@@ -157,6 +158,11 @@ var messagesSeeds = []string{
 	  {"role":"user","content":[{"type":"tool_result","tool_use_id":"x","content":"r","is_error":true}]}]}`,
 	`{"max_tokens":1,"cache_control":{"type":"ephemeral"},"system":[{"type":"text","text":"","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"q"}]}`,
 	`{"max_tokens":1,"tool_choice":{"type":"tool","name":"f"},"tools":[{"name":"f","input_schema":{}}],"stop_sequences":["a","b"],"top_k":3,"top_p":0.5,"temperature":1,"messages":[{"role":"user","content":"q"}]}`,
+	// cache_control breakpoints everywhere they may go, and pin_strict.
+	`{"max_tokens":2,"pin_strict":true,"cache_control":{"type":"ephemeral","ttl":"1h"},"tools":[{"name":"f","input_schema":{},"cache_control":{"type":"ephemeral"}}],"system":[{"type":"text","text":"s","cache_control":{"type":"ephemeral","ttl":"1h"}}],"messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral","ttl":"5m"}}]}]}`,
+	`{"max_tokens":2,"messages":[{"role":"user","content":"u"},{"role":"user","content":[{"type":"text","text":"v","cache_control":{"type":"ephemeral"}},{"type":"text","text":"w"}]},{"role":"assistant","content":[{"type":"text","text":"x","cache_control":{"type":"ephemeral"}},{"type":"tool_use","id":"t","name":"f","input":{},"cache_control":{"type":"ephemeral"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r","cache_control":{"type":"ephemeral"}},{"type":"text","text":"go"}]}]}`,
+	`{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"text","text":"","cache_control":{"type":"ephemeral"}}]}]}`,
+	`{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"text","text":"a","cache_control":{"type":"ephemeral","ttl":"2h"}}]}]}`,
 }
 
 // FuzzMessagesRequest: any body parses to a request whose chat translation is consistent, or
@@ -181,9 +187,14 @@ func FuzzMessagesRequest(f *testing.F) {
 		if len(r.Breakpoints) > MaxCacheBreakpoints {
 			t.Fatalf("%d breakpoints accepted", len(r.Breakpoints))
 		}
-		for _, b := range r.Breakpoints {
+		for i, b := range r.Breakpoints {
 			if b.TTL != "5m" && b.TTL != "1h" {
 				t.Fatalf("ttl %q accepted", b.TTL)
+			}
+			// A cut is a prefix of the conversation: never more messages than it has (plus a
+			// cut last one), never more tools, never a generation prompt.
+			if c := r.CutChat(i); c != nil && (len(c.Messages) > len(r.Chat.Messages) || len(c.ParsedTools) > len(r.Chat.ParsedTools) || c.GenerationPrompt()) {
+				t.Fatalf("breakpoint %s: cut of %d messages, %d tools, of %d and %d", b.Where, len(c.Messages), len(c.ParsedTools), len(r.Chat.Messages), len(r.Chat.ParsedTools))
 			}
 		}
 		if r.Chat == nil || len(r.Chat.Messages) == 0 {
@@ -201,4 +212,80 @@ func FuzzMessagesRequest(f *testing.F) {
 			t.Fatalf("max_tokens %d did not reach the chat request", r.MaxTokens)
 		}
 	})
+}
+
+// TestCutChat: each breakpoint's cut renders the conversation up to its block: system text
+// up to the marked system block, tools up to the marked tool, a user message up to the
+// marked text block (merged user turns included), an assistant message whole only when its
+// marked block is its last, and the whole prompt for the top-level cache_control.
+func TestCutChat(t *testing.T) {
+	// At most 4 breakpoints a request: the six marks go in two requests.
+	tmpl := `{"max_tokens":8 @F
+		"tools":[{"name":"f","input_schema":{"type":"object"}},{"name":"g","input_schema":{"type":"object"} @A}],
+		"system":[{"type":"text","text":"a" @B},{"type":"text","text":"b"}],
+		"messages":[
+			{"role":"user","content":"u0"},
+			{"role":"user","content":[{"type":"text","text":"u1" @C},{"type":"text","text":"u2"}]},
+			{"role":"assistant","content":[{"type":"text","text":"x" @D},{"type":"tool_use","id":"t","name":"f","input":{}}]},
+			{"role":"user","content":[{"type":"tool_result","tool_use_id":"t","content":"r" @E}]}
+		]}`
+	parse := func(marks string) *MessagesRequest {
+		body := tmpl
+		for _, m := range "ABCDEF" {
+			v := ""
+			if strings.ContainsRune(marks, m) {
+				v = `,"cache_control":{"type":"ephemeral"}`
+				if m == 'F' {
+					v = `,"cache_control":{"type":"ephemeral","ttl":"1h"}`
+				}
+			}
+			if m == 'F' {
+				v += ","
+			}
+			body = strings.ReplaceAll(body, "@"+string(m), v)
+		}
+		r, err := ParseMessagesRequest([]byte(body), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	describe := func(c *ChatRequest) string {
+		if c == nil {
+			return "whole"
+		}
+		var parts []string
+		for _, m := range c.Messages {
+			parts = append(parts, m.Role+":"+strings.ReplaceAll(m.Text, "\n", "|"))
+		}
+		gen := "gen"
+		if !c.GenerationPrompt() {
+			gen = "nogen"
+		}
+		return strings.Join(parts, " ") + " tools=" + string(rune('0'+len(c.ParsedTools))) + " " + gen
+	}
+	want := map[string]string{
+		"tools[1]":               " tools=2 nogen",
+		"system[0]":              "system:a tools=2 nogen",
+		"messages[1].content[0]": "system:a|b user:u0|u1 tools=2 nogen",
+		"messages[2].content[0]": "system:a|b user:u0|u1|u2 tools=2 nogen",
+		"messages[3].content[0]": "system:a|b user:u0|u1|u2 assistant:x tool:r tools=2 nogen",
+		"request":                "whole",
+	}
+	seen := 0
+	for _, r := range []*MessagesRequest{parse("ABCD"), parse("EF")} {
+		for i, b := range r.Breakpoints {
+			seen++
+			if got := describe(r.CutChat(i)); got != want[b.Where] {
+				t.Errorf("%s: cut %q, want %q", b.Where, got, want[b.Where])
+			}
+		}
+	}
+	if seen != len(want) {
+		t.Fatalf("%d breakpoints, want %d", seen, len(want))
+	}
+	r := parse("EF")
+	if r.Breakpoints[1].Duration().String() != "1h0m0s" || r.Breakpoints[0].Duration().String() != "5m0s" {
+		t.Errorf("durations %v %v", r.Breakpoints[1].Duration(), r.Breakpoints[0].Duration())
+	}
 }

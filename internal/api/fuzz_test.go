@@ -15,6 +15,9 @@ var fuzzSeeds = []string{
 	`{"messages":[{"role":"user","content":"w?"},{"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function","function":{"name":"f","arguments":"{\"a\":1}"}}]},{"role":"tool","tool_call_id":"c1","content":"ok"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer"}},"required":["a"]}}}],"tool_choice":"required","parallel_tool_calls":false}`,
 	`{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","json_schema":{"name":"o","strict":true,"schema":{"$defs":{"p":{"type":"string"}},"anyOf":[{"$ref":"#/$defs/p"},{"type":"null"}]}}}}`,
 	`{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_object"},"tools":[{"type":"function","function":{"name":"g"}}],"tool_choice":{"type":"function","function":{"name":"g"}}}`,
+	`{"messages":[{"role":"user","content":"x"}],"prompt_cache_retention":"24h","pin_strict":true}`,
+	`{"prompt":"x","prompt_cache_retention":"in_memory"}`,
+	`{"prompt":"x","prompt_cache_retention":"1h"}`,
 }
 
 func checkParsed(t *testing.T, p *GenerationParams, err error) {
@@ -35,6 +38,9 @@ func checkParsed(t *testing.T, p *GenerationParams, err error) {
 	}
 	if p.MaxTokens != nil && *p.MaxTokens < 1 {
 		t.Fatalf("max_tokens %d accepted", *p.MaxTokens)
+	}
+	if p.PromptCacheRetention != "" && p.RetentionTTL() <= 0 {
+		t.Fatalf("prompt_cache_retention %q accepted", p.PromptCacheRetention)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"time"
 )
 
 // Limits on request values that need no model knowledge.
@@ -54,12 +55,41 @@ type GenerationParams struct {
 	LogitBias        map[string]float64 `json:"logit_bias"`
 	CacheSalt        string             `json:"cache_salt"`       // vLLM extension
 	CacheReport      bool               `json:"cache_report"`     // Stockpot: usage.cache.miss
+	PromptCacheKey   string             `json:"prompt_cache_key"` // OpenAI: the router's affinity key
 	ReturnTokenIDs   bool               `json:"return_token_ids"` // vLLM extension
 	IgnoreEOS        bool               `json:"ignore_eos"`       // vLLM extension
 	User             string             `json:"user"`
+	// PromptCacheRetention is OpenAI's prompt_cache_retention: "in_memory" or "24h" pins the
+	// prompt's full blocks for RetentionInMemory or 24 hours after their last use (see
+	// RetentionTTL); "" leaves the prompt to the cache's usual eviction.
+	PromptCacheRetention string `json:"prompt_cache_retention"`
+	// PinStrict (Stockpot extension pin_strict) refuses the request with a 400 when its pin
+	// does not fit in the server's pin budget, instead of pinning part of it.
+	PinStrict bool `json:"pin_strict"`
 
 	// StopStrings is Stop decoded: at most MaxStop non-empty strings. Set by parsing.
 	StopStrings []string `json:"-"`
+}
+
+// Retention values of prompt_cache_retention.
+const (
+	RetentionInMemoryName = "in_memory"
+	Retention24hName      = "24h"
+	// RetentionInMemory is the TTL of "in_memory": OpenAI keeps in-memory prompt caches for
+	// 5 to 10 minutes of inactivity; Stockpot keeps them for the longer end, refreshed on
+	// every hit.
+	RetentionInMemory = 10 * time.Minute
+)
+
+// RetentionTTL is the pin TTL prompt_cache_retention asks for (0: no pin).
+func (p *GenerationParams) RetentionTTL() time.Duration {
+	switch p.PromptCacheRetention {
+	case RetentionInMemoryName:
+		return RetentionInMemory
+	case Retention24hName:
+		return 24 * time.Hour
+	}
+	return 0
 }
 
 // IncludeUsage reports whether a streamed response ends with a usage chunk.
@@ -327,6 +357,14 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 	}
 	if len(p.CacheSalt) > MaxCacheSaltBytes {
 		return Invalid("cache_salt", "cache_salt is %d bytes, over the limit of %d; use a tenant id or a hash of one", len(p.CacheSalt), MaxCacheSaltBytes)
+	}
+	switch p.PromptCacheRetention {
+	case "", RetentionInMemoryName, Retention24hName:
+	default:
+		return Invalid("prompt_cache_retention", "prompt_cache_retention must be %q or %q, got %q", RetentionInMemoryName, Retention24hName, p.PromptCacheRetention)
+	}
+	if err := checkPromptCacheKey(p.PromptCacheKey); err != nil {
+		return err
 	}
 	if len(p.StopTokenIDs) > MaxStopTokenIDs {
 		return Invalid("stop_token_ids", "stop_token_ids has %d ids; at most %d are allowed", len(p.StopTokenIDs), MaxStopTokenIDs)

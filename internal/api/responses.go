@@ -30,6 +30,10 @@ type ResponsesRequest struct {
 	User               string          `json:"user"`
 	CacheSalt          string          `json:"cache_salt"`   // vLLM extension, as on chat
 	CacheReport        bool            `json:"cache_report"` // Stockpot: usage.cache.miss
+	// PromptCacheRetention and PinStrict are passed to the chat request (GenerationParams).
+	PromptCacheRetention string `json:"prompt_cache_retention"`
+	PinStrict            bool   `json:"pin_strict"`
+	PromptCacheKey       string `json:"prompt_cache_key"`
 
 	// Items is Input decoded, in order. Set by parsing.
 	Items []ResponsesItem `json:"-"`
@@ -73,6 +77,9 @@ const MaxResponsesItems = 4096
 func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	var r ResponsesRequest
 	if err := decodeObject(body, &r); err != nil {
+		return nil, err
+	}
+	if err := checkPromptCacheKey(r.PromptCacheKey); err != nil {
 		return nil, err
 	}
 	items, err := parseResponsesInput(r.Input)
@@ -308,8 +315,17 @@ func (r *ResponsesRequest) ChatRequest(prior []ResponsesItem) (*ChatRequest, err
 	if r.CacheReport {
 		body["cache_report"] = true
 	}
+	if r.PromptCacheKey != "" {
+		body["prompt_cache_key"] = r.PromptCacheKey
+	}
 	if r.User != "" {
 		body["user"] = r.User
+	}
+	if r.PromptCacheRetention != "" {
+		body["prompt_cache_retention"] = r.PromptCacheRetention
+	}
+	if r.PinStrict {
+		body["pin_strict"] = true
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -397,22 +413,45 @@ func orderedFunction(fn map[string]json.RawMessage) json.RawMessage {
 	return b.Bytes()
 }
 
-// responsesToolChoice converts tool_choice: the strings pass as they are, and
-// {"type":"function","name":X} becomes chat's {"type":"function","function":{"name":X}}.
+// responsesToolChoice converts tool_choice: the strings pass as they are,
+// {"type":"function","name":X} becomes chat's {"type":"function","function":{"name":X}}, and
+// {"type":"allowed_tools","mode":M,"tools":[{"type":"function","name":X}]} becomes chat's
+// {"type":"allowed_tools","allowed_tools":{"mode":M,"tools":[{"type":"function","function":{"name":X}}]}}.
 func responsesToolChoice(raw json.RawMessage) (json.RawMessage, error) {
 	raw = bytes.TrimSpace(raw)
 	if isNull(raw) || raw[0] == '"' {
 		return raw, nil
 	}
+	const want = `tool_choice must be "auto", "none", "required", {"type":"function","name":...} or {"type":"allowed_tools","mode":...,"tools":[...]}`
 	var c struct {
-		Type string `json:"type"`
-		Name string `json:"name"`
+		Type  string          `json:"type"`
+		Name  string          `json:"name"`
+		Mode  json.RawMessage `json:"mode"`
+		Tools []struct {
+			Type string `json:"type"`
+			Name string `json:"name"`
+		} `json:"tools"`
 	}
-	if err := json.Unmarshal(raw, &c); err != nil || c.Type != "function" {
-		return nil, Invalid("tool_choice", `tool_choice must be "auto", "none", "required" or {"type":"function","name":...}`)
+	if err := json.Unmarshal(raw, &c); err != nil {
+		return nil, Invalid("tool_choice", want)
 	}
-	b, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": c.Name}})
-	return b, nil
+	switch c.Type {
+	case "function":
+		b, _ := json.Marshal(map[string]any{"type": "function", "function": map[string]string{"name": c.Name}})
+		return b, nil
+	case "allowed_tools":
+		tools := make([]map[string]any, len(c.Tools))
+		for i, t := range c.Tools {
+			tools[i] = map[string]any{"type": t.Type, "function": map[string]string{"name": t.Name}}
+		}
+		inner := map[string]any{"tools": tools}
+		if len(c.Mode) > 0 {
+			inner["mode"] = c.Mode
+		}
+		b, _ := json.Marshal(map[string]any{"type": "allowed_tools", "allowed_tools": inner})
+		return b, nil
+	}
+	return nil, Invalid("tool_choice", want)
 }
 
 // responsesFormat converts text.format to chat's response_format.

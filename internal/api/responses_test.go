@@ -14,6 +14,8 @@ var responsesSeeds = []string{
 	`{"input":"x","tools":[{"type":"function","name":"g"}],"tool_choice":{"type":"function","name":"g"},"store":false}`,
 	`{"input":"x","text":{"format":{"type":"json_object"}},"previous_response_id":"resp_1"}`,
 	`{"input":[{"type":"function_call_output","call_id":"c9","output":[{"type":"input_text","text":"r"}]}]}`,
+	`{"input":"hi","prompt_cache_retention":"24h","pin_strict":true}`,
+	`{"input":"hi","prompt_cache_retention":"never"}`,
 }
 
 func TestResponsesToChat(t *testing.T) {
@@ -61,6 +63,13 @@ func TestResponsesToChat(t *testing.T) {
 		t.Errorf("choice %+v", c.ParsedToolChoice)
 	}
 
+	// allowed_tools in the Responses shape (mode and tools at the top level, tools by name).
+	r, _ = ParseResponsesRequest([]byte(`{"input":"x","tools":[{"type":"function","name":"f"},{"type":"function","name":"g"}],
+		"tool_choice":{"type":"allowed_tools","mode":"required","tools":[{"type":"function","name":"g"}]}}`))
+	if c, err = r.ChatRequest(nil); err != nil || c.ParsedToolChoice.Mode != ToolChoiceRequired || len(c.ParsedToolChoice.Allowed) != 1 || c.ParsedToolChoice.Allowed[0] != "g" {
+		t.Errorf("allowed_tools %+v %v", c.ParsedToolChoice, err)
+	}
+
 	r, _ = ParseResponsesRequest([]byte(responsesSeeds[2]))
 	if c, err = r.ChatRequest(nil); err != nil || c.Format == nil || c.Format.Type != FormatJSONSchema || !c.Format.Strict || c.Format.Name != "o" {
 		t.Errorf("format %+v %v", c, err)
@@ -92,6 +101,8 @@ func TestResponsesRequestErrors(t *testing.T) {
 		{`{"input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"mcp"}}`, "tool_choice"},
 		{`{"input":"x","text":{"format":{"type":"json_schema","name":"o","schema":[]}}}`, "text.format"},
 		{`{"input":"x","temperature":9}`, "temperature"},
+		{`{"input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"allowed_tools","mode":"auto","tools":[{"type":"function","name":"nope"}]}}`, "tool_choice.allowed_tools.tools[0]"},
+		{`{"input":"x","tools":[{"type":"function","name":"f"}],"tool_choice":{"type":"allowed_tools","mode":"often","tools":[{"type":"function","name":"f"}]}}`, "tool_choice.allowed_tools.mode"},
 		{`{"input":[{"type":"function_call_output","call_id":"zz","output":"x"}]}`, "input[0].tool_call_id"},
 	} {
 		r, err := ParseResponsesRequest([]byte(tc.body))

@@ -39,6 +39,12 @@ type CacheUsage struct {
 	// Miss is where and why the prompt left the longest cached chain, when the request set
 	// cache_report and the prompt missed (Stockpot extension).
 	Miss *miss.Report `json:"miss,omitempty"`
+	// PinnedTokens is how many prompt tokens the request's pins (cache_control breakpoints,
+	// prompt_cache_retention) hold pinned now, and PinRequestedTokens how many they asked for
+	// (whole blocks): less pinned than requested is a partial pin (the pin budget ran out).
+	// Both are absent when the request asked for no pin.
+	PinnedTokens       *int `json:"pinned_tokens,omitempty"`
+	PinRequestedTokens *int `json:"pin_requested_tokens,omitempty"`
 }
 
 // Timings are per-request phase durations in milliseconds (Stockpot extension).

@@ -148,6 +148,47 @@ type usageWire struct {
 		CachedTokens *int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
 	Cache *CacheUsage `json:"cache"`
+
+	// Anthropic's usage (/v1/messages: message_start's message.usage, message_delta's usage).
+	InputTokens              *int `json:"input_tokens"`
+	OutputTokens             *int `json:"output_tokens"`
+	CacheReadInputTokens     *int `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens *int `json:"cache_creation_input_tokens"`
+	CacheCreation            *struct {
+		Ephemeral5m int `json:"ephemeral_5m_input_tokens"`
+		Ephemeral1h int `json:"ephemeral_1h_input_tokens"`
+	} `json:"cache_creation"`
+}
+
+// anthropic reports whether u is Anthropic's usage shape.
+func (u *usageWire) anthropic() bool {
+	return u.InputTokens != nil || u.OutputTokens != nil || u.CacheReadInputTokens != nil || u.CacheCreationInputTokens != nil
+}
+
+// CacheSplit is Anthropic's split of a prompt into cache reads and writes by TTL, as the
+// server reported it on /v1/messages.
+type CacheSplit struct {
+	Read    int `json:"cache_read_input_tokens"`
+	Write5m int `json:"cache_write_5m_tokens"`
+	Write1h int `json:"cache_write_1h_tokens"`
+	Input   int `json:"input_tokens"` // the uncached rest
+}
+
+// merge folds one Anthropic usage object into the split (later fields win, as
+// message_delta's usage completes message_start's).
+func (c *CacheSplit) merge(u *usageWire) {
+	if u.InputTokens != nil {
+		c.Input = *u.InputTokens
+	}
+	if u.CacheReadInputTokens != nil {
+		c.Read = *u.CacheReadInputTokens
+	}
+	switch {
+	case u.CacheCreation != nil:
+		c.Write5m, c.Write1h = u.CacheCreation.Ephemeral5m, u.CacheCreation.Ephemeral1h
+	case u.CacheCreationInputTokens != nil:
+		c.Write5m, c.Write1h = *u.CacheCreationInputTokens, 0 // no split given: the default TTL
+	}
 }
 
 type chunkWire struct {
@@ -162,7 +203,17 @@ type chunkWire struct {
 	} `json:"choices"`
 	Usage          *usageWire `json:"usage"`
 	PromptTokenIDs []int32    `json:"prompt_token_ids"`
-	Error          *struct {
+	// Anthropic's stream: message_start's message, content_block_delta's and message_delta's
+	// delta.
+	Message *struct {
+		Usage *usageWire `json:"usage"`
+	} `json:"message"`
+	Delta *struct {
+		Text        string `json:"text"`
+		PartialJSON string `json:"partial_json"`
+		StopReason  string `json:"stop_reason"`
+	} `json:"delta"`
+	Error *struct {
 		Message string `json:"message"`
 	} `json:"error"`
 }
@@ -185,6 +236,7 @@ type Sample struct {
 	CompletionTokens int         `json:"completion_tokens"`
 	CachedTokens     *int        `json:"cached_tokens"` // nil: not reported (field absent)
 	Cache            *CacheUsage `json:"cache,omitempty"`
+	CacheSplit       *CacheSplit `json:"cache_split,omitempty"` // /v1/messages only
 	Chunks           int         `json:"chunks"`
 	FinishReason     string      `json:"finish_reason,omitempty"`
 
@@ -192,6 +244,14 @@ type Sample struct {
 	OutputIDs  []int32 `json:"-"`
 	PromptText string  `json:"-"`
 	OutputText string  `json:"-"`
+}
+
+// messageUsage is message_start's message.usage, nil otherwise.
+func messageUsage(c *chunkWire) *usageWire {
+	if c.Message == nil {
+		return nil
+	}
+	return c.Message.Usage
 }
 
 // send posts one streamed request and reads the SSE answer to the end. The first content
@@ -262,7 +322,33 @@ func (t *target) send(ctx context.Context, endpoint string, body map[string]any,
 			}
 			s.OutputIDs = append(s.OutputIDs, ch.TokenIDs...)
 		}
-		if u := c.Usage; u != nil {
+		if d := c.Delta; d != nil {
+			if d.Text != "" || d.PartialJSON != "" {
+				if s.FirstToken == 0 {
+					s.FirstToken = time.Since(epoch)
+				}
+				s.Chunks++
+				out.WriteString(d.Text)
+			}
+			if d.StopReason != "" {
+				s.FinishReason = d.StopReason
+			}
+		}
+		for _, u := range []*usageWire{c.Usage, messageUsage(&c)} {
+			if u != nil && u.anthropic() {
+				if s.CacheSplit == nil {
+					s.CacheSplit = &CacheSplit{}
+				}
+				s.CacheSplit.merge(u)
+				sp := *s.CacheSplit
+				s.UsageReported = true
+				s.PromptTokens, s.CachedTokens = sp.Input+sp.Read+sp.Write5m+sp.Write1h, &sp.Read
+				if u.OutputTokens != nil {
+					s.CompletionTokens = *u.OutputTokens
+				}
+			}
+		}
+		if u := c.Usage; u != nil && !u.anthropic() {
 			s.UsageReported = true
 			s.PromptTokens, s.CompletionTokens = u.PromptTokens, u.CompletionTokens
 			if u.PromptTokensDetails != nil && u.PromptTokensDetails.CachedTokens != nil {

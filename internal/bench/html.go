@@ -210,7 +210,9 @@ figure svg { max-width: 100%; height: auto; }
 {{.SVG}}
 </figure>
 {{end}}
-<p>Prices are list prices as of the dates shown, editable with <code>--prices FILE.json</code>.
+<p>Prices are list prices as of the dates shown, editable with <code>--prices FILE</code> (JSON or YAML).
+"With breakpoints" prices cache reads at the read price, cache writes at the 5-minute or 1-hour
+write price and the rest as uncached input; "without" prices every prompt token as uncached input.
 Missing measurements read "not reported", never 0.</p>
 </body>
 </html>

@@ -76,8 +76,12 @@ type Report struct {
 	// Reused and recomputed prompt tokens per second of wall time, kept side by side.
 	Throughput Throughput `json:"throughput"`
 
+	// Cost prices the run with each row of the price table, with breakpoints (reads, writes
+	// and the rest as the server reported them) and without (every prompt token uncached).
 	Cost []Cost `json:"cost"`
-	// CostBasis says which cached count the cost used.
+	// CostTokens is the prompt split Cost priced.
+	CostTokens CostTokens `json:"cost_tokens"`
+	// CostBasis says which counters the split came from.
 	CostBasis string `json:"cost_basis"`
 
 	HitRateOverTime []TimePoint  `json:"hit_rate_over_time"`
@@ -143,6 +147,8 @@ func summarizeRun(res *runResult) *Report {
 	// Latencies.
 	var ttft, tpot, e2e, cold, warm []float64
 	var prompt, completion, cached, computed int64
+	var splitRead, split5m, split1h int64 // Anthropic's usage, from /v1/messages answers
+	split := 0
 	reported := 0
 	tiers := map[string]int64{}
 	tiersSeen := false
@@ -180,6 +186,12 @@ func summarizeRun(res *runResult) *Report {
 			reported++
 			cached += int64(*s.CachedTokens)
 			computed += int64(s.PromptTokens - *s.CachedTokens)
+		}
+		if sp := s.CacheSplit; sp != nil {
+			split++
+			splitRead += int64(sp.Read)
+			split5m += int64(sp.Write5m)
+			split1h += int64(sp.Write1h)
 		}
 		if c := s.Cache; c != nil {
 			tiersSeen = true
@@ -268,20 +280,27 @@ func summarizeRun(res *runResult) *Report {
 		r.NaiveHitRate = ptr(naiveAgentRate(cfg.Turns))
 	}
 
-	// Cost: the server's hits when it reports them, else the client's cached tokens.
-	costCached, costUncached := int64(0), prompt
+	// Cost: the usage the server reported. On /v1/messages its cache reads and writes; on the
+	// OpenAI endpoints cached_tokens as reads and no writes; without usage, the server's
+	// counters; else every prompt token uncached.
 	switch {
-	case d.Present:
-		costCached, costUncached = int64(d.Hits), int64(d.Queries-d.Hits)
-		r.CostBasis = "server counters"
+	case split > 0:
+		// Answers without Anthropic's usage (a mixed trace) count their cached_tokens as reads.
+		other := cached - splitRead
+		r.CostTokens = costTokens(prompt, splitRead+max(other, 0), split5m, split1h, completion)
+		r.CostBasis = "usage cache_read_input_tokens / cache_creation_input_tokens (/v1/messages)"
 	case reported > 0:
-		costCached, costUncached = cached, prompt-cached
-		r.CostBasis = "usage cached_tokens"
+		r.CostTokens = costTokens(prompt, cached, 0, 0, completion)
+		r.CostBasis = "usage cached_tokens as cache reads, no cache writes"
+	case d.Present:
+		r.CostTokens = costTokens(int64(d.Queries), int64(d.Hits), 0, 0, completion)
+		r.CostBasis = "server counters as cache reads, no cache writes"
 	default:
+		r.CostTokens = costTokens(prompt, 0, 0, 0, completion)
 		r.CostBasis = "no cache reported: all prompt tokens priced as uncached"
 	}
 	for _, p := range cfg.Prices {
-		r.Cost = append(r.Cost, estimateCost(p, costCached, costUncached, completion))
+		r.Cost = append(r.Cost, estimateCost(p, r.CostTokens))
 	}
 	r.HitRateOverTime = hitRateOverTime(res, samples)
 	return r
@@ -468,8 +487,13 @@ func (r *Report) summaryRows() []htmlRow {
 	}
 	row("reused tok/s server | client", fmtTPS(r.Throughput.ReusedServer)+" | "+fmtTPS(r.Throughput.ReusedClient))
 	row("recomputed tok/s server | client", fmtTPS(r.Throughput.RecomputedServer)+" | "+fmtTPS(r.Throughput.RecomputedClient))
+	if len(r.Cost) > 0 {
+		t := r.CostTokens
+		row("priced prompt tokens", fmt.Sprintf("%d cache reads, %d writes (5m), %d writes (1h), %d uncached; %d output",
+			t.CacheRead, t.CacheWrite5m, t.CacheWrite1h, t.Uncached, t.Output))
+	}
 	for _, c := range r.Cost {
-		row("cost "+c.Name+" ("+c.AsOf+")", fmt.Sprintf("$%.4f with cache, $%.4f without (%.0f%% saved)", c.WithCache, c.WithoutCache, c.Saving*100))
+		row("cost "+c.Name+" ("+c.AsOf+")", fmt.Sprintf("$%.4f with breakpoints, $%.4f without (%.0f%% saved)", c.WithBreakpoints, c.WithoutBreakpoints, c.Saving*100))
 	}
 	return rows
 }

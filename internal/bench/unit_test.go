@@ -261,17 +261,6 @@ func TestAgentAppendOnly(t *testing.T) {
 	}
 }
 
-func TestEstimateCost(t *testing.T) {
-	p := Price{Name: "x", Input: 3, CacheWrite: 3.75, CacheRead: 0.3, Output: 15}
-	c := estimateCost(p, 900_000, 100_000, 10_000)
-	want := Cost{Name: "x", WithCache: 0.27 + 0.375 + 0.15, WithoutCache: 3 + 0.15}
-	want.Saving = 1 - want.WithCache/want.WithoutCache
-	if math.Abs(c.WithCache-want.WithCache) > 1e-9 || math.Abs(c.WithoutCache-want.WithoutCache) > 1e-9 ||
-		math.Abs(c.Saving-want.Saving) > 1e-9 {
-		t.Errorf("estimateCost: have %+v, want %+v", c, want)
-	}
-}
-
 func TestConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
 		mut  func(*Config)

@@ -15,6 +15,8 @@ func (a cacheAdapter) match(root prefix.Hash, tokens []int32) ([]kvcache.BlockID
 
 func (a cacheAdapter) allocate(n int) ([]kvcache.BlockID, error) { return a.c.Allocate(n) }
 
+func (a cacheAdapter) available() int { return a.c.Available() }
+
 func (a cacheAdapter) markPending(owner uint64, hashes []prefix.Hash) {
 	a.c.MarkPending(hashes, prefix.Owner(owner))
 }
@@ -33,6 +35,12 @@ func (a cacheAdapter) commit(hash, parent prefix.Hash, tokens []int32, block kvc
 func (a cacheAdapter) abort(owner uint64) { a.c.Abort(prefix.Owner(owner)) }
 
 func (a cacheAdapter) release(blocks []kvcache.BlockID) { a.c.Release(blocks) }
+
+func (a cacheAdapter) ref(block kvcache.BlockID) { a.c.Ref(block) }
+
+func (a cacheAdapter) holds(hash prefix.Hash, block kvcache.BlockID) bool {
+	return a.c.Holds(hash, block)
+}
 
 func (a cacheAdapter) stats() (used, cached int, evictions uint64) {
 	s := a.c.Stats()

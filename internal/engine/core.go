@@ -17,6 +17,8 @@ type blockCache interface {
 	match(root prefix.Hash, tokens []int32) (blocks []kvcache.BlockID, hashes []prefix.Hash, pending int)
 	// allocate takes n fresh blocks (ref 1 each), evicting cached ones if it must.
 	allocate(n int) ([]kvcache.BlockID, error)
+	// available says how many blocks allocate could hand out now (free plus evictable).
+	available() int
 	// markPending says owner is computing the blocks with these hashes.
 	markPending(owner uint64, hashes []prefix.Hash)
 	// commit registers a computed block and returns the block the caller holds from now on:
@@ -27,6 +29,10 @@ type blockCache interface {
 	abort(owner uint64)
 	// release drops one ref on each block (tail blocks should be evicted first).
 	release(blocks []kvcache.BlockID)
+	// ref takes one more reference on a block the caller holds (a pin keeps its blocks so).
+	ref(block kvcache.BlockID)
+	// holds reports whether block is cached under hash (its commit was not refused).
+	holds(hash prefix.Hash, block kvcache.BlockID) bool
 	stats() (used, cached int, evictions uint64)
 }
 
@@ -69,6 +75,14 @@ type seq struct {
 	prefetching bool
 	prefetched  *Prefetched
 	heldSince   time.Time // when admission first held s back for its prefetch
+
+	// reserved holds the blocks Reserve took for prompt blocks reservedFirst, reservedFirst+1,
+	// ...: uncommitted, s's alone. The Restorer may write them while prefetching is true, so
+	// they are reused or released only after. dropReserved: reclaim wants them back while
+	// the prefetch runs; they are released, with what was restored in them, when it ends.
+	reserved      []kvcache.BlockID
+	reservedFirst int
+	dropReserved  bool
 }
 
 // Delivery is an output for one request, queued by the core for the runner to deliver.
@@ -104,6 +118,8 @@ type CoreConfig struct {
 
 	Prefetch        PrefetchPolicy
 	PrefetchMaxWait time.Duration // for PrefetchTimeout
+
+	PinBudget int // the most blocks pins may hold (see pins.go); 0 = no pins
 }
 
 // Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
@@ -118,6 +134,14 @@ type Core struct {
 	stats   coreStats
 
 	pendingRestores []Restore // set by admit, handed out by Schedule
+	pins            *pinTable
+
+	// orphans holds the reservations of requests that ended while their prefetch was in
+	// flight, by request id: released when its result arrives (Prefetched), never before,
+	// since the Restorer may write them until then. reservedBlocks counts the blocks in
+	// every seq's reserved and in orphans.
+	orphans        map[uint64][]kvcache.BlockID
+	reservedBlocks int
 }
 
 // Ready returns the outputs queued since the last call, in order.
@@ -142,6 +166,7 @@ type CoreStats struct {
 	Preemptions      uint64        // sequences preempted to free memory for a decode
 	PrefetchStall    time.Duration // time admissions were held back waiting for prefetches
 	Restored         [4]uint64     // blocks restored from the lower tiers, indexed by Tier
+	ReservedBlocks   int           // blocks reserved for prefetches now (Reserve), not yet used or released
 }
 
 // Stats returns the core's counters. The wrapper reads them through here, never the fields.
@@ -150,11 +175,13 @@ func (c *Core) Stats() CoreStats {
 		Running: len(c.running), Waiting: len(c.waiting),
 		DedupWaits: c.stats.dedupWaits, Preemptions: c.stats.preemptions,
 		PrefetchStall: c.stats.prefetchStall, Restored: c.stats.restored,
+		ReservedBlocks: c.reservedBlocks,
 	}
 }
 
 func newCore(cfg CoreConfig, cache blockCache) *Core {
-	return &Core{cfg: cfg, cache: cache, seqs: map[uint64]*seq{}}
+	return &Core{cfg: cfg, cache: cache, seqs: map[uint64]*seq{}, pins: newPinTable(cfg.PinBudget, cfg.BlockSize),
+		orphans: map[uint64][]kvcache.BlockID{}}
 }
 
 // Add queues a request. Validation of limits happens before (Engine.Generate).
@@ -177,8 +204,65 @@ func (c *Core) Prefetching(id uint64) {
 	}
 }
 
-// Prefetched hands a request its prefetch result.
+// Reserve takes n fresh blocks for request id's prompt blocks first..first+n-1, for an
+// IntoRestorer to verify K/V into while the request waits, and marks the request prefetching
+// (as Prefetching). It returns nil and takes nothing when the request is not a queued one
+// never admitted, or when all reservations would then hold more than half of the blocks no
+// running request holds (free, evictable, or reserved): a queue of long prompts must neither
+// push the cached prefixes out of the pool long before it is admitted nor leave the running
+// requests no room to decode. The caller then prefetches without a reservation.
+//
+// The blocks are the request's alone and outside the prefix index (allocate hands out
+// uncommitted blocks, and only admission commits them). Its first admission uses them for
+// those positions: in place where the prefetch restored them, as fresh blocks to compute
+// into otherwise (a block that failed verification holds garbage, like any fresh block).
+// They are released instead when the request is admitted before its prefetch ends, when it
+// ends (cancel), or when an earlier request's admission needs the memory (reclaim), and in
+// every case only once the prefetch has ended (Prefetched): the Restorer may write them
+// until then.
+func (c *Core) Reserve(id uint64, first, n int) []kvcache.BlockID {
+	s, ok := c.seqs[id]
+	if !ok || s.state != stateWaiting || s.admitted || s.prefetching || len(s.reserved) > 0 || n <= 0 ||
+		2*(c.reservedBlocks+n) > c.cache.available()+c.reservedBlocks {
+		return nil
+	}
+	ids, err := c.cache.allocate(n)
+	if err != nil {
+		return nil
+	}
+	s.reserved, s.reservedFirst = ids, first
+	s.prefetching = true
+	c.reservedBlocks += n
+	return ids
+}
+
+// releaseReserved gives reserved blocks back to the pool.
+//
+// REQUIRES: their prefetch has ended (nothing writes them any more).
+func (c *Core) releaseReserved(ids []kvcache.BlockID) {
+	c.cache.release(ids)
+	c.reservedBlocks -= len(ids)
+}
+
+// withoutInPlace cuts a run of restored blocks before its first InPlace block: what is left
+// does not depend on a reservation (blocks stay contiguous).
+func withoutInPlace(run []RestoredBlock) []RestoredBlock {
+	for i, b := range run {
+		if b.InPlace {
+			return run[:i]
+		}
+	}
+	return run
+}
+
+// Prefetched hands a request its prefetch result. The prefetch has ended: a reservation
+// nobody will use (the request ended, was admitted without it, or reclaim asked for it) is
+// released here.
 func (c *Core) Prefetched(id uint64, p Prefetched, now time.Time) {
+	if ids, ok := c.orphans[id]; ok {
+		delete(c.orphans, id)
+		c.releaseReserved(ids)
+	}
 	s, ok := c.seqs[id]
 	if !ok {
 		return
@@ -188,7 +272,15 @@ func (c *Core) Prefetched(id uint64, p Prefetched, now time.Time) {
 		c.stats.prefetchStall += now.Sub(s.heldSince)
 		s.heldSince = time.Time{}
 	}
-	if s.state == stateWaiting && !s.admitted {
+	keep := s.state == stateWaiting && !s.admitted
+	if len(s.reserved) > 0 && (!keep || s.dropReserved) {
+		c.releaseReserved(s.reserved)
+		s.reserved, s.dropReserved = nil, false
+	}
+	if keep {
+		if len(s.reserved) == 0 {
+			p.Blocks = withoutInPlace(p.Blocks)
+		}
 		s.prefetched = &p
 		s.usage.RestoreMs = ms(p.Elapsed)
 	}
@@ -259,21 +351,27 @@ func (c *Core) admit(now time.Time) {
 			}
 		}
 		restore := c.restorable(s, len(matched))
-		need := kvcache.BlocksForTokens(len(s.tokens), B) - len(matched)
-		fresh, err := c.cache.allocate(need)
+		total := kvcache.BlocksForTokens(len(s.tokens), B)
+		rest, err := c.takeBlocks(s, len(matched), total)
+		if err != nil && c.reclaim(s) {
+			rest, err = c.takeBlocks(s, len(matched), total)
+		}
 		if err != nil {
 			c.cache.release(matched)
 			kept = append(kept, s)
 			blocked = true // FCFS: nobody overtakes a request waiting for memory
 			continue
 		}
-		s.blocks = append(append(s.blocks[:0], matched...), fresh...)
+		s.blocks = append(append(s.blocks[:0], matched...), rest...)
 		s.hashes = hashes
 		// Restored blocks follow the device match: copy their bytes in before the forward pass
-		// and register them, so they are shared like any computed block.
+		// (unless they are in place already, in their reserved blocks: takeBlocks put those at
+		// their positions) and register them, so they are shared like any computed block.
 		for i, rb := range restore {
 			bi := len(matched) + i
-			c.pendingRestores = append(c.pendingRestores, Restore{Block: int32(s.blocks[bi]), Data: rb.Data})
+			if !rb.InPlace {
+				c.pendingRestores = append(c.pendingRestores, Restore{Block: int32(s.blocks[bi]), Data: rb.Data})
+			}
 			c.stats.restored[rb.Tier]++
 			if rb.Tier != kvtier.Device {
 				if n := s.usage.tierTokens(rb.Tier); n != nil {
@@ -283,7 +381,11 @@ func (c *Core) admit(now time.Time) {
 		}
 		s.computed = (len(matched) + len(restore)) * B
 		s.committed = len(matched)
-		c.commitFull(s, false)
+		c.pins.hit(s.hashes, len(matched), now) // reusing pinned blocks refreshes their pins
+		for bi := range matched {
+			c.pins.adopt(c.cache, s, bi, now)
+		}
+		c.commitFull(s, false, now)
 		if c.cfg.PrefixCache {
 			if len(s.hashes) > len(matched) {
 				c.cache.markPending(s.id, s.hashes[len(matched):])
@@ -321,12 +423,80 @@ func (c *Core) restorable(s *seq, matched int) []RestoredBlock {
 		return nil
 	}
 	run := p.Blocks[matched-p.First:]
-	return run[:min(len(run), limit-matched)]
+	run = run[:min(len(run), limit-matched)]
+	if len(s.reserved) == 0 || s.reservedFirst != p.First {
+		run = withoutInPlace(run) // in place only in a reservation that is still s's
+	}
+	return run
+}
+
+// takeBlocks returns blocks for s's positions from..total-1: its reserved block where it
+// has one (unless its prefetch may still write them), a fresh one elsewhere. Reserved blocks
+// outside that range (the device match grew past them since the reservation) are released.
+// On success s holds no reservation any more. It takes nothing and fails when the pool
+// cannot supply the fresh blocks.
+func (c *Core) takeBlocks(s *seq, from, total int) ([]kvcache.BlockID, error) {
+	use := len(s.reserved) > 0 && !s.prefetching
+	covered := 0
+	if use {
+		lo, hi := max(from, s.reservedFirst), min(total, s.reservedFirst+len(s.reserved))
+		covered = max(0, hi-lo)
+	}
+	fresh, err := c.cache.allocate(total - from - covered)
+	if err != nil || !use {
+		return fresh, err
+	}
+	out := make([]kvcache.BlockID, 0, total-from)
+	for bi := from; bi < total; bi++ {
+		if r := bi - s.reservedFirst; r >= 0 && r < len(s.reserved) {
+			out = append(out, s.reserved[r])
+		} else {
+			out = append(out, fresh[0])
+			fresh = fresh[1:]
+		}
+	}
+	var drop []kvcache.BlockID
+	for r, b := range s.reserved {
+		if bi := s.reservedFirst + r; bi < from || bi >= total {
+			drop = append(drop, b)
+		}
+	}
+	c.reservedBlocks -= len(s.reserved) - len(drop) // used: no longer reserved
+	c.releaseReserved(drop)
+	s.reserved = nil
+	return out, nil
+}
+
+// reclaim frees the reservations of the waiting requests other than s, for s's admission
+// (FCFS: s does not fit, and nobody behind it may start before it), or, s nil, for a running
+// request's next block (a reservation must not cost a preemption): at once where the
+// prefetch has ended, with whatever was restored in them (those requests compute it
+// instead), and when it ends for the others. Without it a request that needs the whole pool
+// would wait forever behind reservations of requests that cannot start before it. Reports
+// whether it freed any block now.
+func (c *Core) reclaim(s *seq) bool {
+	freed := false
+	for _, w := range c.waiting { // admit rebuilds c.waiting in place: a seq may be seen twice
+		if w == s || len(w.reserved) == 0 {
+			continue
+		}
+		if w.prefetching {
+			w.dropReserved = true
+			continue
+		}
+		c.releaseReserved(w.reserved)
+		w.reserved, freed = nil, true
+		if w.prefetched != nil {
+			w.prefetched.Blocks = withoutInPlace(w.prefetched.Blocks)
+		}
+	}
+	return freed
 }
 
 // Schedule admits what fits and plans the next forward step. Decode tokens go first so a long
 // prompt never stalls running streams; prefill chunks fill the rest of the token budget.
 func (c *Core) Schedule(now time.Time) *Plan {
+	c.pins.expire(c.cache, now)
 	c.admit(now)
 	B := c.cfg.BlockSize
 	budget := c.cfg.MaxBatchTokens
@@ -341,6 +511,9 @@ func (c *Core) Schedule(now time.Time) *Plan {
 		pos := s.computed
 		if pos/B >= len(s.blocks) {
 			got, err := c.cache.allocate(1)
+			if err != nil && c.reclaim(nil) {
+				got, err = c.cache.allocate(1)
+			}
 			if err != nil {
 				if !c.preemptFor(s, now) {
 					// s alone holds the whole pool and can never get another block: it has
@@ -410,11 +583,15 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 			continue
 		}
 		s.computed = it.Pos + len(it.Tokens)
-		c.commitFull(s, true)
+		c.commitFull(s, true, now)
 		if !it.WantLogits {
 			continue
 		}
 		if s.generated == 0 {
+			if len(s.req.Pins) > 0 && s.usage.Pins == nil {
+				// The prompt is computed and its full blocks committed: pin them.
+				s.usage.Pins = c.pins.pinSeq(c.cache, s, now)
+			}
 			s.firstToken = now
 			s.usage.PrefillMs = ms(now.Sub(s.started))
 			s.usage.TTFTMs = ms(now.Sub(s.enqueued))
@@ -470,7 +647,7 @@ func (c *Core) isStop(s *seq, id int32) bool {
 // another request committed first replaces s's own copy in its block table (identical K/V: the
 // forward pass is deterministic), so duplicates computed without dedup free their memory at
 // once. admit does not share: restores into s's own blocks are still pending there.
-func (c *Core) commitFull(s *seq, share bool) {
+func (c *Core) commitFull(s *seq, share bool, now time.Time) {
 	if !c.cfg.PrefixCache {
 		return
 	}
@@ -482,6 +659,7 @@ func (c *Core) commitFull(s *seq, share bool) {
 			parent = s.hashes[bi-1]
 		}
 		s.blocks[bi] = c.cache.commit(s.hashes[bi], parent, s.tokens[bi*B:(bi+1)*B], s.blocks[bi], share)
+		c.pins.adopt(c.cache, s, bi, now)
 		s.committed++
 	}
 }
@@ -505,9 +683,26 @@ func (c *Core) finish(s *seq, reason string, now time.Time) {
 	}
 	c.cache.abort(s.id)
 	c.cache.release(reverse(s.blocks))
+	c.pins.unreserve(s.id)
 	s.blocks = nil
+	if len(s.reserved) > 0 {
+		if s.prefetching {
+			c.orphans[s.id] = s.reserved // the Restorer may still write them
+		} else {
+			c.releaseReserved(s.reserved)
+		}
+		s.reserved = nil
+	}
 	s.state = stateDone
 	u := s.usage
+	if len(s.req.Pins) > 0 && u.Pins == nil {
+		// Ended before its prompt was computed: nothing was pinned.
+		u.Pins = make([]PinResult, len(s.req.Pins))
+		for i, ps := range s.req.Pins {
+			n := pinBlocks(ps, s.prompt, c.cfg.BlockSize) * c.cfg.BlockSize
+			u.Pins[i] = PinResult{TTL: ps.TTL, Requested: n, Refused: n > 0}
+		}
+	}
 	if !s.admitted {
 		u.ComputedTokens = s.prompt
 		u.QueueMs = ms(now.Sub(s.enqueued))

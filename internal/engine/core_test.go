@@ -21,12 +21,24 @@ import (
 // Commands (id= names a request; token lists take ids and ranges, e.g. tokens=(1-8,99)):
 //
 //	new blocks=N [block-size=B] [batch=T] [running=R] [ctx=L] [eog=(…)] [prefix=false]
-//	    [dedup=false] [prefetch=wait|timeout|best-effort] [prefetch-timeout=D]
+//	    [dedup=false] [prefetch=wait|timeout|best-effort] [prefetch-timeout=D] [pin-budget=N]
 //	add id=I tokens=(…) [max=N] [stop=(…)] [ignore-eos] [salt=S] [allow=TOK done-after=K]
+//	    [pin=(TOKENS:TTL,…)] [strict]    (a done request prints its pins as
+//	                                     pinned/requested@TTL+created)
 //	                                     Core.Add at the current time; allow: a constraint that
-//	                                     allows only TOK and is done after K of them
+//	                                     allows only TOK and is done after K of them; pin: the
+//	                                     request's PinSpecs; strict: PinStrict, reserved first
+//	                                     with ReservePins (a refusal is printed, nothing added)
+//	pins                                 Core.Pins (expires is shown relative to time 0)
+//	expire                               Core.ExpirePins at the current time
+//	unpin [from-depth=D]                 Core.Unpin of every pin at depth >= D (default 0)
+//	known tokens=(…) ttl=D expires=D     Core.AdoptPins of every full block of tokens
 //	prefetching id=I                     Core.Prefetching (a Restorer started for I)
 //	prefetched id=I first=F blocks=N [tier=host|disk|remote] [elapsed=D] [discarded=REASON:K]
+//	    [in-place]                       in-place: the blocks were verified into the reservation
+//	reserve id=I first=F n=N             Core.Reserve (an IntoRestorer started for I); prints
+//	                                     the reserved blocks
+//	reserved                             blocks reserved now (CoreStats.ReservedBlocks)
 //	cancel id=I                          Core.Cancel
 //	tick [by=D]                          advance the clock (default 1ms)
 //	step [next=(I:TOK,…)]                Schedule, print the plan, run the fake model, Advance
@@ -75,6 +87,26 @@ func tokenList(t *testing.T, d *datadriven.TestData, key string) []int32 {
 	return out
 }
 
+// pinList parses pin=(8:5m,16:1h) into PinSpecs.
+func pinList(t *testing.T, d *datadriven.TestData) []PinSpec {
+	var out []PinSpec
+	for _, arg := range d.CmdArgs {
+		if arg.Key != "pin" {
+			continue
+		}
+		for _, v := range arg.Vals {
+			n, ttl, ok := strings.Cut(v, ":")
+			k, err1 := strconv.Atoi(n)
+			dur, err2 := time.ParseDuration(ttl)
+			if !ok || err1 != nil || err2 != nil {
+				t.Fatalf("%s: pin=%q: want TOKENS:TTL", d.Pos, v)
+			}
+			out = append(out, PinSpec{Tokens: k, TTL: dur})
+		}
+	}
+	return out
+}
+
 func argOr[T any](t *testing.T, d *datadriven.TestData, key string, def T) T {
 	if !d.HasArg(key) {
 		return def
@@ -116,6 +148,7 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			PrefixCache:    argOr(t, d, "prefix", true),
 			Dedup:          argOr(t, d, "dedup", true),
 			EOG:            tokenList(t, d, "eog"),
+			PinBudget:      argOr(t, d, "pin-budget", 0),
 		}
 		switch p := argOr(t, d, "prefetch", "wait"); p {
 		case "wait":
@@ -142,13 +175,43 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 		if d.HasArg("allow") {
 			req.Sampling.Constraint = &fakeConstraint{allow: argOr(t, d, "allow", 0), left: argOr(t, d, "done-after", 1)}
 		}
-		s.core.Add(s.id(d), req, prefix.Root(nil, req.CacheSalt), 1, s.now)
+		req.Pins = pinList(t, d)
+		req.PinStrict = d.HasArg("strict")
+		root := prefix.Root(nil, req.CacheSalt)
+		if req.PinStrict {
+			if err := s.core.ReservePins(s.id(d), req, root); err != nil {
+				s.printf("refused: %v\n", err)
+				return
+			}
+		}
+		s.core.Add(s.id(d), req, root, 1, s.now)
+	case "pins":
+		for _, p := range s.core.Pins() {
+			s.printf("pin depth=%d block=%d tokens=%d ttl=%v expires=%v\n", p.Depth, p.Block, p.PrefixTokens, p.TTL, p.Expires.Sub(time.Unix(0, 0)))
+		}
+	case "expire":
+		s.printf("expired %d\n", s.core.ExpirePins(s.now))
+	case "unpin":
+		from := argOr(t, d, "from-depth", 0)
+		s.printf("unpinned %d\n", s.core.Unpin(func(p PinInfo) bool { return p.Depth >= from }))
+	case "known":
+		toks := tokenList(t, d, "tokens")
+		ttl, exp := argOr(t, d, "ttl", time.Hour), argOr(t, d, "expires", time.Hour)
+		var known []KnownPin
+		for _, h := range prefix.BlockHashes(prefix.Root(nil, ""), toks, s.core.cfg.BlockSize) {
+			known = append(known, KnownPin{Hash: h, TTL: ttl, Expires: time.Unix(0, 0).Add(exp)})
+		}
+		s.core.AdoptPins(known)
 	case "prefetching":
 		s.core.Prefetching(s.id(d))
 	case "prefetched":
 		p := Prefetched{First: argOr(t, d, "first", 0), Elapsed: argOr(t, d, "elapsed", time.Duration(0))}
 		tier := map[string]kvtier.Tier{"host": kvtier.Host, "disk": kvtier.Disk, "remote": kvtier.Remote}[argOr(t, d, "tier", "host")]
 		for i := range argOr(t, d, "blocks", 0) {
+			if d.HasArg("in-place") {
+				p.Blocks = append(p.Blocks, RestoredBlock{Tier: tier, InPlace: true})
+				continue
+			}
 			p.Blocks = append(p.Blocks, RestoredBlock{Tier: tier, Data: []byte{byte(p.First + i)}})
 		}
 		if d.HasArg("discarded") {
@@ -162,6 +225,14 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			p.Discarded = map[string]int{reason: k}
 		}
 		s.core.Prefetched(s.id(d), p, s.now)
+	case "reserve":
+		if ids := s.core.Reserve(s.id(d), argOr(t, d, "first", 0), argOr(t, d, "n", 0)); ids != nil {
+			s.printf("reserved %v\n", ids)
+		} else {
+			s.printf("no reservation\n")
+		}
+	case "reserved":
+		s.printf("reserved=%d\n", s.core.Stats().ReservedBlocks)
 	case "cancel":
 		s.core.Cancel(s.id(d), s.now)
 	case "tick":
@@ -256,6 +327,17 @@ func (s *coreScenario) printReady() {
 			s.printf("out %d: done %s prompt=%d completion=%d device=%d host=%d disk=%d remote=%d computed=%d discarded=%d queue=%vms\n",
 				dl.Seq, o.FinishReason, u.PromptTokens, u.CompletionTokens, u.DeviceTokens, u.HostTokens, u.DiskTokens,
 				u.RemoteTokens, u.ComputedTokens, u.DiscardedTokens, u.QueueMs)
+			if len(u.Pins) > 0 {
+				s.printf("out %d: pins", dl.Seq)
+				for _, p := range u.Pins {
+					refused := ""
+					if p.Refused {
+						refused = " refused"
+					}
+					s.printf(" %d/%d@%v+%d%s", p.Pinned, p.Requested, p.TTL, p.Created, refused)
+				}
+				s.printf("\n")
+			}
 			if u.CachedTokens()+u.ComputedTokens != u.PromptTokens {
 				s.t.Fatalf("usage %+v: cached+computed != prompt", *u)
 			}
@@ -275,17 +357,26 @@ func TestCoreScripts(t *testing.T) {
 			s.run(d)
 			if s.cache != nil {
 				s.printReady()
+				for _, ev := range s.core.PinEvents() {
+					s.printf("pin-event %s depth=%d block=%d ttl=%v expires=%v\n", ev.Kind, ev.Depth, ev.Block, ev.TTL, ev.Expires.Sub(time.Unix(0, 0)))
+				}
 				if err := s.cache.CheckInvariants(); err != nil {
 					t.Fatalf("%s: %v", d.Pos, err)
 				}
 				if s.core.Idle() {
-					if st := s.cache.Stats(); st.Referenced != 0 {
-						t.Fatalf("%s: core idle but %d blocks referenced", d.Pos, st.Referenced)
+					// Only pins and reservations whose prefetch is still running may outlive
+					// their request.
+					if st, r, p := s.cache.Stats(), s.core.Stats().ReservedBlocks, s.core.PinnedBlocks(); st.Referenced != r+p {
+						t.Fatalf("%s: core idle but %d blocks referenced, %d reserved, %d pinned", d.Pos, st.Referenced, r, p)
 					}
 				}
 				st := s.cache.Stats()
 				r, w := len(s.core.running), len(s.core.waiting)
-				s.printf("running=%d waiting=%d | blocks free=%d used=%d cached=%d\n", r, w, st.Free, st.Referenced, st.Cached)
+				pinned := ""
+				if n := s.core.PinnedBlocks(); n > 0 {
+					pinned = fmt.Sprintf(" pinned=%d", n)
+				}
+				s.printf("running=%d waiting=%d | blocks free=%d used=%d cached=%d%s\n", r, w, st.Free, st.Referenced, st.Cached, pinned)
 			}
 			return s.out.String()
 		})

@@ -13,8 +13,11 @@
 //     reports its counters through Stats.
 //   - Engine (engine.go) is the thin wrapper: one runner goroutine owns the model, the arena,
 //     the prefix cache and the Core; it turns channels into Core calls, runs each Plan's
-//     forward pass, copies restored bytes into blocks, and forwards outputs to per-request
+//     forward pass, copies restored bytes into blocks (unless they were verified into
+//     reserved blocks already), and forwards outputs to per-request
 //     streams without ever blocking on a slow caller.
+//   - admin.go holds the cache admin operations (Prewarm, Residency, DropCache), each run on
+//     the runner goroutine through do or as an ordinary request.
 //
 // The scripts in testdata/core step a Core with a fake model (core_test.go): admission,
 // chunked prefill, preemption, dedup waits, restores arriving before and after admission,
@@ -58,6 +61,31 @@
 // prefix cache as they are computed; when another request committed the same block first,
 // the sequence switches to that shared block and frees its own copy. Blocks are released
 // tail first, so a sequence's leaves are evicted before the prefix they extend.
+//
+// # Pins
+//
+// Request.Pins keep prompt prefixes in the working pool for a TTL after their last use
+// (prompt-cache retention). The core's pin table (pins.go) owns one reference per pinned
+// block, within Config.PinBudget; hits refresh, Schedule and the idle sweep expire, and the
+// pin events (Config.OnPins) take pins down to the tiers. Unpinned blocks are untouched by
+// any of it. The script testdata/core/pins.txt steps it: survival through a flood, refresh,
+// expiry, partial and strict pins, TTL upgrades, unpin, and pins adopted after a restart.
+//
+// # Reserved blocks: restores in one pass
+//
+// With an IntoRestorer (offload's tiers are one) the runner reserves, when a request is
+// queued, the blocks its prefetch may restore (Core.Reserve), and the Restorer checks each
+// record straight into its block: checksum and copy are one pass over the bytes, on the
+// fetch goroutines, and admission has nothing left to copy (RestoredBlock.InPlace). The
+// reservation is the request's alone and outside the prefix index until admission commits
+// it; a block that failed verification holds garbage and is computed into like any fresh
+// block. The Restorer may write the blocks until its done call, so they go back to the pool
+// only after Prefetched: a request cancelled (or admitted, under PrefetchTimeout or
+// best-effort) while its prefetch runs leaves them behind (Core.orphans) until the result
+// arrives. Reservations are bounded (half of what running requests do not hold), and they
+// yield: the head of the queue that does not fit, or a running request that needs a block
+// to decode, reclaims them (reclaim) before waiting or preempting. Where none can be made,
+// the prefetch returns bytes and admission copies them in (Plan.Restores), as before.
 //
 // # Imports
 //

@@ -49,7 +49,24 @@ type Config struct {
 	// computing what has not arrived. Default 500 ms: above the remote tier's 250 ms call
 	// timeout, so a Redis read that answers at all lands before the request gives up on it.
 	PrefetchMaxWait time.Duration
-	Logger          *slog.Logger
+	// PinBudget caps the working-pool memory pins may hold, in bytes (`--pin-budget`),
+	// rounded down to whole blocks. 0 = half the pool; < 0 = no pins (every pin is refused).
+	// Past it a pin is partial, or refused for Request.PinStrict (see pins.go).
+	PinBudget int64
+	// OnPins, when set, receives the pin events (created, refreshed, removed) on the runner
+	// goroutine after each step, as OnBlockEvents does: kv[i] is the K/V of evs[i].Block for a
+	// PinCreated event (nil for the others); the slices, tokens and bytes are valid only
+	// during the call. It must be quick and must not call back into the engine.
+	OnPins func(evs []PinEvent, kv [][]byte)
+	// KnownPins are pins the persistent tiers kept across a restart: a block with one of
+	// these hashes that enters the pool again is pinned again with its remaining time.
+	KnownPins []KnownPin
+	// PinSweep is how often an idle runner drops expired pins. Default 1 s. (A busy runner
+	// does it on every step.)
+	PinSweep time.Duration
+	// Now is the clock (default time.Now); tests pass a fake one to expire pins.
+	Now    func() time.Time
+	Logger *slog.Logger
 }
 
 // DefaultKVMemory is the pool size used when Config.KVMemory is 0: 1 GiB, enough for 64 full
@@ -81,6 +98,12 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.PrefetchMaxWait == 0 {
 		c.PrefetchMaxWait = d.PrefetchMaxWait
+	}
+	if c.PinSweep <= 0 {
+		c.PinSweep = time.Second
+	}
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	if c.BlockSize < 1 || c.BlockSize > 4096 {
 		return c, fmt.Errorf("engine: block size %d out of range [1, 4096]", c.BlockSize)
@@ -116,6 +139,7 @@ type Engine struct {
 	senders sync.WaitGroup // goroutines waiting to send on a full fetched (see sendFetched)
 
 	eventKV [][]byte // flushEvents' kv argument, reused; runner goroutine only
+	pinKV   [][]byte // flushEvents' kv argument of OnPins, reused; runner goroutine only
 }
 
 // stream carries one request's outputs from the runner to its caller without ever blocking the
@@ -151,6 +175,13 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	pinBlocks := arena.NumBlocks() / 2
+	switch {
+	case cfg.PinBudget < 0:
+		pinBlocks = 0
+	case cfg.PinBudget > 0:
+		pinBlocks = int(min(cfg.PinBudget/layout.BlockBytes(), int64(arena.NumBlocks())))
+	}
 	e := &Engine{
 		cfg: cfg, model: m, arena: arena, cache: pc,
 		in: make(chan *stream, 1024), cancel: make(chan uint64, 1024), ctrl: make(chan func()), fetched: make(chan prefetchMsg, 1024),
@@ -162,7 +193,9 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxRunning: cfg.MaxRunning,
 		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup, EOG: cfg.EOG,
 		Prefetch: cfg.Prefetch, PrefetchMaxWait: cfg.PrefetchMaxWait,
+		PinBudget: pinBlocks,
 	}, cacheAdapter{pc})
+	e.core.AdoptPins(cfg.KnownPins)
 	e.publishStats()
 	go e.run()
 	return e, nil
@@ -191,19 +224,39 @@ func (e *Engine) Generate(ctx context.Context, req *Request) (<-chan Output, err
 	if need := kvcache.BlocksForTokens(len(req.Prompt)+1, e.cfg.BlockSize); need > e.arena.NumBlocks() {
 		return nil, fmt.Errorf("%w: %d prompt tokens need %d K/V blocks, the pool has %d", ErrPromptTooLong, len(req.Prompt), need, e.arena.NumBlocks())
 	}
+	if len(req.Pins) > MaxPins {
+		return nil, fmt.Errorf("%w: %d pins, at most %d", ErrInvalid, len(req.Pins), MaxPins)
+	}
+	for i, p := range req.Pins {
+		if p.TTL <= 0 || p.Tokens < 0 {
+			return nil, fmt.Errorf("%w: pin %d: %d tokens for %v; want tokens >= 0 and a TTL > 0", ErrInvalid, i, p.Tokens, p.TTL)
+		}
+	}
 	seed := req.Sampling.Seed
 	if !req.Sampling.HasSeed {
 		seed = rand.Uint64()
 	}
 	s := &stream{
-		id: e.ids.Add(1), req: req, seed: seed, queued: time.Now(), ctx: ctx,
+		id: e.ids.Add(1), req: req, seed: seed, queued: e.cfg.Now(), ctx: ctx,
 		root:   prefix.Root(e.cfg.Identity, req.CacheSalt),
 		ch:     make(chan Output, 16),
 		notify: make(chan struct{}, 1),
 	}
+	if req.PinStrict && len(req.Pins) > 0 {
+		// Checked (and reserved) on the runner before the request is queued, so a refusal
+		// is an error here, before any stream or header, and a strict pin is never partial.
+		var err error
+		e.do(func() { err = e.core.ReservePins(s.id, req, s.root) })
+		if err != nil {
+			return nil, err
+		}
+	}
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
+		if req.PinStrict && len(req.Pins) > 0 {
+			e.do(func() { e.core.Unreserve(s.id) })
+		}
 		return nil, ErrShutdown
 	}
 	e.streams[s.id] = s
@@ -291,6 +344,7 @@ func (e *Engine) publishStats() {
 		DedupWaits: cs.DedupWaits, Preemptions: cs.Preemptions,
 		PrefetchStall:  cs.PrefetchStall,
 		RestoredBlocks: cs.Restored,
+		PinnedBlocks:   e.core.PinnedBlocks(), PinBudgetBlocks: e.core.cfg.PinBudget,
 	}
 	e.stats.Store(&st)
 }
@@ -318,8 +372,10 @@ func (e *Engine) CheckInvariants() error {
 			return
 		}
 		if e.core.Idle() {
-			if st := e.cache.Stats(); st.Referenced != 0 {
-				err = fmt.Errorf("engine: idle but %d blocks still referenced", st.Referenced)
+			// Only pins and reservations whose prefetch still runs (Core.Reserve) may outlive
+			// a request.
+			if st, r, p := e.cache.Stats(), e.core.Stats().ReservedBlocks, e.core.PinnedBlocks(); st.Referenced != r+p {
+				err = fmt.Errorf("engine: idle but %d blocks still referenced, %d reserved, %d pinned", st.Referenced, r, p)
 			}
 		}
 	})
@@ -378,7 +434,7 @@ func (e *Engine) receive(giveUp <-chan time.Time) (got, quit bool) {
 		// cancel that overtook its request would name an unknown id and be dropped, leaving
 		// the request to run to the end for a client that is gone.
 		e.addQueued()
-		e.core.Cancel(id, time.Now())
+		e.core.Cancel(id, e.cfg.Now())
 	case fn := <-e.ctrl:
 		fn()
 	case m := <-e.fetched:
@@ -405,7 +461,11 @@ func (e *Engine) run() {
 		e.deliver()
 		// Wait for work when idle; otherwise take what arrived without blocking.
 		if e.core.Idle() {
-			if _, quit := e.receive(nil); quit {
+			var sweep <-chan time.Time // nil: wait for a message
+			if e.core.HasPins() {
+				sweep = time.After(e.cfg.PinSweep) // wake to expire pins (Schedule does it)
+			}
+			if _, quit := e.receive(sweep); quit {
 				return
 			}
 		}
@@ -423,7 +483,7 @@ func (e *Engine) run() {
 			}
 		}
 		e.deliver()
-		plan := e.core.Schedule(time.Now())
+		plan := e.core.Schedule(e.cfg.Now())
 		e.flushEvents()
 		e.applyRestores(plan.Restores)
 		if len(plan.Items) == 0 {
@@ -471,15 +531,16 @@ func (e *Engine) run() {
 			}
 			e.cfg.OnStep(n, time.Since(t0))
 		}
-		e.core.Advance(plan, logits, time.Now())
+		e.core.Advance(plan, logits, e.cfg.Now())
 		e.flushEvents()
 		e.deliver()
 		e.publishStats()
 	}
 }
 
-// flushEvents hands the cache's queued block events to the hook.
+// flushEvents hands the cache's queued block events, then the pin events, to their hooks.
 func (e *Engine) flushEvents() {
+	e.flushPinEvents()
 	if e.cfg.OnBlockEvents == nil {
 		return
 	}
@@ -499,6 +560,64 @@ func (e *Engine) flushEvents() {
 	clear(e.eventKV) // hold no views of the arena between steps
 }
 
+func (e *Engine) flushPinEvents() {
+	evs := e.core.PinEvents()
+	if len(evs) == 0 || e.cfg.OnPins == nil {
+		return
+	}
+	e.pinKV = e.pinKV[:0]
+	for _, ev := range evs {
+		var kv []byte
+		if ev.Kind == PinCreated {
+			kv = e.arena.BlockData(ev.Block)
+		}
+		e.pinKV = append(e.pinKV, kv)
+	}
+	e.cfg.OnPins(evs, e.pinKV)
+	clear(e.pinKV)
+}
+
+// Pins lists the blocks pins hold in the working pool, by root, then depth (for the cache
+// admin API). Expired pins are dropped first.
+func (e *Engine) Pins() []PinInfo {
+	var out []PinInfo
+	e.do(func() {
+		e.core.ExpirePins(e.cfg.Now())
+		out = e.core.Pins()
+	})
+	return out
+}
+
+// Unpin drops the pins match selects (it sees each pinned block), and every pin below them,
+// telling the tiers (OnPins, PinRemoved); it returns how many blocks it unpinned. The blocks
+// stay cached, unpinned, and are evicted as any other.
+func (e *Engine) Unpin(match func(PinInfo) bool) int {
+	var n int
+	e.do(func() {
+		n = e.core.Unpin(match)
+		e.flushEvents()
+		e.publishStats()
+	})
+	return n
+}
+
+// Root is the root of the hash chains of a tenant's prompts (salt: Request.CacheSalt): a
+// pin's PinInfo.Root, for selecting a tenant's pins (Unpin) in the cache admin API.
+func (e *Engine) Root(salt string) prefix.Hash { return prefix.Root(e.cfg.Identity, salt) }
+
+// SweepPins drops the expired pins now (the runner does it on every step and every
+// Config.PinSweep while idle); it returns how many blocks it unpinned. For tests with a fake
+// clock.
+func (e *Engine) SweepPins() int {
+	var n int
+	e.do(func() {
+		n = e.core.ExpirePins(e.cfg.Now())
+		e.flushEvents()
+		e.publishStats()
+	})
+	return n
+}
+
 type prefetchMsg struct {
 	id uint64
 	p  Prefetched
@@ -516,11 +635,24 @@ func (e *Engine) add(s *stream) {
 	if have >= limit {
 		return
 	}
-	e.core.Prefetching(s.id)
 	id := s.id
-	e.cfg.Restorer.Prefetch(s.root, hashes[:limit], s.req.Prompt, have, func(p Prefetched) {
-		e.sendFetched(prefetchMsg{id, p})
-	})
+	done := func(p Prefetched) { e.sendFetched(prefetchMsg{id, p}) }
+	if ir, ok := e.cfg.Restorer.(IntoRestorer); ok {
+		// Reserve the blocks the prefetch may restore, so it verifies straight into them.
+		if ids := e.core.Reserve(id, have, limit-have); ids != nil {
+			// Reserving may have evicted cached blocks: their bytes go to the hook (the
+			// write-back copies them out) before the Restorer may overwrite them.
+			e.flushEvents()
+			dst := make([][]byte, len(ids))
+			for i, b := range ids {
+				dst[i] = e.arena.BlockData(b)
+			}
+			ir.PrefetchInto(s.root, hashes[:limit], s.req.Prompt, have, dst, done)
+			return
+		}
+	}
+	e.core.Prefetching(id)
+	e.cfg.Restorer.Prefetch(s.root, hashes[:limit], s.req.Prompt, have, done)
 }
 
 // sendFetched hands a prefetch result to the runner without blocking the Restorer's goroutine.
@@ -547,7 +679,7 @@ func (e *Engine) sendFetched(m prefetchMsg) {
 // prefetched hands a prefetch result to the core and reports any stall it ended.
 func (e *Engine) prefetched(m prefetchMsg) {
 	before := e.core.Stats().PrefetchStall
-	e.core.Prefetched(m.id, m.p, time.Now())
+	e.core.Prefetched(m.id, m.p, e.cfg.Now())
 	if d := e.core.Stats().PrefetchStall - before; d > 0 && e.cfg.OnRestoreStall != nil {
 		e.cfg.OnRestoreStall(d)
 	}
@@ -595,7 +727,7 @@ func (e *Engine) addQueued() {
 
 // shutdown cancels everything still queued or running.
 func (e *Engine) shutdown() {
-	now := time.Now()
+	now := e.cfg.Now()
 	e.addQueued()
 	e.mu.Lock()
 	ids := make([]uint64, 0, len(e.streams))

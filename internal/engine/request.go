@@ -29,6 +29,38 @@ type Request struct {
 	IgnoreEOS  bool
 	Logprobs   int    // number of top alternatives per generated token (0 = only the chosen token's logprob)
 	CacheSalt  string // tenant salt folded into the root of the prefix hash chain
+	// Pins asks the working pool to keep prompt prefixes (prompt-cache retention: Anthropic
+	// cache_control breakpoints, OpenAI prompt_cache_retention). See PinSpec.
+	Pins []PinSpec
+	// PinStrict refuses the request with ErrPinBudget, before anything is computed, when its
+	// pins do not all fit in the pin budget; otherwise a pin that does not fit is partial
+	// (Usage.Pins says how much was pinned).
+	PinStrict bool
+}
+
+// MaxPins is the most pins one request may ask for (Anthropic allows 4 breakpoints).
+const MaxPins = 16
+
+// PinSpec pins the prompt's first Tokens tokens, rounded down to whole blocks (only full
+// blocks are cached), for TTL after their last use: every later request that reuses them
+// refreshes the TTL. Tokens past the prompt are cut to the prompt.
+type PinSpec struct {
+	Tokens int
+	TTL    time.Duration
+}
+
+// PinResult is what became of one PinSpec, in the order of Request.Pins. Requested and
+// Pinned are tokens, whole blocks: Requested is the spec's Tokens rounded down to blocks
+// (within the prompt), Pinned how many of them the pool holds pinned now (less when the pin
+// budget ran out, or when a block could not be cached). Created counts the pinned tokens this
+// request both computed (or restored: not reused from the pool) and pinned first: Anthropic's
+// cache writes. Refused is set when nothing could be pinned although something was asked.
+type PinResult struct {
+	TTL       time.Duration
+	Requested int
+	Pinned    int
+	Created   int
+	Refused   bool
 }
 
 // TokenLogprob is a token id with its log-probability under the model (before sampling filters).
@@ -58,6 +90,8 @@ type Usage struct {
 	// Miss is where and why the prompt left the longest cached chain, found at admission
 	// (nil when it reused every block it could); miss.Explain turns it into a report.
 	Miss *miss.Evidence
+	// Pins reports each of Request.Pins (nil when none was asked).
+	Pins []PinResult
 
 	QueueMs   float64
 	RestoreMs float64
@@ -123,6 +157,8 @@ type Stats struct {
 	Preemptions      uint64
 	PrefetchStall    time.Duration // total time admissions were held back for prefetches
 	RestoredBlocks   kvtier.Counts // blocks restored from lower tiers, by tier
+	PinnedBlocks     int           // blocks held by pins (part of KVBlocksUsed)
+	PinBudgetBlocks  int           // the most blocks pins may hold (Config.PinBudget)
 }
 
 // Errors callers branch on.
@@ -130,6 +166,8 @@ var (
 	ErrPromptTooLong = errors.New("engine: prompt too long")
 	ErrInvalid       = errors.New("engine: invalid request")
 	ErrShutdown      = errors.New("engine: shutting down")
+	// ErrPinBudget refuses a PinStrict request whose pins do not fit in the pin budget.
+	ErrPinBudget = errors.New("engine: pin over the pin budget")
 )
 
 // Generator is what the HTTP layer needs from an engine.

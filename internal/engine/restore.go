@@ -18,6 +18,18 @@ type Restorer interface {
 	Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, done func(Prefetched))
 }
 
+// IntoRestorer is a Restorer that can verify blocks straight into pool blocks the engine
+// reserved for the request (Core.Reserve), so a restore is one pass over the bytes (checksum
+// and copy together) instead of a verify on the fetch goroutines and a copy on the runner's.
+type IntoRestorer interface {
+	// PrefetchInto is Prefetch with dst[i] the K/V storage of the block reserved for prompt
+	// block first+i (len(dst) blocks from first; the prefetch looks no further). It may write
+	// dst[i] until it calls done, never after; a block it restored there is reported with
+	// InPlace set and no Data. A block that failed verification may hold garbage: it is not
+	// reported, and the engine computes into it.
+	PrefetchInto(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, dst [][]byte, done func(Prefetched))
+}
+
 // Prefetched is the result of a prefetch.
 type Prefetched struct {
 	First  int             // index of Blocks[0] in the prompt's blocks
@@ -31,7 +43,9 @@ type Prefetched struct {
 // RestoredBlock is one block's verified K/V bytes (kvcache block layout).
 type RestoredBlock struct {
 	Tier kvtier.Tier // where it came from: one of kvtier.Below
-	Data []byte
+	Data []byte      // the K/V to copy in; nil when InPlace
+	// InPlace: the K/V is already in the block reserved for this prompt block (PrefetchInto).
+	InPlace bool
 }
 
 // PrefetchPolicy says how admission treats a request whose prefetch has not finished.

@@ -52,6 +52,7 @@ type Stat struct {
 	UsedBytes     int64
 	CapacityBytes int64
 	Evictions     uint64
+	Items         int64 // blocks held (GET /v1/cache's residency)
 }
 
 // Counts is a count per tier, indexed by Tier.

@@ -23,7 +23,7 @@ func TierStats(tiers []Tier) []kvtier.Stat {
 	out := make([]kvtier.Stat, len(tiers))
 	for i, t := range tiers {
 		st := t.Store.Stats()
-		out[i] = kvtier.Stat{Tier: t.Tier, UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Evictions: st.Evictions}
+		out[i] = kvtier.Stat{Tier: t.Tier, UsedBytes: st.UsedBytes, CapacityBytes: st.CapacityBytes, Evictions: st.Evictions, Items: st.Items}
 	}
 	return out
 }

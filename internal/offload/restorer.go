@@ -50,13 +50,25 @@ func newRestorer(f *Fetcher, cfg Config) *restorer {
 // blocks the engine: with every fetcher busy and the queue full, or after Close, done gets an
 // empty result at once.
 func (t *Tiers) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, done func(engine.Prefetched)) {
+	t.PrefetchInto(root, hashes, tokens, first, nil, done)
+}
+
+// PrefetchInto implements engine.IntoRestorer: Prefetch, with each block verified straight
+// into dst[i], the pool block the engine reserved for prompt block first+i (Request.Into),
+// for len(dst) blocks at most. nil dst is Prefetch. done is called after the last write into
+// dst (a fetch ends before its result is handed over; a job never run writes nothing).
+func (t *Tiers) PrefetchInto(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, dst [][]byte, done func(engine.Prefetched)) {
 	r := t.restorer
 	parent := root
 	if first > 0 {
 		parent = hashes[first-1]
 	}
+	if dst != nil {
+		hashes = hashes[:first+min(len(dst), len(hashes)-first)]
+		dst = dst[:len(hashes)-first]
+	}
 	job := prefetchJob{first: first, start: time.Now(), done: done,
-		req: Request{Root: root, Parent: parent, Hashes: hashes[first:], Tokens: tokens[first*r.block : len(hashes)*r.block]}}
+		req: Request{Root: root, Parent: parent, Hashes: hashes[first:], Tokens: tokens[first*r.block : len(hashes)*r.block], Into: dst}}
 	queued := false
 	r.mu.RLock()
 	if !r.mu.closed {
@@ -91,18 +103,23 @@ func (r *restorer) do(job prefetchJob) {
 	if err != nil {
 		res = Result{}
 	}
-	p := prefetched(job.first, res)
+	p := prefetched(job.first, res, job.req.Into != nil)
 	p.Elapsed = time.Since(job.start)
 	job.done(p)
 }
 
 // prefetched is the engine's view of a fetch result: the usable leading blocks, with their
-// tier and K/V, and the others counted by discard reason.
-func prefetched(first int, res Result) engine.Prefetched {
+// tier and K/V (or, inPlace, verified into the reserved blocks already), and the others
+// counted by discard reason.
+func prefetched(first int, res Result, inPlace bool) engine.Prefetched {
 	p := engine.Prefetched{First: first, Discarded: map[string]int{}}
 	for i, b := range res.Blocks {
 		if i < res.Usable && b.Record != nil {
-			p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: b.Tier, Data: b.Record.KV})
+			rb := engine.RestoredBlock{Tier: b.Tier, Data: b.Record.KV}
+			if inPlace {
+				rb.Data, rb.InPlace = nil, true
+			}
+			p.Blocks = append(p.Blocks, rb)
 			continue
 		}
 		if b.Reason != "" {

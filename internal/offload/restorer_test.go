@@ -206,7 +206,7 @@ func TestPrefetched(t *testing.T) {
 		{Found: true, Tier: kvtier.Remote, Reason: tier.ReasonChecksum},
 		{Found: true, Tier: kvtier.Remote, Reason: tier.ReasonSlowerThanRecompute},
 	}}
-	p := prefetched(3, res)
+	p := prefetched(3, res, false)
 	if p.First != 3 || len(p.Blocks) != 1 || p.Blocks[0].Tier != kvtier.Disk || p.Blocks[0].Data[0] != 1 {
 		t.Errorf("blocks %+v from %d", p.Blocks, p.First)
 	}

@@ -86,9 +86,13 @@ type Tiers struct {
 	writer   *Writer
 	fetcher  *Fetcher
 	restorer *restorer
+	pins     *pinWriter
 }
 
-var _ engine.Restorer = (*Tiers)(nil)
+var (
+	_ engine.Restorer     = (*Tiers)(nil)
+	_ engine.IntoRestorer = (*Tiers)(nil)
+)
 
 // Open opens the configured stores (host, disk, remote, in that order), registers the offload
 // metrics with reg, and starts the writer and the fetchers. On error nothing stays open.
@@ -127,28 +131,50 @@ func Open(cfg Config, reg prometheus.Registerer) (*Tiers, error) {
 		t.tiers = append(t.tiers, Tier{Tier: kvtier.Remote, Store: s})
 		t.closers = append(t.closers, s.Close)
 	}
-	if t.metrics, err = NewMetrics(reg); err != nil {
+	if err := t.start(reg); err != nil {
 		return fail(err)
+	}
+	return t, nil
+}
+
+// start registers the metrics with reg and starts the writer, the fetchers and the pin
+// writer over t.tiers (opened by Open, or given by a test).
+func (t *Tiers) start(reg prometheus.Registerer) error {
+	cfg := t.cfg
+	var err error
+	if t.metrics, err = NewMetrics(reg); err != nil {
+		return err
 	}
 	wcfg := DefaultWriterConfig()
 	wcfg.Identity, wcfg.Layout, wcfg.Admission = cfg.Identity, cfg.Layout, cfg.Admission
 	if t.writer, err = NewWriter(wcfg, t.tiers, t.metrics); err != nil {
-		return fail(err)
+		return err
 	}
 	fcfg := DefaultFetcherConfig()
 	fcfg.Identity, fcfg.Layout = cfg.Identity, cfg.Layout
 	if t.fetcher, err = NewFetcher(fcfg, t.tiers, t.metrics); err != nil {
-		return fail(err)
+		return err
 	}
 	t.restorer = newRestorer(t.fetcher, cfg)
-	return t, nil
+	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
+	return nil
 }
 
 // Hook wires t into an engine's config: t restores queued prefixes (Restorer), measured
-// prefills feed its cost model (OnStep), restore stalls its metric (OnRestoreStall), and the
-// block events (OnBlockEvents, after any hook already set) its write-back.
+// prefills feed its cost model (OnStep), restore stalls its metric (OnRestoreStall), the
+// block events (OnBlockEvents, after any hook already set) its write-back, the pin events
+// (OnPins) the tiers' pins, and the pins the persistent tiers kept across a restart become
+// the engine's KnownPins (see pins.go).
 func (t *Tiers) Hook(cfg *engine.Config) {
 	cfg.Restorer = t
+	cfg.KnownPins = append(cfg.KnownPins, knownPins(t.tiers, time.Now())...)
+	prevPins := cfg.OnPins
+	cfg.OnPins = func(evs []engine.PinEvent, kv [][]byte) {
+		if prevPins != nil {
+			prevPins(evs, kv)
+		}
+		t.PinEvents(evs, kv)
+	}
 	cfg.OnStep = t.fetcher.ObservePrefill
 	cfg.OnRestoreStall = t.metrics.RestoreStall
 	prev := cfg.OnBlockEvents
@@ -170,9 +196,22 @@ func (t *Tiers) BlockEvents(evs []prefix.Event, kv [][]byte) {
 	}
 }
 
+// PinEvents is the engine's pin-event sink (engine.Config.OnPins): the pins go down the
+// tiers that are Pinners, off the engine's goroutine. Never blocks.
+func (t *Tiers) PinEvents(evs []engine.PinEvent, kv [][]byte) { t.pins.events(evs, kv) }
+
+// PinStats returns the pin writer's counters.
+func (t *Tiers) PinStats() PinStats { return t.pins.stats() }
+
 // FlushBlock writes one block of the working pool back at shutdown (engine.FlushCached's fn):
-// it waits for queue space rather than drop, since no request waits on the caller then.
-func (t *Tiers) FlushBlock(ev prefix.Event, kv []byte) { t.writer.EnqueueWait(t.evicted(ev), kv) }
+// it waits for queue space rather than drop, since no request waits on the caller then. A
+// block pinned in the pool is written pinned, with its TTL (a write-back is a use: the
+// store's expiry restarts from now), so the pin survives the restart.
+func (t *Tiers) FlushBlock(ev prefix.Event, kv []byte) {
+	e := t.evicted(ev)
+	e.PinTTL = t.pins.pinTTL(ev.Hash, time.Now())
+	t.writer.EnqueueWait(e, kv)
+}
 
 // evicted is the writer's view of a block event. The block is complete (the engine has no
 // recurrent state to attach yet).
@@ -189,6 +228,9 @@ func (t *Tiers) Stats() []kvtier.Stat { return TierStats(t.tiers) }
 func (t *Tiers) Close() {
 	if t.restorer != nil {
 		t.restorer.close()
+	}
+	if t.pins != nil {
+		t.pins.close() // before the writer and the stores: its last Puts go to the stores
 	}
 	if t.writer != nil {
 		t.writer.Close()

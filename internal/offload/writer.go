@@ -78,6 +78,9 @@ type Evicted struct {
 	PrefixTokens       int     // tokens from the start of the prompt through this block
 	Aux                [][]byte
 	StateComplete      bool
+	// PinTTL > 0 writes the block pinned for that long (tier.Item.PinTTL), never Shadowed:
+	// a pinned block of the pool at shutdown.
+	PinTTL time.Duration
 }
 
 // WriterStats counts the Writer's work. Per-tier slices follow the tiers.
@@ -243,7 +246,7 @@ func (w *Writer) enqueue(ev Evicted, kv []byte, wait bool) bool {
 	for _, q := range w.queues {
 		// The value is shared, immutable, by every tier. At shutdown (wait) nothing above
 		// outlives the process, so nothing shadows the write.
-		it := queued{item: tier.Item{Key: rec.Key(), Value: b, Shadowed: shadowed && !wait}}
+		it := queued{item: tier.Item{Key: rec.Key(), Value: b, Shadowed: shadowed && !wait && ev.PinTTL <= 0, PinTTL: ev.PinTTL}}
 		if wait {
 			q.ch <- it
 			sent = true

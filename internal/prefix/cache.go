@@ -678,3 +678,11 @@ func (c *Cache) Live(fn func(Event)) {
 		}
 	}
 }
+
+// Holds reports whether block b is live in the index under hash h: a block Match can hand out,
+// which a caller that wants to keep it (a pin) may hold with Ref. A block whose Commit was
+// refused (a collision, an orphan) is not held, and neither is one invalidated since.
+func (c *Cache) Holds(h Hash, b BlockID) bool {
+	got, ok := c.index[h]
+	return ok && got == b && c.meta[b].state == stateLive
+}

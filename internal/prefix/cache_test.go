@@ -33,6 +33,7 @@ type testRequest struct {
 //	release r=A                       Release A's blocks, Abort A
 //	abort r=A                         Abort A (drop its pending marks)
 //	invalidate [salt=S] / clear / dump / stats
+//	drop [salt=S] [all]                DropRoot (or DropAll): dropped and busy counts
 //
 // After every command it checks invariants and prints the drained events and
 // the block counts.
@@ -219,6 +220,14 @@ func (s *scenario) run(d *datadriven.TestData) {
 		s.printf("invalidated %d blocks\n", n)
 	case "clear":
 		s.printf("cleared %d blocks\n", s.c.Clear())
+	case "drop":
+		var dr Dropped
+		if d.HasArg("all") {
+			dr = s.c.DropAll()
+		} else {
+			dr = s.c.DropRoot(Root(testIdentity, s.salt(d)))
+		}
+		s.printf("dropped %d blocks, %d busy\n", dr.Blocks, dr.Busy)
 	case "dump":
 		s.dump()
 	case "stats":

@@ -16,7 +16,8 @@
 //     is the set of them; a resync swaps one replica's map alone.
 //   - Policy (Pick(req, candidates) Decision): random, round-robin,
 //     least-loaded, prefix (rendezvous hashing with bounded loads on
-//     X-Session-ID or the first PrefixTokens tokens; a spilled key sticks
+//     prompt_cache_key, else X-Session-ID, else the first PrefixTokens
+//     tokens (cachekey.go says why the key comes first); a spilled key sticks
 //     to where it last went while that backend has room) and kv-aware (matched
 //     prompt blocks weighted by tier, minus a load penalty; falls back to
 //     prefix affinity when no replica holds any of the prompt or none
@@ -58,6 +59,12 @@
 // shape and then [DONE] (what serve sends when it fails mid-stream), and
 // stockpot_router_stream_failures_total{backend,reason} counts it (cut: the
 // connection broke; incomplete: it ended without [DONE]).
+//
+// # Cache admin
+//
+// POST /v1/cache/prewarm goes to the replica the policy picks for its prompt; GET and DELETE
+// /v1/cache go to every replica and come back aggregated per replica (cacheadmin.go). They
+// take the admin key and reach replicas with the backend key only.
 //
 // # Keys
 //

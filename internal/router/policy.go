@@ -39,6 +39,9 @@ type Decision struct {
 	// (rendezvous top choice), "spill" (affinity skipped a busy backend),
 	// "cache" (kv-aware overlap), "fallback".
 	Reason string
+	// CacheKey is the request's prompt_cache_key when the decision was made
+	// on it (prefix and kv-aware; see cachekey.go), "" otherwise.
+	CacheKey string
 }
 
 // Request is what policies see of a request.
@@ -49,6 +52,9 @@ type Request struct {
 	Tokens []int32
 	// Salt is the request's cache_salt.
 	Salt string
+	// CacheKey is the request's prompt_cache_key, "" when absent: the
+	// affinity key ahead of SessionID and the prompt's tokens.
+	CacheKey string
 
 	keyDone bool
 	key     uint64
@@ -65,8 +71,9 @@ type hashMemo struct {
 
 var keySeed = maphash.MakeSeed()
 
-// affinityKey is the session ID's hash when there is one, else the hash of
-// the salt and the first prefixTokens tokens; ok=false when neither exists.
+// affinityKey is the hash of the salt and prompt_cache_key when there is a
+// key, else the session ID's hash when there is one, else the hash of the
+// salt and the first prefixTokens tokens; ok=false when none exists.
 func (r *Request) affinityKey(prefixTokens int) (uint64, bool) {
 	if r.keyDone {
 		return r.key, true
@@ -74,6 +81,11 @@ func (r *Request) affinityKey(prefixTokens int) (uint64, bool) {
 	var h maphash.Hash
 	h.SetSeed(keySeed)
 	switch {
+	case r.CacheKey != "":
+		h.WriteString("k:")
+		h.WriteString(r.Salt)
+		h.WriteByte(0)
+		h.WriteString(r.CacheKey)
 	case r.SessionID != "":
 		h.WriteString("s:")
 		h.WriteString(r.SessionID)
@@ -290,7 +302,7 @@ func newPrefixPolicy(cfg PolicyConfig) *prefixPolicy {
 
 func (*prefixPolicy) Name() string { return "prefix" }
 
-func (p *prefixPolicy) NeedsTokens(r *Request) bool { return r.SessionID == "" }
+func (p *prefixPolicy) NeedsTokens(r *Request) bool { return r.SessionID == "" && r.CacheKey == "" }
 
 // score is the rendezvous weight of key on b.
 func score(key uint64, b *Backend) uint64 {
@@ -306,7 +318,9 @@ func (p *prefixPolicy) Pick(r *Request, c []*Backend) Decision {
 	if !ok {
 		return Decision{Backend: pickLeastLoaded(c), Reason: "least-loaded"}
 	}
-	return p.pickKey(key, c)
+	d := p.pickKey(key, c)
+	d.CacheKey = r.CacheKey
+	return d
 }
 
 // capacity is the bounded-load cap: ceil(c · (total + 1) / n).
@@ -383,14 +397,15 @@ type kvAware struct {
 
 func (*kvAware) Name() string { return "kv-aware" }
 
-func (*kvAware) NeedsTokens(*Request) bool { return true }
+// NeedsTokens: a request with a prompt_cache_key is placed by its key alone.
+func (*kvAware) NeedsTokens(r *Request) bool { return r.CacheKey == "" }
 
 // scoreEps treats scores this close as equal (they are sums of a few tier
 // weights and integer penalties).
 const scoreEps = 1e-9
 
 func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
-	if len(r.Tokens) == 0 {
+	if len(r.Tokens) == 0 || r.CacheKey != "" {
 		return p.affinity.Pick(r, c)
 	}
 	capLoad := capacity(c, p.cfg.LoadBound)

@@ -26,6 +26,8 @@ type generateBody struct {
 	Prompt    json.RawMessage `json:"prompt"`
 	Messages  json.RawMessage `json:"messages"`
 	CacheSalt string          `json:"cache_salt"`
+	// PromptCacheKey is OpenAI's prompt_cache_key (cachekey.go).
+	PromptCacheKey string `json:"prompt_cache_key"`
 }
 
 // readBody reads a request body of at most limit bytes within
@@ -76,7 +78,7 @@ func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 		var gb generateBody
 		// A malformed body is routed anyway; the backend answers the 400.
 		_ = json.Unmarshal(body, &gb)
-		rq.Salt = gb.CacheSalt
+		rq.Salt, rq.CacheKey = gb.CacheSalt, gb.PromptCacheKey
 		if r.needs.NeedsTokens(rq) {
 			rq.Tokens = r.promptTokens(req.Context(), &gb)
 		}
@@ -418,6 +420,9 @@ func endsWithDone(tail []byte) bool {
 // decided records the evidence of the decision that answered.
 func (r *Router) decided(b *Backend, d Decision, load int64, generate bool) {
 	b.requests.Add(1)
+	if d.keyed() {
+		r.keys.observe(d.CacheKey, d.Reason)
+	}
 	if !generate {
 		return
 	}

@@ -163,6 +163,7 @@ type Router struct {
 	client, own *http.Client
 
 	m      *metrics
+	keys   *keyMetrics // prompt_cache_key counts (cachekey.go)
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -192,6 +193,7 @@ func New(cfg Config) (*Router, error) {
 		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys)}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
+	r.keys = newKeyMetrics(cfg.Registerer)
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(newBackendCollector(r))
 	}
@@ -388,6 +390,8 @@ var routes = map[string]string{
 	"/health":                   "GET",
 	"/metrics":                  "GET",
 	"/backends":                 "GET, POST",
+	"/v1/cache":                 "GET, DELETE",
+	"/v1/cache/prewarm":         "POST",
 }
 
 // Handler returns the router's HTTP API.
@@ -396,14 +400,18 @@ func (r *Router) Handler() http.Handler {
 	mux.HandleFunc("POST /v1/completions", r.requireClient(r.serveGenerate))
 	mux.HandleFunc("POST /v1/chat/completions", r.requireClient(r.serveGenerate))
 	// The Responses and Anthropic Messages dialects pass through to the least-loaded backend
-	// (streams relayed event by event); they get no prefix affinity yet.
-	mux.HandleFunc("POST /v1/responses", r.requireClient(r.servePassThrough))
+	// (streams relayed event by event), except that a Responses request with a
+	// prompt_cache_key or X-Session-ID keeps its affinity (cachekey.go); no prefix hashing yet.
+	mux.HandleFunc("POST /v1/responses", r.requireClient(r.serveKeyed))
 	mux.HandleFunc("POST /v1/messages", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("POST /v1/messages/count_tokens", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("POST /tokenize", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("POST /detokenize", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("GET /v1/models", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("GET /v1/models/{name}", r.requireClient(r.servePassThrough))
+	mux.HandleFunc("POST /v1/cache/prewarm", r.requireCacheAdmin(r.servePrewarm))
+	mux.HandleFunc("GET /v1/cache", r.requireCacheAdmin(r.serveCacheFanout))
+	mux.HandleFunc("DELETE /v1/cache", r.requireCacheAdmin(r.serveCacheFanout))
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		if len(r.candidates(nil)) == 0 {
 			writeAPIError(w, api.Unavailable("no healthy backend"))

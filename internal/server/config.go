@@ -57,6 +57,12 @@ type Config struct {
 	// TierStats, when set, reports the lower KV tiers (host, disk, remote) for the
 	// stockpot_kv_cache_usage_bytes, _capacity_bytes and _evictions_total metrics.
 	TierStats func() []kvtier.Stat
+	// AdminKeys guard the cache admin API (cache_admin.go); without any it answers 403.
+	AdminKeys []string
+	// CacheAdmin serves the cache admin API (the engine); nil: it answers 501.
+	CacheAdmin CacheAdmin
+	// TierDrop, when set, drops a root's blocks from the lower tiers on DELETE /v1/cache.
+	TierDrop TierDropper
 	// Logger receives request errors and recovered panics.
 	Logger *slog.Logger
 	// Now is the clock (tests); defaults to time.Now.

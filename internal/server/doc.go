@@ -32,6 +32,10 @@
 //     responses' usage equals the counters exactly; engine gauges read from Generator.Stats()
 //     by a collector at scrape time. Nothing is global: everything registers on the
 //     prometheus.Registerer given to New.
+//   - The cache admin API (cache_admin.go): POST /v1/cache/prewarm, GET /v1/cache and
+//     DELETE /v1/cache, guarded by the admin keys alone (403 without any, 401 for a wrong one),
+//     served by a CacheAdmin (the engine) and, for the lower tiers, Config.TierStats and
+//     Config.TierDrop.
 //
 // Interfaces are consumer-owned and small: Tokenizer and StreamDecoder here describe exactly
 // what the server needs from internal/tokenizer, which is wired in by a short adapter.

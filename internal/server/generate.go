@@ -83,10 +83,14 @@ func (s *Server) prepare(p *api.GenerationParams, prompt []int32, maxTokens *int
 	if p.Seed != nil {
 		sp.Seed, sp.HasSeed = uint64(*p.Seed), true
 	}
+	if p.PromptCacheKey != "" {
+		s.metrics.keyed.Inc()
+	}
 	return &genSpec{
 		req: engine.Request{
 			Prompt: prompt, MaxTokens: mt, Sampling: sp, StopTokens: p.StopTokenIDs,
 			IgnoreEOS: p.IgnoreEOS, Logprobs: logprobs, CacheSalt: p.CacheSalt,
+			Pins: retentionPins(p, n), PinStrict: p.PinStrict, // prompt_cache_retention
 		},
 		stops:       p.StopStrings,
 		start:       start,
@@ -120,6 +124,8 @@ func engineError(err error) *api.Error {
 		return api.Invalid("prompt", "%v", err)
 	case errors.Is(err, engine.ErrInvalid):
 		return api.Invalid("", "%v", err)
+	case errors.Is(err, engine.ErrPinBudget):
+		return api.Invalid("pin_strict", "%v (pin_strict: retry without it for a partial pin)", err)
 	case errors.Is(err, engine.ErrShutdown):
 		return api.Unavailable("the server is shutting down; retry on another replica")
 	default:
@@ -298,11 +304,7 @@ func usageOf(u engine.Usage) *api.Usage {
 		CompletionTokens:    u.CompletionTokens,
 		TotalTokens:         u.PromptTokens + u.CompletionTokens,
 		PromptTokensDetails: api.PromptTokensDetails{CachedTokens: u.CachedTokens()},
-		Cache: api.CacheUsage{
-			DeviceTokens: u.DeviceTokens, HostTokens: u.HostTokens, DiskTokens: u.DiskTokens,
-			RemoteTokens: u.RemoteTokens, ComputedTokens: u.ComputedTokens, DiscardedTokens: u.DiscardedTokens,
-			Miss: missReport(u),
-		},
+		Cache:               cacheUsage(u),
 		Timings: api.Timings{
 			QueueMs: api.Millis(u.QueueMs), RestoreMs: api.Millis(u.RestoreMs), PrefillMs: api.Millis(u.PrefillMs),
 			TTFTMs: api.Millis(u.TTFTMs), DecodeMs: api.Millis(u.DecodeMs),

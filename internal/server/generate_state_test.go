@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"net/http"
+	"reflect"
 	"testing"
 
 	"stockpot/internal/api"
@@ -56,12 +57,12 @@ func TestGenOutcome(t *testing.T) {
 
 func TestGenUsage(t *testing.T) {
 	u := engine.Usage{PromptTokens: 7, DeviceTokens: 4, ComputedTokens: 3}
-	if have := genUsage(&engine.Output{Done: true, Usage: &u}, 7); have != u {
+	if have := genUsage(&engine.Output{Done: true, Usage: &u}, 7); !reflect.DeepEqual(have, u) {
 		t.Fatalf("have %+v, want the engine's %+v", have, u)
 	}
 	want := engine.Usage{PromptTokens: 7, ComputedTokens: 7}
 	for _, final := range []*engine.Output{nil, {Done: true}} {
-		if have := genUsage(final, 7); have != want {
+		if have := genUsage(final, 7); !reflect.DeepEqual(have, want) {
 			t.Fatalf("final %+v: have %+v, want %+v", final, have, want)
 		}
 	}

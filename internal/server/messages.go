@@ -48,6 +48,9 @@ func (s *Server) prepareMessages(r *http.Request, start time.Time) (*genSpec, *a
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	spec.req.Pins, spec.req.PinStrict = s.breakpointPins(req, spec.req.Prompt), req.PinStrict
+	// Anthropic names tool_use blocks toolu_…; a call that carries its own id keeps it.
+	plan.opts.NewID = func() string { return newID("toolu_") }
 	return spec, req, plan, nil
 }
 
@@ -138,15 +141,18 @@ func (m *messagesWriter) model() string {
 }
 
 // messagesUsage is the engine's usage in Anthropic's terms: cache reads are the tokens
-// reused from any tier, input_tokens the rest of the prompt. Nothing is reported as a cache
-// write: without pins, no breakpoint makes the server keep anything it would not keep anyway.
+// reused from any tier; cache writes the tokens the breakpoints' pins newly hold that were
+// not reused (engine.PinResult.Created), split by TTL; input_tokens the rest of the prompt,
+// so the three add up to it. A breakpoint pins whole blocks only: the tokens after its last
+// full block are input.
 func messagesUsage(u engine.Usage) api.MessagesUsage {
 	read := u.CachedTokens()
+	m5, h1 := anthropicCacheSplit(u.Pins)
+	cache := cacheUsage(u)
 	return api.MessagesUsage{
-		InputTokens: max(u.PromptTokens-read, 0), OutputTokens: u.CompletionTokens, CacheReadInputTokens: read,
-		Cache: &api.CacheUsage{DeviceTokens: u.DeviceTokens, HostTokens: u.HostTokens, DiskTokens: u.DiskTokens,
-			RemoteTokens: u.RemoteTokens, ComputedTokens: u.ComputedTokens, DiscardedTokens: u.DiscardedTokens,
-			Miss: missReport(u)},
+		InputTokens: max(u.PromptTokens-read-m5-h1, 0), OutputTokens: u.CompletionTokens, CacheReadInputTokens: read,
+		CacheCreationInputTokens: m5 + h1, CacheCreation: api.MessagesCacheSplit{Ephemeral5m: m5, Ephemeral1h: h1},
+		Cache: &cache,
 	}
 }
 

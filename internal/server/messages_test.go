@@ -105,7 +105,7 @@ func TestMessagesToolUse(t *testing.T) {
 	}
 	tu := msg.Content[1]
 	var in map[string]string
-	if tu.Type != "tool_use" || tu.ID == "" || tu.Name != "get_weather" || json.Unmarshal(tu.Input, &in) != nil || in["city"] != "Paris" {
+	if tu.Type != "tool_use" || !strings.HasPrefix(tu.ID, "toolu_") || tu.Name != "get_weather" || json.Unmarshal(tu.Input, &in) != nil || in["city"] != "Paris" {
 		t.Errorf("tool_use %s", tu.RawJSON())
 	}
 	if p := (fakeTok{}).Decode(gen.lastRequest().Prompt); !strings.Contains(p, `"name":"get_weather"`) {

@@ -42,6 +42,7 @@ type metrics struct {
 	tpot         prometheus.Histogram
 	e2e          prometheus.Histogram
 	requests     *prometheus.CounterVec // {status}
+	keyed        prometheus.Counter     // requests carrying prompt_cache_key
 	window       *hitWindow
 }
 
@@ -80,6 +81,10 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 			Name: "stockpot_requests_total",
 			Help: "Generation requests by HTTP status (499: the client went away).",
 		}, []string{"status"}),
+		keyed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockpot_prompt_cache_key_requests_total",
+			Help: "Generation requests that carried prompt_cache_key (the router's affinity key; per-key counts live on the router).",
+		}),
 		window: newHitWindow(cfg.HitRateWindow, cfg.HitRateMaxAge, cfg.Now),
 	}
 	for _, s := range promptSources {
@@ -93,7 +98,7 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 		Help: "Prefix-cache hit rate (hit tokens / queried tokens) over a sliding window of recent requests; NaN with no queries.",
 	}, m.window.rate)
 	for _, c := range []prometheus.Collector{m.promptTokens, m.queries, m.hits, m.discarded, m.generated,
-		m.ttft, m.tpot, m.e2e, m.requests, hitRate, &engineCollector{gen: gen, tiers: cfg.TierStats}} {
+		m.ttft, m.tpot, m.e2e, m.requests, m.keyed, hitRate, &engineCollector{gen: gen, tiers: cfg.TierStats}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

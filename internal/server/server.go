@@ -54,6 +54,7 @@ type Server struct {
 	responses responseStore // for /v1/responses' previous_response_id
 
 	apiKeys     keySet // Config.APIKeys
+	adminKeys   keySet // Config.AdminKeys: the cache admin API
 	metricsKeys keySet // Config.MetricsKey
 
 	draining atomic.Bool
@@ -83,7 +84,7 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
 	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, misses: misses, started: c.Now(), bos: -1,
-		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey)}
+		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey), adminKeys: newKeySet(c.AdminKeys...)}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
 		s.metricsHandler = promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
@@ -104,6 +105,9 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		"/detokenize":               {http.MethodPost: s.handleDetokenize},
 		"/health":                   {http.MethodGet: s.handleHealth},
 		"/metrics":                  {http.MethodGet: s.handleMetrics},
+	}
+	for p, m := range s.cacheAdminRoutes() {
+		s.routes[p] = m
 	}
 	s.handler = http.HandlerFunc(s.serveHTTP)
 	return s, nil
@@ -191,6 +195,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch path {
 	case "/health":
+	case cachePath, cachePrewarmPath: // the admin key, checked by requireAdmin
 	case "/metrics":
 		if !s.metricsAuthorized(r) {
 			writeError(rw, api.Unauthorized("missing or invalid metrics key; send \"Authorization: Bearer <metrics key>\" (--metrics-key)"))

@@ -20,6 +20,10 @@
 // an adversary, and needs not be: the key (root, hash) is SHA-256 and Verify
 // checks the tokens as well.
 //
+// DecodeVerifyInto is DecodeVerify that lands the K/V in the caller's buffer (a reserved
+// pool block) in the same pass as the checksum, chunk by chunk, so a restore crosses memory
+// once; it fails exactly as DecodeVerify does (fuzzed against it).
+//
 // Every failure of Decode or Verify maps to one discard reason (Reason):
 // checksum (malformed or torn bytes), identity (another model, tenant,
 // prefix, tokens or shape), incomplete_state.
@@ -51,5 +55,7 @@
 //
 // Ownership: Put takes ownership of each Item.Value (the caller never writes
 // to it again); values returned by Get are read-only to the caller. Both rules
-// let the host tier hand the same bytes around without copying.
+// let the host tier hand the same bytes around without copying. A store that
+// reads values into buffers of its own may take them back once the caller is
+// done (Recycler, optional).
 package tier

@@ -161,10 +161,25 @@ func Decode(b []byte) (*Record, error) {
 	}
 	// The checksum comes first: a torn or flipped record is "checksum",
 	// whatever field the damage happens to hit.
-	body := b[:len(b)-trailer]
-	if got, want := crc32.Checksum(body, castagnoli), binary.LittleEndian.Uint32(b[len(b)-trailer:]); got != want {
-		return nil, fmt.Errorf("%w: crc32c %08x, record says %08x", ErrChecksum, got, want)
+	if err := checkSum(crc32.Checksum(b[:len(b)-trailer], castagnoli), b); err != nil {
+		return nil, err
 	}
+	return decodeSummed(b)
+}
+
+// checkSum compares got, the CRC-32C of b's body, with b's trailer.
+func checkSum(got uint32, b []byte) error {
+	if want := binary.LittleEndian.Uint32(b[len(b)-trailer:]); got != want {
+		return fmt.Errorf("%w: crc32c %08x, record says %08x", ErrChecksum, got, want)
+	}
+	return nil
+}
+
+// decodeSummed is Decode after the checksum matched.
+//
+// REQUIRES: len(b) >= headerSize+trailer, magic checked, checksum checked.
+func decodeSummed(b []byte) (*Record, error) {
+	body := b[:len(b)-trailer]
 	if v := binary.LittleEndian.Uint16(b[4:]); v != FormatVersion {
 		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrFormat, v, FormatVersion)
 	}

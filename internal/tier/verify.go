@@ -3,6 +3,7 @@ package tier
 import (
 	"errors"
 	"fmt"
+	"hash/crc32"
 
 	"stockpot/internal/kvcache"
 	"stockpot/internal/prefix"
@@ -88,5 +89,58 @@ func DecodeVerify(b []byte, want Want) (*Record, error) {
 	if err := Verify(r, want); err != nil {
 		return nil, err
 	}
+	return r, nil
+}
+
+// copyChunk is how many K/V bytes DecodeVerifyInto checksums and then copies at a time: the
+// chunk is read from memory once, by the checksum, and copied out of the L1 cache, so the
+// record's bytes cross the memory bus once instead of twice. 4 KiB measured best on a Xeon
+// with a 48 KiB L1 (16 KiB chunks: 0.67x of copy(), 4 KiB: 0.81x, 2 KiB: 0.63x, where the
+// checksum's three-way interleave no longer pays off).
+const copyChunk = 4 << 10
+
+// DecodeVerifyInto is DecodeVerify that also copies the record's K/V into dst, in the same
+// pass over b as the checksum (see copyChunk). On success the returned Record's KV is dst
+// (the rest aliases b, as with Decode). On any error dst holds some or all of b's K/V bytes,
+// unverified: the caller must treat it as garbage. The errors, and their Reason, are those
+// DecodeVerify returns for the same b and want.
+//
+// REQUIRES: len(dst) == want.Layout.BlockBytes() (panics otherwise: a caller bug).
+func DecodeVerifyInto(b []byte, want Want, dst []byte) (*Record, error) {
+	l := want.Layout
+	if l.Validate() != nil || int64(len(dst)) != l.BlockBytes() {
+		panic(fmt.Sprintf("tier: DecodeVerifyInto: %d destination bytes for layout %v", len(dst), l))
+	}
+	kvOff := headerSize + 4*l.BlockSize
+	kvEnd := kvOff + len(dst)
+	if len(b) < kvEnd+trailer || string(b[:4]) != magic {
+		// Not a record of this shape: DecodeVerify says exactly why.
+		r, err := DecodeVerify(b, want)
+		if err != nil {
+			return nil, err
+		}
+		copy(dst, r.KV)
+		r.KV = dst
+		return r, nil
+	}
+	sum := crc32.Update(0, castagnoli, b[:kvOff])
+	for off := kvOff; off < kvEnd; off += copyChunk {
+		c := b[off:min(off+copyChunk, kvEnd)]
+		sum = crc32.Update(sum, castagnoli, c)
+		copy(dst[off-kvOff:], c)
+	}
+	sum = crc32.Update(sum, castagnoli, b[kvEnd:len(b)-trailer])
+	if err := checkSum(sum, b); err != nil {
+		return nil, err
+	}
+	r, err := decodeSummed(b)
+	if err != nil {
+		return nil, err
+	}
+	// Verify checks r.Layout == want.Layout, so the K/V really was at [kvOff, kvEnd).
+	if err := Verify(r, want); err != nil {
+		return nil, err
+	}
+	r.KV = dst
 	return r, nil
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -128,6 +129,12 @@ type Store struct {
 		// clock is the last modification time given to a file (see tickLocked).
 		clock time.Time
 	}
+	// noDirect: the file system refused O_DIRECT once; reads stay buffered (read.go).
+	noDirect atomic.Bool
+	// directReads counts files whose uncached part was read with O_DIRECT (tests, benchmarks).
+	directReads atomic.Uint64
+	// bufs holds read buffers handed back by Recycle (*[]byte, aligned; read.go).
+	bufs sync.Pool
 }
 
 var (
@@ -512,37 +519,8 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 		}
 	}
 	s.mu.Unlock()
-	for i, k := range keys {
-		if i > 0 && ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		e := found[i]
-		if e == nil {
-			s.count(false)
-			continue
-		}
-		path := filepath.Join(s.dir, fileName(k))
-		b, err := os.ReadFile(path)
-		if err != nil {
-			// Removed by a concurrent Delete or eviction: a miss.
-			s.count(false)
-			continue
-		}
-		v, err := s.parse(b, k)
-		if err != nil {
-			s.mu.Lock()
-			s.mu.corrupt++
-			if s.mu.m[k] == e { // not replaced meanwhile by a Put
-				s.removeLocked(e)
-			}
-			s.mu.Unlock()
-			s.count(false)
-			out[i] = Corrupted
-			continue
-		}
-		os.Chtimes(path, stamps[i], stamps[i]) // persist recency for the next Open; best effort
-		out[i] = v
-		s.count(true)
+	if err := s.readAll(ctx, keys, found, stamps, out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -82,6 +82,15 @@
 // pins that would expire first: the budget is a hard limit. Config.Now is the clock of both
 // the recency stamps and the pins, for tests.
 //
+// # Reads
+//
+// Get reads a batch's files on up to 8 goroutines (a device needs several reads in flight).
+// A file wholly in the page cache is read buffered; one it lacks is read with O_DIRECT into
+// an aligned buffer, skipping the page cache's copy and readahead (cachestat tells which;
+// where it is missing reads stay buffered, and where the file system refuses O_DIRECT the
+// store stops trying). The read buffers can be handed back once their values are used
+// (tier.Recycler), and later reads reuse them. See read.go.
+//
 // # Full file system
 //
 // A file system smaller than the budget (or shared) fails a write with ENOSPC. The Put then

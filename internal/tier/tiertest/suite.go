@@ -51,6 +51,7 @@ func RunOptions(t *testing.T, newStore func(t *testing.T) tier.Store, opts Optio
 		{"CanceledContext", testCanceledContext},
 		{"Concurrent", testConcurrent},
 		{"Shadowed", testShadowed},
+		{"Lister", testLister},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,345 @@
+package server
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"stockpot/internal/api"
+	"stockpot/internal/engine"
+	"stockpot/internal/kvtier"
+	"stockpot/internal/prefix"
+)
+
+// The cache admin API: POST /v1/cache/prewarm, GET /v1/cache, DELETE /v1/cache.
+//
+// They are guarded by the admin keys alone (Config.AdminKeys, --admin-key), never by the API
+// keys: an API key lets a client use the cache, an admin key lets an operator fill, read and
+// drop it for every tenant. Without an admin key configured they answer 403 (off), with a
+// missing or wrong key 401, as the router's /backends. The router fans them out with its
+// --backend-key, so a replica behind a router takes the router's --backend-key among its
+// --admin-key values.
+
+// Paths of the cache admin API.
+const (
+	cachePath        = "/v1/cache"
+	cachePrewarmPath = "/v1/cache/prewarm"
+)
+
+// CacheAdmin is what the cache admin API needs of the engine (*engine.Engine is one).
+type CacheAdmin interface {
+	// Prewarm computes req's prompt into the working pool without generating.
+	Prewarm(ctx context.Context, req *engine.Request) (engine.Usage, error)
+	// Residency reports the pool and its top prefixes, at most limit of each list.
+	Residency(limit int) engine.Residency
+	// DropCache drops salt's blocks (all: every root) from the pool.
+	DropCache(salt string, all bool) engine.Dropped
+	// PoolFits says whether an n-token prompt fits the pool at all.
+	PoolFits(n int) error
+}
+
+// Bounds of GET /v1/cache's ?limit: each list (roots, prefixes by hits, by bytes) has at most
+// limit rows; the default keeps the answer a few KiB, the maximum a few hundred.
+const (
+	defaultCacheLimit = 20
+	maxCacheLimit     = 1000
+)
+
+// cacheAdminRoutes are the routes of the cache admin API, merged into Server.routes.
+func (s *Server) cacheAdminRoutes() map[string]map[string]http.HandlerFunc {
+	return map[string]map[string]http.HandlerFunc{
+		cachePath:        {http.MethodGet: s.requireAdmin(s.handleCacheGet), http.MethodDelete: s.requireAdmin(s.handleCacheDelete)},
+		cachePrewarmPath: {http.MethodPost: s.requireAdmin(s.handlePrewarm)},
+	}
+}
+
+// permissionError is the OpenAI error type of an authenticated but forbidden call.
+const permissionError = "permission_error"
+
+// requireAdmin guards h with the admin keys, from "Authorization: Bearer KEY" or "x-api-key".
+// Every refused call is logged with the caller's address, never the key.
+func (s *Server) requireAdmin(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if len(s.adminKeys) == 0 {
+			s.cfg.Logger.Warn("cache admin call refused: no --admin-key", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeError(w, &api.Error{Status: http.StatusForbidden, Type: permissionError, Code: "admin_key_required",
+				Message: "the cache admin API needs --admin-key; this server was started without one"})
+			return
+		}
+		key, ok := bearer(r)
+		if !ok {
+			key = strings.TrimSpace(r.Header.Get("X-Api-Key"))
+		}
+		if key == "" || !s.adminKeys.match(key) {
+			s.cfg.Logger.Warn("cache admin call refused: missing or wrong admin key", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+			writeError(w, api.Unauthorized(`missing or invalid admin key; send "Authorization: Bearer <admin key>" (--admin-key)`))
+			return
+		}
+		if s.cfg.CacheAdmin == nil {
+			writeError(w, &api.Error{Status: http.StatusNotImplemented, Type: api.TypeInvalidRequest, Code: "not_implemented",
+				Message: "this server's engine offers no cache admin API"})
+			return
+		}
+		h(w, r)
+	}
+}
+
+// PrewarmResponse is the answer of POST /v1/cache/prewarm.
+type PrewarmResponse struct {
+	Object         string `json:"object"` // "cache.prewarm"
+	PromptTokens   int    `json:"prompt_tokens"`
+	CachedTokens   int    `json:"cached_tokens"`   // found cached (any tier)
+	ComputedTokens int    `json:"computed_tokens"` // prefilled by this call
+	Blocks         int    `json:"blocks"`          // full blocks of the prompt now in the pool
+	PinnedTokens   int    `json:"pinned_tokens"`   // 0 until pins are wired
+}
+
+func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
+	body, err := s.readBody(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	req, err := api.ParsePrewarmRequest(body)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.checkModel(req.Model); err != nil {
+		writeError(w, err)
+		return
+	}
+	if s.draining.Load() {
+		writeError(w, api.Unavailable("the server is draining; retry on another replica"))
+		return
+	}
+	prompt, err := s.prewarmPrompt(req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := s.checkVocab("prompt", prompt); err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(prompt) >= s.cfg.ContextLength {
+		writeError(w, api.Invalid("prompt", "prewarm larger than the context: %d tokens, the model's context length is %d", len(prompt), s.cfg.ContextLength))
+		return
+	}
+	if err := s.cfg.CacheAdmin.PoolFits(len(prompt)); err != nil {
+		writeError(w, api.Invalid("prompt", "prewarm larger than the pool: %v", err))
+		return
+	}
+	ereq := &engine.Request{Prompt: prompt, CacheSalt: req.CacheSalt}
+	// TODO(coordinator): pins. req.PinTTL (> 0 when "pin" was sent) becomes
+	// ereq.Pins = []engine.PinSpec{{Tokens: len(prompt), TTL: req.PinTTL}}, and PinnedTokens
+	// below reads the usage's Pins.
+	u, err := s.cfg.CacheAdmin.Prewarm(r.Context(), ereq)
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client left
+		}
+		writeError(w, engineError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, PrewarmResponse{Object: "cache.prewarm", PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens(),
+		ComputedTokens: u.ComputedTokens, Blocks: len(prompt) / s.cfg.BlockSize})
+}
+
+// prewarmPrompt tokenizes a prewarm's prompt: text as a completion prompt (BOS added), tokens
+// as given, messages rendered with the chat template (tools included) as a chat prompt.
+func (s *Server) prewarmPrompt(req *api.PrewarmRequest) ([]int32, error) {
+	tooLong := func() error {
+		return api.Invalid("prompt", "prewarm larger than the context: more than %d tokens, the model's context length", s.cfg.ContextLength)
+	}
+	if c := req.Completion; c != nil {
+		if c.PromptIsTokens {
+			return c.PromptTokens, nil
+		}
+		ids, fits := s.encodeLimit(c.PromptText, true, true, s.cfg.ContextLength)
+		if !fits {
+			return nil, tooLong()
+		}
+		return ids, nil
+	}
+	text, err := s.tok.ApplyChatTemplate(chatMessages(req.Chat.Messages), chatOptions(req.Chat))
+	if err != nil {
+		return nil, api.Invalid("messages", "cannot apply the chat template: %v", err)
+	}
+	ids, fits := s.encodeLimit(text, false, true, s.cfg.ContextLength)
+	if !fits {
+		return nil, tooLong()
+	}
+	if s.bos >= 0 && (len(ids) == 0 || ids[0] != s.bos) {
+		ids = append([]int32{s.bos}, ids...)
+	}
+	return ids, nil
+}
+
+// CacheTier is one tier's residency in GET /v1/cache.
+type CacheTier struct {
+	Tier          string `json:"tier"`
+	Blocks        int64  `json:"blocks"`
+	Bytes         int64  `json:"bytes"`
+	CapacityBytes int64  `json:"capacity_bytes"` // 0: no budget of its own (Redis)
+	// The working pool only: blocks held by running requests, cached for reuse, and free.
+	UsedBlocks   *int `json:"used_blocks,omitempty"`
+	CachedBlocks *int `json:"cached_blocks,omitempty"`
+	FreeBlocks   *int `json:"free_blocks,omitempty"`
+	// The lower tiers only.
+	Evictions *uint64 `json:"evictions,omitempty"`
+}
+
+// CacheRoot is one chain root's share of the working pool. Root is its hash in hex (a root
+// names the model identity and the tenant salt; the salt itself is not kept).
+type CacheRoot struct {
+	Root   string `json:"root"`
+	Blocks int    `json:"blocks"`
+}
+
+// CachePrefix is one cached prefix of the working pool: the chain from Root through the
+// block Hash, Tokens long.
+type CachePrefix struct {
+	Root   string `json:"root"`
+	Hash   string `json:"hash"`
+	Depth  int    `json:"depth"`
+	Tokens int    `json:"tokens"`
+	Bytes  int64  `json:"bytes"`
+	Hits   int    `json:"hits"`
+}
+
+// CachePin is one pin (filled in once pins are wired).
+type CachePin struct {
+	ID      string    `json:"id"`
+	Tier    string    `json:"tier"`
+	Tokens  int       `json:"tokens"`
+	TTL     float64   `json:"ttl_seconds"`
+	Expires time.Time `json:"expires_at"`
+}
+
+// CacheResponse is the answer of GET /v1/cache.
+type CacheResponse struct {
+	Object    string      `json:"object"` // "cache"
+	BlockSize int         `json:"block_size"`
+	Tiers     []CacheTier `json:"tiers"` // device first, then each configured tier
+	Roots     []CacheRoot `json:"roots"`
+	Top       struct {
+		ByHits  []CachePrefix `json:"by_hits"`
+		ByBytes []CachePrefix `json:"by_bytes"`
+	} `json:"top_prefixes"`
+	Pins  []CachePin `json:"pins"`
+	Limit int        `json:"limit"`
+}
+
+func (s *Server) handleCacheGet(w http.ResponseWriter, r *http.Request) {
+	limit := defaultCacheLimit
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxCacheLimit {
+			writeError(w, api.Invalid("limit", "limit must be a whole number from 1 to %d, got %q", maxCacheLimit, v))
+			return
+		}
+		limit = n
+	}
+	res := s.cfg.CacheAdmin.Residency(limit)
+	p := res.Pool
+	out := CacheResponse{Object: "cache", BlockSize: p.BlockSize, Limit: limit, Pins: []CachePin{}, Roots: []CacheRoot{}}
+	used, cached, free := p.Used, p.Cached, p.Free
+	out.Tiers = append(out.Tiers, CacheTier{Tier: kvtier.Device.String(), Blocks: int64(p.Used + p.Cached),
+		Bytes: int64(p.Used+p.Cached) * p.BlockBytes, CapacityBytes: int64(p.Blocks) * p.BlockBytes,
+		UsedBlocks: &used, CachedBlocks: &cached, FreeBlocks: &free})
+	if s.cfg.TierStats != nil {
+		for _, st := range s.cfg.TierStats() {
+			ev := st.Evictions
+			out.Tiers = append(out.Tiers, CacheTier{Tier: st.Tier.String(), Blocks: st.Items, Bytes: st.UsedBytes,
+				CapacityBytes: st.CapacityBytes, Evictions: &ev})
+		}
+	}
+	for _, rr := range res.Roots {
+		out.Roots = append(out.Roots, CacheRoot{Root: hex.EncodeToString(rr.Root[:]), Blocks: rr.Blocks})
+	}
+	conv := func(ps []engine.CachedPrefix) []CachePrefix {
+		o := make([]CachePrefix, 0, len(ps))
+		for _, c := range ps {
+			o = append(o, CachePrefix{Root: hex.EncodeToString(c.Root[:]), Hash: hex.EncodeToString(c.Hash[:]),
+				Depth: c.Depth, Tokens: c.Tokens, Bytes: c.Bytes, Hits: c.Hits})
+		}
+		return o
+	}
+	out.Top.ByHits, out.Top.ByBytes = conv(res.ByHits), conv(res.ByBytes)
+	// TODO(coordinator): pins. Fill out.Pins from the pool's pins and the tiers' Pins().
+	writeJSON(w, http.StatusOK, out)
+}
+
+// CacheDropResponse is the answer of DELETE /v1/cache.
+type CacheDropResponse struct {
+	Object        string            `json:"object"` // "cache.dropped"
+	DroppedBlocks int               `json:"dropped_blocks"`
+	BusyBlocks    int               `json:"busy_blocks"` // of those, still held by running requests (freed when they end)
+	Tiers         map[string]uint64 `json:"tiers"`       // blocks deleted per lower tier
+	TierErrors    []string          `json:"tier_errors,omitempty"`
+}
+
+func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n := 0
+	for _, k := range []string{"salt", "all", "pin"} {
+		if q.Has(k) {
+			n++
+		}
+	}
+	if n != 1 {
+		writeError(w, api.Invalid("", "DELETE /v1/cache takes exactly one of ?salt=S (a tenant's blocks; salt= is the unsalted tenant), ?all=1 (everything of this model) and ?pin=ID"))
+		return
+	}
+	switch {
+	case q.Has("pin"):
+		// TODO(coordinator): pins. Unpin ID (its blocks become ordinary cached blocks).
+		writeError(w, &api.Error{Status: http.StatusNotImplemented, Type: api.TypeInvalidRequest, Code: "not_implemented", Param: "pin",
+			Message: "dropping a pin is not available yet on this server"})
+		return
+	case q.Has("all"):
+		if v := q.Get("all"); v != "1" && v != "true" {
+			writeError(w, api.Invalid("all", "all must be 1 or true, got %q", v))
+			return
+		}
+	case len(q.Get("salt")) > api.MaxCacheSaltBytes:
+		writeError(w, api.Invalid("salt", "salt is %d bytes, over the limit of %d", len(q.Get("salt")), api.MaxCacheSaltBytes))
+		return
+	}
+	all := q.Has("all")
+	d := s.cfg.CacheAdmin.DropCache(q.Get("salt"), all)
+	out := CacheDropResponse{Object: "cache.dropped", DroppedBlocks: d.Blocks, BusyBlocks: d.Busy, Tiers: map[string]uint64{}}
+	if s.cfg.TierDrop != nil {
+		counts, err := s.cfg.TierDrop(r.Context(), d.Root) // the zero root: every root
+		for t := range kvtier.Tier(kvtier.Count) {
+			if t != kvtier.Device && counts[t] > 0 {
+				out.Tiers[t.String()] = counts[t]
+			}
+		}
+		if err != nil {
+			s.cfg.Logger.Warn("cache drop: a tier failed", "err", err)
+			for _, e := range unjoin(err) {
+				out.TierErrors = append(out.TierErrors, e.Error())
+			}
+		}
+	}
+	s.cfg.Logger.Info("cache dropped", "all", all, "root", hex.EncodeToString(d.Root[:8]), "blocks", d.Blocks, "busy", d.Busy, "tiers", fmt.Sprint(out.Tiers))
+	writeJSON(w, http.StatusOK, out)
+}
+
+// unjoin splits an errors.Join result into its parts.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// TierDropper is Config.TierDrop's type: drop every block under root (the zero root: every
+// root) from the lower tiers, reporting the count per tier (offload.Tiers.DropRoot).
+type TierDropper = func(ctx context.Context, root prefix.Hash) (kvtier.Counts, error)

@@ -1,0 +1,238 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"stockpot/internal/api"
+	"stockpot/internal/engine"
+	"stockpot/internal/kvtier"
+	"stockpot/internal/prefix"
+)
+
+// fakeCacheAdmin records what the cache admin API asked of the engine.
+type fakeCacheAdmin struct {
+	poolBlocks, blockSize int
+	prewarmed             []engine.Request
+	limit                 int
+	drops                 []string // "salt=S" or "all"
+}
+
+func (f *fakeCacheAdmin) Prewarm(_ context.Context, req *engine.Request) (engine.Usage, error) {
+	f.prewarmed = append(f.prewarmed, *req)
+	n := len(req.Prompt)
+	return engine.Usage{PromptTokens: n, DeviceTokens: n / 2, ComputedTokens: n - n/2}, nil
+}
+
+func (f *fakeCacheAdmin) Residency(limit int) engine.Residency {
+	f.limit = limit
+	p := engine.CachedPrefix{Root: prefix.Hash{1}, Hash: prefix.Hash{2}, Depth: 1, Tokens: 64, Bytes: 2048, Hits: 3}
+	return engine.Residency{
+		Pool:  engine.PoolResidency{Blocks: f.poolBlocks, Used: 1, Cached: 2, Free: f.poolBlocks - 3, BlockBytes: 1024, BlockSize: f.blockSize},
+		Roots: []engine.RootResidency{{Root: prefix.Hash{1}, Blocks: 3}}, ByHits: []engine.CachedPrefix{p}, ByBytes: []engine.CachedPrefix{p},
+	}
+}
+
+func (f *fakeCacheAdmin) DropCache(salt string, all bool) engine.Dropped {
+	if all {
+		f.drops = append(f.drops, "all")
+		return engine.Dropped{Blocks: 5, Busy: 1}
+	}
+	f.drops = append(f.drops, "salt="+salt)
+	return engine.Dropped{Root: prefix.Root([]byte("id"), salt), Blocks: 2}
+}
+
+func (f *fakeCacheAdmin) PoolFits(n int) error {
+	if need := (n + 1 + f.blockSize - 1) / f.blockSize; need > f.poolBlocks {
+		return fmt.Errorf("%w: %d tokens need %d blocks, the pool holds %d", engine.ErrPromptTooLong, n, need, f.poolBlocks)
+	}
+	return nil
+}
+
+func newAdminServer(t *testing.T, mod func(*Config)) (*Server, *fakeCacheAdmin, *[]prefix.Hash) {
+	t.Helper()
+	fa := &fakeCacheAdmin{poolBlocks: 4, blockSize: 16}
+	var tierDrops []prefix.Hash
+	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) {
+		c.AdminKeys, c.APIKeys, c.CacheAdmin, c.BlockSize = []string{"adm"}, []string{"api"}, fa, 16
+		c.TierStats = func() []kvtier.Stat {
+			return []kvtier.Stat{{Tier: kvtier.Host, UsedBytes: 4096, CapacityBytes: 1 << 20, Items: 4, Evictions: 7}}
+		}
+		c.TierDrop = func(_ context.Context, root prefix.Hash) (kvtier.Counts, error) {
+			tierDrops = append(tierDrops, root)
+			var c kvtier.Counts
+			c[kvtier.Host] = 3
+			return c, errors.Join(errors.New("remote tier: down"))
+		}
+		if mod != nil {
+			mod(c)
+		}
+	})
+	return s, fa, &tierDrops
+}
+
+const adminAuth = "Bearer adm"
+
+// TestCacheAdminAuth: 403 without an admin key configured, 401 with none, a wrong one or the
+// API key; the admin key works without the API key.
+func TestCacheAdminAuth(t *testing.T) {
+	off, _, _ := newAdminServer(t, func(c *Config) { c.AdminKeys = nil })
+	on, _, _ := newAdminServer(t, nil)
+	for _, c := range []struct {
+		s      *Server
+		auth   string
+		status int
+	}{
+		{off, "Bearer api", http.StatusForbidden},
+		{off, "", http.StatusForbidden},
+		{on, "", http.StatusUnauthorized},
+		{on, "Bearer wrong", http.StatusUnauthorized},
+		{on, "Bearer api", http.StatusUnauthorized},
+		{on, adminAuth, http.StatusOK},
+	} {
+		for _, r := range [][2]string{{"GET", "/v1/cache"}, {"POST", "/v1/cache/prewarm"}, {"DELETE", "/v1/cache?all=1"}} {
+			var hdr []string
+			if c.auth != "" {
+				hdr = []string{"Authorization", c.auth}
+			}
+			rec := do(c.s.Handler(), r[0], r[1], `{"prompt":"hi"}`, hdr...)
+			if rec.Code != c.status {
+				t.Errorf("%s %s with %q: HTTP %d, want %d (%s)", r[0], r[1], c.auth, rec.Code, c.status, rec.Body)
+			}
+			if c.status != 200 {
+				if e := decode[api.ErrorBody](t, rec); e.Error.Message == "" {
+					t.Errorf("%s %s: no OpenAI error body: %s", r[0], r[1], rec.Body)
+				}
+			}
+		}
+	}
+	if rec := do(on.Handler(), "GET", "/v1/cache", "", "x-api-key", "adm"); rec.Code != 200 {
+		t.Errorf("x-api-key admin: HTTP %d", rec.Code)
+	}
+	noEngine, _, _ := newAdminServer(t, func(c *Config) { c.CacheAdmin = nil })
+	if rec := do(noEngine.Handler(), "GET", "/v1/cache", "", "Authorization", adminAuth); rec.Code != http.StatusNotImplemented {
+		t.Errorf("without an engine admin: HTTP %d, want 501", rec.Code)
+	}
+}
+
+func TestPrewarmEndpoint(t *testing.T) {
+	s, fa, _ := newAdminServer(t, func(c *Config) { c.ContextLength = 200 })
+	rec := do(s.Handler(), "POST", "/v1/cache/prewarm", `{"prompt":"abcdefghij","cache_salt":"t1","pin":{"ttl":"1h"}}`, "Authorization", adminAuth)
+	if rec.Code != 200 {
+		t.Fatalf("HTTP %d %s", rec.Code, rec.Body)
+	}
+	got := decode[PrewarmResponse](t, rec)
+	if want := (PrewarmResponse{Object: "cache.prewarm", PromptTokens: 11, CachedTokens: 5, ComputedTokens: 6, Blocks: 0}); got != want {
+		t.Errorf("response %+v, want %+v", got, want)
+	}
+	if r := fa.prewarmed[0]; len(r.Prompt) != 11 || r.Prompt[0] != fakeBOS || r.CacheSalt != "t1" {
+		t.Errorf("engine request %+v: want BOS + 10 tokens under salt t1", r)
+	}
+	// Messages with tools, rendered by the template without the generation prompt.
+	fa.poolBlocks = 100
+	rec = do(s.Handler(), "POST", "/v1/cache/prewarm", `{"messages":[{"role":"system","content":"sys"}],"tools":[{"type":"function","function":{"name":"f"}}]}`, "Authorization", adminAuth)
+	if rec.Code != 200 {
+		t.Fatalf("messages: HTTP %d %s", rec.Code, rec.Body)
+	}
+	want := fakeTok{}.Encode("<s><|tool|>", false, true)
+	if p := fa.prewarmed[1].Prompt; !slices.Equal(p[:len(want)], want) || strings.HasSuffix(fakeTok{}.Decode(p), "<|assistant|>") {
+		t.Errorf("rendered prompt %q", fakeTok{}.Decode(p))
+	}
+	fa.poolBlocks = 4 // 63 tokens and the generated position
+	// A token prompt as given.
+	if rec := do(s.Handler(), "POST", "/v1/cache/prewarm", `{"prompt":[5,6,7]}`, "Authorization", adminAuth); rec.Code != 200 || !slices.Equal(fa.prewarmed[2].Prompt, []int32{5, 6, 7}) {
+		t.Errorf("token prompt: HTTP %d, %v", rec.Code, fa.prewarmed[2].Prompt)
+	}
+	for _, c := range []struct{ body, want string }{
+		{`{"prompt":"` + strings.Repeat("a", 199) + `"}`, "prewarm larger than the context"},
+		{`{"prompt":"` + strings.Repeat("a", 250) + `"}`, "prewarm larger than the context"},
+		{`{"prompt":[` + strings.TrimSuffix(strings.Repeat("5,", 200), ",") + `]}`, "prewarm larger than the context"},
+		{`{"prompt":"` + strings.Repeat("a", 70) + `"}`, "prewarm larger than the pool"},
+		{`{"prompt":[300]}`, "vocabulary"},
+		{`{"prompt":"x","pin":{"ttl":"2h"}}`, "unknown pin.ttl"},
+		{`{"model":"other","prompt":"x"}`, "other"},
+		{`{}`, "prompt"},
+		{`[`, "JSON"},
+	} {
+		rec := do(s.Handler(), "POST", "/v1/cache/prewarm", c.body, "Authorization", adminAuth)
+		if rec.Code/100 != 4 || !strings.Contains(rec.Body.String(), c.want) {
+			t.Errorf("%.40s: HTTP %d %s, want a 4xx saying %q", c.body, rec.Code, rec.Body, c.want)
+		}
+	}
+	if len(fa.prewarmed) != 3 {
+		t.Errorf("%d prewarms reached the engine, want 3", len(fa.prewarmed))
+	}
+}
+
+func TestCacheGetEndpoint(t *testing.T) {
+	s, fa, _ := newAdminServer(t, nil)
+	rec := do(s.Handler(), "GET", "/v1/cache?limit=7", "", "Authorization", adminAuth)
+	if rec.Code != 200 {
+		t.Fatalf("HTTP %d %s", rec.Code, rec.Body)
+	}
+	got := decode[CacheResponse](t, rec)
+	if fa.limit != 7 || got.Limit != 7 || got.BlockSize != 16 {
+		t.Errorf("limit %d/%d, block size %d", fa.limit, got.Limit, got.BlockSize)
+	}
+	if len(got.Tiers) != 2 || got.Tiers[0].Tier != "device" || got.Tiers[0].Blocks != 3 || got.Tiers[0].Bytes != 3*1024 ||
+		got.Tiers[0].CapacityBytes != 4*1024 || *got.Tiers[0].FreeBlocks != 1 {
+		t.Errorf("device tier %+v", got.Tiers)
+	}
+	if h := got.Tiers[1]; h.Tier != "host" || h.Blocks != 4 || h.Bytes != 4096 || h.CapacityBytes != 1<<20 || *h.Evictions != 7 {
+		t.Errorf("host tier %+v", h)
+	}
+	if len(got.Top.ByHits) != 1 || got.Top.ByHits[0].Hits != 3 || got.Top.ByHits[0].Tokens != 64 || len(got.Top.ByHits[0].Hash) != 64 {
+		t.Errorf("by hits %+v", got.Top.ByHits)
+	}
+	if got.Pins == nil || !strings.Contains(rec.Body.String(), `"pins":[]`) {
+		t.Errorf("pins must be present (empty): %s", rec.Body)
+	}
+	if rec := do(s.Handler(), "GET", "/v1/cache", "", "Authorization", adminAuth); rec.Code != 200 || fa.limit != defaultCacheLimit {
+		t.Errorf("default limit: HTTP %d, limit %d", rec.Code, fa.limit)
+	}
+	for _, l := range []string{"0", "-1", "x", "1001"} {
+		if rec := do(s.Handler(), "GET", "/v1/cache?limit="+l, "", "Authorization", adminAuth); rec.Code != 400 {
+			t.Errorf("limit=%s: HTTP %d, want 400", l, rec.Code)
+		}
+	}
+}
+
+func TestCacheDeleteEndpoint(t *testing.T) {
+	s, fa, tierDrops := newAdminServer(t, nil)
+	rec := do(s.Handler(), "DELETE", "/v1/cache?salt=t1", "", "Authorization", adminAuth)
+	if rec.Code != 200 {
+		t.Fatalf("HTTP %d %s", rec.Code, rec.Body)
+	}
+	got := decode[CacheDropResponse](t, rec)
+	if got.DroppedBlocks != 2 || got.BusyBlocks != 0 || got.Tiers["host"] != 3 || len(got.TierErrors) != 1 {
+		t.Errorf("drop by salt: %+v", got)
+	}
+	if (*tierDrops)[0] != prefix.Root([]byte("id"), "t1") {
+		t.Error("the tiers were not dropped under the salt's root")
+	}
+	rec = do(s.Handler(), "DELETE", "/v1/cache?all=1", "", "Authorization", adminAuth)
+	if got := decode[CacheDropResponse](t, rec); rec.Code != 200 || got.DroppedBlocks != 5 || got.BusyBlocks != 1 || (*tierDrops)[1] != (prefix.Hash{}) {
+		t.Errorf("drop all: HTTP %d %+v", rec.Code, got)
+	}
+	if !slices.Equal(fa.drops, []string{"salt=t1", "all"}) {
+		t.Errorf("engine drops %v", fa.drops)
+	}
+	for _, c := range []struct {
+		q      string
+		status int
+	}{
+		{"", 400}, {"?salt=a&all=1", 400}, {"?all=0", 400}, {"?salt=" + strings.Repeat("s", 300), 400}, {"?pin=p1", 501},
+	} {
+		if rec := do(s.Handler(), "DELETE", "/v1/cache"+c.q, "", "Authorization", adminAuth); rec.Code != c.status {
+			t.Errorf("DELETE /v1/cache%.30s: HTTP %d, want %d", c.q, rec.Code, c.status)
+		}
+	}
+	if len(fa.drops) != 2 {
+		t.Errorf("bad drops reached the engine: %v", fa.drops)
+	}
+}

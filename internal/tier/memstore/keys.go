@@ -1,0 +1,20 @@
+package memstore
+
+import (
+	"context"
+
+	"stockpot/internal/prefix"
+	"stockpot/internal/tier"
+)
+
+var _ tier.Lister = (*Store)(nil)
+
+// Keys implements tier.Lister over the store's index.
+func (s *Store) Keys(ctx context.Context, root prefix.Hash) ([]tier.Key, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return tier.KeysUnder(s.mu.m, root), nil
+}
