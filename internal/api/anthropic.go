@@ -137,6 +137,7 @@ type anthropicBody struct {
 	Container     json.RawMessage    `json:"container"`
 	MCPServers    json.RawMessage    `json:"mcp_servers"`
 	CacheControl  json.RawMessage    `json:"cache_control"` // automatic caching: a breakpoint at the end
+	CacheReport   bool               `json:"cache_report"`  // Stockpot: usage.cache.miss
 	PinStrict     bool               `json:"pin_strict"`    // Stockpot extension; see MessagesRequest
 }
 
@@ -391,6 +392,7 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	}
 	chat.StopStrings = b.StopSequences // validated above; more than chat's 4 are allowed
 	r.Chat = chat
+	r.Chat.CacheReport = b.CacheReport
 	return r, nil
 }
 

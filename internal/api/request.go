@@ -54,6 +54,7 @@ type GenerationParams struct {
 	FrequencyPenalty *float64           `json:"frequency_penalty"`
 	LogitBias        map[string]float64 `json:"logit_bias"`
 	CacheSalt        string             `json:"cache_salt"`       // vLLM extension
+	CacheReport      bool               `json:"cache_report"`     // Stockpot: usage.cache.miss
 	PromptCacheKey   string             `json:"prompt_cache_key"` // OpenAI: the router's affinity key
 	ReturnTokenIDs   bool               `json:"return_token_ids"` // vLLM extension
 	IgnoreEOS        bool               `json:"ignore_eos"`       // vLLM extension

@@ -323,3 +323,30 @@ func TestTopLogprobsJSON(t *testing.T) {
 }
 
 func negInf() float64 { var z float64; return -1 / z }
+
+// TestCacheReportField: cache_report reaches GenerationParams from every dialect.
+func TestCacheReportField(t *testing.T) {
+	chat, err := ParseChatRequest([]byte(`{"messages":[{"role":"user","content":"hi"}],"cache_report":true}`))
+	if err != nil || !chat.CacheReport {
+		t.Errorf("chat: %v, cache_report %v", err, chat != nil && chat.CacheReport)
+	}
+	comp, err := ParseCompletionRequest([]byte(`{"prompt":"hi","cache_report":true}`))
+	if err != nil || !comp.CacheReport {
+		t.Errorf("completions: %v", err)
+	}
+	resp, err := ParseResponsesRequest([]byte(`{"input":"hi","cache_report":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc, err := resp.ChatRequest(nil)
+	if err != nil || !rc.CacheReport {
+		t.Errorf("responses: %v", err)
+	}
+	msg, err := ParseMessagesRequest([]byte(`{"max_tokens":4,"messages":[{"role":"user","content":"hi"}],"cache_report":true}`), false)
+	if err != nil || !msg.Chat.CacheReport {
+		t.Errorf("messages: %v", err)
+	}
+	if _, err := ParseChatRequest([]byte(`{"messages":[{"role":"user","content":"hi"}],"cache_report":"yes"}`)); err == nil {
+		t.Error("cache_report \"yes\" accepted")
+	}
+}

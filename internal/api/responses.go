@@ -28,7 +28,8 @@ type ResponsesRequest struct {
 	PreviousResponseID string          `json:"previous_response_id"`
 	Store              *bool           `json:"store"`
 	User               string          `json:"user"`
-	CacheSalt          string          `json:"cache_salt"` // vLLM extension, as on chat
+	CacheSalt          string          `json:"cache_salt"`   // vLLM extension, as on chat
+	CacheReport        bool            `json:"cache_report"` // Stockpot: usage.cache.miss
 	// PromptCacheRetention and PinStrict are passed to the chat request (GenerationParams).
 	PromptCacheRetention string `json:"prompt_cache_retention"`
 	PinStrict            bool   `json:"pin_strict"`
@@ -310,6 +311,9 @@ func (r *ResponsesRequest) ChatRequest(prior []ResponsesItem) (*ChatRequest, err
 	}
 	if r.CacheSalt != "" {
 		body["cache_salt"] = r.CacheSalt
+	}
+	if r.CacheReport {
+		body["cache_report"] = true
 	}
 	if r.PromptCacheKey != "" {
 		body["prompt_cache_key"] = r.PromptCacheKey

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"math"
 	"strconv"
+
+	"stockpot/internal/miss"
 )
 
 // Usage is the usage object of every non-streamed response and of the last streamed chunk
@@ -34,6 +36,9 @@ type CacheUsage struct {
 	RemoteTokens    int `json:"remote_tokens"`
 	ComputedTokens  int `json:"computed_tokens"`
 	DiscardedTokens int `json:"discarded_tokens"`
+	// Miss is where and why the prompt left the longest cached chain, when the request set
+	// cache_report and the prompt missed (Stockpot extension).
+	Miss *miss.Report `json:"miss,omitempty"`
 	// PinnedTokens is how many prompt tokens the request's pins (cache_control breakpoints,
 	// prompt_cache_retention) hold pinned now, and PinRequestedTokens how many they asked for
 	// (whole blocks): less pinned than requested is a partial pin (the pin budget ran out).

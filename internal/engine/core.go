@@ -400,6 +400,7 @@ func (c *Core) admit(now time.Time) {
 			s.admitted = true
 			s.started = now
 			s.usage.DeviceTokens = len(matched) * B
+			s.usage.Miss = c.missEvidence(s, len(matched)+len(restore)) // miss.go
 			s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
 			s.usage.QueueMs = ms(now.Sub(s.enqueued))
 			if s.prefetched != nil {

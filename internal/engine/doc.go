@@ -89,7 +89,7 @@
 //
 // # Imports
 //
-// engine may import model, kernels, kvcache and prefix (and the leaf packages below them).
+// engine may import model, kernels, kvcache, prefix and miss (and the leaf packages below them).
 // It never imports server, router, offload or the tiers: lower tiers reach it only through
 // the Restorer interface (restore.go), and block events leave it through
 // Config.OnBlockEvents.

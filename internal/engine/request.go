@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvtier"
+	"stockpot/internal/miss"
 )
 
 // SamplingParams chooses the next token from the logits. Temperature 0 is greedy.
@@ -86,6 +87,9 @@ type Usage struct {
 	RemoteTokens     int
 	ComputedTokens   int // prefilled this request
 	DiscardedTokens  int // found in a tier but not used (and so computed)
+	// Miss is where and why the prompt left the longest cached chain, found at admission
+	// (nil when it reused every block it could); miss.Explain turns it into a report.
+	Miss *miss.Evidence
 	// Pins reports each of Request.Pins (nil when none was asked).
 	Pins []PinResult
 

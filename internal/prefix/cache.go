@@ -103,6 +103,11 @@ type entry struct {
 	hits    uint32 // Match hits after the commit (reuses)
 	lastUse uint64 // Cache.clock at the last Match, Commit or Release
 	heapIdx int32  // index in Cache.heap, or -1
+
+	// kids links live entries into their parent's child list (see diverge.go): block id + 1
+	// of the first child and of the previous and next siblings; 0 = none, so a zeroed entry
+	// is unlinked.
+	kids kidLinks
 }
 
 // Cache is the prefix cache of the working pool: it owns the block pool
@@ -147,6 +152,12 @@ type Cache struct {
 
 	scratch []BlockID
 	stats   counters
+
+	// Miss evidence (diverge.go): the child lists' heads under each root, the recently
+	// evicted hashes and which roots hold a first block's content.
+	rootKids map[Hash]int32
+	ghosts   ghostSet
+	firsts   contentRoots
 }
 
 type counters struct {
@@ -171,6 +182,7 @@ func New(cfg Config) (*Cache, error) {
 		pending: make(map[Hash]Owner),
 		owned:   make(map[Owner][]Hash),
 	}
+	c.initDiverge()
 	for i := range c.meta {
 		c.meta[i].heapIdx = -1
 		c.meta[i].parentBlock = -1
@@ -363,6 +375,7 @@ func (c *Cache) evict(b BlockID) {
 	c.heapRemove(b)
 	c.evictable-- // b was unpinned
 	c.queue(Evicted, e.hash, e.parent, e.root, e.hits, e.depth, b, c.blockTokens(b))
+	c.ghosts.add(e.hash)
 	c.unlink(b)
 	c.stats.evictions++
 }
@@ -370,6 +383,7 @@ func (c *Cache) evict(b BlockID) {
 // unlink takes live entry b out of the index and out of its parent's child
 // counts. REQUIRES: b is not pinned by children (children == 0).
 func (c *Cache) unlink(b BlockID) {
+	c.unlinkKid(b)
 	e := &c.meta[b]
 	delete(c.index, e.hash)
 	if p := e.parentBlock; p >= 0 {
@@ -497,6 +511,7 @@ func (c *Cache) Commit(hash, parent Hash, tokens []int32, block BlockID) (BlockI
 		pe.pinnedKids++
 		c.updatePin(parentBlock)
 	}
+	c.linkKid(block)
 	c.stats.stored++
 	c.queue(Stored, hash, parent, root, 0, depth, block, tokens)
 	c.maybeCheck()
@@ -547,6 +562,7 @@ func (c *Cache) Release(blocks []BlockID) {
 // under root's invalidated blocks are refused.
 func (c *Cache) Invalidate(root Hash) int {
 	n := c.drop(func(e *entry) bool { return e.root == root }, true)
+	delete(c.rootKids, root) // drop reset every entry under root, and so its child lists
 	c.maybeCheck()
 	return n
 }
@@ -555,6 +571,7 @@ func (c *Cache) Invalidate(root Hash) int {
 // queues a single Cleared event. It returns how many blocks it dropped.
 func (c *Cache) Clear() int {
 	n := c.drop(func(*entry) bool { return true }, false)
+	clear(c.rootKids)
 	c.queue(Cleared, Hash{}, Hash{}, Hash{}, 0, 0, -1, nil)
 	c.maybeCheck()
 	return n

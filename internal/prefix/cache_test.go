@@ -161,6 +161,8 @@ func (s *scenario) commit(name string, r *testRequest, n int, keep bool) {
 func (s *scenario) run(d *datadriven.TestData) {
 	s.t.Helper()
 	switch d.Cmd {
+	case "diverge": // diverge.go: diverge [salt=S] tokens=(...) [max=N]
+		s.diverge(d)
 	case "new":
 		cfg := DefaultConfig()
 		cfg.BlockSize = 4

@@ -158,5 +158,5 @@ func (c *Cache) CheckInvariants() error {
 			return fmt.Errorf("prefix: pending hash %s (owner %d) is indexed", h.Short(), o)
 		}
 	}
-	return nil
+	return c.checkKids()
 }

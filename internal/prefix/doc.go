@@ -74,12 +74,23 @@
 // requests do compute one block, the second Commit returns the first block
 // as canonical; their K/V is bit-identical (the engine's determinism rule).
 //
+// # Miss evidence
+//
+// Diverge (diverge.go) says where a prompt left the cached chains once Match has found how
+// far it reuses them, from the hashes Match computed: the next block evicted (a bounded
+// ghost table of evicted hashes), its first block cached under another root (a bounded map
+// from a first block's content to the roots holding it), or the best cached child of the
+// last matched block and the tokens down its chain. Every live entry is linked into its
+// parent's child list (intrusive, O(1) in Commit and eviction, no allocation) so the
+// children are enumerable without a scan. Package miss names the cause.
+//
 // # Invariants
 //
 // free + referenced + cached == total (cached = unreferenced indexed
 // blocks); every indexed block but root-level ones has an indexed parent;
 // child and pinned counts match a recount; the eviction heap holds exactly
-// the unreferenced childless indexed blocks; no pending hash is indexed.
+// the unreferenced childless indexed blocks; no pending hash is indexed; every live entry
+// is in exactly its parent's (or its root's) child list.
 // CheckInvariants verifies all of it; the invariants build tag runs it after
 // every mutation.
 package prefix

@@ -88,6 +88,9 @@ func (s *Server) chatSpec(req *api.ChatRequest, maxTokens *int, logprobs int, st
 	}
 	spec.req.Sampling.Constraint = constraint
 	spec.controlText = plan.parseCalls
+	if spec.cacheReport {
+		spec.segments = s.chatSegments(req, text, prompt) // miss.go
+	}
 	return spec, plan, nil
 }
 

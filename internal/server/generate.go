@@ -11,6 +11,7 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
+	"stockpot/internal/miss"
 )
 
 // genSpec is a validated generation request.
@@ -22,6 +23,10 @@ type genSpec struct {
 	// (llama.cpp's special=true), for the tool-call parser: [TOOL_CALLS], <|python_tag|> and
 	// Kimi's section markers are control tokens in their models' vocabularies.
 	controlText bool
+	// cacheReport: the client asked for usage.cache.miss; segments are the chat prompt's
+	// parts, to name where a miss is (miss.go).
+	cacheReport bool
+	segments    []miss.Segment
 }
 
 // genToken is a generated token with where its text starts in the choice's text.
@@ -87,8 +92,9 @@ func (s *Server) prepare(p *api.GenerationParams, prompt []int32, maxTokens *int
 			IgnoreEOS: p.IgnoreEOS, Logprobs: logprobs, CacheSalt: p.CacheSalt,
 			Pins: retentionPins(p, n), PinStrict: p.PinStrict, // prompt_cache_retention
 		},
-		stops: p.StopStrings,
-		start: start,
+		stops:       p.StopStrings,
+		start:       start,
+		cacheReport: p.CacheReport,
 	}, nil
 }
 
@@ -226,6 +232,7 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 	res.finish = finish
 	res.usage = genUsage(final, len(spec.req.Prompt))
 	res.usage.CompletionTokens = len(res.tokens)
+	s.explainMiss(spec, &res.usage) // miss.go
 	return &res, nil
 }
 
@@ -281,6 +288,7 @@ func (s *Server) finishRequest(res *genResult, err error, start time.Time) {
 	switch {
 	case err == nil:
 		s.metrics.observe(res.usage, s.cfg.Now().Sub(start))
+		s.countMiss(res.usage)
 		s.metrics.request(http.StatusOK)
 	case errors.Is(err, errClientGone):
 		s.metrics.request(499) // nginx's "client closed request"

@@ -87,6 +87,7 @@ func cacheUsage(u engine.Usage) api.CacheUsage {
 		pinned, requested := pinTotals(u.Pins)
 		c.PinnedTokens, c.PinRequestedTokens = &pinned, &requested
 	}
+	c.Miss = missReport(u) // miss.go: when the request set cache_report
 	return c
 }
 

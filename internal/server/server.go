@@ -33,7 +33,8 @@ type Server struct {
 	gen      engine.Generator
 	tok      Tokenizer
 	metrics  *metrics
-	gatherer prometheus.Gatherer // nil when the Registerer is not also a Gatherer
+	misses   *prometheus.CounterVec // stockpot_prefix_miss_total{cause} (miss.go)
+	gatherer prometheus.Gatherer    // nil when the Registerer is not also a Gatherer
 	handler  http.Handler
 	// metricsHandler serves gatherer; nil when gatherer is.
 	metricsHandler http.Handler
@@ -78,7 +79,11 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 	if err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
-	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, started: c.Now(), bos: -1,
+	misses, err := newMissCounter(reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
+	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, misses: misses, started: c.Now(), bos: -1,
 		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey), adminKeys: newKeySet(c.AdminKeys...)}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
