@@ -49,6 +49,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseTokenArray$$' -fuzztime $(FUZZTIME) ./internal/router
 	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./internal/server
 	$(GO) test -run '^$$' -fuzz '^FuzzStreamDecoderRealVocab$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
+	$(GO) test -run '^$$' -fuzz '^FuzzLintLine$$' -fuzztime $(FUZZTIME) ./internal/lint
+	$(GO) test -run '^$$' -fuzz '^FuzzExplain$$' -fuzztime $(FUZZTIME) ./internal/miss
 
 ## bench: engine speed against native llama.cpp (needs `make llama-native` once).
 bench:
