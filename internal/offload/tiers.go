@@ -87,6 +87,31 @@ type Tiers struct {
 	fetcher  *Fetcher
 	restorer *restorer
 	pins     *pinWriter
+	sweeper  chan struct{} // closed by Close: stops the pin sweeper
+}
+
+// PinSweepEvery is how often the pin sweeper ends expired pins in the stores that keep them
+// (host, disk): every store operation sweeps first, so this only brings an idle store's
+// Stats, and the disk's pin records, up to date.
+const PinSweepEvery = 30 * time.Second
+
+// sweep ends expired pins in every store with a Sweep method, each PinSweepEvery, until
+// stop is closed.
+func sweep(tiers []Tier, stop <-chan struct{}) {
+	tk := time.NewTicker(PinSweepEvery)
+	defer tk.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tk.C:
+			for _, tr := range tiers {
+				if sw, ok := tr.Store.(interface{ Sweep() int }); ok {
+					sw.Sweep()
+				}
+			}
+		}
+	}
 }
 
 var (
@@ -157,6 +182,8 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	t.restorer = newRestorer(t.fetcher, cfg)
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
+	t.sweeper = make(chan struct{})
+	go sweep(t.tiers, t.sweeper)
 	return nil
 }
 
@@ -228,6 +255,10 @@ func (t *Tiers) Stats() []kvtier.Stat { return TierStats(t.tiers) }
 func (t *Tiers) Close() {
 	if t.restorer != nil {
 		t.restorer.close()
+	}
+	if t.sweeper != nil {
+		close(t.sweeper)
+		t.sweeper = nil
 	}
 	if t.pins != nil {
 		t.pins.close() // before the writer and the stores: its last Puts go to the stores
