@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvtier"
+	"stockpot/internal/prefix"
 )
 
 // SamplingParams chooses the next token from the logits. Temperature 0 is greedy.
@@ -124,6 +125,47 @@ func (u Usage) TierTokens(t kvtier.Tier) int {
 	return 0
 }
 
+// HitClass sorts a request by how much of its prompt came from the cache.
+type HitClass int
+
+// Hit classes: HitCold reused nothing, HitWarm reused every block a cache could give it
+// (⌊(P−1)/B⌋ blocks: the last prompt token is always computed), HitPartial is in between.
+const (
+	HitCold HitClass = iota
+	HitPartial
+	HitWarm
+	HitClasses // how many classes
+)
+
+func (h HitClass) String() string {
+	switch h {
+	case HitCold:
+		return "cold"
+	case HitPartial:
+		return "partial"
+	case HitWarm:
+		return "warm"
+	}
+	return "unknown"
+}
+
+// classify is the hit class of a prompt of p tokens that reused cached of them, with blocks
+// of b tokens.
+func classify(cached, p, b int) HitClass {
+	switch limit := prefix.MaxMatchBlocks(p, b) * b; {
+	case cached <= 0:
+		return HitCold
+	case cached >= limit:
+		return HitWarm
+	}
+	return HitPartial
+}
+
+// HitClass is u's hit class for blocks of blockSize tokens.
+func (u Usage) HitClass(blockSize int) HitClass {
+	return classify(u.CachedTokens(), u.PromptTokens, blockSize)
+}
+
 // Finish reasons.
 const (
 	FinishStop      = "stop"      // an end-of-generation or stop token
@@ -155,6 +197,7 @@ type Stats struct {
 	RestoredBlocks   kvtier.Counts // blocks restored from lower tiers, by tier
 	PinnedBlocks     int           // blocks held by pins (part of KVBlocksUsed)
 	PinBudgetBlocks  int           // the most blocks pins may hold (Config.PinBudget)
+	Evidence         Evidence      // the engine's own accounting (see Evidence)
 }
 
 // Errors callers branch on.
