@@ -347,9 +347,16 @@ func (c *Core) admit(now time.Time) {
 			s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
 			s.usage.QueueMs = ms(now.Sub(s.enqueued))
 			if s.prefetched != nil {
-				for _, n := range s.prefetched.Discarded {
+				for reason, n := range s.prefetched.Discarded {
+					if n <= 0 {
+						continue
+					}
 					s.usage.DiscardedTokens += n * B
 					c.stats.discardedTokens += uint64(n * B)
+					if s.usage.DiscardedBy == nil {
+						s.usage.DiscardedBy = map[string]int{}
+					}
+					s.usage.DiscardedBy[reason] += n * B
 				}
 			}
 			c.countAdmission(s, len(matched), restore)

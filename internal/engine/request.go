@@ -87,6 +87,9 @@ type Usage struct {
 	RemoteTokens     int
 	ComputedTokens   int // prefilled this request
 	DiscardedTokens  int // found in a tier but not used (and so computed)
+	// DiscardedBy splits DiscardedTokens by reason (tier.Reason*: checksum, identity,
+	// incomplete_state, slower_than_recompute); nil when nothing was discarded.
+	DiscardedBy map[string]int
 	// Pins reports each of Request.Pins (nil when none was asked).
 	Pins []PinResult
 

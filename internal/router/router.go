@@ -163,6 +163,7 @@ type Router struct {
 	client, own *http.Client
 
 	m      *metrics
+	dash   *routerDashboard // GET /dashboard (dashboard.go)
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -192,6 +193,7 @@ func New(cfg Config) (*Router, error) {
 		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys)}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
+	r.dash = newRouterDashboard(r)
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(newBackendCollector(r))
 	}
@@ -214,6 +216,7 @@ func (r *Router) Policy() Policy { return r.policy }
 
 // Close stops health checks and subscribers.
 func (r *Router) Close() {
+	r.dash.hub.Close()
 	r.cancel()
 	r.wg.Wait()
 }
@@ -388,6 +391,9 @@ var routes = map[string]string{
 	"/health":                   "GET",
 	"/metrics":                  "GET",
 	"/backends":                 "GET, POST",
+	"/dashboard":                "GET",
+	"/dashboard/events":         "GET",
+	"/dashboard/state":          "GET",
 }
 
 // Handler returns the router's HTTP API.
@@ -443,6 +449,7 @@ func (r *Router) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
+	r.routeDashboard(mux)
 	// Everything else: the API's JSON 404 or 405, not the mux's plain text.
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		path := req.URL.Path

@@ -55,6 +55,8 @@ type Server struct {
 	apiKeys     keySet // Config.APIKeys
 	metricsKeys keySet // Config.MetricsKey
 
+	dash *dashboardState // GET /dashboard (dashboard.go)
+
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
 }
@@ -99,7 +101,11 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		"/detokenize":               {http.MethodPost: s.handleDetokenize},
 		"/health":                   {http.MethodGet: s.handleHealth},
 		"/metrics":                  {http.MethodGet: s.handleMetrics},
+		"/dashboard":                 {http.MethodGet: s.handleDashboard},
+		"/dashboard/events":          {http.MethodGet: s.handleDashboardEvents},
+		"/dashboard/state":           {http.MethodGet: s.handleDashboardState},
 	}
+	s.dash = newDashboardState(s)
 	s.handler = http.HandlerFunc(s.serveHTTP)
 	return s, nil
 }
@@ -144,6 +150,7 @@ func (s *Server) ServeHandler(ctx context.Context, ln net.Listener, h http.Handl
 	case <-ctx.Done():
 	}
 	s.draining.Store(true)
+	s.dash.hub.Close() // the dashboard's streams never end on their own
 	s.cfg.Logger.Info("server draining", "timeout", s.cfg.DrainTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	err := hs.Shutdown(sctx)
@@ -192,7 +199,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	default:
-		if !s.authorized(r) {
+		if !s.authorized(r) && !(isDashboardPath(path) && s.dashboardAuthorized(r)) {
 			writeError(rw, errUnauthorized)
 			return
 		}
