@@ -15,6 +15,7 @@ Usage:
   stockpot serve [flags]                      serve a model over an OpenAI-compatible API
   stockpot route --backend URL ... [flags]    cache-aware gateway in front of several servers
   stockpot bench --target URL --workload NAME measure TTFT and cache hit rates from the server's counters
+  stockpot demo [--headless] [--exit-after D]  watch the prefix cache work, live on the dashboard
   stockpot model synth --preset NAME --out FILE.gguf [--seed N] [--type T]
   stockpot model info FILE.gguf
   stockpot version
@@ -44,6 +45,8 @@ func run(args []string) error {
 		return cmdRoute(args[1:])
 	case "bench":
 		return cmdBench(args[1:])
+	case "demo":
+		return cmdDemo(args[1:])
 	case "model":
 		if len(args) < 2 {
 			return fmt.Errorf("model: want a subcommand: synth or info")

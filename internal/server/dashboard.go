@@ -82,17 +82,7 @@ func newDashboardState(s *Server) *dashboardState {
 	cfg.Sample = func() dashboard.Event { return jsonEvent("snapshot", s.dashboardSnapshot()) }
 	cfg.Hello = func() []dashboard.Event {
 		evs := []dashboard.Event{jsonEvent("snapshot", s.dashboardSnapshot()), jsonEvent("requests", d.recent())}
-		d.mu.Lock()
-		notes := make([]stickyNote, 0, len(d.mu.sticky))
-		for _, n := range d.mu.sticky {
-			notes = append(notes, n)
-		}
-		d.mu.Unlock()
-		slices.SortFunc(notes, func(a, b stickyNote) int { return cmp.Compare(a.order, b.order) })
-		for _, n := range notes {
-			evs = append(evs, n.ev)
-		}
-		return evs
+		return append(evs, d.notes()...)
 	}
 	d.hub = dashboard.NewHub(cfg)
 	return d
@@ -164,6 +154,22 @@ func (s *Server) DashboardNote(kind, slot string, v any) {
 	}
 	d.mu.Unlock()
 	d.hub.Publish(ev)
+}
+
+// notes returns the sticky notes in the order they were noted.
+func (d *dashboardState) notes() []dashboard.Event {
+	d.mu.Lock()
+	ns := make([]stickyNote, 0, len(d.mu.sticky))
+	for _, n := range d.mu.sticky {
+		ns = append(ns, n)
+	}
+	d.mu.Unlock()
+	slices.SortFunc(ns, func(a, b stickyNote) int { return cmp.Compare(a.order, b.order) })
+	out := make([]dashboard.Event, len(ns))
+	for i, n := range ns {
+		out[i] = n.ev
+	}
+	return out
 }
 
 // recent returns the ring, the newest last.
@@ -254,7 +260,11 @@ func (s *Server) handleDashboardEvents(w http.ResponseWriter, r *http.Request) {
 // handleDashboardState is the dashboard's state as one JSON document: the snapshot and the
 // recent requests (for scripts, tests and `stockpot demo`).
 func (s *Server) handleDashboardState(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, map[string]any{"snapshot": s.dashboardSnapshot(), "requests": s.dash.recent()})
+	notes := []json.RawMessage{}
+	for _, ev := range s.dash.notes() {
+		notes = append(notes, ev.Data)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"snapshot": s.dashboardSnapshot(), "requests": s.dash.recent(), "notes": notes})
 }
 
 // dashboardAuthorized: the dashboard shows every tenant's traffic and cache, so it takes the

@@ -101,9 +101,9 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		"/detokenize":               {http.MethodPost: s.handleDetokenize},
 		"/health":                   {http.MethodGet: s.handleHealth},
 		"/metrics":                  {http.MethodGet: s.handleMetrics},
-		"/dashboard":                 {http.MethodGet: s.handleDashboard},
-		"/dashboard/events":          {http.MethodGet: s.handleDashboardEvents},
-		"/dashboard/state":           {http.MethodGet: s.handleDashboardState},
+		"/dashboard":                {http.MethodGet: s.handleDashboard},
+		"/dashboard/events":         {http.MethodGet: s.handleDashboardEvents},
+		"/dashboard/state":          {http.MethodGet: s.handleDashboardState},
 	}
 	s.dash = newDashboardState(s)
 	s.handler = http.HandlerFunc(s.serveHTTP)
