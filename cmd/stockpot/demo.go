@@ -171,6 +171,8 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 	id := desc.Digest()
 	d.root = prefix.Root(id[:], "")
 
+	d.waitForBrowser(ctx)
+
 	// start
 	system := lf.tok.Encode(demoDateA+demoSystem, true, false)
 	setup := map[string]any{"model": lf.name, "block_size": blockSize, "shared_prefix_tokens": len(system),
@@ -249,7 +251,28 @@ type demo struct {
 	tPlus1  string
 }
 
-func (d *demo) note(n demoNote) { d.srv.server.DashboardNote("demo", n.Mode, n) }
+// note narrates on the page: each execute step keeps a slot of its own (a page opened late
+// shows the whole walk), the other modes one each.
+func (d *demo) note(n demoNote) {
+	slot := n.Mode
+	if n.Mode == "execute" {
+		slot = fmt.Sprintf("execute-%d", n.Step)
+	}
+	d.srv.server.DashboardNote("demo", slot, n)
+}
+
+// waitForBrowser holds the walk until a browser has the dashboard open (or a minute passes,
+// or ctx ends), so that whoever opens the URL sees it from the first step.
+func (d *demo) waitForBrowser(ctx context.Context) {
+	if d.o.headless || d.srv.server.DashboardClients() > 0 {
+		return
+	}
+	fmt.Fprintln(d.o.out, "stockpot demo: waiting for the dashboard to be opened (at most a minute)...")
+	deadline := time.Now().Add(time.Minute)
+	for d.srv.server.DashboardClients() == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(100 * time.Millisecond)
+	}
+}
 
 func (d *demo) pause(ctx context.Context) error {
 	if d.o.headless {

@@ -156,6 +156,9 @@ func (s *Server) DashboardNote(kind, slot string, v any) {
 	d.hub.Publish(ev)
 }
 
+// DashboardClients is how many browsers stream the dashboard now.
+func (s *Server) DashboardClients() int { return s.dash.hub.Stats().Clients }
+
 // notes returns the sticky notes in the order they were noted.
 func (d *dashboardState) notes() []dashboard.Event {
 	d.mu.Lock()

@@ -29,6 +29,7 @@
     if (a >= 1e9) return (v / 1e9).toFixed(1) + "G";
     if (a >= 1e6) return (v / 1e6).toFixed(1) + "M";
     if (a >= 1e4) return (v / 1e3).toFixed(1) + "k";
+    if (digits == null && a > 0 && a < 1) return String(+v.toPrecision(2));
     return v.toFixed(digits == null ? (a >= 100 || a === Math.round(a) ? 0 : 1) : digits);
   }
   function bytes(v) {
@@ -155,9 +156,13 @@
       series.push({ label: c.names[i], stroke: COLORS[i % COLORS.length], width: 1.5, points: { show: false } });
     }
     var axis = { stroke: "#8a95a3", grid: { stroke: "#26323d", width: 1 }, ticks: { stroke: "#26323d" } };
+    var xAxis = Object.assign({ space: 70, values: function (u, ticks) {
+      return ticks.map(function (t) { var d = new Date(t * 1000); return d.toTimeString().slice(0, 8); });
+    } }, axis);
+    var yAxis = Object.assign({ size: 52, values: function (u, ticks) { return ticks.map(function (v) { return fmt(v); }); } }, axis);
     c.plot = new uPlot({
       width: Math.max(300, (c.el.clientWidth || 360) - 4), height: 160, series: series,
-      axes: [axis, Object.assign({ size: 48 }, axis)],
+      axes: [xAxis, yAxis],
       scales: { y: { range: function (u, min, max) { return [Math.min(0, min), max > 0 ? max * 1.1 : 1]; } } },
       legend: { show: true, live: false }, cursor: { show: false },
     }, data, c.el);
@@ -429,6 +434,7 @@
     var pane = document.querySelector('.demo-pane[data-pane="' + d.mode + '"]');
     if (d.mode === "start" && d.setup) renderStart(pane, d.setup);
     if (d.mode === "execute" && d.prompt) renderExecute(pane, d);
+    if (d.mode === "monitor") renderMonitor(pane, d);
     if (d.mode === "complete" && d.summary) renderComplete(pane, d.summary);
     showMode(follow ? d.mode : demoShown);
   }
@@ -443,10 +449,27 @@
     kv(pane, [["model", s.model], ["block size", s.block_size + " tokens"], ["shared prefix", s.shared_prefix_tokens + " tokens (" + Math.floor(s.shared_prefix_tokens / s.block_size) + " full blocks)"],
       ["shared prefix text", s.shared_prefix_text], ["requests", s.requests], ["KV pool", s.kv_pool]]);
   }
+  function renderMonitor(pane, d) {
+    var live = pane.querySelector(".monitor-live");
+    if (!live) { live = el("p", "monitor-live"); pane.appendChild(live); }
+    live.textContent = d.note || "";
+  }
+  // Every execute step keeps its own section (newest first), so a page opened late still
+  // shows the whole walk.
   function renderExecute(pane, d) {
     var p = d.prompt;
-    pane.innerHTML = "";
-    pane.appendChild(el("p", null, "Request " + d.step + " of " + d.steps + ": " + p.tokens + " tokens → " + p.blocks.length + " blocks. " +
+    if (pane.firstChild && pane.firstChild.className === "muted") pane.innerHTML = "";
+    var old = pane.querySelector('[data-step="' + d.step + '"]');
+    var sec = el("div", "exec-step");
+    sec.setAttribute("data-step", d.step);
+    if (old) pane.replaceChild(sec, old); else {
+      var after = null, secs = pane.querySelectorAll(".exec-step");
+      for (var i = 0; i < secs.length; i++) if (+secs[i].getAttribute("data-step") < d.step) { after = secs[i]; break; }
+      pane.insertBefore(sec, after);
+    }
+    pane = sec;
+    pane.appendChild(el("h2", null, "Step " + d.step + " of " + d.steps + " · " + (d.note || "")));
+    pane.appendChild(el("p", null, p.tokens + " tokens → " + p.blocks.length + " blocks. " +
       (p.first_diff_block >= 0 ? "Matched up to block " + p.first_diff_block + ", the first that differs from anything cached; " : "No block differs from the cache; ") +
       "the tail is computed. The server reported " + p.cached_tokens + " cached tokens (predicted " + p.predicted_tokens + ")."));
     var row = el("div", "blocks");
