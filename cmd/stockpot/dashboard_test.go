@@ -253,3 +253,13 @@ func TestDemoHeadless(t *testing.T) {
 }
 
 func fmtSscanf(s, format string, args ...any) (int, error) { return fmt.Sscanf(s, format, args...) }
+
+// TestDemoCommand: the CLI itself, headless, exits cleanly; a bad flag is an error.
+func TestDemoCommand(t *testing.T) {
+	if err := run([]string{"demo", "--headless", "--addr", "127.0.0.1:0", "--model", "synthetic:tiny-llama-spm", "--threads", "2", "--burst", "2"}); err != nil {
+		t.Fatalf("stockpot demo --headless: %v", err)
+	}
+	if err := run([]string{"demo", "--burst", "0"}); err == nil || !strings.Contains(err.Error(), "--burst") {
+		t.Errorf("--burst 0: %v", err)
+	}
+}
