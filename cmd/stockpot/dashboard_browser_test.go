@@ -248,6 +248,12 @@ func TestDashboardInChromium(t *testing.T) {
 		if want := fmt.Sprintf("%.1f%%", 100*mv); text != want {
 			t.Errorf("hit rate text %q, want %q", text, want)
 		}
+		// The engine's and the offload's own series are on /metrics beside the usage sums.
+		for _, series := range []string{`stockpot_kv_offload_queue_depth{tier="host"}`, `stockpot_engine_restored_blocks_total{tier="host"}`,
+			`stockpot_engine_prefetches_total{outcome="late"}`, "stockpot_engine_dedup_waits_total", "stockpot_engine_preemptions_total",
+			"stockpot_engine_pinned_blocks"} {
+			metricText(t, serve.URL, series)
+		}
 		shot := screenshot(t, p, "serve-dashboard.png")
 		if dst := os.Getenv("STOCKPOT_DASHBOARD_SHOT"); dst != "" {
 			b, _ := os.ReadFile(shot)

@@ -75,7 +75,9 @@ func (d *routerDashboard) record(b *Backend, dec Decision, status int, u usageIn
 	}
 	d.mu.ring = append(d.mu.ring, rec)
 	d.mu.Unlock()
-	d.hub.Publish(jsonEvent("decision", rec))
+	if d.hub.Stats().Clients > 0 { // no browser: no JSON to make
+		d.hub.Publish(jsonEvent("decision", rec))
+	}
 }
 
 func (d *routerDashboard) recent() []DecisionRecord {

@@ -126,7 +126,9 @@ func (d *dashboardState) record(status int, u *engine.Usage, blockSize int, at t
 	}
 	d.mu.ring = append(d.mu.ring, r)
 	d.mu.Unlock()
-	d.hub.Publish(jsonEvent("request", r))
+	if d.hub.Stats().Clients > 0 { // no browser: no JSON to make
+		d.hub.Publish(jsonEvent("request", r))
+	}
 }
 
 // maxNoteSlots bounds the sticky notes.
@@ -257,6 +259,10 @@ func (s *Server) handleDashboard(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDashboardEvents(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodHead { // a HEAD gets the headers, not a stream that never ends
+		w.Header().Set("Content-Type", "text/event-stream")
+		return
+	}
 	s.dash.hub.ServeHTTP(w, r)
 }
 
