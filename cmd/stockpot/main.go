@@ -17,6 +17,7 @@ Usage:
   stockpot bench --target URL --workload NAME measure TTFT and cache hit rates from the server's counters
   stockpot lint [--target URL | --model PATH] [--fail-under RATE] LOG.jsonl
                                               what in a request log breaks prefix caching
+  stockpot demo [--headless] [--exit-after D]  watch the prefix cache work, live on the dashboard
   stockpot model synth --preset NAME --out FILE.gguf [--seed N] [--type T]
   stockpot model info FILE.gguf
   stockpot version
@@ -48,6 +49,8 @@ func run(args []string) error {
 		return cmdBench(args[1:])
 	case "lint":
 		return cmdLint(args[1:])
+	case "demo":
+		return cmdDemo(args[1:])
 	case "model":
 		if len(args) < 2 {
 			return fmt.Errorf("model: want a subcommand: synth or info")

@@ -83,6 +83,7 @@ type seq struct {
 	reserved      []kvcache.BlockID
 	reservedFirst int
 	dropReserved  bool
+	lateCounted   bool // counted in prefetchLate (admission passes may repeat)
 }
 
 // Delivery is an output for one request, queued by the core for the runner to deliver.
@@ -157,6 +158,16 @@ type coreStats struct {
 	pinsShed      uint64        // pinned blocks unpinned for a request that could not run otherwise
 	prefetchStall time.Duration // time admissions were held back waiting for prefetches
 	restored      kvtier.Counts // blocks restored, by tier
+	// The evidence counters below are counted where the engine decides (admit, finish,
+	// Prefetched), not summed from the Usage it reports, so that the two can be compared.
+	finished, cancelled uint64
+	hits                [HitClasses]uint64 // requests by hit class, at first admission (cold when never admitted)
+	promptTokens        uint64
+	sourceTokens        kvtier.Counts // prompt tokens reused, by tier (device: matched; lower: restored)
+	computedTokens      uint64
+	discardedTokens     uint64
+	prefetchLate        uint64 // admissions that went ahead without their prefetch's answer
+	prefetchDropped     uint64 // prefetch answers that came after admission or after the request ended
 }
 
 // CoreStats is a snapshot of the scheduler's counters (all cumulative except Running and
@@ -169,6 +180,21 @@ type CoreStats struct {
 	Restored         [4]uint64     // blocks restored from the lower tiers, indexed by Tier
 	ReservedBlocks   int           // blocks reserved for prefetches now (Reserve), not yet used or released
 	PinsShed         uint64        // pinned blocks unpinned early for a request that could not run otherwise
+	Evidence         Evidence
+}
+
+// Evidence is the engine's own accounting of the prompts it served: counted where each
+// decision is taken, so it is a check on the Usage objects (which it must equal, summed over
+// every request the engine finished, cancelled ones included).
+type Evidence struct {
+	Finished, Cancelled uint64             // requests ended; Cancelled is part of Finished
+	Hits                [HitClasses]uint64 // requests by hit class (HitCold, HitPartial, HitWarm)
+	PromptTokens        uint64             // prompt tokens of requests admitted or ended unadmitted
+	SourceTokens        kvtier.Counts      // prompt tokens reused, by tier
+	ComputedTokens      uint64             // prompt tokens prefilled
+	DiscardedTokens     uint64             // found in a lower tier but not used
+	PrefetchLate        uint64             // admissions that went ahead before their prefetch answered
+	PrefetchDropped     uint64             // prefetch answers that came too late to be used
 }
 
 // Stats returns the core's counters. The wrapper reads them through here, never the fields.
@@ -178,6 +204,12 @@ func (c *Core) Stats() CoreStats {
 		DedupWaits: c.stats.dedupWaits, Preemptions: c.stats.preemptions,
 		PrefetchStall: c.stats.prefetchStall, Restored: c.stats.restored,
 		ReservedBlocks: c.reservedBlocks, PinsShed: c.stats.pinsShed,
+		Evidence: Evidence{
+			Finished: c.stats.finished, Cancelled: c.stats.cancelled, Hits: c.stats.hits,
+			PromptTokens: c.stats.promptTokens, SourceTokens: c.stats.sourceTokens,
+			ComputedTokens: c.stats.computedTokens, DiscardedTokens: c.stats.discardedTokens,
+			PrefetchLate: c.stats.prefetchLate, PrefetchDropped: c.stats.prefetchDropped,
+		},
 	}
 }
 
@@ -267,7 +299,11 @@ func (c *Core) Prefetched(id uint64, p Prefetched, now time.Time) {
 	}
 	s, ok := c.seqs[id]
 	if !ok {
+		c.stats.prefetchDropped++ // the request ended first
 		return
+	}
+	if s.admitted || s.state != stateWaiting {
+		c.stats.prefetchDropped++ // admitted without it (timeout, best-effort)
 	}
 	s.prefetching = false
 	if !s.heldSince.IsZero() {
@@ -333,6 +369,10 @@ func (c *Core) admit(now time.Time) {
 				kept = append(kept, s)
 				continue
 			}
+		}
+		if s.prefetching && !s.admitted && !s.lateCounted {
+			s.lateCounted = true
+			c.stats.prefetchLate++
 		}
 		if !s.heldSince.IsZero() {
 			// Held for its prefetch until now, admitted without it (timeout or best-effort):
@@ -404,16 +444,42 @@ func (c *Core) admit(now time.Time) {
 			s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
 			s.usage.QueueMs = ms(now.Sub(s.enqueued))
 			if s.prefetched != nil {
-				for _, n := range s.prefetched.Discarded {
+				for reason, n := range s.prefetched.Discarded {
+					if n <= 0 {
+						continue
+					}
 					s.usage.DiscardedTokens += n * B
+					c.stats.discardedTokens += uint64(n * B)
+					if s.usage.DiscardedBy == nil {
+						s.usage.DiscardedBy = map[string]int{}
+					}
+					s.usage.DiscardedBy[reason] += n * B
 				}
 			}
+			c.countAdmission(s, len(matched), restore)
 		}
 		s.prefetched = nil
 		s.state = stateRunning
 		c.running = append(c.running, s)
 	}
 	c.waiting = kept
+}
+
+// countAdmission adds a request's first admission to the evidence counters: matched blocks
+// from the working pool, restore from the lower tiers, the rest computed.
+func (c *Core) countAdmission(s *seq, matched int, restore []RestoredBlock) {
+	B := c.cfg.BlockSize
+	reused := matched * B
+	c.stats.sourceTokens[kvtier.Device] += uint64(matched * B)
+	for _, rb := range restore {
+		if rb.Tier != kvtier.Device {
+			c.stats.sourceTokens[rb.Tier] += uint64(B)
+			reused += B
+		}
+	}
+	c.stats.promptTokens += uint64(s.prompt)
+	c.stats.computedTokens += uint64(s.prompt - reused)
+	c.stats.hits[classify(reused, s.prompt, B)]++
 }
 
 // restorable returns the prefetched blocks of s that directly follow its device match of
@@ -714,6 +780,13 @@ func (c *Core) finish(s *seq, reason string, now time.Time) {
 	if !s.admitted {
 		u.ComputedTokens = s.prompt
 		u.QueueMs = ms(now.Sub(s.enqueued))
+		c.stats.promptTokens += uint64(s.prompt)
+		c.stats.computedTokens += uint64(s.prompt)
+		c.stats.hits[HitCold]++
+	}
+	c.stats.finished++
+	if reason == FinishCancelled {
+		c.stats.cancelled++
 	}
 	u.CompletionTokens = s.generated
 	if s.generated > 1 {

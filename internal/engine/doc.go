@@ -10,7 +10,10 @@
 //     and the time, asks what to run next (Schedule returns a Plan), runs it and hands back
 //     the logits (Advance), then collects the outputs (Ready). It reaches the prefix cache only
 //     through the small blockCache interface (cache.go adapts *prefix.Cache to it), and
-//     reports its counters through Stats.
+//     reports its counters through Stats. Its Evidence counters (prompt tokens by source,
+//     requests by HitClass, cancellations, late and dropped prefetches) are counted where
+//     admission and finish decide, apart from the Usage it reports, so that the server can
+//     export both and a test can hold them equal (evidence_test.go).
 //   - Engine (engine.go) is the thin wrapper: one runner goroutine owns the model, the arena,
 //     the prefix cache and the Core; it turns channels into Core calls, runs each Plan's
 //     forward pass, copies restored bytes into blocks (unless they were verified into

@@ -345,6 +345,7 @@ func (e *Engine) publishStats() {
 		PrefetchStall:  cs.PrefetchStall,
 		RestoredBlocks: cs.Restored,
 		PinnedBlocks:   e.core.PinnedBlocks(), PinBudgetBlocks: e.core.cfg.PinBudget, PinsShed: cs.PinsShed,
+		Evidence: cs.Evidence,
 	}
 	e.stats.Store(&st)
 }

@@ -7,6 +7,7 @@ import (
 
 	"stockpot/internal/kvtier"
 	"stockpot/internal/miss"
+	"stockpot/internal/prefix"
 )
 
 // SamplingParams chooses the next token from the logits. Temperature 0 is greedy.
@@ -90,6 +91,9 @@ type Usage struct {
 	// Miss is where and why the prompt left the longest cached chain, found at admission
 	// (nil when it reused every block it could); miss.Explain turns it into a report.
 	Miss *miss.Evidence
+	// DiscardedBy splits DiscardedTokens by reason (tier.Reason*: checksum, identity,
+	// incomplete_state, slower_than_recompute); nil when nothing was discarded.
+	DiscardedBy map[string]int
 	// Pins reports each of Request.Pins (nil when none was asked).
 	Pins []PinResult
 
@@ -128,6 +132,47 @@ func (u Usage) TierTokens(t kvtier.Tier) int {
 	return 0
 }
 
+// HitClass sorts a request by how much of its prompt came from the cache.
+type HitClass int
+
+// Hit classes: HitCold reused nothing, HitWarm reused every block a cache could give it
+// (⌊(P−1)/B⌋ blocks: the last prompt token is always computed), HitPartial is in between.
+const (
+	HitCold HitClass = iota
+	HitPartial
+	HitWarm
+	HitClasses // how many classes
+)
+
+func (h HitClass) String() string {
+	switch h {
+	case HitCold:
+		return "cold"
+	case HitPartial:
+		return "partial"
+	case HitWarm:
+		return "warm"
+	}
+	return "unknown"
+}
+
+// classify is the hit class of a prompt of p tokens that reused cached of them, with blocks
+// of b tokens.
+func classify(cached, p, b int) HitClass {
+	switch limit := prefix.MaxMatchBlocks(p, b) * b; {
+	case cached <= 0:
+		return HitCold
+	case cached >= limit:
+		return HitWarm
+	}
+	return HitPartial
+}
+
+// HitClass is u's hit class for blocks of blockSize tokens.
+func (u Usage) HitClass(blockSize int) HitClass {
+	return classify(u.CachedTokens(), u.PromptTokens, blockSize)
+}
+
 // Finish reasons.
 const (
 	FinishStop      = "stop"      // an end-of-generation or stop token
@@ -160,6 +205,7 @@ type Stats struct {
 	PinnedBlocks     int           // blocks held by pins (part of KVBlocksUsed)
 	PinBudgetBlocks  int           // the most blocks pins may hold (Config.PinBudget)
 	PinsShed         uint64        // pinned blocks unpinned early for a request that could not run otherwise
+	Evidence         Evidence      // the engine's own accounting (see Evidence)
 }
 
 // Errors callers branch on.

@@ -131,3 +131,17 @@ func (m *Metrics) RestoreStall(d time.Duration) {
 		m.stall.Add(d.Seconds())
 	}
 }
+
+var descQueueDepth = prometheus.NewDesc("stockpot_kv_offload_queue_depth",
+	"Write-backs waiting in a tier's queue (full at WriterConfig.QueueLen: later writes are dropped).", []string{"tier"}, nil)
+
+// queueCollector reports the write-back queue depth per tier once per scrape.
+type queueCollector struct{ w *Writer }
+
+func (c queueCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descQueueDepth }
+
+func (c queueCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, q := range c.w.queues {
+		ch <- prometheus.MustNewConstMetric(descQueueDepth, prometheus.GaugeValue, float64(len(q.ch)), q.t.Tier.String())
+	}
+}

@@ -175,6 +175,9 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	if t.writer, err = NewWriter(wcfg, t.tiers, t.metrics); err != nil {
 		return err
 	}
+	if err = reg.Register(queueCollector{t.writer}); err != nil {
+		return err
+	}
 	fcfg := DefaultFetcherConfig()
 	fcfg.Identity, fcfg.Layout = cfg.Identity, cfg.Layout
 	if t.fetcher, err = NewFetcher(fcfg, t.tiers, t.metrics); err != nil {

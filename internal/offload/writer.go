@@ -89,6 +89,7 @@ type WriterStats struct {
 	Dropped, Written      []uint64
 	Failed                []uint64 // blocks whose Put returned an error
 	Spilled               []uint64 // blocks a faster tier evicted, handed to this one
+	Queued                []int    // writes waiting in each tier's queue now
 }
 
 // queued is one write in a tier's queue.
@@ -374,6 +375,7 @@ func (w *Writer) Stats() WriterStats {
 		st.Written = append(st.Written, q.written.Load())
 		st.Failed = append(st.Failed, q.failed.Load())
 		st.Spilled = append(st.Spilled, q.spilled.Load())
+		st.Queued = append(st.Queued, len(q.ch))
 	}
 	return st
 }

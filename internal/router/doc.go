@@ -94,6 +94,10 @@
 //     (an admin key works there too); otherwise /metrics is open, as on
 //     serve. Its url labels name the backends: set a metrics key to hide
 //     them. /health is always open.
+//   - the dashboard (dashboard.go: GET /dashboard, /dashboard/events, /dashboard/state:
+//     per-replica load, index size, event lag, decisions by reason, and each recent
+//     decision's predicted against delivered cached tokens) takes the admin key when one is
+//     configured, else the client key, else it is open; the key may also come as ?key=.
 //
 // The backend key (BackendKey, --backend-key) goes on the router's own
 // calls to replicas: health checks, /tokenize, /v1/kv-events and its

@@ -303,6 +303,9 @@ func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, 
 		r.m.prompt.WithLabelValues(b.ID).Add(float64(usage.prompt))
 		r.m.cacheHist.Observe(float64(usage.cached))
 	}
+	if generate {
+		r.dash.record(b, d, resp.StatusCode, usage)
+	}
 	return true, nil, nil
 }
 

@@ -164,7 +164,8 @@ type Router struct {
 	client, own *http.Client
 
 	m      *metrics
-	keys   *keyMetrics // prompt_cache_key counts (cachekey.go)
+	keys   *keyMetrics      // prompt_cache_key counts (cachekey.go)
+	dash   *routerDashboard // GET /dashboard (dashboard.go)
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -196,6 +197,7 @@ func New(cfg Config) (*Router, error) {
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
 	r.keys = newKeyMetrics(cfg.Registerer)
+	r.dash = newRouterDashboard(r)
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(newBackendCollector(r))
 	}
@@ -218,6 +220,7 @@ func (r *Router) Policy() Policy { return r.policy }
 
 // Close stops health checks and subscribers.
 func (r *Router) Close() {
+	r.dash.hub.Close()
 	r.cancel()
 	r.wg.Wait()
 }
@@ -394,6 +397,9 @@ var routes = map[string]string{
 	"/backends":                 "GET, POST",
 	"/v1/cache":                 "GET, DELETE",
 	"/v1/cache/prewarm":         "POST",
+	"/dashboard":                "GET",
+	"/dashboard/events":         "GET",
+	"/dashboard/state":          "GET",
 }
 
 // Handler returns the router's HTTP API.
@@ -453,6 +459,7 @@ func (r *Router) Handler() http.Handler {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
+	r.routeDashboard(mux)
 	// Everything else: the API's JSON 404 or 405, not the mux's plain text.
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		path := req.URL.Path

@@ -31,7 +31,18 @@
 //   - Metrics: counters fed from the very usage objects written to clients, so the sum of the
 //     responses' usage equals the counters exactly; engine gauges read from Generator.Stats()
 //     by a collector at scrape time. Nothing is global: everything registers on the
-//     prometheus.Registerer given to New.
+//     prometheus.Registerer given to New. Beside them, the engine's own evidence
+//     (Stats().Evidence: prompt tokens by source, requests by hit class, cancellations,
+//     restored blocks, dedup waits, preemptions, late and dropped prefetches, pins) is
+//     exported as stockpot_engine_* (metrics_evidence.go): counted in the scheduler, not
+//     summed from the usage objects, so the two accounts check each other and the engine's
+//     includes the requests whose client went away. TTFT and TPOT are also split by hit class
+//     (stockpot_time_to_first_token_by_hit_seconds{hit}, ..._per_output_token_by_hit_...).
+//   - The dashboard (dashboard.go): GET /dashboard (internal/dashboard's page), its SSE stream
+//     /dashboard/events and its state as JSON /dashboard/state, fed by the registry, a ring of
+//     the recent requests with their evidence chains, and the working pool's tree of cached
+//     prefixes (read through the optional cacheLister interface). It takes the API key, also
+//     as ?key= since browsers' EventSource sends no headers.
 //   - The cache admin API (cache_admin.go): POST /v1/cache/prewarm, GET /v1/cache and
 //     DELETE /v1/cache, guarded by the admin keys alone (403 without any, 401 for a wrong one),
 //     served by a CacheAdmin (the engine) and, for the lower tiers, Config.TierStats and

@@ -290,10 +290,13 @@ func (s *Server) finishRequest(res *genResult, err error, start time.Time) {
 		s.metrics.observe(res.usage, s.cfg.Now().Sub(start))
 		s.countMiss(res.usage)
 		s.metrics.request(http.StatusOK)
+		s.dash.record(http.StatusOK, &res.usage, s.cfg.BlockSize, s.cfg.Now())
 	case errors.Is(err, errClientGone):
 		s.metrics.request(499) // nginx's "client closed request"
+		s.dash.record(499, nil, s.cfg.BlockSize, s.cfg.Now())
 	default:
 		s.metrics.request(api.AsError(err).Status)
+		s.dash.record(api.AsError(err).Status, nil, s.cfg.BlockSize, s.cfg.Now())
 	}
 }
 

@@ -44,6 +44,8 @@ type metrics struct {
 	requests     *prometheus.CounterVec // {status}
 	keyed        prometheus.Counter     // requests carrying prompt_cache_key
 	window       *hitWindow
+	byHit        hitHistograms
+	blockSize    int
 }
 
 func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*metrics, error) {
@@ -86,6 +88,7 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 			Help: "Generation requests that carried prompt_cache_key (the router's affinity key; per-key counts live on the router).",
 		}),
 		window: newHitWindow(cfg.HitRateWindow, cfg.HitRateMaxAge, cfg.Now),
+		byHit:  newHitHistograms(), blockSize: cfg.BlockSize,
 	}
 	for _, s := range promptSources {
 		m.promptTokens.WithLabelValues(s)
@@ -98,7 +101,8 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 		Help: "Prefix-cache hit rate (hit tokens / queried tokens) over a sliding window of recent requests; NaN with no queries.",
 	}, m.window.rate)
 	for _, c := range []prometheus.Collector{m.promptTokens, m.queries, m.hits, m.discarded, m.generated,
-		m.ttft, m.tpot, m.e2e, m.requests, m.keyed, hitRate, &engineCollector{gen: gen, tiers: cfg.TierStats}} {
+		m.ttft, m.tpot, m.e2e, m.requests, m.keyed, hitRate, &engineCollector{gen: gen, tiers: cfg.TierStats},
+		m.byHit.ttft, m.byHit.tpot, evidenceCollector{gen}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -125,6 +129,7 @@ func (m *metrics) observe(u engine.Usage, e2e time.Duration) {
 	if u.CompletionTokens > 1 {
 		m.tpot.Observe(u.DecodeMs / 1000 / float64(u.CompletionTokens-1))
 	}
+	m.byHit.observe(u, m.blockSize)
 	m.e2e.Observe(e2e.Seconds())
 }
 

@@ -57,6 +57,8 @@ type Server struct {
 	adminKeys   keySet // Config.AdminKeys: the cache admin API
 	metricsKeys keySet // Config.MetricsKey
 
+	dash *dashboardState // GET /dashboard (dashboard.go)
+
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
 }
@@ -105,10 +107,14 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		"/detokenize":               {http.MethodPost: s.handleDetokenize},
 		"/health":                   {http.MethodGet: s.handleHealth},
 		"/metrics":                  {http.MethodGet: s.handleMetrics},
+		"/dashboard":                {http.MethodGet: s.handleDashboard},
+		"/dashboard/events":         {http.MethodGet: s.handleDashboardEvents},
+		"/dashboard/state":          {http.MethodGet: s.handleDashboardState},
 	}
 	for p, m := range s.cacheAdminRoutes() {
 		s.routes[p] = m
 	}
+	s.dash = newDashboardState(s)
 	s.handler = http.HandlerFunc(s.serveHTTP)
 	return s, nil
 }
@@ -153,6 +159,7 @@ func (s *Server) ServeHandler(ctx context.Context, ln net.Listener, h http.Handl
 	case <-ctx.Done():
 	}
 	s.draining.Store(true)
+	s.dash.hub.Close() // the dashboard's streams never end on their own
 	s.cfg.Logger.Info("server draining", "timeout", s.cfg.DrainTimeout)
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.DrainTimeout)
 	err := hs.Shutdown(sctx)
@@ -202,7 +209,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	default:
-		if !s.authorized(r) {
+		if !s.authorized(r) && !(isDashboardPath(path) && s.dashboardAuthorized(r)) {
 			writeError(rw, errUnauthorized)
 			return
 		}

@@ -1,0 +1,119 @@
+package engine_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"stockpot/internal/engine"
+	"stockpot/internal/kvtier"
+	"stockpot/internal/prefix"
+)
+
+// usageSum adds up what the Usage objects say, in the shape of engine.Evidence.
+type usageSum struct {
+	ev engine.Evidence
+}
+
+func (s *usageSum) add(u engine.Usage, finish string, blockSize int) {
+	s.ev.Finished++
+	if finish == engine.FinishCancelled {
+		s.ev.Cancelled++
+	}
+	s.ev.Hits[u.HitClass(blockSize)]++
+	s.ev.PromptTokens += uint64(u.PromptTokens)
+	for t := range kvtier.Tier(kvtier.Count) {
+		s.ev.SourceTokens[t] += uint64(u.TierTokens(t))
+	}
+	s.ev.ComputedTokens += uint64(u.ComputedTokens)
+	s.ev.DiscardedTokens += uint64(u.DiscardedTokens)
+}
+
+// TestEvidenceAgreesWithUsage: the engine's own counters (Stats().Evidence, counted where the
+// scheduler decides) equal the sums of the Usage objects it delivered, over cold, partial and
+// warm requests, restores from a lower tier, and requests whose caller went away — the
+// abandoned ones are counted too, though no client ever read their usage.
+func TestEvidenceAgreesWithUsage(t *testing.T) {
+	const B = 16
+	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
+	var mu sync.Mutex
+	e := newEngine(t, func(c *engine.Config) {
+		c.Restorer, c.Prefetch = tier, engine.PrefetchWait
+		c.MaxBatchTokens = 32 // many steps per prompt: there is time to abandon one mid-prefill
+		c.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			for i, ev := range evs {
+				if ev.Kind == prefix.Stored && ev.Hash[0]%2 == 0 { // the tier keeps about half
+					tier.mu.Lock()
+					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
+					tier.mu.Unlock()
+				}
+			}
+		}
+	})
+	var sum usageSum
+	run := func(p []int32) engine.Usage {
+		r := collect(t, e, engine.Request{Prompt: p, MaxTokens: 3})
+		sum.add(r.usage, r.finish, B)
+		return r.usage
+	}
+	sys := seqPrompt(5, 160)
+	if u := run(sys); u.CachedTokens() != 0 {
+		t.Fatalf("first request reused %d tokens", u.CachedTokens())
+	}
+	if u := run(sys); u.HitClass(B) != engine.HitWarm {
+		t.Fatalf("repeat: class %v, cached %d", u.HitClass(B), u.CachedTokens())
+	}
+	branch := append(append([]int32(nil), sys[:100]...), seqPrompt(6, 80)...)
+	if u := run(branch); u.HitClass(B) != engine.HitPartial {
+		t.Fatalf("branch: class %v, cached %d", u.HitClass(B), u.CachedTokens())
+	}
+	run(seqPrompt(7, 5)) // below one block: cold
+
+	// Abandoned: the caller's context ends mid-prefill; only the engine's final output, which
+	// the caller never reads, carries its usage.
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := e.Generate(ctx, &engine.Request{Prompt: seqPrompt(8, 600), MaxTokens: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the abandoned request to run", func() bool { return e.Stats().Running > 0 })
+	cancel()
+	for o := range ch {
+		if o.Done {
+			sum.add(*o.Usage, o.FinishReason, B)
+		}
+	}
+	// Stats are published before the final output goes out (deliver), but a prefetch answer
+	// may still land: wait until the runner is idle.
+	waitFor(t, "the engine to go idle", func() bool { st := e.Stats(); return st.Running == 0 && st.Waiting == 0 })
+	time.Sleep(10 * time.Millisecond)
+	got := e.Stats().Evidence
+	want := sum.ev
+	got.PrefetchLate, got.PrefetchDropped = 0, 0 // not in the usage
+	if got != want {
+		t.Errorf("engine evidence != usage sums\n got %+v\nwant %+v", got, want)
+	}
+	if want.Cancelled != 1 || want.Hits[engine.HitPartial] == 0 || want.SourceTokens[kvtier.Device] == 0 {
+		t.Errorf("the scenario did not cover what it should: %+v", want)
+	}
+}
+
+// TestHitClass is the class boundaries: cold reused nothing, warm all of ⌊(P−1)/B⌋ blocks.
+func TestHitClass(t *testing.T) {
+	for _, c := range []struct {
+		prompt, cached int
+		want           engine.HitClass
+	}{
+		{5, 0, engine.HitCold}, {17, 0, engine.HitCold}, {17, 16, engine.HitWarm},
+		{16, 0, engine.HitCold}, {33, 16, engine.HitPartial}, {33, 32, engine.HitWarm}, {160, 144, engine.HitWarm},
+		{161, 144, engine.HitPartial},
+	} {
+		u := engine.Usage{PromptTokens: c.prompt, DeviceTokens: c.cached, ComputedTokens: c.prompt - c.cached}
+		if got := u.HitClass(16); got != c.want {
+			t.Errorf("prompt %d cached %d: class %v, want %v", c.prompt, c.cached, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,143 @@
+package router
+
+import (
+	"encoding/json"
+	"net/http"
+	"sync"
+	"time"
+
+	"stockpot/internal/api"
+	"stockpot/internal/dashboard"
+)
+
+// The router's dashboard (GET /dashboard, /dashboard/events, /dashboard/state): per-replica
+// load, index size and event lag, decisions by reason (its registry's series), and each recent
+// decision's predicted cached tokens against what the backend's usage then delivered.
+
+// recentDecisions is how many decisions the dashboard's ring keeps.
+const recentDecisions = 64
+
+// DecisionRecord is one answered generate request: what the policy predicted the chosen
+// backend held, and what it reported cached.
+type DecisionRecord struct {
+	Seq       uint64    `json:"seq"`
+	At        time.Time `json:"at"`
+	Backend   string    `json:"backend"`
+	Reason    string    `json:"reason"`
+	Status    int       `json:"status"`
+	Predicted int       `json:"predicted_tokens"`
+	// Delivered is usage.prompt_tokens_details.cached_tokens; -1 when the answer had no usage.
+	Delivered int `json:"delivered_tokens"`
+	Prompt    int `json:"prompt_tokens"`
+}
+
+type routerDashboard struct {
+	hub  *dashboard.Hub
+	page []byte
+	mu   struct {
+		sync.Mutex
+		ring []DecisionRecord // protected by mu; newest last
+		seq  uint64
+	}
+}
+
+func newRouterDashboard(r *Router) *routerDashboard {
+	d := &routerDashboard{page: dashboard.Page(dashboard.RoleRoute)}
+	cfg := dashboard.DefaultConfig()
+	cfg.Sample = func() dashboard.Event { return jsonEvent("snapshot", r.dashboardSnapshot()) }
+	cfg.Hello = func() []dashboard.Event {
+		return []dashboard.Event{jsonEvent("snapshot", r.dashboardSnapshot()), jsonEvent("decisions", d.recent())}
+	}
+	d.hub = dashboard.NewHub(cfg)
+	return d
+}
+
+func jsonEvent(kind string, v any) dashboard.Event {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"error": err.Error()})
+	}
+	return dashboard.Event{Kind: kind, Data: b}
+}
+
+// record adds an answered decision (u: the backend's usage, if any).
+func (d *routerDashboard) record(b *Backend, dec Decision, status int, u usageInfo) {
+	rec := DecisionRecord{At: time.Now(), Backend: b.ID, Reason: dec.Reason, Status: status, Predicted: dec.PredictedTokens, Delivered: -1}
+	if u.ok {
+		rec.Delivered, rec.Prompt = u.cached, u.prompt
+	}
+	d.mu.Lock()
+	d.mu.seq++
+	rec.Seq = d.mu.seq
+	if len(d.mu.ring) == recentDecisions {
+		copy(d.mu.ring, d.mu.ring[1:])
+		d.mu.ring = d.mu.ring[:recentDecisions-1]
+	}
+	d.mu.ring = append(d.mu.ring, rec)
+	d.mu.Unlock()
+	if d.hub.Stats().Clients > 0 { // no browser: no JSON to make
+		d.hub.Publish(jsonEvent("decision", rec))
+	}
+}
+
+func (d *routerDashboard) recent() []DecisionRecord {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]DecisionRecord(nil), d.mu.ring...)
+}
+
+// RouterSnapshot is one sample of the router's evidence.
+type RouterSnapshot struct {
+	TimeMs   int64              `json:"t"`
+	Role     string             `json:"role"`
+	Policy   string             `json:"policy"`
+	Metrics  map[string]any     `json:"metrics"`
+	Backends []BackendStatus    `json:"backends"`
+	Stream   dashboard.HubStats `json:"stream"`
+}
+
+func (r *Router) dashboardSnapshot() RouterSnapshot {
+	s := RouterSnapshot{TimeMs: time.Now().UnixMilli(), Role: "route", Policy: r.policy.Name(), Backends: r.Backends(), Stream: r.dash.hub.Stats()}
+	if r.cfg.Gatherer != nil {
+		s.Metrics, _ = dashboard.Flatten(r.cfg.Gatherer)
+	}
+	return s
+}
+
+// requireDashboard: the dashboard names the backends and their traffic, so it takes the admin
+// key when one is configured, else the client key, else it is open (as /metrics). The key may
+// also come as ?key= (browsers' EventSource sends no headers; the page passes its own on).
+func (r *Router) requireDashboard(h http.HandlerFunc) http.HandlerFunc {
+	keys := r.adminKeys
+	if !keys.enabled() {
+		keys = r.clientKeys
+	}
+	if !keys.enabled() {
+		return h
+	}
+	return func(w http.ResponseWriter, req *http.Request) {
+		key := requestKey(req)
+		if key == "" {
+			key = req.URL.Query().Get("key")
+		}
+		if !keys.match(key) {
+			r.m.unauthorized.WithLabelValues("admin").Inc()
+			writeAPIError(w, api.Unauthorized("missing or invalid key for the dashboard; send the admin key (or, without one, the API key) as \"Authorization: Bearer <key>\" or ?key="))
+			return
+		}
+		h(w, req)
+	}
+}
+
+func (r *Router) routeDashboard(mux *http.ServeMux) {
+	mux.HandleFunc("GET /dashboard", r.requireDashboard(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Cache-Control", "no-store")
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src data:")
+		_, _ = w.Write(r.dash.page)
+	}))
+	mux.HandleFunc("GET /dashboard/events", r.requireDashboard(r.dash.hub.ServeHTTP))
+	mux.HandleFunc("GET /dashboard/state", r.requireDashboard(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSONBody(w, http.StatusOK, map[string]any{"snapshot": r.dashboardSnapshot(), "decisions": r.dash.recent()})
+	}))
+}
