@@ -203,6 +203,20 @@ func TestDashboardAuth(t *testing.T) {
 		t.Errorf("/v1/models with ?key=: %d, want 401 (the query key is for the dashboard only)", resp.StatusCode)
 	}
 	dashboardState(t, ts.URL, "sekrit")
+
+	// With an admin key the dashboard (every tenant's traffic and cache contents) takes it
+	// alone: the client API key no longer opens it.
+	_, ats := newTestInstance(t, func(o *serveOptions) { o.keys, o.adminKeys = []string{"sekrit"}, []string{"adm"} })
+	for key, want := range map[string]int{"sekrit": http.StatusUnauthorized, "adm": http.StatusOK, "": http.StatusUnauthorized} {
+		resp, err := http.Get(ats.URL + "/dashboard/state?key=" + key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("dashboard with admin keys, key %q: %d, want %d", key, resp.StatusCode, want)
+		}
+	}
 }
 
 // TestDemoHeadless runs `stockpot demo --headless`: the four modes run in order, every

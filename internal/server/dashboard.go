@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -116,6 +117,9 @@ func (d *dashboardState) record(status int, u *engine.Usage, blockSize int, at t
 			r.PartialShare = float64(r.ReusedTokens) / float64(u.PromptTokens)
 		}
 		r.QueueMs, r.RestoreMs, r.PrefillMs, r.TTFTMs, r.DecodeMs = u.QueueMs, u.RestoreMs, u.PrefillMs, u.TTFTMs, u.DecodeMs
+		if m := u.Miss; m != nil && m.Cause != "" {
+			r.Miss = map[string]any{"cause": m.Cause, "block": m.Block, "token_offset": m.Offset, "matched_tokens": m.Matched}
+		}
 	}
 	d.mu.Lock()
 	d.mu.seq++
@@ -276,15 +280,25 @@ func (s *Server) handleDashboardState(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"snapshot": s.dashboardSnapshot(), "requests": s.dash.recent(), "notes": notes})
 }
 
-// dashboardAuthorized: the dashboard shows every tenant's traffic and cache, so it takes the
-// API key when one is configured (an admin key, once the server has one, should replace it
-// here). Browsers cannot set headers on EventSource, so besides the API's headers the key is
-// also accepted as ?key= on the dashboard's own paths (the page passes its own on).
+// dashboardAuthorized: the dashboard shows every tenant's traffic and cache contents, so with
+// admin keys configured it takes an admin key only; without, the API key when one is
+// configured; with neither it is open (as the rest of the API). Browsers cannot set headers on
+// EventSource, so besides the API's headers the key is also accepted as ?key= on the
+// dashboard's own paths (the page passes its own on).
 func (s *Server) dashboardAuthorized(r *http.Request) bool {
-	if s.authorized(r) {
+	key, ok := bearer(r)
+	if !ok {
+		key = strings.TrimSpace(r.Header.Get("X-Api-Key"))
+	}
+	if key == "" {
+		key = r.URL.Query().Get("key")
+	}
+	if len(s.adminKeys) > 0 {
+		return key != "" && s.adminKeys.match(key)
+	}
+	if len(s.apiKeys) == 0 {
 		return true
 	}
-	key := r.URL.Query().Get("key")
 	return key != "" && s.apiKeys.match(key)
 }
 

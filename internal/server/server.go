@@ -209,7 +209,12 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	default:
-		if !s.authorized(r) && !(isDashboardPath(path) && s.dashboardAuthorized(r)) {
+		if isDashboardPath(path) {
+			if !s.dashboardAuthorized(r) {
+				writeError(rw, api.Unauthorized("missing or invalid key for the dashboard; send the admin key (--admin-key), or the API key when there is no admin key, as a bearer token or ?key="))
+				return
+			}
+		} else if !s.authorized(r) {
 			writeError(rw, errUnauthorized)
 			return
 		}
