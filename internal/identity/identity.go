@@ -104,7 +104,7 @@ func Compute(f *gguf.File) (Fingerprint, error) {
 type Descriptor struct {
 	Model     Fingerprint
 	Tokenizer [32]byte // tokenizer + chat template digest
-	KVType    string   // "f32" or "f16"
+	KVType    string   // "f32", "f16" or "q8_0"
 	BlockSize int
 	LoRA      string // adapter identity; "" for none
 }
