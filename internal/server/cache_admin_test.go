@@ -248,7 +248,7 @@ func TestCacheDeleteEndpoint(t *testing.T) {
 		q      string
 		status int
 	}{
-		{"", 400}, {"?salt=a&all=1", 400}, {"?all=0", 400}, {"?salt=" + strings.Repeat("s", 300), 400}, {"?pin=p1", 501},
+		{"", 400}, {"?salt=a&all=1", 400}, {"?all=0", 400}, {"?salt=" + strings.Repeat("s", 300), 400}, {"?pin=p1", 400}, {"?pin=" + strings.Repeat("ab", 32), 404},
 	} {
 		if rec := do(s.Handler(), "DELETE", "/v1/cache"+c.q, "", "Authorization", adminAuth); rec.Code != c.status {
 			t.Errorf("DELETE /v1/cache%.30s: HTTP %d, want %d", c.q, rec.Code, c.status)
