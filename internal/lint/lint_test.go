@@ -50,6 +50,7 @@ func FuzzLintLine(f *testing.F) {
 		`{"request":"{\"input\":\"x\"}"}`,
 		`{"system":"s","max_tokens":4,"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`,
 		`{"messages":[`, `[]`, `"x"`, ``, `{"body":null}`,
+		`{"path":"/v1/chat/completions","at":"2026-12-01T12:00:00Z","body":null,"skipped":"body of 2000000 bytes"}`,
 	} {
 		f.Add([]byte(s))
 	}
