@@ -21,29 +21,31 @@ import (
 	"stockpot/internal/server"
 )
 
-// cmdLint: stockpot lint [--target URL | --model PATH] [--fail-under RATE] [--json] LOG.jsonl
+// cmdLint: stockpot lint [--target URL [--key KEY] | --model PATH] [--fail-under RATE] [--json] [LOG.jsonl]
 func cmdLint(args []string) error {
 	fs := newFlagSet("lint")
 	modelSpec := fs.String("model", defaultModel, "model whose tokenizer and chat template render the requests: a GGUF path or synthetic:PRESET")
-	target := fs.String("target", "", "a running stockpot serve (or any server with vLLM's /tokenize and /detokenize) whose tokenizer and template render the requests, instead of --model")
+	target := fs.String("target", "", "a running stockpot serve (or any server with vLLM's /tokenize and /detokenize) whose tokenizer and template render the requests, instead of --model; without LOG.jsonl, lint its recent requests (GET /v1/requests/recent)")
+	key := fs.String("key", "", "bearer token sent to --target: the serve's --admin-key, needed to read its recent requests")
 	blockSize := fs.Int("block-size", 16, "tokens per KV block, as the server's --block-size")
 	failUnder := fs.Float64("fail-under", 0, "exit with status 1 when the hit rate is under this rate (0..1, e.g. 0.8), for CI; 0 never fails")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	maxMisses := fs.Int("max-misses", 20, "divergences listed in the text report (JSON lists up to 100)")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: stockpot lint [--target URL | --model PATH] [--fail-under RATE] [--json] LOG.jsonl\n\n"+
+		fmt.Fprintln(fs.Output(), "usage: stockpot lint [--target URL [--key KEY] | --model PATH] [--fail-under RATE] [--json] [LOG.jsonl]\n\n"+
 			"Reads JSONL request logs (OpenAI chat, completions or Responses, or Anthropic Messages bodies, one per line,\n"+
 			"or wrapped as {\"body\": {...}, \"path\": \"/v1/...\", \"session_id\": \"...\"}), tokenizes them as the server would,\n"+
 			"replays them through the block-level prefix cache and reports the hit rate, where and why prompts leave\n"+
-			"the cached prefix, and the hit rate with each cause fixed.")
+			"the cached prefix, and the hit rate with each cause fixed. With --target and no LOG.jsonl it lints the\n"+
+			"server's recent requests (GET /v1/requests/recent, with --key the server's --admin-key).")
 		fs.PrintDefaults()
 	}
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
+	if fs.NArg() > 1 || (fs.NArg() == 0 && *target == "") {
 		fs.Usage()
-		return fmt.Errorf("lint: want exactly one LOG.jsonl (got %d arguments)", fs.NArg())
+		return fmt.Errorf("lint: want exactly one LOG.jsonl, or none with --target (got %d arguments)", fs.NArg())
 	}
 	if *blockSize < 1 || *blockSize > 4096 {
 		return fmt.Errorf("lint: --block-size %d out of range [1, 4096]", *blockSize)
@@ -51,21 +53,33 @@ func cmdLint(args []string) error {
 	if math.IsNaN(*failUnder) || *failUnder < 0 || *failUnder > 1 {
 		return fmt.Errorf("lint: --fail-under %v: want a rate between 0 and 1", *failUnder)
 	}
-	f, err := os.Open(fs.Arg(0))
-	if err != nil {
-		return fmt.Errorf("lint: %w", err)
-	}
-	defer f.Close()
-	entries, bad, err := readLog(f)
-	if err != nil {
-		return fmt.Errorf("lint: %s: %w", fs.Arg(0), err)
+	base := strings.TrimSuffix(*target, "/")
+	client := &http.Client{Timeout: 30 * time.Second}
+	var (
+		entries []lint.Entry
+		bad     []lint.Malformed
+		err     error
+	)
+	if fs.NArg() == 0 {
+		if entries, bad, err = readRecent(client, base, *key); err != nil {
+			return fmt.Errorf("lint: %w", err)
+		}
+	} else {
+		f, err := os.Open(fs.Arg(0))
+		if err != nil {
+			return fmt.Errorf("lint: %w", err)
+		}
+		defer f.Close()
+		if entries, bad, err = readLog(f); err != nil {
+			return fmt.Errorf("lint: %s: %w", fs.Arg(0), err)
+		}
 	}
 	var (
 		render lint.Renderer
 		text   miss.Text
 	)
 	if *target != "" {
-		rt := &remoteTokenizer{base: strings.TrimSuffix(*target, "/"), client: &http.Client{Timeout: 30 * time.Second}, pieces: map[int32][]byte{}}
+		rt := &remoteTokenizer{base: base, key: *key, client: client, pieces: map[int32][]byte{}}
 		render, text = rt.render, rt
 	} else {
 		lf, err := openModel(*modelSpec, io.Discard)
@@ -89,6 +103,41 @@ func cmdLint(args []string) error {
 		writeLintText(os.Stdout, rep, *maxMisses)
 	}
 	return lint.Check(rep, *failUnder)
+}
+
+// readRecent reads a running serve's recent requests (GET /v1/requests/recent) as a log.
+func readRecent(client *http.Client, base, key string) ([]lint.Entry, []lint.Malformed, error) {
+	req, err := http.NewRequest(http.MethodGet, base+"/v1/requests/recent", nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--target %s: %w", base, err)
+	}
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the recent requests of --target: %w", err)
+	}
+	defer resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+	case http.StatusUnauthorized:
+		if key == "" {
+			return nil, nil, fmt.Errorf("%s/v1/requests/recent: 401: pass the server's --admin-key as --key KEY (or STOCKPOT_KEY)", base)
+		}
+		return nil, nil, fmt.Errorf("%s/v1/requests/recent: 401: the server refused --key; pass one of its --admin-key values", base)
+	case http.StatusForbidden:
+		return nil, nil, fmt.Errorf("%s/v1/requests/recent: 403: the server was started without --admin-key, so it keeps no recent requests; restart it with --admin-key KEY and pass --key KEY here, or lint a LOG.jsonl", base)
+	default:
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
+		return nil, nil, fmt.Errorf("%s/v1/requests/recent: status %d: %s", base, resp.StatusCode, bytes.TrimSpace(msg))
+	}
+	// The ring holds at most 8 MiB of bodies; the bound here only guards against a runaway answer.
+	entries, bad, err := readLog(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading the recent requests of --target: %w", err)
+	}
+	return entries, bad, nil
 }
 
 // readLog parses the log's lines; a malformed one is reported with its number and skipped.
@@ -188,6 +237,7 @@ func writeLintText(w io.Writer, r lint.Report, maxMisses int) {
 // tokenizer) and decodes with /detokenize, one token at a time (cached).
 type remoteTokenizer struct {
 	base   string
+	key    string // --key, sent as a bearer token when set
 	client *http.Client
 
 	mu     sync.Mutex
@@ -199,7 +249,15 @@ func (rt *remoteTokenizer) post(path string, body any, out any) error {
 	if err != nil {
 		return err
 	}
-	resp, err := rt.client.Post(rt.base+path, "application/json", bytes.NewReader(b))
+	req, err := http.NewRequest(http.MethodPost, rt.base+path, bytes.NewReader(b))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if rt.key != "" {
+		req.Header.Set("Authorization", "Bearer "+rt.key)
+	}
+	resp, err := rt.client.Do(req)
 	if err != nil {
 		return err
 	}

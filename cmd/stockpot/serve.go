@@ -232,7 +232,7 @@ func cmdServe(args []string) error {
 	fs.Var(&keys, "api-key", "required API key (repeatable)")
 	keyFile := fs.String("api-key-file", "", "file with one API key per line")
 	var adminKeys stringList
-	fs.Var(&adminKeys, "admin-key", "key for the cache admin API, /v1/cache and /v1/cache/prewarm (repeatable); without one it is off (403). Behind a router, include the router's --backend-key")
+	fs.Var(&adminKeys, "admin-key", "key for the admin API: /v1/cache, /v1/cache/prewarm and /v1/requests/recent (repeatable); without one it is off (403). Behind a router, include the router's --backend-key")
 	adminKeyFile := fs.String("admin-key-file", "", "file with admin keys, one per line")
 	readTimeout := fs.Duration("read-timeout", sd.ReadTimeout, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
 	idleTimeout := fs.Duration("idle-timeout", sd.IdleTimeout, "close keep-alive connections idle this long")

@@ -49,6 +49,9 @@ func ParseLine(raw []byte) (Line, error) {
 			continue
 		}
 		b = bytes.TrimSpace(b)
+		if why := str(top, "skipped"); why != "" && string(b) == "null" {
+			return Line{}, fmt.Errorf("the server did not keep this body: %s", why) // GET /v1/requests/recent
+		}
 		if len(b) > 0 && b[0] == '"' {
 			var s string
 			if err := json.Unmarshal(b, &s); err != nil {

@@ -23,6 +23,8 @@ func TestParseLine(t *testing.T) {
 		{in: `{"body":[1]}`, err: "body is not a JSON object"},
 		{in: `{"body":"nope"}`, err: "body is not a JSON object"},
 		{in: `{"request":7}`, err: "request is not a JSON object"},
+		{in: `{"path":"/v1/chat/completions","at":"2026-12-01T12:00:00Z","body":null,"skipped":"body of 2000000 bytes"}`, err: "the server did not keep this body: body of 2000000 bytes"},
+		{in: `{"path":"/v1/completions","session_id":"s3","at":"2026-12-01T12:00:00Z","body":{"prompt":"x"}}`, body: `{"prompt":"x"}`, path: "/v1/completions", session: "s3"},
 	} {
 		l, err := ParseLine([]byte(tc.in))
 		if tc.err != "" {
@@ -48,6 +50,7 @@ func FuzzLintLine(f *testing.F) {
 		`{"request":"{\"input\":\"x\"}"}`,
 		`{"system":"s","max_tokens":4,"messages":[{"role":"user","content":[{"type":"text","text":"x"}]}]}`,
 		`{"messages":[`, `[]`, `"x"`, ``, `{"body":null}`,
+		`{"path":"/v1/chat/completions","at":"2026-12-01T12:00:00Z","body":null,"skipped":"body of 2000000 bytes"}`,
 	} {
 		f.Add([]byte(s))
 	}

@@ -66,23 +66,10 @@ func (s *Server) cacheAdminRoutes() map[string]map[string]http.HandlerFunc {
 // permissionError is the OpenAI error type of an authenticated but forbidden call.
 const permissionError = "permission_error"
 
-// requireAdmin guards h with the admin keys, from "Authorization: Bearer KEY" or "x-api-key".
-// Every refused call is logged with the caller's address, never the key.
+// requireAdmin guards h with the admin keys (adminAllowed) and needs a CacheAdmin.
 func (s *Server) requireAdmin(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if len(s.adminKeys) == 0 {
-			s.cfg.Logger.Warn("cache admin call refused: no --admin-key", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-			writeError(w, &api.Error{Status: http.StatusForbidden, Type: permissionError, Code: "admin_key_required",
-				Message: "the cache admin API needs --admin-key; this server was started without one"})
-			return
-		}
-		key, ok := bearer(r)
-		if !ok {
-			key = strings.TrimSpace(r.Header.Get("X-Api-Key"))
-		}
-		if key == "" || !s.adminKeys.match(key) {
-			s.cfg.Logger.Warn("cache admin call refused: missing or wrong admin key", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-			writeError(w, api.Unauthorized(`missing or invalid admin key; send "Authorization: Bearer <admin key>" (--admin-key)`))
+		if !s.adminAllowed(w, r) {
 			return
 		}
 		if s.cfg.CacheAdmin == nil {
@@ -92,6 +79,28 @@ func (s *Server) requireAdmin(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// adminAllowed checks r for an admin key, from "Authorization: Bearer KEY" or "x-api-key",
+// and answers the refusal itself: 403 without any admin key configured, 401 for a missing or
+// wrong one. Every refused call is logged with the caller's address, never the key.
+func (s *Server) adminAllowed(w http.ResponseWriter, r *http.Request) bool {
+	if len(s.adminKeys) == 0 {
+		s.cfg.Logger.Warn("admin call refused: no --admin-key", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+		writeError(w, &api.Error{Status: http.StatusForbidden, Type: permissionError, Code: "admin_key_required",
+			Message: "the admin API (" + r.URL.Path + ") needs --admin-key; this server was started without one"})
+		return false
+	}
+	key, ok := bearer(r)
+	if !ok {
+		key = strings.TrimSpace(r.Header.Get("X-Api-Key"))
+	}
+	if key == "" || !s.adminKeys.match(key) {
+		s.cfg.Logger.Warn("admin call refused: missing or wrong admin key", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
+		writeError(w, api.Unauthorized(`missing or invalid admin key; send "Authorization: Bearer <admin key>" (--admin-key)`))
+		return false
+	}
+	return true
 }
 
 // PrewarmResponse is the answer of POST /v1/cache/prewarm.

@@ -65,6 +65,7 @@ func (s *Server) prepareChat(r *http.Request, start time.Time) (*genSpec, *api.C
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	s.recordRequest(r, body)
 	return spec, req, plan, nil
 }
 

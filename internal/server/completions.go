@@ -70,6 +70,7 @@ func (s *Server) prepareCompletion(r *http.Request, start time.Time) (*genSpec, 
 	if err != nil {
 		return nil, nil, err
 	}
+	s.recordRequest(r, body)
 	return spec, req, nil
 }
 

@@ -47,6 +47,11 @@
 //     DELETE /v1/cache, guarded by the admin keys alone (403 without any, 401 for a wrong one),
 //     served by a CacheAdmin (the engine) and, for the lower tiers, Config.TierStats and
 //     Config.TierDrop.
+//   - The recent requests (recent.go): GET /v1/requests/recent, the bodies of the last accepted
+//     generation requests as JSONL {"path","session_id","at","body"}, oldest first, for
+//     `stockpot lint --target`; a ring of at most 256 entries and 8 MiB of bodies (a body over
+//     1 MiB is kept as skipped), recorded only when an admin key is configured, and guarded
+//     by the admin keys alone as the cache admin API.
 //
 // Interfaces are consumer-owned and small: Tokenizer and StreamDecoder here describe exactly
 // what the server needs from internal/tokenizer, which is wired in by a short adapter.

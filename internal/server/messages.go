@@ -51,6 +51,7 @@ func (s *Server) prepareMessages(r *http.Request, start time.Time) (*genSpec, *a
 	spec.req.Pins, spec.req.PinStrict = s.breakpointPins(req, spec.req.Prompt), req.PinStrict
 	// Anthropic names tool_use blocks toolu_…; a call that carries its own id keeps it.
 	plan.opts.NewID = func() string { return newID("toolu_") }
+	s.recordRequest(r, body)
 	return spec, req, plan, nil
 }
 

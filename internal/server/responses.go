@@ -129,6 +129,7 @@ func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *genS
 		return nil, nil, nil, nil, err
 	}
 	c := &chatWriter{s: s, req: req, plan: plan, prompt: spec.req.Prompt, id: newID("resp_"), created: start.Unix()}
+	s.recordRequest(r, body)
 	return rr, spec, c, prior, nil
 }
 

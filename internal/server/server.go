@@ -57,7 +57,8 @@ type Server struct {
 	adminKeys   keySet // Config.AdminKeys: the cache admin API
 	metricsKeys keySet // Config.MetricsKey
 
-	dash *dashboardState // GET /dashboard (dashboard.go)
+	dash   *dashboardState // GET /dashboard (dashboard.go)
+	recent recentRing      // GET /v1/requests/recent (recent.go)
 
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
@@ -110,6 +111,7 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		"/dashboard":                {http.MethodGet: s.handleDashboard},
 		"/dashboard/events":         {http.MethodGet: s.handleDashboardEvents},
 		"/dashboard/state":          {http.MethodGet: s.handleDashboardState},
+		recentRequestsPath:          {http.MethodGet: s.handleRecentRequests},
 	}
 	for p, m := range s.cacheAdminRoutes() {
 		s.routes[p] = m
@@ -202,7 +204,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	switch path {
 	case "/health":
-	case cachePath, cachePrewarmPath: // the admin key, checked by requireAdmin
+	case cachePath, cachePrewarmPath, recentRequestsPath: // the admin key, checked by requireAdmin / adminAllowed
 	case "/metrics":
 		if !s.metricsAuthorized(r) {
 			writeError(rw, api.Unauthorized("missing or invalid metrics key; send \"Authorization: Bearer <metrics key>\" (--metrics-key)"))
