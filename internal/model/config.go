@@ -285,6 +285,9 @@ func parseHybrid(f *gguf.File, c *Config) error {
 		return fmt.Errorf("%w: %s.ssm.time_step_rank %d is not a multiple of ssm.group_count %d", ErrUnsupported, a, s.VHeads, s.KHeads)
 	case inner != s.ValueDim():
 		return fmt.Errorf("%w: %s.ssm.inner_size %d != time_step_rank %d × state_size %d", ErrUnsupported, a, inner, s.VHeads, s.StateSize)
+	case uint64(s.VHeads)*uint64(s.StateSize)*uint64(s.StateSize)*uint64(c.Layers) > 1<<28:
+		// 1 GiB of f32 state per sequence: far above real models (Qwen3.5-9B: ~50 MiB).
+		return fmt.Errorf("%w: %s recurrent state of %d layers × %d heads × %d² floats per sequence is absurd", ErrUnsupported, a, c.Layers, s.VHeads, s.StateSize)
 	}
 	c.SSM = s
 
