@@ -194,6 +194,11 @@ type Sequence struct {
 	// State is the sequence's recurrent state, for models with Gated DeltaNet layers
 	// (Config.Hybrid); State.Pos must equal Pos. Forward advances it. Ignored otherwise.
 	State *State
+	// Checkpoints, for hybrid models, receive copies of the state as it stands at positions
+	// inside this step (a block boundary, say): the caller sets each one's Pos, increasing,
+	// in (Pos, Pos+len(Tokens)], on states from NewState; Forward fills the rest. Resuming
+	// from a checkpoint gives bitwise the numbers of the uninterrupted run.
+	Checkpoints []*State
 }
 
 type scratch struct {
@@ -234,6 +239,13 @@ func (m *Model) Forward(seqs []Sequence) error {
 			}
 			if s.State.Pos != s.Pos {
 				return fmt.Errorf("model: sequence %d starts at position %d but its recurrent state is at %d", i, s.Pos, s.State.Pos)
+			}
+			last := s.Pos
+			for _, cp := range s.Checkpoints {
+				if cp == nil || !cp.fits(c) || cp.Pos <= last || cp.Pos > s.Pos+len(s.Tokens) {
+					return fmt.Errorf("model: sequence %d: checkpoints must be states of this model at increasing positions in (%d, %d]", i, s.Pos, s.Pos+len(s.Tokens))
+				}
+				last = cp.Pos
 			}
 		}
 		M += len(s.Tokens)

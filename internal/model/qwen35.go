@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -93,6 +94,75 @@ func (s *State) Bytes() int {
 		n += 4 * (len(s.conv[i]) + len(s.delta[i]))
 	}
 	return n
+}
+
+// StateFormat names the layout of a hybrid model's State bytes (AppendBinary): what a stored
+// checkpoint must match to be restored. "" for models without recurrent layers.
+func (c Config) StateFormat() string {
+	if !c.Hybrid() {
+		return ""
+	}
+	s := c.SSM
+	return fmt.Sprintf("gdn1/f32/layers%d/conv%dx%d/heads%d/state%d", c.DeltaLayers(), s.ConvKernel-1, s.ConvDim(), s.VHeads, s.StateSize)
+}
+
+const stateMagic = "SPST"
+
+// AppendBinary appends the state's bytes: "SPST", the position (uint64), then every Gated
+// DeltaNet layer's conv then delta floats, little-endian f32. The layout is Config.StateFormat;
+// integrity (checksums) is the container's business.
+func (s *State) AppendBinary(b []byte) ([]byte, error) {
+	b = append(b, stateMagic...)
+	b = binary.LittleEndian.AppendUint64(b, uint64(s.Pos))
+	for i := range s.conv {
+		for _, v := range s.conv[i] {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+		}
+		for _, v := range s.delta[i] {
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
+		}
+	}
+	return b, nil
+}
+
+// DecodeState reads bytes written by AppendBinary for this model into a new State. Bytes of
+// another length or without the header are refused; NaN or infinite values too.
+func (m *Model) DecodeState(b []byte) (*State, error) {
+	c := m.cfg
+	want := len(stateMagic) + 8 + c.StateBytes()
+	if !c.Hybrid() {
+		return nil, fmt.Errorf("model: %s has no recurrent state", c.Arch)
+	}
+	if len(b) != want || string(b[:len(stateMagic)]) != stateMagic {
+		return nil, fmt.Errorf("model: state of %d bytes, want %d for %s", len(b), want, c.StateFormat())
+	}
+	pos := binary.LittleEndian.Uint64(b[len(stateMagic):])
+	if pos > uint64(c.ContextLength) {
+		return nil, fmt.Errorf("model: state at position %d beyond the context length %d", pos, c.ContextLength)
+	}
+	s := m.NewState()
+	s.Pos = int(pos)
+	b = b[len(stateMagic)+8:]
+	read := func(dst []float32) error {
+		for i := range dst {
+			v := math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
+				return fmt.Errorf("model: state holds a non-finite value")
+			}
+			dst[i] = v
+		}
+		b = b[4*len(dst):]
+		return nil
+	}
+	for i := range s.conv {
+		if err := read(s.conv[i]); err != nil {
+			return nil, err
+		}
+		if err := read(s.delta[i]); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 func (s *State) fits(c Config) bool {
@@ -345,6 +415,12 @@ func (m *Model) deltaNetForward(li int, seqs []Sequence, M int) {
 				}
 			}
 		})
+		// Checkpoints: the conv state after position c consumed is the window's rows for
+		// positions c−K+1 … c−1.
+		for _, cp := range q.Checkpoints {
+			r := cp.Pos - q.Pos
+			copy(cp.conv[d.index], win[r*cd:(r+K-1)*cd])
+		}
 		copy(convState, win[n*cd:(n+K-1)*cd])
 
 		state := q.State.delta[d.index]
@@ -384,6 +460,11 @@ func (m *Model) deltaNetForward(li int, seqs []Sequence, M int) {
 					o := sc.core[(base+t)*vd+h*S : (base+t)*vd+(h+1)*S]
 					for j := 0; j < S; j++ {
 						o[j] = dot(st[j*S:(j+1)*S], qv) * scale
+					}
+					for _, cp := range q.Checkpoints {
+						if cp.Pos == q.Pos+t+1 {
+							copy(cp.delta[d.index][h*S*S:(h+1)*S*S], st)
+						}
 					}
 				}
 			}

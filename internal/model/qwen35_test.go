@@ -184,3 +184,136 @@ func FuzzHybridConfig(f *testing.F) {
 		}
 	})
 }
+
+// TestHybridCheckpointResume: states checkpointed at block boundaries during one prefill, or
+// during a prefill in odd chunks, are bitwise the same, survive AppendBinary/DecodeState, and
+// resuming from any of them gives bitwise the logits of the uninterrupted run.
+func TestHybridCheckpointResume(t *testing.T) {
+	pool := kernels.NewPool(2)
+	defer pool.Close()
+	m, err := model.Load(hybridFile(t), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.Config()
+	prompt := make([]int32, 70)
+	for i := range prompt {
+		prompt[i] = int32((i*7919 + 13) % c.Vocab)
+	}
+	bounds := []int{16, 32, 48, 64}
+	checkpoints := func(from, to int) []*model.State {
+		var cps []*model.State
+		for _, b := range bounds {
+			if b > from && b <= to {
+				cp := m.NewState()
+				cp.Pos = b
+				cps = append(cps, cp)
+			}
+		}
+		return cps
+	}
+	// One shot.
+	r := newRunner(t, m, len(prompt), kvcache.F32)
+	want := make([]float32, c.Vocab)
+	cps := checkpoints(0, len(prompt))
+	if err := m.Forward([]model.Sequence{{Tokens: prompt, KV: r.kv, State: r.state, Logits: want, Checkpoints: cps}}); err != nil {
+		t.Fatal(err)
+	}
+	// In chunks of 7: the same checkpoints.
+	rc := newRunner(t, m, len(prompt), kvcache.F32)
+	var chunked []*model.State
+	for pos := 0; pos < len(prompt); pos += 7 {
+		end := min(pos+7, len(prompt))
+		got := checkpoints(pos, end)
+		if err := m.Forward([]model.Sequence{{Tokens: prompt[pos:end], Pos: pos, KV: rc.kv, State: rc.state, Checkpoints: got}}); err != nil {
+			t.Fatal(err)
+		}
+		chunked = append(chunked, got...)
+	}
+	for i, cp := range cps {
+		a, _ := cp.AppendBinary(nil)
+		b, _ := chunked[i].AppendBinary(nil)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("checkpoint at %d differs between one shot and chunks of 7", cp.Pos)
+		}
+		st, err := m.DecodeState(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have := make([]float32, c.Vocab)
+		if err := m.Forward([]model.Sequence{{Tokens: prompt[cp.Pos:], Pos: cp.Pos, KV: r.kv, State: st, Logits: have}}); err != nil {
+			t.Fatal(err)
+		}
+		for j := range want {
+			if have[j] != want[j] {
+				t.Fatalf("resumed at %d: logit %d = %v, want %v (bitwise)", cp.Pos, j, have[j], want[j])
+			}
+		}
+	}
+	// Misplaced checkpoints are refused.
+	bad := m.NewState()
+	bad.Pos = 3
+	if err := m.Forward([]model.Sequence{{Tokens: prompt[:2], KV: r.kv, State: m.NewState(), Checkpoints: []*model.State{bad}}}); err == nil {
+		t.Error("checkpoint past the step accepted")
+	}
+}
+
+// TestDecodeStateRefuses: truncated, foreign and non-finite state bytes are refused.
+func TestDecodeStateRefuses(t *testing.T) {
+	pool := kernels.NewPool(1)
+	defer pool.Close()
+	m, err := model.Load(hybridFile(t), pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good, _ := m.NewState().AppendBinary(nil)
+	if _, err := m.DecodeState(good); err != nil {
+		t.Fatal(err)
+	}
+	nan := append([]byte(nil), good...)
+	copy(nan[len(nan)-4:], []byte{0, 0, 0xc0, 0x7f})
+	wrongMagic := append([]byte(nil), good...)
+	wrongMagic[0] = 'X'
+	for name, b := range map[string][]byte{
+		"truncated": good[:len(good)-4], "longer": append(append([]byte(nil), good...), 0, 0, 0, 0),
+		"empty": nil, "nan": nan, "magic": wrongMagic,
+	} {
+		if _, err := m.DecodeState(b); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if f := m.Config().StateFormat(); f == "" || !strings.Contains(f, "gdn1") {
+		t.Errorf("state format %q", f)
+	}
+}
+
+// FuzzDecodeState: any bytes decode to an error or to a state that encodes back to them.
+func FuzzDecodeState(f *testing.F) {
+	w, err := synth.Build("tiny-qwen35", synth.Options{Seed: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	var buf bytes.Buffer
+	w.WriteTo(&buf)
+	g, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		f.Fatal(err)
+	}
+	m, err := model.Load(g, kernels.NewPool(1))
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, _ := m.NewState().AppendBinary(nil)
+	f.Add(good)
+	f.Add(good[:100])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := m.DecodeState(b)
+		if err != nil {
+			return
+		}
+		again, _ := st.AppendBinary(nil)
+		if !bytes.Equal(again, b) {
+			t.Fatal("decode/encode changed the bytes")
+		}
+	})
+}
