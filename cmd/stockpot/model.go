@@ -159,6 +159,18 @@ func cmdInfo(args []string) error {
 	fmt.Printf("context:       %d\n", c.ContextLength)
 	fmt.Printf("rope:          base %g, dims %d, freq scale %g, neox %v\n", c.RopeBase, c.RopeDims, c.RopeFreqScale, c.RopeNeoX)
 	fmt.Printf("norm eps:      %g; qkv bias %v; qk norm %v; tied embeddings %v\n", c.NormEps, c.QKVBias, c.QKNorm, c.Tied)
+	fmt.Printf("layer kinds:   %s\n", layerKinds(c))
+	fmt.Printf("kv per token:  %d bytes f32, %d bytes f16 (%d attention layers × K and V × %d)\n",
+		c.KVBytesPerToken(4), c.KVBytesPerToken(2), c.KVLayers(), c.KVDim())
+	fmt.Printf("state per seq: %d bytes (f32, any length)", c.StateBytes())
+	if c.Hybrid() {
+		s := c.SSM
+		fmt.Printf(": %d deltanet layers × (conv %d + delta rule %d floats)\n", c.DeltaLayers(), s.ConvStateFloats(), s.DeltaStateFloats())
+		fmt.Printf("deltanet:      conv kernel %d, state size %d, key heads %d, value heads %d; attention gated; rope sections %v\n",
+			s.ConvKernel, s.StateSize, s.KHeads, s.VHeads, c.RopeSections)
+	} else {
+		fmt.Println()
+	}
 	types := map[gguf.Type]int{}
 	var params uint64
 	for _, t := range f.Tensors() {
@@ -177,6 +189,24 @@ func cmdInfo(args []string) error {
 	fmt.Printf("chat template: %s\n", oneLine(tmpl, 100))
 	fmt.Printf("fingerprint:   %s\n", lf.fingerprint)
 	return nil
+}
+
+// layerKinds writes the layer pattern as runs: "deltanet×3 attention deltanet×3 attention".
+func layerKinds(c model.Config) string {
+	var parts []string
+	for l := 0; l < c.Layers; {
+		k, n := c.Kind(l), 0
+		for l < c.Layers && c.Kind(l) == k {
+			l++
+			n++
+		}
+		if n == 1 {
+			parts = append(parts, k.String())
+		} else {
+			parts = append(parts, fmt.Sprintf("%s×%d", k, n))
+		}
+	}
+	return strings.Join(parts, " ")
 }
 
 func oneLine(s string, n int) string {

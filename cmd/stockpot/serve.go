@@ -163,7 +163,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	if o.tiers.Enabled() {
 		tcfg := o.tiers
 		tcfg.Identity = idDigest
-		tcfg.Layout = kvcache.Layout{BlockSize: o.blockSize, Layers: lf.cfg.Layers, KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: o.kvType}
+		tcfg.Layout = kvcache.Layout{BlockSize: o.blockSize, Layers: lf.cfg.KVLayers(), KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: o.kvType}
 		if in.tiers, err = offload.Open(tcfg, reg); err != nil {
 			return fail(err)
 		}

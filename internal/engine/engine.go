@@ -140,6 +140,8 @@ type Engine struct {
 
 	eventKV [][]byte // flushEvents' kv argument, reused; runner goroutine only
 	pinKV   [][]byte // flushEvents' kv argument of OnPins, reused; runner goroutine only
+
+	states *seqStates // recurrent states of a hybrid model's sequences (state.go); runner only
 }
 
 // stream carries one request's outputs from the runner to its caller without ever blocking the
@@ -165,7 +167,8 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	mc := m.Config()
-	layout := kvcache.Layout{BlockSize: cfg.BlockSize, Layers: mc.Layers, KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, DType: cfg.KVType}
+	cfg = hybridConfig(mc, cfg)
+	layout := kvcache.Layout{BlockSize: cfg.BlockSize, Layers: mc.KVLayers(), KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, DType: cfg.KVType}
 	minBlocks := kvcache.BlocksForTokens(mc.ContextLength, cfg.BlockSize)
 	arena, err := kvcache.NewArenaForBudget(layout, cfg.KVMemory, min(minBlocks, 64))
 	if err != nil {
@@ -183,7 +186,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		pinBlocks = int(min(cfg.PinBudget/layout.BlockBytes(), int64(arena.NumBlocks())))
 	}
 	e := &Engine{
-		cfg: cfg, model: m, arena: arena, cache: pc,
+		cfg: cfg, model: m, arena: arena, cache: pc, states: newSeqStates(m),
 		in: make(chan *stream, 1024), cancel: make(chan uint64, 1024), ctrl: make(chan func()), fetched: make(chan prefetchMsg, 1024),
 		quit: make(chan struct{}), done: make(chan struct{}),
 		streams: map[uint64]*stream{},
@@ -509,8 +512,8 @@ func (e *Engine) run() {
 				t = append(t, int32(b))
 			}
 			tables[i] = t
-			kv := &kernels.PagedKV{F32: e.arena.F32(), F16: e.arena.F16(), Q8: e.arena.Q8(), BlockSize: e.cfg.BlockSize, Layers: mc.Layers, KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, Table: t}
-			sq := model.Sequence{Tokens: it.Tokens, Pos: it.Pos, KV: kv}
+			kv := &kernels.PagedKV{F32: e.arena.F32(), F16: e.arena.F16(), Q8: e.arena.Q8(), BlockSize: e.cfg.BlockSize, Layers: mc.KVLayers(), KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, Table: t}
+			sq := model.Sequence{Tokens: it.Tokens, Pos: it.Pos, KV: kv, State: e.states.get(it)}
 			if it.WantLogits {
 				if nl == len(logitBufs) {
 					logitBufs = append(logitBufs, make([]float32, mc.Vocab))
@@ -708,6 +711,9 @@ func (e *Engine) deliver() {
 			delete(e.streams, d.Seq)
 		}
 		e.mu.Unlock()
+		if d.Out.Done {
+			e.states.release(d.Seq)
+		}
 		if s != nil {
 			s.push(d.Out)
 		}

@@ -9,10 +9,49 @@ import (
 
 // Architectures this package runs.
 const (
-	ArchLlama = "llama"
-	ArchQwen2 = "qwen2"
-	ArchQwen3 = "qwen3"
+	ArchLlama  = "llama"
+	ArchQwen2  = "qwen2"
+	ArchQwen3  = "qwen3"
+	ArchQwen35 = "qwen35" // hybrid: Gated DeltaNet layers and gated full attention
 )
+
+// LayerKind says what a layer's token mixer is.
+type LayerKind uint8
+
+const (
+	LayerAttention LayerKind = iota // softmax attention over the paged K/V
+	LayerDeltaNet                   // Gated DeltaNet: causal conv + gated delta rule, a recurrent state
+)
+
+func (k LayerKind) String() string {
+	if k == LayerDeltaNet {
+		return "deltanet"
+	}
+	return "attention"
+}
+
+// SSMConfig is the shape of the Gated DeltaNet layers (llama.cpp's ssm.* keys).
+type SSMConfig struct {
+	ConvKernel int // ssm.conv_kernel: taps of the causal depthwise conv
+	StateSize  int // ssm.state_size: head dim of the delta rule's queries, keys and values
+	KHeads     int // ssm.group_count: query/key heads
+	VHeads     int // ssm.time_step_rank: value heads (a multiple of KHeads; value head h reads key head h mod KHeads)
+}
+
+// KeyDim is the width of a token's queries (and of its keys).
+func (s SSMConfig) KeyDim() int { return s.KHeads * s.StateSize }
+
+// ValueDim is the width of a token's values (ssm.inner_size).
+func (s SSMConfig) ValueDim() int { return s.VHeads * s.StateSize }
+
+// ConvDim is the number of conv channels: queries, keys and values.
+func (s SSMConfig) ConvDim() int { return 2*s.KeyDim() + s.ValueDim() }
+
+// ConvStateFloats is one layer's conv state: the last ConvKernel-1 inputs of every channel.
+func (s SSMConfig) ConvStateFloats() int { return (s.ConvKernel - 1) * s.ConvDim() }
+
+// DeltaStateFloats is one layer's delta-rule state: a StateSize² matrix per value head.
+func (s SSMConfig) DeltaStateFloats() int { return s.VHeads * s.StateSize * s.StateSize }
 
 // ErrUnsupported is returned for files whose architecture or shape this package cannot run.
 var ErrUnsupported = errors.New("model: unsupported")
@@ -36,8 +75,67 @@ type Config struct {
 	RopeNeoX      bool    // NEOX pairing (i, i+n/2) instead of adjacent pairs
 
 	QKVBias bool // qwen2
-	QKNorm  bool // qwen3
+	QKNorm  bool // qwen3, qwen35
 	Tied    bool // output projection shares token_embd
+
+	// Hybrid models (qwen35). Kinds is nil for models whose every layer is attention.
+	Kinds        []LayerKind
+	AttnGate     bool   // attn_q also yields a per-head sigmoid output gate (qwen35)
+	RopeSections [4]int // rope.dimension_sections (interleaved M-RoPE; text uses one position for all)
+	SSM          SSMConfig
+}
+
+// Kind returns layer l's kind.
+func (c Config) Kind(l int) LayerKind {
+	if c.Kinds == nil {
+		return LayerAttention
+	}
+	return c.Kinds[l]
+}
+
+// Hybrid reports whether some layers keep a recurrent state instead of K/V.
+func (c Config) Hybrid() bool {
+	for _, k := range c.Kinds {
+		if k != LayerAttention {
+			return true
+		}
+	}
+	return false
+}
+
+// KVLayers is the number of layers that keep K/V in the paged blocks: the attention layers.
+// The K/V arena's layout has this many layers; attention layer l uses slot KVLayerIndex(l).
+func (c Config) KVLayers() int {
+	n := 0
+	for l := 0; l < c.Layers; l++ {
+		if c.Kind(l) == LayerAttention {
+			n++
+		}
+	}
+	return n
+}
+
+// KVLayerIndex returns the K/V slot of attention layer l (its rank among attention layers).
+func (c Config) KVLayerIndex(l int) int {
+	n := 0
+	for i := 0; i < l; i++ {
+		if c.Kind(i) == LayerAttention {
+			n++
+		}
+	}
+	return n
+}
+
+// DeltaLayers is the number of Gated DeltaNet layers.
+func (c Config) DeltaLayers() int { return c.Layers - c.KVLayers() }
+
+// KVBytesPerToken is the K/V one token takes in the blocks, for elements of elemBytes.
+func (c Config) KVBytesPerToken(elemBytes int) int { return 2 * c.KVLayers() * c.KVDim() * elemBytes }
+
+// StateBytes is the recurrent state of one sequence (f32), whatever its length: conv and
+// delta-rule state of every Gated DeltaNet layer. 0 for models without such layers.
+func (c Config) StateBytes() int {
+	return 4 * c.DeltaLayers() * (c.SSM.ConvStateFloats() + c.SSM.DeltaStateFloats())
 }
 
 // QDim is the width of the concatenated query heads.
@@ -59,8 +157,10 @@ func ParseConfig(f *gguf.File) (Config, error) {
 		c.QKVBias, c.RopeNeoX = true, true
 	case ArchQwen3:
 		c.QKNorm, c.RopeNeoX = true, true
+	case ArchQwen35:
+		c.QKNorm, c.RopeNeoX, c.AttnGate = true, true, true
 	default:
-		return Config{}, fmt.Errorf("%w: architecture %q (supported: llama, qwen2, qwen3)", ErrUnsupported, arch)
+		return Config{}, fmt.Errorf("%w: architecture %q (supported: llama, qwen2, qwen3, qwen35)", ErrUnsupported, arch)
 	}
 	var err error
 	req := func(key string) int {
@@ -88,6 +188,11 @@ func ParseConfig(f *gguf.File) (Config, error) {
 		return Config{}, err
 	}
 	c.KVHeads = opt("attention.head_count_kv", c.Heads)
+	if arch == ArchQwen35 {
+		if err := parseHybrid(f, &c); err != nil {
+			return Config{}, err
+		}
+	}
 	if c.Heads <= 0 || c.KVHeads <= 0 || c.Heads%c.KVHeads != 0 || c.Dim <= 0 || c.Layers <= 0 || c.FFN <= 0 {
 		return Config{}, fmt.Errorf("%w: heads %d, kv heads %d, dim %d, layers %d, ffn %d", ErrUnsupported, c.Heads, c.KVHeads, c.Dim, c.Layers, c.FFN)
 	}
@@ -120,6 +225,11 @@ func ParseConfig(f *gguf.File) (Config, error) {
 	if scale != 0 {
 		c.RopeFreqScale = float32(1 / scale)
 	}
+	if c.Arch == ArchQwen35 {
+		if err := textRopeCheck(c); err != nil {
+			return Config{}, err
+		}
+	}
 	if tok, ok := f.Tensor("token_embd.weight"); ok && len(tok.Dims) == 2 {
 		c.Vocab = int(tok.Dims[1])
 	} else {
@@ -128,4 +238,129 @@ func ParseConfig(f *gguf.File) (Config, error) {
 	_, hasOut := f.Tensor("output.weight")
 	c.Tied = !hasOut
 	return c, nil
+}
+
+// parseHybrid reads qwen35's layer pattern, Gated DeltaNet shape and rope sections, as
+// llama.cpp's llama_model_qwen35::load_arch_hparams does. Multi-token-prediction layers
+// (nextn_predict_layers, stored after the trunk) are not run: Layers counts the trunk.
+func parseHybrid(f *gguf.File, c *Config) error {
+	a := c.Arch
+	if v, ok := f.Uint(a + ".nextn_predict_layers"); ok && v > 0 {
+		if int(v) >= c.Layers {
+			return fmt.Errorf("%w: %s.nextn_predict_layers %d with %d blocks", ErrUnsupported, a, v, c.Layers)
+		}
+		c.Layers -= int(v)
+	}
+	// head_count_kv may be per layer (0 on the recurrent ones).
+	if kv, ok := f.Ints(a + ".attention.head_count_kv"); ok {
+		c.KVHeads = 0
+		for _, v := range kv {
+			if v > 0 && (c.KVHeads == 0 || int(v) == c.KVHeads) {
+				c.KVHeads = int(v)
+			} else if v > 0 {
+				return fmt.Errorf("%w: %s.attention.head_count_kv differs between layers: %v", ErrUnsupported, a, kv)
+			}
+		}
+	}
+	var err error
+	req := func(key string) int {
+		v, ok := f.Uint(a + "." + key)
+		if (!ok || v == 0 || v > 1<<20) && err == nil {
+			err = fmt.Errorf("%w: %s.%s missing or out of range", ErrUnsupported, a, key)
+		}
+		return int(v)
+	}
+	s := SSMConfig{
+		ConvKernel: req("ssm.conv_kernel"), StateSize: req("ssm.state_size"),
+		KHeads: req("ssm.group_count"), VHeads: req("ssm.time_step_rank"),
+	}
+	inner := req("ssm.inner_size")
+	if err != nil {
+		return err
+	}
+	switch {
+	case s.ConvKernel < 2 || s.ConvKernel > 64:
+		return fmt.Errorf("%w: %s.ssm.conv_kernel %d", ErrUnsupported, a, s.ConvKernel)
+	case s.VHeads%s.KHeads != 0:
+		return fmt.Errorf("%w: %s.ssm.time_step_rank %d is not a multiple of ssm.group_count %d", ErrUnsupported, a, s.VHeads, s.KHeads)
+	case inner != s.ValueDim():
+		return fmt.Errorf("%w: %s.ssm.inner_size %d != time_step_rank %d × state_size %d", ErrUnsupported, a, inner, s.VHeads, s.StateSize)
+	case uint64(s.VHeads)*uint64(s.StateSize)*uint64(s.StateSize)*uint64(c.Layers) > 1<<28:
+		// 1 GiB of f32 state per sequence: far above real models (Qwen3.5-9B: ~50 MiB).
+		return fmt.Errorf("%w: %s recurrent state of %d layers × %d heads × %d² floats per sequence is absurd", ErrUnsupported, a, c.Layers, s.VHeads, s.StateSize)
+	}
+	c.SSM = s
+
+	c.Kinds = make([]LayerKind, c.Layers)
+	if v, ok := f.Value(a + ".attention.recurrent_layers"); ok {
+		var rec []bool
+		switch x := v.Data.(type) {
+		case []bool:
+			rec = x
+		default:
+			ints, ok := f.Ints(a + ".attention.recurrent_layers")
+			if !ok {
+				return fmt.Errorf("%w: %s.attention.recurrent_layers is not an array of bools", ErrUnsupported, a)
+			}
+			for _, i := range ints {
+				rec = append(rec, i != 0)
+			}
+		}
+		if len(rec) < c.Layers {
+			return fmt.Errorf("%w: %s.attention.recurrent_layers has %d entries for %d layers", ErrUnsupported, a, len(rec), c.Layers)
+		}
+		for l := range c.Kinds {
+			if rec[l] {
+				c.Kinds[l] = LayerDeltaNet
+			}
+		}
+	} else {
+		interval := uint64(4)
+		if v, ok := f.Uint(a + ".full_attention_interval"); ok {
+			interval = v
+		}
+		if interval == 0 || interval > 1<<20 {
+			return fmt.Errorf("%w: %s.full_attention_interval %d", ErrUnsupported, a, interval)
+		}
+		for l := range c.Kinds {
+			if uint64(l+1)%interval != 0 {
+				c.Kinds[l] = LayerDeltaNet
+			}
+		}
+	}
+
+	sec, ok := f.Ints(a + ".rope.dimension_sections")
+	if !ok || len(sec) == 0 || len(sec) > 4 {
+		return fmt.Errorf("%w: %s.rope.dimension_sections missing or not an array of up to 4", ErrUnsupported, a)
+	}
+	for i, v := range sec {
+		if v < 0 || v > 1<<16 {
+			return fmt.Errorf("%w: %s.rope.dimension_sections %v", ErrUnsupported, a, sec)
+		}
+		c.RopeSections[i] = int(v)
+	}
+	return nil
+}
+
+// textRopeCheck verifies that interleaved M-RoPE over text tokens is plain NeoX RoPE: ggml
+// gives each rotated pair i the position of section (i mod Σsections) in the pattern t,h,w,t,h,w…
+// (its imrope rule), and for text the t, h and w positions all equal the token's position
+// while the fourth is 0. A pair that would take the fourth (no rotation) is not supported.
+func textRopeCheck(c Config) error {
+	s := c.RopeSections
+	total := s[0] + s[1] + s[2] + s[3]
+	if total <= 0 || s[0]+s[1]+s[2] <= 0 {
+		return fmt.Errorf("%w: rope sections %v", ErrUnsupported, s)
+	}
+	if total > c.HeadDim {
+		return fmt.Errorf("%w: rope sections %v exceed head dim %d", ErrUnsupported, s, c.HeadDim)
+	}
+	for i := 0; i < c.RopeDims/2; i++ {
+		sector := i % total
+		text := (sector%3 == 1 && sector < 3*s[1]) || (sector%3 == 2 && sector < 3*s[2]) || (sector%3 == 0 && sector < 3*s[0])
+		if !text {
+			return fmt.Errorf("%w: rope sections %v rotate pair %d by the extra (non-text) position", ErrUnsupported, s, i)
+		}
+	}
+	return nil
 }

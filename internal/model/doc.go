@@ -1,14 +1,20 @@
-// Package model runs the forward pass of Llama-family transformers (llama, qwen2, qwen3) read
+// Package model runs the forward pass of Llama-family transformers (llama, qwen2, qwen3) and
+// of the hybrid Qwen3.5 (qwen35: Gated DeltaNet layers beside gated attention; qwen35.go) read
 // from GGUF files.
 //
 // The model reaches the KV cache only through attention: a forward step receives, for each
 // sequence in the batch, its new tokens, their positions and a paged view of its K/V blocks
 // (kernels.PagedKV). It writes the new tokens' K and V into those blocks and reads the earlier
 // ones. Which blocks a sequence owns, shares or reuses is the engine's business, not the model's.
+// Only attention layers keep K/V (Config.KVLayers; the blocks' layer slots are the attention
+// layers in order). A hybrid model's Gated DeltaNet layers keep instead a recurrent State per
+// sequence, of a fixed size whatever the length (Config.StateBytes), which the caller passes
+// with the sequence (Sequence.State) and Forward advances; it must stand at the sequence's Pos.
 //
 // Key types:
 //   - Config: the numeric hyper-parameters read from GGUF metadata.
 //   - Model: the loaded weights (views into the mmapped file where the type allows) and Forward.
+//   - State: one sequence's recurrent state in a hybrid model (NewState, Reset, CopyFrom).
 //
 // Invariants:
 //   - Forward computes every token row with the same instruction sequence whatever the batch

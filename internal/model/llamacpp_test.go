@@ -23,12 +23,13 @@ type runner struct {
 	m     *model.Model
 	arena *kvcache.Arena
 	kv    *kernels.PagedKV
+	state *model.State // recurrent state (hybrid models)
 }
 
 func newRunner(t testing.TB, m *model.Model, maxTokens int, dt kvcache.DType) *runner {
 	c := m.Config()
 	const bs = 16
-	l := kvcache.Layout{BlockSize: bs, Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, DType: dt}
+	l := kvcache.Layout{BlockSize: bs, Layers: c.KVLayers(), KVHeads: c.KVHeads, HeadDim: c.HeadDim, DType: dt}
 	n := (maxTokens + bs - 1) / bs
 	a, err := kvcache.NewArena(l, n)
 	if err != nil {
@@ -38,8 +39,8 @@ func newRunner(t testing.TB, m *model.Model, maxTokens int, dt kvcache.DType) *r
 	for i := range table {
 		table[i] = int32(n - 1 - i) // deliberately not the identity: exercise the block table
 	}
-	kv := &kernels.PagedKV{F32: a.F32(), F16: a.F16(), Q8: a.Q8(), BlockSize: bs, Layers: c.Layers, KVHeads: c.KVHeads, HeadDim: c.HeadDim, Table: table}
-	return &runner{m: m, arena: a, kv: kv}
+	kv := &kernels.PagedKV{F32: a.F32(), F16: a.F16(), Q8: a.Q8(), BlockSize: bs, Layers: c.KVLayers(), KVHeads: c.KVHeads, HeadDim: c.HeadDim, Table: table}
+	return &runner{m: m, arena: a, kv: kv, state: m.NewState()}
 }
 
 // prefill returns the logits after the whole prompt, computed in chunks of chunk tokens.
@@ -47,7 +48,7 @@ func (r *runner) prefill(t testing.TB, prompt []int32, chunk int) []float32 {
 	logits := make([]float32, r.m.Config().Vocab)
 	for pos := 0; pos < len(prompt); pos += chunk {
 		end := min(pos+chunk, len(prompt))
-		s := model.Sequence{Tokens: prompt[pos:end], Pos: pos, KV: r.kv}
+		s := model.Sequence{Tokens: prompt[pos:end], Pos: pos, KV: r.kv, State: r.state}
 		if end == len(prompt) {
 			s.Logits = logits
 		}
@@ -74,7 +75,7 @@ func (r *runner) greedySteps(t testing.TB, prompt []int32, n int) (cont []int32,
 		if i == n-1 {
 			break
 		}
-		if err := r.m.Forward([]model.Sequence{{Tokens: []int32{next}, Pos: pos, KV: r.kv, Logits: logits}}); err != nil {
+		if err := r.m.Forward([]model.Sequence{{Tokens: []int32{next}, Pos: pos, KV: r.kv, Logits: logits, State: r.state}}); err != nil {
 			t.Fatal(err)
 		}
 		pos++
@@ -165,6 +166,18 @@ type refCase struct {
 // own spread on that prompt if larger, and the greedy continuation must equal llama.cpp's at
 // one of the two batch sizes, or leave it only at a near tie (llama.cpp's token within the
 // tolerance of ours at that step).
+//
+// The hybrid (qwen35) layers are not bit-exact with ggml: its delta rule and causal conv sum
+// in SIMD order, and its SiLU uses a vector exp whose rounding depends on the CPU variant, so
+// our values differ from llama.cpp's in the last bits (f32 files agree to ~2e-5 over 1,951
+// tokens). With quantized weights each matmul rounds its input activations to q8_0 blocks, and
+// a last-bit difference that crosses a rounding boundary becomes a whole quantization step:
+// on these random models one such flip moves last-position logprobs by ~0.1, as much as
+// rounding the whole K/V cache to f16 does (llama.cpp's own spread between its f32 and f16
+// K/V runs is 0.08 to 0.1 here). Prompts without a flip still agree to ~1e-6. So for a hybrid
+// quantized prompt that differs, the tolerance is at least 1.5× llama.cpp's own spread under
+// f16 K/V on that prompt, and a greedy divergence is a near tie when the gap is within twice
+// that (each of the two tokens' logprobs may have moved by the tolerance).
 var refCases = []refCase{
 	{"tiny-llama-spm", gguf.TypeF32, 1e-3},
 	{"tiny-llama3", gguf.TypeF32, 1e-3},
@@ -180,6 +193,8 @@ var refCases = []refCase{
 	{"tiny-kquant", gguf.TypeQ4_K, 1e-1},
 	{"tiny-kquant", gguf.TypeQ6_K, 1e-1},
 	{"tiny-qwen2", gguf.TypeQ4_K, 1e-1}, // Q4_K_M on 64-wide rows: the Q5_0 and Q8_0 fallbacks
+	{"tiny-qwen35", gguf.TypeF32, 1e-3}, // hybrid: Gated DeltaNet + gated attention
+	{"tiny-qwen35", gguf.TypeQ8_0, 1e-1},
 }
 
 // maxDiff is the largest |a−b| over tokens whose reference logprob is above −15.
@@ -233,9 +248,19 @@ func TestMatchesLlamaCpp(t *testing.T) {
 				worst, at := maxDiff(lp, ref[i].LastLogprobs)
 				tol := rc.tol
 				same := fmt.Sprint(cont) == fmt.Sprint(ref[i].Continuation)
+				gapTol := 1.0 // near ties: the gap allowed is gapTol × tol
 				if quantized && (!same || worst > tol) {
-					// llama.cpp's own single-token path (n_batch 1) for this prompt: see above.
-					one, err := llamaref.Evaluate(path, [][]int32{p}, nGen, llamaref.Options{BatchSize: 1})
+					// llama.cpp's own spread on this prompt: its single-token path (n_batch 1), or
+					// for hybrid models (whose llama.cpp numbers do not depend on the batch) its
+					// response to rounding its K/V to f16. See above.
+					opt, how := llamaref.Options{BatchSize: 1}, "n_batch 1"
+					if m.Config().Hybrid() {
+						opt, how = llamaref.Options{KVType: "F16"}, "f16 K/V"
+						// A flip moves each token's logprob by up to the spread, so the gap
+						// between two of them by up to twice that.
+						gapTol = 2
+					}
+					one, err := llamaref.Evaluate(path, [][]int32{p}, nGen, opt)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -247,6 +272,7 @@ func TestMatchesLlamaCpp(t *testing.T) {
 						}
 					}
 					tol = math.Max(tol, 1.5*self)
+					t.Logf("prompt %d: llama.cpp's own spread (%s) %.2e", i, how, self)
 					if w1, at1 := maxDiff(lp, ref1.LastLogprobs); w1 < worst {
 						worst, at = w1, at1
 					}
@@ -262,8 +288,8 @@ func TestMatchesLlamaCpp(t *testing.T) {
 								continue
 							}
 							sl := logSoftmax(steps[j])
-							if gap := sl[cont[j]] - sl[want[j]]; gap <= tol {
-								t.Logf("prompt %d: diverges from llama.cpp at generated token %d, a near tie (gap %.2e ≤ %.1e)", i, j, gap, tol)
+							if gap := sl[cont[j]] - sl[want[j]]; gap <= gapTol*tol {
+								t.Logf("prompt %d: diverges from llama.cpp at generated token %d, a near tie (gap %.2e ≤ %.1e)", i, j, gap, gapTol*tol)
 								same = true
 								break
 							}
@@ -300,6 +326,7 @@ func TestChunkInvariance(t *testing.T) {
 		{"tiny-llama-spm", gguf.TypeF32}, {"tiny-qwen2", gguf.TypeF32}, {"tiny-qwen3", gguf.TypeF32},
 		{"tiny-llama-spm", gguf.TypeQ8_0}, {"tiny-qwen2", gguf.TypeQ4_K}, {"tiny-kquant", gguf.TypeQ4_K},
 		{"tiny-kquant", gguf.TypeQ6_K}, {"tiny-kquant", gguf.TypeF16}, {"tiny-kquant", gguf.TypeF32},
+		{"tiny-qwen35", gguf.TypeF32}, {"tiny-qwen35", gguf.TypeQ8_0},
 	} {
 		preset := c.preset
 		t.Run(preset+"/"+c.typ.String(), func(t *testing.T) {

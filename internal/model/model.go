@@ -14,8 +14,10 @@ type layer struct {
 	attnNorm, ffnNorm []float32
 	wq, wk, wv, wo    *kernels.Weight
 	bq, bk, bv        []float32 // qwen2 only
-	qNorm, kNorm      []float32 // qwen3 only
+	qNorm, kNorm      []float32 // qwen3, qwen35
 	gate, up, down    *kernels.Weight
+	kvLayer           int         // K/V slot of an attention layer in the paged blocks
+	delta             *deltaLayer // a Gated DeltaNet layer (qwen35); nil for attention
 }
 
 // Model is a loaded transformer. See the package doc for its invariants.
@@ -53,9 +55,17 @@ func Load(f *gguf.File, pool *kernels.Pool) (*Model, error) {
 		m.rope.Factors = ld.vector("rope_freqs.weight", cfg.RopeDims/2)
 	}
 	m.layers = make([]layer, cfg.Layers)
+	if cfg.Arch == ArchQwen35 {
+		m.loadHybrid(&ld)
+		if ld.err != nil {
+			return nil, ld.err
+		}
+		return m, nil
+	}
 	for i := range m.layers {
 		p := fmt.Sprintf("blk.%d.", i)
 		l := &m.layers[i]
+		l.kvLayer = i
 		l.attnNorm = ld.vector(p+"attn_norm.weight", cfg.Dim)
 		l.ffnNorm = ld.vector(p+"ffn_norm.weight", cfg.Dim)
 		l.wq = ld.matrix(p+"attn_q.weight", cfg.QDim(), cfg.Dim)
@@ -181,12 +191,22 @@ type Sequence struct {
 	KV     *kernels.PagedKV // the sequence's blocks; must cover positions [0, Pos+len(Tokens))
 	// Logits, when non-nil (length Vocab), receives the logits of the last token.
 	Logits []float32
+	// State is the sequence's recurrent state, for models with Gated DeltaNet layers
+	// (Config.Hybrid); State.Pos must equal Pos. Forward advances it. Ignored otherwise.
+	State *State
+	// Checkpoints, for hybrid models, receive copies of the state as it stands at positions
+	// inside this step (a block boundary, say): the caller sets each one's Pos, increasing,
+	// in (Pos, Pos+len(Tokens)], on states from NewState; Forward fills the rest. Resuming
+	// from a checkpoint gives bitwise the numbers of the uninterrupted run.
+	Checkpoints []*State
 }
 
 type scratch struct {
 	x, h, q, k, v, att, gate, up []float32
 	outRows, logits              []float32
 	positions                    []int
+	// qwen35
+	qfull, qgate, qkv, conv, z, beta, alpha, core, window []float32
 }
 
 func grow(s []float32, n int) []float32 {
@@ -211,6 +231,21 @@ func (m *Model) Forward(seqs []Sequence) error {
 		for _, t := range s.Tokens {
 			if t < 0 || int(t) >= c.Vocab {
 				return fmt.Errorf("model: token id %d outside vocabulary of %d", t, c.Vocab)
+			}
+		}
+		if c.Hybrid() {
+			if s.State == nil || !s.State.fits(c) {
+				return fmt.Errorf("model: sequence %d has no recurrent state for this model (see NewState)", i)
+			}
+			if s.State.Pos != s.Pos {
+				return fmt.Errorf("model: sequence %d starts at position %d but its recurrent state is at %d", i, s.Pos, s.State.Pos)
+			}
+			last := s.Pos
+			for _, cp := range s.Checkpoints {
+				if cp == nil || !cp.fits(c) || cp.Pos <= last || cp.Pos > s.Pos+len(s.Tokens) {
+					return fmt.Errorf("model: sequence %d: checkpoints must be states of this model at increasing positions in (%d, %d]", i, s.Pos, s.Pos+len(s.Tokens))
+				}
+				last = cp.Pos
 			}
 		}
 		M += len(s.Tokens)
@@ -238,8 +273,24 @@ func (m *Model) Forward(seqs []Sequence) error {
 		}
 	}
 
+	if c.Hybrid() {
+		m.hybridScratch(seqs, M)
+	}
 	for li := range m.layers {
-		m.layerForward(li, seqs, M)
+		switch {
+		case m.layers[li].delta != nil:
+			m.deltaNetForward(li, seqs, M)
+		case c.AttnGate:
+			m.gatedAttnForward(li, seqs, M)
+		default:
+			m.layerForward(li, seqs, M)
+		}
+		m.ffnForward(li, M)
+	}
+	if c.Hybrid() {
+		for i := range seqs {
+			seqs[i].State.Pos += len(seqs[i].Tokens)
+		}
 	}
 
 	// Output rows: only the last token of sequences that asked for logits.
@@ -327,7 +378,7 @@ func (m *Model) layerForward(li int, seqs []Sequence, M int) {
 				pos := s.Pos + j
 				kernels.RoPE(q, c.Heads, c.HeadDim, pos, m.rope)
 				kernels.RoPE(k, c.KVHeads, c.HeadDim, pos, m.rope)
-				kernels.StoreKV(s.KV, li, pos, k, v)
+				kernels.StoreKV(s.KV, l.kvLayer, pos, k, v)
 			}
 		})
 		r0 += n
@@ -343,16 +394,32 @@ func (m *Model) layerForward(li int, seqs []Sequence, M int) {
 		for j := 0; j < n; j++ {
 			sc.positions = append(sc.positions, s.Pos+j)
 		}
-		kernels.Attention(m.pool, sc.att[r0*qd:(r0+n)*qd], sc.q[r0*qd:(r0+n)*qd], sc.positions, s.KV, li, attn)
+		kernels.Attention(m.pool, sc.att[r0*qd:(r0+n)*qd], sc.q[r0*qd:(r0+n)*qd], sc.positions, s.KV, l.kvLayer, attn)
 		r0 += n
 	}
 
 	kernels.MatMul(m.pool, sc.h, sc.att, M, l.wo)
+	m.addResidual(M)
+}
+
+// addResidual adds the token mixer's output (sc.h) to the residual stream.
+func (m *Model) addResidual(M int) {
+	c, sc := m.cfg, &m.scratch
 	m.pool.For(M, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			x := sc.x[i*c.Dim : (i+1)*c.Dim]
-			kernels.Add(x, sc.h[i*c.Dim:(i+1)*c.Dim])
-			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], x, l.ffnNorm, c.NormEps)
+			kernels.Add(sc.x[i*c.Dim:(i+1)*c.Dim], sc.h[i*c.Dim:(i+1)*c.Dim])
+		}
+	})
+}
+
+// ffnForward runs layer li's feed-forward block on the residual stream: norm, SwiGLU, add.
+func (m *Model) ffnForward(li int, M int) {
+	c := m.cfg
+	l := &m.layers[li]
+	sc := &m.scratch
+	m.pool.For(M, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.ffnNorm, c.NormEps)
 		}
 	})
 	gateUp := [2][]float32{sc.gate, sc.up}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"stockpot/internal/gguf"
 )
@@ -41,7 +42,7 @@ func (o Options) validate() error {
 
 func (p Preset) validate() error {
 	switch {
-	case p.Arch != "llama" && p.Arch != "qwen2" && p.Arch != "qwen3":
+	case p.Arch != "llama" && p.Arch != "qwen2" && p.Arch != "qwen3" && p.Arch != "qwen35":
 		return fmt.Errorf("synth: preset %s: unsupported architecture %q", p.Name, p.Arch)
 	case p.Embed <= 0 || p.Layers <= 0 || p.Heads <= 0 || p.KVHeads <= 0 || p.FFN <= 0 || p.Context <= 0:
 		return fmt.Errorf("synth: preset %s: every size must be positive", p.Name)
@@ -49,10 +50,32 @@ func (p Preset) validate() error {
 		return fmt.Errorf("synth: preset %s: %d heads is not a multiple of %d kv heads", p.Name, p.Heads, p.KVHeads)
 	case p.HeadDim <= 0 || p.HeadDim%2 != 0:
 		return fmt.Errorf("synth: preset %s: head dim %d must be positive and even", p.Name, p.HeadDim)
-	case p.Arch != "qwen3" && p.HeadDim*p.Heads != p.Embed:
+	case p.Arch != "qwen3" && p.Arch != "qwen35" && p.HeadDim*p.Heads != p.Embed:
 		return fmt.Errorf("synth: preset %s: %s needs head dim × heads = embed, have %d × %d != %d", p.Name, p.Arch, p.HeadDim, p.Heads, p.Embed)
 	}
+	if !p.IsHybrid() {
+		return nil
+	}
+	h := p.Hybrid
+	rd := p.ropeDims()
+	switch {
+	case h.FullAttnInterval < 1 || h.SSMConv < 2 || h.SSMState <= 0 || h.SSMKHeads <= 0 || h.SSMVHeads <= 0:
+		return fmt.Errorf("synth: preset %s: hybrid sizes must be positive (conv kernel at least 2)", p.Name)
+	case h.SSMVHeads%h.SSMKHeads != 0:
+		return fmt.Errorf("synth: preset %s: %d value heads is not a multiple of %d key heads", p.Name, h.SSMVHeads, h.SSMKHeads)
+	case rd <= 0 || rd%2 != 0 || rd > p.HeadDim:
+		return fmt.Errorf("synth: preset %s: rope dims %d with head dim %d", p.Name, rd, p.HeadDim)
+	case h.RopeSections[0]+h.RopeSections[1]+h.RopeSections[2]+h.RopeSections[3] <= 0:
+		return fmt.Errorf("synth: preset %s: rope sections %v are empty", p.Name, h.RopeSections)
+	}
 	return nil
+}
+
+func (p Preset) ropeDims() int {
+	if p.RopeDims > 0 {
+		return p.RopeDims
+	}
+	return p.HeadDim
 }
 
 // Build returns a Writer holding the named preset with random weights.
@@ -100,13 +123,27 @@ func BuildPreset(p Preset, opt Options) (*gguf.Writer, error) {
 	w.Set(a+".feed_forward_length", uint32(p.FFN))
 	w.Set(a+".attention.head_count", uint32(p.Heads))
 	w.Set(a+".attention.head_count_kv", uint32(p.KVHeads))
-	if p.Arch == "qwen3" || p.HeadDim*p.Heads != p.Embed {
+	if p.Arch == "qwen3" || p.IsHybrid() || p.HeadDim*p.Heads != p.Embed {
 		w.Set(a+".attention.key_length", uint32(p.HeadDim))
 		w.Set(a+".attention.value_length", uint32(p.HeadDim))
 	}
 	w.Set(a+".attention.layer_norm_rms_epsilon", p.NormEps)
 	w.Set(a+".rope.freq_base", p.RopeBase)
-	w.Set(a+".rope.dimension_count", uint32(p.HeadDim))
+	w.Set(a+".rope.dimension_count", uint32(p.ropeDims()))
+	if p.IsHybrid() {
+		h := p.Hybrid
+		sec := make([]int32, 4)
+		for i, v := range h.RopeSections {
+			sec[i] = int32(v)
+		}
+		w.Set(a+".rope.dimension_sections", sec)
+		w.Set(a+".full_attention_interval", uint32(h.FullAttnInterval))
+		w.Set(a+".ssm.conv_kernel", uint32(h.SSMConv))
+		w.Set(a+".ssm.state_size", uint32(h.SSMState))
+		w.Set(a+".ssm.group_count", uint32(h.SSMKHeads))
+		w.Set(a+".ssm.time_step_rank", uint32(h.SSMVHeads))
+		w.Set(a+".ssm.inner_size", uint32(h.SSMVHeads*h.SSMState))
+	}
 	if err := setTokenizer(w, p); err != nil {
 		return nil, err
 	}
@@ -127,6 +164,10 @@ func BuildPreset(p Preset, opt Options) (*gguf.Writer, error) {
 	}
 	for l := 0; l < p.Layers; l++ {
 		n := func(s string) string { return fmt.Sprintf("blk.%d.%s", l, s) }
+		if p.IsHybrid() {
+			b.hybridLayer(l, n)
+			continue
+		}
 		b.norm(n("attn_norm.weight"), p.Embed)
 		b.matrix(n("attn_q.weight"), p.Embed, qDim, inStd, l)
 		b.matrix(n("attn_k.weight"), p.Embed, kvDim, inStd, l)
@@ -154,6 +195,53 @@ func BuildPreset(p Preset, opt Options) (*gguf.Writer, error) {
 		return nil, b.err
 	}
 	return w, nil
+}
+
+// hybridLayer adds one qwen35 layer: a Gated DeltaNet layer or a gated
+// full-attention one, then the FFN. Tensor names and shapes are
+// llama.cpp's (src/models/qwen35.cpp, load_arch_tensors).
+func (b *builder) hybridLayer(l int, n func(string) string) {
+	p := b.p
+	h := p.Hybrid
+	inStd := 1 / math.Sqrt(float64(p.Embed))
+	b.norm(n("attn_norm.weight"), p.Embed)
+	if p.Recurrent(l) {
+		keyDim, valueDim := h.SSMKHeads*h.SSMState, h.SSMVHeads*h.SSMState
+		convDim := 2*keyDim + valueDim
+		b.matrix(n("attn_qkv.weight"), p.Embed, convDim, inStd, l)
+		b.matrix(n("attn_gate.weight"), p.Embed, valueDim, inStd, l)
+		// The conv kernel stays f32 in every file type (llama-quantize skips
+		// ssm_conv1d, and ggml's ssm_conv reads f32 only); see tensorType.
+		b.matrix(n("ssm_conv1d.weight"), h.SSMConv, convDim, 1/math.Sqrt(float64(h.SSMConv)), l)
+		// dt bias near 0 and A = -exp(A_log) in about [-1.5, -0.5]: decays
+		// exp(softplus(α+dt)·A) spread over (0, 1) as trained models have.
+		b.filled(n("ssm_dt.bias"), h.SSMVHeads, 0, 0.5)
+		b.filled(n("ssm_a"), h.SSMVHeads, -1, 0.3)
+		b.matrix(n("ssm_beta.weight"), p.Embed, h.SSMVHeads, inStd, l)
+		b.matrix(n("ssm_alpha.weight"), p.Embed, h.SSMVHeads, inStd, l)
+		b.norm(n("ssm_norm.weight"), h.SSMState)
+		b.matrix(n("ssm_out.weight"), valueDim, p.Embed, 1/math.Sqrt(float64(valueDim)), l)
+	} else {
+		qDim, kvDim := p.Heads*p.HeadDim, p.KVHeads*p.HeadDim
+		// Each head's query is followed by its output gate: 2·qDim rows.
+		b.matrix(n("attn_q.weight"), p.Embed, 2*qDim, inStd, l)
+		b.matrix(n("attn_k.weight"), p.Embed, kvDim, inStd, l)
+		b.matrix(n("attn_v.weight"), p.Embed, kvDim, inStd, l)
+		b.norm(n("attn_q_norm.weight"), p.HeadDim)
+		b.norm(n("attn_k_norm.weight"), p.HeadDim)
+		b.matrix(n("attn_output.weight"), qDim, p.Embed, 1/math.Sqrt(float64(qDim)), l)
+	}
+	b.norm(n("post_attention_norm.weight"), p.Embed)
+	b.matrix(n("ffn_gate.weight"), p.Embed, p.FFN, inStd, l)
+	b.matrix(n("ffn_up.weight"), p.Embed, p.FFN, inStd, l)
+	b.matrix(n("ffn_down.weight"), p.FFN, p.Embed, 1/math.Sqrt(float64(p.FFN)), l)
+}
+
+// filled adds an f32 vector uniform around center with the given std.
+func (b *builder) filled(name string, n int, center, std float64) {
+	v := make([]float32, n)
+	fill(v, b.opt.Seed, name, center, std)
+	b.vector(name, v)
 }
 
 // builder adds tensors, keeping the first error.
@@ -224,6 +312,9 @@ func (b *builder) matrix(name string, cols, rows int, std float64, layer int) {
 //
 // Unquantized files (F32, F16, BF16) keep their type for every matrix.
 func tensorType(name string, rowLen int, ft gguf.Type, layer, layers int, tied bool) gguf.Type {
+	if strings.HasSuffix(name, ".ssm_conv1d.weight") {
+		return gguf.TypeF32
+	}
 	if ft == gguf.TypeF32 || ft == gguf.TypeF16 || ft == gguf.TypeBF16 {
 		return ft
 	}

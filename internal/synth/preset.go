@@ -15,13 +15,14 @@ const (
 	TokenizerLlama3 Tokenizer = "llama3" // byte-level BPE, pre "llama-bpe", Llama 3 header tokens
 	TokenizerQwen2  Tokenizer = "qwen2"  // byte-level BPE, pre "qwen2", ChatML tokens, <tool_call> </tool_call> (user-defined)
 	TokenizerQwen3  Tokenizer = "qwen3"  // TokenizerQwen2 plus <think> </think> (user-defined)
+	TokenizerQwen35 Tokenizer = "qwen35" // TokenizerQwen3's tokens, pre "qwen35"
 	TokenizerSmolLM Tokenizer = "smollm" // byte-level BPE, pre "smollm", ChatML tokens at ids 0..2
 )
 
 // Preset is a named model shape. All sizes are element counts.
 type Preset struct {
 	Name string
-	Arch string // general.architecture: "llama", "qwen2" or "qwen3"
+	Arch string // general.architecture: "llama", "qwen2", "qwen3" or "qwen35"
 
 	Embed   int // embedding_length
 	Layers  int // block_count
@@ -44,13 +45,34 @@ type Preset struct {
 	// Tied omits output.weight: llama.cpp then uses token_embd.weight as
 	// the output head.
 	Tied bool
+
+	// Hybrid (qwen35) only.
+	Hybrid
 }
+
+// Hybrid is the shape of Qwen3.5's Gated DeltaNet layers and of its gated
+// full-attention layers.
+type Hybrid struct {
+	FullAttnInterval int    // full_attention_interval: layer l is full attention when (l+1) % n == 0
+	RopeDims         int    // rope.dimension_count (partial rotary); 0 means HeadDim
+	RopeSections     [4]int // rope.dimension_sections (interleaved M-RoPE; text uses the first three)
+	SSMConv          int    // ssm.conv_kernel: taps of the causal conv
+	SSMState         int    // ssm.state_size: head dim of the delta rule's keys and values
+	SSMKHeads        int    // ssm.group_count: key (and query) heads
+	SSMVHeads        int    // ssm.time_step_rank: value heads; ssm.inner_size = SSMVHeads·SSMState
+}
+
+// IsHybrid reports whether the preset has linear-attention layers (qwen35).
+func (p Preset) IsHybrid() bool { return p.Arch == "qwen35" }
+
+// Recurrent reports whether layer l of a hybrid preset is a Gated DeltaNet layer.
+func (p Preset) Recurrent(l int) bool { return p.IsHybrid() && (l+1)%p.FullAttnInterval != 0 }
 
 // QKVBias reports whether the architecture has attn_{q,k,v}.bias (qwen2).
 func (p Preset) QKVBias() bool { return p.Arch == "qwen2" }
 
 // QKNorm reports whether the architecture has per-head attn_{q,k}_norm (qwen3).
-func (p Preset) QKNorm() bool { return p.Arch == "qwen3" }
+func (p Preset) QKNorm() bool { return p.Arch == "qwen3" || p.Arch == "qwen35" }
 
 var presets = []Preset{
 	{
@@ -78,6 +100,18 @@ var presets = []Preset{
 		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 192, Context: 4096,
 		Tokenizer: TokenizerQwen3, VocabSize: 1500, Template: tokenizer.TemplateQwen3Real,
 		RopeBase: 1000000, NormEps: 1e-6, Tied: true,
+	},
+	{
+		// Qwen3.5's layout at toy size: 8 layers, every 4th full attention
+		// (gated, Q/K norm, partial interleaved M-RoPE), the rest Gated
+		// DeltaNet with more value heads than key heads (4 and 2, so the
+		// head broadcast is exercised). Tied, like the small Qwen3.5s.
+		Name: "tiny-qwen35", Arch: "qwen35",
+		Embed: 64, Layers: 8, Heads: 4, KVHeads: 2, HeadDim: 32, FFN: 192, Context: 8192,
+		Tokenizer: TokenizerQwen35, VocabSize: 1500, Template: tokenizer.TemplateQwen3Real,
+		RopeBase: 10000000, NormEps: 1e-6, Tied: true,
+		Hybrid: Hybrid{FullAttnInterval: 4, RopeDims: 16, RopeSections: [4]int{3, 3, 2, 0},
+			SSMConv: 4, SSMState: 16, SSMKHeads: 2, SSMVHeads: 4},
 	},
 	{
 		Name: "tiny-smollm", Arch: "llama",

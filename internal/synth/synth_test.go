@@ -46,6 +46,35 @@ func wantTensors(p Preset, nVocab int) map[string][]uint64 {
 	}
 	for l := 0; l < p.Layers; l++ {
 		n := func(s string) string { return fmt.Sprintf("blk.%d.%s", l, s) }
+		if p.IsHybrid() {
+			// llama.cpp's qwen35 shapes (load_arch_tensors).
+			h := p.Hybrid
+			m[n("attn_norm.weight")] = u(p.Embed)
+			m[n("post_attention_norm.weight")] = u(p.Embed)
+			m[n("ffn_gate.weight")] = u(p.Embed, p.FFN)
+			m[n("ffn_up.weight")] = u(p.Embed, p.FFN)
+			m[n("ffn_down.weight")] = u(p.FFN, p.Embed)
+			if !p.Recurrent(l) {
+				m[n("attn_q.weight")] = u(p.Embed, 2*q)
+				m[n("attn_k.weight")] = u(p.Embed, kv)
+				m[n("attn_v.weight")] = u(p.Embed, kv)
+				m[n("attn_output.weight")] = u(q, p.Embed)
+				m[n("attn_q_norm.weight")] = u(p.HeadDim)
+				m[n("attn_k_norm.weight")] = u(p.HeadDim)
+				continue
+			}
+			key, val := h.SSMKHeads*h.SSMState, h.SSMVHeads*h.SSMState
+			m[n("attn_qkv.weight")] = u(p.Embed, 2*key+val)
+			m[n("attn_gate.weight")] = u(p.Embed, val)
+			m[n("ssm_conv1d.weight")] = u(h.SSMConv, 2*key+val)
+			m[n("ssm_dt.bias")] = u(h.SSMVHeads)
+			m[n("ssm_a")] = u(h.SSMVHeads)
+			m[n("ssm_beta.weight")] = u(p.Embed, h.SSMVHeads)
+			m[n("ssm_alpha.weight")] = u(p.Embed, h.SSMVHeads)
+			m[n("ssm_norm.weight")] = u(h.SSMState)
+			m[n("ssm_out.weight")] = u(val, p.Embed)
+			continue
+		}
 		m[n("attn_norm.weight")] = u(p.Embed)
 		m[n("attn_q.weight")] = u(p.Embed, q)
 		m[n("attn_k.weight")] = u(p.Embed, kv)
@@ -86,7 +115,7 @@ func TestPresets(t *testing.T) {
 				a + ".embedding_length": uint64(p.Embed), a + ".block_count": uint64(p.Layers),
 				a + ".feed_forward_length": uint64(p.FFN), a + ".context_length": uint64(p.Context),
 				a + ".attention.head_count": uint64(p.Heads), a + ".attention.head_count_kv": uint64(p.KVHeads),
-				a + ".rope.dimension_count": uint64(p.HeadDim), "general.file_type": 0,
+				a + ".rope.dimension_count": uint64(p.ropeDims()), "general.file_type": 0,
 			} {
 				if got, ok := f.Uint(key); !ok || got != want {
 					t.Errorf("%s = %d (present %v), want %d", key, got, ok, want)

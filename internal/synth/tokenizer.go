@@ -55,6 +55,11 @@ var tokenizerSpecs = map[Tokenizer]tokenizerSpec{
 		specials: append(control("<|endoftext|>", "<|im_start|>", "<|im_end|>"), userDefined("<tool_call>", "</tool_call>", "<think>", "</think>")...),
 		bos:      "<|endoftext|>", eos: "<|im_end|>", pad: "<|endoftext|>",
 	},
+	TokenizerQwen35: {
+		bpe: true, pre: vocab.PreQwen35,
+		specials: append(control("<|endoftext|>", "<|im_start|>", "<|im_end|>"), userDefined("<tool_call>", "</tool_call>", "<think>", "</think>")...),
+		bos:      "<|endoftext|>", eos: "<|im_end|>", pad: "<|endoftext|>",
+	},
 	TokenizerSmolLM: {
 		bpe: true, pre: vocab.PreSmolLM, specialsFirst: true,
 		specials: control("<|endoftext|>", "<|im_start|>", "<|im_end|>"),

@@ -152,6 +152,10 @@ func TestPreTokenizerSplits(t *testing.T) {
 	}{
 		{preLlama3, "I'M 12345 ok  \n\n x", "I|'M| |123|45| ok|  \n\n| x"},
 		{preQwen2, "a12 日本", "a|1|2| 日本"},
+		// A combining acute (U+0301) ends a qwen2 word and stays inside a qwen35 one.
+		{preQwen2, "cafe\u0301 x", "cafe|\u0301| x"},
+		{preQwen35, "cafe\u0301 x", "cafe\u0301| x"},
+		{preQwen35, "\u0301a 12", "\u0301a| |1|2"},
 		{preGPT2, "it's  a\tb 42", "it|'s| | a|\t|b| 42"},
 		{preSmolLM, "x 42", "x| |4|2"},
 		{preDefault, "a+b=1234567", "a|+|b|=|123|456|7"},

@@ -24,7 +24,7 @@ func TestMatchesLlamaCpp(t *testing.T) {
 	}
 	texts := append(strings.Split(string(aw), "\n"), string(aw), "", " ", "  leading", "trailing  ", "<s>x</s>", "<|im_start|>user\nhi<|im_end|>")
 	dir := t.TempDir()
-	for _, preset := range []string{"tiny-llama-spm", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-smollm", "default"} {
+	for _, preset := range []string{"tiny-llama-spm", "tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-qwen35", "tiny-smollm", "default"} {
 		t.Run(preset, func(t *testing.T) {
 			path := filepath.Join(dir, preset+".gguf")
 			if err := synth.WriteFile(preset, synth.Options{}, path); err != nil {

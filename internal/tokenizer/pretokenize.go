@@ -20,6 +20,7 @@ const (
 	preGPT2
 	preLlama3
 	preQwen2
+	preQwen35 // preQwen2 with combining marks (\p{M}) inside letter runs
 	preSmolLM
 )
 
@@ -40,6 +41,8 @@ func preTypeFor(pre string) (pt preType, ignoreMerges, addBOS, cleanSpaces, ok b
 		return preGPT2, false, false, true, true
 	case "qwen2", "deepseek-r1-qwen":
 		return preQwen2, false, false, false, true
+	case "qwen35":
+		return preQwen35, false, false, false, true
 	case "smollm":
 		return preSmolLM, false, false, false, true
 	case "starcoder", "refact", "command-r", "codeshell", "exaone":
@@ -59,6 +62,8 @@ func (p preType) splitters() []splitter {
 		return []splitter{splitLlama3}
 	case preQwen2:
 		return []splitter{splitQwen2}
+	case preQwen35:
+		return []splitter{splitQwen35}
 	case preSmolLM:
 		return []splitter{splitEach(isNumberCollapsed), splitGPT2}
 	}
@@ -320,12 +325,22 @@ func (s *scanner) whitespace(pos int, crlf bool) int {
 }
 
 // splitLlama3: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
-func splitLlama3(cpts []rune, segs []span) []span { return splitModern(cpts, segs, 3) }
+func splitLlama3(cpts []rune, segs []span) []span { return splitModern(cpts, segs, 3, flagLetter) }
 
 // splitQwen2 is splitLlama3 with \p{N} taken one digit at a time.
-func splitQwen2(cpts []rune, segs []span) []span { return splitModern(cpts, segs, 1) }
+func splitQwen2(cpts []rune, segs []span) []span { return splitModern(cpts, segs, 1, flagLetter) }
 
-func splitModern(cpts []rune, segs []span, maxDigits int) []span {
+// splitQwen35: (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// that is splitQwen2 where a combining mark counts as a letter, so "é" spelt e + U+0301
+// stays one word.
+func splitQwen35(cpts []rune, segs []span) []span {
+	return splitModern(cpts, segs, 1, flagLetter|flagMark)
+}
+
+// splitModern is the llama3 / qwen2 family of scanners: maxDigits digits per number word,
+// letters the flags a letter run is made of.
+func splitModern(cpts []rune, segs []span, maxDigits int, letters uint16) []span {
+	other := letters | flagNumber | flagWhitespace // what ' ?[^\s\p{L}(\p{M})\p{N}]+' stops at
 	var out []span
 	for _, seg := range segs {
 		s := scanner{cpts: cpts, lo: seg.lo, hi: seg.hi, prev: seg.lo, out: out}
@@ -336,11 +351,11 @@ func splitModern(cpts []rune, segs []span, maxDigits int) []span {
 				pos += s.emit(pos + n)
 				continue
 			}
-			// [^\r\n\p{L}\p{N}]?\p{L}+
+			// [^\r\n\p{L}\p{N}]?\p{L}+ (qwen35: [\p{L}\p{M}]+)
 			if !(c == '\r' || c == '\n' || f&flagNumber != 0) {
-				if f&flagLetter != 0 || s.flags(pos+1)&flagLetter != 0 {
+				if f&letters != 0 || s.flags(pos+1)&letters != 0 {
 					pos++
-					for s.flags(pos)&flagLetter != 0 {
+					for s.flags(pos)&letters != 0 {
 						pos++
 					}
 					s.emit(pos)
@@ -367,11 +382,11 @@ func splitModern(cpts []rune, segs []span, maxDigits int) []span {
 			if c == ' ' {
 				f2 = s.flags(pos + 1)
 			}
-			if f2&lnw == 0 && f != 0 {
+			if f2&other == 0 && f != 0 {
 				if c == ' ' {
 					pos++
 				}
-				for g := s.flags(pos); g&lnw == 0 && g != 0; g = s.flags(pos) {
+				for g := s.flags(pos); g&other == 0 && g != 0; g = s.flags(pos) {
 					pos++
 				}
 				for c2 := s.cpt(pos); c2 == '\r' || c2 == '\n'; c2 = s.cpt(pos) {

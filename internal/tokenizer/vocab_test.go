@@ -157,7 +157,7 @@ func TestSPMEncode(t *testing.T) {
 }
 
 func TestBPEEncodeRoundTrip(t *testing.T) {
-	for _, pre := range []string{"llama-bpe", "qwen2", "smollm", "gpt-2", "default"} {
+	for _, pre := range []string{"llama-bpe", "qwen2", "qwen35", "smollm", "gpt-2", "default"} {
 		v := trainBPE(t, trainCorpus, 300, pre, "<|endoftext|>", "<|im_start|>", "<|im_end|>")
 		tk := mustNew(t, v)
 		for _, s := range strings.Split(trainCorpus, "\n") {

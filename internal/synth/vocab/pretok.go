@@ -18,12 +18,17 @@ const (
 	PreLlama3 Pre = "llama-bpe"
 	// PreQwen2 is PreLlama3 with every digit on its own.
 	PreQwen2 Pre = "qwen2"
+	// PreQwen35 is Qwen3.5's: PreQwen2 with combining marks inside letter
+	// runs. Training splits it as PreQwen2 (the corpus' marks are rare).
+	PreQwen35 Pre = "qwen35"
 	// PreSmolLM is GPT-2's split (" ?letters", " ?punctuation") with every
 	// digit on its own.
 	PreSmolLM Pre = "smollm"
 )
 
-func (p Pre) valid() bool { return p == PreLlama3 || p == PreQwen2 || p == PreSmolLM }
+func (p Pre) valid() bool {
+	return p == PreLlama3 || p == PreQwen2 || p == PreQwen35 || p == PreSmolLM
+}
 
 func isLetter(r rune) bool { return unicode.IsLetter(r) }
 func isNumber(r rune) bool { return unicode.IsNumber(r) }
