@@ -51,6 +51,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzStreamDecoderRealVocab$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
 	$(GO) test -run '^$$' -fuzz '^FuzzLintLine$$' -fuzztime $(FUZZTIME) ./internal/lint
 	$(GO) test -run '^$$' -fuzz '^FuzzExplain$$' -fuzztime $(FUZZTIME) ./internal/miss
+	$(GO) test -run '^$$' -fuzz '^FuzzHybridConfig$$' -fuzztime $(FUZZTIME) ./internal/model
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) ./internal/model
 
 ## bench: engine speed against native llama.cpp (needs `make llama-native` once).
 bench:
