@@ -2,9 +2,11 @@ package redis
 
 import (
 	"errors"
+	"fmt"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,7 +213,7 @@ func TestClusterSlotMigration(t *testing.T) {
 func TestClusterMasterKilled(t *testing.T) {
 	c := startCluster3(t)
 	digest := randomDigest()
-	const cooldown = 300 * time.Millisecond
+	const cooldown = time.Second // longer than the rounds below take, even on a loaded machine
 	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 2, BreakerCooldown: cooldown, CallTimeout: 200 * time.Millisecond})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 36, 73)
 	keys := tiertest.Keys(recs)
@@ -347,5 +349,65 @@ func TestClusterAllMastersDown(t *testing.T) {
 	}
 	if _, err := s.Keys(ctx, tier.AllRoots); err == nil {
 		t.Fatal("Keys with every master down succeeded")
+	}
+}
+
+// A master killed while readers and writers are running: no read fails, every value read
+// verifies, a write fails only for the dead master's items (ErrUnavailable), and the breaker
+// opened.
+func TestClusterMasterKilledUnderLoad(t *testing.T) {
+	c := startCluster3(t)
+	digest := randomDigest()
+	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 2, BreakerCooldown: 200 * time.Millisecond, CallTimeout: 200 * time.Millisecond})
+	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 32, 75)
+	if err := s.Put(ctx, tiertest.Items(recs)); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	errs := make(chan error, 64)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ; n++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if w == 0 && n%4 == 0 { // one writer among the readers
+					if err := s.Put(ctx, tiertest.Items(recs)); err != nil && !errors.Is(err, tier.ErrUnavailable) {
+						errs <- fmt.Errorf("Put: %w", err)
+					}
+					continue
+				}
+				vals, err := s.Get(ctx, tiertest.Keys(recs))
+				if err != nil {
+					errs <- fmt.Errorf("Get: %w", err)
+					continue
+				}
+				for i, v := range vals {
+					if v == nil {
+						continue
+					}
+					if _, err := tier.DecodeVerify(v, tiertest.Want(recs[i])); err != nil {
+						errs <- fmt.Errorf("block %d: %w", i, err)
+					}
+				}
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	c.nodes[1].kill()
+	time.Sleep(600 * time.Millisecond) // past a cool-down: probes fail and reopen
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if st := s.BreakerStats(); st.Opens < 1 || st.Open != 1 || st.SkippedKeys == 0 {
+		t.Fatalf("breaker stats %+v: want the dead master's breaker open, keys skipped", st)
 	}
 }
