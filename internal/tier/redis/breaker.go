@@ -22,7 +22,23 @@ type breaker struct {
 		consecutive int
 		openUntil   time.Time // zero: closed
 		probing     bool      // a half-open probe is in flight
+		// Counted transitions: closed → open, open → closed (a probe that succeeded), and
+		// failed calls.
+		opens, recoveries, failed uint64
 	}
+}
+
+// breakerCounts are a breaker's counters (see BreakerStats).
+type breakerCounts struct {
+	open                      bool
+	opens, recoveries, failed uint64
+}
+
+func (b *breaker) counts() breakerCounts {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return breakerCounts{open: !b.mu.openUntil.IsZero() && b.now().Before(b.mu.openUntil),
+		opens: b.mu.opens, recoveries: b.mu.recoveries, failed: b.mu.failed}
 }
 
 // allow returns nil if a call may go to Redis.
@@ -48,12 +64,19 @@ func (b *breaker) done(ok bool) {
 	defer b.mu.Unlock()
 	b.mu.probing = false
 	if ok {
+		if !b.mu.openUntil.IsZero() {
+			b.mu.recoveries++
+		}
 		b.mu.consecutive = 0
 		b.mu.openUntil = time.Time{}
 		return
 	}
+	b.mu.failed++
 	b.mu.consecutive++
 	if b.mu.consecutive >= b.failures || !b.mu.openUntil.IsZero() {
+		if b.mu.openUntil.IsZero() {
+			b.mu.opens++
+		}
 		b.mu.openUntil = b.now().Add(b.cooldown)
 	}
 }
@@ -63,10 +86,4 @@ func (b *breaker) release() {
 	b.mu.Lock()
 	b.mu.probing = false
 	b.mu.Unlock()
-}
-
-func (b *breaker) isOpen() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return !b.mu.openUntil.IsZero() && b.now().Before(b.mu.openUntil)
 }

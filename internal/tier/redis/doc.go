@@ -9,11 +9,25 @@
 // models: two models on one Redis share no key, and a model's keys can be
 // listed or dropped with one SCAN pattern. The root carries the tenant salt.
 // Keys have no hash tag: on a cluster, a prefix's blocks spread over every
-// node instead of piling one tenant onto one slot. A batch read is one script
-// call on a single server and a pipeline of per-key script calls on a cluster,
-// which go-redis splits per node (see Pins). Writes are pipelined SETs with a
-// TTL (Config.TTL), so a Redis without an eviction policy still forgets blocks
-// nobody reads.
+// node instead of piling one tenant onto one slot. Writes are pipelined SETs
+// with a TTL (Config.TTL), so a Redis without an eviction policy still
+// forgets blocks nobody reads.
+//
+// # Redis Cluster
+//
+// A redis+cluster:// URL (or a *redis.ClusterClient given to New) is a cluster. A batch is
+// grouped by hash slot (keySlot, Redis's CRC16) and each slot's keys go in one command:
+// a read is one MGET per slot of its blocks and their pin records (a pin record shares its
+// block's slot), a Delete one DEL per slot, a pin script one call per slot. The commands of
+// a batch go in one pipeline that go-redis splits per master, following MOVED and ASK while
+// slots move. Each master has its own circuit breaker (perNode): a master that fails, or
+// whose breaker is open, leaves its keys unanswered (misses for Get, not held for Contains,
+// an ErrUnavailable per item for Put and Delete) while the other masters answer; the batch
+// fails as a whole only when no master answered. The store's own breaker then sees the
+// failure. Keys (SCAN) runs on each master. A cluster should run with
+// cluster-require-full-coverage no, or one dead master stops every other one from serving.
+// BreakerStats counts opens, recoveries, failed calls and skipped keys; the Store is a
+// prometheus.Collector of them (stockpot_kv_remote_breaker_*).
 //
 // # Pins
 //
@@ -21,9 +35,10 @@
 // pin record "{<block key>}:pin" holds the pin's TTL in ms and expires with it, and the
 // block key's TTL is at least the pin's (max of what it has left and the retention). The
 // hash tag of the record is the whole block key, so on a cluster both live in one slot. A
-// Get is a Lua script (one call for the batch on a single server, one per key, pipelined,
-// on a cluster) that reads each block and its record and, for a pinned block, refreshes
-// both TTLs: so a read by any replica refreshes a pin, in the same round trip. An unpinned
+// Get reads each block and its record together (one MGET for the batch on a single server,
+// one per slot on a cluster) and, for a pinned block, a Lua script refreshes both TTLs (in
+// the same pipeline for the pins this process knows, right after for ones it finds): so a
+// read by any replica refreshes a pin. An unpinned
 // block is only read, and Put writes it with Config.TTL as before (a write-back of a block
 // this process knows pinned keeps its pin). Pin sets or removes records (an unpin brings
 // the block's TTL back to at most Config.TTL). When a record expires the block is an
@@ -46,6 +61,8 @@
 // After the cool-down one probe call goes through; its success closes the
 // breaker, its failure opens it again. A caller's own cancellation does not
 // count as a failure.
+//
+// The breaker's counters are in BreakerStats (and on /metrics; see Redis Cluster above).
 //
 // Stats: hits and misses are this process's. Redis is shared and evicts on
 // its own, so UsedBytes, Items and CapacityBytes are not tracked (0).

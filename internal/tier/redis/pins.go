@@ -90,31 +90,58 @@ func (s *Store) runPairs(ctx context.Context, sc *goredis.Script, keys []tier.Ke
 		}
 		return out, nil
 	}
-	run := func(eval bool) ([]*goredis.Cmd, error) {
-		cmds := make([]*goredis.Cmd, len(keys))
-		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			for i, k := range keys {
-				pair := []string{s.key(k), s.pinKey(k)}
-				if eval {
-					cmds[i] = sc.Eval(ctx, p, pair, args...)
-				} else {
-					cmds[i] = sc.EvalSha(ctx, p, pair, args...)
-				}
+	// On a cluster: one call per slot group, the pairs of its keys (see perNode); keys of
+	// a master that failed get a nil reply.
+	groups := s.groupBySlot(keys)
+	cmds := make([]*goredis.Cmd, len(groups))
+	run := func(eval bool, todo []bool) ([]bool, error) {
+		return s.perNode(ctx, keys, groups, func(p goredis.Pipeliner, gi int) []goredis.Cmder {
+			if !todo[gi] {
+				return nil
 			}
-			return nil
+			names := make([]string, 0, 2*len(groups[gi].idx))
+			for _, i := range groups[gi].idx {
+				names = append(names, s.key(keys[i]), s.pinKey(keys[i]))
+			}
+			if eval {
+				cmds[gi] = sc.Eval(ctx, p, names, args...)
+			} else {
+				cmds[gi] = sc.EvalSha(ctx, p, names, args...)
+			}
+			return []goredis.Cmder{cmds[gi]}
 		})
-		return cmds, err
 	}
-	cmds, err := run(false)
-	if err != nil && goredis.HasErrorPrefix(err, "NOSCRIPT") {
-		cmds, err = run(true)
+	all := make([]bool, len(groups))
+	for gi := range all {
+		all[gi] = true
 	}
+	answered, err := run(false, all)
 	if err != nil {
 		return nil, err
 	}
-	for i, c := range cmds {
-		if out[i], err = c.Slice(); err != nil {
+	again := make([]bool, len(groups)) // NOSCRIPT: a server that has not cached the script
+	retry := false
+	for gi, c := range cmds {
+		if c != nil && goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			again[gi], retry = true, true
+		}
+	}
+	if retry {
+		if _, err := run(true, again); err != nil {
 			return nil, err
+		}
+	}
+	for gi, g := range groups {
+		if !answered[gi] {
+			continue
+		}
+		res, err := cmds[gi].Slice()
+		if err != nil || len(res)%len(g.idx) != 0 {
+			continue // no answer for this slot's keys
+		}
+		w := len(res) / len(g.idx)
+		for j, i := range g.idx {
+			out[i] = res[j*w : (j+1)*w]
 		}
 	}
 	return out, nil
@@ -144,7 +171,10 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i, r := range res {
-		n, _ := r[0].(int64)
+		var n int64
+		if len(r) > 0 {
+			n, _ = r[0].(int64)
+		}
 		out[i] = n == 1
 		switch {
 		case !out[i] || ttl <= 0:
@@ -202,83 +232,124 @@ func (s *Store) Pins() []tier.PinInfo {
 }
 
 // read reads keys' blocks and pin records in one round trip: on a single server one MGET of
-// both, on a cluster a pipeline of GETs; the pins this process knows (known) are refreshed
-// in the same pipeline. It returns the values and the pin TTLs found (0: no record).
+// both, on a cluster one MGET per slot (readCluster); the pins this process knows (known) are
+// refreshed in the same pipeline. It returns the values and the pin TTLs found (0: no record).
 func (s *Store) read(ctx context.Context, keys []tier.Key, known []tier.Key) ([][]byte, []time.Duration, error) {
+	if s.cluster {
+		return s.readCluster(ctx, keys, known)
+	}
 	vals := make([][]byte, len(keys))
 	pins := make([]time.Duration, len(keys))
-	var refresh []*goredis.Cmd
+	var refresh *goredis.Cmd
 	var fromMGet *goredis.SliceCmd
-	var gets []*goredis.StringCmd
-	var names []string
-	if !s.cluster {
-		names = make([]string, 0, 2*len(keys))
-		for _, k := range keys {
-			names = append(names, s.key(k))
-		}
-		for i := range keys {
-			names = append(names, "{"+names[i]+"}:pin") // pinKey
-		}
+	names := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		names = append(names, s.key(k))
+	}
+	for i := range keys {
+		names = append(names, "{"+names[i]+"}:pin") // pinKey
 	}
 	var err error
-	if !s.cluster && len(known) == 0 {
+	if len(known) == 0 {
 		fromMGet = s.client.MGet(ctx, names...) // nothing to refresh in this round trip
 		err = fromMGet.Err()
 	} else {
 		_, err = s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
-			if !s.cluster {
-				fromMGet = p.MGet(ctx, names...)
-				pairs := make([]string, 0, 2*len(known))
-				for _, k := range known {
-					pairs = append(pairs, s.key(k), s.pinKey(k))
-				}
-				refresh = append(refresh, refreshScript.EvalSha(ctx, p, pairs))
-				return nil
-			}
-			gets = make([]*goredis.StringCmd, 2*len(keys))
-			for i, k := range keys {
-				gets[2*i], gets[2*i+1] = p.Get(ctx, s.key(k)), p.Get(ctx, s.pinKey(k))
-			}
+			fromMGet = p.MGet(ctx, names...)
+			pairs := make([]string, 0, 2*len(known))
 			for _, k := range known {
-				refresh = append(refresh, refreshScript.EvalSha(ctx, p, []string{s.key(k), s.pinKey(k)}))
+				pairs = append(pairs, s.key(k), s.pinKey(k))
 			}
+			refresh = refreshScript.EvalSha(ctx, p, pairs)
 			return nil
 		})
 	}
-	noScript := false
-	for _, c := range refresh {
-		if goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			noScript = true
-		}
-	}
+	noScript := refresh != nil && goredis.HasErrorPrefix(refresh.Err(), "NOSCRIPT")
 	if err != nil && !errors.Is(err, goredis.Nil) && !noScript {
 		return nil, nil, err
 	}
-	if !s.cluster {
-		res, err := fromMGet.Result()
-		if err != nil {
-			return nil, nil, err
+	res, err := fromMGet.Result()
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := range keys {
+		if str, ok := res[i].(string); ok {
+			vals[i] = []byte(str)
 		}
-		for i := range keys {
-			if str, ok := res[i].(string); ok {
-				vals[i] = []byte(str)
-			}
-			pins[i] = pinValue(res[len(keys)+i])
-		}
-	} else {
-		for i := range keys {
-			if b, err := gets[2*i].Bytes(); err == nil {
-				vals[i] = b
-			} else if !errors.Is(err, goredis.Nil) {
-				return nil, nil, err
-			}
-			if v, err := gets[2*i+1].Result(); err == nil {
-				pins[i] = pinValue(v)
-			}
-		}
+		pins[i] = pinValue(res[len(keys)+i])
 	}
 	if noScript { // a restarted server: send the script whole (EVAL caches it)
 		if _, err := s.runPairs(ctx, refreshScript, known); err != nil {
+			return nil, nil, err
+		}
+	}
+	return vals, pins, nil
+}
+
+// readCluster is read on a cluster: the keys grouped by slot, one MGET per slot of its blocks
+// and their pin records, and per slot one refresh of the pins known in it, all in one
+// pipeline that go-redis splits per master. The keys of a master that failed, or whose
+// breaker is open, are misses (perNode); the batch fails only when no master answered.
+func (s *Store) readCluster(ctx context.Context, keys []tier.Key, known []tier.Key) ([][]byte, []time.Duration, error) {
+	vals := make([][]byte, len(keys))
+	pins := make([]time.Duration, len(keys))
+	groups := s.groupBySlot(keys)
+	knownIn := make([][]tier.Key, len(groups)) // the known pins of each group
+	if len(known) > 0 {
+		isKnown := make(map[tier.Key]bool, len(known))
+		for _, k := range known {
+			isKnown[k] = true
+		}
+		for gi, g := range groups {
+			for _, i := range g.idx {
+				if isKnown[keys[i]] {
+					knownIn[gi] = append(knownIn[gi], keys[i])
+				}
+			}
+		}
+	}
+	mgets := make([]*goredis.SliceCmd, len(groups))
+	refresh := make([]*goredis.Cmd, len(groups))
+	answered, err := s.perNode(ctx, keys, groups, func(p goredis.Pipeliner, gi int) []goredis.Cmder {
+		names := make([]string, 0, 2*len(groups[gi].idx))
+		for _, i := range groups[gi].idx {
+			names = append(names, s.key(keys[i]), s.pinKey(keys[i]))
+		}
+		mgets[gi] = p.MGet(ctx, names...)
+		if len(knownIn[gi]) == 0 {
+			return []goredis.Cmder{mgets[gi]}
+		}
+		pairs := make([]string, 0, 2*len(knownIn[gi]))
+		for _, k := range knownIn[gi] {
+			pairs = append(pairs, s.key(k), s.pinKey(k))
+		}
+		refresh[gi] = refreshScript.EvalSha(ctx, p, pairs)
+		return []goredis.Cmder{mgets[gi], refresh[gi]}
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	var again []tier.Key // NOSCRIPT: a restarted master; send the script whole
+	for gi, g := range groups {
+		if !answered[gi] {
+			continue
+		}
+		res, err := mgets[gi].Result()
+		if err != nil || len(res) != 2*len(g.idx) {
+			continue
+		}
+		for j, i := range g.idx {
+			if str, ok := res[2*j].(string); ok {
+				vals[i] = []byte(str)
+			}
+			pins[i] = pinValue(res[2*j+1])
+		}
+		if refresh[gi] != nil && goredis.HasErrorPrefix(refresh[gi].Err(), "NOSCRIPT") {
+			again = append(again, knownIn[gi]...)
+		}
+	}
+	if len(again) > 0 {
+		if _, err := s.runPairs(ctx, refreshScript, again); err != nil {
 			return nil, nil, err
 		}
 	}

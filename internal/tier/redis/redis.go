@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,11 +74,17 @@ type Store struct {
 	owned   bool // Close closes client
 	cluster bool // batch reads as pipelined per-key script calls rather than one call
 	prefix  string
-	breaker breaker
+	breaker breaker // the store's: a whole call failed (on a cluster: no master answered)
+
+	nodes struct { // on a cluster, a breaker per master (by address); see perNode
+		sync.Mutex
+		m map[string]*breaker
+	}
 
 	mu struct {
 		sync.Mutex
 		hits, misses uint64
+		skipped      uint64                    // keys of a cluster batch whose master was skipped or failed
 		pins         map[tier.Key]tier.PinInfo // this process's view; see Pins
 	}
 }
@@ -101,27 +108,56 @@ func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
 		prefix: cfg.KeyPrefix + ":" + hex.EncodeToString(cfg.IdentityDigest[:]) + ":"}
 	s.breaker.failures, s.breaker.cooldown, s.breaker.now = cfg.BreakerFailures, cfg.BreakerCooldown, time.Now
 	s.mu.pins = make(map[tier.Key]tier.PinInfo)
+	s.nodes.m = make(map[string]*breaker)
 	return s, nil
 }
 
 // Open connects to a redis:// or rediss:// URL (--remote-cache) with
 // retries (of commands and of dials) off and the dial, read and write timeouts set to CallTimeout.
+// A redis+cluster:// or rediss+cluster:// URL names a Redis Cluster: its host and each
+// addr=host:port query value are seed nodes (redis+cluster://10.0.0.1:6379?addr=10.0.0.2:6379);
+// the client learns the slot map from them and follows MOVED and ASK.
 // Nothing is sent until the first call: a Redis that is down at start is a
 // tier that misses, not a failure to start.
 func Open(url string, cfg Config) (*Store, error) {
-	opts, err := goredis.ParseURL(url)
-	if err != nil {
-		return nil, fmt.Errorf("redis: %w", err)
-	}
 	vcfg, err := cfg.validate()
 	if err != nil {
 		return nil, err
+	}
+	if rest, ok := strings.CutPrefix(url, "redis+cluster://"); ok {
+		return openCluster("redis://"+rest, cfg, vcfg)
+	}
+	if rest, ok := strings.CutPrefix(url, "rediss+cluster://"); ok {
+		return openCluster("rediss://"+rest, cfg, vcfg)
+	}
+	opts, err := goredis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
 	}
 	opts.MaxRetries = -1
 	opts.DialerRetries = 1 // one dial attempt per call: the breaker decides about retrying
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = vcfg.CallTimeout, vcfg.CallTimeout, vcfg.CallTimeout
 	opts.PoolTimeout = vcfg.CallTimeout
 	s, err := New(goredis.NewClient(opts), cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// openCluster is Open for a cluster URL (scheme already rewritten for go-redis).
+func openCluster(url string, cfg, vcfg Config) (*Store, error) {
+	opts, err := goredis.ParseClusterURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("redis: %w", err)
+	}
+	opts.MaxRetries = -1
+	opts.DialerRetries = 1
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = vcfg.CallTimeout, vcfg.CallTimeout, vcfg.CallTimeout
+	opts.PoolTimeout = vcfg.CallTimeout
+	opts.ContextTimeoutEnabled = true // CallTimeout bounds redirects and retries of a dead master
+	s, err := New(goredis.NewClusterClient(opts), cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -159,6 +195,10 @@ func (s *Store) call(ctx context.Context, fn func(ctx context.Context) error) er
 	if err != nil && ctx.Err() != nil {
 		s.breaker.release() // the caller gave up: no verdict on Redis
 		return fmt.Errorf("redis: %w", ctx.Err())
+	}
+	if errors.Is(err, tier.ErrUnavailable) {
+		s.breaker.release() // every cluster master's breaker is open: they have the verdicts
+		return err
 	}
 	s.breaker.done(err == nil)
 	if err != nil {
@@ -242,18 +282,50 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 		}
 	}
 	s.mu.Unlock()
+	set := func(p goredis.Pipeliner, i int, cmds []goredis.Cmder) []goredis.Cmder {
+		it := items[i]
+		if pinTTL[i] <= 0 {
+			return append(cmds, p.Set(ctx, s.key(it.Key), it.Value, s.cfg.TTL))
+		}
+		return append(cmds, p.Set(ctx, s.key(it.Key), it.Value, max(s.cfg.TTL, pinTTL[i])),
+			p.Set(ctx, s.pinKey(it.Key), ms(pinTTL[i]), pinTTL[i]))
+	}
+	var partial error // on a cluster: the items of masters that failed
+	done := make([]bool, len(items))
 	err := s.call(ctx, func(ctx context.Context) error {
-		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		if s.cluster {
+			keys := make([]tier.Key, len(items))
 			for i, it := range items {
-				if pinTTL[i] <= 0 {
-					p.Set(ctx, s.key(it.Key), it.Value, s.cfg.TTL)
-					continue
+				keys[i] = it.Key
+			}
+			groups := s.groupBySlot(keys)
+			answered, err := s.perNode(ctx, keys, groups, func(p goredis.Pipeliner, gi int) []goredis.Cmder {
+				var cmds []goredis.Cmder
+				for _, i := range groups[gi].idx {
+					cmds = set(p, i, cmds)
 				}
-				p.Set(ctx, s.key(it.Key), it.Value, max(s.cfg.TTL, pinTTL[i]))
-				p.Set(ctx, s.pinKey(it.Key), ms(pinTTL[i]), pinTTL[i])
+				return cmds
+			})
+			if err != nil {
+				return err
+			}
+			for gi, g := range groups {
+				for _, i := range g.idx {
+					done[i] = answered[gi]
+				}
+			}
+			partial = unanswered(groups, answered, "write")
+			return nil
+		}
+		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for i := range items {
+				set(p, i, nil)
 			}
 			return nil
 		})
+		for i := range done {
+			done[i] = true
+		}
 		return err
 	})
 	if err != nil {
@@ -261,12 +333,12 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 	}
 	s.mu.Lock()
 	for i, it := range items {
-		if pinTTL[i] > 0 {
+		if pinTTL[i] > 0 && done[i] {
 			s.mu.pins[it.Key] = tier.PinInfo{Key: it.Key, TTL: pinTTL[i], Expires: now.Add(pinTTL[i])}
 		}
 	}
 	s.mu.Unlock()
-	return nil
+	return partial
 }
 
 // Delete removes the blocks and their pin records.
@@ -274,8 +346,22 @@ func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 	if len(keys) == 0 {
 		return ctx.Err()
 	}
+	var partial error
 	err := s.call(ctx, func(ctx context.Context) error {
-		// One DEL per key: a multi-key DEL spanning slots fails on a cluster.
+		if s.cluster { // one DEL per slot: a multi-key DEL spanning slots fails on a cluster
+			groups := s.groupBySlot(keys)
+			answered, err := s.perNode(ctx, keys, groups, func(p goredis.Pipeliner, gi int) []goredis.Cmder {
+				names := make([]string, 0, 2*len(groups[gi].idx))
+				for _, i := range groups[gi].idx {
+					names = append(names, s.key(keys[i]), s.pinKey(keys[i]))
+				}
+				return []goredis.Cmder{p.Del(ctx, names...)}
+			})
+			if err == nil {
+				partial = unanswered(groups, answered, "delete")
+			}
+			return err
+		}
 		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for _, k := range keys {
 				p.Del(ctx, s.key(k))
@@ -293,7 +379,7 @@ func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 		delete(s.mu.pins, k)
 	}
 	s.mu.Unlock()
-	return nil
+	return partial
 }
 
 func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
@@ -303,6 +389,26 @@ func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
 	}
 	err := s.call(ctx, func(ctx context.Context) error {
 		cmds := make([]*goredis.IntCmd, len(keys))
+		if s.cluster { // a key of a master that failed is not held, as far as a reader can tell
+			groups := s.groupBySlot(keys)
+			answered, err := s.perNode(ctx, keys, groups, func(p goredis.Pipeliner, gi int) []goredis.Cmder {
+				var out []goredis.Cmder
+				for _, i := range groups[gi].idx {
+					cmds[i] = p.Exists(ctx, s.key(keys[i]))
+					out = append(out, cmds[i])
+				}
+				return out
+			})
+			if err != nil {
+				return err
+			}
+			for gi, g := range groups {
+				for _, i := range g.idx {
+					out[i] = answered[gi] && cmds[i].Val() > 0
+				}
+			}
+			return nil
+		}
 		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for i, k := range keys {
 				cmds[i] = p.Exists(ctx, s.key(k))
@@ -332,5 +438,42 @@ func (s *Store) Stats() tier.Stats {
 	return tier.Stats{Hits: s.mu.hits, Misses: s.mu.misses, PinnedItems: int64(len(s.mu.pins))}
 }
 
-// BreakerOpen reports whether calls are being skipped now.
-func (s *Store) BreakerOpen() bool { return s.breaker.isOpen() }
+// BreakerOpen reports whether calls are being skipped now: the store's breaker is open, or on
+// a cluster some master's.
+func (s *Store) BreakerOpen() bool { return s.BreakerStats().Open > 0 }
+
+// BreakerStats are the counters of the store's circuit breakers: its own (a whole call
+// failed) and, on a cluster, one per master.
+type BreakerStats struct {
+	Open        int    // breakers open now
+	Opens       uint64 // closed → open
+	Recoveries  uint64 // open → closed: a probe after the cool-down succeeded
+	FailedCalls uint64 // calls (on a cluster: a master's share of a batch) that failed
+	// SkippedKeys are keys of cluster batches not answered because their master's breaker
+	// was open or its share failed while others answered: misses for Get, not held for
+	// Contains, an error each for Put and Delete.
+	SkippedKeys uint64
+}
+
+// BreakerStats returns the breakers' counters.
+func (s *Store) BreakerStats() BreakerStats {
+	var out BreakerStats
+	add := func(c breakerCounts) {
+		if c.open {
+			out.Open++
+		}
+		out.Opens += c.opens
+		out.Recoveries += c.recoveries
+		out.FailedCalls += c.failed
+	}
+	add(s.breaker.counts())
+	s.nodes.Lock()
+	for _, b := range s.nodes.m {
+		add(b.counts())
+	}
+	s.nodes.Unlock()
+	s.mu.Lock()
+	out.SkippedKeys = s.mu.skipped
+	s.mu.Unlock()
+	return out
+}

@@ -67,9 +67,16 @@ func TestConfig(t *testing.T) {
 	if _, err := Open("redis://127.0.0.1:1/0", Config{}); err == nil {
 		t.Fatal("zero digest accepted")
 	}
-	if _, err := Open("http://nope", Config{IdentityDigest: [32]byte{1}}); err == nil {
-		t.Fatal("bad URL accepted")
+	for _, url := range []string{"http://nope", "redis+cluster://127.0.0.1:1?no_such_option=1", "rediss+cluster://%zz", "redis+cluster://127.0.0.1:1?addr="} {
+		if _, err := Open(url, Config{IdentityDigest: [32]byte{1}}); err == nil {
+			t.Errorf("bad URL %q accepted", url)
+		}
 	}
+	s, err := Open("redis+cluster://127.0.0.1:1?addr=127.0.0.1:2", Config{IdentityDigest: [32]byte{1}})
+	if err != nil || !s.cluster {
+		t.Fatalf("cluster URL: %v (cluster %v)", err, s != nil && s.cluster)
+	}
+	s.Close()
 }
 
 // Two replicas of one model share blocks through one Redis; a replica of

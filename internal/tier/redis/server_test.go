@@ -109,3 +109,93 @@ func startCluster(t *testing.T) *server {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// cluster is a 3-master Redis Cluster started by a test: each master owns a third of the
+// slots, no replicas, and cluster-require-full-coverage off, so that a master that dies
+// leaves the others serving their slots (what a deployment should configure; docs/deploy.md).
+type cluster struct {
+	t     *testing.T
+	nodes []*server
+	ids   []string
+}
+
+// seeds are the masters' addresses, for a ClusterClient.
+func (c *cluster) seeds() []string {
+	var out []string
+	for _, n := range c.nodes {
+		out = append(out, n.addr())
+	}
+	return out
+}
+
+func (c *cluster) admin(i int) *goredis.Client {
+	cl := goredis.NewClient(&goredis.Options{Addr: c.nodes[i].addr(), MaxRetries: -1})
+	c.t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// startCluster3 starts three masters and joins them with CLUSTER ADDSLOTSRANGE and CLUSTER
+// MEET (what redis-cli --cluster create does, without its one-second waits).
+func startCluster3(t *testing.T) *cluster {
+	t.Helper()
+	c := &cluster{t: t}
+	ctx := context.Background()
+	for range 3 {
+		c.nodes = append(c.nodes, startServer(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "500", "--cluster-require-full-coverage", "no"))
+	}
+	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
+	for i := range c.nodes {
+		a := c.admin(i)
+		if err := a.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", ranges[i][0], ranges[i][1]).Err(); err != nil {
+			t.Fatalf("node %d: CLUSTER ADDSLOTSRANGE: %v", i, err)
+		}
+		id, err := a.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.ids = append(c.ids, id)
+		if i > 0 {
+			if err := a.ClusterMeet(ctx, "127.0.0.1", fmt.Sprint(c.nodes[0].port)).Err(); err != nil {
+				t.Fatalf("node %d: CLUSTER MEET: %v", i, err)
+			}
+		}
+	}
+	c.waitOK()
+	return c
+}
+
+// waitOK waits until every live node sees all three masters and every slot served.
+func (c *cluster) waitOK() {
+	c.t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(15 * time.Second)
+	for i, n := range c.nodes {
+		if n.cmd == nil {
+			continue
+		}
+		a := c.admin(i)
+		for {
+			info, err := a.ClusterInfo(ctx).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") &&
+				strings.Contains(info, "cluster_slots_ok:16384") {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("node %d: cluster not ok: %v\n%s", i, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// owner returns the index of the master that serves slot.
+func (c *cluster) owner(slot int) int {
+	switch {
+	case slot <= 5460:
+		return 0
+	case slot <= 10922:
+		return 1
+	}
+	return 2
+}
