@@ -155,6 +155,14 @@ func Open(cfg Config, reg prometheus.Registerer) (*Tiers, error) {
 		}
 		t.tiers = append(t.tiers, Tier{Tier: kvtier.Remote, Store: s})
 		t.closers = append(t.closers, s.Close)
+		if reg != nil {
+			// Its breaker counters (stockpot_kv_remote_breaker_*): per master on a cluster.
+			if err := reg.Register(s); err != nil {
+				if _, dup := err.(prometheus.AlreadyRegisteredError); !dup {
+					return fail(fmt.Errorf("remote tier metrics: %w", err))
+				}
+			}
+		}
 	}
 	if err := t.start(reg); err != nil {
 		return fail(err)
