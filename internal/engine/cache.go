@@ -9,9 +9,11 @@ import (
 type cacheAdapter struct{ c *prefix.Cache }
 
 func (a cacheAdapter) match(root prefix.Hash, tokens []int32) ([]kvcache.BlockID, []prefix.Hash, int) {
-	m := a.c.Match(root, tokens)
+	m := a.c.Lookup(root, prefix.BlockHashes(root, tokens, a.c.BlockSize()), tokens)
 	return m.Blocks, m.Hashes, m.Pending
 }
+
+func (a cacheAdapter) reused(blocks []kvcache.BlockID) { a.c.Reused(blocks) }
 
 func (a cacheAdapter) allocate(n int) ([]kvcache.BlockID, error) { return a.c.Allocate(n) }
 

@@ -13,8 +13,11 @@ import (
 type blockCache interface {
 	// match takes refs on the longest cached run of full blocks of tokens under root (at most
 	// ⌊(len−1)/B⌋ blocks) and says how many blocks right after it other requests are computing.
-	// hashes are the chain hashes of every full block of tokens.
+	// hashes are the chain hashes of every full block of tokens. It counts no reuse: a match
+	// may be a peek or an admission that is retried.
 	match(root prefix.Hash, tokens []int32) (blocks []kvcache.BlockID, hashes []prefix.Hash, pending int)
+	// reused counts one reuse on each block (held): the request's first admission used them.
+	reused(blocks []kvcache.BlockID)
 	// allocate takes n fresh blocks (ref 1 each), evicting cached ones if it must.
 	allocate(n int) ([]kvcache.BlockID, error)
 	// available says how many blocks allocate could hand out now (free plus evictable).
@@ -439,6 +442,11 @@ func (c *Core) admit(now time.Time) {
 		if !s.admitted {
 			s.admitted = true
 			s.started = now
+			// One reuse per request per block, here and only here: not at PeekDevice, not at
+			// the matches of admissions that waited (dedup, memory), not at a re-admission
+			// after a preemption (those are its own blocks). Offload admission (hits) and
+			// eviction's protection count distinct requests.
+			c.cache.reused(matched)
 			s.usage.DeviceTokens = len(matched) * B
 			s.usage.Miss = c.missEvidence(s, len(matched)+len(restore)) // miss.go
 			s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()

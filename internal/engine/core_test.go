@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,6 +41,9 @@ import (
 //	                                     the reserved blocks
 //	reserved                             blocks reserved now (CoreStats.ReservedBlocks)
 //	cancel id=I                          Core.Cancel
+//	peek tokens=(…) [salt=S]             Core.PeekDevice: the blocks the pool holds (no reuse)
+//	hits                                 every cached block's reuse count (offload admission's
+//	                                     hits: distinct requests that reused it)
 //	tick [by=D]                          advance the clock (default 1ms)
 //	step [next=(I:TOK,…)]                Schedule, print the plan, run the fake model, Advance
 //	schedule                             Schedule only; print the plan (the step is then lost:
@@ -233,6 +237,19 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 		}
 	case "reserved":
 		s.printf("reserved=%d\n", s.core.Stats().ReservedBlocks)
+	case "peek":
+		have, _ := s.core.PeekDevice(prefix.Root(nil, argOr(t, d, "salt", "")), tokenList(t, d, "tokens"))
+		s.printf("peek: %d blocks on the device\n", have)
+	case "hits":
+		var evs []prefix.Event
+		s.cache.Live(func(ev prefix.Event) {
+			ev.Tokens = slices.Clone(ev.Tokens)
+			evs = append(evs, ev)
+		})
+		slices.SortFunc(evs, func(a, b prefix.Event) int { return int(a.Block - b.Block) })
+		for _, ev := range evs {
+			s.printf("block %d depth %d tokens %v hits %d\n", ev.Block, ev.Depth, ev.Tokens, ev.Hits)
+		}
 	case "cancel":
 		s.core.Cancel(s.id(d), s.now)
 	case "tick":

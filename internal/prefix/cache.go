@@ -238,7 +238,35 @@ func (c *Cache) Match(root Hash, tokens []int32) Match {
 
 // MatchHashes is Match with the block hashes already computed
 // (BlockHashes(root, tokens, BlockSize)); it keeps hashes as Match.Hashes.
+// Match and MatchHashes count one reuse on every block they return (Reused):
+// for callers whose every match is a use. A caller that also matches to look
+// (a peek) or retries a match uses Lookup, and Reused once the match is used.
 func (c *Cache) MatchHashes(root Hash, hashes []Hash, tokens []int32) Match {
+	m := c.Lookup(root, hashes, tokens)
+	c.Reused(m.Blocks)
+	return m
+}
+
+// Reused counts one reuse (the hits of offload admission and of eviction's
+// MinHitsToProtect) on each block: a request used them. The engine calls it
+// once per request, at the request's first admission, with the blocks that
+// admission's match returned, so a block's hits count distinct requests that
+// reused it, not peeks or the retries of an admission that had to wait.
+// REQUIRES: the caller holds a reference on each block (the match's), so none
+// is in the eviction heap, whose order hits are part of (panics otherwise).
+func (c *Cache) Reused(blocks []BlockID) {
+	for _, b := range blocks {
+		if c.pool.RefCount(b) == 0 {
+			panic(fmt.Sprintf("prefix: Reused of block %d, which the caller does not hold", b))
+		}
+		c.meta[b].hits++
+	}
+}
+
+// Lookup is MatchHashes without counting a reuse: it takes the references,
+// stamps recency and counts the query, but a block's hits are left to
+// Reused. See MatchHashes.
+func (c *Cache) Lookup(root Hash, hashes []Hash, tokens []int32) Match {
 	bs := c.cfg.BlockSize
 	if len(hashes) != len(tokens)/bs {
 		panic(fmt.Sprintf("prefix: %d hashes for %d tokens of block size %d", len(hashes), len(tokens), bs))
@@ -274,7 +302,6 @@ func (c *Cache) MatchHashes(root Hash, hashes []Hash, tokens []int32) Match {
 		copy(m.Blocks, hits)
 		for _, b := range m.Blocks {
 			e := &c.meta[b]
-			e.hits++
 			e.lastUse = c.clock
 			c.ref(b)
 		}
