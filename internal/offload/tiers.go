@@ -304,6 +304,9 @@ func (t *Tiers) evicted(ev prefix.Event) Evicted {
 		PrefixTokens: int(ev.Depth+1) * t.cfg.Layout.BlockSize, StateComplete: true}
 }
 
+// WriterStats returns the writer's counters (write-back and write-through, per tier).
+func (t *Tiers) WriterStats() WriterStats { return t.writer.Stats() }
+
 // Stats returns the tiers' rows of the stockpot_kv_cache_* metrics (server.Config.TierStats).
 func (t *Tiers) Stats() []kvtier.Stat { return TierStats(t.tiers) }
 
