@@ -1,10 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"stockpot/internal/engine"
 	"stockpot/internal/offload"
 )
 
@@ -80,5 +82,52 @@ func TestServeWriteFlags(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), strings.TrimPrefix(args[0], "--")) {
 			t.Errorf("serve %v: %v, want an error naming the flag", args, err)
 		}
+	}
+}
+
+// TestPromotionFromDisk: a prefix restored from disk is also put in host, so the next request
+// for it, after the working pool evicted it, reads it from host. The second server's write
+// admission (--offload-min-hits 5) keeps every eviction out of host: only promotion puts the
+// prefix there.
+func TestPromotionFromDisk(t *testing.T) {
+	dir := t.TempDir()
+	prompt := longText(1500)
+	_, url, stop := tieredInstance(t, "synthetic:tiny-llama-spm", offload.Config{DiskDir: dir, DiskBytes: 1 << 30})
+	first := completeText(t, url, prompt)
+	stop() // the working pool is written back to disk
+
+	to := offload.Config{HostBytes: 64 << 20, DiskDir: dir, DiskBytes: 1 << 30, Admission: offload.Admission{MinHits: 5}}
+	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: 16, kvBudget: 70 * 8192, prefixCache: true,
+		maxBatch: 256, maxRunning: 4, tiers: to, prefetch: engine.PrefetchWait}
+	inst, err := newInstance(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := newHTTPServer(inst)
+	defer func() { ts.Close(); inst.Close() }()
+	restored := completeText(t, ts.URL, prompt)
+	blocks := restored.usage.Cache["disk_tokens"] / 16
+	if blocks == 0 {
+		t.Fatalf("nothing restored from disk: %v", restored.usage.Cache)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for st := inst.tiers.WriterStats(); st.Written[0] < uint64(blocks); st = inst.tiers.WriterStats() {
+		if time.Now().After(deadline) {
+			t.Fatalf("promotions: %+v, want %d written to host", st, blocks)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := 0; i < 3; i++ { // push the prompt out of the working pool
+		completeText(t, ts.URL, fmt.Sprint(i, longText(1500)))
+	}
+	if st := inst.tiers.WriterStats(); st.Enqueued != 0 {
+		t.Fatalf("evictions were written back (%+v): the test needs host to get the prefix by promotion only", st)
+	}
+	again := completeText(t, ts.URL, prompt)
+	if got := again.usage.Cache["host_tokens"]; got != blocks*16 {
+		t.Errorf("after eviction: host tokens %d, want %d promoted (%v)", got, blocks*16, again.usage.Cache)
+	}
+	if again.text != first.text || restored.text != first.text {
+		t.Errorf("outputs differ: %q, %q, %q", first.text, restored.text, again.text)
 	}
 }

@@ -113,6 +113,11 @@
 // to copy() (host), to os.ReadFile (a warm page cache) and to O_DIRECT reads
 // of the same files (a cold one).
 //
+// Promotion (promote.go): the verified blocks a fetch restored from disk or remote are also
+// queued, as read (no copy), on the host tier's write queue, off the request's path, so the
+// next request that needs them after the pool lets them go reads RAM. Host's own budget and
+// eviction apply; the write admission is not applied again.
+//
 // # Cost model
 //
 // CostModel is pure (no clock, no locks): the caller feeds it measured reads

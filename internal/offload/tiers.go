@@ -196,6 +196,9 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	if t.fetcher, err = NewFetcher(fcfg, t.tiers, t.metrics); err != nil {
 		return err
 	}
+	if len(t.tiers) > 1 && t.tiers[0].Tier == kvtier.Host {
+		t.fetcher.SetPromote(t.writer.Promote) // promote.go
+	}
 	t.restorer = newRestorer(t.fetcher, cfg)
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
 	t.sweeper = make(chan struct{})

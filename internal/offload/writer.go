@@ -92,6 +92,7 @@ type Evicted struct {
 type WriterStats struct {
 	Enqueued, NotAdmitted uint64
 	Through               uint64 // blocks offered to the written-through tiers and admitted
+	Promoted              uint64 // restored blocks queued to host (promotion)
 	Dropped, Written      []uint64
 	Failed                []uint64 // blocks whose Put returned an error
 	Spilled               []uint64 // blocks a faster tier evicted, handed to this one
@@ -121,6 +122,7 @@ type Writer struct {
 	queues      []*tierQueue
 	enqueued    atomic.Uint64
 	through     atomic.Uint64
+	promoted    atomic.Uint64
 	notAdmitted atomic.Uint64
 	closeOnce   sync.Once
 	mu          sync.RWMutex // Enqueue holds it shared; Close exclusive
@@ -401,7 +403,7 @@ func (w *Writer) Close() {
 
 // Stats returns the counters.
 func (w *Writer) Stats() WriterStats {
-	st := WriterStats{Enqueued: w.enqueued.Load(), Through: w.through.Load(), NotAdmitted: w.notAdmitted.Load()}
+	st := WriterStats{Enqueued: w.enqueued.Load(), Through: w.through.Load(), Promoted: w.promoted.Load(), NotAdmitted: w.notAdmitted.Load()}
 	for _, q := range w.queues {
 		st.Dropped = append(st.Dropped, q.dropped.Load())
 		st.Written = append(st.Written, q.written.Load())
