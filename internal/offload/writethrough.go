@@ -66,6 +66,10 @@ func (p WritePolicy) writesThrough(t kvtier.Tier) bool { return t == kvtier.Remo
 // the commit, or they did not pass admission, which write-back applies too (hits only grow,
 // and a block evicted at its threshold was written through at that reuse). A write-through
 // that was dropped is lost until another replica computes the block.
+//
+// A block restored from the remote tier is committed like a computed one, so it is written
+// through again: a second write of the same bytes, which also restarts its TTL in Redis (an
+// unpinned block's reads do not), so a prefix the fleet keeps restoring does not expire.
 func (w *Writer) Through(ev Evicted, kv []byte) bool {
 	if w.cfg.Remote == WriteSelective && !w.cfg.Admission.Admit(ev.Hits, ev.PrefixTokens) {
 		w.notAdmitted.Add(1)
