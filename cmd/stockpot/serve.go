@@ -242,8 +242,10 @@ func cmdServe(args []string) error {
 	diskCache := fs.String("disk-cache", td.DiskDir, "disk tier directory; empty = off")
 	diskSize := fs.String("disk-cache-size", bytesize.Format(td.DiskBytes), "disk tier budget")
 	remoteCache := fs.String("remote-cache", td.RemoteURL, "remote tier, redis://host:port/db; empty = off")
-	minHits := fs.Int("offload-min-hits", td.Admission.MinHits, "write back only blocks reused at least this often")
+	minHits := fs.Int("offload-min-hits", td.Admission.MinHits, "offload only blocks that at least this many requests reused")
 	minPrefix := fs.Int("offload-min-prefix-tokens", td.Admission.MinPrefixTokens, "write back only blocks ending at least this many tokens into their prompt")
+	remoteWrite := fs.String("remote-write", td.RemoteWrite.String(), "when the remote tier is written: through (every computed block at once), selective (at once, the blocks that pass --offload-min-*), back (on eviction and shutdown, as host and disk)")
+	maxOffload := fs.Int("max-offload-tokens", td.MaxOffloadTokens, "offload no block ending past this many tokens into its prompt (a request's max_offload_tokens caps further); 0 = no cap")
 	prefetch := fs.String("prefetch", ed.Prefetch.String(), "queued requests vs their tier prefetch: wait, timeout or best-effort")
 	prefetchTimeout := fs.Duration("prefetch-timeout", ed.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
 	pinBudget := fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
@@ -293,6 +295,13 @@ func cmdServe(args []string) error {
 	to := td
 	to.DiskDir, to.RemoteURL = *diskCache, *remoteCache
 	to.Admission = offload.Admission{MinHits: *minHits, MinPrefixTokens: *minPrefix}
+	if to.RemoteWrite, err = offload.ParseWritePolicy(*remoteWrite); err != nil {
+		return fmt.Errorf("--remote-write: %w", err)
+	}
+	if *maxOffload < 0 {
+		return fmt.Errorf("--max-offload-tokens %d must be >= 0", *maxOffload)
+	}
+	to.MaxOffloadTokens = *maxOffload
 	if to.HostBytes, err = bytesize.Parse(*hostCache); err != nil {
 		return fmt.Errorf("--host-cache: %w", err)
 	}

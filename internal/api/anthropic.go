@@ -139,6 +139,8 @@ type anthropicBody struct {
 	CacheControl  json.RawMessage    `json:"cache_control"` // automatic caching: a breakpoint at the end
 	CacheReport   bool               `json:"cache_report"`  // Stockpot: usage.cache.miss
 	PinStrict     bool               `json:"pin_strict"`    // Stockpot extension; see MessagesRequest
+	// MaxOffloadTokens is vLLM's max_offload_tokens, as on chat (GenerationParams).
+	MaxOffloadTokens *int `json:"max_offload_tokens"`
 }
 
 // chat-request JSON built from an Anthropic body (then parsed by ParseChatRequest).
@@ -184,6 +186,9 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	}
 	if len(b.Messages) == 0 {
 		return nil, Invalid("messages", "messages: at least one message is required")
+	}
+	if err := CheckMaxOffloadTokens(b.MaxOffloadTokens); err != nil {
+		return nil, err
 	}
 	if b.Temperature != nil && (*b.Temperature < 0 || *b.Temperature > 1) {
 		return nil, Invalid("temperature", "temperature must be between 0 and 1, got %v", *b.Temperature)
@@ -393,6 +398,7 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	chat.StopStrings = b.StopSequences // validated above; more than chat's 4 are allowed
 	r.Chat = chat
 	r.Chat.CacheReport = b.CacheReport
+	r.Chat.MaxOffloadTokens = b.MaxOffloadTokens
 	return r, nil
 }
 

@@ -18,6 +18,10 @@ var fuzzSeeds = []string{
 	`{"messages":[{"role":"user","content":"x"}],"prompt_cache_retention":"24h","pin_strict":true}`,
 	`{"prompt":"x","prompt_cache_retention":"in_memory"}`,
 	`{"prompt":"x","prompt_cache_retention":"1h"}`,
+	`{"prompt":"x","max_offload_tokens":256}`,
+	`{"prompt":"x","max_offload_tokens":-1}`,
+	`{"messages":[{"role":"user","content":"x"}],"max_offload_tokens":0}`,
+	`{"messages":[{"role":"user","content":"x"}],"max_offload_tokens":1.5}`,
 }
 
 func checkParsed(t *testing.T, p *GenerationParams, err error) {
@@ -38,6 +42,9 @@ func checkParsed(t *testing.T, p *GenerationParams, err error) {
 	}
 	if p.MaxTokens != nil && *p.MaxTokens < 1 {
 		t.Fatalf("max_tokens %d accepted", *p.MaxTokens)
+	}
+	if p.MaxOffloadTokens != nil && *p.MaxOffloadTokens < 0 {
+		t.Fatalf("max_offload_tokens %d accepted", *p.MaxOffloadTokens)
 	}
 	if p.PromptCacheRetention != "" && p.RetentionTTL() <= 0 {
 		t.Fatalf("prompt_cache_retention %q accepted", p.PromptCacheRetention)

@@ -66,6 +66,11 @@ type GenerationParams struct {
 	// PinStrict (Stockpot extension pin_strict) refuses the request with a 400 when its pin
 	// does not fit in the server's pin budget, instead of pinning part of it.
 	PinStrict bool `json:"pin_strict"`
+	// MaxOffloadTokens (vLLM's max_offload_tokens) caps the prefix depth, in tokens from the
+	// prompt's start, of the blocks this request computes that the lower tiers (host, disk,
+	// remote) may keep: a one-off suffix stays out of them. nil: the server's default
+	// (--max-offload-tokens); 0: offload nothing it computes. An integer >= 0.
+	MaxOffloadTokens *int `json:"max_offload_tokens"`
 
 	// StopStrings is Stop decoded: at most MaxStop non-empty strings. Set by parsing.
 	StopStrings []string `json:"-"`
@@ -358,6 +363,9 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 	if len(p.CacheSalt) > MaxCacheSaltBytes {
 		return Invalid("cache_salt", "cache_salt is %d bytes, over the limit of %d; use a tenant id or a hash of one", len(p.CacheSalt), MaxCacheSaltBytes)
 	}
+	if err := CheckMaxOffloadTokens(p.MaxOffloadTokens); err != nil {
+		return err
+	}
 	switch p.PromptCacheRetention {
 	case "", RetentionInMemoryName, Retention24hName:
 	default:
@@ -564,6 +572,15 @@ func (m *ChatRequestMessage) parse(i int) error {
 		m.Parts = texts
 	default:
 		return Invalid(param+".content", "%s.content must be a string or an array of text parts", param)
+	}
+	return nil
+}
+
+// CheckMaxOffloadTokens validates max_offload_tokens: absent, or an integer >= 0 (JSON decoding
+// already refused a non-integer).
+func CheckMaxOffloadTokens(n *int) error {
+	if n != nil && *n < 0 {
+		return Invalid("max_offload_tokens", "max_offload_tokens must be an integer >= 0, got %d", *n)
 	}
 	return nil
 }

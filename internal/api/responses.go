@@ -34,6 +34,7 @@ type ResponsesRequest struct {
 	PromptCacheRetention string `json:"prompt_cache_retention"`
 	PinStrict            bool   `json:"pin_strict"`
 	PromptCacheKey       string `json:"prompt_cache_key"`
+	MaxOffloadTokens     *int   `json:"max_offload_tokens"` // passed to the chat request
 
 	// Items is Input decoded, in order. Set by parsing.
 	Items []ResponsesItem `json:"-"`
@@ -80,6 +81,9 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 		return nil, err
 	}
 	if err := checkPromptCacheKey(r.PromptCacheKey); err != nil {
+		return nil, err
+	}
+	if err := CheckMaxOffloadTokens(r.MaxOffloadTokens); err != nil {
 		return nil, err
 	}
 	items, err := parseResponsesInput(r.Input)
@@ -326,6 +330,9 @@ func (r *ResponsesRequest) ChatRequest(prior []ResponsesItem) (*ChatRequest, err
 	}
 	if r.PinStrict {
 		body["pin_strict"] = true
+	}
+	if r.MaxOffloadTokens != nil {
+		body["max_offload_tokens"] = *r.MaxOffloadTokens
 	}
 	b, err := json.Marshal(body)
 	if err != nil {

@@ -9,8 +9,15 @@ import (
 type cacheAdapter struct{ c *prefix.Cache }
 
 func (a cacheAdapter) match(root prefix.Hash, tokens []int32) ([]kvcache.BlockID, []prefix.Hash, int) {
-	m := a.c.Match(root, tokens)
+	m := a.c.Lookup(root, prefix.BlockHashes(root, tokens, a.c.BlockSize()), tokens)
 	return m.Blocks, m.Hashes, m.Pending
+}
+
+func (a cacheAdapter) reused(blocks []kvcache.BlockID, allow int) {
+	for _, b := range blocks[:min(allow, len(blocks))] {
+		a.c.AllowOffload(b)
+	}
+	a.c.Reused(blocks)
 }
 
 func (a cacheAdapter) allocate(n int) ([]kvcache.BlockID, error) { return a.c.Allocate(n) }
@@ -21,8 +28,13 @@ func (a cacheAdapter) markPending(owner uint64, hashes []prefix.Hash) {
 	a.c.MarkPending(hashes, prefix.Owner(owner))
 }
 
-func (a cacheAdapter) commit(hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID, share bool) kvcache.BlockID {
-	canon, _ := a.c.Commit(hash, parent, tokens, block)
+func (a cacheAdapter) commit(hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID, share, offload bool) kvcache.BlockID {
+	var canon kvcache.BlockID
+	if offload {
+		canon, _ = a.c.Commit(hash, parent, tokens, block)
+	} else {
+		canon, _ = a.c.CommitNoOffload(hash, parent, tokens, block)
+	}
 	if !share || canon == block {
 		return block
 	}

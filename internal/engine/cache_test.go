@@ -24,13 +24,13 @@ func TestCacheAdapterCommitSharesDuplicate(t *testing.T) {
 		t.Fatal(err)
 	}
 	first, dup := blocks[0], blocks[1]
-	if got := a.commit(h, root, toks, first, true); got != first {
+	if got := a.commit(h, root, toks, first, true, true); got != first {
 		t.Fatalf("first commit holds block %d, want its own %d", got, first)
 	}
-	if got := a.commit(h, root, toks, dup, false); got != dup {
+	if got := a.commit(h, root, toks, dup, false, true); got != dup {
 		t.Fatalf("commit without share holds block %d, want its own %d", got, dup)
 	}
-	if got := a.commit(h, root, toks, dup, true); got != first {
+	if got := a.commit(h, root, toks, dup, true, true); got != first {
 		t.Fatalf("duplicate commit holds block %d, want the shared %d", got, first)
 	}
 	if used, _, _ := a.stats(); used != 1 {

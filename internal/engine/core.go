@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"math"
 	"time"
 
 	"stockpot/internal/kvcache"
@@ -13,8 +14,12 @@ import (
 type blockCache interface {
 	// match takes refs on the longest cached run of full blocks of tokens under root (at most
 	// ⌊(len−1)/B⌋ blocks) and says how many blocks right after it other requests are computing.
-	// hashes are the chain hashes of every full block of tokens.
+	// hashes are the chain hashes of every full block of tokens. It counts no reuse: a match
+	// may be a peek or an admission that is retried.
 	match(root prefix.Hash, tokens []int32) (blocks []kvcache.BlockID, hashes []prefix.Hash, pending int)
+	// reused counts one reuse on each block (held): the request's first admission used them.
+	// The first allow of them are within its max_offload_tokens: offloading them is allowed.
+	reused(blocks []kvcache.BlockID, allow int)
 	// allocate takes n fresh blocks (ref 1 each), evicting cached ones if it must.
 	allocate(n int) ([]kvcache.BlockID, error)
 	// available says how many blocks allocate could hand out now (free plus evictable).
@@ -24,7 +29,8 @@ type blockCache interface {
 	// commit registers a computed block and returns the block the caller holds from now on:
 	// block itself, or, when share is set and another request committed the same block first,
 	// that shared block (ref'd for the caller; block is released). Either stays ref'd.
-	commit(hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID, share bool) kvcache.BlockID
+	// offload false: the tiers must not keep it (beyond the request's max_offload_tokens).
+	commit(hash, parent prefix.Hash, tokens []int32, block kvcache.BlockID, share, offload bool) kvcache.BlockID
 	// abort drops owner's pending marks.
 	abort(owner uint64)
 	// release drops one ref on each block (tail blocks should be evicted first).
@@ -439,6 +445,11 @@ func (c *Core) admit(now time.Time) {
 		if !s.admitted {
 			s.admitted = true
 			s.started = now
+			// One reuse per request per block, here and only here: not at PeekDevice, not at
+			// the matches of admissions that waited (dedup, memory), not at a re-admission
+			// after a preemption (those are its own blocks). Offload admission (hits) and
+			// eviction's protection count distinct requests.
+			c.cache.reused(matched, s.offloadBlocks(B))
 			s.usage.DeviceTokens = len(matched) * B
 			s.usage.Miss = c.missEvidence(s, len(matched)+len(restore)) // miss.go
 			s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
@@ -732,10 +743,19 @@ func (c *Core) commitFull(s *seq, share bool, now time.Time) {
 		if bi > 0 {
 			parent = s.hashes[bi-1]
 		}
-		s.blocks[bi] = c.cache.commit(s.hashes[bi], parent, s.tokens[bi*B:(bi+1)*B], s.blocks[bi], share)
+		s.blocks[bi] = c.cache.commit(s.hashes[bi], parent, s.tokens[bi*B:(bi+1)*B], s.blocks[bi], share, bi < s.offloadBlocks(B))
 		c.pins.adopt(c.cache, s, bi, now)
 		s.committed++
 	}
+}
+
+// offloadBlocks is how many leading blocks of s the tiers may keep: those that end within its
+// max_offload_tokens (all of them without a cap).
+func (s *seq) offloadBlocks(B int) int {
+	if s.req.MaxOffloadTokens == nil {
+		return math.MaxInt
+	}
+	return *s.req.MaxOffloadTokens / B
 }
 
 func (c *Core) finish(s *seq, reason string, now time.Time) {

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,12 +24,14 @@ import (
 //	new blocks=N [block-size=B] [batch=T] [running=R] [ctx=L] [eog=(…)] [prefix=false]
 //	    [dedup=false] [prefetch=wait|timeout|best-effort] [prefetch-timeout=D] [pin-budget=N]
 //	add id=I tokens=(…) [max=N] [stop=(…)] [ignore-eos] [salt=S] [allow=TOK done-after=K]
-//	    [pin=(TOKENS:TTL,…)] [strict]    (a done request prints its pins as
+//	    [pin=(TOKENS:TTL,…)] [strict] [max-offload=N]
+//	                                     (a done request prints its pins as
 //	                                     pinned/requested@TTL+created)
 //	                                     Core.Add at the current time; allow: a constraint that
 //	                                     allows only TOK and is done after K of them; pin: the
 //	                                     request's PinSpecs; strict: PinStrict, reserved first
-//	                                     with ReservePins (a refusal is printed, nothing added)
+//	                                     with ReservePins (a refusal is printed, nothing added);
+//	                                     max-offload: Request.MaxOffloadTokens
 //	pins                                 Core.Pins (expires is shown relative to time 0)
 //	expire                               Core.ExpirePins at the current time
 //	unpin [from-depth=D]                 Core.Unpin of every pin at depth >= D (default 0)
@@ -40,6 +43,10 @@ import (
 //	                                     the reserved blocks
 //	reserved                             blocks reserved now (CoreStats.ReservedBlocks)
 //	cancel id=I                          Core.Cancel
+//	peek tokens=(…) [salt=S]             Core.PeekDevice: the blocks the pool holds (no reuse)
+//	hits                                 every cached block's reuse count (offload admission's
+//	                                     hits: distinct requests that reused it) and no-offload
+//	                                     (beyond max_offload_tokens: the tiers never keep it)
 //	tick [by=D]                          advance the clock (default 1ms)
 //	step [next=(I:TOK,…)]                Schedule, print the plan, run the fake model, Advance
 //	schedule                             Schedule only; print the plan (the step is then lost:
@@ -176,6 +183,10 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			req.Sampling.Constraint = &fakeConstraint{allow: argOr(t, d, "allow", 0), left: argOr(t, d, "done-after", 1)}
 		}
 		req.Pins = pinList(t, d)
+		if d.HasArg("max-offload") {
+			n := argOr(t, d, "max-offload", 0)
+			req.MaxOffloadTokens = &n
+		}
 		req.PinStrict = d.HasArg("strict")
 		root := prefix.Root(nil, req.CacheSalt)
 		if req.PinStrict {
@@ -233,6 +244,23 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 		}
 	case "reserved":
 		s.printf("reserved=%d\n", s.core.Stats().ReservedBlocks)
+	case "peek":
+		have, _ := s.core.PeekDevice(prefix.Root(nil, argOr(t, d, "salt", "")), tokenList(t, d, "tokens"))
+		s.printf("peek: %d blocks on the device\n", have)
+	case "hits":
+		var evs []prefix.Event
+		s.cache.Live(func(ev prefix.Event) {
+			ev.Tokens = slices.Clone(ev.Tokens)
+			evs = append(evs, ev)
+		})
+		slices.SortFunc(evs, func(a, b prefix.Event) int { return int(a.Block - b.Block) })
+		for _, ev := range evs {
+			no := ""
+			if ev.NoOffload {
+				no = " no-offload"
+			}
+			s.printf("block %d depth %d tokens %v hits %d%s\n", ev.Block, ev.Depth, ev.Tokens, ev.Hits, no)
+		}
 	case "cancel":
 		s.core.Cancel(s.id(d), s.now)
 	case "tick":

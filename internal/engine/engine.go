@@ -29,11 +29,14 @@ type Config struct {
 	// OnBlockEvents, when set, receives the prefix cache's block events (stored, evicted,
 	// removed, cleared) on the runner goroutine, after each scheduling step and before the
 	// forward pass writes into any reallocated block. kv[i] is the K/V of evs[i].Block for a
-	// Stored or Evicted event (nil for the others): an Evicted block's bytes are still intact
+	// Stored, Evicted or Reused event (nil for the others): an Evicted block's bytes are still intact
 	// during the call, the copy-out window of the write-back tiers. The slices, their token
 	// slices and the bytes are only valid during the call. It must be quick and must not call
 	// back into the engine.
 	OnBlockEvents func(evs []prefix.Event, kv [][]byte)
+	// ReuseEvents adds a Reused block event (with kv) each time a request's admission reuses
+	// a block (offload's selective write-through; see prefix.Config.ReuseEvents).
+	ReuseEvents bool
 	// OnStep, when set, receives each forward step's token count and duration (the runner's
 	// measured prefill rate feeds the restore-vs-recompute cost model).
 	OnStep func(tokens int, d time.Duration)
@@ -174,7 +177,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	pc, err := prefix.New(prefix.Config{NumBlocks: arena.NumBlocks(), BlockSize: cfg.BlockSize, MinHitsToProtect: 1, DisableEvents: cfg.OnBlockEvents == nil})
+	pc, err := prefix.New(prefix.Config{NumBlocks: arena.NumBlocks(), BlockSize: cfg.BlockSize, MinHitsToProtect: 1, DisableEvents: cfg.OnBlockEvents == nil, ReuseEvents: cfg.ReuseEvents})
 	if err != nil {
 		return nil, err
 	}
@@ -226,6 +229,9 @@ func (e *Engine) Generate(ctx context.Context, req *Request) (<-chan Output, err
 	}
 	if need := kvcache.BlocksForTokens(len(req.Prompt)+1, e.cfg.BlockSize); need > e.arena.NumBlocks() {
 		return nil, fmt.Errorf("%w: %d prompt tokens need %d K/V blocks, the pool has %d", ErrPromptTooLong, len(req.Prompt), need, e.arena.NumBlocks())
+	}
+	if req.MaxOffloadTokens != nil && *req.MaxOffloadTokens < 0 {
+		return nil, fmt.Errorf("%w: max_offload_tokens %d < 0", ErrInvalid, *req.MaxOffloadTokens)
 	}
 	if len(req.Pins) > MaxPins {
 		return nil, fmt.Errorf("%w: %d pins, at most %d", ErrInvalid, len(req.Pins), MaxPins)
@@ -555,7 +561,7 @@ func (e *Engine) flushEvents() {
 	e.eventKV = e.eventKV[:0]
 	for _, ev := range evs {
 		var kv []byte
-		if ev.Kind == prefix.Stored || ev.Kind == prefix.Evicted {
+		if ev.Kind == prefix.Stored || ev.Kind == prefix.Evicted || ev.Kind == prefix.Reused {
 			kv = e.arena.BlockData(ev.Block)
 		}
 		e.eventKV = append(e.eventKV, kv)

@@ -37,6 +37,11 @@ type Request struct {
 	// pins do not all fit in the pin budget; otherwise a pin that does not fit is partial
 	// (Usage.Pins says how much was pinned).
 	PinStrict bool
+	// MaxOffloadTokens, when set, caps the prefix depth this request offloads: a block it
+	// computes that ends past this many tokens from the prompt's start is never written to
+	// the lower tiers (its block events say NoOffload), unless a later request whose cap
+	// covers it reuses it. nil: no cap. 0 offloads nothing this request computes.
+	MaxOffloadTokens *int
 }
 
 // MaxPins is the most pins one request may ask for (Anthropic allows 4 breakpoints).

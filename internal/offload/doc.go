@@ -64,6 +64,27 @@
 // condition off. Tiers.BlockEvents fills Evicted.Hits and Evicted.PrefixTokens
 // from the engine's block event.
 //
+// # Write-through: the shared tier (writethrough.go)
+//
+// Config.RemoteWrite (`--remote-write`) says when the remote tier, the one every replica
+// restores from, is written; host and disk are always written back. WriteThrough writes every
+// committed full block (the engine's Stored event, whose K/V comes beside it) to the remote
+// queue at once; WriteSelective (the default) writes the blocks that pass Admission, at their
+// commit when MinHits is 0, otherwise at the reuse that brings their hits to MinHits (the
+// engine's Reused events, asked for with engine.Config.ReuseEvents only then); WriteBack is
+// the old behaviour, the remote tier written like host and disk. Under through and selective
+// the remote tier gets no write-back (eviction, shutdown): it has the blocks since their
+// commit, or they did not pass the same admission. Writer.Through shares the per-tier queues
+// and their drop-and-count rule, so a slow Redis still costs only its own writes.
+//
+// Offload caps: a block that ends past Config.MaxOffloadTokens (`--max-offload-tokens`) tokens
+// from the prompt's start, or whose event says NoOffload (past its request's
+// max_offload_tokens), is never written down, through or back; at shutdown only a pinned one
+// is, since a pin asks for the block to be kept.
+//
+// Reuse counts: a block's hits are the distinct requests that reused it (prefix.Cache.Reused,
+// once per request at its first admission), not the matches of peeks or retried admissions.
+//
 // # Restore: Fetcher
 //
 // Fetch takes the block hashes of a prefix (from the first block the device
@@ -91,6 +112,11 @@
 // its reads afresh. The benchmarks (bench_test.go) state each path as a ratio
 // to copy() (host), to os.ReadFile (a warm page cache) and to O_DIRECT reads
 // of the same files (a cold one).
+//
+// Promotion (promote.go): the verified blocks a fetch restored from disk or remote are also
+// queued, as read (no copy), on the host tier's write queue, off the request's path, so the
+// next request that needs them after the pool lets them go reads RAM. Host's own budget and
+// eviction apply; the write admission is not applied again.
 //
 // # Cost model
 //

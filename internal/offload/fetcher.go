@@ -111,6 +111,10 @@ type Fetcher struct {
 	tiers   []Tier
 	metrics *Metrics
 
+	// promote, when set (SetPromote), receives the verified records a fetch restored from a
+	// tier other than host, as tier items, to put in host (promotion; see promote.go).
+	promote func([]tier.Item)
+
 	mu struct {
 		sync.Mutex
 		cost   *CostModel
@@ -272,6 +276,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	for reason, k := range assemble(&res, vals, dec, f.cfg.NeedState) {
 		f.metrics.Discarded(reason, k)
 	}
+	f.promoteUsable(req, &res, vals)
 	return res, nil
 }
 
@@ -403,7 +408,7 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 					vals[i] = got[j]
 				}
 				verifyAll(len(part), func(j int) { verify(part[j]) })
-				if rc != nil && req.Into != nil {
+				if rc != nil && req.Into != nil && !f.promotes(t.Tier) {
 					f.recycle(rc, part, got, own, dec)
 				}
 			}

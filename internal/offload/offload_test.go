@@ -101,7 +101,7 @@ func TestWriterDropsWhenFull(t *testing.T) {
 	fast := memstore.New()
 	reg := prometheus.NewRegistry()
 	m, _ := NewMetrics(reg)
-	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 2, MaxBatch: 1},
+	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 2, MaxBatch: 1, Remote: WriteBack},
 		[]Tier{{kvtier.Host, fast}, {kvtier.Remote, slow}}, m)
 	recs := tiertest.Chain(identity, root, layout, 10, 2)
 	done := make(chan struct{})

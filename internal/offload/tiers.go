@@ -3,6 +3,7 @@ package offload
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -25,6 +26,14 @@ type Config struct {
 	DiskBytes int64  // disk tier budget. Default 10 GiB (disk.DefaultConfig)
 	RemoteURL string // redis://host:port/db; "" = off
 	Admission Admission
+	// RemoteWrite is when the remote tier is written (`--remote-write`; see WritePolicy).
+	// Default WriteSelective. Host and disk are written back.
+	RemoteWrite WritePolicy
+	// MaxOffloadTokens caps the prefix depth offloaded at all (`--max-offload-tokens`): a
+	// block that ends past this many tokens from the prompt's start is never written down,
+	// through or back. 0 = no cap. A request's own max_offload_tokens (engine.Request) caps
+	// further, through the block events' NoOffload.
+	MaxOffloadTokens int
 
 	// FetchTimeout bounds one prefetch: lookup, reads and verification across every tier.
 	// Default 30 s: far above any healthy fetch (the remote tier's own calls time out at
@@ -67,6 +76,10 @@ func (c Config) validate() (Config, error) {
 	switch {
 	case !c.Enabled():
 		return c, errors.New("offload: no tier configured")
+	case int(c.RemoteWrite) >= len(writePolicyNames):
+		return c, fmt.Errorf("offload: %v", c.RemoteWrite)
+	case c.MaxOffloadTokens < 0:
+		return c, fmt.Errorf("offload: max offload tokens %d < 0", c.MaxOffloadTokens)
 	case c.HostBytes < 0:
 		return c, fmt.Errorf("offload: host tier budget %d < 0", c.HostBytes)
 	case c.FetchTimeout < 0 || c.Fetchers < 0 || c.FetchQueue < 0:
@@ -179,7 +192,7 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 		return err
 	}
 	wcfg := DefaultWriterConfig()
-	wcfg.Identity, wcfg.Layout, wcfg.Admission = cfg.Identity, cfg.Layout, cfg.Admission
+	wcfg.Identity, wcfg.Layout, wcfg.Admission, wcfg.Remote = cfg.Identity, cfg.Layout, cfg.Admission, cfg.RemoteWrite
 	if t.writer, err = NewWriter(wcfg, t.tiers, t.metrics); err != nil {
 		return err
 	}
@@ -190,6 +203,9 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	fcfg.Identity, fcfg.Layout = cfg.Identity, cfg.Layout
 	if t.fetcher, err = NewFetcher(fcfg, t.tiers, t.metrics); err != nil {
 		return err
+	}
+	if len(t.tiers) > 1 && t.tiers[0].Tier == kvtier.Host {
+		t.fetcher.SetPromote(t.writer.Promote) // promote.go
 	}
 	t.restorer = newRestorer(t.fetcher, cfg)
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
@@ -215,6 +231,9 @@ func (t *Tiers) Hook(cfg *engine.Config) {
 	}
 	cfg.OnStep = t.fetcher.ObservePrefill
 	cfg.OnRestoreStall = t.metrics.RestoreStall
+	if t.reuseEvents() {
+		cfg.ReuseEvents = true
+	}
 	prev := cfg.OnBlockEvents
 	cfg.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
 		if prev != nil {
@@ -224,14 +243,46 @@ func (t *Tiers) Hook(cfg *engine.Config) {
 	}
 }
 
-// BlockEvents is the engine's block-event sink: every Evicted block is offered to the writer
-// (kv[i] is its K/V, intact during the call; see engine.Config.OnBlockEvents). Never blocks.
+// BlockEvents is the engine's block-event sink (kv[i] is evs[i]'s K/V, intact during the call;
+// see engine.Config.OnBlockEvents). Never blocks. Every block past the offload cap
+// (offloadable) is skipped; of the others:
+//   - Evicted: write-back to the tiers not written through;
+//   - Stored (a commit): write-through (the remote tier unless RemoteWrite is WriteBack) under
+//     WriteThrough, and under WriteSelective when its admission needs no reuse (MinHits 0);
+//   - Reused: under WriteSelective, write-through at the reuse that brings the block's hits to
+//     MinHits (the engine sends these only when reuseEvents asked for them).
 func (t *Tiers) BlockEvents(evs []prefix.Event, kv [][]byte) {
+	pol, minHits := t.cfg.RemoteWrite, t.cfg.Admission.MinHits
 	for i, ev := range evs {
-		if ev.Kind == prefix.Evicted {
+		switch {
+		case !t.offloadable(ev):
+		case ev.Kind == prefix.Evicted:
 			t.writer.Enqueue(t.evicted(ev), kv[i])
+		case ev.Kind == prefix.Stored && (pol == WriteThrough || pol == WriteSelective && minHits == 0):
+			t.writer.Through(t.evicted(ev), kv[i])
+		case ev.Kind == prefix.Reused && pol == WriteSelective && minHits > 0 && ev.Hits == uint32(minHits):
+			t.writer.Through(t.evicted(ev), kv[i])
 		}
 	}
+}
+
+// reuseEvents reports whether selective write-through needs the engine's Reused events: a
+// remote tier, and an admission that waits for reuses.
+func (t *Tiers) reuseEvents() bool {
+	return t.cfg.RemoteWrite == WriteSelective && t.cfg.Admission.MinHits > 0 &&
+		slices.ContainsFunc(t.tiers, func(tr Tier) bool { return tr.Tier == kvtier.Remote })
+}
+
+// offloadable reports whether a block may be written down at all: within the server's cap
+// (Config.MaxOffloadTokens) and not beyond a request's (the event's NoOffload).
+func (t *Tiers) offloadable(ev prefix.Event) bool {
+	if ev.Kind != prefix.Stored && ev.Kind != prefix.Evicted && ev.Kind != prefix.Reused {
+		return false
+	}
+	if ev.NoOffload {
+		return false
+	}
+	return t.cfg.MaxOffloadTokens == 0 || int(ev.Depth+1)*t.cfg.Layout.BlockSize <= t.cfg.MaxOffloadTokens
 }
 
 // PinEvents is the engine's pin-event sink (engine.Config.OnPins): the pins go down the
@@ -245,9 +296,15 @@ func (t *Tiers) PinStats() PinStats { return t.pins.stats() }
 // it waits for queue space rather than drop, since no request waits on the caller then. A
 // block pinned in the pool is written pinned, with its TTL (a write-back is a use: the
 // store's expiry restarts from now), so the pin survives the restart.
+//
+// A block past the offload cap is not written, unless it is pinned: a pin asks for the block
+// to be kept, and the pin writer has already written it to the tiers that keep pins.
 func (t *Tiers) FlushBlock(ev prefix.Event, kv []byte) {
 	e := t.evicted(ev)
 	e.PinTTL = t.pins.pinTTL(ev.Hash, time.Now())
+	if e.PinTTL <= 0 && !t.offloadable(ev) {
+		return
+	}
 	t.writer.EnqueueWait(e, kv)
 }
 
@@ -257,6 +314,9 @@ func (t *Tiers) evicted(ev prefix.Event) Evicted {
 	return Evicted{Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent, Tokens: ev.Tokens, Hits: int(ev.Hits),
 		PrefixTokens: int(ev.Depth+1) * t.cfg.Layout.BlockSize, StateComplete: true}
 }
+
+// WriterStats returns the writer's counters (write-back and write-through, per tier).
+func (t *Tiers) WriterStats() WriterStats { return t.writer.Stats() }
 
 // Stats returns the tiers' rows of the stockpot_kv_cache_* metrics (server.Config.TierStats).
 func (t *Tiers) Stats() []kvtier.Stat { return TierStats(t.tiers) }

@@ -31,6 +31,8 @@ type WriterConfig struct {
 	Identity  [32]byte       // identity.Descriptor digest written into records
 	Layout    kvcache.Layout // shape of every block
 	Admission Admission
+	// Remote is when the remote tier is written (see WritePolicy). Default WriteSelective.
+	Remote WritePolicy
 	// QueueLen is each tier's queue, in blocks. Default 256: with 64 KiB to
 	// 2 MiB blocks, that bounds write-back memory to what one or two long
 	// prompts evict at once, per tier.
@@ -56,6 +58,9 @@ func (c WriterConfig) validate() (WriterConfig, error) {
 	}
 	if c.Admission.MinHits < 0 || c.Admission.MinPrefixTokens < 0 {
 		return c, fmt.Errorf("offload: writer: negative admission %+v", c.Admission)
+	}
+	if int(c.Remote) >= len(writePolicyNames) {
+		return c, fmt.Errorf("offload: writer: %v", c.Remote)
 	}
 	if c.QueueLen <= 0 {
 		c.QueueLen = d.QueueLen
@@ -86,6 +91,8 @@ type Evicted struct {
 // WriterStats counts the Writer's work. Per-tier slices follow the tiers.
 type WriterStats struct {
 	Enqueued, NotAdmitted uint64
+	Through               uint64 // blocks offered to the written-through tiers and admitted
+	Promoted              uint64 // restored blocks queued to host (promotion)
 	Dropped, Written      []uint64
 	Failed                []uint64 // blocks whose Put returned an error
 	Spilled               []uint64 // blocks a faster tier evicted, handed to this one
@@ -114,6 +121,8 @@ type Writer struct {
 	metrics     *Metrics
 	queues      []*tierQueue
 	enqueued    atomic.Uint64
+	through     atomic.Uint64
+	promoted    atomic.Uint64
 	notAdmitted atomic.Uint64
 	closeOnce   sync.Once
 	mu          sync.RWMutex // Enqueue holds it shared; Close exclusive
@@ -225,17 +234,40 @@ func (w *Writer) Enqueue(ev Evicted, kv []byte) bool { return w.enqueue(ev, kv, 
 // the whole working pool at shutdown, when no request is waiting on the caller.
 func (w *Writer) EnqueueWait(ev Evicted, kv []byte) bool { return w.enqueue(ev, kv, true) }
 
+// encoded is one block's record, encoded: immutable, shared by every tier's queue.
+type encoded struct {
+	key   tier.Key
+	value []byte
+}
+
+func (e encoded) item(ev Evicted) tier.Item {
+	return tier.Item{Key: e.key, Value: e.value, PinTTL: ev.PinTTL}
+}
+
+// encode copies a block out of the arena into its record.
+func (w *Writer) encode(ev Evicted, kv []byte) encoded {
+	rec := tier.Record{Identity: w.cfg.Identity, Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent,
+		Tokens: ev.Tokens, Layout: w.cfg.Layout, KV: kv, Aux: ev.Aux, StateComplete: ev.StateComplete}
+	b, err := rec.Encode() // the copy out of the arena
+	if err != nil {
+		panic(fmt.Sprintf("offload: block does not encode: %v", err)) // the engine passed a wrong block
+	}
+	return encoded{key: rec.Key(), value: b}
+}
+
+// drop counts a write that q's full queue refused.
+func (w *Writer) drop(q *tierQueue) {
+	q.dropped.Add(1)
+	w.metrics.Dropped(q.t.Tier.String())
+	w.metrics.WriteFailed(q.t.Tier.String(), FailQueueFull, 1)
+}
+
 func (w *Writer) enqueue(ev Evicted, kv []byte, wait bool) bool {
 	if !w.cfg.Admission.Admit(ev.Hits, ev.PrefixTokens) {
 		w.notAdmitted.Add(1)
 		return false
 	}
-	rec := tier.Record{Identity: w.cfg.Identity, Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent,
-		Tokens: ev.Tokens, Layout: w.cfg.Layout, KV: kv, Aux: ev.Aux, StateComplete: ev.StateComplete}
-	b, err := rec.Encode() // the copy out of the arena
-	if err != nil {
-		panic(fmt.Sprintf("offload: evicted block does not encode: %v", err)) // the engine passed a wrong block
-	}
+	enc := w.encode(ev, kv)
 	w.mu.RLock()
 	defer w.mu.RUnlock()
 	if w.closed {
@@ -245,9 +277,13 @@ func (w *Writer) enqueue(ev Evicted, kv []byte, wait bool) bool {
 	sent := false
 	shadowed := false // a Spiller above has taken the write: it holds it, and tells when it lets go
 	for _, q := range w.queues {
+		if w.cfg.Remote.writesThrough(q.t.Tier) {
+			continue // written at the commit (Through)
+		}
 		// The value is shared, immutable, by every tier. At shutdown (wait) nothing above
 		// outlives the process, so nothing shadows the write.
-		it := queued{item: tier.Item{Key: rec.Key(), Value: b, Shadowed: shadowed && !wait && ev.PinTTL <= 0, PinTTL: ev.PinTTL}}
+		it := queued{item: enc.item(ev)}
+		it.item.Shadowed = shadowed && !wait && ev.PinTTL <= 0
 		if wait {
 			q.ch <- it
 			sent = true
@@ -259,9 +295,7 @@ func (w *Writer) enqueue(ev Evicted, kv []byte, wait bool) bool {
 			sent = true
 			shadowed = shadowed || q.spiller != nil
 		default:
-			q.dropped.Add(1)
-			w.metrics.Dropped(q.t.Tier.String())
-			w.metrics.WriteFailed(q.t.Tier.String(), FailQueueFull, 1)
+			w.drop(q)
 		}
 	}
 	return sent
@@ -369,7 +403,7 @@ func (w *Writer) Close() {
 
 // Stats returns the counters.
 func (w *Writer) Stats() WriterStats {
-	st := WriterStats{Enqueued: w.enqueued.Load(), NotAdmitted: w.notAdmitted.Load()}
+	st := WriterStats{Enqueued: w.enqueued.Load(), Through: w.through.Load(), Promoted: w.promoted.Load(), NotAdmitted: w.notAdmitted.Load()}
 	for _, q := range w.queues {
 		st.Dropped = append(st.Dropped, q.dropped.Load())
 		st.Written = append(st.Written, q.written.Load())

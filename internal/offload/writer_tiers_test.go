@@ -163,7 +163,7 @@ func TestWriteFailuresByReason(t *testing.T) {
 	}}
 	down := &failingStore{Store: memstore.New(), batchErr: fmt.Errorf("redis: %w", tier.ErrUnavailable)}
 	stuck := &failingStore{Store: memstore.New(), block: true}
-	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, MaxBatch: 4, QueueLen: 4, PutTimeout: 20 * time.Millisecond},
+	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, MaxBatch: 4, QueueLen: 4, PutTimeout: 20 * time.Millisecond, Remote: WriteBack},
 		[]Tier{{kvtier.Disk, perItem}, {kvtier.Remote, down}, {kvtier.Host, stuck}}, m)
 	for _, r := range recs {
 		w.Enqueue(evicted(r, 0, 0), r.KV)

@@ -36,6 +36,11 @@ type Config struct {
 	// DisableEvents stops the Cache queuing events (for callers that neither
 	// publish nor offload). Evicted blocks are then lost silently.
 	DisableEvents bool
+	// ReuseEvents queues a Reused event for every block Reused counts (for
+	// offload's selective write-through, which writes a block when its reuses
+	// reach the admission threshold). Off by default: one event per reused
+	// block of every request.
+	ReuseEvents bool
 }
 
 // DefaultConfig returns the defaults; NumBlocks still has to be set.
@@ -100,9 +105,11 @@ type entry struct {
 	pinned bool
 	state  entryState
 
-	hits    uint32 // Match hits after the commit (reuses)
-	lastUse uint64 // Cache.clock at the last Match, Commit or Release
-	heapIdx int32  // index in Cache.heap, or -1
+	hits uint32 // reuses after the commit (Reused: distinct requests)
+	// noOffload: the offload tiers must not keep it (CommitNoOffload; AllowOffload clears it).
+	noOffload bool
+	lastUse   uint64 // Cache.clock at the last Match, Commit or Release
+	heapIdx   int32  // index in Cache.heap, or -1
 
 	// kids links live entries into their parent's child list (see diverge.go): block id + 1
 	// of the first child and of the previous and next siblings; 0 = none, so a zeroed entry
@@ -238,7 +245,39 @@ func (c *Cache) Match(root Hash, tokens []int32) Match {
 
 // MatchHashes is Match with the block hashes already computed
 // (BlockHashes(root, tokens, BlockSize)); it keeps hashes as Match.Hashes.
+// Match and MatchHashes count one reuse on every block they return (Reused):
+// for callers whose every match is a use. A caller that also matches to look
+// (a peek) or retries a match uses Lookup, and Reused once the match is used.
 func (c *Cache) MatchHashes(root Hash, hashes []Hash, tokens []int32) Match {
+	m := c.Lookup(root, hashes, tokens)
+	c.Reused(m.Blocks)
+	return m
+}
+
+// Reused counts one reuse (the hits of offload admission and of eviction's
+// MinHitsToProtect) on each block: a request used them. The engine calls it
+// once per request, at the request's first admission, with the blocks that
+// admission's match returned, so a block's hits count distinct requests that
+// reused it, not peeks or the retries of an admission that had to wait.
+// REQUIRES: the caller holds a reference on each block (the match's), so none
+// is in the eviction heap, whose order hits are part of (panics otherwise).
+func (c *Cache) Reused(blocks []BlockID) {
+	for _, b := range blocks {
+		if c.pool.RefCount(b) == 0 {
+			panic(fmt.Sprintf("prefix: Reused of block %d, which the caller does not hold", b))
+		}
+		e := &c.meta[b]
+		e.hits++
+		if c.cfg.ReuseEvents && e.state == stateLive {
+			c.queue(Reused, e.hash, e.parent, e.root, e.hits, e.depth, b, c.blockTokens(b), e.noOffload)
+		}
+	}
+}
+
+// Lookup is MatchHashes without counting a reuse: it takes the references,
+// stamps recency and counts the query, but a block's hits are left to
+// Reused. See MatchHashes.
+func (c *Cache) Lookup(root Hash, hashes []Hash, tokens []int32) Match {
 	bs := c.cfg.BlockSize
 	if len(hashes) != len(tokens)/bs {
 		panic(fmt.Sprintf("prefix: %d hashes for %d tokens of block size %d", len(hashes), len(tokens), bs))
@@ -274,7 +313,6 @@ func (c *Cache) MatchHashes(root Hash, hashes []Hash, tokens []int32) Match {
 		copy(m.Blocks, hits)
 		for _, b := range m.Blocks {
 			e := &c.meta[b]
-			e.hits++
 			e.lastUse = c.clock
 			c.ref(b)
 		}
@@ -374,7 +412,7 @@ func (c *Cache) evict(b BlockID) {
 	e := &c.meta[b]
 	c.heapRemove(b)
 	c.evictable-- // b was unpinned
-	c.queue(Evicted, e.hash, e.parent, e.root, e.hits, e.depth, b, c.blockTokens(b))
+	c.queue(Evicted, e.hash, e.parent, e.root, e.hits, e.depth, b, c.blockTokens(b), e.noOffload)
 	c.ghosts.add(e.hash)
 	c.unlink(b)
 	c.stats.evictions++
@@ -453,6 +491,25 @@ func (c *Cache) Abort(owner Owner) {
 // REQUIRES: the caller holds a reference on block, block is not indexed
 // under another hash, and len(tokens) == BlockSize (panics otherwise).
 func (c *Cache) Commit(hash, parent Hash, tokens []int32, block BlockID) (BlockID, bool) {
+	return c.commit(hash, parent, tokens, block, false)
+}
+
+// CommitNoOffload is Commit of a block the offload tiers must not keep: it lies beyond the
+// committing request's max_offload_tokens. Its events say NoOffload until a request that
+// allows it reuses it (AllowOffload). A duplicate keeps the canonical block's flag.
+func (c *Cache) CommitNoOffload(hash, parent Hash, tokens []int32, block BlockID) (BlockID, bool) {
+	return c.commit(hash, parent, tokens, block, true)
+}
+
+// AllowOffload clears a live block's NoOffload: a request whose max_offload_tokens covers it
+// reused it, so it is no one-off suffix.
+func (c *Cache) AllowOffload(b BlockID) {
+	if c.meta[b].state == stateLive {
+		c.meta[b].noOffload = false
+	}
+}
+
+func (c *Cache) commit(hash, parent Hash, tokens []int32, block BlockID, noOffload bool) (BlockID, bool) {
 	if len(tokens) != c.cfg.BlockSize {
 		panic(fmt.Sprintf("prefix: Commit of %d tokens, block size %d", len(tokens), c.cfg.BlockSize))
 	}
@@ -501,6 +558,7 @@ func (c *Cache) Commit(hash, parent Hash, tokens []int32, block BlockID) (BlockI
 		parentBlock: parentBlock, depth: depth,
 		pinned: true, state: stateLive,
 		lastUse: c.clock, heapIdx: -1,
+		noOffload: noOffload,
 	}
 	c.index[hash] = block
 	copy(c.blockTokens(block), tokens)
@@ -513,7 +571,7 @@ func (c *Cache) Commit(hash, parent Hash, tokens []int32, block BlockID) (BlockI
 	}
 	c.linkKid(block)
 	c.stats.stored++
-	c.queue(Stored, hash, parent, root, 0, depth, block, tokens)
+	c.queue(Stored, hash, parent, root, 0, depth, block, tokens, noOffload)
 	c.maybeCheck()
 	return block, true
 }
@@ -572,7 +630,7 @@ func (c *Cache) Invalidate(root Hash) int {
 func (c *Cache) Clear() int {
 	n := c.drop(func(*entry) bool { return true }, false)
 	clear(c.rootKids)
-	c.queue(Cleared, Hash{}, Hash{}, Hash{}, 0, 0, -1, nil)
+	c.queue(Cleared, Hash{}, Hash{}, Hash{}, 0, 0, -1, nil, false)
 	c.maybeCheck()
 	return n
 }
@@ -609,7 +667,7 @@ func (c *Cache) removed(b BlockID, event bool) {
 	c.stats.removed++
 	if event {
 		e := &c.meta[b]
-		c.queue(Removed, e.hash, e.parent, e.root, e.hits, e.depth, b, c.blockTokens(b))
+		c.queue(Removed, e.hash, e.parent, e.root, e.hits, e.depth, b, c.blockTokens(b), e.noOffload)
 	}
 }
 
@@ -674,7 +732,7 @@ func (c *Cache) Live(fn func(Event)) {
 	for d := maxDepth; d >= 0; d-- {
 		for _, b := range byDepth[d] {
 			e := &c.meta[b]
-			fn(Event{Kind: Stored, Hash: e.hash, Parent: e.parent, Root: e.root, Hits: e.hits, Depth: e.depth, Block: b, Tokens: c.blockTokens(b)})
+			fn(Event{Kind: Stored, Hash: e.hash, Parent: e.parent, Root: e.root, Hits: e.hits, Depth: e.depth, Block: b, Tokens: c.blockTokens(b), NoOffload: e.noOffload})
 		}
 	}
 }

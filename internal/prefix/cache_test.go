@@ -24,7 +24,10 @@ type testRequest struct {
 // request, tokens are a list of ids and ranges, e.g. tokens=(1-8,99)):
 //
 //	new blocks=N [block-size=B] [protect=H]
-//	match r=A [salt=S] tokens=(...)   Match; the hits become A's first blocks
+//	match r=A [salt=S] tokens=(...) [look]
+//	                                  Match; the hits become A's first blocks;
+//	                                  look: Lookup (no reuse counted)
+//	reused r=A                        Reused of A's matched blocks
 //	alloc r=A                         Allocate the rest of A's prompt blocks
 //	mark r=A                          MarkPending A's blocks after its hits
 //	commit r=A [n=K] [keep=true]      Commit A's next K (default all) full blocks;
@@ -101,7 +104,11 @@ func (s *scenario) match(d *datadriven.TestData) *testRequest {
 	s.owners++
 	r = &testRequest{owner: s.owners, root: Root(testIdentity, s.salt(d)), tokens: parseTokens(s.t, d)}
 	s.reqs[name] = r
-	r.m = s.c.Match(r.root, r.tokens)
+	if d.HasArg("look") {
+		r.m = s.c.Lookup(r.root, BlockHashes(r.root, r.tokens, s.c.BlockSize()), r.tokens)
+	} else {
+		r.m = s.c.Match(r.root, r.tokens)
+	}
 	r.table = slices.Clone(r.m.Blocks)
 	r.committed = len(r.table)
 	bs := s.c.BlockSize()
@@ -189,6 +196,9 @@ func (s *scenario) run(d *datadriven.TestData) {
 			s.mark(name, r)
 			s.commit(name, r, len(r.m.Hashes), false)
 		}
+	case "reused":
+		_, r := s.req(d)
+		s.c.Reused(r.m.Blocks)
 	case "alloc":
 		name, r := s.req(d)
 		s.alloc(name, r)

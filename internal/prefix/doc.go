@@ -41,7 +41,7 @@
 //
 //	free --Allocate--> referenced --Commit--> referenced+indexed
 //	referenced+indexed --Release (last ref)--> cached (evictable)
-//	cached --Match hit--> referenced+indexed
+//	cached --Match / Lookup hit--> referenced+indexed (Reused counts the reuse)
 //	cached leaf --Allocate (eviction, Evicted event)--> referenced (new owner)
 //	referenced, not indexed --Release (last ref)--> free
 //

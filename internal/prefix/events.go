@@ -18,6 +18,10 @@ const (
 	// Cleared: every block left the index (Clear). Hash, Parent and Block are
 	// zero / -1.
 	Cleared
+	// Reused: a request reused the block (Reused); Hits is its new count.
+	// Queued only with Config.ReuseEvents (offload's selective write-through
+	// writes a block when its hits reach the admission threshold).
+	Reused
 )
 
 func (k EventKind) String() string {
@@ -30,6 +34,8 @@ func (k EventKind) String() string {
 		return "removed"
 	case Cleared:
 		return "cleared"
+	case Reused:
+		return "reused"
 	}
 	return fmt.Sprintf("event(%d)", uint8(k))
 }
@@ -46,10 +52,14 @@ type Event struct {
 	Depth  int32  // blocks before this one in its chain: it ends at token (Depth+1)*BlockSize
 	Block  BlockID
 	Tokens []int32 // the block's tokens; owned by the receiver
+	// NoOffload: the offload tiers must not keep the block (it lies beyond the
+	// max_offload_tokens of the request that computed it, and no request that
+	// reused it since allowed it; CommitNoOffload, AllowOffload).
+	NoOffload bool
 }
 
 // queue appends an event; tokens are copied.
-func (c *Cache) queue(kind EventKind, hash, parent, root Hash, hits uint32, depth int32, block BlockID, tokens []int32) {
+func (c *Cache) queue(kind EventKind, hash, parent, root Hash, hits uint32, depth int32, block BlockID, tokens []int32, noOffload bool) {
 	if c.cfg.DisableEvents {
 		return
 	}
@@ -62,7 +72,7 @@ func (c *Cache) queue(kind EventKind, hash, parent, root Hash, hits uint32, dept
 		c.eventTokens = append(c.eventTokens, tokens...)
 		t = c.eventTokens[start:len(c.eventTokens):len(c.eventTokens)]
 	}
-	c.events = append(c.events, Event{Kind: kind, Hash: hash, Parent: parent, Root: root, Hits: hits, Depth: depth, Block: block, Tokens: t})
+	c.events = append(c.events, Event{Kind: kind, Hash: hash, Parent: parent, Root: root, Hits: hits, Depth: depth, Block: block, Tokens: t, NoOffload: noOffload})
 }
 
 // Events returns the events queued since the last call, oldest first, and

@@ -91,6 +91,7 @@ func (s *Server) prepare(p *api.GenerationParams, prompt []int32, maxTokens *int
 			Prompt: prompt, MaxTokens: mt, Sampling: sp, StopTokens: p.StopTokenIDs,
 			IgnoreEOS: p.IgnoreEOS, Logprobs: logprobs, CacheSalt: p.CacheSalt,
 			Pins: retentionPins(p, n), PinStrict: p.PinStrict, // prompt_cache_retention
+			MaxOffloadTokens: p.MaxOffloadTokens,
 		},
 		stops:       p.StopStrings,
 		start:       start,
