@@ -92,6 +92,7 @@ type Events struct {
 	Resyncs     uint64  `json:"resyncs"`
 	Gaps        uint64  `json:"gaps"`
 	Restarts    uint64  `json:"restarts"`
+	Garbage     uint64  `json:"garbage"`
 	LagMS       float64 `json:"lag_ms"`
 	LastEventMS float64 `json:"last_event_age_ms"`
 	LastError   string  `json:"last_error,omitempty"`
@@ -109,7 +110,7 @@ func (b *Backend) status() BackendStatus {
 	if b.events != nil {
 		s := b.events.Stats()
 		ev := &Events{Synced: s.Synced, Unsupported: s.Unsupported, Epoch: fmt.Sprintf("%x", s.Epoch), Seq: s.Seq,
-			Events: s.Events, Resyncs: s.Resyncs, Gaps: s.Gaps, Restarts: s.Restarts,
+			Events: s.Events, Resyncs: s.Resyncs, Gaps: s.Gaps, Restarts: s.Restarts, Garbage: s.Garbage,
 			LagMS: float64(s.Lag) / 1e6, LastError: s.LastError}
 		if !s.LastEvent.IsZero() {
 			ev.LastEventMS = float64(time.Since(s.LastEvent)) / 1e6
@@ -122,9 +123,14 @@ func (b *Backend) status() BackendStatus {
 // liveIndex reports whether b's index can be trusted: the stream is in sync
 // and a line (event or heartbeat) came within staleAfter.
 func (b *Backend) liveIndex(staleAfter time.Duration) bool {
+	return b.liveIndexAt(staleAfter, time.Now())
+}
+
+// liveIndexAt is liveIndex on a clock (PolicyConfig.Now).
+func (b *Backend) liveIndexAt(staleAfter time.Duration, now time.Time) bool {
 	if b.events == nil {
 		return false
 	}
 	s := b.events.Stats()
-	return s.Synced && !s.Unsupported && time.Since(s.LastEvent) < staleAfter
+	return s.Synced && !s.Unsupported && now.Sub(s.LastEvent) < staleAfter
 }
