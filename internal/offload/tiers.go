@@ -9,6 +9,7 @@ import (
 
 	"stockpot/internal/engine"
 	"stockpot/internal/kvcache"
+	"stockpot/internal/kvevents"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier/disk"
@@ -36,6 +37,10 @@ type Config struct {
 	// FetchQueue is how many prefetches wait for a fetcher. Default 4096; past it a prefetch
 	// answers at once with nothing, and the request computes its prefix.
 	FetchQueue int
+	// Events, when set, receives Stored and Removed for the blocks the tiers hold (the
+	// kv-events publisher's Publish; see events.go). Called from the writer's and the
+	// reconciler's goroutines: it must be safe for concurrent use and never block.
+	Events func(...kvevents.Event)
 
 	// Set by the caller from the model, not from flags.
 	Identity [32]byte       // identity.Descriptor digest
@@ -88,6 +93,7 @@ type Tiers struct {
 	restorer *restorer
 	pins     *pinWriter
 	sweeper  chan struct{} // closed by Close: stops the pin sweeper
+	events   *tierEvents   // nil without Config.Events
 }
 
 // PinSweepEvery is how often the pin sweeper ends expired pins in the stores that keep them
@@ -172,6 +178,9 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	wcfg := DefaultWriterConfig()
 	wcfg.Identity, wcfg.Layout, wcfg.Admission = cfg.Identity, cfg.Layout, cfg.Admission
+	if t.events = newTierEvents(cfg.Events, t.tiers); t.events != nil {
+		wcfg.OnPut = t.events.put
+	}
 	if t.writer, err = NewWriter(wcfg, t.tiers, t.metrics); err != nil {
 		return err
 	}
@@ -187,6 +196,7 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
 	t.sweeper = make(chan struct{})
 	go sweep(t.tiers, t.sweeper)
+	t.events.start()
 	return nil
 }
 
@@ -268,6 +278,10 @@ func (t *Tiers) Close() {
 	}
 	if t.writer != nil {
 		t.writer.Close()
+	}
+	if t.events != nil {
+		t.events.close()
+		t.events = nil
 	}
 	for _, c := range t.closers {
 		_ = c()
