@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
+	"os/exec"
 	"strconv"
 	"testing"
 	"time"
@@ -25,6 +27,7 @@ type tierUsage struct {
 		Cache struct {
 			DeviceTokens int `json:"device_tokens"`
 			HostTokens   int `json:"host_tokens"`
+			RemoteTokens int `json:"remote_tokens"`
 		} `json:"cache"`
 	} `json:"usage"`
 }
@@ -151,5 +154,101 @@ func TestTierAwareRealReplicas(t *testing.T) {
 		if u.Usage.Cache.HostTokens == 0 || int(pred) != u.Usage.Cache.HostTokens || u.Usage.Cache.DeviceTokens != 0 {
 			t.Fatalf("round %d: predicted %.0f cached tokens; replica restored %d from host, %d from device", round, pred, u.Usage.Cache.HostTokens, u.Usage.Cache.DeviceTokens)
 		}
+	}
+}
+
+func startRedisServer(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("redis-server not found (%v): `make test` installs it", err)
+	}
+	addr := freeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	cmd := exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	for range 100 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatal("redis-server did not start")
+	return ""
+}
+
+// TestRemoteSharedRealReplicas: two real replicas share one Redis. A prompt computed on A
+// and pushed down A's tiers reaches Redis; the router learns it from A's remote events and
+// scores it for B too (B has the remote tier), at B's remote weight: with A out of the
+// candidates the pick is B on the cache, and B then restores exactly the predicted tokens
+// from remote. With both candidates A wins (host beats remote).
+func TestRemoteSharedRealReplicas(t *testing.T) {
+	if e2eSkip != "" {
+		t.Fatal(e2eSkip)
+	}
+	raddr := startRedisServer(t)
+	rs := startReplicas(t, 2, "--kv-memory", "8MiB", "--host-cache", "64MiB", "--remote-cache", "redis://"+raddr+"/0", "--prefetch", "wait")
+	rt, _ := startRouter(t, "kv-aware", rs, nil)
+	var a, b *Backend
+	for _, be := range rt.backends() {
+		if be.URL.String() == rs[0].url {
+			a = be
+		} else {
+			b = be
+		}
+	}
+	rng := rand.New(rand.NewPCG(17, 17))
+	prompt := "Remote test. " + words(rng, 260)
+	completeVia(t, rs[0].url, prompt)
+	chainID, bs, _ := a.index.chain()
+	toks, err := rt.tokenizeOn(context.Background(), a, []byte(`{"prompt":`+strconv.Quote(prompt)+`}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := (&Request{Tokens: toks}).blockHashes(chainID, bs)
+	inRemote := func() bool {
+		a.index.mu.RLock()
+		defer a.index.mu.RUnlock()
+		for _, h := range hs[:len(hs)-1] {
+			if a.index.mu.blocks[h].tiers&(1<<kvtier.Remote) == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for i := 0; !inRemote(); i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("the prompt's blocks never reached the remote tier in A's index (%d floods)", i)
+		}
+		completeVia(t, rs[0].url, fmt.Sprintf("Flood %d. %s", i, words(rng, 300)))
+	}
+	if b.index.Len() != 0 {
+		// B served nothing: whatever it holds is not this prompt.
+		if n, _ := b.index.match(hs, &defaultTierWeights, nil); n != 0 {
+			t.Fatalf("B holds %d of the prompt's blocks itself", n)
+		}
+	}
+	waitUntil(t, "B's costs with a remote tier", 10*time.Second, func() bool {
+		_, remote := b.index.weights(&defaultTierWeights)
+		return remote
+	})
+	onlyB := rt.policy.Pick(&Request{Tokens: toks, peers: rt.backends()}, []*Backend{b})
+	both := rt.policy.Pick(&Request{Tokens: toks, peers: rt.backends()}, rt.backends())
+	u, _ := completeVia(t, rs[1].url, prompt)
+	wb, _ := b.index.weights(&defaultTierWeights)
+	t.Logf("only B: %s predicted %d; both: %s on %s; B restored %d remote, %d cached of %d; B weights %v",
+		onlyB.Reason, onlyB.PredictedTokens, both.Reason, both.Backend.ID, u.Usage.Cache.RemoteTokens, u.Usage.Details.CachedTokens, u.Usage.PromptTokens, wb)
+	if onlyB.Backend != b || onlyB.Reason != "cache" || onlyB.PredictedTokens == 0 {
+		t.Fatalf("B not scored on the shared remote blocks: %+v", onlyB)
+	}
+	if both.Backend != a || both.Reason != "cache" {
+		t.Fatalf("with both candidates the host holder lost: %s (%s)", both.Backend.ID, both.Reason)
+	}
+	if u.Usage.Cache.RemoteTokens != onlyB.PredictedTokens {
+		t.Fatalf("predicted %d tokens from remote on B; B restored %d", onlyB.PredictedTokens, u.Usage.Cache.RemoteTokens)
 	}
 }

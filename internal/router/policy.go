@@ -56,6 +56,11 @@ type Request struct {
 	// affinity key ahead of SessionID and the prompt's tokens.
 	CacheKey string
 
+	// peers is every backend the router has (nil: the candidates): kv-aware reads the
+	// shared remote tier's blocks from all of their indexes, so a retry that excludes the
+	// replica that wrote a block still sees it.
+	peers []*Backend
+
 	keyDone bool
 	key     uint64
 	// chains memoizes block hashes by identity and block size: replicas of
@@ -421,8 +426,12 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 	// The remote tier is shared: what any live replica stored there, every replica with the
 	// tier can restore.
 	now := p.cfg.Now()
+	peers := r.peers
+	if peers == nil {
+		peers = c
+	}
 	var shared []*replicaIndex
-	for _, b := range c {
+	for _, b := range peers {
 		if b.liveIndexAt(p.cfg.StaleAfter, now) {
 			shared = append(shared, b.index)
 		}
