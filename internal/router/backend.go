@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvevents"
+	"stockpot/internal/kvtier"
 )
 
 // Backend is one replica behind the router.
@@ -71,15 +72,18 @@ func (b *Backend) Healthy() bool { return b.healthy.Load() }
 
 // BackendStatus is one row of GET /backends.
 type BackendStatus struct {
-	ID          string  `json:"id"`
-	URL         string  `json:"url"`
-	State       string  `json:"state"` // healthy | down
-	Load        int     `json:"load"`  // requests in flight through this router
-	Requests    uint64  `json:"requests"`
-	Errors      uint64  `json:"errors"`
-	LastError   string  `json:"last_error,omitempty"`
-	IndexBlocks int     `json:"index_blocks"`
-	Events      *Events `json:"events,omitempty"`
+	ID          string `json:"id"`
+	URL         string `json:"url"`
+	State       string `json:"state"` // healthy | down
+	Load        int    `json:"load"`  // requests in flight through this router
+	Requests    uint64 `json:"requests"`
+	Errors      uint64 `json:"errors"`
+	LastError   string `json:"last_error,omitempty"`
+	IndexBlocks int    `json:"index_blocks"`
+	// TierWeights is what kv-aware weighs a block by in each tier the replica has, derived
+	// from its published cost figures; absent before any (the defaults apply).
+	TierWeights map[string]float64 `json:"tier_weights,omitempty"`
+	Events      *Events            `json:"events,omitempty"`
 }
 
 // Events is the event-stream part of a BackendStatus.
@@ -103,6 +107,14 @@ func (b *Backend) status() BackendStatus {
 		Requests: b.requests.Load(), Errors: b.errors.Load(), IndexBlocks: b.index.Len()}
 	if !b.Healthy() {
 		st.State = "down"
+	}
+	if w, ok := b.index.publishedWeights(); ok {
+		st.TierWeights = map[string]float64{}
+		for t, v := range w {
+			if t == int(kvtier.Device) || v > 0 {
+				st.TierWeights[kvtier.Tier(t).String()] = v
+			}
+		}
 	}
 	if e := b.lastErr.Load(); e != nil {
 		st.LastError = *e

@@ -1,6 +1,8 @@
 package router
 
 import (
+	"math/bits"
+
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
@@ -102,12 +104,22 @@ func (ix *replicaIndex) matchChain(c *hashChain, weights *[kvtier.Count]float64,
 			}
 			c.extend(max(2*n, firstHashes))
 		}
+		// One read lock over the run the replica holds itself; a block it lacks is looked
+		// up in the shared remote tier outside it (one index locked at a time).
+		ix.mu.RLock()
 		for ; n < len(c.hashes); n++ {
-			w, ok := ix.lookup(c.hashes[n], weights, shared)
-			if !ok {
+			e := ix.mu.blocks[c.hashes[n]]
+			if e.tiers != 0 {
+				weighted += weights[bits.TrailingZeros8(e.tiers)] // its fastest tier
+				continue
+			}
+			ix.mu.RUnlock()
+			if len(shared) == 0 || !inRemote(shared, c.hashes[n]) {
 				return n, weighted
 			}
-			weighted += w
+			weighted += weights[kvtier.Remote]
+			ix.mu.RLock()
 		}
+		ix.mu.RUnlock()
 	}
 }

@@ -145,6 +145,9 @@ func TestTierAwareRealReplicas(t *testing.T) {
 		w, _ := b.index.weights(&defaultTierWeights)
 		t.Logf("round %d: %d prompt tokens on %s; again → %s, predicted %.0f, host_tokens %d, device_tokens %d, cached %d; weights %v",
 			round, u.Usage.PromptTokens, id, id2, pred, u.Usage.Cache.HostTokens, u.Usage.Cache.DeviceTokens, u.Usage.Details.CachedTokens, w)
+		if st := b.status(); st.TierWeights["host"] != w[kvtier.Host] || st.TierWeights["device"] != 1 {
+			t.Fatalf("round %d: /backends tier_weights %v, want %v", round, st.TierWeights, w)
+		}
 		if id2 != id {
 			t.Fatalf("round %d: the prompt held in host on %s went to %s", round, id, id2)
 		}

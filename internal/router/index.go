@@ -185,6 +185,13 @@ func (ix *replicaIndex) weights(fallback *[kvtier.Count]float64) (w [kvtier.Coun
 	return ix.mu.weights, ix.mu.costs.ReadBandwidth[kvtier.Remote] > 0
 }
 
+// publishedWeights returns the weights derived from the replica's figures; ok=false before any.
+func (ix *replicaIndex) publishedWeights() (w [kvtier.Count]float64, ok bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.mu.weights, ix.mu.costs != nil
+}
+
 // boundLocked drops the least recently stored eighth of the entries when the index is past
 // its bound: one sort per maxBlocks/8 inserts, O(log n) amortized per Stored. REQUIRES:
 // ix.mu held for writing.
