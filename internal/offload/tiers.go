@@ -194,6 +194,9 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	t.restorer = newRestorer(t.fetcher, cfg)
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
+	if t.events != nil {
+		t.pins.onPut = t.events.put // before any job: jobs come from the engine, after Hook
+	}
 	t.sweeper = make(chan struct{})
 	go sweep(t.tiers, t.sweeper)
 	t.events.start()
