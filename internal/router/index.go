@@ -94,6 +94,7 @@ func (ix *replicaIndex) Reset(s kvevents.Snapshot) {
 	ix.mu.blocks, ix.mu.clock = blocks, clock
 	ix.mu.identity, ix.mu.blockSize, ix.mu.epoch = id, s.BlockSize, s.Epoch
 	ix.mu.valid = s.Epoch != 0 && err == nil && s.BlockSize > 0
+	ix.mu.costs = nil // a snapshot carries the figures when the replica publishes any
 	ix.setCostsLocked(s.Costs)
 	ix.boundLocked()
 }
@@ -145,7 +146,7 @@ func (ix *replicaIndex) Costs(c kvevents.Costs) {
 // ix.mu held for writing.
 func (ix *replicaIndex) setCostsLocked(c *kvevents.Costs) {
 	if c == nil {
-		return // a snapshot without figures keeps the last ones the stream sent
+		return
 	}
 	cc := *c
 	ix.mu.costs = &cc

@@ -157,6 +157,16 @@ func TestTierWeightsFromCosts(t *testing.T) {
 	if got, remote := ix.weights(&defaultTierWeights); got != w || !remote {
 		t.Fatalf("after costs: %v %v", got, remote)
 	}
+	// A snapshot carries the figures; one without (a restarted replica without tiers, an
+	// isolated one) goes back to the defaults.
+	ix.Reset(kvevents.Snapshot{Epoch: 2, Identity: "00", BlockSize: 4, Costs: &c})
+	if got, _ := ix.weights(&defaultTierWeights); got != w {
+		t.Fatalf("snapshot costs: %v", got)
+	}
+	ix.Reset(kvevents.Snapshot{Epoch: 3, Identity: "00", BlockSize: 4})
+	if got, remote := ix.weights(&defaultTierWeights); got != defaultTierWeights || remote {
+		t.Fatalf("snapshot without costs: %v %v", got, remote)
+	}
 	// Figures without a prefill rate fall back to the defaults.
 	if got := tierWeights(kvevents.Costs{BlockSize: 16, BlockBytes: 1}); got != defaultTierWeights {
 		t.Fatalf("no prefill rate: %v", got)
