@@ -35,8 +35,13 @@ const (
 	RemoteReconcileEvery = 10 * time.Second
 )
 
-// reconcileBatch is how many keys one Contains asks about.
-const reconcileBatch = 1024
+// reconcileBatch is how many keys one Contains asks about, and remotePassKeys how many keys
+// one pass over the remote tier asks about at most (64 calls): a pass takes those the map's
+// random iteration order yields, so successive passes cover a large remote set in turn.
+const (
+	reconcileBatch = 1024
+	remotePassKeys = 64 * reconcileBatch
+)
 
 type tierEvents struct {
 	publish func(...kvevents.Event)
@@ -50,6 +55,9 @@ type tierEvents struct {
 	}
 	last    []tier.Stats // the reconciler's last look at each tier (its goroutine only)
 	started bool
+	// every and remoteEvery are ReconcileEvery and RemoteReconcileEvery (tests shorten them
+	// before start).
+	every, remoteEvery time.Duration
 }
 
 // newTierEvents returns nil when publish is nil: every method is a no-op on nil.
@@ -58,7 +66,7 @@ func newTierEvents(publish func(...kvevents.Event), tiers []Tier) *tierEvents {
 		return nil
 	}
 	e := &tierEvents{publish: publish, tiers: tiers, stop: make(chan struct{}), done: make(chan struct{}),
-		last: make([]tier.Stats, len(tiers))}
+		last: make([]tier.Stats, len(tiers)), every: ReconcileEvery, remoteEvery: RemoteReconcileEvery}
 	e.mu.held = make([]map[tier.Key]uint64, len(tiers))
 	for i := range e.mu.held {
 		e.mu.held[i] = map[tier.Key]uint64{}
@@ -155,9 +163,9 @@ func (e *tierEvents) stored(i int, keys []tier.Key) {
 
 func (e *tierEvents) run() {
 	defer close(e.done)
-	tk := time.NewTicker(ReconcileEvery)
+	tk := time.NewTicker(e.every)
 	defer tk.Stop()
-	remoteEvery := int(RemoteReconcileEvery / ReconcileEvery)
+	remoteEvery := max(1, int(e.remoteEvery/e.every))
 	for n := 1; ; n++ {
 		select {
 		case <-e.stop:
@@ -191,8 +199,11 @@ func (e *tierEvents) reconcile(i int) {
 		gen uint64
 	}
 	e.mu.Lock()
-	all := make([]seen, 0, len(e.mu.held[i]))
+	all := make([]seen, 0, min(len(e.mu.held[i]), remotePassKeys))
 	for k, g := range e.mu.held[i] {
+		if e.tiers[i].Tier == kvtier.Remote && len(all) == remotePassKeys {
+			break
+		}
 		all = append(all, seen{k, g})
 	}
 	e.mu.Unlock()

@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"errors"
 	"sort"
 	"strings"
 	"sync"
@@ -147,5 +148,39 @@ func TestTierEvents(t *testing.T) {
 	sort.Strings(tiers)
 	if strings.Join(tiers, ",") != "disk,host,remote" {
 		t.Fatalf("costs tiers %v", tiers)
+	}
+}
+
+// TestRemoteReconcile: a block this replica announced in the remote tier and that the store
+// then lost (Redis evicts and expires on its own) is announced Removed by the periodic
+// remote pass.
+func TestRemoteReconcile(t *testing.T) {
+	recs := tiertest.Chain(identity, root, layout, 6, 33)
+	remote := memstore.New()
+	log := &eventLog{held: map[kvtier.Tier]map[prefix.Hash]bool{}}
+	e := newTierEvents(log.publish, []Tier{{kvtier.Remote, remote}})
+	e.every, e.remoteEvery = 5*time.Millisecond, 20*time.Millisecond
+	e.start()
+	defer e.close()
+	items := tiertest.Items(recs)
+	if err := remote.Put(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	e.put(Tier{kvtier.Remote, remote}, items, nil)
+	if got := log.view(kvtier.Remote, recs); got != "xxxxxx" {
+		t.Fatalf("announced %s after the Put", got)
+	}
+	if err := remote.Delete(ctx, tiertest.Keys(recs[2:4])); err != nil {
+		t.Fatal(err)
+	}
+	waitView(t, log, kvtier.Remote, recs, func() string { return "xx..xx" })
+	// A failed Put is announced only for what the store holds.
+	fresh := tiertest.Chain(identity, root, layout, 2, 34)
+	if err := remote.Put(ctx, tiertest.Items(fresh[:1])); err != nil {
+		t.Fatal(err)
+	}
+	e.put(Tier{kvtier.Remote, remote}, tiertest.Items(fresh), errors.New("one item failed"))
+	if got := log.view(kvtier.Remote, fresh); got != "x." {
+		t.Fatalf("after a partly failed Put: announced %s, want x.", got)
 	}
 }
