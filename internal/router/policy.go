@@ -399,10 +399,12 @@ func (p *prefixPolicy) pickKeyUnremembered(key uint64, c []*Backend) Decision {
 }
 
 // kvAware scores each replica by the prompt blocks its index says it holds,
-// weighted by tier, minus a load penalty (Dynamo's router does the same
-// trade: overlap against active load), within the same load bound as the
-// prefix policy. When no replica holds any of the prompt, or none offers
-// events, it falls back to prefix affinity.
+// weighted by tier (from the replica's published restore costs, else
+// TierWeights), minus a load penalty (Dynamo's router does the same trade:
+// overlap against active load), within the same load bound as the prefix
+// policy. A replica with the remote tier also holds, at remote weight, what
+// any live replica announced in remote. When no replica holds any of the
+// prompt, or none offers events, it falls back to prefix affinity.
 type kvAware struct {
 	cfg      PolicyConfig
 	affinity *prefixPolicy
