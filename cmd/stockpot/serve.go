@@ -164,9 +164,12 @@ func newInstance(o serveOptions) (*instance, error) {
 		tcfg := o.tiers
 		tcfg.Identity = idDigest
 		tcfg.Layout = kvcache.Layout{BlockSize: o.blockSize, Layers: lf.cfg.KVLayers(), KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: o.kvType}
+		tcfg.Events = in.events.Publish // host, disk and remote blocks on /v1/kv-events too
 		if in.tiers, err = offload.Open(tcfg, reg); err != nil {
 			return fail(err)
 		}
+		// The cost model's figures weigh the router's tiers.
+		in.events.SetCosts(in.tiers.Costs)
 		in.tiers.Hook(&ecfg) // restore, cost model feed, and write-back after the publisher
 	}
 	if in.engine, err = engine.New(m, ecfg); err != nil {

@@ -20,16 +20,28 @@
 //	{"type":"hello","epoch":"1f..","seq":120,"identity":"ab..","block_size":16}
 //	{"type":"event","seq":121,"kind":"stored","tier":"device","hash":"..","parent":"..","time":1712...}
 //	{"type":"heartbeat","seq":121,"time":1712...}
+//	{"type":"costs","seq":121,"costs":{"prefill_tps":950,"block_size":16,"block_bytes":98304,"read_bps":{"host":9.5e9,"remote":1.2e8}}}
 //	{"type":"resync","epoch":"1f..","seq":121}
 //
+// Events come for every tier ("device", "host", "disk", "remote"). A costs
+// line (Costs; a Sink that is a CostSink gets it) carries the replica's
+// current restore-cost figures: after the hello and at a heartbeat when
+// they changed; it takes no sequence number of its own (seq is the latest,
+// as in a heartbeat). read_bps lists only the tiers the replica has.
 // The stream sends events with Seq > since. A resync line means the
 // publisher cannot continue from since: the ring no longer holds since+1,
 // since is ahead of the publisher, or epoch names another process. The
 // client then fetches /v1/kv-events/snapshot ({"epoch","seq","identity",
-// "block_size","blocks":[{"hash","tier"}]}), replaces what it knew, and
+// "block_size","blocks":[{"hash","tier"}],"costs":{..}}), replaces what it knew, and
 // streams again from the snapshot's seq. Heartbeats carry the latest seq, so
 // a client that lost the tail of the stream notices at the next heartbeat.
 // Times are Unix nanoseconds; hashes and the epoch are lower-case hex.
+//
+// A line or snapshot that does not parse (bad JSON, an unknown tier or kind,
+// a malformed hash, negative or non-finite costs, a line over 64 KiB) is
+// garbage: the Subscriber empties its Sink (Reset with an empty snapshot),
+// counts SubscriberStats.Garbage, and streams again only after a snapshot
+// that parses. decodeLine and decodeSnapshot are fuzzed (FuzzDecodeLine).
 //
 // # Invariants
 //

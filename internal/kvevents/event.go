@@ -73,6 +73,7 @@ type Snapshot struct {
 	Identity  string // hex of the identity bytes the replica passes to prefix.Root
 	BlockSize int
 	Blocks    []Block // no order; one entry per (hash, tier)
+	Costs     *Costs  // the replica's cost figures; nil: none published
 }
 
 // IdentityBytes decodes Identity; nil when none was set.
@@ -106,16 +107,17 @@ func FromPrefix(dst []Event, tier kvtier.Tier, evs []prefix.Event) []Event {
 
 // wireMsg is one line of the stream (and the decoder's target).
 type wireMsg struct {
-	Type      string `json:"type"`
-	Epoch     string `json:"epoch,omitempty"`
-	Seq       uint64 `json:"seq"`
-	Kind      string `json:"kind,omitempty"`
-	Tier      string `json:"tier,omitempty"`
-	Hash      string `json:"hash,omitempty"`
-	Parent    string `json:"parent,omitempty"`
-	Time      int64  `json:"time,omitempty"`
-	Identity  string `json:"identity,omitempty"`
-	BlockSize int    `json:"block_size,omitempty"`
+	Type      string     `json:"type"`
+	Epoch     string     `json:"epoch,omitempty"`
+	Seq       uint64     `json:"seq"`
+	Kind      string     `json:"kind,omitempty"`
+	Tier      string     `json:"tier,omitempty"`
+	Hash      string     `json:"hash,omitempty"`
+	Parent    string     `json:"parent,omitempty"`
+	Time      int64      `json:"time,omitempty"`
+	Identity  string     `json:"identity,omitempty"`
+	BlockSize int        `json:"block_size,omitempty"`
+	Costs     *wireCosts `json:"costs,omitempty"`
 }
 
 type wireBlock struct {
@@ -129,6 +131,7 @@ type wireSnapshot struct {
 	Identity  string      `json:"identity"`
 	BlockSize int         `json:"block_size"`
 	Blocks    []wireBlock `json:"blocks"`
+	Costs     *wireCosts  `json:"costs,omitempty"`
 }
 
 func epochString(e uint64) string { return strconv.FormatUint(e, 16) }

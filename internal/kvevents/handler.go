@@ -34,6 +34,9 @@ func (p *Publisher) serveSnapshot(w http.ResponseWriter) {
 	for i, b := range s.Blocks {
 		ws.Blocks[i] = wireBlock{Hash: hex.EncodeToString(b.Hash[:]), Tier: b.Tier.String()}
 	}
+	if s.Costs != nil {
+		ws.Costs = s.Costs.wire()
+	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(ws)
 }
@@ -77,6 +80,16 @@ func (p *Publisher) serveStream(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(buf)
 		return
 	}
+	// The cost figures go first and again whenever a heartbeat finds them changed.
+	var sent Costs
+	costsLine := func(b []byte, seq uint64) []byte {
+		if c, ok := p.costs(); ok && c != sent {
+			sent = c
+			b = appendCostsJSON(b, seq, &c)
+		}
+		return b
+	}
+	buf = costsLine(buf, latest)
 	if _, err := w.Write(buf); err != nil {
 		return
 	}
@@ -119,6 +132,7 @@ func (p *Publisher) serveStream(w http.ResponseWriter, r *http.Request) {
 			buf = append(buf, `,"time":`...)
 			buf = strconv.AppendInt(buf, t.UnixNano(), 10)
 			buf = append(buf, "}\n"...)
+			buf = costsLine(buf, latest)
 			if _, err := w.Write(buf); err != nil {
 				return
 			}

@@ -71,6 +71,8 @@ type Publisher struct {
 		ring []Event
 		// blocks maps a hash to the set of tiers holding it (bit t = Tier t).
 		blocks map[prefix.Hash]uint8
+		// costs reads the replica's cost figures (SetCosts); nil: none.
+		costs func() Costs
 		// wake is closed and replaced by Publish when a reader waits on it.
 		wake    chan struct{}
 		waiting bool
@@ -160,11 +162,15 @@ func (p *Publisher) applyLocked(ev *Event) {
 	}
 }
 
-// Snapshot returns the current block set and the seq it reflects.
+// Snapshot returns the current block set and the seq it reflects, with the cost figures.
 func (p *Publisher) Snapshot() Snapshot {
+	var costs *Costs
+	if c, ok := p.costs(); ok {
+		costs = &c
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Snapshot{Epoch: p.cfg.Epoch, Seq: p.mu.seq, Identity: p.mu.identity, BlockSize: p.mu.blockSize,
+	s := Snapshot{Epoch: p.cfg.Epoch, Seq: p.mu.seq, Identity: p.mu.identity, BlockSize: p.mu.blockSize, Costs: costs,
 		Blocks: make([]Block, 0, len(p.mu.blocks))}
 	for h, m := range p.mu.blocks {
 		for t := range kvtier.Tier(kvtier.Count) {

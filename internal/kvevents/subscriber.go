@@ -102,6 +102,7 @@ type SubscriberStats struct {
 	Gaps        uint64    // sequence gaps detected (each caused a resync)
 	Restarts    uint64    // epoch changes seen (each caused a resync)
 	Reconnects  uint64    // streams opened after the first
+	Garbage     uint64    // streams or snapshots dropped for bytes that do not parse (each dropped the Sink's state)
 	LastEvent   time.Time // when the last line (event or heartbeat) arrived
 	Lag         time.Duration
 	LastError   string
@@ -141,6 +142,12 @@ func (s *Subscriber) update(f func(st *SubscriberStats)) {
 
 // errResync asks Run to load a snapshot before streaming again.
 var errResync = errors.New("kvevents: resync needed")
+
+// errGarbage marks bytes from the replica that do not parse (a line, an event, a snapshot):
+// the replica is isolated. Its Sink is emptied, and only a clean snapshot fills it again.
+var errGarbage = errors.New("kvevents: garbage from replica")
+
+func garbage(err error) error { return fmt.Errorf("%w: %w", errGarbage, err) }
 
 // Run follows the stream until ctx is done. It returns ctx.Err().
 func (s *Subscriber) Run(ctx context.Context) error {
@@ -182,6 +189,13 @@ func (s *Subscriber) Run(ctx context.Context) error {
 			break
 		}
 		wait := backoff
+		if errors.Is(err, errGarbage) {
+			// Nothing the replica said is trusted until a snapshot parses: routers score it
+			// with an empty index meanwhile.
+			s.cfg.Sink.Reset(Snapshot{})
+			p.needSnapshot = true
+			s.update(func(st *SubscriberStats) { st.Garbage++; st.Synced = false })
+		}
 		if errors.Is(err, ErrUnsupported) {
 			wait = s.cfg.UnsupportedRetry
 			s.cfg.Sink.Reset(Snapshot{})
@@ -225,13 +239,36 @@ func (s *Subscriber) fetchSnapshot(ctx context.Context) (Snapshot, error) {
 	if resp.StatusCode != http.StatusOK {
 		return Snapshot{}, fmt.Errorf("kvevents: snapshot: HTTP %d", resp.StatusCode)
 	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxSnapshotBytes+1))
+	if err != nil {
+		return Snapshot{}, fmt.Errorf("kvevents: snapshot: %w", err)
+	}
+	if len(body) > maxSnapshotBytes {
+		return Snapshot{}, garbage(fmt.Errorf("snapshot over %d bytes", maxSnapshotBytes))
+	}
+	snap, err := decodeSnapshot(body)
+	if err != nil {
+		return Snapshot{}, garbage(err)
+	}
+	return snap, nil
+}
+
+// maxSnapshotBytes bounds a snapshot: 1 GiB, about 8 million (hash, tier) pairs.
+const maxSnapshotBytes = 1 << 30
+
+// decodeSnapshot parses GET /v1/kv-events/snapshot's body.
+func decodeSnapshot(body []byte) (Snapshot, error) {
 	var ws wireSnapshot
-	if err := json.NewDecoder(resp.Body).Decode(&ws); err != nil {
+	if err := json.Unmarshal(body, &ws); err != nil {
 		return Snapshot{}, fmt.Errorf("kvevents: snapshot: %w", err)
 	}
 	snap := Snapshot{Seq: ws.Seq, Identity: ws.Identity, BlockSize: ws.BlockSize, Blocks: make([]Block, 0, len(ws.Blocks))}
+	var err error
 	if snap.Epoch, err = parseEpoch(ws.Epoch); err != nil {
 		return Snapshot{}, fmt.Errorf("kvevents: snapshot epoch %q: %w", ws.Epoch, err)
+	}
+	if ws.BlockSize < 0 {
+		return Snapshot{}, fmt.Errorf("kvevents: snapshot block_size %d", ws.BlockSize)
 	}
 	for _, b := range ws.Blocks {
 		h, err := parseHash(b.Hash)
@@ -244,7 +281,37 @@ func (s *Subscriber) fetchSnapshot(ctx context.Context) (Snapshot, error) {
 		}
 		snap.Blocks = append(snap.Blocks, Block{Hash: h, Tier: t})
 	}
+	if ws.Costs != nil {
+		c, err := decodeCosts(ws.Costs)
+		if err != nil {
+			return Snapshot{}, err
+		}
+		snap.Costs = &c
+	}
 	return snap, nil
+}
+
+// decodeLine parses one stream line: the message, and for an "event" line its Event, for a
+// "costs" line its Costs. Any other type is returned as it is (a newer publisher's; the
+// Subscriber skips it).
+func decodeLine(line []byte) (m wireMsg, ev Event, c Costs, err error) {
+	if err = json.Unmarshal(line, &m); err != nil {
+		return m, ev, c, fmt.Errorf("kvevents: bad line: %w", err)
+	}
+	switch m.Type {
+	case "hello", "resync":
+		if _, err = parseEpoch(m.Epoch); err != nil {
+			return m, ev, c, fmt.Errorf("kvevents: %s epoch %q: %w", m.Type, m.Epoch, err)
+		}
+	case "event":
+		ev, err = decodeEvent(&m)
+	case "costs":
+		if m.Costs == nil {
+			return m, ev, c, errors.New("kvevents: costs line without costs")
+		}
+		c, err = decodeCosts(m.Costs)
+	}
+	return m, ev, c, err
 }
 
 // stream reads events after p.seq until an error, checking each line with p. It reports
@@ -313,6 +380,10 @@ func (s *Subscriber) stream(ctx context.Context, p *protocol) (bool, error) {
 	}
 	for {
 		line, rerr := br.ReadSlice('\n')
+		if rerr == bufio.ErrBufferFull {
+			flush()
+			return progressed, garbage(fmt.Errorf("line over %d bytes", br.Size()))
+		}
 		if rerr != nil {
 			flush()
 			if rerr == io.EOF {
@@ -324,18 +395,15 @@ func (s *Subscriber) stream(ctx context.Context, p *protocol) (bool, error) {
 		case alive <- struct{}{}:
 		default:
 		}
-		var m wireMsg
-		if err := json.Unmarshal(line, &m); err != nil {
+		m, ev, costs, err := decodeLine(line)
+		if err != nil {
 			flush()
-			return progressed, fmt.Errorf("kvevents: bad line: %w", err)
+			return progressed, garbage(err)
 		}
 		switch m.Type {
 		case "hello":
 			progressed = true
-			e, err := parseEpoch(m.Epoch)
-			if err != nil {
-				return progressed, err
-			}
+			e, _ := parseEpoch(m.Epoch) // decodeLine checked it
 			if v := p.hello(e); v != accept {
 				return failed(v)
 			}
@@ -349,12 +417,12 @@ func (s *Subscriber) stream(ctx context.Context, p *protocol) (bool, error) {
 				return failed(v)
 			}
 			s.update(func(st *SubscriberStats) { st.LastEvent, st.Lag = time.Now(), 0 })
-		case "event":
-			ev, err := decodeEvent(&m)
-			if err != nil {
-				flush()
-				return progressed, err
+		case "costs":
+			flush()
+			if cs, ok := s.cfg.Sink.(CostSink); ok {
+				cs.Costs(costs)
 			}
+		case "event":
 			if v := p.event(ev.Seq); v != accept {
 				flush()
 				return failed(v)

@@ -19,8 +19,15 @@
 // stops the fetchers, drains the writer and closes the stores, in that
 // order, and is safe on a partly opened Tiers.
 //
+// Config.Events, when set, gets Stored and Removed kv-events for the blocks
+// the tiers hold (events.go: Stored after each confirmed Put, Removed by a
+// reconciler that asks the tiers about what was announced), and Tiers.Costs
+// gives the cost model's figures to the kv-events publisher, so a router
+// weighs every tier by measured restore cost.
+//
 // Imports: engine (the Restorer and hook types it implements), kvtier,
-// prefix, kvcache, tier and its stores, prometheus. Nothing below engine
+// kvevents (the event type), prefix, kvcache, tier and its stores,
+// prometheus. Nothing below engine
 // imports offload.
 //
 // # Write-back: per-tier queues

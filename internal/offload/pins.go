@@ -60,6 +60,7 @@ type pinWriter struct {
 	tiers    []Tier // the Pinner tiers, fastest first
 	metrics  *Metrics
 	timeout  time.Duration
+	onPut    func(Tier, []tier.Item, error) // set before the first job; nil: none
 	jobs     chan pinJob
 	done     chan struct{}
 	once     sync.Once
@@ -188,6 +189,9 @@ func (w *pinWriter) apply(j pinJob) {
 			start := time.Now()
 			err := t.Store.Put(ctx, put)
 			w.metrics.ObserveWrite(t.Tier.String(), time.Since(start))
+			if w.onPut != nil {
+				w.onPut(t, put, err) // the tier events (events.go)
+			}
 			failed := 0
 			for reason, n := range writeFailures(err, len(put)) {
 				w.metrics.WriteFailed(t.Tier.String(), reason, n)

@@ -10,6 +10,7 @@ import (
 
 	"stockpot/internal/engine"
 	"stockpot/internal/kvcache"
+	"stockpot/internal/kvevents"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier/disk"
@@ -45,6 +46,10 @@ type Config struct {
 	// FetchQueue is how many prefetches wait for a fetcher. Default 4096; past it a prefetch
 	// answers at once with nothing, and the request computes its prefix.
 	FetchQueue int
+	// Events, when set, receives Stored and Removed for the blocks the tiers hold (the
+	// kv-events publisher's Publish; see events.go). Called from the writer's and the
+	// reconciler's goroutines: it must be safe for concurrent use and never block.
+	Events func(...kvevents.Event)
 
 	// Set by the caller from the model, not from flags.
 	Identity [32]byte       // identity.Descriptor digest
@@ -101,6 +106,7 @@ type Tiers struct {
 	restorer *restorer
 	pins     *pinWriter
 	sweeper  chan struct{} // closed by Close: stops the pin sweeper
+	events   *tierEvents   // nil without Config.Events
 }
 
 // PinSweepEvery is how often the pin sweeper ends expired pins in the stores that keep them
@@ -193,6 +199,9 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	wcfg := DefaultWriterConfig()
 	wcfg.Identity, wcfg.Layout, wcfg.Admission, wcfg.Remote = cfg.Identity, cfg.Layout, cfg.Admission, cfg.RemoteWrite
+	if t.events = newTierEvents(cfg.Events, t.tiers); t.events != nil {
+		wcfg.OnPut = t.events.put
+	}
 	if t.writer, err = NewWriter(wcfg, t.tiers, t.metrics); err != nil {
 		return err
 	}
@@ -209,8 +218,12 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	t.restorer = newRestorer(t.fetcher, cfg)
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
+	if t.events != nil {
+		t.pins.onPut = t.events.put // before any job: jobs come from the engine, after Hook
+	}
 	t.sweeper = make(chan struct{})
 	go sweep(t.tiers, t.sweeper)
+	t.events.start()
 	return nil
 }
 
@@ -336,6 +349,10 @@ func (t *Tiers) Close() {
 	}
 	if t.writer != nil {
 		t.writer.Close()
+	}
+	if t.events != nil {
+		t.events.close()
+		t.events = nil
 	}
 	for _, c := range t.closers {
 		_ = c()

@@ -41,6 +41,9 @@ type WriterConfig struct {
 	MaxBatch int
 	// PutTimeout bounds one Put. Default 5s.
 	PutTimeout time.Duration
+	// OnPut, when set, is called on the tier's worker after each Put with its items and
+	// error (the tier events: events.go).
+	OnPut func(t Tier, items []tier.Item, err error)
 }
 
 // DefaultWriterConfig returns the defaults; Identity and Layout must be set.
@@ -325,6 +328,9 @@ func (w *Writer) run(q *tierQueue) {
 			start := time.Now()
 			err := q.t.Store.Put(ctx, items)
 			w.metrics.ObserveWrite(q.t.Tier.String(), time.Since(start))
+			if w.cfg.OnPut != nil {
+				w.cfg.OnPut(q.t, items, err)
+			}
 			// Nothing is retried here (a store retries what it can, as the disk does on
 			// ENOSPC): the block is recomputed if it is ever needed.
 			failed := 0

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvevents"
+	"stockpot/internal/kvtier"
 )
 
 // Backend is one replica behind the router.
@@ -71,15 +72,18 @@ func (b *Backend) Healthy() bool { return b.healthy.Load() }
 
 // BackendStatus is one row of GET /backends.
 type BackendStatus struct {
-	ID          string  `json:"id"`
-	URL         string  `json:"url"`
-	State       string  `json:"state"` // healthy | down
-	Load        int     `json:"load"`  // requests in flight through this router
-	Requests    uint64  `json:"requests"`
-	Errors      uint64  `json:"errors"`
-	LastError   string  `json:"last_error,omitempty"`
-	IndexBlocks int     `json:"index_blocks"`
-	Events      *Events `json:"events,omitempty"`
+	ID          string `json:"id"`
+	URL         string `json:"url"`
+	State       string `json:"state"` // healthy | down
+	Load        int    `json:"load"`  // requests in flight through this router
+	Requests    uint64 `json:"requests"`
+	Errors      uint64 `json:"errors"`
+	LastError   string `json:"last_error,omitempty"`
+	IndexBlocks int    `json:"index_blocks"`
+	// TierWeights is what kv-aware weighs a block by in each tier the replica has, derived
+	// from its published cost figures; absent before any (the defaults apply).
+	TierWeights map[string]float64 `json:"tier_weights,omitempty"`
+	Events      *Events            `json:"events,omitempty"`
 }
 
 // Events is the event-stream part of a BackendStatus.
@@ -92,6 +96,7 @@ type Events struct {
 	Resyncs     uint64  `json:"resyncs"`
 	Gaps        uint64  `json:"gaps"`
 	Restarts    uint64  `json:"restarts"`
+	Garbage     uint64  `json:"garbage"`
 	LagMS       float64 `json:"lag_ms"`
 	LastEventMS float64 `json:"last_event_age_ms"`
 	LastError   string  `json:"last_error,omitempty"`
@@ -103,13 +108,21 @@ func (b *Backend) status() BackendStatus {
 	if !b.Healthy() {
 		st.State = "down"
 	}
+	if w, ok := b.index.publishedWeights(); ok {
+		st.TierWeights = map[string]float64{}
+		for t, v := range w {
+			if t == int(kvtier.Device) || v > 0 {
+				st.TierWeights[kvtier.Tier(t).String()] = v
+			}
+		}
+	}
 	if e := b.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}
 	if b.events != nil {
 		s := b.events.Stats()
 		ev := &Events{Synced: s.Synced, Unsupported: s.Unsupported, Epoch: fmt.Sprintf("%x", s.Epoch), Seq: s.Seq,
-			Events: s.Events, Resyncs: s.Resyncs, Gaps: s.Gaps, Restarts: s.Restarts,
+			Events: s.Events, Resyncs: s.Resyncs, Gaps: s.Gaps, Restarts: s.Restarts, Garbage: s.Garbage,
 			LagMS: float64(s.Lag) / 1e6, LastError: s.LastError}
 		if !s.LastEvent.IsZero() {
 			ev.LastEventMS = float64(time.Since(s.LastEvent)) / 1e6
@@ -122,9 +135,14 @@ func (b *Backend) status() BackendStatus {
 // liveIndex reports whether b's index can be trusted: the stream is in sync
 // and a line (event or heartbeat) came within staleAfter.
 func (b *Backend) liveIndex(staleAfter time.Duration) bool {
+	return b.liveIndexAt(staleAfter, time.Now())
+}
+
+// liveIndexAt is liveIndex on a clock (PolicyConfig.Now).
+func (b *Backend) liveIndexAt(staleAfter time.Duration, now time.Time) bool {
 	if b.events == nil {
 		return false
 	}
 	s := b.events.Stats()
-	return s.Synced && !s.Unsupported && time.Since(s.LastEvent) < staleAfter
+	return s.Synced && !s.Unsupported && now.Sub(s.LastEvent) < staleAfter
 }

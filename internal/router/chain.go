@@ -94,9 +94,9 @@ func (c *hashChain) all() []prefix.Hash {
 // firstHashes is how many hashes a walk computes before its first lookup; it then doubles.
 const firstHashes = 4
 
-// matchChain is match over a lazily hashed chain: it hashes more blocks (outside the read
-// lock) only while the replica holds every block so far.
-func (ix *replicaIndex) matchChain(c *hashChain, weights *[kvtier.Count]float64, expireBefore int64) (n int, weighted float64) {
+// matchChain is match over a lazily hashed chain: it hashes more blocks only while the
+// replica (or, through shared, the remote tier) holds every block so far.
+func (ix *replicaIndex) matchChain(c *hashChain, weights *[kvtier.Count]float64, shared []*replicaIndex) (n int, weighted float64) {
 	for {
 		if n == len(c.hashes) {
 			if n >= c.blocks() {
@@ -104,14 +104,21 @@ func (ix *replicaIndex) matchChain(c *hashChain, weights *[kvtier.Count]float64,
 			}
 			c.extend(max(2*n, firstHashes))
 		}
+		// One read lock over the run the replica holds itself; a block it lacks is looked
+		// up in the shared remote tier outside it (one index locked at a time).
 		ix.mu.RLock()
 		for ; n < len(c.hashes); n++ {
-			e, ok := ix.mu.blocks[c.hashes[n]]
-			if !ok || e.tiers == 0 || e.stored < expireBefore {
-				ix.mu.RUnlock()
+			e := ix.mu.blocks[c.hashes[n]]
+			if e.tiers != 0 {
+				weighted += weights[bits.TrailingZeros8(e.tiers)] // its fastest tier
+				continue
+			}
+			ix.mu.RUnlock()
+			if len(shared) == 0 || !inRemote(shared, c.hashes[n]) {
 				return n, weighted
 			}
-			weighted += weights[bits.TrailingZeros8(e.tiers)] // its fastest tier
+			weighted += weights[kvtier.Remote]
+			ix.mu.RLock()
 		}
 		ix.mu.RUnlock()
 	}

@@ -41,8 +41,8 @@ func testMatchChain(t *testing.T, cache *hashCache) {
 				}
 				ix.Apply(evs)
 				c := &hashChain{identity: "id", blockSize: bs, salt: "salt", tokens: toks, cache: cache}
-				hn, hw := ix.matchChain(c, &defaultTierWeights, 0)
-				wn, ww := ix.match(want, &defaultTierWeights, 0)
+				hn, hw := ix.matchChain(c, &defaultTierWeights, nil)
+				wn, ww := ix.match(want, &defaultTierWeights, nil)
 				name := fmt.Sprintf("bs=%d n=%d held=%d cache=%v", bs, n, held, cache != nil)
 				if hn != wn || hw != ww {
 					t.Errorf("%s: matchChain %d/%v, match %d/%v", name, hn, hw, wn, ww)

@@ -30,7 +30,6 @@ func TestConfigValidate(t *testing.T) {
 		{"load penalty", func(c *Config) { c.LoadPenalty = -2 }, "LoadPenalty"},
 		{"prefix tokens", func(c *Config) { c.PrefixTokens = -1 }, "PrefixTokens"},
 		{"tier weight", func(c *Config) { c.TierWeights[1] = -1 }, "TierWeights"},
-		{"entry ttl", func(c *Config) { c.EntryTTL = -time.Minute }, "EntryTTL"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Config{}

@@ -50,9 +50,26 @@
 // # Staleness
 //
 // A replica's index is used only while its stream is in sync and spoke
-// (event or heartbeat) within StaleAfter; an entry not re-stored within
-// EntryTTL is ignored. Gaps, restarts (epoch changes) and reconnects past
-// the replica's ring trigger a resync from its snapshot (package kvevents).
+// (event or heartbeat) within StaleAfter. An entry is valid while the replica
+// holds it: it ends by a Removed event, a Cleared, or a snapshot without it,
+// never by age (a cache hit emits no event, so the hottest blocks are those
+// stored longest ago). Each replica's index is bounded (IndexMaxBlocks,
+// default 1Mi entries, LRU by last Stored) so a replica that never sends
+// Removed cannot grow it without limit. Gaps, restarts (epoch changes) and
+// reconnects past the replica's ring trigger a resync from its snapshot
+// (package kvevents). A stream or snapshot that does not parse isolates the
+// replica: its index is emptied (it scores as holding nothing, so it gets
+// only what its load earns) until a snapshot parses again.
+//
+// # Tiers and costs
+//
+// Replicas publish every tier's blocks (device, host, disk, remote) and their
+// cost model's figures (prefill rate, read bandwidth per tier, block bytes: a
+// "costs" line and the snapshot's costs). A block weighs the share of its
+// prefill its restore saves, 1 − read time / prefill time, by its fastest
+// tier; before a replica's first figures, TierWeights. The remote tier is
+// shared: a block any live replica announced in remote counts, at remote
+// weight, for every replica whose figures show a remote tier.
 //
 // # Retries and broken streams
 //
@@ -137,6 +154,7 @@
 //	stockpot_router_event_gaps_total{backend,url}         sequence gaps seen
 //	stockpot_router_replica_restarts_total{backend,url}   epoch changes seen
 //	stockpot_router_events_total{backend,url}             events applied
+//	stockpot_router_event_garbage_total{backend,url}      streams/snapshots that did not parse (index dropped)
 //	stockpot_router_stream_failures_total{backend,reason} streams broken after their first event
 //	stockpot_router_unauthorized_total{scope}             refused keys (client, admin, metrics)
 //	stockpot_router_connections                           open client connections

@@ -503,7 +503,7 @@ func TestEventsRealReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	rq.Tokens = toks
-	n, _ := b.index.match(rq.blockHashes(id, bs), &defaultTierWeights, 0)
+	n, _ := b.index.match(rq.blockHashes(id, bs), &defaultTierWeights, nil)
 	second, _ := post(false)
 	t.Logf("prompt %d tokens: first cached %d; predicted %d, second cached %d", first.Usage.PromptTokens,
 		first.Usage.Details.CachedTokens, n*bs, second.Usage.Details.CachedTokens)

@@ -1,19 +1,21 @@
 package router
 
 import (
+	"cmp"
 	"encoding/hex"
+	"math"
+	"slices"
 	"sync"
-	"time"
 
 	"stockpot/internal/kvevents"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
-// TierWeights value a matched block by where the replica holds it: a device
-// block is reused for free, a host block costs a copy over PCIe, a disk or
-// remote block a read that can approach recompute cost for short prefixes.
-// The numbers are relative prefill savings, in blocks.
+// defaultTierWeights value a matched block by where the replica holds it, until the replica
+// publishes its measured costs (then tierWeights derives them): a device block is reused for
+// free, a host block costs a copy over PCIe, a disk or remote block a read that can approach
+// recompute cost for short prefixes. The numbers are relative prefill savings, in blocks.
 var defaultTierWeights = [kvtier.Count]float64{
 	kvtier.Device: 1.0,
 	kvtier.Host:   0.8,
@@ -21,10 +23,17 @@ var defaultTierWeights = [kvtier.Count]float64{
 	kvtier.Remote: 0.3,
 }
 
+// DefaultIndexMaxBlocks bounds one replica's index: 1Mi entries, about 80 MiB of map (a
+// 32-byte hash, a tier set and a use stamp, plus the map's overhead). Entries expire only by
+// the replica's Removed events, Cleared or a snapshot, never by age; the bound keeps a
+// replica that never sends Removed (a bug, or a replica that lost track of a tier) from
+// growing the router without limit. Past it the least recently stored entries go first.
+const DefaultIndexMaxBlocks = 1 << 20
+
 // entry is one block in a replica's index.
 type entry struct {
-	tiers  uint8 // bit t set: tier t holds the block
-	stored int64 // unix nanos of the last stored event (for expiry)
+	tiers uint8  // bit t set: tier t holds the block
+	used  uint64 // the index's event clock at the block's last Stored event (for the LRU bound)
 }
 
 // replicaIndex is one replica's block set, fed by its Subscriber (it is the
@@ -32,14 +41,24 @@ type entry struct {
 // backend: a resync replaces one replica's map without touching the others,
 // and a lookup walks a request's hashes per candidate (a handful of map
 // probes per backend per block, stopping at the first miss).
+//
+// An entry stays until the replica says it is gone (Removed, Cleared, a snapshot without
+// it), however old: a cache hit emits no event, so the hottest, longest-lived blocks are the
+// ones whose last Stored is oldest. The index is bounded by maxBlocks (LRU by last Stored).
 type replicaIndex struct {
-	mu struct {
+	maxBlocks int // 0: DefaultIndexMaxBlocks
+	mu        struct {
 		sync.RWMutex
 		blocks    map[prefix.Hash]entry
+		clock     uint64 // counts Stored events: the LRU's time
 		identity  []byte // bytes the replica passes to prefix.Root; nil: unknown
 		blockSize int
 		epoch     uint64
 		valid     bool // a snapshot was loaded (and not dropped since)
+		// costs is the replica's last published cost figures (nil: none yet), weights the
+		// tier weights derived from them.
+		costs   *kvevents.Costs
+		weights [kvtier.Count]float64
 	}
 }
 
@@ -49,22 +68,35 @@ func newReplicaIndex() *replicaIndex {
 	return ix
 }
 
+func (ix *replicaIndex) limit() int {
+	if ix.maxBlocks > 0 {
+		return ix.maxBlocks
+	}
+	return DefaultIndexMaxBlocks
+}
+
 // Reset implements kvevents.Sink.
 func (ix *replicaIndex) Reset(s kvevents.Snapshot) {
-	blocks := make(map[prefix.Hash]entry, len(s.Blocks))
-	now := time.Now().UnixNano()
+	blocks := make(map[prefix.Hash]entry, min(len(s.Blocks), ix.limit()))
+	var clock uint64
 	for _, b := range s.Blocks {
 		e := blocks[b.Hash]
+		if e.tiers == 0 {
+			clock++
+			e.used = clock
+		}
 		e.tiers |= 1 << b.Tier
-		e.stored = now
 		blocks[b.Hash] = e
 	}
 	id, err := hex.DecodeString(s.Identity)
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	ix.mu.blocks = blocks
+	ix.mu.blocks, ix.mu.clock = blocks, clock
 	ix.mu.identity, ix.mu.blockSize, ix.mu.epoch = id, s.BlockSize, s.Epoch
 	ix.mu.valid = s.Epoch != 0 && err == nil && s.BlockSize > 0
+	ix.mu.costs = nil // a snapshot carries the figures when the replica publishes any
+	ix.setCostsLocked(s.Costs)
+	ix.boundLocked()
 }
 
 // Apply implements kvevents.Sink.
@@ -78,7 +110,8 @@ func (ix *replicaIndex) Apply(evs []kvevents.Event) {
 		case kvevents.Stored:
 			e := ix.mu.blocks[ev.Hash]
 			e.tiers |= bit
-			e.stored = ev.Time.UnixNano()
+			ix.mu.clock++
+			e.used = ix.mu.clock
 			ix.mu.blocks[ev.Hash] = e
 		case kvevents.Removed:
 			if e, ok := ix.mu.blocks[ev.Hash]; ok {
@@ -98,6 +131,89 @@ func (ix *replicaIndex) Apply(evs []kvevents.Event) {
 			}
 		}
 	}
+	ix.boundLocked()
+}
+
+// Costs implements kvevents.CostSink: the replica's measured restore costs replace the
+// default tier weights for it.
+func (ix *replicaIndex) Costs(c kvevents.Costs) {
+	ix.mu.Lock()
+	ix.setCostsLocked(&c)
+	ix.mu.Unlock()
+}
+
+// setCostsLocked records c (nil: no figures) and the weights derived from it. REQUIRES:
+// ix.mu held for writing.
+func (ix *replicaIndex) setCostsLocked(c *kvevents.Costs) {
+	if c == nil {
+		return
+	}
+	cc := *c
+	ix.mu.costs = &cc
+	ix.mu.weights = tierWeights(cc)
+}
+
+// tierWeights turns a replica's cost figures into per-tier weights: the share of a block's
+// prefill time that restoring it from the tier saves, 1 − read time / prefill time, clamped
+// to [0, 1]. The device's weight is 1 (reuse costs nothing); a tier the replica does not have
+// (no bandwidth figure) weighs 0.
+func tierWeights(c kvevents.Costs) [kvtier.Count]float64 {
+	var w [kvtier.Count]float64
+	w[kvtier.Device] = 1
+	if !(c.PrefillTokensPerSecond > 0) || c.BlockBytes <= 0 || c.BlockSize <= 0 {
+		return defaultTierWeights
+	}
+	prefill := float64(c.BlockSize) / c.PrefillTokensPerSecond
+	for _, t := range kvtier.Below {
+		bw := c.ReadBandwidth[t]
+		if !(bw > 0) || math.IsInf(bw, 0) {
+			continue
+		}
+		w[t] = min(1, max(0, 1-(float64(c.BlockBytes)/bw)/prefill))
+	}
+	return w
+}
+
+// weights returns the tier weights to score this replica with: derived from its published
+// costs, else fallback. hasRemote reports whether the replica published a remote tier (it can
+// restore what any replica wrote there).
+func (ix *replicaIndex) weights(fallback *[kvtier.Count]float64) (w [kvtier.Count]float64, hasRemote bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	if ix.mu.costs == nil {
+		return *fallback, false
+	}
+	return ix.mu.weights, ix.mu.costs.ReadBandwidth[kvtier.Remote] > 0
+}
+
+// publishedWeights returns the weights derived from the replica's figures; ok=false before any.
+func (ix *replicaIndex) publishedWeights() (w [kvtier.Count]float64, ok bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.mu.weights, ix.mu.costs != nil
+}
+
+// boundLocked drops the least recently stored eighth of the entries when the index is past
+// its bound: one sort per maxBlocks/8 inserts, O(log n) amortized per Stored. REQUIRES:
+// ix.mu held for writing.
+func (ix *replicaIndex) boundLocked() {
+	lim := ix.limit()
+	if len(ix.mu.blocks) <= lim {
+		return
+	}
+	type aged struct {
+		h    prefix.Hash
+		used uint64
+	}
+	all := make([]aged, 0, len(ix.mu.blocks))
+	for h, e := range ix.mu.blocks {
+		all = append(all, aged{h, e.used})
+	}
+	slices.SortFunc(all, func(a, b aged) int { return cmp.Compare(a.used, b.used) })
+	drop := len(all) - lim + lim/8
+	for _, a := range all[:min(drop, len(all))] {
+		delete(ix.mu.blocks, a.h)
+	}
 }
 
 // Len returns the number of indexed blocks.
@@ -114,23 +230,52 @@ func (ix *replicaIndex) chain() (identity []byte, blockSize int, ok bool) {
 	return ix.mu.identity, ix.mu.blockSize, ix.mu.valid
 }
 
-// match walks hashes in order while the replica holds them (and they have
-// not expired), returning the count and the tier-weighted count (each block
-// weighted by its fastest tier).
-func (ix *replicaIndex) match(hashes []prefix.Hash, weights *[kvtier.Count]float64, expireBefore int64) (n int, weighted float64) {
-	ix.mu.RLock()
-	defer ix.mu.RUnlock()
+// inRemote reports whether any of shared holds h in the remote tier (which every replica
+// with that tier can restore from).
+func inRemote(shared []*replicaIndex, h prefix.Hash) bool {
+	for _, o := range shared {
+		o.mu.RLock()
+		e := o.mu.blocks[h]
+		o.mu.RUnlock()
+		if e.tiers&(1<<kvtier.Remote) != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// match walks hashes in order while the replica holds them, returning the count and the
+// tier-weighted count (each block weighted by its fastest tier). A block the replica does not
+// hold but some index in shared holds in the remote tier counts at the remote weight (pass
+// shared only for a replica that has the remote tier).
+func (ix *replicaIndex) match(hashes []prefix.Hash, weights *[kvtier.Count]float64, shared []*replicaIndex) (n int, weighted float64) {
 	for _, h := range hashes {
-		e, ok := ix.mu.blocks[h]
-		if !ok || e.tiers == 0 || e.stored < expireBefore {
+		w, ok := ix.lookup(h, weights, shared)
+		if !ok {
 			break
 		}
+		n++
+		weighted += w
+	}
+	return n, weighted
+}
+
+// lookup is one block of a walk: the weight of its fastest tier here, else the remote weight
+// when shared holds it in the remote tier.
+func (ix *replicaIndex) lookup(h prefix.Hash, weights *[kvtier.Count]float64, shared []*replicaIndex) (float64, bool) {
+	ix.mu.RLock()
+	e := ix.mu.blocks[h]
+	ix.mu.RUnlock()
+	if e.tiers != 0 {
 		t := 0
 		for e.tiers&(1<<t) == 0 {
 			t++
 		}
-		n++
-		weighted += weights[t]
+		return weights[t], true
 	}
-	return n, weighted
+	// Each index is locked alone (never two at once: no lock order to keep).
+	if len(shared) > 0 && inRemote(shared, h) {
+		return weights[kvtier.Remote], true
+	}
+	return 0, false
 }

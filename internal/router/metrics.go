@@ -78,6 +78,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 type backendCollector struct {
 	r                                                      *Router
 	up, inflight, blocks, lag, resyncs, gaps, restarts, ev *prometheus.Desc
+	garbage                                                *prometheus.Desc
 }
 
 func newBackendCollector(r *Router) *backendCollector {
@@ -93,11 +94,12 @@ func newBackendCollector(r *Router) *backendCollector {
 		gaps:     d("stockpot_router_event_gaps_total", "Sequence gaps detected in the backend's event stream."),
 		restarts: d("stockpot_router_replica_restarts_total", "Epoch changes (backend restarts) seen on the event stream."),
 		ev:       d("stockpot_router_events_total", "Block events applied from the backend."),
+		garbage:  d("stockpot_router_event_garbage_total", "Streams or snapshots from the backend that did not parse; each dropped its index until a clean resync."),
 	}
 }
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.inflight, c.blocks, c.lag, c.resyncs, c.gaps, c.restarts, c.ev} {
+	for _, d := range []*prometheus.Desc{c.up, c.inflight, c.blocks, c.lag, c.resyncs, c.gaps, c.restarts, c.ev, c.garbage} {
 		ch <- d
 	}
 }
@@ -119,6 +121,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.gaps, prometheus.CounterValue, float64(s.Gaps), l...)
 			ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.CounterValue, float64(s.Restarts), l...)
 			ch <- prometheus.MustNewConstMetric(c.ev, prometheus.CounterValue, float64(s.Events), l...)
+			ch <- prometheus.MustNewConstMetric(c.garbage, prometheus.CounterValue, float64(s.Garbage), l...)
 		}
 	}
 }

@@ -56,6 +56,11 @@ type Request struct {
 	// affinity key ahead of SessionID and the prompt's tokens.
 	CacheKey string
 
+	// peers is every backend the router has (nil: the candidates): kv-aware reads the
+	// shared remote tier's blocks from all of their indexes, so a retry that excludes the
+	// replica that wrote a block still sees it.
+	peers []*Backend
+
 	keyDone bool
 	key     uint64
 	// chains memoizes block hashes by identity and block size: replicas of
@@ -139,21 +144,26 @@ type PolicyConfig struct {
 	// holding k more blocks of the prompt wins unless it runs k more
 	// requests.
 	LoadPenalty float64
-	// TierWeights value a matched block by its fastest tier.
+	// TierWeights value a matched block by its fastest tier, for a replica that has not
+	// published its cost figures yet; once it has, weights derive from its measured restore
+	// and prefill rates (index.go, tierWeights).
 	TierWeights [kvtier.Count]float64
 	// StaleAfter: a replica whose stream sent nothing (not even a
 	// heartbeat) for this long has its index ignored. Default 5s.
 	StaleAfter time.Duration
-	// EntryTTL: an index entry not re-stored for this long is ignored.
-	// With an in-sync stream entries are exact; this bounds the damage of
-	// removals lost outside the sequence checks. Default 30m.
-	EntryTTL time.Duration
+	// IndexMaxBlocks bounds each replica's index (0: DefaultIndexMaxBlocks); past it the
+	// least recently stored entries are dropped.
+	IndexMaxBlocks int
+	// Now is the clock the staleness check reads (tests); default time.Now. Index entries
+	// never expire by age: only the replica's Removed events, Cleared and snapshots end
+	// them (index.go).
+	Now func() time.Time
 }
 
 // DefaultPolicyConfig returns the defaults.
 func DefaultPolicyConfig() PolicyConfig {
 	return PolicyConfig{PrefixTokens: 256, LoadBound: 1.25, LoadPenalty: 1, TierWeights: defaultTierWeights,
-		StaleAfter: 5 * time.Second, EntryTTL: 30 * time.Minute}
+		StaleAfter: 5 * time.Second}
 }
 
 // validate fills zero values with the defaults and rejects bad ones (negative, NaN, or a
@@ -186,14 +196,17 @@ func (c PolicyConfig) validate() (PolicyConfig, error) {
 	if c.TierWeights == ([kvtier.Count]float64{}) {
 		c.TierWeights = d.TierWeights
 	}
-	if c.StaleAfter < 0 || c.EntryTTL < 0 {
-		return c, fmt.Errorf("router: StaleAfter %v and EntryTTL %v must not be negative", c.StaleAfter, c.EntryTTL)
+	if c.IndexMaxBlocks < 0 {
+		return c, fmt.Errorf("router: IndexMaxBlocks %d must not be negative", c.IndexMaxBlocks)
+	}
+	if c.StaleAfter < 0 {
+		return c, fmt.Errorf("router: StaleAfter %v must not be negative", c.StaleAfter)
 	}
 	if c.StaleAfter == 0 {
 		c.StaleAfter = d.StaleAfter
 	}
-	if c.EntryTTL == 0 {
-		c.EntryTTL = d.EntryTTL
+	if c.Now == nil {
+		c.Now = time.Now
 	}
 	return c, nil
 }
@@ -386,10 +399,12 @@ func (p *prefixPolicy) pickKeyUnremembered(key uint64, c []*Backend) Decision {
 }
 
 // kvAware scores each replica by the prompt blocks its index says it holds,
-// weighted by tier, minus a load penalty (Dynamo's router does the same
-// trade: overlap against active load), within the same load bound as the
-// prefix policy. When no replica holds any of the prompt, or none offers
-// events, it falls back to prefix affinity.
+// weighted by tier (from the replica's published restore costs, else
+// TierWeights), minus a load penalty (Dynamo's router does the same trade:
+// overlap against active load), within the same load bound as the prefix
+// policy. A replica with the remote tier also holds, at remote weight, what
+// any live replica announced in remote. When no replica holds any of the
+// prompt, or none offers events, it falls back to prefix affinity.
 type kvAware struct {
 	cfg      PolicyConfig
 	affinity *prefixPolicy
@@ -410,7 +425,19 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 		return p.affinity.Pick(r, c)
 	}
 	capLoad := capacity(c, p.cfg.LoadBound)
-	expire := time.Now().Add(-p.cfg.EntryTTL).UnixNano()
+	// The remote tier is shared: what any live replica stored there, every replica with the
+	// tier can restore.
+	now := p.cfg.Now()
+	peers := r.peers
+	if peers == nil {
+		peers = c
+	}
+	var shared []*replicaIndex
+	for _, b := range peers {
+		if b.liveIndexAt(p.cfg.StaleAfter, now) {
+			shared = append(shared, b.index)
+		}
+	}
 	var best *Backend
 	bestScore, bestN, ties := math.Inf(-1), 0, 0
 	for _, b := range c {
@@ -418,11 +445,16 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 			continue
 		}
 		n, w, bs := 0, 0.0, 0
-		if b.liveIndex(p.cfg.StaleAfter) {
+		if b.liveIndexAt(p.cfg.StaleAfter, now) {
 			var id []byte
 			var ok bool
 			if id, bs, ok = b.index.chain(); ok {
-				n, w = b.index.matchChain(r.chain(id, bs, p.hashes), &p.cfg.TierWeights, expire)
+				weights, hasRemote := b.index.weights(&p.cfg.TierWeights)
+				var sh []*replicaIndex
+				if hasRemote {
+					sh = shared
+				}
+				n, w = b.index.matchChain(r.chain(id, bs, p.hashes), &weights, sh)
 			}
 		}
 		s := w - p.cfg.LoadPenalty*float64(b.Load())

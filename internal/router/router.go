@@ -243,6 +243,7 @@ func (r *Router) AddBackend(rawURL string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	b.index.maxBlocks = r.cfg.IndexMaxBlocks
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.backends()
