@@ -53,6 +53,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzExplain$$' -fuzztime $(FUZZTIME) ./internal/miss
 	$(GO) test -run '^$$' -fuzz '^FuzzHybridConfig$$' -fuzztime $(FUZZTIME) ./internal/model
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) ./internal/model
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeLine$$' -fuzztime $(FUZZTIME) ./internal/kvevents
 
 ## bench: engine speed against native llama.cpp (needs `make llama-native` once).
 bench:
