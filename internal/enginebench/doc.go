@@ -18,6 +18,12 @@
 // what the engine's scheduler plans (every running sequence's decode token in one step), so
 // the number is the engine's batched decode without sampling, as llama-batched-bench's is.
 //
+// While working on one kernel, STOCKPOT_BENCH_TESTS (a comma list of pp512, pp2048, tg,
+// batched) and STOCKPOT_BENCH_ROUNDS narrow a run, and -bench picks the weight types:
+//
+//	STOCKPOT_BENCH_TESTS=tg,batched STOCKPOT_BENCH_ROUNDS=2 go test -run '^$' \
+//	    -bench 'BenchmarkVsLlamaCpp/smollm-135m/(Q8_0|Q4_K_M)$' -benchtime 1x ./internal/enginebench
+//
 // Ratios are taken against the native build only (`make llama-native`), never against the
 // slower prebuilt library node-llama-cpp ships.
 package enginebench

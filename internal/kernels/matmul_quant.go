@@ -10,8 +10,12 @@ import (
 // quantJob is one quantized MatMul's state; a Pool keeps one (protected by
 // Pool.matMu, like matJob) with its method values bound once.
 type quantJob struct {
-	run, quantize func(lo, hi int) // j.rowsRange and j.quantizeRange
-	xq            []byte           // x rows in the activation type, grown on demand
+	run, quantize, pair func(lo, hi int) // j.rowsRange, j.quantizeRange and j.pairRange
+	xq                  []byte           // x rows in the activation type, grown on demand
+	// xp is the paired form of xq (quant.PreparePairs) for the AVX-512 pair
+	// kernels, grown on demand; paired says it holds the current xq's.
+	xp     []byte
+	paired bool
 
 	at        gguf.Type
 	xRowBytes int
@@ -19,11 +23,12 @@ type quantJob struct {
 	M         int
 	w         *Weight
 	blockRows int // weight rows per quant.MatMul call (an L2-sized panel)
+	usePairs  bool
 }
 
 func newQuantJob() *quantJob {
 	j := &quantJob{}
-	j.run, j.quantize = j.rowsRange, j.quantizeRange
+	j.run, j.quantize, j.pair = j.rowsRange, j.quantizeRange, j.pairRange
 	return j
 }
 
@@ -60,7 +65,8 @@ func checkQuantType(t gguf.Type) {
 func (j *quantJob) matMul(p *Pool, dst, x []float32, M int, w *Weight, reuse bool) {
 	K := w.Cols
 	at := quant.ActivationType(w.Type)
-	*j = quantJob{run: j.run, quantize: j.quantize, xq: j.xq,
+	paired := reuse && j.paired
+	*j = quantJob{run: j.run, quantize: j.quantize, pair: j.pair, xq: j.xq, xp: j.xp,
 		at: at, xRowBytes: at.RowBytes(K), dst: dst, x: x, M: M, w: w}
 	j.blockRows = max(1, l2PanelBytes/w.Type.RowBytes(K))
 	if len(j.xq) < M*j.xRowBytes {
@@ -72,8 +78,28 @@ func (j *quantJob) matMul(p *Pool, dst, x []float32, M int, w *Weight, reuse boo
 	if !reuse {
 		p.For(M, j.quantize)
 	}
+	// Q8_0, Q4_0 and Q5_0 weights with several rows read the paired form,
+	// made once per x (MatMuls shares it like xq).
+	if n := quant.PairBytes(M, K); n > 0 && pairType(w.Type) {
+		if !paired {
+			if len(j.xp) < n {
+				j.xp = alignedBytes(n)
+			}
+			p.For((M+1)/2, j.pair)
+		}
+		paired = true
+		j.usePairs = true
+	}
 	p.For(w.Rows, j.run)
-	*j = quantJob{run: j.run, quantize: j.quantize, xq: j.xq}
+	*j = quantJob{run: j.run, quantize: j.quantize, pair: j.pair, xq: j.xq, xp: j.xp, paired: paired}
+}
+
+func pairType(t gguf.Type) bool {
+	return t == gguf.TypeQ8_0 || t == gguf.TypeQ4_0 || t == gguf.TypeQ5_0
+}
+
+func (j *quantJob) pairRange(lo, hi int) {
+	quant.PreparePairs(j.xp, j.xq, j.M, j.w.Cols, lo, hi)
 }
 
 // MatMuls computes MatMul(p, dsts[i], x, M, ws[i]) for every i. Weights
@@ -132,7 +158,11 @@ func (j *quantJob) quantizeRange(lo, hi int) {
 
 func (j *quantJob) rowsRange(lo, hi int) {
 	xq := j.xq[:j.M*j.xRowBytes]
+	var xp []byte
+	if j.usePairs {
+		xp = j.xp[:quant.PairBytes(j.M, j.w.Cols)]
+	}
 	for n0 := lo; n0 < hi; n0 += j.blockRows {
-		quant.MatMul(j.w.Type, j.dst, j.w.Rows, xq, j.M, j.w.Data, j.w.Cols, n0, min(n0+j.blockRows, hi))
+		quant.MatMulPaired(j.w.Type, j.dst, j.w.Rows, xq, xp, j.M, j.w.Data, j.w.Cols, n0, min(n0+j.blockRows, hi))
 	}
 }
