@@ -10,7 +10,6 @@ var kernels = refKernels
 // Kernel names the MatMul implementation in use, for benchmarks and logs.
 func Kernel() string { return "go" }
 
-
 // PairBytes is 0: there are no pair kernels here (see matmul_pair_amd64.go).
 func PairBytes(M, K int) int { return 0 }
 
