@@ -92,7 +92,8 @@ type AttnParams struct {
 // V transposed, nPad being maxPos+1 rounded up to attnKeyPad with zeros
 // beyond maxPos; then, per block of query tokens, the query rows of the
 // heads sharing that KV head are stacked and S = Q·Kᵀ, softmax and O = P·V
-// run as tile matmuls (see mulRows).
+// run as tile matmuls (see mulRows). A single query (decode) reads the
+// paged K/V in place instead, with the same arithmetic (attention_single.go).
 func Attention(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer int, a AttnParams) {
 	hd := a.HeadDim
 	nt := len(positions)
@@ -119,6 +120,10 @@ func Attention(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer in
 		sc = &p.attn
 	} else {
 		sc = &attnScratch{}
+	}
+	if nt == 1 && singleOK(kv, hd) {
+		attendSingle(p, sc, out, q, positions[0], kv, layer, a)
+		return
 	}
 	need := nkv * nPad * hd
 	if len(sc.k) < need {
@@ -155,9 +160,10 @@ func padKeys(n int) int {
 // attnScratch is Attention's reusable state, owned by a Pool (protected by
 // mu for a whole call) so that steady-state calls allocate nothing.
 type attnScratch struct {
-	mu    sync.Mutex
-	k, vt []float32 // gathered K [kvHead][nPad][HeadDim], V [kvHead][HeadDim][nPad]
-	state attnState
+	mu     sync.Mutex
+	k, vt  []float32 // gathered K [kvHead][nPad][HeadDim], V [kvHead][HeadDim][nPad]
+	state  attnState
+	single singleState
 }
 
 // attnState is one Attention call; gather and attend are its method values,
