@@ -184,6 +184,128 @@ func kernel(t wtype, P int) {
 	p("")
 }
 
+// unpack2 loads weight rows a and b's block quants, unsigned, into the low
+// and high halves of dst.
+func unpack2(t wtype, a, b, dst string) {
+	switch t.name {
+	case "q8_0":
+		p("\tVMOVDQU 2(%s), Y%s", a, dst[1:])
+		p("\tVINSERTI64X4 $1, 2(%s), %s, %s", b, dst, dst)
+		p("\tVPXORD Z16, %s, %s", dst, dst)
+		return
+	case "q4_0":
+		p("\tVMOVDQU 2(%s), X%s", a, dst[1:])
+		p("\tVINSERTI32X4 $2, 2(%s), %s, %s", b, dst, dst)
+	case "q5_0":
+		p("\tVMOVDQU 6(%s), X%s", a, dst[1:])
+		p("\tVINSERTI32X4 $2, 6(%s), %s, %s", b, dst, dst)
+	}
+	p("\tVSHUFI64X2 $0xa0, %s, %s, %s", dst, dst, dst)
+	p("\tVPSRLW $4, %s, Z12", dst)
+	p("\tVPBLENDMQ Z12, %s, K1, %s", dst, dst)
+	p("\tVPANDD Z16, %s, %s", dst, dst)
+	if t.name == "q5_0" {
+		p("\tKMOVD 2(%s), K2", a)
+		p("\tKMOVD 2(%s), K3", b)
+		p("\tKUNPCKDQ K2, K3, K4")
+		p("\tVPADDB Z17, %s, K4, %s", dst, dst)
+	}
+}
+
+// rowsKernel is the one-activation-row (decode) kernel: a 512-bit register
+// holds weight rows a and b in its halves against the activation row in
+// both (its paired form, the row paired with itself), four weight rows per
+// iteration. Each half is the reference's per-lane sequence, as in the
+// pair kernels.
+func rowsKernel(t wtype) {
+	name := t.name + "Rows4"
+	p("// func %s(w *byte, rowBytes, nq int, xp *byte, nb int, out *float32)", name)
+	p("//")
+	p("// out[4i+r] = dot(weight row 4i+r, x) for i < nq, r < 4 (row r at w + r*rowBytes;")
+	p("// xp the paired form of x with itself).")
+	p("TEXT ·%s(SB), NOSPLIT, $0-48", name)
+	p("\tMOVQ w+0(FP), SI")
+	p("\tMOVQ rowBytes+8(FP), R13")
+	p("\tLEAQ (R13)(R13*2), R9")
+	p("\tMOVQ nq+16(FP), BX")
+	p("\tMOVQ out+40(FP), DX")
+	mask := "0x0f0f0f0f"
+	if t.name == "q8_0" {
+		mask = "0x80808080"
+	}
+	p("\tMOVL $%s, AX", mask)
+	p("\tVPBROADCASTD AX, Z16")
+	if t.name == "q5_0" {
+		p("\tMOVL $0x10101010, AX")
+		p("\tVPBROADCASTD AX, Z17")
+	}
+	if t.name != "q8_0" {
+		p("\tMOVL $0xcc, AX")
+		p("\tKMOVW AX, K1")
+	}
+	p("\tXORQ AX, AX")
+	p("\tTESTQ BX, BX")
+	p("\tJZ %s_done", name)
+	p("%s_outer:", name)
+	p("\tLEAQ (SI)(R13*1), DI")
+	p("\tLEAQ (SI)(R13*2), R10")
+	p("\tLEAQ (DI)(R13*2), R11")
+	p("\t// R12: the next four rows, prefetched while these are read.")
+	p("\tLEAQ (R10)(R13*2), R12")
+	p("\tMOVQ xp+24(FP), R8")
+	p("\tVPXORD Z0, Z0, Z0")
+	p("\tVPXORD Z1, Z1, Z1")
+	p("\tMOVQ nb+32(FP), CX")
+	p("%s_inner:", name)
+	p("\tPREFETCHT0 (R12)")
+	p("\tPREFETCHT0 (R12)(R13*1)")
+	p("\tPREFETCHT0 (R12)(R13*2)")
+	p("\tPREFETCHT0 (R12)(R9*1)")
+	p("\tADDQ $%d, R12", t.bytes)
+	for q, rows := range [][2]string{{"SI", "DI"}, {"R10", "R11"}} {
+		wq, dw := fmt.Sprintf("Z%d", 8+q), 10+q
+		unpack2(t, rows[0], rows[1], wq)
+		p("\tVPBROADCASTW (%s), X%d", rows[0], dw)
+		p("\tVPBROADCASTW (%s), X14", rows[1])
+		p("\tVINSERTI128 $1, X14, Y%d, Y%d", dw, dw)
+		p("\tVCVTPH2PS Y%d, Z%d", dw, dw)
+	}
+	for q := range 2 {
+		ti, td := 12+2*q, 13+2*q
+		p("\tVPSLLD $%d, 64(R8), Z%d", t.shift, ti)
+		p("\tVPDPBUSD (R8), Z%d, Z%d", 8+q, ti)
+		p("\tVCVTDQ2PS Z%d, Z%d", ti, ti)
+		p("\tVMULPS 128(R8), Z%d, Z%d", 10+q, td)
+		p("\tVFMADD231PS Z%d, Z%d, Z%d", ti, td, q)
+	}
+	for _, r := range []string{"SI", "DI", "R10", "R11"} {
+		p("\tADDQ $%d, %s", t.bytes, r)
+	}
+	p("\tADDQ $192, R8")
+	p("\tDECQ CX")
+	p("\tJNZ %s_inner", name)
+	for q := range 2 {
+		a := fmt.Sprintf("Z%d", q)
+		p("\tVSHUFF32X4 $0xb1, %s, %s, Z12", a, a)
+		p("\tVADDPS Z12, %s, %s", a, a)
+		p("\tVSHUFPS $0x4e, %s, %s, Z12", a, a)
+		p("\tVADDPS Z12, %s, %s", a, a)
+		p("\tVMOVSHDUP %s, Z12", a)
+		p("\tVADDPS Z12, %s, %s", a, a)
+		p("\tVEXTRACTF32X4 $2, %s, X12", a)
+		p("\tVMOVSS X%d, %d(DX)(AX*1)", q, 8*q)
+		p("\tVMOVSS X12, %d(DX)(AX*1)", 8*q+4)
+	}
+	p("\tADDQ $16, AX")
+	p("\tADDQ R9, SI")
+	p("\tDECQ BX")
+	p("\tJNZ %s_outer", name)
+	p("%s_done:", name)
+	p("\tVZEROUPPER")
+	p("\tRET")
+	p("")
+}
+
 func prepare() {
 	p("// func preparePair(xa, xb *byte, nb int, dst *byte)")
 	p("//")
@@ -238,6 +360,7 @@ func main() {
 		for P := 1; P <= 4; P++ {
 			kernel(t, P)
 		}
+		rowsKernel(t)
 	}
 	src := strings.TrimRight(strings.Join(lines, "\n"), " \t\r\n\v\f") + "\n"
 	if err := os.WriteFile(*out, []byte(src), 0o644); err != nil {

@@ -14,6 +14,15 @@ import (
 func preparePair(xa, xb *byte, nb int, dst *byte)
 
 //go:noescape
+func q8_0Rows4(w *byte, rowBytes, nq int, xp *byte, nb int, out *float32)
+
+//go:noescape
+func q4_0Rows4(w *byte, rowBytes, nq int, xp *byte, nb int, out *float32)
+
+//go:noescape
+func q5_0Rows4(w *byte, rowBytes, nq int, xp *byte, nb int, out *float32)
+
+//go:noescape
 func q8_0Pairs1(w *byte, rowBytes, nw int, xp *byte, stride, nb int, outs *[8]*float32)
 
 //go:noescape
@@ -53,15 +62,16 @@ func q5_0Pairs4(w *byte, rowBytes, nw int, xp *byte, stride, nb int, outs *[8]*f
 const pairBlock = 192
 
 // usePairs selects the AVX-512 pair kernels for Q8_0, Q4_0 and Q5_0 weights
-// with two or more activation rows; tests turn it off to compare with the
+// (one activation row: the Rows4 kernels; more: the Pairs kernels); tests turn it off to compare with the
 // 2x2 tiles. Both compute every value by the reference's float sequence.
 var usePairs = kVNNI && cpu.X86.HasAVX512F
 
 // PairBytes returns the size of the paired form of M Q8_0 activation rows
 // of K elements that MatMulPaired reads, or 0 when the kernels in use do
-// not read it (no AVX-512 VNNI, M < 2, or K not a multiple of 32).
+// not read it (no AVX-512 VNNI, or K not a multiple of 32). One row is
+// paired with itself.
 func PairBytes(M, K int) int {
-	if !usePairs || M < 2 || K <= 0 || K%qk0 != 0 {
+	if !usePairs || M < 1 || K <= 0 || K%qk0 != 0 {
 		return 0
 	}
 	return (M + 1) / 2 * (K / qk0) * pairBlock
@@ -121,6 +131,10 @@ func pairsFor(t gguf.Type, P int) func(w *byte, rowBytes, nw int, xp *byte, stri
 // last weight row runs as a pair with itself (row stride 0) into a scratch.
 // A duplicated activation row writes the same value to the same place.
 func pairsMatMul(t gguf.Type, dst []float32, ldd int, xp []byte, M int, w []byte, K, n0, n1 int) {
+	if M == 1 {
+		rowsMatMul(t, dst, xp, w, K, n0, n1)
+		return
+	}
 	nb := K / qk0
 	row := t.RowBytes(K)
 	stride := nb * pairBlock
@@ -149,5 +163,29 @@ func pairsMatMul(t gguf.Type, dst []float32, ldd int, xp []byte, M int, w []byte
 				dst[a*ldd+n] = scratch[4*q]
 			}
 		}
+	}
+}
+
+// rowsMatMul is pairsMatMul for one activation row (xp: the row paired
+// with itself): four weight rows per kernel iteration, the n1-n0 %4 last
+// rows one at a time as a quad of copies (row stride 0) into a scratch.
+func rowsMatMul(t gguf.Type, dst []float32, xp []byte, w []byte, K, n0, n1 int) {
+	nb := K / qk0
+	row := t.RowBytes(K)
+	k := q5_0Rows4
+	switch t {
+	case gguf.TypeQ8_0:
+		k = q8_0Rows4
+	case gguf.TypeQ4_0:
+		k = q4_0Rows4
+	}
+	nq := (n1 - n0) / 4
+	if nq > 0 {
+		k(&w[n0*row], row, nq, &xp[0], nb, &dst[n0])
+	}
+	var scratch [4]float32
+	for n := n0 + 4*nq; n < n1; n++ {
+		k(&w[n*row], 0, 1, &xp[0], nb, &scratch[0])
+		dst[n] = scratch[0]
 	}
 }
