@@ -3,7 +3,7 @@
 //
 //	make bench-vs-llama   # builds native llama.cpp when missing, then runs BenchmarkVsLlamaCpp
 //
-// For the 135M preset (dim 576, 30 layers, 9 heads, 3 KV heads, ffn 1536) in f32, Q8_0,
+// For the 135M preset (dim 576, 30 layers, 9 heads, 3 KV heads, ffn 1536) in f32, f16, Q8_0,
 // Q4_K_M (synth's Q4_K: llama-quantize's mix) and Q6_K it prints one table: prefill tokens/s
 // at 512 and 2048 tokens and decode over 64 tokens (llama-bench's pp and tg tests), decode of
 // 4 streams in lockstep after a 128-token prompt each (llama-batched-bench's S_TG), and the

@@ -69,6 +69,7 @@ var weightKinds = []struct {
 	t    gguf.Type
 }{
 	{"f32", gguf.TypeF32},
+	{"f16", gguf.TypeF16},
 	{"Q8_0", gguf.TypeQ8_0},
 	{"Q4_K_M", gguf.TypeQ4_K},
 	{"Q6_K", gguf.TypeQ6_K},
