@@ -445,3 +445,21 @@ func BenchmarkOursDecode(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkOursPrefill runs only Stockpot's 512-token prefill, for profiling (see
+// BenchmarkOursDecode). Each op is one 512-token prompt.
+func BenchmarkOursPrefill(b *testing.B) {
+	for _, k := range weightKinds {
+		b.Run(k.name, func(b *testing.B) {
+			path := modelFile(b, preset, k.t)
+			pool := kernels.NewPool(threads)
+			defer pool.Close()
+			o, done := load(b, path, pool, 512, 1)
+			defer done()
+			for b.Loop() {
+				o.prefill(b, 512, 0)
+			}
+			b.ReportMetric(512*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
+	}
+}
