@@ -62,7 +62,7 @@ func attendSingle(p *Pool, sc *attnScratch, out, q []float32, pos int, kv *Paged
 	}
 	nb := padKeys(pos + 1)
 	*st = singleState{run: st.run, p: p, out: out, q: q, pos: pos, kv: kv, layer: layer, a: a,
-		group: a.NHeads / a.NKVHeads, bufLen: nb + a.HeadDim*(kstep+1)}
+		group: a.NHeads / a.NKVHeads, bufLen: nb + a.HeadDim*(kstep+1) + 2*256}
 	if st.run == nil {
 		st.run = st.heads
 	}
@@ -139,7 +139,24 @@ func (st *singleState) head(h int, buf []float32) {
 	kstep := simd.kstep
 	lanes := buf[nb+hd : nb+hd+kstep*hd]
 	clear(lanes)
-	for j0 := 0; j0 < n; j0 += bs - (j0 % bs) {
+	j0 := 0
+	if pvGroups != nil && kstep == 16 && bs%16 == 0 && hd%16 == 0 {
+		// Whole groups of 16 keys (one per lane) first, then the rest: each
+		// lane still adds its keys in order.
+		// 256 pointers kept in the worker buffer (the arena stays reachable
+		// through kv, so the GC need not see them).
+		vbuf := buf[nb+hd+kstep*hd : nb+hd+kstep*hd+2*256]
+		vptrs := unsafe.Slice((*uintptr)(unsafe.Pointer(&vbuf[0])), 256)
+		for j0+16 <= n {
+			g := 0
+			for ; g < len(vptrs) && j0+16*(g+1) <= n; g++ {
+				vptrs[g] = uintptr(base(1, j0+16*g))
+			}
+			pvGroups(lanes, hd, s[j0:j0+16*g], vptrs[:g], rowElems*esize, f16)
+			j0 += 16 * g
+		}
+	}
+	for ; j0 < n; j0 += bs - (j0 % bs) {
 		cnt := min(bs-j0%bs, n-j0)
 		pvRun(lanes, hd, kstep, j0, s[j0:j0+cnt], base(1, j0), rowElems*esize, f16)
 	}
@@ -150,8 +167,20 @@ func (st *singleState) head(h int, buf []float32) {
 			l[d] += 0
 		}
 	}
+	if reduce16 != nil && kstep == 16 && hd%16 == 0 {
+		reduce16(out, lanes, hd)
+		return
+	}
 	reduceLanes(out, lanes, kstep, hd)
 }
+
+// reduce16 and scores16, where set (AVX-512), are reduceLanes for kstep 16
+// and scoresRun for the AVX-512 family, both for HeadDim a multiple of 16,
+// in assembly with the same operations.
+var (
+	reduce16 func(out, lanes []float32, hd int)
+	scores16 func(s, q []float32, k unsafe.Pointer, ldk int, f16 bool)
+)
 
 // pvRun adds, for the len(p) consecutive V rows of one block starting at v
 // (row stride ldv bytes), p[j]*v_j into lane row (lane0+j)%kstep of lanes
@@ -169,6 +198,11 @@ func pvRunRef(lanes []float32, hd, kstep, lane0 int, p []float32, v unsafe.Point
 		}
 	}
 }
+
+// pvGroups, where set (AVX-512), is pvRun over len(vptrs) groups of 16
+// consecutive keys starting at a lane-0 key, group g's V rows at vptrs[g]
+// with stride ldv bytes and weights p[16g:16g+16].
+var pvGroups func(lanes []float32, hd int, p []float32, vptrs []uintptr, ldv int, f16 bool)
 
 // reduceLanes sets out[d] to the horizontal sum of lanes[l*hd+d] over
 // l < kstep in the order of the tile kernels' reduction (asmgen.go):
@@ -207,6 +241,10 @@ func scoresRun(s, q []float32, k unsafe.Pointer, ldk int, f16 bool) {
 			}
 			s[j] = acc
 		}
+		return
+	}
+	if scores16 != nil && ks.kstep == 16 && hd%16 == 0 {
+		scores16(s, q, k, ldk, f16)
 		return
 	}
 	kmain := hd / ks.kstep * ks.kstep

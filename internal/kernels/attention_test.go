@@ -354,3 +354,29 @@ func TestSoftmaxCausal(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAttentionPV compares single-query attention with and without
+// the register-resident P·V kernel (pvGroups) in one run.
+func BenchmarkAttentionPV(b *testing.B) {
+	r := rand.New(rand.NewPCG(29, 30))
+	p := NewPool(0)
+	defer p.Close()
+	a := AttnParams{NHeads: 9, NKVHeads: 3, HeadDim: 64, Scale: 0.125}
+	kv := newTestKV(r, true, 1, 3, 64, 16, 512)
+	q := randFloats(r, a.NHeads*a.HeadDim)
+	out := make([]float32, len(q))
+	saved := pvGroups
+	defer func() { pvGroups = saved }()
+	for _, on := range []bool{true, false} {
+		b.Run(fmt.Sprintf("groups=%v", on), func(b *testing.B) {
+			pvGroups = nil
+			if on {
+				pvGroups = saved
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				Attention(p, out, q, []int{511}, kv, 0, a)
+			}
+		})
+	}
+}
