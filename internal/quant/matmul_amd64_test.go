@@ -118,3 +118,27 @@ func TestMatMulPairs(t *testing.T) {
 		}
 	}
 }
+
+// FuzzPairKernels fuzzes the shapes (and the bytes) the pair kernels see:
+// M activation rows, N weight rows from n0, K = 32*kb, every weight type
+// they serve; the result must be the reference's bit for bit.
+func FuzzPairKernels(f *testing.F) {
+	f.Add(uint8(1), uint8(5), uint8(0), uint8(18), uint8(0), uint64(1))
+	f.Add(uint8(4), uint8(9), uint8(1), uint8(3), uint8(1), uint64(2))
+	f.Add(uint8(17), uint8(2), uint8(1), uint8(1), uint8(2), uint64(3))
+	f.Fuzz(func(t *testing.T, m, n, n0, kb, ti uint8, seed uint64) {
+		M, N, K := 1+int(m%20), 1+int(n%24), qk0*(1+int(kb%48))
+		lo := int(n0) % N
+		ty := []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0}[ti%3]
+		xq, w := randomOperands(ty, M, N, K, seed)
+		want := make([]float32, M*N)
+		have := make([]float32, M*N)
+		refKernels[ty](want, N, xq, M, w, K, lo, N)
+		MatMul(ty, have, N, xq, M, w, K, lo, N)
+		for i := range want {
+			if math.Float32bits(have[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%v M=%d N=%d K=%d n0=%d element %d: have %v, want %v", ty, M, N, K, lo, i, have[i], want[i])
+			}
+		}
+	})
+}
