@@ -121,7 +121,7 @@ func Attention(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer in
 	} else {
 		sc = &attnScratch{}
 	}
-	if nt == 1 && singleOK(kv, hd) {
+	if nt == 1 && useSingle && singleOK(kv, hd) {
 		attendSingle(p, sc, out, q, positions[0], kv, layer, a)
 		return
 	}
@@ -486,9 +486,10 @@ func attendOne(out, q []float32, n int, kv *PagedKV, layer, kvh int, scale float
 }
 
 // workerBuf returns worker's float buffer, grown to at least n elements and
-// kept in the pool between calls. REQUIRES: called from a forWorker fn on p
-// (so p.mu is held and only this worker touches its buffer); a nil p gets a
-// fresh buffer.
+// kept in the pool between calls. REQUIRES: p.attn.mu held (only Attention
+// uses these buffers) and either called from a forWorker fn on p (only this
+// worker touches its buffer) or, for worker 0, from the Attention caller
+// outside any forWorker; a nil p gets a fresh buffer.
 func (p *Pool) workerBuf(worker, n int) []float32 {
 	if p == nil {
 		return make([]float32, n)

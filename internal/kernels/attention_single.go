@@ -29,6 +29,14 @@ import (
 //
 // Heads are the tasks, spread over the pool.
 
+// singleInline is the key×head count below which the caller computes all
+// heads itself: a wake-up of another worker costs more than that work.
+const singleInline = 4096
+
+// useSingle lets benchmarks compare the single-query path with the batched
+// one (the values are the same).
+var useSingle = true
+
 // singleOK reports whether Attention can take the single-query path.
 func singleOK(kv *PagedKV, hd int) bool {
 	if kv.F16 == nil && kv.F32 == nil {
@@ -66,7 +74,12 @@ func attendSingle(p *Pool, sc *attnScratch, out, q []float32, pos int, kv *Paged
 	if st.run == nil {
 		st.run = st.heads
 	}
-	p.forWorker(a.NHeads, st.run)
+	if (pos+1)*a.NHeads < singleInline {
+		// Too little work to be worth waking another thread for.
+		st.run(0, 0, a.NHeads)
+	} else {
+		p.forWorker(a.NHeads, st.run)
+	}
 	*st = singleState{run: st.run}
 }
 

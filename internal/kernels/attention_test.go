@@ -413,3 +413,29 @@ func FuzzSingleAttention(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkAttentionDecode compares, in one run, one decode query through
+// the single-query path and through the batched (gather) path, at the
+// context lengths of the engine benchmark and longer; 9 heads, 3 KV heads,
+// head size 64, f16 cache (SmolLM-135M).
+func BenchmarkAttentionDecode(b *testing.B) {
+	r := rand.New(rand.NewPCG(31, 32))
+	p := NewPool(2)
+	defer p.Close()
+	a := AttnParams{NHeads: 9, NKVHeads: 3, HeadDim: 64, Scale: 0.125}
+	kv := newTestKV(r, true, 1, 3, 64, 16, 2048)
+	q := randFloats(r, a.NHeads*a.HeadDim)
+	out := make([]float32, len(q))
+	defer func() { useSingle = true }()
+	for _, pos := range []int{160, 2047} {
+		for _, single := range []bool{true, false} {
+			b.Run(fmt.Sprintf("pos=%d/single=%v", pos, single), func(b *testing.B) {
+				useSingle = single
+				positions := []int{pos}
+				for b.Loop() {
+					Attention(p, out, q, positions, kv, 0, a)
+				}
+			})
+		}
+	}
+}
