@@ -3,7 +3,7 @@
 //
 //	make bench-vs-llama   # builds native llama.cpp when missing, then runs BenchmarkVsLlamaCpp
 //
-// For the 135M preset (dim 576, 30 layers, 9 heads, 3 KV heads, ffn 1536) in f32, Q8_0,
+// For the 135M preset (dim 576, 30 layers, 9 heads, 3 KV heads, ffn 1536) in f32, f16, Q8_0,
 // Q4_K_M (synth's Q4_K: llama-quantize's mix) and Q6_K it prints one table: prefill tokens/s
 // at 512 and 2048 tokens and decode over 64 tokens (llama-bench's pp and tg tests), decode of
 // 4 streams in lockstep after a 128-token prompt each (llama-batched-bench's S_TG), and the
@@ -17,6 +17,12 @@
 // Stockpot's 4-stream decode is one model.Forward per step over the four sequences: that is
 // what the engine's scheduler plans (every running sequence's decode token in one step), so
 // the number is the engine's batched decode without sampling, as llama-batched-bench's is.
+//
+// While working on one kernel, STOCKPOT_BENCH_TESTS (a comma list of pp512, pp2048, tg,
+// batched) and STOCKPOT_BENCH_ROUNDS narrow a run, and -bench picks the weight types:
+//
+//	STOCKPOT_BENCH_TESTS=tg,batched STOCKPOT_BENCH_ROUNDS=2 go test -run '^$' \
+//	    -bench 'BenchmarkVsLlamaCpp/smollm-135m/(Q8_0|Q4_K_M)$' -benchtime 1x ./internal/enginebench
 //
 // Ratios are taken against the native build only (`make llama-native`), never against the
 // slower prebuilt library node-llama-cpp ships.

@@ -40,6 +40,28 @@ const (
 	rounds = 3
 )
 
+// benchTests reads STOCKPOT_BENCH_TESTS, a comma list of pp512, pp2048, tg and batched that
+// narrows a run to those tests (all when unset), and STOCKPOT_BENCH_ROUNDS (default rounds),
+// for quick same-run comparisons while working on one kernel. The table then leaves the
+// other cells out.
+func benchTests() (map[string]bool, int) {
+	on := map[string]bool{}
+	if v := os.Getenv("STOCKPOT_BENCH_TESTS"); v != "" {
+		for _, t := range strings.Split(v, ",") {
+			on[strings.TrimSpace(t)] = true
+		}
+	} else {
+		for _, t := range []string{"pp512", "pp2048", "tg", "batched"} {
+			on[t] = true
+		}
+	}
+	n := rounds
+	if v, err := strconv.Atoi(os.Getenv("STOCKPOT_BENCH_ROUNDS")); err == nil && v > 0 {
+		n = v
+	}
+	return on, n
+}
+
 // weightKinds are the table's rows: the synth type and the name llama.cpp gives the mix.
 // synth's Q4_K is llama-quantize's Q4_K_M mix (Q6_K, Q8_0 and Q5_0 where it puts them).
 var weightKinds = []struct {
@@ -47,6 +69,7 @@ var weightKinds = []struct {
 	t    gguf.Type
 }{
 	{"f32", gguf.TypeF32},
+	{"f16", gguf.TypeF16},
 	{"Q8_0", gguf.TypeQ8_0},
 	{"Q4_K_M", gguf.TypeQ4_K},
 	{"Q6_K", gguf.TypeQ6_K},
@@ -288,6 +311,7 @@ func loadAvg() string {
 // llama.cpp measured alternately in the same run (`make bench-vs-llama`).
 func BenchmarkVsLlamaCpp(b *testing.B) {
 	start := loadAvg()
+	on, nRounds := benchTests()
 	memcpy := memcpyGBs()
 	var rows []tableRow
 	for _, k := range weightKinds {
@@ -305,19 +329,37 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 			for b.Loop() {
 				// Alternate the engines test by test, round by round, so load from other
 				// processes hits both; keep each side's best round.
-				for range rounds {
+				var pps []int
+				for _, n := range []int{512, 2048} {
+					if on[fmt.Sprintf("pp%d", n)] {
+						pps = append(pps, n)
+					}
+				}
+				tg := 0
+				if on["tg"] {
+					tg = decodeTokens
+				}
+				for range nRounds {
 					// A failed llama.cpp round is logged and the others count; all
 					// rounds failing is fatal below.
-					ref, err := llamaref.NativeBench(path, []int{512, 2048}, decodeTokens, threads, llamaref.BenchOptions{KVType: "f16", Repetitions: 1})
-					if err != nil {
-						b.Logf("llama-bench round failed: %v", err)
+					if len(pps) > 0 || tg > 0 {
+						ref, err := llamaref.NativeBench(path, pps, tg, threads, llamaref.BenchOptions{KVType: "f16", Repetitions: 1})
+						if err != nil {
+							b.Logf("llama-bench round failed: %v", err)
+						}
+						for _, r := range ref {
+							keep("ref "+r.Test, r.TokensPerSec)
+						}
 					}
-					for _, r := range ref {
-						keep("ref "+r.Test, r.TokensPerSec)
+					for _, n := range pps {
+						keep(fmt.Sprintf("pp%d", n), o.prefill(b, n, 0))
 					}
-					keep("pp512", o.prefill(b, 512, 0))
-					keep("pp2048", o.prefill(b, 2048, 0))
-					keep(tgKey, o.decode(b, 1, 0, decodeTokens))
+					if on["tg"] {
+						keep(tgKey, o.decode(b, 1, 0, decodeTokens))
+					}
+					if !on["batched"] {
+						continue
+					}
 					batched, err := nativeBatched(path, streamPrompt, streamGen, []int{streams})
 					if err != nil {
 						// llama-batched-bench's log thread sometimes exits without
@@ -331,16 +373,24 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 					keep("batched", o.decode(b, streams, streamPrompt, streamGen))
 				}
 			}
-			for _, k := range []string{"ref pp512", "ref pp2048", "ref " + tgKey, "ref batched"} {
-				if best[k] == 0 {
-					b.Fatalf("no llama.cpp round gave %s", strings.TrimPrefix(k, "ref "))
-				}
+			all := []struct {
+				on  string
+				key string
+				c   cell
+			}{
+				{"pp512", "pp512", cell{"prefill 512", best["pp512"], best["ref pp512"], 0}},
+				{"pp2048", "pp2048", cell{"prefill 2048", best["pp2048"], best["ref pp2048"], 0}},
+				{"tg", tgKey, cell{fmt.Sprintf("decode 1 stream (%s)", tgKey), best[tgKey], best["ref "+tgKey], 1}},
+				{"batched", "batched", cell{fmt.Sprintf("decode %d streams (pp%d+tg%d)", streams, streamPrompt, streamGen), best["batched"], best["ref batched"], 1.0 / streams}},
 			}
-			row.cells = []cell{
-				{"prefill 512", best["pp512"], best["ref pp512"], 0},
-				{"prefill 2048", best["pp2048"], best["ref pp2048"], 0},
-				{fmt.Sprintf("decode 1 stream (%s)", tgKey), best[tgKey], best["ref "+tgKey], 1},
-				{fmt.Sprintf("decode %d streams (pp%d+tg%d)", streams, streamPrompt, streamGen), best["batched"], best["ref batched"], 1.0 / streams},
+			for _, a := range all {
+				if !on[a.on] {
+					continue
+				}
+				if best["ref "+a.key] == 0 {
+					b.Fatalf("no llama.cpp round gave %s", a.key)
+				}
+				row.cells = append(row.cells, a.c)
 			}
 			for _, c := range row.cells {
 				key := strings.NewReplacer(" ", "-", "(", "", ")", "", "+", "-").Replace(c.test)
@@ -350,7 +400,7 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 		})
 	}
 	fmt.Printf("\nStockpot vs native llama.cpp, preset %s, %d threads, K/V f16, flash attention off.\n", preset, threads)
-	fmt.Printf("Measured alternately in one run, best of %d rounds each; load average %s at start, %s at end (other processes share the CPU).\n", rounds, start, loadAvg())
+	fmt.Printf("Measured alternately in one run, best of %d rounds each; load average %s at start, %s at end (other processes share the CPU).\n", nRounds, start, loadAvg())
 	fmt.Printf("memcpy: %.1f GB/s read+written (%d threads). BW = weight bytes per forward pass × passes/s, and its share of memcpy.\n\n", memcpy, threads)
 	fmt.Printf("| weights | test | Stockpot tok/s | llama.cpp tok/s | ratio | Stockpot BW | llama.cpp BW |\n")
 	fmt.Printf("|---|---|---:|---:|---:|---:|---:|\n")
@@ -365,5 +415,51 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 			}
 			fmt.Printf("| %s (%.0f MB) | %s | %.1f | %.1f | %.2f× | %s | %s |\n", r.kind, r.bytesStep/1e6, c.test, c.ours, c.ref, c.ours/c.ref, bw(c.ours), bw(c.ref))
 		}
+	}
+}
+
+// BenchmarkOursDecode runs only Stockpot's decode (1 and 4 streams, as in the table) for
+// profiling one engine: go test -run '^$' -bench BenchmarkOursDecode/Q8_0/streams=4
+// -cpuprofile cpu.out ./internal/enginebench. Each op is one step (one Forward).
+func BenchmarkOursDecode(b *testing.B) {
+	for _, k := range weightKinds {
+		b.Run(k.name, func(b *testing.B) {
+			path := modelFile(b, preset, k.t)
+			pool := kernels.NewPool(threads)
+			defer pool.Close()
+			for _, n := range []int{1, streams} {
+				b.Run(fmt.Sprintf("streams=%d", n), func(b *testing.B) {
+					o, done := load(b, path, pool, streamPrompt+4096, n)
+					defer done()
+					for s := range n {
+						o.prefill(b, streamPrompt, s)
+					}
+					steps := 0
+					for b.Loop() {
+						o.decode(b, n, streamPrompt+steps%4096, 1)
+						steps++
+					}
+					b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tok/s")
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkOursPrefill runs only Stockpot's 512-token prefill, for profiling (see
+// BenchmarkOursDecode). Each op is one 512-token prompt.
+func BenchmarkOursPrefill(b *testing.B) {
+	for _, k := range weightKinds {
+		b.Run(k.name, func(b *testing.B) {
+			path := modelFile(b, preset, k.t)
+			pool := kernels.NewPool(threads)
+			defer pool.Close()
+			o, done := load(b, path, pool, 512, 1)
+			defer done()
+			for b.Loop() {
+				o.prefill(b, 512, 0)
+			}
+			b.ReportMetric(512*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
+		})
 	}
 }

@@ -103,7 +103,8 @@ type AttnParams struct {
 // V transposed, nPad being maxPos+1 rounded up to attnKeyPad with zeros
 // beyond maxPos; then, per block of query tokens, the query rows of the
 // heads sharing that KV head are stacked and S = Q·Kᵀ, softmax and O = P·V
-// run as tile matmuls (see mulRows).
+// run as tile matmuls (see mulRows). A single query (decode) reads the
+// paged K/V in place instead, with the same arithmetic (attention_single.go).
 func Attention(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer int, a AttnParams) {
 	hd := a.HeadDim
 	nt := len(positions)
@@ -134,6 +135,10 @@ func Attention(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer in
 		sc = &p.attn
 	} else {
 		sc = &attnScratch{}
+	}
+	if nt == 1 && useSingle && singleOK(kv, hd) {
+		attendSingle(p, sc, out, q, positions[0], kv, layer, a)
+		return
 	}
 	need := nkv * nPad * hd
 	if len(sc.k) < need {
@@ -173,9 +178,10 @@ func padKeys(n int) int {
 // attnScratch is Attention's reusable state, owned by a Pool (protected by
 // mu for a whole call) so that steady-state calls allocate nothing.
 type attnScratch struct {
-	mu    sync.Mutex
-	k, vt []float32 // gathered K [kvHead][nPad][HeadDim], V [kvHead][HeadDim][nPad]
-	state attnState
+	mu     sync.Mutex
+	k, vt  []float32 // gathered K [kvHead][nPad][HeadDim], V [kvHead][HeadDim][nPad]
+	state  attnState
+	single singleState
 }
 
 // attnState is one Attention call; gather and attend are its method values,
@@ -558,9 +564,10 @@ func attendOne(out, q []float32, n int, kv *PagedKV, layer, kvh int, scale float
 }
 
 // workerBuf returns worker's float buffer, grown to at least n elements and
-// kept in the pool between calls. REQUIRES: called from a forWorker fn on p
-// (so p.mu is held and only this worker touches its buffer); a nil p gets a
-// fresh buffer.
+// kept in the pool between calls. REQUIRES: p.attn.mu held (only Attention
+// uses these buffers) and either called from a forWorker fn on p (only this
+// worker touches its buffer) or, for worker 0, from the Attention caller
+// outside any forWorker; a nil p gets a fresh buffer.
 func (p *Pool) workerBuf(worker, n int) []float32 {
 	if p == nil {
 		return make([]float32, n)

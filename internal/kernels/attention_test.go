@@ -375,3 +375,88 @@ func TestSoftmaxCausal(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAttentionPV compares single-query attention with and without
+// the register-resident P·V kernel (pvGroups) in one run.
+func BenchmarkAttentionPV(b *testing.B) {
+	r := rand.New(rand.NewPCG(29, 30))
+	p := NewPool(0)
+	defer p.Close()
+	a := AttnParams{NHeads: 9, NKVHeads: 3, HeadDim: 64, Scale: 0.125}
+	kv := newTestKV(r, true, 1, 3, 64, 16, 512)
+	q := randFloats(r, a.NHeads*a.HeadDim)
+	out := make([]float32, len(q))
+	saved := pvGroups
+	defer func() { pvGroups = saved }()
+	for _, on := range []bool{true, false} {
+		b.Run(fmt.Sprintf("groups=%v", on), func(b *testing.B) {
+			pvGroups = nil
+			if on {
+				pvGroups = saved
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				Attention(p, out, q, []int{511}, kv, 0, a)
+			}
+		})
+	}
+}
+
+// FuzzSingleAttention fuzzes the single-query path's shapes (heads, head
+// size, block size, position, cache type, tile family): a query alone must
+// equal, bit for bit, the same query computed by the batched path next to
+// another one.
+func FuzzSingleAttention(f *testing.F) {
+	f.Add(uint8(6), uint8(2), uint8(4), uint8(16), uint16(100), true, uint8(0), uint64(1))
+	f.Add(uint8(3), uint8(1), uint8(1), uint8(5), uint16(7), false, uint8(1), uint64(2))
+	f.Add(uint8(4), uint8(4), uint8(3), uint8(32), uint16(300), true, uint8(2), uint64(3))
+	fams := append(simdFamilies(), nil)
+	f.Fuzz(func(t *testing.T, nh, nkv, hd8, bs uint8, pos uint16, f16 bool, fam uint8, seed uint64) {
+		kvh := 1 + int(nkv%4)
+		a := AttnParams{NKVHeads: kvh, NHeads: kvh * (1 + int(nh%4)), HeadDim: 8 * (1 + int(hd8%12)), Scale: 0.2}
+		block := 1 + int(bs%40)
+		p := int(pos % 600)
+		saved := simd
+		defer func() { simd = saved }()
+		simd = fams[int(fam)%len(fams)]
+		r := rand.New(rand.NewPCG(seed, 7))
+		kv := newTestKV(r, f16, 1, kvh, a.HeadDim, block, p+2)
+		n := a.NHeads * a.HeadDim
+		q := randFloats(r, 2*n)
+		both := make([]float32, 2*n)
+		Attention(nil, both, q, []int{p, p + 1}, kv, 0, a)
+		one := make([]float32, n)
+		Attention(nil, one, q[:n], []int{p}, kv, 0, a)
+		for d := range one {
+			if math.Float32bits(one[d]) != math.Float32bits(both[d]) {
+				t.Fatalf("%s f16=%v %+v bs=%d pos=%d element %d: alone %v, batched %v", famName(simd), f16, a, block, p, d, one[d], both[d])
+			}
+		}
+	})
+}
+
+// BenchmarkAttentionDecode compares, in one run, one decode query through
+// the single-query path and through the batched (gather) path, at the
+// context lengths of the engine benchmark and longer; 9 heads, 3 KV heads,
+// head size 64, f16 cache (SmolLM-135M).
+func BenchmarkAttentionDecode(b *testing.B) {
+	r := rand.New(rand.NewPCG(31, 32))
+	p := NewPool(2)
+	defer p.Close()
+	a := AttnParams{NHeads: 9, NKVHeads: 3, HeadDim: 64, Scale: 0.125}
+	kv := newTestKV(r, true, 1, 3, 64, 16, 2048)
+	q := randFloats(r, a.NHeads*a.HeadDim)
+	out := make([]float32, len(q))
+	defer func() { useSingle = true }()
+	for _, pos := range []int{160, 2047} {
+		for _, single := range []bool{true, false} {
+			b.Run(fmt.Sprintf("pos=%d/single=%v", pos, single), func(b *testing.B) {
+				useSingle = single
+				positions := []int{pos}
+				for b.Loop() {
+					Attention(p, out, q, positions, kv, 0, a)
+				}
+			})
+		}
+	}
+}

@@ -19,7 +19,12 @@
 // arithmetic does not depend on its tile. The last K%width products are
 // then added one at a time in k order by Go code shared by all tiles. The
 // pool splits work only over weight rows, which changes who computes an
-// element, never how. Attention computes each (token, head) pair alone.
+// element, never how. Calls with M <= 4 use tile variants that also
+// prefetch the next weight rows (the same arithmetic). Attention computes
+// each (token, head) pair alone; a single query (decode) reads the paged
+// K/V in place with the batched path's exact operations
+// (attention_single.go), so a decoded token equals the same token in a
+// prefill chunk.
 //
 // Results may differ between instruction sets (AVX-512 sums 16 lanes, AVX2
 // 8, the pure-Go reference is sequential): the rule holds within one

@@ -36,6 +36,11 @@ type tileKernels struct {
 	// tiles[t][i-1][j-1] is the i×j kernel for weight type index t
 	// (typeIndex).
 	tiles [3][][]tileFunc
+	// pf[t][i-1][j-1] (i <= len(pf[t])) is the i×j kernel that also
+	// prefetches the next j weight rows: the same arithmetic, for calls
+	// whose M fits one tile (decode of a few streams sweeps the weights
+	// once, so their bytes are worth fetching ahead). Optional.
+	pf [3][][]tileFunc
 	// roundF16 is roundF16Ref, vectorized.
 	roundF16 func(dst, src []float32)
 }
@@ -116,6 +121,9 @@ func matMulFloat(p *Pool, ks *tileKernels, dst, x []float32, M int, w *Weight) {
 		ks: ks, dst: dst, x: x[:M*K], M: M, w: w,
 		rowBytes: w.Type.RowBytes(K), kmain: K / ks.kstep * ks.kstep}
 	j.tiles = ks.tiles[typeIndex(w.Type)]
+	if pf := ks.pf[typeIndex(w.Type)]; M <= len(pf) && M <= ks.mr {
+		j.tiles = pf
+	}
 	j.blockUnits = max(1, l2PanelBytes/(j.rowBytes*ks.nr))
 	if w.Type != gguf.TypeF32 {
 		if len(j.xbuf) < M*K {

@@ -10,8 +10,13 @@ import (
 // quantJob is one quantized MatMul's state; a Pool keeps one (protected by
 // Pool.matMu, like matJob) with its method values bound once.
 type quantJob struct {
-	run, quantize func(lo, hi int) // j.rowsRange and j.quantizeRange
-	xq            []byte           // x rows in the activation type, grown on demand
+	run, quantize, pair func(lo, hi int) // j.rowsRange, j.quantizeRange and j.pairRange
+	runGroup            func(lo, hi int) // j.groupRange
+	xq                  []byte           // x rows in the activation type, grown on demand
+	// xp is the paired form of xq (quant.PreparePairs) for the AVX-512 pair
+	// kernels, grown on demand; paired says it holds the current xq's.
+	xp     []byte
+	paired bool
 
 	at        gguf.Type
 	xRowBytes int
@@ -19,11 +24,15 @@ type quantJob struct {
 	M         int
 	w         *Weight
 	blockRows int // weight rows per quant.MatMul call (an L2-sized panel)
+	usePairs  bool
+	// gws and gdsts are matMulGroup's weights and outputs.
+	gws   []*Weight
+	gdsts [][]float32
 }
 
 func newQuantJob() *quantJob {
 	j := &quantJob{}
-	j.run, j.quantize = j.rowsRange, j.quantizeRange
+	j.run, j.quantize, j.pair, j.runGroup = j.rowsRange, j.quantizeRange, j.pairRange, j.groupRange
 	return j
 }
 
@@ -60,8 +69,9 @@ func checkQuantType(t gguf.Type) {
 func (j *quantJob) matMul(p *Pool, dst, x []float32, M int, w *Weight, reuse bool) {
 	K := w.Cols
 	at := quant.ActivationType(w.Type)
-	*j = quantJob{run: j.run, quantize: j.quantize, xq: j.xq,
-		at: at, xRowBytes: at.RowBytes(K), dst: dst, x: x, M: M, w: w}
+	paired := reuse && j.paired
+	*j = quantJob{run: j.run, quantize: j.quantize, pair: j.pair, runGroup: j.runGroup, xq: j.xq, xp: j.xp,
+		gws: j.gws, gdsts: j.gdsts, at: at, xRowBytes: at.RowBytes(K), dst: dst, x: x, M: M, w: w}
 	j.blockRows = max(1, l2PanelBytes/w.Type.RowBytes(K))
 	if len(j.xq) < M*j.xRowBytes {
 		if reuse {
@@ -72,8 +82,69 @@ func (j *quantJob) matMul(p *Pool, dst, x []float32, M int, w *Weight, reuse boo
 	if !reuse {
 		p.For(M, j.quantize)
 	}
-	p.For(w.Rows, j.run)
-	*j = quantJob{run: j.run, quantize: j.quantize, xq: j.xq}
+	// Q8_0, Q4_0 and Q5_0 weights with several rows read the paired form,
+	// made once per x (MatMuls shares it like xq).
+	if n := quant.PairBytes(M, K); n > 0 && pairType(w.Type) {
+		if !paired {
+			if len(j.xp) < n {
+				j.xp = alignedBytes(n)
+			}
+			p.For((M+1)/2, j.pair)
+		}
+		paired = true
+		j.usePairs = true
+	}
+	if len(j.gws) > 0 {
+		total := 0
+		for _, gw := range j.gws {
+			total += gw.Rows
+		}
+		p.For(total, j.runGroup)
+	} else {
+		p.For(w.Rows, j.run)
+	}
+	*j = quantJob{run: j.run, quantize: j.quantize, pair: j.pair, runGroup: j.runGroup, xq: j.xq, xp: j.xp, paired: paired}
+}
+
+// matMulGroup is matMul for weights that read x in the same activation type
+// (MatMuls' groups): x is quantized (and paired) once and the weights' rows
+// are one range for the pool, so the group costs one wait for the slowest
+// thread instead of one per weight. Every value is matMul's.
+// REQUIRES: as matMul; len(ws) > 0, all ws share w[0]'s Cols and
+// activation type.
+func (j *quantJob) matMulGroup(p *Pool, dsts [][]float32, x []float32, M int, ws []*Weight) {
+	j.gws, j.gdsts = ws, dsts
+	j.matMul(p, dsts[0], x, M, ws[0], false)
+}
+
+// groupRange computes the group's rows [lo, hi) (weights' rows back to
+// back).
+func (j *quantJob) groupRange(lo, hi int) {
+	xq := j.xq[:j.M*j.xRowBytes]
+	var xp []byte
+	if j.usePairs {
+		xp = j.xp[:quant.PairBytes(j.M, j.w.Cols)]
+	}
+	off := 0
+	for k, w := range j.gws {
+		n0, n1 := max(lo-off, 0), min(hi-off, w.Rows)
+		off += w.Rows
+		if n0 >= n1 {
+			continue
+		}
+		blockRows := max(1, l2PanelBytes/w.Type.RowBytes(w.Cols))
+		for a := n0; a < n1; a += blockRows {
+			quant.MatMulPaired(w.Type, j.gdsts[k], w.Rows, xq, xp, j.M, w.Data, w.Cols, a, min(a+blockRows, n1))
+		}
+	}
+}
+
+func pairType(t gguf.Type) bool {
+	return t == gguf.TypeQ8_0 || t == gguf.TypeQ4_0 || t == gguf.TypeQ5_0
+}
+
+func (j *quantJob) pairRange(lo, hi int) {
+	quant.PreparePairs(j.xp, j.xq, j.M, j.w.Cols, lo, hi)
 }
 
 // MatMuls computes MatMul(p, dsts[i], x, M, ws[i]) for every i. Weights
@@ -113,9 +184,7 @@ func MatMuls(p *Pool, x []float32, M int, dsts [][]float32, ws []*Weight) {
 			p.matMu.Lock()
 			j = p.quant
 		}
-		for k := i; k < e; k++ {
-			j.matMul(p, dsts[k], x, M, ws[k], k > i)
-		}
+		j.matMulGroup(p, dsts[i:e], x, M, ws[i:e])
 		if p != nil {
 			p.matMu.Unlock()
 		}
@@ -132,7 +201,11 @@ func (j *quantJob) quantizeRange(lo, hi int) {
 
 func (j *quantJob) rowsRange(lo, hi int) {
 	xq := j.xq[:j.M*j.xRowBytes]
+	var xp []byte
+	if j.usePairs {
+		xp = j.xp[:quant.PairBytes(j.M, j.w.Cols)]
+	}
 	for n0 := lo; n0 < hi; n0 += j.blockRows {
-		quant.MatMul(j.w.Type, j.dst, j.w.Rows, xq, j.M, j.w.Data, j.w.Cols, n0, min(n0+j.blockRows, hi))
+		quant.MatMulPaired(j.w.Type, j.dst, j.w.Rows, xq, xp, j.M, j.w.Data, j.w.Cols, n0, min(n0+j.blockRows, hi))
 	}
 }

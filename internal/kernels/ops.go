@@ -91,15 +91,23 @@ func RoPE(x []float32, nHeads, headDim, pos int, r RoPEParams) {
 }
 
 // SwiGLU sets dst = silu(gate) * up with silu(g) = g/(1+expf(-g)) (ggml's
-// scalar silu). dst may alias gate or up.
+// silu). dst may alias gate or up. On amd64 the first len(dst)&^7 elements
+// use a vectorized exp (within a few ulp, as ggml's vectorized silu), the
+// rest expf: an element's arithmetic depends only on its index and the
+// length, never on the row or the batch.
 func SwiGLU(dst, gate, up []float32) {
 	n := len(dst)
 	gate, up = gate[:n], up[:n]
-	for i := range dst {
+	i0 := swiGLUBody(dst, gate, up)
+	for i := i0; i < n; i++ {
 		g := gate[i]
 		dst[i] = g / (1 + expf(-g)) * up[i]
 	}
 }
+
+// swiGLUBody computes a prefix of SwiGLU and returns its length; amd64
+// replaces it with assembly (ops_amd64.go).
+var swiGLUBody = func(dst, gate, up []float32) int { return 0 }
 
 // Add sets dst += a.
 func Add(dst, a []float32) {

@@ -181,3 +181,36 @@ func TestOpsDoNotAllocate(t *testing.T) {
 		t.Errorf("elementwise ops: have %v allocs per run, want 0", allocs)
 	}
 }
+
+// TestSwiGLUWide checks SwiGLU (vectorized body and scalar tail) against a
+// float64 silu over gates from -200 to 200, lengths with and without a
+// tail, and NaN / infinite gates.
+func TestSwiGLUWide(t *testing.T) {
+	r := rand.New(rand.NewPCG(41, 42))
+	for _, n := range []int{1, 7, 8, 9, 64, 1539} {
+		g, u, have := make([]float32, n), make([]float32, n), make([]float32, n)
+		for i := range g {
+			g[i] = float32(r.NormFloat64() * math.Pow(10, float64(r.IntN(5)-2)))
+			if i%97 == 5 {
+				g[i] = float32(r.Float64()*400 - 200)
+			}
+			u[i] = float32(r.NormFloat64())
+		}
+		SwiGLU(have, g, u)
+		for i := range g {
+			want := float64(g[i]) / (1 + math.Exp(-float64(g[i]))) * float64(u[i])
+			if d := math.Abs(float64(have[i]) - want); d > 4e-7*math.Abs(want)+1e-37 {
+				t.Fatalf("n=%d SwiGLU(%v)*%v: have %v, want %v", n, g[i], u[i], have[i], want)
+			}
+		}
+	}
+	g := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0, -0, 100, -100, 88.5}
+	u := []float32{1, 1, 1, 1, 1, 1, 1, 1}
+	have := make([]float32, len(g))
+	SwiGLU(have, g, u)
+	// As the scalar formula: -Inf gives -Inf/Inf = NaN (ggml's too).
+	if !math.IsNaN(float64(have[0])) || !math.IsInf(float64(have[1]), 1) || !math.IsNaN(float64(have[2])) ||
+		have[3] != 0 || have[5] != 100 || have[6] > 0 || have[6] < -1e-36 {
+		t.Fatalf("SwiGLU special values: %v", have)
+	}
+}

@@ -84,8 +84,8 @@ func roundF16Vec(dst, src []float32) {
 }
 
 var (
-	kernelsAVX512 = &tileKernels{name: "avx512", mr: 6, nr: 4, kstep: 16, tiles: tilesAVX512, roundF16: roundF16Vec}
-	kernelsAVX2   = &tileKernels{name: "avx2", mr: 4, nr: 3, kstep: 8, tiles: tilesAVX2, roundF16: roundF16Vec}
+	kernelsAVX512 = &tileKernels{name: "avx512", mr: 6, nr: 4, kstep: 16, tiles: tilesAVX512, pf: tilesAVX512PF, roundF16: roundF16Vec}
+	kernelsAVX2   = &tileKernels{name: "avx2", mr: 4, nr: 3, kstep: 8, tiles: tilesAVX2, pf: tilesAVX2PF, roundF16: roundF16Vec}
 )
 
 // simdFamilies lists the families this CPU can run, best first (the tests

@@ -20,37 +20,73 @@ func tileAVX512F32_1x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float3
 func tileAVX512F32_2x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F32_2x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F32_2x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F32_2x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F32_2x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F32_2x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F32_2x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F32_2x4pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F32_3x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F32_3x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F32_3x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F32_3x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F32_3x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F32_3x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F32_3x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F32_3x4pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F32_4x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F32_4x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F32_4x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F32_4x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F32_4x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F32_4x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F32_4x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F32_4x4pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F32_5x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
@@ -92,37 +128,73 @@ func tileAVX512F16_1x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float3
 func tileAVX512F16_2x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F16_2x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F16_2x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F16_2x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F16_2x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F16_2x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F16_2x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F16_2x4pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F16_3x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F16_3x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F16_3x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F16_3x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F16_3x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F16_3x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F16_3x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F16_3x4pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F16_4x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F16_4x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F16_4x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F16_4x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F16_4x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512F16_4x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512F16_4x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512F16_4x4pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512F16_5x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
@@ -164,37 +236,73 @@ func tileAVX512BF16_1x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float
 func tileAVX512BF16_2x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512BF16_2x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512BF16_2x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512BF16_2x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512BF16_2x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512BF16_2x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512BF16_2x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512BF16_2x4pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512BF16_3x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512BF16_3x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512BF16_3x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512BF16_3x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512BF16_3x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512BF16_3x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512BF16_3x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512BF16_3x4pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512BF16_4x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512BF16_4x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512BF16_4x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512BF16_4x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512BF16_4x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX512BF16_4x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX512BF16_4x4(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX512BF16_4x4pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX512BF16_5x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
@@ -247,6 +355,27 @@ var tilesAVX512 = [3][][]tileFunc{
 	},
 }
 
+var tilesAVX512PF = [3][][]tileFunc{
+	{
+		{tileAVX512F32_1x1, tileAVX512F32_1x2, tileAVX512F32_1x3, tileAVX512F32_1x4},
+		{tileAVX512F32_2x1pf, tileAVX512F32_2x2pf, tileAVX512F32_2x3pf, tileAVX512F32_2x4pf},
+		{tileAVX512F32_3x1pf, tileAVX512F32_3x2pf, tileAVX512F32_3x3pf, tileAVX512F32_3x4pf},
+		{tileAVX512F32_4x1pf, tileAVX512F32_4x2pf, tileAVX512F32_4x3pf, tileAVX512F32_4x4pf},
+	},
+	{
+		{tileAVX512F16_1x1, tileAVX512F16_1x2, tileAVX512F16_1x3, tileAVX512F16_1x4},
+		{tileAVX512F16_2x1pf, tileAVX512F16_2x2pf, tileAVX512F16_2x3pf, tileAVX512F16_2x4pf},
+		{tileAVX512F16_3x1pf, tileAVX512F16_3x2pf, tileAVX512F16_3x3pf, tileAVX512F16_3x4pf},
+		{tileAVX512F16_4x1pf, tileAVX512F16_4x2pf, tileAVX512F16_4x3pf, tileAVX512F16_4x4pf},
+	},
+	{
+		{tileAVX512BF16_1x1, tileAVX512BF16_1x2, tileAVX512BF16_1x3, tileAVX512BF16_1x4},
+		{tileAVX512BF16_2x1pf, tileAVX512BF16_2x2pf, tileAVX512BF16_2x3pf, tileAVX512BF16_2x4pf},
+		{tileAVX512BF16_3x1pf, tileAVX512BF16_3x2pf, tileAVX512BF16_3x3pf, tileAVX512BF16_3x4pf},
+		{tileAVX512BF16_4x1pf, tileAVX512BF16_4x2pf, tileAVX512BF16_4x3pf, tileAVX512BF16_4x4pf},
+	},
+}
+
 //go:noescape
 func tileAVX2F32_1x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
@@ -260,28 +389,55 @@ func tileAVX2F32_1x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32,
 func tileAVX2F32_2x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2F32_2x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2F32_2x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2F32_2x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2F32_2x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2F32_2x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2F32_3x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2F32_3x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2F32_3x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2F32_3x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2F32_3x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2F32_3x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2F32_4x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2F32_4x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2F32_4x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2F32_4x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2F32_4x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2F32_4x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2F16_1x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
@@ -296,28 +452,55 @@ func tileAVX2F16_1x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32,
 func tileAVX2F16_2x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2F16_2x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2F16_2x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2F16_2x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2F16_2x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2F16_2x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2F16_3x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2F16_3x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2F16_3x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2F16_3x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2F16_3x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2F16_3x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2F16_4x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2F16_4x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2F16_4x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2F16_4x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2F16_4x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2F16_4x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2BF16_1x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
@@ -332,28 +515,55 @@ func tileAVX2BF16_1x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32
 func tileAVX2BF16_2x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2BF16_2x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2BF16_2x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2BF16_2x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2BF16_2x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2BF16_2x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2BF16_3x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2BF16_3x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2BF16_3x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2BF16_3x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2BF16_3x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2BF16_3x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
 func tileAVX2BF16_4x1(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2BF16_4x1pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2BF16_4x2(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 //go:noescape
+func tileAVX2BF16_4x2pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
 func tileAVX2BF16_4x3(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
+
+//go:noescape
+func tileAVX2BF16_4x3pf(x *float32, ldx int, w *byte, ldw int, k int, dst *float32, ldd int)
 
 var tilesAVX2 = [3][][]tileFunc{
 	{
@@ -373,5 +583,26 @@ var tilesAVX2 = [3][][]tileFunc{
 		{tileAVX2BF16_2x1, tileAVX2BF16_2x2, tileAVX2BF16_2x3},
 		{tileAVX2BF16_3x1, tileAVX2BF16_3x2, tileAVX2BF16_3x3},
 		{tileAVX2BF16_4x1, tileAVX2BF16_4x2, tileAVX2BF16_4x3},
+	},
+}
+
+var tilesAVX2PF = [3][][]tileFunc{
+	{
+		{tileAVX2F32_1x1, tileAVX2F32_1x2, tileAVX2F32_1x3},
+		{tileAVX2F32_2x1pf, tileAVX2F32_2x2pf, tileAVX2F32_2x3pf},
+		{tileAVX2F32_3x1pf, tileAVX2F32_3x2pf, tileAVX2F32_3x3pf},
+		{tileAVX2F32_4x1pf, tileAVX2F32_4x2pf, tileAVX2F32_4x3pf},
+	},
+	{
+		{tileAVX2F16_1x1, tileAVX2F16_1x2, tileAVX2F16_1x3},
+		{tileAVX2F16_2x1pf, tileAVX2F16_2x2pf, tileAVX2F16_2x3pf},
+		{tileAVX2F16_3x1pf, tileAVX2F16_3x2pf, tileAVX2F16_3x3pf},
+		{tileAVX2F16_4x1pf, tileAVX2F16_4x2pf, tileAVX2F16_4x3pf},
+	},
+	{
+		{tileAVX2BF16_1x1, tileAVX2BF16_1x2, tileAVX2BF16_1x3},
+		{tileAVX2BF16_2x1pf, tileAVX2BF16_2x2pf, tileAVX2BF16_2x3pf},
+		{tileAVX2BF16_3x1pf, tileAVX2BF16_3x2pf, tileAVX2BF16_3x3pf},
+		{tileAVX2BF16_4x1pf, tileAVX2BF16_4x2pf, tileAVX2BF16_4x3pf},
 	},
 }

@@ -11,21 +11,26 @@ import (
 // TestAsmgenK runs the generator and checks that the committed
 // matmul_k_amd64.s is exactly its output, so the two never drift: edit
 // asmgen_k.go and run go generate, never the .s by hand.
-func TestAsmgenK(t *testing.T) {
+func TestAsmgenK(t *testing.T) { checkAsmgen(t, "asmgen_k.go", "matmul_k_amd64.s") }
+
+// TestAsmgenPair is TestAsmgenK for asmgen_pair.go and matmul_pair_amd64.s.
+func TestAsmgenPair(t *testing.T) { checkAsmgen(t, "asmgen_pair.go", "matmul_pair_amd64.s") }
+
+func checkAsmgen(t *testing.T, gen, file string) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
 		t.Fatalf("go command not found: %v", err)
 	}
-	out := filepath.Join(t.TempDir(), "matmul_k_amd64.s")
-	cmd := exec.Command(goBin, "run", "asmgen_k.go", "-o", out)
+	out := filepath.Join(t.TempDir(), file)
+	cmd := exec.Command(goBin, "run", gen, "-o", out)
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go run asmgen_k.go: %v\n%s", err, msg)
+		t.Fatalf("go run %s: %v\n%s", gen, err, msg)
 	}
 	got, err := os.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := os.ReadFile("matmul_k_amd64.s")
+	want, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +45,7 @@ func TestAsmgenK(t *testing.T) {
 				w = wl[i]
 			}
 			if !bytes.Equal(g, w) || i >= len(gl) || i >= len(wl) {
-				t.Fatalf("matmul_k_amd64.s is not asmgen_k.go's output (run go generate); first difference at line %d:\ngenerated: %q\ncommitted: %q", i+1, g, w)
+				t.Fatalf("%s is not %s's output (run go generate); first difference at line %d:\ngenerated: %q\ncommitted: %q", file, gen, i+1, g, w)
 			}
 		}
 	}

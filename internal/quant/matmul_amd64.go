@@ -24,12 +24,21 @@ func pickKernels() (map[gguf.Type]kernel, string) {
 	}
 	// F16C (VCVTPH2PS) comes with every AVX2+FMA CPU.
 	k[gguf.TypeQ8_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+		if pairsAlloc(gguf.TypeQ8_0, dst, ldd, xq, M, w, K, n0, n1) {
+			return
+		}
 		tiles2x2(false, kVNNI, q8_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
 	}
 	k[gguf.TypeQ4_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+		if pairsAlloc(gguf.TypeQ4_0, dst, ldd, xq, M, w, K, n0, n1) {
+			return
+		}
 		tiles2x2(true, kVNNI, q4_0Bytes, dst, ldd, xq, M, w, K, n0, n1)
 	}
 	k[gguf.TypeQ5_0] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+		if pairsAlloc(gguf.TypeQ5_0, dst, ldd, xq, M, w, K, n0, n1) {
+			return
+		}
 		if kVNNI {
 			tilesQ5_0(dst, ldd, xq, M, w, K, n0, n1)
 			return
@@ -46,6 +55,20 @@ func pickKernels() (map[gguf.Type]kernel, string) {
 		return k, "avx2+vnni"
 	}
 	return k, "avx2"
+}
+
+// pairsAlloc runs MatMul through the pair kernels when they are in use and
+// M >= 2, preparing the paired form of xq for this call only (callers that
+// run several calls on one x use PreparePairs and MatMulPaired).
+func pairsAlloc(t gguf.Type, dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) bool {
+	n := PairBytes(M, K)
+	if n == 0 {
+		return false
+	}
+	xp := make([]byte, n)
+	PreparePairs(xp, xq, M, K, 0, (M+1)/2)
+	pairsMatMul(t, dst, ldd, xp, M, w, K, n0, n1)
+	return true
 }
 
 // kVNNI selects the K-quant kernels that use VPDPWSSD on 256-bit registers.

@@ -3,16 +3,28 @@
 package quant
 
 import (
+	"encoding/binary"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
+
+	"stockpot/internal/gguf"
 )
 
+var usePairs0 = usePairs
+
 func init() {
+	if usePairs {
+		extraVariants = append(extraVariants, variant{"vnni-nopairs", func() func() {
+			usePairs = false
+			return func() { usePairs = true }
+		}})
+	}
 	if kVNNI {
 		extraVariants = append(extraVariants, variant{"avx2", func() func() {
-			kVNNI = false
-			return func() { kVNNI = true }
+			kVNNI, usePairs = false, false
+			return func() { kVNNI, usePairs = true, usePairs0 }
 		}})
 	}
 }
@@ -52,6 +64,115 @@ func TestQuantizeQ8_0AVX2(t *testing.T) {
 	for i := range want {
 		if have[i] != want[i] {
 			t.Fatalf("byte %d (block %d): assembly %#x, Go %#x", i, i/q8_0Bytes, have[i], want[i])
+		}
+	}
+}
+
+// TestMatMulPairs checks the pair kernels bit for bit against the reference
+// on weights with every quant value (random bytes, so Q8_0's -128 and all
+// nibble and 5th-bit patterns occur), activations with extreme quants, odd
+// M (a row paired with itself), odd n ranges (a weight row paired with
+// itself) and bands of more than four pairs, through MatMulPaired with a
+// prepared form and through MatMul.
+func TestMatMulPairs(t *testing.T) {
+	if !usePairs {
+		t.Skip("no AVX-512 VNNI on this CPU")
+	}
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, ty := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0} {
+		for _, K := range []int{32, 96, 576} {
+			for _, M := range []int{1, 2, 3, 4, 5, 8, 9, 17} {
+				N := 1 + r.IntN(9)
+				w := make([]byte, N*ty.RowBytes(K))
+				for i := range w {
+					w[i] = byte(r.Uint32())
+				}
+				bb := ty.RowBytes(qk0)
+				for b := 0; b < len(w); b += bb { // finite scales
+					binary.LittleEndian.PutUint16(w[b:], F32ToF16(float32(r.NormFloat64())*0.01))
+				}
+				xq := make([]byte, M*q8_0Bytes*K/qk0)
+				for i := range xq {
+					xq[i] = byte(r.Uint32())
+				}
+				for b := 0; b < len(xq); b += q8_0Bytes {
+					binary.LittleEndian.PutUint16(xq[b:], F32ToF16(float32(r.NormFloat64())))
+				}
+				xp := make([]byte, PairBytes(M, K))
+				PreparePairs(xp, xq, M, K, 0, (M+1)/2)
+				for n0 := 0; n0 < min(N, 2); n0++ {
+					ldd := N + 1
+					want := make([]float32, M*ldd)
+					have := make([]float32, M*ldd)
+					alloc := make([]float32, M*ldd)
+					refKernels[ty](want, ldd, xq, M, w, K, n0, N)
+					MatMulPaired(ty, have, ldd, xq, xp, M, w, K, n0, N)
+					MatMul(ty, alloc, ldd, xq, M, w, K, n0, N)
+					for i := range want {
+						if math.Float32bits(have[i]) != math.Float32bits(want[i]) || math.Float32bits(alloc[i]) != math.Float32bits(want[i]) {
+							t.Fatalf("%v K=%d M=%d N=%d n0=%d element (%d, %d): paired %v, MatMul %v, reference %v",
+								ty, K, M, N, n0, i/ldd, i%ldd, have[i], alloc[i], want[i])
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// FuzzPairKernels fuzzes the shapes (and the bytes) the pair kernels see:
+// M activation rows, N weight rows from n0, K = 32*kb, every weight type
+// they serve; the result must be the reference's bit for bit.
+func FuzzPairKernels(f *testing.F) {
+	f.Add(uint8(1), uint8(5), uint8(0), uint8(18), uint8(0), uint64(1))
+	f.Add(uint8(4), uint8(9), uint8(1), uint8(3), uint8(1), uint64(2))
+	f.Add(uint8(17), uint8(2), uint8(1), uint8(1), uint8(2), uint64(3))
+	f.Fuzz(func(t *testing.T, m, n, n0, kb, ti uint8, seed uint64) {
+		M, N, K := 1+int(m%20), 1+int(n%24), qk0*(1+int(kb%48))
+		lo := int(n0) % N
+		ty := []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0}[ti%3]
+		xq, w := randomOperands(ty, M, N, K, seed)
+		want := make([]float32, M*N)
+		have := make([]float32, M*N)
+		refKernels[ty](want, N, xq, M, w, K, lo, N)
+		MatMul(ty, have, N, xq, M, w, K, lo, N)
+		for i := range want {
+			if math.Float32bits(have[i]) != math.Float32bits(want[i]) {
+				t.Fatalf("%v M=%d N=%d K=%d n0=%d element %d: have %v, want %v", ty, M, N, K, lo, i, have[i], want[i])
+			}
+		}
+	})
+}
+
+// BenchmarkPairsVsTiles compares, in one run, the pair kernels (paired form
+// made once, as internal/kernels does) with the AVX2/VNNI tiles they
+// replace, for decode (M=1), four streams (M=4) and a prefill band (M=64),
+// on a 1536x576 projection that stays in cache (arithmetic, not memory).
+func BenchmarkPairsVsTiles(b *testing.B) {
+	if !usePairs {
+		b.Skip("no AVX-512 VNNI")
+	}
+	const N, K = 1536, 576
+	for _, ty := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ5_0, gguf.TypeQ4_0} {
+		for _, M := range []int{1, 4, 64} {
+			xq, w := randomOperands(ty, M, N, K, 7)
+			xp := make([]byte, PairBytes(M, K))
+			PreparePairs(xp, xq, M, K, 0, (M+1)/2)
+			dst := make([]float32, M*N)
+			for _, pairs := range []bool{true, false} {
+				b.Run(fmt.Sprintf("%v/M=%d/pairs=%v", ty, M, pairs), func(b *testing.B) {
+					usePairs = pairs
+					defer func() { usePairs = true }()
+					for b.Loop() {
+						if pairs {
+							MatMulPaired(ty, dst, N, xq, xp, M, w, K, 0, N)
+						} else {
+							MatMul(ty, dst, N, xq, M, w, K, 0, N)
+						}
+					}
+					b.ReportMetric(float64(M*N*K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+				})
+			}
 		}
 	}
 }
