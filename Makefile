@@ -1,6 +1,6 @@
 # Stockpot's build and test entry points. `make test` is what CI (.ci/run) runs.
 GO ?= go
-FUZZTIME ?= 10s
+FUZZTIME ?= 6s
 
 .PHONY: test sysdeps vet unit fuzz build bench bench-vs-llama
 
@@ -19,7 +19,7 @@ vet:
 	$(GO) vet ./...
 
 unit:
-	$(GO) test -count=1 -timeout 20m ./...
+	$(GO) test -count=1 -timeout 40m ./...
 
 ## fuzz: a short run of every parser of outside bytes (corpora live in testdata/fuzz).
 fuzz:

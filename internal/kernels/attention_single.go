@@ -124,6 +124,10 @@ func (st *singleState) head(h int, buf []float32) {
 		scoresRun(s[j0:j0+cnt], qs, base(0, j0), rowElems*esize, f16)
 	}
 	softmaxCausal(s, n, st.a.Scale)
+	if f16 {
+		// As the batched path: ggml's non-flash P·V rounds P to f16 (its vec_dot_type).
+		roundF16(s[:n], s[:n])
+	}
 	out := st.out[h*hd : (h+1)*hd]
 	if simd == nil {
 		// The reference tile: one sequential sum over the nb keys, the
