@@ -23,37 +23,7 @@ unit:
 
 ## fuzz: a short run of every parser of outside bytes (corpora live in testdata/fuzz).
 fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/gguf
-	$(GO) test -run '^$$' -fuzz '^FuzzEncode$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
-	$(GO) test -run '^$$' -fuzz '^FuzzCompletionRequest$$' -fuzztime $(FUZZTIME) ./internal/api
-	$(GO) test -run '^$$' -fuzz '^FuzzChatRequest$$' -fuzztime $(FUZZTIME) ./internal/api
-	$(GO) test -run '^$$' -fuzz '^FuzzResponsesRequest$$' -fuzztime $(FUZZTIME) ./internal/api
-	$(GO) test -run '^$$' -fuzz '^FuzzMessagesRequest$$' -fuzztime $(FUZZTIME) ./internal/api
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/tier
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePin$$' -fuzztime $(FUZZTIME) ./internal/tier/disk
-	$(GO) test -run '^$$' -fuzz '^FuzzEncodeLimit$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
-	$(GO) test -run '^$$' -fuzz '^FuzzChatJSON$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
-	$(GO) test -run '^$$' -fuzz '^FuzzChatTemplateSource$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/toolcall
-	$(GO) test -run '^$$' -fuzz '^FuzzJSONSchema$$' -fuzztime $(FUZZTIME) ./internal/grammar
-	$(GO) test -run '^$$' -fuzz '^FuzzMatcher$$' -fuzztime $(FUZZTIME) ./internal/grammar
-	$(GO) test -run '^$$' -fuzz '^FuzzRewritePreHandlerError$$' -fuzztime $(FUZZTIME) ./internal/server
-	$(GO) test -run '^$$' -fuzz '^FuzzJSONProtocolError$$' -fuzztime $(FUZZTIME) ./internal/router
-	$(GO) test -run '^$$' -fuzz '^FuzzSSEBoundary$$' -fuzztime $(FUZZTIME) ./internal/router
-	$(GO) test -run '^$$' -fuzz '^FuzzPrewarmRequest$$' -fuzztime $(FUZZTIME) ./internal/api
-	$(GO) test -run '^$$' -fuzz '^FuzzParsePrices$$' -fuzztime $(FUZZTIME) ./internal/bench
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeVerifyInto$$' -fuzztime $(FUZZTIME) ./internal/tier
-	$(GO) test -run '^$$' -fuzz '^FuzzAttentionQ8Shapes$$' -fuzztime $(FUZZTIME) ./internal/kernels
-	$(GO) test -run '^$$' -fuzz '^FuzzScanGenerateBody$$' -fuzztime $(FUZZTIME) ./internal/router
-	$(GO) test -run '^$$' -fuzz '^FuzzParseTokenArray$$' -fuzztime $(FUZZTIME) ./internal/router
-	$(GO) test -run '^$$' -fuzz '^FuzzAppendJSONString$$' -fuzztime $(FUZZTIME) ./internal/server
-	$(GO) test -run '^$$' -fuzz '^FuzzStreamDecoderRealVocab$$' -fuzztime $(FUZZTIME) ./internal/tokenizer
-	$(GO) test -run '^$$' -fuzz '^FuzzLintLine$$' -fuzztime $(FUZZTIME) ./internal/lint
-	$(GO) test -run '^$$' -fuzz '^FuzzExplain$$' -fuzztime $(FUZZTIME) ./internal/miss
-	$(GO) test -run '^$$' -fuzz '^FuzzHybridConfig$$' -fuzztime $(FUZZTIME) ./internal/model
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeState$$' -fuzztime $(FUZZTIME) ./internal/model
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeLine$$' -fuzztime $(FUZZTIME) ./internal/kvevents
+	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 ## bench: engine speed against native llama.cpp (needs `make llama-native` once).
 bench:
