@@ -494,7 +494,10 @@ func (e *Engine) run() {
 		}
 		e.deliver()
 		plan := e.core.Schedule(e.cfg.Now())
-		e.flushEvents()
+		// The events first: an evicted block's bytes must be copied out before a restore
+		// lands in its place. A block committed or pinned at admission from a restore is
+		// not in the arena yet: its events carry the restore's bytes (blockKV).
+		e.flushEvents(plan.Restores)
 		e.applyRestores(plan.Restores)
 		if len(plan.Items) == 0 {
 			e.publishStats()
@@ -542,15 +545,20 @@ func (e *Engine) run() {
 			e.cfg.OnStep(n, time.Since(t0))
 		}
 		e.core.Advance(plan, logits, e.cfg.Now())
-		e.flushEvents()
+		e.flushEvents(nil)
 		e.deliver()
 		e.publishStats()
 	}
 }
 
 // flushEvents hands the cache's queued block events, then the pin events, to their hooks.
-func (e *Engine) flushEvents() {
-	e.flushPinEvents()
+// restores are the copies into blocks still to be applied (this step's): a Stored, Reused or
+// PinCreated event of such a block carries the restore's bytes, which are what the block
+// holds from now on, never the arena's stale ones (a write-through or a tier pin would store
+// those under the block's hash, with a checksum that verifies). An Evicted event carries the
+// arena's bytes: the block's old contents, about to be overwritten.
+func (e *Engine) flushEvents(restores []Restore) {
+	e.flushPinEvents(restores)
 	if e.cfg.OnBlockEvents == nil {
 		return
 	}
@@ -561,7 +569,10 @@ func (e *Engine) flushEvents() {
 	e.eventKV = e.eventKV[:0]
 	for _, ev := range evs {
 		var kv []byte
-		if ev.Kind == prefix.Stored || ev.Kind == prefix.Evicted || ev.Kind == prefix.Reused {
+		switch ev.Kind {
+		case prefix.Stored, prefix.Reused:
+			kv = e.blockKV(ev.Block, restores)
+		case prefix.Evicted:
 			kv = e.arena.BlockData(ev.Block)
 		}
 		e.eventKV = append(e.eventKV, kv)
@@ -570,7 +581,17 @@ func (e *Engine) flushEvents() {
 	clear(e.eventKV) // hold no views of the arena between steps
 }
 
-func (e *Engine) flushPinEvents() {
+// blockKV is the K/V block b holds once restores are applied.
+func (e *Engine) blockKV(b kvcache.BlockID, restores []Restore) []byte {
+	for i := range restores {
+		if kvcache.BlockID(restores[i].Block) == b {
+			return restores[i].Data
+		}
+	}
+	return e.arena.BlockData(b)
+}
+
+func (e *Engine) flushPinEvents(restores []Restore) {
 	evs := e.core.PinEvents()
 	if len(evs) == 0 || e.cfg.OnPins == nil {
 		return
@@ -579,7 +600,7 @@ func (e *Engine) flushPinEvents() {
 	for _, ev := range evs {
 		var kv []byte
 		if ev.Kind == PinCreated {
-			kv = e.arena.BlockData(ev.Block)
+			kv = e.blockKV(ev.Block, restores)
 		}
 		e.pinKV = append(e.pinKV, kv)
 	}
@@ -605,7 +626,7 @@ func (e *Engine) Unpin(match func(PinInfo) bool) int {
 	var n int
 	e.do(func() {
 		n = e.core.Unpin(match)
-		e.flushEvents()
+		e.flushEvents(nil)
 		e.publishStats()
 	})
 	return n
@@ -622,7 +643,7 @@ func (e *Engine) SweepPins() int {
 	var n int
 	e.do(func() {
 		n = e.core.ExpirePins(e.cfg.Now())
-		e.flushEvents()
+		e.flushEvents(nil)
 		e.publishStats()
 	})
 	return n
@@ -652,7 +673,7 @@ func (e *Engine) add(s *stream) {
 		if ids := e.core.Reserve(id, have, limit-have); ids != nil {
 			// Reserving may have evicted cached blocks: their bytes go to the hook (the
 			// write-back copies them out) before the Restorer may overwrite them.
-			e.flushEvents()
+			e.flushEvents(nil)
 			dst := make([][]byte, len(ids))
 			for i, b := range ids {
 				dst[i] = e.arena.BlockData(b)
