@@ -25,19 +25,22 @@ func TestPreemptedOutputsUnchanged(t *testing.T) {
 		reqs[i] = engine.Request{Prompt: p, MaxTokens: 40 + i%3*20, IgnoreEOS: true}
 		want[i] = collect(t, big, reqs[i])
 	}
+	chans := make([]<-chan engine.Output, len(reqs))
+	for i := range reqs { // all queued before the first step, so they compete
+		r := reqs[i]
+		ch, err := small.Generate(context.Background(), &r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		chans[i] = ch
+	}
 	got := make([]result, len(reqs))
 	var wg sync.WaitGroup
 	for i := range reqs {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := reqs[i]
-			ch, err := small.Generate(context.Background(), &r)
-			if err != nil {
-				t.Error(err)
-				return
-			}
-			for o := range ch {
+			for o := range chans[i] {
 				for _, tk := range o.Tokens {
 					got[i].tokens = append(got[i].tokens, tk.ID)
 				}
@@ -87,13 +90,18 @@ func TestPreemptedConstrainedOutputsUnchanged(t *testing.T) {
 	}
 	big, small := build(8<<20), build(64*8192)
 	shared := tok.Encode(strings.Repeat("Answer in JSON: who are you? ", 12), true, false)
-	run := func(e *engine.Engine, i int) result {
-		p := append(append([]int32(nil), shared...), tok.Encode(fmt.Sprint(" Request ", i, strings.Repeat(" more words here", 20+i%4*6)), false, false)...)
+	// start queues request i; all of them are queued before the first step, so they compete.
+	start := func(e *engine.Engine, i int) <-chan engine.Output {
+		// About 559 tokens: 35 blocks (6 of them the shared prefix), so two requests fill the
+		// 64-block pool at admission and their ~30-token answers need blocks it does not have.
+		p := append(append([]int32(nil), shared...), tok.Encode(fmt.Sprint(" Request ", i, strings.Repeat(" more words here", 120)), false, false)...)[:559-i%3]
 		ch, err := e.Generate(context.Background(), &engine.Request{Prompt: p, MaxTokens: 60 + i%3*30, Sampling: engine.SamplingParams{Constraint: g.NewMatcher(vocab)}})
 		if err != nil {
-			t.Error(err)
-			return result{}
+			t.Fatal(err)
 		}
+		return ch
+	}
+	drain := func(ch <-chan engine.Output) result {
 		var r result
 		for o := range ch {
 			for _, tk := range o.Tokens {
@@ -105,16 +113,20 @@ func TestPreemptedConstrainedOutputsUnchanged(t *testing.T) {
 		}
 		return r
 	}
-	const N = 16
+	const N = 6
 	want := make([]result, N)
 	for i := range N {
-		want[i] = run(big, i)
+		want[i] = drain(start(big, i))
+	}
+	chans := make([]<-chan engine.Output, N)
+	for i := range N {
+		chans[i] = start(small, i)
 	}
 	got := make([]result, N)
 	var wg sync.WaitGroup
 	for i := range N {
 		wg.Add(1)
-		go func() { defer wg.Done(); got[i] = run(small, i) }()
+		go func() { defer wg.Done(); got[i] = drain(chans[i]) }()
 	}
 	wg.Wait()
 	if small.Stats().Preemptions == 0 {
