@@ -41,8 +41,8 @@ type Config struct {
 	// RemoteWrite is the replicas' --remote-write (default through: every computed block
 	// reaches Redis at once, the path most exposed to races).
 	RemoteWrite string
-	Threads   int
-	ExtraArgs []string // more serve flags for the replicas
+	Threads     int
+	ExtraArgs   []string // more serve flags for the replicas
 
 	Faults []FaultKind
 	Rounds int // rounds of faults over the run
