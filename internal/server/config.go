@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,12 +30,22 @@ type Config struct {
 	// MaxBodyBytes refuses larger request bodies with a 413.
 	MaxBodyBytes int64
 	// APIKeys, when non-empty, are required as "Authorization: Bearer KEY" or "x-api-key: KEY"
-	// on every route but /health and /metrics, and on the routes wrapped by RequireAPIKey
-	// (the block events).
+	// on the API (the operator endpoints take their own keys: endpoint_auth.go).
 	APIKeys []string
-	// MetricsKey, when set, is required as "Authorization: Bearer KEY" on /metrics; unset,
-	// /metrics is open (Prometheus scrapes usually come from inside).
+	// MetricsKey, when set, grants /metrics ("Authorization: Bearer KEY"), as admin keys do.
+	// Without it /metrics is open only while no key of any kind is configured, or with
+	// PublicMetrics (endpoint_auth.go).
 	MetricsKey string
+	// PublicMetrics opens /metrics to anyone even when keys are configured. Its counters show
+	// every tenant's cache hits, an oracle the TTFT floor cannot hide.
+	PublicMetrics bool
+	// EventsKeys grant the replica's block events (RequireEventsKey), as admin keys do.
+	EventsKeys []string
+	// DashboardKeys grant the dashboard (/dashboard, its events and state), as admin keys do.
+	DashboardKeys []string
+	// TLS, when set, serves HTTPS (with TLS.ClientCAs and RequireAndVerifyClientCert: mutual
+	// TLS); build it with internal/tlsconfig.
+	TLS *tls.Config
 	// DrainTimeout is how long Serve lets running requests finish after its context ends.
 	DrainTimeout time.Duration
 	// ReadHeaderTimeout bounds slow clients sending headers.
