@@ -43,6 +43,14 @@ type Config struct {
 	EventsKeys []string
 	// DashboardKeys grant the dashboard (/dashboard, its events and state), as admin keys do.
 	DashboardKeys []string
+	// TTFTFloor, when positive, turns the TTFT floor on for every principal (ttft_floor.go):
+	// a request whose prompt holds blocks its principal does not know gets its first token no
+	// sooner than max(TTFTFloor, the estimated miss TTFT past what it knows), and the usage of
+	// such a miss.
+	TTFTFloor time.Duration
+	// Principal, when set, names each API request's principal and its floor (a tenants layer:
+	// per-tenant floors); nil: the presented key's SHA-256 with TTFTFloor.
+	Principal PrincipalFunc
 	// TLS, when set, serves HTTPS (with TLS.ClientCAs and RequireAndVerifyClientCert: mutual
 	// TLS); build it with internal/tlsconfig.
 	TLS *tls.Config
@@ -130,6 +138,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.MaxPromptTokens == 0 || c.MaxPromptTokens > c.ContextLength-1 {
 		c.MaxPromptTokens = c.ContextLength - 1
+	}
+	if c.TTFTFloor < 0 {
+		return c, fmt.Errorf("server: Config.TTFTFloor must be >= 0, got %v", c.TTFTFloor)
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes

@@ -60,6 +60,7 @@ type Server struct {
 	// eventsKeys, dashboardKeys: Config.EventsKeys, Config.DashboardKeys (endpoint_auth.go).
 	eventsKeys, dashboardKeys keySet
 
+	floor  *floorState     // the TTFT floor (ttft_floor.go)
 	dash   *dashboardState // GET /dashboard (dashboard.go)
 	recent recentRing      // GET /v1/requests/recent (recent.go)
 
@@ -92,6 +93,9 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, misses: misses, started: c.Now(), bos: -1,
 		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey), adminKeys: newKeySet(c.AdminKeys...),
 		eventsKeys: newKeySet(c.EventsKeys...), dashboardKeys: newKeySet(c.DashboardKeys...)}
+	if s.floor, err = newFloorState(reg); err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
 		s.metricsHandler = promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
@@ -219,6 +223,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				writeError(rw, s.apiRefusal(r))
 				return
 			}
+			r = s.withPrincipal(r) // the TTFT floor's (principal.go)
 		} else if e := s.checkRight(r, need, need == rightDashboard); e != nil {
 			writeError(rw, e)
 			return
