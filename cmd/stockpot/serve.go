@@ -52,6 +52,7 @@ type serveOptions struct {
 	dashboardKeys        []string // the dashboard (--dashboard-key)
 	publicMetrics        bool
 	tls                  *tls.Config    // nil: plain HTTP
+	ttftFloor            time.Duration  // server.Config.TTFTFloor
 	readTimeout          time.Duration  // request bodies; 0 = server default
 	idleTimeout          time.Duration  // keep-alive connections; 0 = server default
 	maxConns             int            // 0 = server default
@@ -199,6 +200,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	scfg.MetricsKey = o.metricsKey
 	scfg.EventsKeys, scfg.DashboardKeys, scfg.PublicMetrics = o.eventsKeys, o.dashboardKeys, o.publicMetrics
 	scfg.TLS = o.tls
+	scfg.TTFTFloor = o.ttftFloor
 	scfg.AdminKeys, scfg.CacheAdmin = o.adminKeys, in.engine
 	scfg.ReadTimeout = o.readTimeout
 	scfg.IdleTimeout = o.idleTimeout
@@ -255,6 +257,7 @@ func cmdServe(args []string) error {
 	eventsKeyFile := fs.String("events-key-file", "", "file with events keys, one per line")
 	fs.Var(&dashboardKeys, "dashboard-key", "key for /dashboard, /dashboard/events and /dashboard/state (repeatable; also as ?key=; an admin key also works)")
 	dashboardKeyFile := fs.String("dashboard-key-file", "", "file with dashboard keys, one per line")
+	ttftFloor := fs.Duration("ttft-floor", 0, "timing safety: a request whose prompt holds blocks its key did not send gets its first token no sooner than max(this, the estimated miss TTFT) and a miss's usage, so a hit on another key's prompt looks like a miss (0: off)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate chain (needs --tls-key)")
 	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert")
 	tlsClientCA := fs.String("tls-client-ca", "", "mutual TLS: require client certificates signed by this PEM CA (the router's --backend-tls-cert)")
@@ -321,6 +324,9 @@ func cmdServe(args []string) error {
 		}
 		*kf.into = append(*kf.into, ks...)
 	}
+	if *ttftFloor < 0 {
+		return fmt.Errorf("serve: --ttft-floor %v must be >= 0", *ttftFloor)
+	}
 	tlsCfg, err := tlsconfig.Server(tlsconfig.ServerFiles{Cert: *tlsCert, Key: *tlsKey, ClientCA: *tlsClientCA})
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
@@ -354,7 +360,7 @@ func cmdServe(args []string) error {
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
 		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey,
-		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, logger: logger, progress: os.Stderr,
+		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, ttftFloor: *ttftFloor, logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
 		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins,
 	}
@@ -373,6 +379,12 @@ func cmdServe(args []string) error {
 		scheme = "https"
 	}
 	fmt.Fprintf(os.Stderr, "stockpot: serving %s on %s://%s (OpenAI API under /v1, metrics at /metrics)\n", lf.name, scheme, ln.Addr())
+	if *ttftFloor > 0 && len(keys) == 0 {
+		fmt.Fprintln(os.Stderr, "stockpot: --ttft-floor without --api-key: principals are told apart by whatever key clients send")
+	}
+	if *ttftFloor > 0 && *publicMetrics {
+		fmt.Fprintln(os.Stderr, "stockpot: --ttft-floor with --public-metrics: the hit counters on /metrics tell hits the floor hides")
+	}
 	if len(keys)+len(adminKeys)+len(eventsKeys) > 0 && len(adminKeys)+len(eventsKeys) == 0 {
 		fmt.Fprintln(os.Stderr, "stockpot: no --events-key or --admin-key: /v1/kv-events answers 403, so a router's kv-aware policy routes without this replica's blocks")
 	}

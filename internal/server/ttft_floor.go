@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"runtime"
 	"slices"
 	"sync"
 	"time"
@@ -202,13 +203,15 @@ func (l *ledger) touchLocked(e *ledgerEntry) {
 
 // missEstimator predicts a high quantile of the time to first token for a given number of
 // computed tokens, from what this server observed: a least-squares line through (computed
-// tokens, TTFT) with exponentially decayed weights (the server's load changes), and the
-// missQuantile of the last estimatorRatios ratios observed/fitted.
+// tokens, TTFT) with exponentially decayed weights (the server's load changes), plus the
+// missQuantile of the last estimatorResiduals residuals (observed − fitted). Residuals are
+// added, not ratios multiplied: the noise of a busy host is mostly scheduling delay, a few
+// milliseconds whatever the prompt, which ratios over short prompts would blow up.
 type missEstimator struct {
 	mu struct {
 		sync.Mutex
 		sw, sx, sy, sxx, sxy float64 // decayed sums; protected by mu
-		ratios               [estimatorRatios]float64
+		resid                [estimatorResiduals]float64
 		n                    int // samples seen; protected by mu
 	}
 }
@@ -216,8 +219,8 @@ type missEstimator struct {
 const (
 	// estimatorDecay weighs the last few hundred requests (1/(1−0.995) = 200).
 	estimatorDecay = 0.995
-	// estimatorRatios: ratios kept for the quantile; at 256 the p95 rests on 13 samples.
-	estimatorRatios = 256
+	// estimatorResiduals: residuals kept for the quantile; at 256 the p95 rests on 13.
+	estimatorResiduals = 256
 	// estimatorMinSamples before the estimate is used (the floor alone until then).
 	estimatorMinSamples = 16
 )
@@ -246,9 +249,8 @@ func (e *missEstimator) observe(x int, y time.Duration) {
 	defer e.mu.Unlock()
 	m := &e.mu
 	if m.n > 0 {
-		if a, b := e.fitLocked(); a+b*fx > 0 {
-			m.ratios[(m.n-1)%estimatorRatios] = fy / (a + b*fx)
-		}
+		a, b := e.fitLocked()
+		m.resid[(m.n-1)%estimatorResiduals] = fy - (a + b*fx)
 	}
 	m.sw, m.sx, m.sy = m.sw*estimatorDecay+1, m.sx*estimatorDecay+fx, m.sy*estimatorDecay+fy
 	m.sxx, m.sxy = m.sxx*estimatorDecay+fx*fx, m.sxy*estimatorDecay+fx*fy
@@ -264,12 +266,12 @@ func (e *missEstimator) estimate(x int) time.Duration {
 	if m.n < estimatorMinSamples {
 		return 0
 	}
-	k := min(m.n-1, estimatorRatios)
-	rs := slices.Clone(m.ratios[:k])
+	k := min(m.n-1, estimatorResiduals)
+	rs := slices.Clone(m.resid[:k])
 	slices.Sort(rs)
 	q := rs[min(int(missQuantile*float64(k)), k-1)]
 	a, b := e.fitLocked()
-	return time.Duration((a + b*float64(x)) * max(q, 1) * float64(time.Second))
+	return time.Duration(max(a+b*float64(x)+max(q, 0), 0) * float64(time.Second))
 }
 
 // floorState is the server's part of the floor.
@@ -347,6 +349,13 @@ type floorRun struct {
 	shownAt   time.Time // when the first output was delivered (padded)
 }
 
+// spinWindow is how much of a pad ends in a yield loop instead of a timer. A padded hit
+// leaves the process idle, and an idle process wakes from its timer a scheduling delay late
+// (milliseconds on a busy host) while a miss computing up to its first token is already
+// running: the last stretch is spent on the CPU, as a miss would spend it. It costs up to 1ms
+// of one core per padded output.
+const spinWindow = time.Millisecond
+
 // deliverShifted returns a channel with out's outputs, the first no sooner than deadline and
 // each later one as long after its arrival as the first was delayed. It drains out to its end;
 // once ctx ends it delivers at once (the client is gone or the generation cut). run.realFirst
@@ -372,10 +381,15 @@ func (s *Server) deliverShifted(ctx context.Context, out <-chan engine.Output, d
 			var send chan<- engine.Output
 			var next engine.Output
 			if len(q) > 0 {
-				if wait := time.Until(q[0].at.Add(shift)); wait <= 0 || done == nil {
-					send, next = res, q[0].o
+				due := q[0].at.Add(shift)
+				wait := time.Until(due)
+				if wait > spinWindow && done != nil {
+					timer.Reset(wait - spinWindow)
 				} else {
-					timer.Reset(wait)
+					for done != nil && time.Until(due) > 0 {
+						runtime.Gosched() // see spinWindow
+					}
+					send, next = res, q[0].o
 				}
 			}
 			select {
