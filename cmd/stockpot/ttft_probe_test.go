@@ -157,3 +157,40 @@ func BenchmarkTTFTFloorProbe(b *testing.B) {
 		})
 	}
 }
+
+// TestServeTTFTFloor: on the real engine, an attacker key that sends a victim's prompt is
+// told a miss (cached 0) with --ttft-floor and a hit without it, while the victim's own repeat
+// reports its hit either way.
+func TestServeTTFTFloor(t *testing.T) {
+	prompt := probeText(rand.New(rand.NewPCG(1, 2)), 120)
+	for _, floor := range []time.Duration{0, time.Millisecond} {
+		_, ts := newTestInstance(t, func(o *serveOptions) { o.keys, o.ttftFloor = []string{"victim", "attacker"}, floor })
+		cached := func(key string) int {
+			t.Helper()
+			body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 2, "temperature": 0})
+			req, _ := http.NewRequest("POST", ts.URL+"/v1/completions", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var out struct{ Usage apiUsage }
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("HTTP %d: %v", resp.StatusCode, err)
+			}
+			return *out.Usage.PromptTokensDetails.CachedTokens
+		}
+		cached("victim")
+		victim, attacker := cached("victim"), cached("attacker")
+		if victim == 0 {
+			t.Fatalf("floor %v: the victim's repeat reused nothing: the test proves nothing", floor)
+		}
+		switch {
+		case floor == 0 && attacker != victim:
+			t.Errorf("without a floor the attacker's probe reported %d cached, want the hit's %d", attacker, victim)
+		case floor > 0 && attacker != 0:
+			t.Errorf("with a floor the attacker's probe reported %d cached tokens, want 0 (a miss)", attacker)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 )
@@ -130,4 +131,43 @@ func TestEndpointKeyForms(t *testing.T) {
 			t.Errorf("%s %v: %d, want %d (%s)", tc.path, tc.hdr, rec.Code, tc.status, rec.Body)
 		}
 	}
+}
+
+// FuzzEndpointAuth: whatever path, key headers and query a request carries, the auth layer
+// answers with a status the contract names (never a panic or a 5xx), and a refusal is in the
+// API's error shape.
+func FuzzEndpointAuth(f *testing.F) {
+	for _, seed := range [][4]string{
+		{"/v1/models", "Bearer api", "", ""}, {"/v1/kv-events/snapshot", "Bearer ev", "", ""},
+		{"/dashboard/state", "", "", "key=dash"}, {"/metrics", "bearer  met ", "", ""},
+		{"/v1/cache", "", "adm", ""}, {"/health", "Basic x", "", ""}, {"/nope", "Bearer", "\x00", "key=%zz"},
+	} {
+		f.Add(seed[0], seed[1], seed[2], seed[3])
+	}
+	s, _ := newTestServer(f, newFakeGen("x"), func(c *Config) {
+		c.APIKeys, c.AdminKeys, c.EventsKeys, c.DashboardKeys, c.MetricsKey = []string{"api"}, []string{"adm"}, []string{"ev"}, []string{"dash"}, "met"
+		c.CacheAdmin, c.BlockSize = &fakeCacheAdmin{poolBlocks: 4, blockSize: 16}, 16
+	})
+	mux := http.NewServeMux()
+	mux.Handle(eventsPath+"/", s.RequireEventsKey(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(200) })))
+	mux.Handle("/", s.Handler())
+	f.Fuzz(func(t *testing.T, path, auth, xkey, query string) {
+		if !strings.HasPrefix(path, "/") {
+			path = "/" + path
+		}
+		req := httptest.NewRequest("GET", "/", nil)
+		req.URL.Path, req.URL.RawQuery = path, query
+		req.Header.Set("Authorization", auth)
+		req.Header.Set("X-Api-Key", xkey)
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		switch rec.Code {
+		case 200, 301, 307, 308, 400, 401, 403, 404, 405:
+		default:
+			t.Fatalf("GET %q (auth %q, x-api-key %q, query %q): HTTP %d %s", path, auth, xkey, query, rec.Code, rec.Body)
+		}
+		if (rec.Code == 401 || rec.Code == 403) && !strings.Contains(rec.Body.String(), `"error"`) {
+			t.Fatalf("refusal without the error shape: %s", rec.Body)
+		}
+	})
 }

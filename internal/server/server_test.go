@@ -25,12 +25,12 @@ import (
 
 const testModel = "test-model"
 
-func newTestServer(t *testing.T, gen *fakeGen, mod func(*Config)) (*Server, *prometheus.Registry) {
+func newTestServer(t testing.TB, gen *fakeGen, mod func(*Config)) (*Server, *prometheus.Registry) {
 	t.Helper()
 	return newTestServerTok(t, gen, fakeTok{}, mod)
 }
 
-func newTestServerTok(t *testing.T, gen *fakeGen, tok Tokenizer, mod func(*Config)) (*Server, *prometheus.Registry) {
+func newTestServerTok(t testing.TB, gen *fakeGen, tok Tokenizer, mod func(*Config)) (*Server, *prometheus.Registry) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ModelName = testModel
