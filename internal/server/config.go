@@ -43,6 +43,10 @@ type Config struct {
 	EventsKeys []string
 	// DashboardKeys grant the dashboard (/dashboard, its events and state), as admin keys do.
 	DashboardKeys []string
+	// TenantKey, when set, says whether key is a tenant's API key (a tenants layer that keeps
+	// its own keys instead of APIKeys): such a key then gets a 403, not a 401, on an operator
+	// endpoint, and its presence closes the operator endpoints as any configured key does.
+	TenantKey func(key string) bool
 	// TTFTFloor, when positive, turns the TTFT floor on for every principal (ttft_floor.go):
 	// a request whose prompt holds blocks its principal does not know gets its first token no
 	// sooner than max(TTFTFloor, the estimated miss TTFT past what it knows), and the usage of

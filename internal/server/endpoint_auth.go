@@ -73,7 +73,7 @@ func (s *Server) grants(need right) []keySet {
 // anyKeys reports whether the server holds a key of any kind: then no operator endpoint is
 // open unless its right is granted (or /metrics is public on purpose).
 func (s *Server) anyKeys() bool {
-	return len(s.apiKeys)+len(s.adminKeys)+len(s.eventsKeys)+len(s.dashboardKeys)+len(s.metricsKeys) > 0
+	return s.cfg.TenantKey != nil || len(s.apiKeys)+len(s.adminKeys)+len(s.eventsKeys)+len(s.dashboardKeys)+len(s.metricsKeys) > 0
 }
 
 // presentedKey is the key r carries: a bearer token, else x-api-key, else (query: the
@@ -95,6 +95,9 @@ func (s *Server) knownKey(key string) bool {
 	m := false
 	for _, ks := range []keySet{s.apiKeys, s.adminKeys, s.eventsKeys, s.dashboardKeys, s.metricsKeys} {
 		m = ks.match(key) || m
+	}
+	if s.cfg.TenantKey != nil {
+		m = s.cfg.TenantKey(key) || m
 	}
 	return m
 }

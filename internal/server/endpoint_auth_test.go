@@ -171,3 +171,17 @@ func FuzzEndpointAuth(f *testing.F) {
 		}
 	})
 }
+
+// TestEndpointKeysTenantHook: a tenants layer's keys (Config.TenantKey) close the operator
+// endpoints and get 403s there, as API keys do.
+func TestEndpointKeysTenantHook(t *testing.T) {
+	got := authMatrix(t, func(c *Config) { c.TenantKey = func(k string) bool { return k == "tenant-key" } }, []string{"-", "tenant-key", "nope"})
+	want := `key      api admin recent events dashboard metrics health
+-        200   403    403    403       403     403    200
+tenant-key 200   403    403    403       403     403    200
+nope     200   403    403    403       403     403    200
+`
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
