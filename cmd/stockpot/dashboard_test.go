@@ -152,10 +152,11 @@ func dashboardState(t testing.TB, base, key string) dashState {
 	return st
 }
 
-// TestDashboardAuth: with an API key the dashboard's three paths need it, as a header or as
-// ?key= (what the page's EventSource sends); the page is self-contained HTML.
+// TestDashboardAuth: with a dashboard key the dashboard's three paths need it, as a header or
+// as ?key= (what the page's EventSource sends), and the API key gets a 403; the page is
+// self-contained HTML.
 func TestDashboardAuth(t *testing.T) {
-	_, ts := newTestInstance(t, func(o *serveOptions) { o.keys = []string{"sekrit"} })
+	_, ts := newTestInstance(t, func(o *serveOptions) { o.keys, o.dashboardKeys = []string{"sekrit"}, []string{"dash"} })
 	for _, p := range []string{"/dashboard", "/dashboard/events", "/dashboard/state"} {
 		resp, err := http.Get(ts.URL + p)
 		if err != nil {
@@ -175,6 +176,14 @@ func TestDashboardAuth(t *testing.T) {
 		}
 	}
 	resp, err := http.Get(ts.URL + "/dashboard?key=sekrit")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("dashboard with the API key: %d, want 403", resp.StatusCode)
+	}
+	resp, err = http.Get(ts.URL + "/dashboard?key=dash")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,12 +211,12 @@ func TestDashboardAuth(t *testing.T) {
 	if resp.StatusCode != http.StatusUnauthorized {
 		t.Errorf("/v1/models with ?key=: %d, want 401 (the query key is for the dashboard only)", resp.StatusCode)
 	}
-	dashboardState(t, ts.URL, "sekrit")
+	dashboardState(t, ts.URL, "dash")
 
-	// With an admin key the dashboard (every tenant's traffic and cache contents) takes it
-	// alone: the client API key no longer opens it.
+	// An admin key opens the dashboard (every tenant's traffic and cache contents) too; the
+	// client API key never does.
 	_, ats := newTestInstance(t, func(o *serveOptions) { o.keys, o.adminKeys = []string{"sekrit"}, []string{"adm"} })
-	for key, want := range map[string]int{"sekrit": http.StatusUnauthorized, "adm": http.StatusOK, "": http.StatusUnauthorized} {
+	for key, want := range map[string]int{"sekrit": http.StatusForbidden, "adm": http.StatusOK, "": http.StatusUnauthorized} {
 		resp, err := http.Get(ats.URL + "/dashboard/state?key=" + key)
 		if err != nil {
 			t.Fatal(err)

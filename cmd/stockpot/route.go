@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"stockpot/internal/router"
+	"stockpot/internal/tlsconfig"
 )
 
 func cmdRoute(args []string) error {
@@ -35,7 +36,18 @@ func cmdRoute(args []string) error {
 	apiKeyFile := fs.String("api-key-file", "", "file with client keys, one per line")
 	fs.Var(&adminKeys, "admin-key", "key for /backends (list, add, remove; repeatable); without one, membership over HTTP is off")
 	adminKeyFile := fs.String("admin-key-file", "", "file with admin keys, one per line")
-	fs.Var(&metricsKeys, "metrics-key", "key for /metrics (repeatable; an admin key also works); without one /metrics is open")
+	fs.Var(&metricsKeys, "metrics-key", "key for /metrics (repeatable; an admin key also works); without one /metrics is open only while no key of any kind is configured")
+	publicMetrics := fs.Bool("public-metrics", false, "leave /metrics open even with keys configured")
+	var dashboardKeys stringList
+	fs.Var(&dashboardKeys, "dashboard-key", "key for /dashboard and its events and state (repeatable; also as ?key=; an admin key also works)")
+	dashboardKeyFile := fs.String("dashboard-key-file", "", "file with dashboard keys, one per line")
+	backendEventsKey := fs.String("backend-events-key", "", "key the router sends when reading replicas' /v1/kv-events (their --events-key); default: --backend-key")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate chain (needs --tls-key)")
+	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert")
+	tlsClientCA := fs.String("tls-client-ca", "", "mutual TLS: require client certificates signed by this PEM CA")
+	backendCA := fs.String("backend-tls-ca", "", "PEM CA that signs the https backends' certificates (default: the system roots)")
+	backendCert := fs.String("backend-tls-cert", "", "PEM client certificate the router presents to https backends (their --tls-client-ca); needs --backend-tls-key")
+	backendCertKey := fs.String("backend-tls-key", "", "the PEM private key of --backend-tls-cert")
 	backendKey := fs.String("backend-key", "", "key the router sends to backends (its own calls, and forwarded requests when --api-key is set)")
 	backendKeyFile := fs.String("backend-key-file", "", "file whose first line is the backend key")
 	sdef := router.DefaultServerConfig()
@@ -52,7 +64,7 @@ func cmdRoute(args []string) error {
 	for _, kf := range []struct {
 		flag, path string
 		into       *stringList
-	}{{"--api-key-file", *apiKeyFile, &apiKeys}, {"--admin-key-file", *adminKeyFile, &adminKeys}} {
+	}{{"--api-key-file", *apiKeyFile, &apiKeys}, {"--admin-key-file", *adminKeyFile, &adminKeys}, {"--dashboard-key-file", *dashboardKeyFile, &dashboardKeys}} {
 		keys, err := readKeyFile(kf.path)
 		if err != nil {
 			return fmt.Errorf("%s: %w", kf.flag, err)
@@ -65,6 +77,21 @@ func cmdRoute(args []string) error {
 			return fmt.Errorf("--backend-key-file: %v", cmp.Or(err, errors.New("no key in the file")))
 		}
 		*backendKey = keys[0]
+	}
+	serverTLS, err := tlsconfig.Server(tlsconfig.ServerFiles{Cert: *tlsCert, Key: *tlsKey, ClientCA: *tlsClientCA})
+	if err != nil {
+		return fmt.Errorf("route: %w", err)
+	}
+	backendTLS, err := tlsconfig.Client(tlsconfig.ClientFiles{CA: *backendCA, Cert: *backendCert, Key: *backendCertKey})
+	if err != nil {
+		return fmt.Errorf("route: %w", err)
+	}
+	if backendTLS != nil {
+		for _, b := range backends {
+			if !strings.HasPrefix(b, "https://") {
+				return fmt.Errorf("route: --backend %s is not https:// but --backend-tls-* is set: the router would send the replica's traffic in the clear", b)
+			}
+		}
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
@@ -80,6 +107,7 @@ func cmdRoute(args []string) error {
 	cfg.Logger = logger
 	cfg.APIKeys, cfg.AdminKeys, cfg.MetricsKeys, cfg.BackendKey = apiKeys, adminKeys, metricsKeys, *backendKey
 	cfg.BodyReadTimeout = *readTimeout
+	cfg.DashboardKeys, cfg.PublicMetrics, cfg.BackendEventsKey, cfg.BackendTLS = dashboardKeys, *publicMetrics, *backendEventsKey, backendTLS
 	rt, err := router.New(cfg)
 	if err != nil {
 		return err
@@ -90,12 +118,16 @@ func cmdRoute(args []string) error {
 		return err
 	}
 	raw := ln
-	srv, ln, err := rt.HTTPServer(raw, router.ServerConfig{ReadHeaderTimeout: *headerTimeout, IdleTimeout: *idle, MaxConnections: *maxConns})
+	srv, ln, err := rt.HTTPServer(raw, router.ServerConfig{ReadHeaderTimeout: *headerTimeout, IdleTimeout: *idle, MaxConnections: *maxConns, TLS: serverTLS})
 	if err != nil {
 		raw.Close()
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "stockpot: routing (%s) %d backend(s) on http://%s\n", *policy, len(backends), ln.Addr())
+	scheme := "http"
+	if serverTLS != nil {
+		scheme = "https"
+	}
+	fmt.Fprintf(os.Stderr, "stockpot: routing (%s) %d backend(s) on %s://%s\n", *policy, len(backends), scheme, ln.Addr())
 	if len(apiKeys) == 0 {
 		fmt.Fprintf(os.Stderr, "stockpot: no --api-key: whoever reaches http://%s can use the backends\n", ln.Addr())
 		if *backendKey != "" {

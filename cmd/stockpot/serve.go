@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -30,6 +31,7 @@ import (
 	"stockpot/internal/model"
 	"stockpot/internal/offload"
 	"stockpot/internal/server"
+	"stockpot/internal/tlsconfig"
 )
 
 // serveOptions are the resolved flags of `stockpot serve`.
@@ -46,6 +48,11 @@ type serveOptions struct {
 	keys                 []string
 	adminKeys            []string // the cache admin API (--admin-key)
 	metricsKey           string
+	eventsKeys           []string // the block events (--events-key)
+	dashboardKeys        []string // the dashboard (--dashboard-key)
+	publicMetrics        bool
+	tls                  *tls.Config    // nil: plain HTTP
+	ttftFloor            time.Duration  // server.Config.TTFTFloor
 	readTimeout          time.Duration  // request bodies; 0 = server default
 	idleTimeout          time.Duration  // keep-alive connections; 0 = server default
 	maxConns             int            // 0 = server default
@@ -79,9 +86,9 @@ func (in *instance) handler(drain context.Context) http.Handler {
 		defer stop()
 		ev.ServeHTTP(w, r.WithContext(ctx))
 	})
-	// The events name every cached block of every tenant: they take the API key (the router
-	// sends it as its --backend-key).
-	guarded := in.server.RequireAPIKey(events)
+	// The events name every cached block of every tenant: once any key is configured they
+	// take an events or admin key (the router sends its --backend-events-key).
+	guarded := in.server.RequireEventsKey(events)
 	mux := http.NewServeMux()
 	mux.Handle("/v1/kv-events", guarded)
 	mux.Handle("/v1/kv-events/", guarded)
@@ -191,6 +198,9 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	scfg.APIKeys = o.keys
 	scfg.MetricsKey = o.metricsKey
+	scfg.EventsKeys, scfg.DashboardKeys, scfg.PublicMetrics = o.eventsKeys, o.dashboardKeys, o.publicMetrics
+	scfg.TLS = o.tls
+	scfg.TTFTFloor = o.ttftFloor
 	scfg.AdminKeys, scfg.CacheAdmin = o.adminKeys, in.engine
 	scfg.ReadTimeout = o.readTimeout
 	scfg.IdleTimeout = o.idleTimeout
@@ -240,7 +250,17 @@ func cmdServe(args []string) error {
 	readTimeout := fs.Duration("read-timeout", sd.ReadTimeout, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
 	idleTimeout := fs.Duration("idle-timeout", sd.IdleTimeout, "close keep-alive connections idle this long")
 	maxConns := fs.Int("max-connections", sd.MaxConnections, "connections held open at once; more wait in the listen backlog")
-	metricsKey := fs.String("metrics-key", "", "when set, /metrics needs \"Authorization: Bearer KEY\" (unset: /metrics is open)")
+	metricsKey := fs.String("metrics-key", "", "key for /metrics (an admin key also works); without one /metrics is open only while no key of any kind is configured")
+	publicMetrics := fs.Bool("public-metrics", false, "leave /metrics open even with keys configured (its counters show every tenant's cache hits)")
+	var eventsKeys, dashboardKeys stringList
+	fs.Var(&eventsKeys, "events-key", "key for /v1/kv-events and its snapshot (repeatable; the router's --backend-events-key; an admin key also works)")
+	eventsKeyFile := fs.String("events-key-file", "", "file with events keys, one per line")
+	fs.Var(&dashboardKeys, "dashboard-key", "key for /dashboard, /dashboard/events and /dashboard/state (repeatable; also as ?key=; an admin key also works)")
+	dashboardKeyFile := fs.String("dashboard-key-file", "", "file with dashboard keys, one per line")
+	ttftFloor := fs.Duration("ttft-floor", 0, "timing safety: a request whose prompt holds blocks its key did not send gets its first token no sooner than max(this, the estimated miss TTFT) and a miss's usage, so a hit on another key's prompt looks like a miss (0: off)")
+	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate chain (needs --tls-key)")
+	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert")
+	tlsClientCA := fs.String("tls-client-ca", "", "mutual TLS: require client certificates signed by this PEM CA (the router's --backend-tls-cert)")
 	hostCache := fs.String("host-cache", bytesize.Format(td.HostBytes), "host RAM tier budget (e.g. 4GiB); 0 = off")
 	diskCache := fs.String("disk-cache", td.DiskDir, "disk tier directory; empty = off")
 	diskSize := fs.String("disk-cache-size", bytesize.Format(td.DiskBytes), "disk tier budget")
@@ -294,6 +314,23 @@ func cmdServe(args []string) error {
 		return fmt.Errorf("--admin-key-file: %w", err)
 	}
 	adminKeys = append(adminKeys, fileAdmin...)
+	for _, kf := range []struct {
+		flag, path string
+		into       *stringList
+	}{{"--events-key-file", *eventsKeyFile, &eventsKeys}, {"--dashboard-key-file", *dashboardKeyFile, &dashboardKeys}} {
+		ks, err := readKeyFile(kf.path)
+		if err != nil {
+			return fmt.Errorf("%s: %w", kf.flag, err)
+		}
+		*kf.into = append(*kf.into, ks...)
+	}
+	if *ttftFloor < 0 {
+		return fmt.Errorf("serve: --ttft-floor %v must be >= 0", *ttftFloor)
+	}
+	tlsCfg, err := tlsconfig.Server(tlsconfig.ServerFiles{Cert: *tlsCert, Key: *tlsKey, ClientCA: *tlsClientCA})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 
 	to := td
 	to.DiskDir, to.RemoteURL = *diskCache, *remoteCache
@@ -322,7 +359,8 @@ func cmdServe(args []string) error {
 	opts := serveOptions{
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
-		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
+		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey,
+		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, ttftFloor: *ttftFloor, logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
 		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins,
 	}
@@ -336,7 +374,20 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "stockpot: serving %s on http://%s (OpenAI API under /v1, metrics at /metrics)\n", lf.name, ln.Addr())
+	scheme := "http"
+	if tlsCfg != nil {
+		scheme = "https"
+	}
+	fmt.Fprintf(os.Stderr, "stockpot: serving %s on %s://%s (OpenAI API under /v1, metrics at /metrics)\n", lf.name, scheme, ln.Addr())
+	if *ttftFloor > 0 && len(keys) == 0 {
+		fmt.Fprintln(os.Stderr, "stockpot: --ttft-floor without --api-key: principals are told apart by whatever key clients send")
+	}
+	if *ttftFloor > 0 && *publicMetrics {
+		fmt.Fprintln(os.Stderr, "stockpot: --ttft-floor with --public-metrics: the hit counters on /metrics tell hits the floor hides")
+	}
+	if len(keys)+len(adminKeys)+len(eventsKeys) > 0 && len(adminKeys)+len(eventsKeys) == 0 {
+		fmt.Fprintln(os.Stderr, "stockpot: no --events-key or --admin-key: /v1/kv-events answers 403, so a router's kv-aware policy routes without this replica's blocks")
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := srv.ServeHandler(ctx, ln, inst.handler(ctx)); err != nil && !errors.Is(err, context.Canceled) {

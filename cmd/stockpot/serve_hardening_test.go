@@ -134,11 +134,14 @@ func TestServeDisconnectBurst(t *testing.T) {
 	}
 }
 
-// TestServeKVEventsNeedKey: with --api-key, the block events (every block hash of every
-// tenant) need the key, as a bearer token (the router's --backend-key) or x-api-key; with
-// --metrics-key, so does /metrics.
+// TestServeKVEventsNeedKey: the block events (every block hash of every tenant) need the
+// events key, as a bearer token (the router's --backend-events-key) or x-api-key, and an API
+// key gets a 403; with --metrics-key, /metrics needs it.
 func TestServeKVEventsNeedKey(t *testing.T) {
-	_, ts := newTestInstance(t, func(o *serveOptions) { o.keys = []string{"sekrit"}; o.metricsKey = "scrape" })
+	_, ts := newTestInstance(t, func(o *serveOptions) {
+		o.keys, o.eventsKeys = []string{"sekrit"}, []string{"ev"}
+		o.metricsKey = "scrape"
+	})
 	get := func(path string, hdr ...string) (int, string) {
 		req, err := http.NewRequest("GET", ts.URL+path, nil)
 		if err != nil {
@@ -163,10 +166,13 @@ func TestServeKVEventsNeedKey(t *testing.T) {
 			t.Errorf("%s with a wrong key: %d", path, code)
 		}
 	}
-	if code, body := get("/v1/kv-events/snapshot", "Authorization", "Bearer sekrit"); code != 200 || !strings.Contains(body, `"identity"`) {
+	if code, body := get("/v1/kv-events/snapshot", "Authorization", "Bearer sekrit"); code != 403 || !strings.Contains(body, `"type":"permission_error"`) {
+		t.Errorf("snapshot with the API key: %d %s, want 403", code, body)
+	}
+	if code, body := get("/v1/kv-events/snapshot", "Authorization", "Bearer ev"); code != 200 || !strings.Contains(body, `"identity"`) {
 		t.Errorf("snapshot with the key: %d %s", code, body)
 	}
-	if code, _ := get("/v1/kv-events/snapshot", "X-Api-Key", "sekrit"); code != 200 {
+	if code, _ := get("/v1/kv-events/snapshot", "X-Api-Key", "ev"); code != 200 {
 		t.Errorf("snapshot with x-api-key: %d", code)
 	}
 	if code, _ := get("/metrics"); code != 401 {

@@ -83,17 +83,14 @@ func (r *Router) requireClient(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// requireMetrics guards /metrics with the metrics keys or the admin keys
-// when metrics keys are configured; /metrics is open otherwise.
+// requireMetrics guards /metrics with the metrics or admin keys (endpoint_auth.go): open
+// while no key of any kind is configured, or with PublicMetrics.
 func (r *Router) requireMetrics(h http.Handler) http.Handler {
-	if !r.metricsKeys.enabled() {
-		return h
-	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		key := requestKey(req)
-		if !r.metricsKeys.match(key) && !r.adminKeys.match(key) {
+		open := !r.anyKeys() || r.cfg.PublicMetrics
+		if e := r.operatorCheck(requestKey(req), []keySet{r.metricsKeys, r.adminKeys}, "/metrics", "--metrics-key or --admin-key (or --public-metrics)", open); e != nil {
 			r.m.unauthorized.WithLabelValues("metrics").Inc()
-			writeAPIError(w, api.Unauthorized(`missing or invalid metrics key; send "Authorization: Bearer <key>"`))
+			writeAPIError(w, e)
 			return
 		}
 		h.ServeHTTP(w, req)
@@ -119,6 +116,10 @@ func (r *Router) requireAdmin(h http.HandlerFunc) http.HandlerFunc {
 		case !ok:
 			r.m.unauthorized.WithLabelValues("admin").Inc()
 			log.Warn("router: membership call refused")
+			if e := r.forbiddenKnown(requestKey(req), "/backends", "--admin-key"); e != nil {
+				writeAPIError(w, e)
+				return
+			}
 			writeAPIError(w, api.Unauthorized(`missing or invalid admin key; send "Authorization: Bearer <admin key>"`))
 			return
 		}

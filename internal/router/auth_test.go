@@ -176,12 +176,17 @@ func TestTakeoverRefused(t *testing.T) {
 		{"X-Api-Key", "wrong-admin-guess"},
 		{"Authorization", "Basic " + adminKey}, // only Bearer carries a key
 	} {
+		// A key the router knows for something else is a 403, any other a 401.
+		status, typ := 401, "authentication_error"
+		if len(cred) == 2 && cred[1] == "Bearer "+clientKey {
+			status, typ = 403, "permission_error"
+		}
 		code, body := call(t, "POST", front+"/backends", takeover, cred...)
-		wantAPIError(t, "POST /backends "+strings.Join(cred, ": "), code, 401, body, "authentication_error")
+		wantAPIError(t, "POST /backends "+strings.Join(cred, ": "), code, status, body, typ)
 		code, body = call(t, "DELETE", front+"/backends/"+goodID, "", cred...)
-		wantAPIError(t, "DELETE /backends", code, 401, body, "authentication_error")
+		wantAPIError(t, "DELETE /backends", code, status, body, typ)
 		code, body = call(t, "GET", front+"/backends", "", cred...)
-		wantAPIError(t, "GET /backends", code, 401, body, "authentication_error")
+		wantAPIError(t, "GET /backends", code, status, body, typ)
 		if strings.Contains(body, good.URL) {
 			t.Fatalf("refused GET /backends leaks the backend URL: %s", body)
 		}
@@ -344,8 +349,8 @@ func TestOwnCallsCarryBackendKey(t *testing.T) {
 	}
 }
 
-// TestMetricsKey: with a metrics key /metrics needs it (or the admin key);
-// without one it is open; /health is always open.
+// TestMetricsKey: with a metrics key /metrics needs it (or the admin key),
+// and a client key gets a 403; /health is always open.
 func TestMetricsKey(t *testing.T) {
 	be := newRecordingBackend(t, "", false)
 	_, front, _ := authRouter(t, func(c *Config) {
@@ -354,7 +359,7 @@ func TestMetricsKey(t *testing.T) {
 	code, body := call(t, "GET", front+"/metrics", "")
 	wantAPIError(t, "GET /metrics without a key", code, 401, body, "authentication_error")
 	code, body = call(t, "GET", front+"/metrics", "", "Authorization", "Bearer "+clientKey)
-	wantAPIError(t, "GET /metrics with a client key", code, 401, body, "authentication_error")
+	wantAPIError(t, "GET /metrics with a client key", code, 403, body, "permission_error")
 	for _, k := range []string{"metrics-key", adminKey} {
 		if code, body := call(t, "GET", front+"/metrics", "", "Authorization", "Bearer "+k); code != 200 ||
 			!strings.Contains(body, `stockpot_router_unauthorized_total{scope="metrics"} 2`) {
@@ -364,9 +369,50 @@ func TestMetricsKey(t *testing.T) {
 	if code, _ := call(t, "GET", front+"/health", ""); code != 200 {
 		t.Fatalf("/health: HTTP %d", code)
 	}
-	_, open, _ := authRouter(t, func(c *Config) { c.APIKeys = []string{clientKey} }, be.URL)
-	if code, _ := call(t, "GET", open+"/metrics", ""); code != 200 {
-		t.Fatalf("/metrics without --metrics-key: HTTP %d, want open", code)
+	// With keys but no metrics or admin key, /metrics is closed (403 naming the flags), unless
+	// it is public on purpose; with no key of any kind it is open.
+	_, closed, _ := authRouter(t, func(c *Config) { c.APIKeys = []string{clientKey} }, be.URL)
+	code, body = call(t, "GET", closed+"/metrics", "")
+	wantAPIError(t, "GET /metrics with client keys only", code, 403, body, "permission_error")
+	_, public, _ := authRouter(t, func(c *Config) { c.APIKeys, c.PublicMetrics = []string{clientKey}, true }, be.URL)
+	_, open, _ := authRouter(t, nil, be.URL)
+	for _, u := range []string{public, open} {
+		if code, _ := call(t, "GET", u+"/metrics", ""); code != 200 {
+			t.Fatalf("/metrics (public or no keys): HTTP %d, want open", code)
+		}
+	}
+}
+
+// TestRouterEndpointKeys: the dashboard takes its own key or the admin key, a
+// client key gets a 403 there, and with no key of any kind it is open.
+func TestRouterEndpointKeys(t *testing.T) {
+	be := newRecordingBackend(t, "", false)
+	_, front, _ := authRouter(t, func(c *Config) {
+		c.APIKeys, c.AdminKeys, c.DashboardKeys = []string{clientKey}, []string{adminKey}, []string{"dash-key"}
+	}, be.URL)
+	for _, tc := range []struct {
+		path, key string
+		want      int
+	}{
+		{"/dashboard/state", "", 401}, {"/dashboard/state", "nope", 401}, {"/dashboard/state", clientKey, 403},
+		{"/dashboard/state", "dash-key", 200}, {"/dashboard/state", adminKey, 200}, {"/dashboard/state?key=dash-key", "", 200},
+		{"/backends", "dash-key", 403}, {"/v1/cache", clientKey, 403}, {"/metrics", "dash-key", 403}, {"/metrics", "nope", 401},
+	} {
+		var hdr []string
+		if tc.key != "" {
+			hdr = []string{"Authorization", "Bearer " + tc.key}
+		}
+		if code, body := call(t, "GET", front+tc.path, "", hdr...); code != tc.want {
+			t.Errorf("GET %s with %q: HTTP %d, want %d (%s)", tc.path, tc.key, code, tc.want, body)
+		}
+	}
+	_, closed, _ := authRouter(t, func(c *Config) { c.APIKeys = []string{clientKey} }, be.URL)
+	if code, _ := call(t, "GET", closed+"/dashboard/state", "", "Authorization", "Bearer "+clientKey); code != 403 {
+		t.Errorf("dashboard with client keys only: HTTP %d, want 403", code)
+	}
+	_, open, _ := authRouter(t, nil, be.URL)
+	if code, _ := call(t, "GET", open+"/dashboard/state", ""); code != 200 {
+		t.Errorf("dashboard without keys: HTTP %d, want 200", code)
 	}
 }
 

@@ -52,6 +52,10 @@ func (r *Router) requireCacheAdmin(h http.HandlerFunc) http.HandlerFunc {
 				Message: "the cache admin API needs --admin-key; this router was started without one"})
 			return
 		}
+		if e := r.forbiddenKnown(requestKey(req), "the cache admin API", "--admin-key"); e != nil {
+			writeAPIError(w, e)
+			return
+		}
 		writeAPIError(w, api.Unauthorized(`missing or invalid admin key; send "Authorization: Bearer <admin key>"`))
 	}
 }

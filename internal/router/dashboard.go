@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"stockpot/internal/api"
 	"stockpot/internal/dashboard"
 )
 
@@ -104,25 +103,19 @@ func (r *Router) dashboardSnapshot() RouterSnapshot {
 	return s
 }
 
-// requireDashboard: the dashboard names the backends and their traffic, so it takes the admin
-// key when one is configured, else the client key, else it is open (as /metrics). The key may
-// also come as ?key= (browsers' EventSource sends no headers; the page passes its own on).
+// requireDashboard: the dashboard names the backends and their traffic, so it takes a
+// dashboard or admin key (endpoint_auth.go), open only while no key of any kind is configured.
+// The key may also come as ?key= (browsers' EventSource sends no headers; the page passes its
+// own on).
 func (r *Router) requireDashboard(h http.HandlerFunc) http.HandlerFunc {
-	keys := r.adminKeys
-	if !keys.enabled() {
-		keys = r.clientKeys
-	}
-	if !keys.enabled() {
-		return h
-	}
 	return func(w http.ResponseWriter, req *http.Request) {
 		key := requestKey(req)
 		if key == "" {
 			key = req.URL.Query().Get("key")
 		}
-		if !keys.match(key) {
+		if e := r.operatorCheck(key, []keySet{r.dashboardKeys, r.adminKeys}, "the dashboard", "--dashboard-key or --admin-key", !r.anyKeys()); e != nil {
 			r.m.unauthorized.WithLabelValues("admin").Inc()
-			writeAPIError(w, api.Unauthorized("missing or invalid key for the dashboard; send the admin key (or, without one, the API key) as \"Authorization: Bearer <key>\" or ?key="))
+			writeAPIError(w, e)
 			return
 		}
 		h(w, req)

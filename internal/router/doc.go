@@ -95,8 +95,12 @@
 //
 // # Keys
 //
-// Three keys, each a set (rotation: several may be valid at once), compared
-// in constant time, read from "Authorization: Bearer K" or "x-api-key: K":
+// Key sets (rotation: several may be valid at once), compared in constant
+// time, read from "Authorization: Bearer K" or "x-api-key: K". A key the
+// router holds for something else gets a 403 (permission_error), a missing
+// or unknown key a 401. With no key of any kind configured the dashboard and
+// /metrics are open; once any key is, they need a key that grants them
+// (endpoint_auth.go has the table):
 //
 //   - client keys (APIKeys, --api-key) guard the OpenAI endpoints. With
 //     them the router terminates auth: it strips the client's Authorization
@@ -104,21 +108,32 @@
 //     client's key never leaves the router. Without them the router checks
 //     nothing and passes the client's headers through.
 //   - admin keys (AdminKeys, --admin-key) guard every method of /backends,
-//     the listing included (it names the backend URLs). Without one,
-//     membership over HTTP is off: 403. Every call is logged with the
-//     caller's address and whether its key matched, never the key.
-//   - metrics keys (MetricsKeys, --metrics-key) guard /metrics when set
-//     (an admin key works there too); otherwise /metrics is open, as on
-//     serve. Its url labels name the backends: set a metrics key to hide
-//     them. /health is always open.
-//   - the dashboard (dashboard.go: GET /dashboard, /dashboard/events, /dashboard/state:
-//     per-replica load, index size, event lag, decisions by reason, and each recent
-//     decision's predicted against delivered cached tokens) takes the admin key when one is
-//     configured, else the client key, else it is open; the key may also come as ?key=.
+//     the listing included (it names the backend URLs), and the cache admin
+//     API. Without one they are off: 403. Every membership call is logged
+//     with the caller's address and whether its key matched, never the key.
+//     An admin key also opens the dashboard and /metrics.
+//   - metrics keys (MetricsKeys, --metrics-key) guard /metrics (its url
+//     labels name the backends); PublicMetrics (--public-metrics) opens it on
+//     purpose. /health is always open.
+//   - dashboard keys (DashboardKeys, --dashboard-key) guard the dashboard
+//     (dashboard.go: GET /dashboard, /dashboard/events, /dashboard/state:
+//     per-replica load, index size, event lag, decisions by reason, and each
+//     recent decision's predicted against delivered cached tokens); the key
+//     may also come as ?key=. A client key never opens it.
 //
 // The backend key (BackendKey, --backend-key) goes on the router's own
-// calls to replicas: health checks, /tokenize, /v1/kv-events and its
-// snapshot.
+// calls to replicas: health checks and /tokenize; the backend events key
+// (BackendEventsKey, --backend-events-key, default the backend key) on its
+// reads of /v1/kv-events and its snapshot, where replicas take their
+// --events-key (or admin key), never an API key.
+//
+// # TLS
+//
+// ServerConfig.TLS serves HTTPS (internal/tlsconfig builds it; a client CA
+// makes it mutual). Config.BackendTLS is the default transport's client
+// side for https:// backends: the CA that signs them and the client
+// certificate replicas with --tls-client-ca require. route refuses
+// --backend-tls-* with an http:// backend rather than send it in the clear.
 //
 // # Connection limits
 //

@@ -198,12 +198,12 @@ func TestRouteCommand(t *testing.T) {
 	if bs := get(); len(bs.Backends) != 2 {
 		t.Fatalf("after add: %+v", bs)
 	}
-	for _, path := range []string{"/v1/models", "/metrics"} {
-		resp, err := http.Get(base + path)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("GET %s: %v %v", path, err, resp)
-		}
-		resp.Body.Close()
+	// The API is open (no --api-key); /metrics takes the admin key once one is configured.
+	if code, _ := call(t, "GET", base+"/v1/models", ""); code != 200 {
+		t.Fatalf("GET /v1/models: HTTP %d", code)
+	}
+	if code, _ := call(t, "GET", base+"/metrics", "", admin...); code != 200 {
+		t.Fatalf("GET /metrics with the admin key: HTTP %d", code)
 	}
 	rng := rand.New(rand.NewPCG(9, 9))
 	postCompletion(t, base, "Route command. "+words(rng, 30))
@@ -249,13 +249,15 @@ func TestRouteCommand(t *testing.T) {
 	}
 }
 
-// TestBackendKeyRealReplica: replicas behind `serve --api-key` and a router
-// that checks its own client keys. The kv-aware policy's event
-// subscriptions and tokenize calls work with --backend-key, completions
+// TestBackendKeyRealReplica: replicas behind `serve --api-key --events-key`
+// and a router that checks its own client keys. The kv-aware policy's event
+// subscriptions (the replica's events key is the router's backend key, the
+// default of --backend-events-key) and tokenize calls work with
+// --backend-key, completions
 // succeed with the client key (which the replica would refuse), and the
 // health checks keep the replica up.
 func TestBackendKeyRealReplica(t *testing.T) {
-	rs := startReplicas(t, 2, "--api-key", backendKey)
+	rs := startReplicas(t, 2, "--api-key", backendKey, "--events-key", backendKey)
 	if code, _ := call(t, "POST", rs[0].url+"/v1/completions", `{"prompt":"x","max_tokens":1}`, "Authorization", "Bearer "+clientKey); code != 401 {
 		t.Fatalf("the replica takes the client key (HTTP %d): the test proves nothing", code)
 	}
@@ -346,8 +348,8 @@ func TestRouteCommandKeys(t *testing.T) {
 	if code, _ := call(t, "POST", base+"/v1/completions", `{"prompt":"x"}`, "Authorization", "Bearer "+backendKey); code != 401 {
 		t.Fatalf("the backend key works as a client key on the router: HTTP %d", code)
 	}
-	if code, _ := call(t, "POST", base+"/backends", `{"url":"http://127.0.0.1:1"}`, "Authorization", "Bearer "+clientKey); code != 401 {
-		t.Fatalf("POST /backends with a client key: HTTP %d, want 401", code)
+	if code, _ := call(t, "POST", base+"/backends", `{"url":"http://127.0.0.1:1"}`, "Authorization", "Bearer "+clientKey); code != 403 {
+		t.Fatalf("POST /backends with a client key: HTTP %d, want 403", code)
 	}
 	if code, _ := call(t, "GET", base+"/backends", "", "Authorization", "Bearer "+adminKey); code != 200 {
 		t.Fatalf("GET /backends with the admin key: HTTP %d", code)

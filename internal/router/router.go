@@ -2,6 +2,7 @@ package router
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -70,6 +71,19 @@ type Config struct {
 	// calls to replicas (health, /tokenize, /v1/kv-events and its
 	// snapshot), and on forwarded requests when APIKeys are set.
 	BackendKey string
+	// DashboardKeys guard /dashboard and its events and state (an admin key
+	// is also accepted there).
+	DashboardKeys []string
+	// PublicMetrics leaves /metrics open even when keys are configured.
+	PublicMetrics bool
+	// BackendEventsKey is sent instead of BackendKey on the router's reads
+	// of a replica's /v1/kv-events and its snapshot (the replica's
+	// --events-key). Empty: BackendKey.
+	BackendEventsKey string
+	// BackendTLS is the client TLS config for https backends (CA, client
+	// certificate for mutual TLS; internal/tlsconfig.Client). It applies to
+	// the default Transport; a caller's own Transport carries its own.
+	BackendTLS *tls.Config
 	// BodyReadTimeout bounds reading one request's body (a client dripping
 	// bytes holds a connection no longer). Default 60s. The response is not
 	// bounded: long streams run as long as they run.
@@ -126,6 +140,10 @@ func (c Config) validate() (Config, error) {
 		c.MaxBodyBytes = d.MaxBodyBytes
 	}
 	c.BackendKey = strings.TrimSpace(c.BackendKey)
+	c.BackendEventsKey = strings.TrimSpace(c.BackendEventsKey)
+	if c.BackendEventsKey == "" {
+		c.BackendEventsKey = c.BackendKey
+	}
 	if c.Events == nil {
 		on := c.Policy == "kv-aware"
 		c.Events = &on
@@ -142,6 +160,7 @@ func (c Config) validate() (Config, error) {
 			IdleConnTimeout:     90 * time.Second,
 			DisableCompression:  true,
 			ForceAttemptHTTP2:   false,
+			TLSClientConfig:     c.BackendTLS,
 		}
 	}
 	return c, nil
@@ -162,6 +181,8 @@ type Router struct {
 	// client forwards requests (credentials set per request); own makes the
 	// router's own calls and always carries the backend key.
 	client, own *http.Client
+	// events reads the replicas' block events with the events key.
+	events *http.Client
 
 	m      *metrics
 	keys   *keyMetrics      // prompt_cache_key counts (cachekey.go)
@@ -171,7 +192,7 @@ type Router struct {
 	wg     sync.WaitGroup
 
 	// clientKeys, adminKeys, metricsKeys: see Config.
-	clientKeys, adminKeys, metricsKeys keySet
+	clientKeys, adminKeys, metricsKeys, dashboardKeys keySet
 
 	// list is the current backends, sorted by ID; replaced, never mutated,
 	// so the request path reads it without a lock.
@@ -192,8 +213,10 @@ func New(cfg Config) (*Router, error) {
 	}
 	r := &Router{cfg: cfg, policy: p, client: &http.Client{Transport: cfg.Transport},
 		own:        &http.Client{Transport: keyTransport{base: cfg.Transport, key: cfg.BackendKey}},
+		events:     &http.Client{Transport: keyTransport{base: cfg.Transport, key: cfg.BackendEventsKey}},
 		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys),
-		toks: newTokenCache()}
+		dashboardKeys: newKeySet(cfg.DashboardKeys),
+		toks:          newTokenCache()}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
 	r.keys = newKeyMetrics(cfg.Registerer)
@@ -254,7 +277,7 @@ func (r *Router) AddBackend(rawURL string) (string, error) {
 	}
 	if *r.cfg.Events {
 		sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{URL: b.URL.String(), Sink: b.index,
-			Client: r.own, Logger: r.cfg.Logger})
+			Client: r.events, Logger: r.cfg.Logger})
 		if err != nil {
 			return "", err
 		}

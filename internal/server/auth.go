@@ -59,29 +59,7 @@ func (s *Server) authorized(r *http.Request) bool {
 	return false
 }
 
-// metricsAuthorized reports whether r may read /metrics: anyone when no metrics key is set
-// (scrapes usually come from inside), else "Authorization: Bearer METRICS-KEY".
-func (s *Server) metricsAuthorized(r *http.Request) bool {
-	if len(s.metricsKeys) == 0 {
-		return true
-	}
-	key, ok := bearer(r)
-	return ok && s.metricsKeys.match(key)
-}
-
 func unauthorized(w http.ResponseWriter) { writeError(w, errUnauthorized) }
 
 // errUnauthorized is the answer to a missing or wrong API key.
 var errUnauthorized = api.Unauthorized("missing or invalid API key; send \"Authorization: Bearer <key>\" or \"x-api-key: <key>\"")
-
-// RequireAPIKey wraps h, a route served beside the API (the replica's block events), with the
-// API's key check: without a valid key the answer is a 401 in the API's error shape.
-func (s *Server) RequireAPIKey(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.authorized(r) {
-			unauthorized(w)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"stockpot/internal/api"
@@ -82,22 +81,12 @@ func (s *Server) requireAdmin(h http.HandlerFunc) http.HandlerFunc {
 }
 
 // adminAllowed checks r for an admin key, from "Authorization: Bearer KEY" or "x-api-key",
-// and answers the refusal itself: 403 without any admin key configured, 401 for a missing or
-// wrong one. Every refused call is logged with the caller's address, never the key.
+// and answers the refusal itself: 403 without any admin key configured or for a key that is
+// not an admin key (an API key), 401 for a missing or unknown one. Every refused call is
+// logged with the caller's address, never the key.
 func (s *Server) adminAllowed(w http.ResponseWriter, r *http.Request) bool {
-	if len(s.adminKeys) == 0 {
-		s.cfg.Logger.Warn("admin call refused: no --admin-key", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-		writeError(w, &api.Error{Status: http.StatusForbidden, Type: permissionError, Code: "admin_key_required",
-			Message: "the admin API (" + r.URL.Path + ") needs --admin-key; this server was started without one"})
-		return false
-	}
-	key, ok := bearer(r)
-	if !ok {
-		key = strings.TrimSpace(r.Header.Get("X-Api-Key"))
-	}
-	if key == "" || !s.adminKeys.match(key) {
-		s.cfg.Logger.Warn("admin call refused: missing or wrong admin key", "method", r.Method, "path", r.URL.Path, "remote", r.RemoteAddr)
-		writeError(w, api.Unauthorized(`missing or invalid admin key; send "Authorization: Bearer <admin key>" (--admin-key)`))
+	if e := s.checkRight(r, rightAdmin, false); e != nil { // endpoint_auth.go
+		writeError(w, e)
 		return false
 	}
 	return true

@@ -100,8 +100,8 @@ func newAdminServer(t *testing.T, mod func(*Config)) (*Server, *fakeCacheAdmin, 
 
 const adminAuth = "Bearer adm"
 
-// TestCacheAdminAuth: 403 without an admin key configured, 401 with none, a wrong one or the
-// API key; the admin key works without the API key.
+// TestCacheAdminAuth: 403 without an admin key configured and for the API key, 401 with none
+// or a wrong one; the admin key works without the API key.
 func TestCacheAdminAuth(t *testing.T) {
 	off, _, _ := newAdminServer(t, func(c *Config) { c.AdminKeys = nil })
 	on, _, _ := newAdminServer(t, nil)
@@ -114,7 +114,7 @@ func TestCacheAdminAuth(t *testing.T) {
 		{off, "", http.StatusForbidden},
 		{on, "", http.StatusUnauthorized},
 		{on, "Bearer wrong", http.StatusUnauthorized},
-		{on, "Bearer api", http.StatusUnauthorized},
+		{on, "Bearer api", http.StatusForbidden},
 		{on, adminAuth, http.StatusOK},
 	} {
 		for _, r := range [][2]string{{"GET", "/v1/cache"}, {"POST", "/v1/cache/prewarm"}, {"DELETE", "/v1/cache?all=1"}} {

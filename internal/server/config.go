@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -29,12 +30,34 @@ type Config struct {
 	// MaxBodyBytes refuses larger request bodies with a 413.
 	MaxBodyBytes int64
 	// APIKeys, when non-empty, are required as "Authorization: Bearer KEY" or "x-api-key: KEY"
-	// on every route but /health and /metrics, and on the routes wrapped by RequireAPIKey
-	// (the block events).
+	// on the API (the operator endpoints take their own keys: endpoint_auth.go).
 	APIKeys []string
-	// MetricsKey, when set, is required as "Authorization: Bearer KEY" on /metrics; unset,
-	// /metrics is open (Prometheus scrapes usually come from inside).
+	// MetricsKey, when set, grants /metrics ("Authorization: Bearer KEY"), as admin keys do.
+	// Without it /metrics is open only while no key of any kind is configured, or with
+	// PublicMetrics (endpoint_auth.go).
 	MetricsKey string
+	// PublicMetrics opens /metrics to anyone even when keys are configured. Its counters show
+	// every tenant's cache hits, an oracle the TTFT floor cannot hide.
+	PublicMetrics bool
+	// EventsKeys grant the replica's block events (RequireEventsKey), as admin keys do.
+	EventsKeys []string
+	// DashboardKeys grant the dashboard (/dashboard, its events and state), as admin keys do.
+	DashboardKeys []string
+	// TenantKey, when set, says whether key is a tenant's API key (a tenants layer that keeps
+	// its own keys instead of APIKeys): such a key then gets a 403, not a 401, on an operator
+	// endpoint, and its presence closes the operator endpoints as any configured key does.
+	TenantKey func(key string) bool
+	// TTFTFloor, when positive, turns the TTFT floor on for every principal (ttft_floor.go):
+	// a request whose prompt holds blocks its principal does not know gets its first token no
+	// sooner than max(TTFTFloor, the estimated miss TTFT past what it knows), and the usage of
+	// such a miss.
+	TTFTFloor time.Duration
+	// Principal, when set, names each API request's principal and its floor (a tenants layer:
+	// per-tenant floors); nil: the presented key's SHA-256 with TTFTFloor.
+	Principal PrincipalFunc
+	// TLS, when set, serves HTTPS (with TLS.ClientCAs and RequireAndVerifyClientCert: mutual
+	// TLS); build it with internal/tlsconfig.
+	TLS *tls.Config
 	// DrainTimeout is how long Serve lets running requests finish after its context ends.
 	DrainTimeout time.Duration
 	// ReadHeaderTimeout bounds slow clients sending headers.
@@ -119,6 +142,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.MaxPromptTokens == 0 || c.MaxPromptTokens > c.ContextLength-1 {
 		c.MaxPromptTokens = c.ContextLength - 1
+	}
+	if c.TTFTFloor < 0 {
+		return c, fmt.Errorf("server: Config.TTFTFloor must be >= 0, got %v", c.TTFTFloor)
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -278,28 +277,6 @@ func (s *Server) handleDashboardState(w http.ResponseWriter, r *http.Request) {
 		notes = append(notes, ev.Data)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"snapshot": s.dashboardSnapshot(), "requests": s.dash.recent(), "notes": notes})
-}
-
-// dashboardAuthorized: the dashboard shows every tenant's traffic and cache contents, so with
-// admin keys configured it takes an admin key only; without, the API key when one is
-// configured; with neither it is open (as the rest of the API). Browsers cannot set headers on
-// EventSource, so besides the API's headers the key is also accepted as ?key= on the
-// dashboard's own paths (the page passes its own on).
-func (s *Server) dashboardAuthorized(r *http.Request) bool {
-	key, ok := bearer(r)
-	if !ok {
-		key = strings.TrimSpace(r.Header.Get("X-Api-Key"))
-	}
-	if key == "" {
-		key = r.URL.Query().Get("key")
-	}
-	if len(s.adminKeys) > 0 {
-		return key != "" && s.adminKeys.match(key)
-	}
-	if len(s.apiKeys) == 0 {
-		return true
-	}
-	return key != "" && s.apiKeys.match(key)
 }
 
 func isDashboardPath(p string) bool {

@@ -5,10 +5,18 @@
 //   - Server: routing (JSON 404/405), API-key auth, body-size limits, panic recovery, graceful
 //     drain (Serve stops accepting on ctx cancel and lets running requests finish for up to
 //     Config.DrainTimeout, then cancels them so the engine frees their blocks).
-//   - Auth: API keys as "Authorization: Bearer KEY" or "x-api-key: KEY" on every route but
-//     /health and /metrics, and on the routes wrapped by RequireAPIKey (the block events);
-//     /metrics takes its own optional key. Keys are compared as SHA-256 digests in constant
-//     time.
+//   - Auth: API keys as "Authorization: Bearer KEY" or "x-api-key: KEY" on the API; the
+//     operator endpoints (admin API, block events, dashboard, /metrics) each take their own
+//     keys, an admin key granting them all, and once any key is configured none of them is
+//     open (endpoint_auth.go has the table and the defaults). 401 for a missing or unknown
+//     key, 403 for a known key without the right. Keys are compared as SHA-256 digests in
+//     constant time. With Config.TLS, Serve speaks HTTPS (mutual TLS with a client CA).
+//   - The TTFT floor (ttft_floor.go, principal.go): with Config.TTFTFloor (or a Principal hook
+//     giving per-tenant floors), a request whose prompt holds blocks its principal (by default
+//     the key's SHA-256) did not send gets its first token no sooner than max(floor, the
+//     server's p95 miss TTFT for what it would compute), every later output shifted alike, and
+//     a miss's usage; decided from a ledger of who sent which block, never from the cache's
+//     state, so the treatment itself tells nothing.
 //   - Connection limits, applied by Serve: at most MaxConnections open connections (a
 //     listener wrapper; more wait in the backlog), keep-alive connections closed after
 //     IdleTimeout, request bodies bounded by ReadTimeout (a read deadline armed when the

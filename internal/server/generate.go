@@ -145,12 +145,20 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 	client := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	plan := s.planFloor(client, spec) // ttft_floor.go; nil without a floor
 	out, err := s.gen.Generate(ctx, &spec.req)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, errClientGone
 		}
 		return nil, engineError(err)
+	}
+	var floor *floorRun
+	if plan != nil {
+		floor = &floorRun{plan: plan, start: plan.at}
+		if plan.padded {
+			out = s.deliverShifted(ctx, out, plan.at.Add(plan.target), floor)
+		}
 	}
 	defer func() {
 		for range out { // drain so the engine never blocks on us
@@ -172,6 +180,9 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 		batchBuf []genToken
 	)
 	for o := range out {
+		if floor != nil && floor.shownAt.IsZero() && (len(o.Tokens) > 0 || o.Done) {
+			s.floorFirst(floor)
+		}
 		if o.Done {
 			oc := o
 			final = &oc
@@ -233,6 +244,9 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 	res.finish = finish
 	res.usage = genUsage(final, len(spec.req.Prompt))
 	res.usage.CompletionTokens = len(res.tokens)
+	if floor != nil {
+		s.floorDone(floor, spec, &res) // masks a padded request's usage
+	}
 	s.explainMiss(spec, &res.usage) // miss.go
 	return &res, nil
 }

@@ -139,11 +139,15 @@ func TestRecentRequests(t *testing.T) {
 		}
 	}
 
-	// Auth: 401 for a missing, wrong or API key; 403 (and nothing recorded) without an admin key.
-	for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong"}, api} {
+	// Auth: 401 for a missing or wrong key, 403 for the API key; 403 (and nothing recorded)
+	// without an admin key.
+	for _, hdr := range [][]string{nil, {"Authorization", "Bearer wrong"}} {
 		if rec := do(h, "GET", recentRequestsPath, "", hdr...); rec.Code != http.StatusUnauthorized {
 			t.Errorf("GET with %q: HTTP %d, want 401", hdr, rec.Code)
 		}
+	}
+	if rec := do(h, "GET", recentRequestsPath, "", api...); rec.Code != http.StatusForbidden {
+		t.Errorf("GET with the API key: HTTP %d, want 403", rec.Code)
 	}
 	off, _, _ := newAdminServer(t, func(c *Config) { c.AdminKeys = nil })
 	if rec := do(off.Handler(), "POST", "/v1/completions", sent[0].body, api...); rec.Code != 200 {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -56,7 +57,10 @@ type Server struct {
 	apiKeys     keySet // Config.APIKeys
 	adminKeys   keySet // Config.AdminKeys: the cache admin API
 	metricsKeys keySet // Config.MetricsKey
+	// eventsKeys, dashboardKeys: Config.EventsKeys, Config.DashboardKeys (endpoint_auth.go).
+	eventsKeys, dashboardKeys keySet
 
+	floor  *floorState     // the TTFT floor (ttft_floor.go)
 	dash   *dashboardState // GET /dashboard (dashboard.go)
 	recent recentRing      // GET /v1/requests/recent (recent.go)
 
@@ -87,7 +91,11 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
 	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, misses: misses, started: c.Now(), bos: -1,
-		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey), adminKeys: newKeySet(c.AdminKeys...)}
+		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey), adminKeys: newKeySet(c.AdminKeys...),
+		eventsKeys: newKeySet(c.EventsKeys...), dashboardKeys: newKeySet(c.DashboardKeys...)}
+	if s.floor, err = newFloorState(reg); err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
 		s.metricsHandler = promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
@@ -144,6 +152,13 @@ func (s *Server) ServeHandler(ctx context.Context, ln net.Listener, h http.Handl
 	// cancelling (ReadTimeout, through the connection's background read) or cutting
 	// (WriteTimeout) every stream longer than it. The body's read time is bounded per request
 	// instead (bodyDeadline).
+	if s.cfg.TLS != nil {
+		// TLS under the limit listener: the slot is taken before the handshake, and the
+		// rewrite of net/http's plain-text answers (serverConn) sees the plaintext. The
+		// handshake runs on the first read, inside ReadHeaderTimeout; a client without a valid
+		// certificate (mutual TLS) fails there and its connection closes.
+		ln = tls.NewListener(ln, s.cfg.TLS)
+	}
 	ln = newLimitListener(ln, s.cfg.MaxConnections, s.cfg.MaxHeaderBytes)
 	hs := &http.Server{
 		Handler:           h,
@@ -202,22 +217,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if isMessagesPath(path) {
 		writeError = writeAnthropicError // Anthropic's clients read their own error shape
 	}
-	switch path {
-	case "/health":
-	case cachePath, cachePrewarmPath, recentRequestsPath: // the admin key, checked by requireAdmin / adminAllowed
-	case "/metrics":
-		if !s.metricsAuthorized(r) {
-			writeError(rw, api.Unauthorized("missing or invalid metrics key; send \"Authorization: Bearer <metrics key>\" (--metrics-key)"))
-			return
-		}
-	default:
-		if isDashboardPath(path) {
-			if !s.dashboardAuthorized(r) {
-				writeError(rw, api.Unauthorized("missing or invalid key for the dashboard; send the admin key (--admin-key), or the API key when there is no admin key, as a bearer token or ?key="))
+	if need, here := endpointRight(path); here { // endpoint_auth.go
+		if need == rightAPI {
+			if !s.authorized(r) {
+				writeError(rw, s.apiRefusal(r))
 				return
 			}
-		} else if !s.authorized(r) {
-			writeError(rw, errUnauthorized)
+			r = s.withPrincipal(r) // the TTFT floor's (principal.go)
+		} else if e := s.checkRight(r, need, need == rightDashboard); e != nil {
+			writeError(rw, e)
 			return
 		}
 	}
