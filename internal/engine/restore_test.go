@@ -44,7 +44,7 @@ func (m *mapTier) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int3
 func TestRestoreFromTier(t *testing.T) {
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
 	a := newEngine(t, func(c *engine.Config) {
-		c.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
+		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
 			tier.mu.Lock()
 			defer tier.mu.Unlock()
 			for i, ev := range evs {
