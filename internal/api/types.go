@@ -36,6 +36,9 @@ type CacheUsage struct {
 	RemoteTokens    int `json:"remote_tokens"`
 	ComputedTokens  int `json:"computed_tokens"`
 	DiscardedTokens int `json:"discarded_tokens"`
+	// StateBytes, for a hybrid model, is the size of the recurrent-state checkpoint the
+	// request resumed from (its reuse ends at that block end); absent when it reused nothing.
+	StateBytes int `json:"state_bytes,omitempty"`
 	// Miss is where and why the prompt left the longest cached chain, when the request set
 	// cache_report and the prompt missed (Stockpot extension).
 	Miss *miss.Report `json:"miss,omitempty"`

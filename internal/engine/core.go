@@ -145,6 +145,8 @@ type CoreConfig struct {
 	// the end of every CheckpointEvery-th block of a chain (blocks b with (b+1) % N == 0):
 	// the granularity a prefix can be resumed at. 0 is 1.
 	CheckpointEvery int
+	// StateBytes is the size of one checkpoint (Usage.StateBytes of a request that resumes).
+	StateBytes int
 }
 
 // Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
@@ -503,10 +505,17 @@ func (c *Core) admit(now time.Time) {
 			s.usage.Miss = c.missEvidence(s, len(matched)+len(restore)) // miss.go
 			s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
 			s.usage.QueueMs = ms(now.Sub(s.enqueued))
+			if c.states != nil && len(matched)+len(restore) > 0 {
+				s.usage.StateBytes = c.cfg.StateBytes
+			}
+			// The K/V went on past the reuse (on the device, or in a tier: the Restorer cut
+			// it): the missing checkpoint is the miss.
+			stateMissed := unresumable > 0 || s.prefetched != nil && s.prefetched.Discarded[ReasonIncompleteState] > 0
 			if unresumable > 0 {
 				c.discard(s, ReasonIncompleteState, unresumable)
 				c.stats.stateDiscarded += uint64(unresumable)
-				// The K/V went on past the reuse: the missing checkpoint is the miss.
+			}
+			if stateMissed && (unresumable > 0 || s.usage.Miss != nil) {
 				s.usage.Miss = &miss.Evidence{Cause: miss.IncompleteState, Block: len(matched) + len(restore),
 					Offset: (len(matched) + len(restore)) * B, Matched: (len(matched) + len(restore)) * B, BlockSize: B}
 			}

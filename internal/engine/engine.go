@@ -91,7 +91,7 @@ const DefaultKVMemory = 1 << 30
 // DefaultConfig returns the defaults behind `stockpot serve`.
 func DefaultConfig() Config {
 	return Config{BlockSize: 16, KVType: kvcache.F32, MaxBatchTokens: 512, MaxRunning: 64, PrefixCache: true, Dedup: true,
-		Prefetch: PrefetchTimeout, PrefetchMaxWait: 500 * time.Millisecond}
+		Prefetch: PrefetchTimeout, PrefetchMaxWait: 500 * time.Millisecond, StateCheckpointBlocks: 1}
 }
 
 func (c Config) validate() (Config, error) {
@@ -229,7 +229,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxRunning: cfg.MaxRunning,
 		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup, EOG: cfg.EOG,
 		Prefetch: cfg.Prefetch, PrefetchMaxWait: cfg.PrefetchMaxWait,
-		PinBudget: pinBlocks, CheckpointEvery: cfg.StateCheckpointBlocks,
+		PinBudget: pinBlocks, CheckpointEvery: cfg.StateCheckpointBlocks, StateBytes: mc.StateBytes(),
 	}, cacheAdapter{pc})
 	if e.ckpts != nil {
 		e.core.states = e.ckpts

@@ -99,6 +99,9 @@ type Usage struct {
 	// DiscardedBy splits DiscardedTokens by reason (tier.Reason*: checksum, identity,
 	// incomplete_state, slower_than_recompute); nil when nothing was discarded.
 	DiscardedBy map[string]int
+	// StateBytes, for a hybrid model, is the size of the recurrent-state checkpoint the
+	// request resumed from at its first admission (0 when it reused nothing).
+	StateBytes int
 	// Pins reports each of Request.Pins (nil when none was asked).
 	Pins []PinResult
 

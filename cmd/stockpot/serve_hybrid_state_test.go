@@ -1,0 +1,285 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"stockpot/internal/engine"
+	"stockpot/internal/gguf"
+	"stockpot/internal/kvcache"
+	"stockpot/internal/offload"
+	"stockpot/internal/prefix"
+	"stockpot/internal/synth"
+	"stockpot/internal/tier"
+	"stockpot/internal/tier/disk"
+)
+
+// hybridAnswer is what the trap test compares: the greedy tokens and their logprobs, and
+// where the prompt came from.
+type hybridAnswer struct {
+	tokens   []int32
+	logprobs []float64
+	prompt   int
+	cache    struct {
+		Device, Disk, Computed, Discarded, StateBytes int
+		Miss                                          *struct{ Cause string }
+	}
+}
+
+func hybridComplete(t *testing.T, url, prompt string) hybridAnswer {
+	t.Helper()
+	code, out := post(t, url+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 12, "temperature": 0,
+		"ignore_eos": true, "return_token_ids": true, "logprobs": 1, "cache_report": true})
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, out)
+	}
+	var r struct {
+		Choices []struct {
+			TokenIDs []int32 `json:"token_ids"`
+			Logprobs struct {
+				TokenLogprobs []float64 `json:"token_logprobs"`
+			}
+		}
+		Usage struct {
+			PromptTokens int `json:"prompt_tokens"`
+			Cache        struct {
+				Device     int `json:"device_tokens"`
+				Disk       int `json:"disk_tokens"`
+				Computed   int `json:"computed_tokens"`
+				Discarded  int `json:"discarded_tokens"`
+				StateBytes int `json:"state_bytes"`
+				Miss       *struct{ Cause string }
+			}
+		}
+	}
+	if err := json.Unmarshal(out, &r); err != nil || len(r.Choices) != 1 {
+		t.Fatalf("reply %s: %v", out, err)
+	}
+	a := hybridAnswer{tokens: r.Choices[0].TokenIDs, logprobs: r.Choices[0].Logprobs.TokenLogprobs, prompt: r.Usage.PromptTokens}
+	c := r.Usage.Cache
+	a.cache.Device, a.cache.Disk, a.cache.Computed, a.cache.Discarded, a.cache.StateBytes, a.cache.Miss = c.Device, c.Disk, c.Computed, c.Discarded, c.StateBytes, c.Miss
+	return a
+}
+
+func (a hybridAnswer) same(b hybridAnswer) bool {
+	if !slices.Equal(a.tokens, b.tokens) || len(a.logprobs) != len(b.logprobs) {
+		return false
+	}
+	for i := range a.logprobs {
+		if math.Float64bits(a.logprobs[i]) != math.Float64bits(b.logprobs[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// diskRecords opens a stopped server's disk tier and returns the store and its records in
+// chain order (the prompt's blocks from the root on).
+func diskRecords(t *testing.T, dir string) (*disk.Store, []*tier.Record) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var digest [32]byte
+	for _, e := range ents {
+		if b, err := hex.DecodeString(e.Name()); e.IsDir() && err == nil && len(b) == 32 {
+			copy(digest[:], b)
+		}
+	}
+	s, err := disk.Open(disk.Config{Dir: dir, CapacityBytes: 1 << 30, IdentityDigest: digest})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	keys, err := s.Keys(ctx, tier.AllRoots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vals, err := s.Get(ctx, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byParent := map[prefix.Hash]*tier.Record{}
+	var root prefix.Hash
+	for i, v := range vals {
+		r, err := tier.Decode(slices.Clone(v))
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+		byParent[r.Parent] = r
+		root = r.Root
+	}
+	var chain []*tier.Record
+	for r := byParent[root]; r != nil; r = byParent[r.Hash] {
+		chain = append(chain, r)
+	}
+	return s, chain
+}
+
+// rewrite replaces each record of chain (by index) with what change makes of a copy of it.
+func rewrite(t *testing.T, s *disk.Store, chain []*tier.Record, change func(i int, r *tier.Record) []byte) {
+	t.Helper()
+	ctx := context.Background()
+	for i, r := range chain {
+		c := *r
+		c.Aux = slices.Clone(r.Aux)
+		v := change(i, &c)
+		if v == nil {
+			continue
+		}
+		if err := s.Delete(ctx, []tier.Key{r.Key()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Put(ctx, []tier.Item{{Key: r.Key(), Value: v}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func encodeRecord(t *testing.T, r *tier.Record) []byte {
+	b, err := r.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestHybridSeedsTrap is the seeds' Kimi-K3 story as a test: a long prompt to a hybrid model
+// (qwen35) fills the disk tier, the server stops gracefully (the pool is written back, each
+// block with its recurrent-state checkpoint) and starts again on the same directory.
+//   - Checkpoints intact: the prompt resumes from disk (every reusable block), and the answer
+//     equals the answer with no cache at all, bit for bit.
+//   - The K/V written without its state (the records re-written with the checkpoints cut
+//     out): the store still reports the hit, but the engine rightly discards all of it as
+//     incomplete_state (usage, metric, miss cause), recomputes, and answers the same.
+//   - Only the last checkpoints lost: the prefix ends at the last block with one; the K/V
+//     past it is discarded. A damaged checkpoint (state bytes flipped) fails the record's
+//     checksum: discarded too, never used.
+func TestHybridSeedsTrap(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "qwen35.gguf")
+	if err := synth.WriteFile("tiny-qwen35", synth.Options{Seed: 11, Type: gguf.TypeF32}, path); err != nil {
+		t.Fatal(err)
+	}
+	prompt := longText(2400)
+	const B = 16
+	start := func(to offload.Config, cache bool) (string, func()) {
+		o := serveOptions{model: path, threads: 2, blockSize: B, kvBudget: 16 << 20, kvType: kvcache.F32,
+			prefixCache: cache, dedup: cache, maxBatch: 40, maxRunning: 8, tiers: to, prefetch: engine.PrefetchWait}
+		inst, err := newInstance(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := newHTTPServer(inst)
+		return ts.URL, func() { ts.Close(); inst.Close() }
+	}
+	// The reference: no cache at all.
+	url, stop := start(offload.Config{}, false)
+	cold := hybridComplete(t, url, prompt)
+	stop()
+	if cold.cache.Computed != cold.prompt {
+		t.Fatalf("cache off: %+v", cold.cache)
+	}
+	full := (cold.prompt - 1) / B // blocks a warm request reuses
+
+	dir := t.TempDir()
+	to := offload.Config{DiskDir: dir, DiskBytes: 1 << 30}
+	url, stop = start(to, true)
+	first := hybridComplete(t, url, prompt)
+	stop() // graceful: every block goes to disk with its checkpoint
+	if !first.same(cold) || first.cache.Computed != first.prompt {
+		t.Fatalf("first run: %v %+v, cold %v", first.tokens, first.cache, cold.tokens)
+	}
+	s, chain := diskRecords(t, dir)
+	if len(chain) < full {
+		t.Fatalf("disk holds a chain of %d blocks, want at least %d", len(chain), full)
+	}
+	for i, r := range chain[:full] {
+		if !r.StateComplete || len(r.Aux) != 1 || len(r.Aux[0]) == 0 {
+			t.Fatalf("block %d on disk: complete %v, %d state entries", i, r.StateComplete, len(r.Aux))
+		}
+	}
+	orig := make([][]byte, len(chain))
+	for i, r := range chain {
+		orig[i] = encodeRecord(t, r)
+	}
+	s.Close()
+
+	type scenario struct {
+		name        string
+		change      func(i int, r *tier.Record) []byte // nil return: keep the original
+		disk        int                                // blocks restored
+		discarded   int                                // blocks discarded
+		reason      string
+		missCause   string
+		stateResume bool
+	}
+	for _, sc := range []scenario{
+		{name: "checkpoints intact", disk: full, stateResume: true},
+		{name: "K/V without state", change: func(i int, r *tier.Record) []byte {
+			r.Aux, r.StateComplete = nil, false
+			return encodeRecord(t, r)
+		}, disk: 0, discarded: full, reason: engine.ReasonIncompleteState, missCause: "incomplete_state"},
+		{name: "last 4 checkpoints lost", change: func(i int, r *tier.Record) []byte {
+			if i < full-4 {
+				return nil
+			}
+			r.Aux, r.StateComplete = nil, false
+			return encodeRecord(t, r)
+		}, disk: full - 4, discarded: 4, reason: engine.ReasonIncompleteState, missCause: "incomplete_state", stateResume: true},
+		{name: "a checkpoint's bytes flipped", change: func(i int, r *tier.Record) []byte {
+			if i != full-2 {
+				return nil
+			}
+			b := encodeRecord(t, r)
+			b[len(b)-40] ^= 0x5a // inside the state, before the trailing checksum
+			return b
+		}, disk: full - 2, discarded: 2, reason: tier.ReasonChecksum, stateResume: true},
+	} {
+		t.Run(sc.name, func(t *testing.T) {
+			s, _ := diskRecords(t, dir)
+			rewrite(t, s, chain, func(i int, r *tier.Record) []byte {
+				if sc.change != nil {
+					if v := sc.change(i, r); v != nil {
+						return v
+					}
+				}
+				return orig[i]
+			})
+			s.Close()
+			url, stop := start(to, true)
+			before := scrape(t, url)
+			got := hybridComplete(t, url, prompt)
+			after := scrape(t, url)
+			stop()
+			if !got.same(cold) {
+				t.Errorf("answer %v %v, cache off %v %v", got.tokens, got.logprobs, cold.tokens, cold.logprobs)
+			}
+			c := got.cache
+			if c.Disk != sc.disk*B || c.Discarded != sc.discarded*B || c.Device+c.Disk+c.Computed != got.prompt {
+				t.Errorf("usage.cache %+v: want %d disk tokens, %d discarded", c, sc.disk*B, sc.discarded*B)
+			}
+			if sc.stateResume != (c.StateBytes > 0) {
+				t.Errorf("state_bytes %d, resumed from a checkpoint: %v", c.StateBytes, sc.stateResume)
+			}
+			if sc.missCause != "" && (c.Miss == nil || c.Miss.Cause != sc.missCause) {
+				t.Errorf("miss %+v, want cause %s", c.Miss, sc.missCause)
+			}
+			if sc.reason != "" {
+				series := `stockpot_kv_blocks_discarded_total{reason="` + sc.reason + `"}`
+				if d := after[series] - before[series]; d != float64(sc.discarded) {
+					t.Errorf("%s rose by %v, want %d", series, d, sc.discarded)
+				}
+			}
+			if got := after["stockpot_prefix_cache_min_reusable_tokens"]; got != B {
+				t.Errorf("min reusable prefix gauge %v, want %d", got, B)
+			}
+		})
+	}
+}
