@@ -26,7 +26,7 @@ type FetcherConfig struct {
 	// Aux entry); a record flagged complete whose state is another size counts as without
 	// one (a truncated or foreign state is never used). 0 skips the check.
 	StateBytes int
-	Cost      CostConfig
+	Cost       CostConfig
 }
 
 // DefaultFetcherConfig returns the defaults; Identity and Layout must be set.
