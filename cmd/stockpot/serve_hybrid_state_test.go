@@ -27,7 +27,7 @@ type hybridAnswer struct {
 	logprobs []float64
 	prompt   int
 	cache    struct {
-		Device, Disk, Computed, Discarded, StateBytes int
+		Device, Host, Disk, Remote, Computed, Discarded, StateBytes int
 		Miss                                          *struct{ Cause string }
 	}
 }
@@ -50,7 +50,9 @@ func hybridComplete(t *testing.T, url, prompt string) hybridAnswer {
 			PromptTokens int `json:"prompt_tokens"`
 			Cache        struct {
 				Device     int `json:"device_tokens"`
+				Host       int `json:"host_tokens"`
 				Disk       int `json:"disk_tokens"`
+				Remote     int `json:"remote_tokens"`
 				Computed   int `json:"computed_tokens"`
 				Discarded  int `json:"discarded_tokens"`
 				StateBytes int `json:"state_bytes"`
@@ -63,7 +65,8 @@ func hybridComplete(t *testing.T, url, prompt string) hybridAnswer {
 	}
 	a := hybridAnswer{tokens: r.Choices[0].TokenIDs, logprobs: r.Choices[0].Logprobs.TokenLogprobs, prompt: r.Usage.PromptTokens}
 	c := r.Usage.Cache
-	a.cache.Device, a.cache.Disk, a.cache.Computed, a.cache.Discarded, a.cache.StateBytes, a.cache.Miss = c.Device, c.Disk, c.Computed, c.Discarded, c.StateBytes, c.Miss
+	a.cache.Device, a.cache.Host, a.cache.Disk, a.cache.Remote = c.Device, c.Host, c.Disk, c.Remote
+	a.cache.Computed, a.cache.Discarded, a.cache.StateBytes, a.cache.Miss = c.Computed, c.Discarded, c.StateBytes, c.Miss
 	return a
 }
 
@@ -262,7 +265,7 @@ func TestHybridSeedsTrap(t *testing.T) {
 				t.Errorf("answer %v %v, cache off %v %v", got.tokens, got.logprobs, cold.tokens, cold.logprobs)
 			}
 			c := got.cache
-			if c.Disk != sc.disk*B || c.Discarded != sc.discarded*B || c.Device+c.Disk+c.Computed != got.prompt {
+			if c.Disk != sc.disk*B || c.Discarded != sc.discarded*B || c.Device+c.Host+c.Disk+c.Remote+c.Computed != got.prompt {
 				t.Errorf("usage.cache %+v: want %d disk tokens, %d discarded", c, sc.disk*B, sc.discarded*B)
 			}
 			if sc.stateResume != (c.StateBytes > 0) {
@@ -282,4 +285,61 @@ func TestHybridSeedsTrap(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHybridRestoreCycles: a hybrid prefix's blocks, with their checkpoints, go through the
+// host tier (evicted from a small pool by another long prompt, then restored) and the remote
+// tier (written through to Redis, restored by a fresh server), and come back usable: the
+// answer equals the cache-off answer bit for bit, the hit is counted by tier, nothing is
+// discarded, and the request resumes from a restored checkpoint.
+func TestHybridRestoreCycles(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "qwen35.gguf")
+	if err := synth.WriteFile("tiny-qwen35", synth.Options{Seed: 12, Type: gguf.TypeF32}, path); err != nil {
+		t.Fatal(err)
+	}
+	const B = 16
+	a, other := longText(2400), "Another kitchen, another pot: "+longText(2600)
+	start := func(to offload.Config, cache bool, kv int64) (string, func()) {
+		o := serveOptions{model: path, threads: 2, blockSize: B, kvBudget: kv, kvType: kvcache.F32,
+			prefixCache: cache, dedup: cache, maxBatch: 48, maxRunning: 8, tiers: to, prefetch: engine.PrefetchWait}
+		inst, err := newInstance(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := newHTTPServer(inst)
+		return ts.URL, func() { ts.Close(); inst.Close() }
+	}
+	url, stop := start(offload.Config{}, false, 16<<20)
+	cold := hybridComplete(t, url, a)
+	stop()
+	full := (cold.prompt - 1) / B * B
+	check := func(name string, got hybridAnswer, tierTokens int) {
+		t.Helper()
+		if !got.same(cold) {
+			t.Errorf("%s: answer %v, cache off %v", name, got.tokens, cold.tokens)
+		}
+		if c := got.cache; tierTokens == 0 || c.Device+c.Host+c.Disk+c.Remote != full || c.Discarded != 0 || c.StateBytes == 0 || c.Computed != got.prompt-full {
+			t.Errorf("%s: usage.cache %+v: want all %d reusable tokens reused, some from the tier, none discarded", name, c, full)
+		}
+	}
+	t.Run("host", func(t *testing.T) {
+		// A small pool (about 80 blocks of 16 tokens, beside their checkpoints): the other
+		// prompt evicts a's blocks.
+		url, stop := start(offload.Config{HostBytes: 64 << 20}, true, 4<<20)
+		defer stop()
+		hybridComplete(t, url, a)
+		hybridComplete(t, url, other)
+		got := hybridComplete(t, url, a)
+		check("host", got, got.cache.Host)
+	})
+	t.Run("remote", func(t *testing.T) {
+		to := offload.Config{RemoteURL: "redis://" + startRedis(t) + "/0"}
+		url, stop := start(to, true, 16<<20)
+		hybridComplete(t, url, a) // written through to Redis at each commit
+		stop()
+		url, stop = start(to, true, 16<<20)
+		defer stop()
+		got := hybridComplete(t, url, a)
+		check("remote", got, got.cache.Remote)
+	})
 }
