@@ -28,7 +28,7 @@ type hybridAnswer struct {
 	prompt   int
 	cache    struct {
 		Device, Host, Disk, Remote, Computed, Discarded, StateBytes int
-		Miss                                          *struct{ Cause string }
+		Miss                                                        *struct{ Cause string }
 	}
 }
 
