@@ -343,3 +343,44 @@ func TestHybridRestoreCycles(t *testing.T) {
 		check("remote", got, got.cache.Remote)
 	})
 }
+
+// TestHybridPinsCarryState: a hybrid prompt pinned (prompt_cache_retention) is written to the
+// disk tier by the pin writer with its checkpoints, so after a crash (no shutdown write-back:
+// the pin writer's records are all the disk has) the prompt still resumes from disk.
+func TestHybridPinsCarryState(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "qwen35.gguf")
+	if err := synth.WriteFile("tiny-qwen35", synth.Options{Seed: 13, Type: gguf.TypeF32}, path); err != nil {
+		t.Fatal(err)
+	}
+	const B = 16
+	prompt := longText(1600)
+	to := offload.Config{DiskDir: t.TempDir(), DiskBytes: 1 << 30}
+	o := serveOptions{model: path, threads: 2, blockSize: B, kvBudget: 16 << 20, kvType: kvcache.F32,
+		prefixCache: true, dedup: true, maxBatch: 64, maxRunning: 8, tiers: to, prefetch: engine.PrefetchWait}
+	inst, err := newInstance(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := newHTTPServer(inst)
+	code, out := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 4, "temperature": 0,
+		"ignore_eos": true, "prompt_cache_retention": "24h"})
+	if code != 200 {
+		t.Fatalf("status %d: %s", code, out)
+	}
+	// A crash: the engine and the tiers stop without the pool's write-back.
+	ts.Close()
+	inst.engine.Close()
+	inst.tiers.Close()
+	inst.pool.Close()
+
+	inst, err = newInstance(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts = newHTTPServer(inst)
+	defer func() { ts.Close(); inst.Close() }()
+	got := hybridComplete(t, ts.URL, prompt)
+	if full := (got.prompt - 1) / B * B; got.cache.Disk != full || got.cache.Discarded != 0 || got.cache.StateBytes == 0 {
+		t.Errorf("after a crash: usage.cache %+v, want %d disk tokens resumed from a pinned checkpoint", got.cache, full)
+	}
+}

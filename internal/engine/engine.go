@@ -686,11 +686,12 @@ func (e *Engine) flushPinEvents() {
 	if len(evs) == 0 || e.cfg.OnPins == nil {
 		return
 	}
-	e.pinKV = e.pinKV[:0]
-	for _, ev := range evs {
+	e.pinKV, e.stateBuf = e.pinKV[:0], e.stateBuf[:0]
+	for i, ev := range evs {
 		var kv []byte
 		if ev.Kind == PinCreated {
 			kv = e.arena.BlockData(ev.Block)
+			evs[i].State = e.encodeState(ev.Hash)
 		}
 		e.pinKV = append(e.pinKV, kv)
 	}

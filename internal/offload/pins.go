@@ -61,9 +61,9 @@ type pinWriter struct {
 	metrics  *Metrics
 	timeout  time.Duration
 	onPut    func(Tier, []tier.Item, error) // set before the first job; nil: none
-	// complete: the records it writes are StateComplete (false for a hybrid model: a pin
-	// event carries no checkpoint, so a pinned block is written as K/V only).
-	complete bool
+	// stateBytes, for a hybrid model, is a checkpoint's size: a pinned block is written
+	// complete only with its checkpoint (PinEvent.State), as the write-back does.
+	stateBytes int
 	jobs     chan pinJob
 	done     chan struct{}
 	once     sync.Once
@@ -81,7 +81,7 @@ type pinWriter struct {
 }
 
 func newPinWriter(identity [32]byte, layout kvcache.Layout, tiers []Tier, metrics *Metrics, timeout time.Duration) *pinWriter {
-	w := &pinWriter{identity: identity, layout: layout, metrics: metrics, timeout: timeout, complete: true,
+	w := &pinWriter{identity: identity, layout: layout, metrics: metrics, timeout: timeout,
 		jobs: make(chan pinJob, pinQueueLen), done: make(chan struct{}), pins: map[prefix.Hash]pinState{}}
 	for _, t := range tiers {
 		if _, ok := t.Store.(tier.Pinner); ok {
@@ -121,7 +121,10 @@ func (w *pinWriter) events(evs []engine.PinEvent, kv [][]byte) {
 		it := tier.Item{Key: tier.Key{Root: ev.Root, Hash: ev.Hash}, PinTTL: ttl}
 		if ev.Kind == engine.PinCreated && kv[i] != nil {
 			rec := tier.Record{Identity: w.identity, Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent,
-				Tokens: ev.Tokens, Layout: w.layout, KV: kv[i], StateComplete: w.complete}
+				Tokens: ev.Tokens, Layout: w.layout, KV: kv[i], StateComplete: w.stateBytes == 0}
+			if w.stateBytes > 0 && len(ev.State) == w.stateBytes {
+				rec.Aux, rec.StateComplete = [][]byte{ev.State}, true // its checkpoint goes with it
+			}
 			b, err := rec.Encode() // the copy out of the arena
 			if err != nil {
 				panic(fmt.Sprintf("offload: pinned block does not encode: %v", err)) // the engine passed a wrong block

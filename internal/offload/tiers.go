@@ -226,7 +226,7 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	t.restorer = newRestorer(t.fetcher, cfg)
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
-	t.pins.complete = cfg.StateBytes == 0 // a pinned block is written without its checkpoint
+	t.pins.stateBytes = cfg.StateBytes
 	if t.events != nil {
 		t.pins.onPut = t.events.put // before any job: jobs come from the engine, after Hook
 	}
