@@ -64,13 +64,13 @@ type pinWriter struct {
 	// stateBytes, for a hybrid model, is a checkpoint's size: a pinned block is written
 	// complete only with its checkpoint (PinEvent.State), as the write-back does.
 	stateBytes int
-	jobs     chan pinJob
-	done     chan struct{}
-	once     sync.Once
-	dropped  atomic.Uint64
-	pinned   atomic.Uint64 // keys a store held and pinned
-	put      atomic.Uint64 // blocks Put pinned into a store that lacked them
-	failed   atomic.Uint64
+	jobs       chan pinJob
+	done       chan struct{}
+	once       sync.Once
+	dropped    atomic.Uint64
+	pinned     atomic.Uint64 // keys a store held and pinned
+	put        atomic.Uint64 // blocks Put pinned into a store that lacked them
+	failed     atomic.Uint64
 
 	// pins is the pool's pinned blocks by hash. Engine goroutine only: PinEvents and
 	// FlushBlock both run there.
