@@ -332,3 +332,43 @@ func TestHybridRestoreCheckpoints(t *testing.T) {
 	clear(tr.state)
 	check("no checkpoints", 0, full)
 }
+
+// TestHybridPreemption: with a pool too small for every running request to finish, decodes
+// preempt other sequences; a preempted hybrid sequence is readmitted from the deepest
+// checkpoint of its cached blocks (its generated blocks' too), not from position 0, and
+// every output still equals the model run alone.
+func TestHybridPreemption(t *testing.T) {
+	m := hybridModel(t)
+	cfg := engine.DefaultConfig()
+	cfg.Identity = []byte("hybrid")
+	cfg.KVMemory = 3300000 // a small pool: 65 blocks of 16 tokens, beside their checkpoints
+	cfg.MaxBatchTokens = 48
+	e, err := engine.New(m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	const n = 110
+	prompts := [][]int32{seqPrompt(31, 200), seqPrompt(32, 190), seqPrompt(33, 210), seqPrompt(34, 180)}
+	got := make([]result, len(prompts))
+	var wg sync.WaitGroup
+	for i, p := range prompts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got[i] = collect(t, e, engine.Request{Prompt: p, MaxTokens: n, IgnoreEOS: true})
+		}()
+	}
+	wg.Wait()
+	for i, p := range prompts {
+		if want := greedyDirect(t, m, p, n); !slices.Equal(got[i].tokens, want) {
+			t.Errorf("prompt %d: engine %v\nmodel alone %v", i, got[i].tokens, want)
+		}
+	}
+	if st := e.Stats(); st.Preemptions == 0 {
+		t.Errorf("no preemption (pool %d blocks): the test does not test it", st.KVBlocksTotal)
+	}
+	if err := e.CheckInvariants(); err != nil {
+		t.Error(err)
+	}
+}
