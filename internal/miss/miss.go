@@ -37,7 +37,8 @@ const MaxCachedTokens = 2048
 
 // Evidence is what the engine found at admission (see prefix.Cache.Diverge).
 type Evidence struct {
-	// Cause is set when the hash chain decides it (BelowBlock, Evicted, Salt, NewContent);
+	// Cause is set when the hash chain decides it (BelowBlock, Evicted, Salt, NewContent),
+	// or the engine does (IncompleteState);
 	// empty when the text must (Cached holds the cached chain). A caller that ran Explain
 	// may store its answer here.
 	Cause Cause
