@@ -200,6 +200,10 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	}
 	arena, err := kvcache.NewArenaForBudget(layout, kvBudget, min(minBlocks, 64))
 	if err != nil {
+		if mc.Hybrid() {
+			return nil, fmt.Errorf("engine: %d bytes of pool leave %d for K/V beside a recurrent-state checkpoint (%d bytes) every %d blocks: %w",
+				cfg.KVMemory, kvBudget, mc.StateBytes(), cfg.StateCheckpointBlocks, err)
+		}
 		return nil, err
 	}
 	// A hybrid model drains the block events even without a hook: its checkpoints leave

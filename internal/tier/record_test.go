@@ -129,6 +129,8 @@ func FuzzDecode(f *testing.F) {
 	r.Aux = [][]byte{{1}, {2, 3}}
 	r.StateComplete = true
 	f.Add(tiertest.Encode(r))
+	r.Aux = [][]byte{bytes.Repeat([]byte("SPST"), 9)} // a hybrid's one checkpoint
+	f.Add(tiertest.Encode(r))
 	f.Add([]byte("SPKV"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rec, err := tier.Decode(b)
