@@ -195,6 +195,13 @@ func newInstance(o serveOptions) (*instance, error) {
 			lf.cfg.Arch, bytesize.Format(int64(st.StateBytes)), st.MinReusableTokens/o.blockSize, st.CheckpointBudget,
 			bytesize.Format(int64(st.CheckpointBudget)*int64(st.StateBytes)), st.MinReusableTokens)
 	}
+	if o.prefixCache && st.MinReusableTokens >= lf.cfg.ContextLength {
+		// Never a silent zero: no prompt fits before the first resume point.
+		o.logger.Warn("no prompt can reuse the cache: the reusable unit is not shorter than the context",
+			"min_reusable_tokens", st.MinReusableTokens, "context_length", lf.cfg.ContextLength)
+		fmt.Fprintf(o.progress, "stockpot: warning: prefixes are reusable in units of %d tokens, the context is %d: no prompt can hit the cache (lower --state-checkpoint-blocks or --block-size)\n",
+			st.MinReusableTokens, lf.cfg.ContextLength)
+	}
 
 	scfg := server.DefaultConfig()
 	scfg.Addr = o.addr
