@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -382,5 +383,38 @@ func TestHybridPinsCarryState(t *testing.T) {
 	got := hybridComplete(t, ts.URL, prompt)
 	if full := (got.prompt - 1) / B * B; got.cache.Disk != full || got.cache.Discarded != 0 || got.cache.StateBytes == 0 {
 		t.Errorf("after a crash: usage.cache %+v, want %d disk tokens resumed from a pinned checkpoint", got.cache, full)
+	}
+}
+
+// TestHybridModelCard: GET /v1/models says what a hybrid's reuse unit is, and warns when the
+// configuration leaves no prompt a hit (never a silent zero).
+func TestHybridModelCard(t *testing.T) {
+	for _, every := range []int{3, 600} {
+		_, ts := newTestInstance(t, func(o *serveOptions) { o.model = "synthetic:tiny-qwen35"; o.stateEvery = every })
+		resp, err := http.Get(ts.URL + "/v1/models")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var list struct {
+			Data []struct {
+				Stockpot struct {
+					MinReusableTokens int    `json:"min_reusable_tokens"`
+					StateBytes        int    `json:"state_bytes"`
+					Warning           string `json:"warning"`
+				}
+			}
+		}
+		err = json.NewDecoder(resp.Body).Decode(&list)
+		resp.Body.Close()
+		if err != nil || len(list.Data) != 1 {
+			t.Fatalf("models: %v %+v", err, list)
+		}
+		card := list.Data[0].Stockpot
+		if card.MinReusableTokens != 16*every || card.StateBytes == 0 || (card.Warning != "") != (16*every >= 8192) {
+			t.Errorf("every %d blocks: card %+v", every, card)
+		}
+		if got := scrape(t, ts.URL)["stockpot_prefix_cache_min_reusable_tokens"]; got != float64(16*every) {
+			t.Errorf("every %d blocks: gauge %v", every, got)
+		}
 	}
 }

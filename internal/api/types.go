@@ -277,6 +277,13 @@ type ModelExtras struct {
 	Fingerprint   string `json:"fingerprint"`
 	ContextLength int    `json:"context_length"`
 	BlockSize     int    `json:"block_size"`
+	// MinReusableTokens is the shortest prefix a later request can reuse: the block size, or
+	// for a hybrid model the state checkpoint granularity (block size x
+	// --state-checkpoint-blocks). StateBytes is a hybrid's recurrent state per sequence (the
+	// size of one checkpoint). Warning says when no prompt can hit the cache.
+	MinReusableTokens int    `json:"min_reusable_tokens,omitempty"`
+	StateBytes        int    `json:"state_bytes,omitempty"`
+	Warning           string `json:"warning,omitempty"`
 }
 
 // TokenizeResponse is the body of POST /tokenize.
