@@ -418,3 +418,48 @@ func TestHybridModelCard(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchHybridPrediction: `stockpot bench` against a hybrid served with a checkpoint every
+// 4 blocks predicts hits in the server's unit (min_reusable_tokens from /v1/models), so every
+// request's predicted reuse is what the server reported.
+func TestBenchHybridPrediction(t *testing.T) {
+	_, ts := newTestInstance(t, func(o *serveOptions) { o.model = "synthetic:tiny-qwen35"; o.stateEvery = 4 })
+	out := t.TempDir()
+	if err := cmdBench([]string{"--target", ts.URL, "--workload", "agent", "--sessions", "2", "--turns", "3", "--max-tokens", "4",
+		"--concurrency", "1", "--quiet", "--out", out}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Errors     int `json:"errors"`
+		PerRequest []struct {
+			Cached    *int `json:"cached_tokens"`
+			Predicted *int `json:"predicted_reusable_tokens"`
+		} `json:"per_request"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	hits := 0
+	for i, r := range rep.PerRequest {
+		if r.Cached == nil || r.Predicted == nil || *r.Cached != *r.Predicted || *r.Cached%64 != 0 {
+			t.Errorf("request %d: cached %v, predicted %v (want equal multiples of 64)", i, deref(r.Cached), deref(r.Predicted))
+		}
+		if r.Cached != nil && *r.Cached > 0 {
+			hits++
+		}
+	}
+	if rep.Errors != 0 || len(rep.PerRequest) != 6 || hits == 0 {
+		t.Errorf("%d errors, %d requests, %d hits", rep.Errors, len(rep.PerRequest), hits)
+	}
+}
+
+func deref(p *int) any {
+	if p == nil {
+		return nil
+	}
+	return *p
+}
