@@ -18,6 +18,7 @@ Usage:
   stockpot lint [--target URL | --model PATH] [--fail-under RATE] LOG.jsonl
                                               what in a request log breaks prefix caching
   stockpot demo [--headless] [--exit-after D]  watch the prefix cache work, live on the dashboard
+  stockpot soak [--requests N] [--seed S]    every fault at once, each answer checked against a cache-off oracle
   stockpot model synth --preset NAME --out FILE.gguf [--seed N] [--type T]
   stockpot model info FILE.gguf
   stockpot version
@@ -51,6 +52,8 @@ func run(args []string) error {
 		return cmdLint(args[1:])
 	case "demo":
 		return cmdDemo(args[1:])
+	case "soak":
+		return cmdSoak(args[1:])
 	case "model":
 		if len(args) < 2 {
 			return fmt.Errorf("model: want a subcommand: synth or info")

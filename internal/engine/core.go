@@ -184,6 +184,7 @@ func (c *Core) Ready() []Delivery {
 type coreStats struct {
 	dedupWaits    uint64
 	preemptions   uint64
+	decodeWaits   uint64        // decode steps skipped waiting for in-flight prefetches' reservations
 	pinsShed      uint64        // pinned blocks unpinned for a request that could not run otherwise
 	prefetchStall time.Duration // time admissions were held back waiting for prefetches
 	restored      kvtier.Counts // blocks restored, by tier
@@ -206,6 +207,7 @@ type CoreStats struct {
 	Running, Waiting int
 	DedupWaits       uint64        // admissions passed over for blocks another request computes
 	Preemptions      uint64        // sequences preempted to free memory for a decode
+	DecodeWaits      uint64        // decode steps a request skipped for blocks in-flight prefetches hold
 	PrefetchStall    time.Duration // time admissions were held back waiting for prefetches
 	Restored         [4]uint64     // blocks restored from the lower tiers, indexed by Tier
 	ReservedBlocks   int           // blocks reserved for prefetches now (Reserve), not yet used or released
@@ -235,7 +237,7 @@ type Evidence struct {
 func (c *Core) Stats() CoreStats {
 	return CoreStats{
 		Running: len(c.running), Waiting: len(c.waiting),
-		DedupWaits: c.stats.dedupWaits, Preemptions: c.stats.preemptions,
+		DedupWaits: c.stats.dedupWaits, Preemptions: c.stats.preemptions, DecodeWaits: c.stats.decodeWaits,
 		PrefetchStall: c.stats.prefetchStall, Restored: c.stats.restored,
 		ReservedBlocks: c.reservedBlocks, PinsShed: c.stats.pinsShed,
 		StateDiscarded: c.stats.stateDiscarded,
@@ -690,6 +692,13 @@ func (c *Core) Schedule(now time.Time) *Plan {
 			}
 			if err != nil {
 				if !c.preemptFor(s, now) {
+					if c.reservedBlocks > 0 {
+						// In-flight prefetches hold reservations reclaim could not free yet
+						// (it marked them to go back when their prefetch ends, as orphans
+						// do): s waits a step for them. It has not reached the pool's limit.
+						c.stats.decodeWaits++
+						continue
+					}
 					// s alone holds the whole pool and can never get another block: it has
 					// reached the longest generation this pool allows, as if it were the
 					// context length. Left running, it would wait forever.

@@ -566,7 +566,10 @@ func (e *Engine) run() {
 		e.deliver()
 		e.ckpts.recycle()
 		plan := e.core.Schedule(e.cfg.Now())
-		e.flushEvents()
+		// The events first: an evicted block's bytes must be copied out before a restore
+		// lands in its place. A block committed or pinned at admission from a restore is
+		// not in the arena yet: its events carry the restore's bytes (blockKV).
+		e.flushEvents(plan.Restores)
 		e.reportDiscards()
 		e.applyRestores(plan.Restores)
 		if len(plan.Items) == 0 {
@@ -628,17 +631,22 @@ func (e *Engine) run() {
 			e.cfg.OnStep(n, time.Since(t0))
 		}
 		e.core.Advance(plan, logits, e.cfg.Now())
-		e.flushEvents()
+		e.flushEvents(nil)
 		e.deliver()
 		e.publishStats()
 	}
 }
 
 // flushEvents hands the cache's queued block events, then the pin events, to their hooks.
-// A hybrid model's checkpoints go with their blocks: to the hook beside the K/V, then out of
-// the pool when the block leaves it.
-func (e *Engine) flushEvents() {
-	e.flushPinEvents()
+// restores are the copies into blocks still to be applied (this step's): a Stored, Reused or
+// PinCreated event of such a block carries the restore's bytes, which are what the block
+// holds from now on, never the arena's stale ones (a write-through or a tier pin would store
+// those under the block's hash, with a checksum that verifies). An Evicted event carries the
+// arena's bytes: the block's old contents, about to be overwritten. A hybrid model's
+// checkpoints go with their blocks: to the hook beside the K/V, then out of the pool when the
+// block leaves it.
+func (e *Engine) flushEvents(restores []Restore) {
+	e.flushPinEvents(restores)
 	if e.cfg.OnBlockEvents == nil && e.ckpts == nil {
 		return
 	}
@@ -650,9 +658,11 @@ func (e *Engine) flushEvents() {
 		e.eventKV, e.eventState, e.stateBuf = e.eventKV[:0], e.eventState[:0], e.stateBuf[:0]
 		for _, ev := range evs {
 			var kv, state []byte
-			if ev.Kind == prefix.Stored || ev.Kind == prefix.Evicted || ev.Kind == prefix.Reused {
-				kv = e.arena.BlockData(ev.Block)
-				state = e.encodeState(ev.Hash)
+			switch ev.Kind {
+			case prefix.Stored, prefix.Reused:
+				kv, state = e.blockKV(ev.Block, restores), e.encodeState(ev.Hash)
+			case prefix.Evicted:
+				kv, state = e.arena.BlockData(ev.Block), e.encodeState(ev.Hash)
 			}
 			e.eventKV = append(e.eventKV, kv)
 			e.eventState = append(e.eventState, state)
@@ -685,7 +695,17 @@ func (e *Engine) reportDiscards() {
 	e.discarded = n
 }
 
-func (e *Engine) flushPinEvents() {
+// blockKV is the K/V block b holds once restores are applied.
+func (e *Engine) blockKV(b kvcache.BlockID, restores []Restore) []byte {
+	for i := range restores {
+		if kvcache.BlockID(restores[i].Block) == b {
+			return restores[i].Data
+		}
+	}
+	return e.arena.BlockData(b)
+}
+
+func (e *Engine) flushPinEvents(restores []Restore) {
 	evs := e.core.PinEvents()
 	if len(evs) == 0 || e.cfg.OnPins == nil {
 		return
@@ -694,7 +714,7 @@ func (e *Engine) flushPinEvents() {
 	for i, ev := range evs {
 		var kv []byte
 		if ev.Kind == PinCreated {
-			kv = e.arena.BlockData(ev.Block)
+			kv = e.blockKV(ev.Block, restores)
 			evs[i].State = e.encodeState(ev.Hash)
 		}
 		e.pinKV = append(e.pinKV, kv)
@@ -721,7 +741,7 @@ func (e *Engine) Unpin(match func(PinInfo) bool) int {
 	var n int
 	e.do(func() {
 		n = e.core.Unpin(match)
-		e.flushEvents()
+		e.flushEvents(nil)
 		e.publishStats()
 	})
 	return n
@@ -738,7 +758,7 @@ func (e *Engine) SweepPins() int {
 	var n int
 	e.do(func() {
 		n = e.core.ExpirePins(e.cfg.Now())
-		e.flushEvents()
+		e.flushEvents(nil)
 		e.publishStats()
 	})
 	return n
@@ -768,7 +788,7 @@ func (e *Engine) add(s *stream) {
 		if ids := e.core.Reserve(id, have, limit-have); ids != nil {
 			// Reserving may have evicted cached blocks: their bytes go to the hook (the
 			// write-back copies them out) before the Restorer may overwrite them.
-			e.flushEvents()
+			e.flushEvents(nil)
 			dst := make([][]byte, len(ids))
 			for i, b := range ids {
 				dst[i] = e.arena.BlockData(b)

@@ -107,3 +107,61 @@ func TestUsageTierTokens(t *testing.T) {
 		}
 	}
 }
+
+// TestRestoredBlockEventsCarryRestoredBytes: a block restored from a tier (copied in before
+// the forward pass, not verified in place) is committed at admission, so its Stored event is
+// flushed before the copy lands. The event must carry the restored bytes, not the arena's old
+// ones: the remote tier's write-through and the tier pins store the event's bytes under the
+// block's hash, with a checksum that verifies, so stale bytes there are wrong answers on every
+// replica that restores them (found by `stockpot soak`).
+func TestRestoredBlockEventsCarryRestoredBytes(t *testing.T) {
+	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
+	a := newEngine(t, func(c *engine.Config) {
+		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
+			tier.mu.Lock()
+			defer tier.mu.Unlock()
+			for i, ev := range evs {
+				if ev.Kind == prefix.Stored {
+					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
+				}
+			}
+		}
+	})
+	req := engine.Request{Prompt: seqPrompt(91, 150), MaxTokens: 4}
+	cold := collect(t, a, req)
+	var mu sync.Mutex
+	stored := map[prefix.Hash][]byte{}
+	b := newEngine(t, func(c *engine.Config) {
+		c.Restorer = tier
+		c.Prefetch = engine.PrefetchWait
+		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
+			mu.Lock()
+			defer mu.Unlock()
+			for i, ev := range evs {
+				if ev.Kind == prefix.Stored {
+					stored[ev.Hash] = append([]byte(nil), kv[i]...)
+				}
+			}
+		}
+	})
+	warm := collect(t, b, req)
+	if warm.usage.DiskTokens == 0 || fmt.Sprint(warm.tokens) != fmt.Sprint(cold.tokens) {
+		t.Fatalf("restore: %d disk tokens, tokens %v, want > 0 and %v", warm.usage.DiskTokens, warm.tokens, cold.tokens)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	n := 0
+	for h, want := range tier.blocks {
+		got, ok := stored[h]
+		if !ok {
+			continue
+		}
+		n++
+		if string(got) != string(want) {
+			t.Errorf("block %s: its Stored event in the restoring engine carries other bytes than the ones restored into it", h.Short())
+		}
+	}
+	if n < warm.usage.DiskTokens/16 {
+		t.Errorf("%d restored blocks seen as Stored, want %d", n, warm.usage.DiskTokens/16)
+	}
+}

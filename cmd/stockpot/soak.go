@@ -1,0 +1,104 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"stockpot/internal/soak"
+)
+
+// cmdSoak: stockpot soak [--requests N] [--seed S] [--faults all|LIST] ...
+func cmdSoak(args []string) error {
+	fs := newFlagSet("soak")
+	requests := fs.Int("requests", 1000, "requests in the mixture")
+	seed := fs.Uint64("seed", 1, "seed of the mixture and the fault schedule (same seed, same run)")
+	workers := fs.Int("workers", 4, "concurrent clients")
+	replicas := fs.Int("replicas", 2, "replicas (each `stockpot serve` with its own pool, host and disk tiers)")
+	router := fs.Bool("router", true, "also send requests through `stockpot route` in front of the replicas")
+	policy := fs.String("policy", "kv-aware", "the router's --policy")
+	modelSpec := fs.String("model", "synthetic:tiny-qwen2", "model every server loads: a GGUF path or synthetic:PRESET")
+	kvMemory := fs.String("kv-memory", "2MiB", "each replica's working pool (small: preemption pressure)")
+	host := fs.String("host-cache", "8MiB", "each replica's host tier; 0 = off")
+	disk := fs.Bool("disk", true, "a disk tier per replica")
+	diskSize := fs.String("disk-cache-size", "64MiB", "each disk tier's budget")
+	diskMount := fs.String("disk-mount", "6m", "size of a tmpfs mounted for each disk tier (needs root; a full disk is injected only there); empty = none")
+	redis := fs.Bool("redis", true, "a shared Redis tier (redis-server from PATH), written through")
+	remoteWrite := fs.String("remote-write", "through", "the replicas' --remote-write: through, selective or back")
+	faults := fs.String("faults", "all", "faults to inject: all, none, or a list of "+strings.Join(soakFaultNames(), ","))
+	rounds := fs.Int("rounds", 0, "rounds of faults over the run (0: one per 400 requests)")
+	threads := fs.Int("threads", 1, "compute threads per server")
+	dir := fs.String("dir", "", "working directory for tiers and logs (default: a new temporary one)")
+	bin := fs.String("bin", "", "stockpot binary the fleet runs (default: this one)")
+	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: stockpot soak [flags]\n\n"+
+			"Starts a fleet (replicas with host, disk and Redis tiers, a router, and a cache-off oracle server), sends a\n"+
+			"seeded random mixture of requests (shared and unshared prompts, chats, streams, tool calls, cancels and\n"+
+			"disconnects) while injecting faults, and compares every completed greedy answer with the oracle's.\n"+
+			"Exits 1 unless nothing was wrong, nothing was lost and every budget and leak check held.")
+		fs.PrintDefaults()
+	}
+	if err := parseWithEnv(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 0 {
+		fs.Usage()
+		return fmt.Errorf("soak: unexpected arguments %q", fs.Args())
+	}
+	if *requests < 1 || *workers < 1 || *replicas < 1 {
+		return fmt.Errorf("soak: --requests, --workers and --replicas must be at least 1")
+	}
+	kinds, err := soak.ParseFaults(*faults)
+	if err != nil {
+		return fmt.Errorf("soak: --faults: %w", err)
+	}
+	if *bin == "" {
+		if *bin, err = os.Executable(); err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+	}
+	if *dir == "" {
+		if *dir, err = os.MkdirTemp("", "stockpot-soak-"); err != nil {
+			return err
+		}
+	}
+	*dir, _ = filepath.Abs(*dir)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(os.Stderr, "soak: %d requests, seed %d, %d replicas, router %v, faults %s; logs and tiers in %s\n", *requests, *seed, *replicas, *router, *faults, *dir)
+	rep, err := soak.Run(ctx, soak.Config{
+		Bin: *bin, Model: *modelSpec, Dir: *dir, Requests: *requests, Workers: *workers, Seed: *seed,
+		Replicas: *replicas, Router: *router, Policy: *policy,
+		KVMemory: *kvMemory, HostCache: *host, Disk: *disk, DiskSize: *diskSize, DiskMount: *diskMount, Redis: *redis, RemoteWrite: *remoteWrite, Threads: *threads,
+		Faults: kinds, Rounds: *rounds, Progress: os.Stderr,
+	})
+	if err != nil {
+		return fmt.Errorf("soak: %w", err)
+	}
+	fmt.Print(rep.String())
+	if *jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(*jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if !rep.OK() {
+		return fmt.Errorf("soak failed: %d wrong, %d lost, or a check failed (logs in %s)", rep.Wrong, rep.Lost, *dir)
+	}
+	return nil
+}
+
+func soakFaultNames() []string {
+	all, _ := soak.ParseFaults("all")
+	var names []string
+	for _, k := range all {
+		names = append(names, k.String())
+	}
+	return names
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"stockpot/internal/soak"
+)
+
+// TestSoak is a short seeded run of `stockpot soak`: two replicas with host, disk and Redis
+// tiers behind the router, every fault once, every completed greedy answer compared with the
+// cache-off oracle. Nothing may be wrong or lost, the tiers stay within their budgets, no
+// block stays referenced and the servers' goroutines come back down; the client side (this
+// process) leaks no goroutine either. `stockpot soak --requests 10000` is the long run.
+func TestSoak(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	bin := buildStockpot(t)
+	all, _ := soak.ParseFaults("all")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var progress strings.Builder
+	rep, err := soak.Run(ctx, soak.Config{
+		Bin: bin, Model: "synthetic:tiny-qwen2", Dir: t.TempDir(), Requests: 360, Workers: 6, Seed: 1,
+		Replicas: 2, Router: true, KVMemory: "768KiB", HostCache: "8MiB", Disk: true, DiskMount: "6m", Redis: true,
+		Faults: all, Rounds: 1, Progress: &progress,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s%s", progress.String(), rep)
+	if !rep.OK() {
+		t.Errorf("soak failed:\n%s", rep)
+	}
+	if rep.Judged < 200 {
+		t.Errorf("%d answers judged, want most of 360", rep.Judged)
+	}
+	for _, k := range all {
+		if k == soak.DiskFull && os.Geteuid() != 0 {
+			continue // a full disk needs a tmpfs of its own, which needs root
+		}
+		if rep.Faults[k.String()] == 0 {
+			t.Errorf("fault %s was not injected: %v", k, rep.FaultErrors)
+		}
+	}
+}

@@ -1,0 +1,33 @@
+// Package soak runs one seeded, randomized mixture of requests against a Stockpot fleet with
+// every fault injected at once, and judges every completed greedy answer against a cache-off
+// oracle server.
+//
+// Why: the separate fault tests (a corrupted tier file, a kill -9, a full disk, Redis going
+// away) each show one path recovering. Production meets them together, under load, while
+// other requests share the blocks being restored, evicted or rewritten. The claim "the cache
+// never changes an answer and never loses a request" only means something when it survives
+// all of them in one run, checked by something that does not share the cache: a server with
+// the prefix cache off, on the same weights. Greedy decoding is deterministic (a row's value
+// does not depend on batch mix, chunking or where its K/V came from), so any difference is a
+// defect, not noise.
+//
+// The parts:
+//   - mix.go (pure): the seeded mixture. Shared prompts (system prompts reused across
+//     requests, so the cache matters), unshared prompts, multi-turn chats, streams, tool calls
+//     with tool_choice forcing a call, client cancels and disconnects. Each op knows its
+//     oracle key: the request as the oracle sees it (never streamed).
+//   - faults.go (pure): the seeded fault schedule, spread through the run: kill -9 and
+//     restart of a replica, a graceful restart, corrupted disk tier files (while running and
+//     while down), a full disk, Redis stopped and started, a slow Redis, dropped event
+//     streams between router and replicas, a router restart.
+//   - judge.go (pure): outcomes to a report. wrong: a completed answer that differs from the
+//     oracle's. lost: a request that neither answered nor failed cleanly within the client's
+//     retry budget (a truncated stream or a malformed body is not clean). Budgets: the tiers
+//     never over their capacity, no block referenced after the drain, goroutines back to
+//     their baseline.
+//   - proxy.go, cluster.go, client.go, run.go (I/O at the edge): the processes (the real
+//     binary, redis-server), a TCP proxy that can slow Redis, an HTTP proxy per replica that
+//     can drop the router's event streams, the retrying client and the scraper.
+//
+// `stockpot soak` is the command; cmd/stockpot's TestSoak runs a short seeded run in CI.
+package soak

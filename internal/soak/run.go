@@ -1,0 +1,731 @@
+package soak
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config is one soak run.
+type Config struct {
+	Bin      string // the stockpot binary the fleet runs
+	Model    string // --model for every server
+	Dir      string // working directory: tiers, logs
+	Requests int
+	Workers  int // concurrent clients
+	Seed     uint64
+
+	Replicas int
+	Router   bool   // also send requests through `stockpot route` (kv-aware)
+	Policy   string // the router's --policy (default kv-aware)
+
+	KVMemory  string // each replica's --kv-memory (small: preemption pressure)
+	HostCache string // --host-cache ("0": off)
+	Disk      bool   // a disk tier per replica
+	DiskSize  string // --disk-cache-size
+	DiskMount string // size of the tmpfs each disk tier gets when it can be mounted ("" = none)
+	Redis     bool   // a shared Redis tier (redis-server from PATH)
+	// RemoteWrite is the replicas' --remote-write (default through: every computed block
+	// reaches Redis at once, the path most exposed to races).
+	RemoteWrite string
+	Threads     int
+	ExtraArgs   []string // more serve flags for the replicas
+
+	Faults []FaultKind
+	Rounds int // rounds of faults over the run
+
+	// Progress receives a line now and then (nil: none).
+	Progress io.Writer
+}
+
+func (c *Config) defaults() {
+	if c.Workers <= 0 {
+		c.Workers = 4
+	}
+	if c.Replicas <= 0 {
+		c.Replicas = 2
+	}
+	if c.Policy == "" {
+		c.Policy = "kv-aware"
+	}
+	if c.KVMemory == "" {
+		c.KVMemory = "2MiB"
+	}
+	if c.HostCache == "" {
+		c.HostCache = "8MiB"
+	}
+	if c.DiskSize == "" {
+		c.DiskSize = "64MiB"
+	}
+	if c.RemoteWrite == "" {
+		c.RemoteWrite = "through"
+	}
+	if c.Threads <= 0 {
+		c.Threads = 1
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = max(1, c.Requests/400)
+	}
+	if c.Progress == nil {
+		c.Progress = io.Discard
+	}
+}
+
+// fleet is the running processes and proxies of a run.
+type fleet struct {
+	cfg      *Config
+	replicas []*Proc
+	direct   []string // replica base URLs
+	events   []*EventsProxy
+	router   *Proc
+	oracle   *Proc
+	redis    *Proc
+	redisTCP *TCPProxy
+	disks    []string // each replica's disk tier directory
+	mounted  []bool   // whether it is a tmpfs of its own
+	junk     []string // files DiskFull wrote
+	mu       sync.Mutex
+}
+
+func (f *fleet) logFile(name string) string { return filepath.Join(f.cfg.Dir, name+".log") }
+
+func serveProc(f *fleet, name string, args ...string) (*Proc, error) {
+	addr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	return &Proc{Name: name, Path: f.cfg.Bin, Addr: addr, Health: "http://" + addr + "/health", LogTo: f.logFile(name),
+		Args: append([]string{"serve", "--addr", addr, "--model", f.cfg.Model, "--threads", strconv.Itoa(f.cfg.Threads), "--idle-timeout", "2s"}, args...)}, nil
+}
+
+func (f *fleet) start(ctx context.Context) error {
+	c := f.cfg
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return err
+	}
+	if c.Redis {
+		path, err := exec.LookPath("redis-server")
+		if err != nil {
+			return fmt.Errorf("redis-server not found: %w", err)
+		}
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		_, port, _ := strings.Cut(addr, ":")
+		rdir := filepath.Join(c.Dir, "redis")
+		os.MkdirAll(rdir, 0o755)
+		f.redis = &Proc{Name: "redis", Path: path, Addr: addr, LogTo: f.logFile("redis"),
+			Args: []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", rdir}}
+		if err := f.redis.Start(ctx); err != nil {
+			return err
+		}
+		if f.redisTCP, err = NewTCPProxy(addr); err != nil {
+			return err
+		}
+	}
+	var err error
+	if f.oracle, err = serveProc(f, "oracle", "--prefix-cache=false", "--prefix-dedup=false", "--kv-memory", "64MiB"); err != nil {
+		return err
+	}
+	if err := f.oracle.Start(ctx); err != nil {
+		return err
+	}
+	for i := range c.Replicas {
+		args := []string{"--kv-memory", c.KVMemory, "--host-cache", c.HostCache}
+		if c.Disk {
+			dir := filepath.Join(c.Dir, fmt.Sprintf("disk%d", i))
+			os.MkdirAll(dir, 0o755)
+			mounted := false
+			if c.DiskMount != "" && os.Geteuid() == 0 {
+				if err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+c.DiskMount, "tmpfs", dir).Run(); err == nil {
+					mounted = true
+				}
+			}
+			f.disks = append(f.disks, dir)
+			f.mounted = append(f.mounted, mounted)
+			args = append(args, "--disk-cache", dir, "--disk-cache-size", c.DiskSize)
+		}
+		if f.redisTCP != nil {
+			args = append(args, "--remote-cache", "redis://"+f.redisTCP.Addr()+"/0", "--remote-write", c.RemoteWrite)
+		}
+		args = append(args, c.ExtraArgs...)
+		p, err := serveProc(f, fmt.Sprintf("replica%d", i), args...)
+		if err != nil {
+			return err
+		}
+		if err := p.Start(ctx); err != nil {
+			return err
+		}
+		f.replicas = append(f.replicas, p)
+		f.direct = append(f.direct, "http://"+p.Addr)
+		if c.Router {
+			ep, err := NewEventsProxy("http://" + p.Addr)
+			if err != nil {
+				return err
+			}
+			f.events = append(f.events, ep)
+		}
+	}
+	if c.Router {
+		addr, err := freeAddr()
+		if err != nil {
+			return err
+		}
+		args := []string{"route", "--addr", addr, "--policy", c.Policy, "--health-interval", "200ms", "--idle-timeout", "2s"}
+		for _, ep := range f.events {
+			args = append(args, "--backend", ep.URL())
+		}
+		f.router = &Proc{Name: "router", Path: c.Bin, Addr: addr, Health: "http://" + addr + "/health", LogTo: f.logFile("router"), Args: args}
+		if err := f.router.Start(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fleet) stop() {
+	for _, p := range append([]*Proc{f.router, f.oracle}, f.replicas...) {
+		if p != nil {
+			p.Term()
+		}
+	}
+	for _, ep := range f.events {
+		ep.Close()
+	}
+	if f.redisTCP != nil {
+		f.redisTCP.Close()
+	}
+	if f.redis != nil {
+		f.redis.Kill9()
+	}
+	for i, m := range f.mounted {
+		if m {
+			exec.Command("umount", f.disks[i]).Run()
+		}
+	}
+}
+
+// corrupt damages up to n of the disk tier's block files in dir: a flipped byte in the middle
+// of each (the tier must find it by its checksum and recompute).
+func corrupt(dir string, n int, rng *rand.Rand) (int, error) {
+	var files []string
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && !strings.HasSuffix(p, ".pin") && !strings.HasPrefix(d.Name(), "junk") {
+			files = append(files, p)
+		}
+		return nil
+	})
+	rng.Shuffle(len(files), func(i, j int) { files[i], files[j] = files[j], files[i] })
+	done := 0
+	for _, p := range files[:min(n, len(files))] {
+		fh, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			continue
+		}
+		st, err := fh.Stat()
+		if err == nil && st.Size() > 0 {
+			off := st.Size() / 2
+			b := []byte{0}
+			if _, err := fh.ReadAt(b, off); err == nil {
+				b[0] ^= 0x5a
+				if _, err := fh.WriteAt(b, off); err == nil {
+					done++
+				}
+			}
+		}
+		fh.Close()
+	}
+	return done, nil
+}
+
+// inject carries out one fault (or starts a lasting one); end ends a lasting one.
+func (f *fleet) inject(ctx context.Context, ft Fault, rng *rand.Rand) error {
+	c := f.cfg
+	rep := func() (*Proc, error) {
+		if ft.Replica >= len(f.replicas) {
+			return nil, errors.New("no such replica")
+		}
+		return f.replicas[ft.Replica], nil
+	}
+	switch ft.Kind {
+	case Kill9, Restart, CorruptDown:
+		p, err := rep()
+		if err != nil {
+			return err
+		}
+		if ft.Kind == Restart {
+			err = p.Term()
+		} else {
+			err = p.Kill9()
+		}
+		if ft.Kind == CorruptDown && c.Disk {
+			if _, cerr := corrupt(f.disks[ft.Replica], 8, rng); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+		if serr := p.Start(ctx); serr != nil {
+			return errors.Join(err, serr)
+		}
+		return err
+	case CorruptDisk:
+		if !c.Disk {
+			return errors.New("no disk tier")
+		}
+		n, err := corrupt(f.disks[ft.Replica], 8, rng)
+		if err == nil && n == 0 {
+			return errors.New("no disk tier files yet")
+		}
+		return err
+	case DiskFull:
+		if !c.Disk {
+			return errors.New("no disk tier")
+		}
+		if !f.mounted[ft.Replica] {
+			return errors.New("the disk tier is not on a volume of its own (mounting a tmpfs needs root)")
+		}
+		junk := filepath.Join(f.disks[ft.Replica], fmt.Sprintf("junk-%d", ft.At))
+		fh, err := os.Create(junk)
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, 1<<20)
+		for {
+			if _, err := fh.Write(buf); err != nil {
+				break // ENOSPC: the volume is full
+			}
+		}
+		fh.Close()
+		f.mu.Lock()
+		f.junk = append(f.junk, junk)
+		f.mu.Unlock()
+		return nil
+	case RedisDown:
+		if f.redis == nil {
+			return errors.New("no Redis tier")
+		}
+		return f.redis.Kill9()
+	case RedisSlow:
+		if f.redisTCP == nil {
+			return errors.New("no Redis tier")
+		}
+		f.redisTCP.SetDelay(time.Duration(20+rng.IntN(200)) * time.Millisecond)
+		return nil
+	case DropEvents:
+		if len(f.events) == 0 {
+			return errors.New("no router")
+		}
+		for _, ep := range f.events {
+			ep.DropEvents()
+		}
+		return nil
+	case RouterKill9:
+		if f.router == nil {
+			return errors.New("no router")
+		}
+		err := f.router.Kill9()
+		return errors.Join(err, f.router.Start(ctx))
+	}
+	return fmt.Errorf("unknown fault %v", ft.Kind)
+}
+
+func (f *fleet) end(ctx context.Context, ft Fault) error {
+	switch ft.Kind {
+	case DiskFull:
+		f.mu.Lock()
+		junk := f.junk
+		f.junk = nil
+		f.mu.Unlock()
+		for _, j := range junk {
+			os.Remove(j)
+		}
+	case RedisDown:
+		if f.redis != nil && !f.redis.Running() {
+			return f.redis.Start(ctx)
+		}
+	case RedisSlow:
+		if f.redisTCP != nil {
+			f.redisTCP.SetDelay(0)
+		}
+	}
+	return nil
+}
+
+// metrics is one scrape: series (name with its labels, as printed) to value.
+type metrics map[string]float64
+
+var scrapeClient = &http.Client{Timeout: 5 * time.Second}
+
+func scrape(base string) (metrics, error) {
+	resp, err := scrapeClient.Get(base + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("/metrics: status %d", resp.StatusCode)
+	}
+	m := metrics{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			m[line[:i]] = v
+		}
+	}
+	return m, sc.Err()
+}
+
+// budgets watches the replicas' tier gauges through the run: the most each tier held
+// against its capacity.
+type budgets struct {
+	mu   sync.Mutex
+	max  map[string]float64 // "replica0 device" -> most bytes held
+	caps map[string]float64
+	rss  map[string]float64
+}
+
+var tierNames = []string{"device", "host", "disk"}
+
+func (b *budgets) sample(name string, m metrics) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, t := range tierNames {
+		held := m[`stockpot_kv_cache_usage_bytes{tier="`+t+`"}`]
+		if t == "device" {
+			held += m[`stockpot_kv_cache_cached_bytes{tier="device"}`]
+		}
+		capv, ok := m[`stockpot_kv_cache_capacity_bytes{tier="`+t+`"}`]
+		if !ok {
+			continue
+		}
+		k := name + " " + t
+		b.max[k] = max(b.max[k], held)
+		b.caps[k] = capv
+	}
+	b.rss[name] = max(b.rss[name], m["process_resident_memory_bytes"])
+}
+
+// Run starts the fleet, runs the mixture with its faults, checks the budgets and returns the
+// report. An error means the run itself could not be carried out (a process would not start).
+func Run(ctx context.Context, cfg Config) (Report, error) {
+	cfg.defaults()
+	f := &fleet{cfg: &cfg}
+	defer f.stop()
+	if err := f.start(ctx); err != nil {
+		return Report{}, err
+	}
+	judge := NewJudge()
+	var jmu sync.Mutex
+	client := &Client{HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Workers * 2}}, Budget: 60 * time.Second}
+	defer client.HTTP.CloseIdleConnections()
+	oracle := newOracle(&Client{HTTP: client.HTTP, Budget: 60 * time.Second}, "http://"+f.oracle.Addr)
+
+	// Baselines: goroutines of each server once up and idle.
+	base := map[string]float64{}
+	servers := func() map[string]string {
+		s := map[string]string{}
+		for i, p := range f.replicas {
+			s[p.Name] = f.direct[i]
+		}
+		if f.router != nil {
+			s["router"] = "http://" + f.router.Addr
+		}
+		return s
+	}
+	time.Sleep(500 * time.Millisecond)
+	for name, url := range servers() {
+		if m, err := scrape(url); err == nil {
+			base[name] = m["go_goroutines"]
+		}
+	}
+
+	bud := &budgets{max: map[string]float64{}, caps: map[string]float64{}, rss: map[string]float64{}}
+	stopScrape := make(chan struct{})
+	var scrapeWG sync.WaitGroup
+	scrapeWG.Add(1)
+	go func() {
+		defer scrapeWG.Done()
+		t := time.NewTicker(300 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stopScrape:
+				return
+			case <-t.C:
+			}
+			for i, p := range f.replicas {
+				if m, err := scrape(f.direct[i]); err == nil {
+					bud.sample(p.Name, m)
+				}
+			}
+		}
+	}()
+
+	// Faults run one at a time, in order, beside the traffic.
+	sched := Schedule(cfg.Seed, cfg.Requests, cfg.Replicas, cfg.Rounds, cfg.Faults)
+	type faultEv struct {
+		f   Fault
+		end bool
+	}
+	faultC := make(chan faultEv, len(sched)*2+1)
+	var faultWG sync.WaitGroup
+	faultWG.Add(1)
+	go func() {
+		defer faultWG.Done()
+		rng := rand.New(rand.NewPCG(cfg.Seed, 0xc0ffee))
+		for ev := range faultC {
+			var err error
+			if ev.end {
+				err = f.end(ctx, ev.f)
+				if err != nil {
+					jmu.Lock()
+					judge.Fault(ev.f, fmt.Errorf("ending it: %w", err))
+					jmu.Unlock()
+				}
+				continue
+			}
+			err = f.inject(ctx, ev.f, rng)
+			jmu.Lock()
+			judge.Fault(ev.f, err)
+			jmu.Unlock()
+			fmt.Fprintf(cfg.Progress, "soak: fault %s%s\n", ev.f, errSuffix(err))
+		}
+	}()
+	// Lasting faults end at their Until, in op order.
+	type ending struct {
+		at int
+		f  Fault
+	}
+	var endings []ending
+	for _, ft := range sched {
+		if ft.Kind.Lasting() {
+			endings = append(endings, ending{ft.Until, ft})
+		}
+	}
+
+	gen := NewGenerator(DefaultMix(cfg.Seed, cfg.Replicas, cfg.Router))
+	opC := make(chan *Op, cfg.Workers)
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for op := range opC {
+				url := "http://" + f.oracle.Addr // placeholder, replaced below
+				if op.Via < 0 {
+					url = "http://" + f.router.Addr
+				} else {
+					url = f.direct[op.Via]
+				}
+				out := client.Do(ctx, op, url)
+				want := ""
+				if out.Status == Answered && op.OracleBody != nil {
+					w, err := oracle.answer(ctx, op)
+					if err != nil {
+						out.Status, out.Errors = Lost, append(out.Errors, "oracle: "+err.Error())
+					}
+					want = w
+				}
+				if out.Status == Answered && op.OracleBody != nil && out.Answer != want {
+					// Keep what it takes to replay a wrong answer: the request, where it went, both answers.
+					b, _ := json.MarshalIndent(map[string]any{"op": op.ID, "kind": op.Kind.String(), "url": url + op.Path,
+						"body": json.RawMessage(op.Body), "got": out.Answer, "finish": out.Finish, "oracle": want}, "", "  ")
+					os.WriteFile(filepath.Join(cfg.Dir, fmt.Sprintf("wrong-%d.json", op.ID)), b, 0o644)
+				}
+				jmu.Lock()
+				judge.Record(out, want)
+				jmu.Unlock()
+				n := done.Add(1)
+				if step := max(int64(cfg.Requests)/20, 1); n%step == 0 {
+					jmu.Lock()
+					r := judge.Report()
+					jmu.Unlock()
+					fmt.Fprintf(cfg.Progress, "soak: %d/%d done, wrong %d, lost %d, %d retried, %.1f req/s\n",
+						n, cfg.Requests, r.Wrong, r.Lost, r.Retried, float64(n)/time.Since(start).Seconds())
+				}
+			}
+		}()
+	}
+	si, ei := 0, 0
+	for i := range cfg.Requests {
+		for si < len(sched) && sched[si].At <= i {
+			faultC <- faultEv{f: sched[si]}
+			si++
+		}
+		for ei < len(endings) && endings[ei].at <= i {
+			faultC <- faultEv{f: endings[ei].f, end: true}
+			ei++
+		}
+		select {
+		case opC <- gen.Next():
+		case <-ctx.Done():
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	close(opC)
+	wg.Wait()
+	for ; ei < len(endings); ei++ {
+		faultC <- faultEv{f: endings[ei].f, end: true}
+	}
+	close(faultC)
+	faultWG.Wait()
+	close(stopScrape)
+	scrapeWG.Wait()
+	elapsed := time.Since(start)
+
+	// After the drain: nothing referenced, nothing running, goroutines back down.
+	client.HTTP.CloseIdleConnections()
+	for name, url := range servers() {
+		checkDrained(judge, name, url, base[name], strings.HasPrefix(name, "replica"))
+	}
+	bud.mu.Lock()
+	for _, k := range sortedKeys(bud.max) {
+		judge.AddCheck(Check{Name: "budget " + k, OK: bud.max[k] <= bud.caps[k],
+			Detail: fmt.Sprintf("held at most %s of %s", mib(bud.max[k]), mib(bud.caps[k]))})
+	}
+	var rss []string
+	for _, k := range sortedKeys(bud.rss) {
+		rss = append(rss, fmt.Sprintf("%s %s", k, mib(bud.rss[k])))
+	}
+	bud.mu.Unlock()
+	r := judge.Report()
+	r.Notes = append(r.Notes, fmt.Sprintf("%d requests in %s (%.1f req/s), %d workers; most resident memory: %s",
+		r.Requests, elapsed.Round(time.Second), float64(r.Requests)/elapsed.Seconds(), cfg.Workers, strings.Join(rss, ", ")))
+	for i, m := range f.mounted {
+		if !m && cfg.Disk {
+			r.Notes = append(r.Notes, fmt.Sprintf("replica%d's disk tier is not on its own volume: disk_full is not injected there", i))
+		}
+	}
+	return r, nil
+}
+
+// checkDrained waits (up to 20 s) for a server to settle after the traffic and records the
+// leak checks: no request running, no block referenced, goroutines back to their baseline.
+func checkDrained(j *Judge, name, url string, baseline float64, replica bool) {
+	var m metrics
+	var err error
+	deadline := time.Now().Add(20 * time.Second)
+	const slack = 12 // idle keep-alive connections, the router's event streams, tickers
+	for {
+		m, err = scrape(url)
+		settled := err == nil && m["go_goroutines"] <= baseline+slack
+		if replica && err == nil {
+			settled = settled && m["stockpot_requests_running"] == 0 && m[`stockpot_kv_cache_usage_bytes{tier="device"}`] == 0
+		}
+		if settled || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if err != nil {
+		j.AddCheck(Check{Name: name + " reachable after the run", OK: false, Detail: err.Error()})
+		return
+	}
+	g := m["go_goroutines"]
+	j.AddCheck(Check{Name: name + " goroutines", OK: g <= baseline+slack, Detail: fmt.Sprintf("%.0f after the drain, %.0f at start (+%d allowed)", g, baseline, slack)})
+	if replica {
+		used := m[`stockpot_kv_cache_usage_bytes{tier="device"}`]
+		j.AddCheck(Check{Name: name + " leaked blocks", OK: used == 0 && m["stockpot_requests_running"] == 0,
+			Detail: fmt.Sprintf("%s referenced, %.0f running after the drain; %.0f preemptions, %.0f blocks discarded as damaged or late",
+				mib(used), m["stockpot_requests_running"], m["stockpot_engine_preemptions_total"], sumPrefix(m, "stockpot_kv_blocks_discarded_total"))})
+	}
+}
+
+func sumPrefix(m metrics, prefix string) float64 {
+	s := 0.0
+	for k, v := range m {
+		if strings.HasPrefix(k, prefix) {
+			s += v
+		}
+	}
+	return s
+}
+
+func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	return keys
+}
+
+func errSuffix(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (not injected: " + err.Error() + ")"
+}
+
+// oracle answers each distinct request once, from the cache-off server.
+type oracle struct {
+	c    *Client
+	url  string
+	mu   sync.Mutex
+	memo map[string]*oracleEntry
+}
+
+type oracleEntry struct {
+	done chan struct{}
+	text string
+	err  error
+}
+
+func newOracle(c *Client, url string) *oracle {
+	return &oracle{c: c, url: url, memo: map[string]*oracleEntry{}}
+}
+
+func (o *oracle) answer(ctx context.Context, op *Op) (string, error) {
+	k := op.Key()
+	o.mu.Lock()
+	e := o.memo[k]
+	if e == nil {
+		e = &oracleEntry{done: make(chan struct{})}
+		o.memo[k] = e
+		o.mu.Unlock()
+		q := *op
+		q.Body, q.Stream = op.OracleBody, false
+		out := o.c.Do(ctx, &q, o.url)
+		if out.Status != Answered {
+			e.err = fmt.Errorf("the oracle did not answer: %s", strings.Join(out.Errors, "; "))
+		}
+		e.text = out.Answer
+		close(e.done)
+	} else {
+		o.mu.Unlock()
+		<-e.done
+	}
+	return e.text, e.err
+}
