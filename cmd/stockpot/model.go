@@ -168,6 +168,11 @@ func cmdInfo(args []string) error {
 		fmt.Printf(": %d deltanet layers × (conv %d + delta rule %d floats)\n", c.DeltaLayers(), s.ConvStateFloats(), s.DeltaStateFloats())
 		fmt.Printf("deltanet:      conv kernel %d, state size %d, key heads %d, value heads %d; attention gated; rope sections %v\n",
 			s.ConvKernel, s.StateSize, s.KHeads, s.VHeads, c.RopeSections)
+		// What serve keeps per checkpoint, against the K/V of the block it ends (at the
+		// default block size): the cost of --state-checkpoint-blocks 1.
+		const bs = 16
+		fmt.Printf("checkpoints:   %d bytes each (format %s); one per block of %d tokens is %.2fx its f32 K/V (%d bytes)\n",
+			c.StateEncodedBytes(), c.StateFormat(), bs, float64(c.StateEncodedBytes())/float64(bs*c.KVBytesPerToken(4)), bs*c.KVBytesPerToken(4))
 	} else {
 		fmt.Println()
 	}

@@ -60,6 +60,7 @@ type serveOptions struct {
 	prefetch             engine.PrefetchPolicy
 	prefetchMaxWait      time.Duration // 0 = the engine's default
 	pinBudget            int64         // engine.Config.PinBudget: 0 = half the pool, < 0 = no pins
+	stateEvery           int           // engine.Config.StateCheckpointBlocks: 0 = the engine's default
 	logger               *slog.Logger
 	progress             io.Writer
 }
@@ -140,7 +141,8 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	reg := in.reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	desc := identity.Descriptor{Model: lf.fingerprint, Tokenizer: lf.tok.Digest(), KVType: o.kvType.String(), BlockSize: o.blockSize}
+	desc := identity.Descriptor{Model: lf.fingerprint, Tokenizer: lf.tok.Digest(), KVType: o.kvType.String(), BlockSize: o.blockSize,
+		StateFormat: lf.cfg.StateFormat()}
 	idDigest := desc.Digest()
 	ecfg := engine.DefaultConfig()
 	ecfg.BlockSize = o.blockSize
@@ -153,6 +155,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	ecfg.Prefetch = o.prefetch
 	ecfg.PrefetchMaxWait = o.prefetchMaxWait
 	ecfg.PinBudget = o.pinBudget
+	ecfg.StateCheckpointBlocks = o.stateEvery
 	ecfg.Identity = idDigest[:]
 	ecfg.EOG = lf.tok.EOGs()
 	ecfg.Logger = o.logger
@@ -163,7 +166,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	in.events.SetIdentity(hex.EncodeToString(idDigest[:]), o.blockSize)
 	var evBuf []kvevents.Event
-	ecfg.OnBlockEvents = func(evs []prefix.Event, _ [][]byte) {
+	ecfg.OnBlockEvents = func(evs []prefix.Event, _, _ [][]byte) {
 		evBuf = kvevents.FromPrefix(evBuf[:0], kvtier.Device, evs)
 		in.events.Publish(evBuf...)
 	}
@@ -171,13 +174,22 @@ func newInstance(o serveOptions) (*instance, error) {
 		tcfg := o.tiers
 		tcfg.Identity = idDigest
 		tcfg.Layout = kvcache.Layout{BlockSize: o.blockSize, Layers: lf.cfg.KVLayers(), KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: o.kvType}
-		tcfg.Events = in.events.Publish // host, disk and remote blocks on /v1/kv-events too
+		tcfg.StateBytes = lf.cfg.StateEncodedBytes() // a hybrid's checkpoints travel with their blocks
+		tcfg.Events = in.events.Publish              // host, disk and remote blocks on /v1/kv-events too
 		if in.tiers, err = offload.Open(tcfg, reg); err != nil {
 			return fail(err)
 		}
 		// The cost model's figures weigh the router's tiers.
 		in.events.SetCosts(in.tiers.Costs)
 		in.tiers.Hook(&ecfg) // restore, cost model feed, and write-back after the publisher
+	} else if lf.cfg.Hybrid() {
+		// No tiers, but the engine discards a hybrid's hits past its last checkpoint: they
+		// are counted in stockpot_kv_blocks_discarded_total{reason} all the same.
+		m, err := offload.NewMetrics(reg)
+		if err != nil {
+			return fail(err)
+		}
+		ecfg.OnDiscard = m.Discarded
 	}
 	if in.engine, err = engine.New(m, ecfg); err != nil {
 		return fail(err)
@@ -185,6 +197,18 @@ func newInstance(o serveOptions) (*instance, error) {
 	st := in.engine.Stats()
 	fmt.Fprintf(o.progress, "stockpot: KV pool %d blocks × %d tokens (%s, %s), prefix cache %v, %d threads\n",
 		st.KVBlocksTotal, o.blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), o.kvType, o.prefixCache, in.pool.Threads())
+	if st.StateBytes > 0 {
+		fmt.Fprintf(o.progress, "stockpot: hybrid %s: a state checkpoint (%s) every %d blocks, at most %d (%s); a prefix is reusable in units of %d tokens\n",
+			lf.cfg.Arch, bytesize.Format(int64(st.StateBytes)), st.MinReusableTokens/o.blockSize, st.CheckpointBudget,
+			bytesize.Format(int64(st.CheckpointBudget)*int64(st.StateBytes)), st.MinReusableTokens)
+	}
+	if o.prefixCache && st.MinReusableTokens >= lf.cfg.ContextLength {
+		// Never a silent zero: no prompt fits before the first resume point.
+		o.logger.Warn("no prompt can reuse the cache: the reusable unit is not shorter than the context",
+			"min_reusable_tokens", st.MinReusableTokens, "context_length", lf.cfg.ContextLength)
+		fmt.Fprintf(o.progress, "stockpot: warning: prefixes are reusable in units of %d tokens, the context is %d: no prompt can hit the cache (lower --state-checkpoint-blocks or --block-size)\n",
+			st.MinReusableTokens, lf.cfg.ContextLength)
+	}
 
 	scfg := server.DefaultConfig()
 	scfg.Addr = o.addr
@@ -272,6 +296,7 @@ func cmdServe(args []string) error {
 	prefetch := fs.String("prefetch", ed.Prefetch.String(), "queued requests vs their tier prefetch: wait, timeout or best-effort")
 	prefetchTimeout := fs.Duration("prefetch-timeout", ed.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
 	pinBudget := fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
+	stateEvery := fs.Int("state-checkpoint-blocks", ed.StateCheckpointBlocks, "hybrid models (qwen35): keep the recurrent state at the end of every N-th block; a cached prefix is reused only up to a checkpoint, so N blocks are the hit granularity, and each checkpoint's memory comes out of --kv-memory")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -338,6 +363,9 @@ func cmdServe(args []string) error {
 	if to.RemoteWrite, err = offload.ParseWritePolicy(*remoteWrite); err != nil {
 		return fmt.Errorf("--remote-write: %w", err)
 	}
+	if *stateEvery < 1 {
+		return fmt.Errorf("--state-checkpoint-blocks %d must be at least 1", *stateEvery)
+	}
 	if *maxOffload < 0 {
 		return fmt.Errorf("--max-offload-tokens %d must be >= 0", *maxOffload)
 	}
@@ -362,7 +390,7 @@ func cmdServe(args []string) error {
 		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey,
 		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, ttftFloor: *ttftFloor, logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
-		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins,
+		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins, stateEvery: *stateEvery,
 	}
 	inst, err := newInstance(opts)
 	if err != nil {

@@ -36,6 +36,9 @@ type CacheUsage struct {
 	RemoteTokens    int `json:"remote_tokens"`
 	ComputedTokens  int `json:"computed_tokens"`
 	DiscardedTokens int `json:"discarded_tokens"`
+	// StateBytes, for a hybrid model, is the size of the recurrent-state checkpoint the
+	// request resumed from (its reuse ends at that block end); absent when it reused nothing.
+	StateBytes int `json:"state_bytes,omitempty"`
 	// Miss is where and why the prompt left the longest cached chain, when the request set
 	// cache_report and the prompt missed (Stockpot extension).
 	Miss *miss.Report `json:"miss,omitempty"`
@@ -274,6 +277,13 @@ type ModelExtras struct {
 	Fingerprint   string `json:"fingerprint"`
 	ContextLength int    `json:"context_length"`
 	BlockSize     int    `json:"block_size"`
+	// MinReusableTokens is the shortest prefix a later request can reuse: the block size, or
+	// for a hybrid model the state checkpoint granularity (block size x
+	// --state-checkpoint-blocks). StateBytes is a hybrid's recurrent state per sequence (the
+	// size of one checkpoint). Warning says when no prompt can hit the cache.
+	MinReusableTokens int    `json:"min_reusable_tokens,omitempty"`
+	StateBytes        int    `json:"state_bytes,omitempty"`
+	Warning           string `json:"warning,omitempty"`
 }
 
 // TokenizeResponse is the body of POST /tokenize.

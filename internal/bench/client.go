@@ -17,7 +17,11 @@ type target struct {
 	base      string
 	apiKey    string
 	model     string
-	blockSize int  // from GET /v1/models (stockpot.block_size), else the configured or 16
+	blockSize int // from GET /v1/models (stockpot.block_size), else the configured or 16
+	// reuseUnit is the granularity of a hit, for the prediction: the target's
+	// stockpot.min_reusable_tokens (a hybrid model reuses prefixes only up to a state
+	// checkpoint, every few blocks), else blockSize.
+	reuseUnit int
 	stockpot  bool // the target is Stockpot: ask for return_token_ids
 	tokenize  bool // POST /tokenize works
 	http      *http.Client
@@ -45,6 +49,14 @@ func (t *target) do(ctx context.Context, method, path string, body any) (*http.R
 	return t.http.Do(req)
 }
 
+// unit is the granularity of a hit the prediction assumes (reuseUnit, else blockSize).
+func (t *target) unit() int {
+	if t.reuseUnit > 0 {
+		return t.reuseUnit
+	}
+	return t.blockSize
+}
+
 // probe reads GET /v1/models for the model name and Stockpot's block size, and checks whether
 // POST /tokenize answers. Neither is required: an OpenAI-compatible server without them still
 // gets benchmarked, with a coarser prediction.
@@ -55,7 +67,8 @@ func (t *target) probe(ctx context.Context, blockSize int) {
 			Data []struct {
 				ID       string `json:"id"`
 				Stockpot *struct {
-					BlockSize int `json:"block_size"`
+					BlockSize         int `json:"block_size"`
+					MinReusableTokens int `json:"min_reusable_tokens"`
 				} `json:"stockpot"`
 			} `json:"data"`
 		}
@@ -67,6 +80,9 @@ func (t *target) probe(ctx context.Context, blockSize int) {
 				t.stockpot = true
 				if blockSize == 0 && sp.BlockSize > 0 {
 					t.blockSize = sp.BlockSize
+					if sp.MinReusableTokens > sp.BlockSize && sp.MinReusableTokens%sp.BlockSize == 0 {
+						t.reuseUnit = sp.MinReusableTokens
+					}
 				}
 			}
 		}
@@ -74,6 +90,9 @@ func (t *target) probe(ctx context.Context, blockSize int) {
 	}
 	if t.blockSize == 0 {
 		t.blockSize = 16
+	}
+	if t.reuseUnit == 0 {
+		t.reuseUnit = t.blockSize
 	}
 	if t.model == "" {
 		t.model = "default"

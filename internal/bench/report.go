@@ -348,7 +348,7 @@ func predictSamples(samples []Sample, tgt *target, r *Report) []predicted {
 		r.PredictionBasis = "none: no token ids and no usage.prompt_tokens"
 		return nil
 	}
-	reuse := predictReuse(in, tgt.blockSize)
+	reuse := predictReuse(in, tgt.unit())
 	out := make([]predicted, len(samples))
 	for i := range samples {
 		out[i] = predicted{reuse[i], in[i].Tokens}

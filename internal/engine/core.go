@@ -6,6 +6,8 @@ import (
 
 	"stockpot/internal/kvcache"
 	"stockpot/internal/kvtier"
+	"stockpot/internal/miss"
+	"stockpot/internal/model"
 	"stockpot/internal/prefix"
 )
 
@@ -111,6 +113,17 @@ type PlanItem struct {
 	Pos        int
 	Blocks     []kvcache.BlockID // the sequence's block table (covers Pos+len(Tokens)-1)
 	WantLogits bool
+	// Checkpoints, for a hybrid model, are the block ends inside this step, in
+	// (Pos, Pos+len(Tokens)], where the recurrent state is to be kept (see state.go): the
+	// runner sets each State (at position (Block+1)·BlockSize), Forward fills it, and
+	// Advance keeps it with the block's commit.
+	Checkpoints []Checkpoint
+}
+
+// Checkpoint is the recurrent state at the end of a sequence's block Block.
+type Checkpoint struct {
+	Block int
+	State *model.State
 }
 
 // CoreConfig tunes the scheduler.
@@ -127,6 +140,13 @@ type CoreConfig struct {
 	PrefetchMaxWait time.Duration // for PrefetchTimeout
 
 	PinBudget int // the most blocks pins may hold (see pins.go); 0 = no pins
+
+	// CheckpointEvery, for a hybrid model (Core.states set), keeps the recurrent state at
+	// the end of every CheckpointEvery-th block of a chain (blocks b with (b+1) % N == 0):
+	// the granularity a prefix can be resumed at. 0 is 1.
+	CheckpointEvery int
+	// StateBytes is the size of one checkpoint (Usage.StateBytes of a request that resumes).
+	StateBytes int
 }
 
 // Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
@@ -142,6 +162,9 @@ type Core struct {
 
 	pendingRestores []Restore // set by admit, handed out by Schedule
 	pins            *pinTable
+	// states holds a hybrid model's block checkpoints (state.go); nil for other models.
+	// With it, a prefix is reused only up to the deepest block end it has a checkpoint of.
+	states stateIndex
 
 	// orphans holds the reservations of requests that ended while their prefetch was in
 	// flight, by request id: released when its result arrives (Prefetched), never before,
@@ -175,6 +198,7 @@ type coreStats struct {
 	discardedTokens     uint64
 	prefetchLate        uint64 // admissions that went ahead without their prefetch's answer
 	prefetchDropped     uint64 // prefetch answers that came after admission or after the request ended
+	stateDiscarded      uint64 // blocks matched or restored past the last checkpoint (incomplete_state)
 }
 
 // CoreStats is a snapshot of the scheduler's counters (all cumulative except Running and
@@ -188,7 +212,11 @@ type CoreStats struct {
 	Restored         [4]uint64     // blocks restored from the lower tiers, indexed by Tier
 	ReservedBlocks   int           // blocks reserved for prefetches now (Reserve), not yet used or released
 	PinsShed         uint64        // pinned blocks unpinned early for a request that could not run otherwise
-	Evidence         Evidence
+	// StateDiscarded counts blocks (device hits and restored ones) a hybrid model's
+	// requests found past their last complete state checkpoint: discarded as
+	// incomplete_state and recomputed.
+	StateDiscarded uint64
+	Evidence       Evidence
 }
 
 // Evidence is the engine's own accounting of the prompts it served: counted where each
@@ -212,6 +240,7 @@ func (c *Core) Stats() CoreStats {
 		DedupWaits: c.stats.dedupWaits, Preemptions: c.stats.preemptions, DecodeWaits: c.stats.decodeWaits,
 		PrefetchStall: c.stats.prefetchStall, Restored: c.stats.restored,
 		ReservedBlocks: c.reservedBlocks, PinsShed: c.stats.pinsShed,
+		StateDiscarded: c.stats.stateDiscarded,
 		Evidence: Evidence{
 			Finished: c.stats.finished, Cancelled: c.stats.cancelled, Hits: c.stats.hits,
 			PromptTokens: c.stats.promptTokens, SourceTokens: c.stats.sourceTokens,
@@ -401,6 +430,17 @@ func (c *Core) admit(now time.Time) {
 			}
 		}
 		restore := c.restorable(s, len(matched))
+		unresumable := 0 // blocks found past the last checkpoint (hybrid models)
+		if c.states != nil {
+			keep := c.resumable(hashes, len(matched), restore)
+			unresumable = len(matched) + len(restore) - keep
+			if keep < len(matched) {
+				c.cache.release(reverse(matched[keep:]))
+				matched, restore = matched[:keep], nil
+			} else {
+				restore = restore[:keep-len(matched)]
+			}
+		}
 		total := kvcache.BlocksForTokens(len(s.tokens), B)
 		rest, err := c.takeBlocks(s, len(matched), total)
 		if err != nil && c.reclaim(s) {
@@ -439,6 +479,17 @@ func (c *Core) admit(now time.Time) {
 			c.pins.adopt(c.cache, s, bi, now)
 		}
 		c.commitFull(s, false, now)
+		if c.states != nil {
+			// Restored checkpoints join the device's; the sequence resumes from the last.
+			for i, rb := range restore {
+				if rb.Checkpoint != nil {
+					c.states.put(s.hashes[len(matched)+i], rb.Checkpoint)
+				}
+			}
+			if n := len(matched) + len(restore); n > 0 {
+				c.states.resume(s.id, s.hashes[n-1])
+			}
+		}
 		if c.cfg.PrefixCache {
 			if len(s.hashes) > len(matched) {
 				c.cache.markPending(s.id, s.hashes[len(matched):])
@@ -456,17 +507,23 @@ func (c *Core) admit(now time.Time) {
 			s.usage.Miss = c.missEvidence(s, len(matched)+len(restore)) // miss.go
 			s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
 			s.usage.QueueMs = ms(now.Sub(s.enqueued))
+			if c.states != nil && len(matched)+len(restore) > 0 {
+				s.usage.StateBytes = c.cfg.StateBytes
+			}
+			// The K/V went on past the reuse (on the device, or in a tier: the Restorer cut
+			// it): the missing checkpoint is the miss.
+			stateMissed := unresumable > 0 || s.prefetched != nil && s.prefetched.Discarded[ReasonIncompleteState] > 0
+			if unresumable > 0 {
+				c.discard(s, ReasonIncompleteState, unresumable)
+				c.stats.stateDiscarded += uint64(unresumable)
+			}
+			if stateMissed && (unresumable > 0 || s.usage.Miss != nil) {
+				s.usage.Miss = &miss.Evidence{Cause: miss.IncompleteState, Block: len(matched) + len(restore),
+					Offset: (len(matched) + len(restore)) * B, Matched: (len(matched) + len(restore)) * B, BlockSize: B}
+			}
 			if s.prefetched != nil {
 				for reason, n := range s.prefetched.Discarded {
-					if n <= 0 {
-						continue
-					}
-					s.usage.DiscardedTokens += n * B
-					c.stats.discardedTokens += uint64(n * B)
-					if s.usage.DiscardedBy == nil {
-						s.usage.DiscardedBy = map[string]int{}
-					}
-					s.usage.DiscardedBy[reason] += n * B
+					c.discard(s, reason, n)
 				}
 			}
 			c.countAdmission(s, len(matched), restore)
@@ -476,6 +533,38 @@ func (c *Core) admit(now time.Time) {
 		c.running = append(c.running, s)
 	}
 	c.waiting = kept
+}
+
+// discard counts n blocks of s found in some tier but not used, for reason.
+func (c *Core) discard(s *seq, reason string, n int) {
+	if n <= 0 {
+		return
+	}
+	B := c.cfg.BlockSize
+	s.usage.DiscardedTokens += n * B
+	c.stats.discardedTokens += uint64(n * B)
+	if s.usage.DiscardedBy == nil {
+		s.usage.DiscardedBy = map[string]int{}
+	}
+	s.usage.DiscardedBy[reason] += n * B
+}
+
+// resumable is how many leading blocks of a hybrid model's reuse (matched device blocks, then
+// restored ones) it may keep: up to the deepest block whose end has a checkpoint of the
+// recurrent state (0 when none has). hashes are the prompt's block hashes.
+func (c *Core) resumable(hashes []prefix.Hash, matched int, restore []RestoredBlock) int {
+	for n := matched + len(restore); n > 0; n-- {
+		if n > matched {
+			if restore[n-matched-1].Checkpoint != nil {
+				return n
+			}
+			continue
+		}
+		if c.states.has(hashes[n-1]) {
+			return n
+		}
+	}
+	return 0
 }
 
 // countAdmission adds a request's first admission to the evidence counters: matched blocks
@@ -622,7 +711,8 @@ func (c *Core) Schedule(now time.Time) *Plan {
 			}
 			s.blocks = append(s.blocks, got...)
 		}
-		plan.Items = append(plan.Items, PlanItem{Seq: s.id, Tokens: s.tokens[pos : pos+1], Pos: pos, Blocks: s.blocks, WantLogits: true})
+		plan.Items = append(plan.Items, PlanItem{Seq: s.id, Tokens: s.tokens[pos : pos+1], Pos: pos, Blocks: s.blocks, WantLogits: true,
+			Checkpoints: c.checkpointsIn(s, pos, pos+1)})
 		budget--
 	}
 	// Prefill chunks, in admission order.
@@ -635,10 +725,29 @@ func (c *Core) Schedule(now time.Time) *Plan {
 		}
 		n := min(len(s.tokens)-s.computed, budget)
 		end := s.computed + n
-		plan.Items = append(plan.Items, PlanItem{Seq: s.id, Tokens: s.tokens[s.computed:end], Pos: s.computed, Blocks: s.blocks, WantLogits: end == len(s.tokens)})
+		plan.Items = append(plan.Items, PlanItem{Seq: s.id, Tokens: s.tokens[s.computed:end], Pos: s.computed, Blocks: s.blocks, WantLogits: end == len(s.tokens),
+			Checkpoints: c.checkpointsIn(s, s.computed, end)})
 		budget -= n
 	}
 	return plan
+}
+
+// checkpointsIn lists the block ends in (from, to] of s where a hybrid model keeps its
+// recurrent state: every CheckpointEvery-th block whose hash is known (it will be committed)
+// and whose checkpoint is not held already.
+func (c *Core) checkpointsIn(s *seq, from, to int) []Checkpoint {
+	if c.states == nil {
+		return nil
+	}
+	B, every := c.cfg.BlockSize, max(c.cfg.CheckpointEvery, 1)
+	var out []Checkpoint
+	for bi := from / B; (bi+1)*B <= to; bi++ {
+		if (bi+1)*B <= from || (bi+1)%every != 0 || bi >= len(s.hashes) || c.states.has(s.hashes[bi]) {
+			continue
+		}
+		out = append(out, Checkpoint{Block: bi})
+	}
+	return out
 }
 
 // preemptFor frees memory for s by preempting the most recently admitted other sequence
@@ -674,10 +783,12 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 	for i, it := range plan.Items {
 		s, ok := c.seqs[it.Seq]
 		if !ok || s.state != stateRunning {
+			c.retireCheckpoints(it.Checkpoints)
 			continue
 		}
 		s.computed = it.Pos + len(it.Tokens)
 		c.commitFull(s, true, now)
+		c.keepCheckpoints(s, it.Checkpoints)
 		if !it.WantLogits {
 			continue
 		}
@@ -717,6 +828,29 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 					s.hashes = append(s.hashes, prefix.Chain(parent, s.tokens[bi*B:(bi+1)*B], nil))
 				}
 			}
+		}
+	}
+}
+
+// keepCheckpoints keeps the checkpoints a step computed for s's blocks that are committed
+// (by hash: the state is the same whichever block holds the K/V); the others are retired.
+func (c *Core) keepCheckpoints(s *seq, cps []Checkpoint) {
+	for _, cp := range cps {
+		if cp.State == nil {
+			continue
+		}
+		if cp.Block < s.committed && cp.State.Pos == (cp.Block+1)*c.cfg.BlockSize {
+			c.states.put(s.hashes[cp.Block], cp.State)
+		} else {
+			c.states.retire(cp.State)
+		}
+	}
+}
+
+func (c *Core) retireCheckpoints(cps []Checkpoint) {
+	for _, cp := range cps {
+		if cp.State != nil {
+			c.states.retire(cp.State)
 		}
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/cockroachdb/datadriven"
 
 	"stockpot/internal/kvtier"
+	"stockpot/internal/miss"
+	"stockpot/internal/model"
 	"stockpot/internal/prefix"
 )
 
@@ -23,6 +25,11 @@ import (
 //
 //	new blocks=N [block-size=B] [batch=T] [running=R] [ctx=L] [eog=(…)] [prefix=false]
 //	    [dedup=false] [prefetch=wait|timeout|best-effort] [prefetch-timeout=D] [pin-budget=N]
+//	    [checkpoint=N [checkpoint-budget=K]]
+//	                                     checkpoint: a hybrid model, its recurrent state kept
+//	                                     at every N-th block end (a fake stateIndex of at most
+//	                                     K checkpoints); plans print their checkpoints (ckpt=),
+//	                                     admissions their resume point
 //	add id=I tokens=(…) [max=N] [stop=(…)] [ignore-eos] [salt=S] [allow=TOK done-after=K]
 //	    [pin=(TOKENS:TTL,…)] [strict] [max-offload=N]
 //	                                     (a done request prints its pins as
@@ -38,7 +45,11 @@ import (
 //	known tokens=(…) ttl=D expires=D     Core.AdoptPins of every full block of tokens
 //	prefetching id=I                     Core.Prefetching (a Restorer started for I)
 //	prefetched id=I first=F blocks=N [tier=host|disk|remote] [elapsed=D] [discarded=REASON:K]
-//	    [in-place]                       in-place: the blocks were verified into the reservation
+//	    [in-place] [state=(…)]           in-place: the blocks were verified into the reservation;
+//	                                     state: the prompt blocks among them that come with a
+//	                                     verified checkpoint
+//	states                               the checkpoints held (hybrid), by chain depth
+//	drop-state tokens=(…) block=K        forget the checkpoint of block K of tokens (hybrid)
 //	reserve id=I first=F n=N             Core.Reserve (an IntoRestorer started for I); prints
 //	                                     the reserved blocks
 //	reserved                             blocks reserved now (CoreStats.ReservedBlocks)
@@ -57,12 +68,41 @@ import (
 // plus one. After every command the script prints the outputs Ready returned and the block
 // counts, and checks the prefix cache's invariants.
 type coreScenario struct {
-	t     *testing.T
-	core  *Core
-	cache *prefix.Cache
-	now   time.Time
-	vocab int
-	out   strings.Builder
+	t      *testing.T
+	core   *Core
+	cache  *prefix.Cache
+	states *fakeStates // hybrid scripts only
+	now    time.Time
+	vocab  int
+	out    strings.Builder
+}
+
+// fakeStates is a stateIndex for core scripts: checkpoints by hash (their Pos is all a script
+// can see), FIFO within max, and the resumes the core asked for, for the script to print.
+type fakeStates struct {
+	by      map[prefix.Hash]*model.State
+	order   []prefix.Hash
+	max     int
+	resumes []string
+	retired int
+}
+
+func (f *fakeStates) has(h prefix.Hash) bool { _, ok := f.by[h]; return ok }
+func (f *fakeStates) put(h prefix.Hash, st *model.State) {
+	if _, ok := f.by[h]; ok {
+		f.retired++
+		return
+	}
+	f.by[h] = st
+	f.order = append(f.order, h)
+	for len(f.by) > f.max {
+		delete(f.by, f.order[0])
+		f.order = f.order[1:]
+	}
+}
+func (f *fakeStates) retire(*model.State) { f.retired++ }
+func (f *fakeStates) resume(seq uint64, h prefix.Hash) {
+	f.resumes = append(f.resumes, fmt.Sprintf("resume %d at %d", seq, f.by[h].Pos))
 }
 
 func (s *coreScenario) printf(format string, args ...any) { fmt.Fprintf(&s.out, format, args...) }
@@ -172,7 +212,13 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 		if err != nil {
 			t.Fatalf("%s: %v", d.Pos, err)
 		}
+		cfg.CheckpointEvery = argOr(t, d, "checkpoint", 0)
 		s.cache, s.core, s.now, s.vocab = pc, newCore(cfg, cacheAdapter{pc}), time.Unix(0, 0), 1000
+		s.states = nil
+		if cfg.CheckpointEvery > 0 {
+			s.states = &fakeStates{by: map[prefix.Hash]*model.State{}, max: argOr(t, d, "checkpoint-budget", 1<<20)}
+			s.core.states = s.states
+		}
 	case "add":
 		req := &Request{
 			Prompt: tokenList(t, d, "tokens"), MaxTokens: argOr(t, d, "max", 4),
@@ -225,6 +271,11 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			}
 			p.Blocks = append(p.Blocks, RestoredBlock{Tier: tier, Data: []byte{byte(p.First + i)}})
 		}
+		for _, b := range tokenList(t, d, "state") {
+			if i := int(b) - p.First; i >= 0 && i < len(p.Blocks) {
+				p.Blocks[i].Checkpoint = &model.State{Pos: (int(b) + 1) * s.core.cfg.BlockSize}
+			}
+		}
 		if d.HasArg("discarded") {
 			var v string
 			d.ScanArgs(t, "discarded", &v)
@@ -261,6 +312,19 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			}
 			s.printf("block %d depth %d tokens %v hits %d%s\n", ev.Block, ev.Depth, ev.Tokens, ev.Hits, no)
 		}
+	case "states":
+		var depths []int
+		s.cache.Live(func(ev prefix.Event) {
+			if s.states.has(ev.Hash) {
+				depths = append(depths, int(ev.Depth))
+			}
+		})
+		slices.Sort(depths)
+		s.printf("checkpoints at block depths %v (held %d, retired %d)\n", depths, len(s.states.by), s.states.retired)
+	case "drop-state":
+		hs := prefix.BlockHashes(prefix.Root(nil, ""), tokenList(t, d, "tokens"), s.core.cfg.BlockSize)
+		h := hs[argOr(t, d, "block", 0)]
+		delete(s.states.by, h)
 	case "cancel":
 		s.core.Cancel(s.id(d), s.now)
 	case "tick":
@@ -268,6 +332,18 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 	case "schedule", "step":
 		plan := s.core.Schedule(s.now)
 		s.printPlan(plan)
+		if s.states != nil {
+			for _, r := range s.states.resumes {
+				s.printf("%s\n", r)
+			}
+			s.states.resumes = nil
+			// The fake model fills every planned checkpoint (its position is all it holds).
+			for _, it := range plan.Items {
+				for j := range it.Checkpoints {
+					it.Checkpoints[j].State = &model.State{Pos: (it.Checkpoints[j].Block + 1) * s.core.cfg.BlockSize}
+				}
+			}
+		}
 		if d.Cmd == "step" {
 			s.core.Advance(plan, s.fakeForward(d, plan), s.now)
 		}
@@ -297,7 +373,15 @@ func (s *coreScenario) printPlan(plan *Plan) {
 		if it.WantLogits {
 			logits = " +logits"
 		}
-		s.printf("%s %d: pos %d tokens %d [%d..%d] blocks %v%s\n", kind, it.Seq, it.Pos, len(it.Tokens), it.Tokens[0], it.Tokens[len(it.Tokens)-1], it.Blocks, logits)
+		ckpt := ""
+		if len(it.Checkpoints) > 0 {
+			var bs []int
+			for _, cp := range it.Checkpoints {
+				bs = append(bs, cp.Block)
+			}
+			ckpt = fmt.Sprintf(" ckpt=%v", bs)
+		}
+		s.printf("%s %d: pos %d tokens %d [%d..%d] blocks %v%s%s\n", kind, it.Seq, it.Pos, len(it.Tokens), it.Tokens[0], it.Tokens[len(it.Tokens)-1], it.Blocks, logits, ckpt)
 	}
 }
 
@@ -355,6 +439,18 @@ func (s *coreScenario) printReady() {
 			s.printf("out %d: done %s prompt=%d completion=%d device=%d host=%d disk=%d remote=%d computed=%d discarded=%d queue=%vms\n",
 				dl.Seq, o.FinishReason, u.PromptTokens, u.CompletionTokens, u.DeviceTokens, u.HostTokens, u.DiskTokens,
 				u.RemoteTokens, u.ComputedTokens, u.DiscardedTokens, u.QueueMs)
+			if s.states != nil && (u.DiscardedTokens > 0 || u.Miss != nil && u.Miss.Cause == miss.IncompleteState) {
+				var reasons []string
+				for r, n := range u.DiscardedBy {
+					reasons = append(reasons, fmt.Sprintf("%s:%d", r, n))
+				}
+				slices.Sort(reasons)
+				cause := ""
+				if u.Miss != nil {
+					cause = string(u.Miss.Cause)
+				}
+				s.printf("out %d: discarded by %v, miss %s\n", dl.Seq, reasons, cause)
+			}
 			if len(u.Pins) > 0 {
 				s.printf("out %d: pins", dl.Seq)
 				for _, p := range u.Pins {

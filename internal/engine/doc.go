@@ -90,6 +90,23 @@
 // to decode, reclaims them (reclaim) before waiting or preempting. Where none can be made,
 // the prefetch returns bytes and admission copies them in (Plan.Restores), as before.
 //
+// # Hybrid models: state checkpoints (state.go)
+//
+// A hybrid model (qwen35: Gated DeltaNet beside attention) resumes a sequence only with its
+// recurrent state, so K/V blocks alone are not a reusable prefix. The scheduler plans a
+// checkpoint at the end of every Config.StateCheckpointBlocks-th block (PlanItem.Checkpoints,
+// in prefill chunks and decodes alike), Forward fills it, and the block's commit keeps it,
+// keyed by the block's chain hash (so it can never go stale, only be dropped). Admission
+// then cuts every reuse, device hits, restored blocks and dedup alike, at the deepest block
+// end it has a checkpoint of (Core.resumable), resumes the sequence's state from it, and
+// counts what was matched past it as discarded, reason incomplete_state (Usage.DiscardedBy,
+// a miss of that cause, Config.OnDiscard). Checkpoints leave with their blocks (the block
+// events), go down the tiers beside the K/V (OnBlockEvents' state, FlushCached, pin
+// events), and come back in RestoredBlock.State, decoded and checked on the runner before
+// the core sees them. Their memory is taken from Config.KVMemory (kvShare), one checkpoint
+// per N blocks, the oldest dropped past that. Outputs are bitwise those with the cache off,
+// in any chunking (state_test.go); testdata/core/hybrid.txt steps the rules.
+//
 // # Imports
 //
 // engine may import model, kernels, kvcache, prefix and miss (and the leaf packages below them).

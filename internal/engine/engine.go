@@ -30,10 +30,22 @@ type Config struct {
 	// removed, cleared) on the runner goroutine, after each scheduling step and before the
 	// forward pass writes into any reallocated block. kv[i] is the K/V of evs[i].Block for a
 	// Stored, Evicted or Reused event (nil for the others): an Evicted block's bytes are still intact
-	// during the call, the copy-out window of the write-back tiers. The slices, their token
-	// slices and the bytes are only valid during the call. It must be quick and must not call
-	// back into the engine.
-	OnBlockEvents func(evs []prefix.Event, kv [][]byte)
+	// during the call, the copy-out window of the write-back tiers. state[i], for a hybrid
+	// model, is the recurrent-state checkpoint at the end of that block
+	// (model.State.AppendBinary bytes), nil when the pool holds none for it. The slices,
+	// their token slices and the bytes are only valid during the call. It must be quick and
+	// must not call back into the engine.
+	OnBlockEvents func(evs []prefix.Event, kv, state [][]byte)
+	// StateCheckpointBlocks, for a hybrid model, keeps the recurrent state at the end of
+	// every N-th block of a prompt (`--state-checkpoint-blocks`; 0 = 1, every block): a
+	// cached prefix is reused only up to the deepest block end with a checkpoint, so N
+	// blocks are the reuse granularity, and 1/N of a checkpoint per block its memory (taken
+	// from KVMemory). Ignored for other models.
+	StateCheckpointBlocks int
+	// OnDiscard, when set, receives blocks the engine itself found but could not use, by
+	// reason (a hybrid model's hits past the last checkpoint: incomplete_state), on the
+	// runner goroutine (stockpot_kv_blocks_discarded_total; the Restorer counts its own).
+	OnDiscard func(reason string, blocks int)
 	// ReuseEvents adds a Reused block event (with kv) each time a request's admission reuses
 	// a block (offload's selective write-through; see prefix.Config.ReuseEvents).
 	ReuseEvents bool
@@ -79,7 +91,7 @@ const DefaultKVMemory = 1 << 30
 // DefaultConfig returns the defaults behind `stockpot serve`.
 func DefaultConfig() Config {
 	return Config{BlockSize: 16, KVType: kvcache.F32, MaxBatchTokens: 512, MaxRunning: 64, PrefixCache: true, Dedup: true,
-		Prefetch: PrefetchTimeout, PrefetchMaxWait: 500 * time.Millisecond}
+		Prefetch: PrefetchTimeout, PrefetchMaxWait: 500 * time.Millisecond, StateCheckpointBlocks: 1}
 }
 
 func (c Config) validate() (Config, error) {
@@ -101,6 +113,12 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.PrefetchMaxWait == 0 {
 		c.PrefetchMaxWait = d.PrefetchMaxWait
+	}
+	if c.StateCheckpointBlocks == 0 {
+		c.StateCheckpointBlocks = 1
+	}
+	if c.StateCheckpointBlocks < 0 || c.StateCheckpointBlocks > 1<<20 {
+		return c, fmt.Errorf("engine: state checkpoint every %d blocks out of range [1, %d]", c.StateCheckpointBlocks, 1<<20)
 	}
 	if c.PinSweep <= 0 {
 		c.PinSweep = time.Second
@@ -144,7 +162,11 @@ type Engine struct {
 	eventKV [][]byte // flushEvents' kv argument, reused; runner goroutine only
 	pinKV   [][]byte // flushEvents' kv argument of OnPins, reused; runner goroutine only
 
-	states *seqStates // recurrent states of a hybrid model's sequences (state.go); runner only
+	states     *seqStates   // recurrent states of a hybrid model's sequences (state.go); runner only
+	ckpts      *checkpoints // a hybrid model's block checkpoints (state.go); runner only
+	eventState [][]byte     // flushEvents' state argument, reused; runner goroutine only
+	stateBuf   []byte       // the encoded checkpoints of one flushEvents; runner goroutine only
+	discarded  uint64       // Core.Stats().StateDiscarded already reported to OnDiscard
 }
 
 // stream carries one request's outputs from the runner to its caller without ever blocking the
@@ -170,14 +192,24 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	mc := m.Config()
-	cfg = hybridConfig(mc, cfg)
 	layout := kvcache.Layout{BlockSize: cfg.BlockSize, Layers: mc.KVLayers(), KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, DType: cfg.KVType}
 	minBlocks := kvcache.BlocksForTokens(mc.ContextLength, cfg.BlockSize)
-	arena, err := kvcache.NewArenaForBudget(layout, cfg.KVMemory, min(minBlocks, 64))
+	kvBudget := cfg.KVMemory
+	if mc.Hybrid() {
+		kvBudget = kvShare(cfg.KVMemory, layout.BlockBytes(), int64(mc.StateBytes()), cfg.StateCheckpointBlocks)
+	}
+	arena, err := kvcache.NewArenaForBudget(layout, kvBudget, min(minBlocks, 64))
 	if err != nil {
+		if mc.Hybrid() {
+			return nil, fmt.Errorf("engine: %d bytes of pool leave %d for K/V beside a recurrent-state checkpoint (%d bytes) every %d blocks: %w",
+				cfg.KVMemory, kvBudget, mc.StateBytes(), cfg.StateCheckpointBlocks, err)
+		}
 		return nil, err
 	}
-	pc, err := prefix.New(prefix.Config{NumBlocks: arena.NumBlocks(), BlockSize: cfg.BlockSize, MinHitsToProtect: 1, DisableEvents: cfg.OnBlockEvents == nil, ReuseEvents: cfg.ReuseEvents})
+	// A hybrid model drains the block events even without a hook: its checkpoints leave
+	// with their blocks.
+	pc, err := prefix.New(prefix.Config{NumBlocks: arena.NumBlocks(), BlockSize: cfg.BlockSize, MinHitsToProtect: 1,
+		DisableEvents: cfg.OnBlockEvents == nil && !mc.Hybrid(), ReuseEvents: cfg.ReuseEvents})
 	if err != nil {
 		return nil, err
 	}
@@ -188,9 +220,11 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	case cfg.PinBudget > 0:
 		pinBlocks = int(min(cfg.PinBudget/layout.BlockBytes(), int64(arena.NumBlocks())))
 	}
+	states := newSeqStates(m)
 	e := &Engine{
-		cfg: cfg, model: m, arena: arena, cache: pc, states: newSeqStates(m),
-		in: make(chan *stream, 1024), cancel: make(chan uint64, 1024), ctrl: make(chan func()), fetched: make(chan prefetchMsg, 1024),
+		cfg: cfg, model: m, arena: arena, cache: pc, states: states,
+		ckpts: newCheckpoints(m, states, checkpointBudget(arena.NumBlocks(), cfg.StateCheckpointBlocks)),
+		in:    make(chan *stream, 1024), cancel: make(chan uint64, 1024), ctrl: make(chan func()), fetched: make(chan prefetchMsg, 1024),
 		quit: make(chan struct{}), done: make(chan struct{}),
 		streams: map[uint64]*stream{},
 	}
@@ -199,12 +233,22 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxRunning: cfg.MaxRunning,
 		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup, EOG: cfg.EOG,
 		Prefetch: cfg.Prefetch, PrefetchMaxWait: cfg.PrefetchMaxWait,
-		PinBudget: pinBlocks,
+		PinBudget: pinBlocks, CheckpointEvery: cfg.StateCheckpointBlocks, StateBytes: mc.StateBytes(),
 	}, cacheAdapter{pc})
+	if e.ckpts != nil {
+		e.core.states = e.ckpts
+	}
 	e.core.AdoptPins(cfg.KnownPins)
 	e.publishStats()
 	go e.run()
 	return e, nil
+}
+
+// kvShare is the part of a hybrid model's pool budget that goes to K/V blocks: the rest holds
+// one checkpoint of stateBytes per every blocks of blockBytes.
+func kvShare(budget, blockBytes, stateBytes int64, every int) int64 {
+	per := blockBytes*int64(every) + stateBytes // every blocks and their checkpoint
+	return int64(float64(budget) * float64(blockBytes*int64(every)) / float64(per))
 }
 
 // ModelConfig returns the served model's hyper-parameters.
@@ -354,7 +398,14 @@ func (e *Engine) publishStats() {
 		PrefetchStall:  cs.PrefetchStall,
 		RestoredBlocks: cs.Restored,
 		PinnedBlocks:   e.core.PinnedBlocks(), PinBudgetBlocks: e.core.cfg.PinBudget, PinsShed: cs.PinsShed,
-		Evidence: cs.Evidence,
+		Evidence:          cs.Evidence,
+		MinReusableTokens: e.cfg.BlockSize,
+	}
+	if e.ckpts != nil {
+		st.MinReusableTokens = e.cfg.BlockSize * e.cfg.StateCheckpointBlocks
+		st.StateBytes = e.model.Config().StateBytes()
+		st.Checkpoints, st.CheckpointBudget, st.CheckpointsDropped = len(e.ckpts.byHash), e.ckpts.max, e.ckpts.dropped
+		st.StateDiscardedBlocks = cs.StateDiscarded
 	}
 	e.stats.Store(&st)
 }
@@ -393,12 +444,32 @@ func (e *Engine) CheckInvariants() error {
 }
 
 // FlushCached calls fn, on the runner goroutine, with every block the working pool indexes, as
-// Stored events, and the block's K/V (valid during the call). Serve calls
-// it at shutdown so the write-back tiers keep what was never evicted.
-func (e *Engine) FlushCached(fn func(ev prefix.Event, kv []byte)) {
+// Stored events, the block's K/V and, for a hybrid model, its state checkpoint (nil when it
+// has none; both valid during the call). Serve calls it at shutdown so the write-back tiers
+// keep what was never evicted.
+func (e *Engine) FlushCached(fn func(ev prefix.Event, kv, state []byte)) {
 	e.do(func() {
-		e.cache.Live(func(ev prefix.Event) { fn(ev, e.arena.BlockData(ev.Block)) })
+		e.cache.Live(func(ev prefix.Event) {
+			e.stateBuf = e.stateBuf[:0]
+			fn(ev, e.arena.BlockData(ev.Block), e.encodeState(ev.Hash))
+		})
 	})
+}
+
+// encodeState appends block h's checkpoint to e.stateBuf and returns those bytes (nil when
+// the pool holds none). Earlier returns stay valid (a reallocation leaves them on the old
+// array).
+func (e *Engine) encodeState(h prefix.Hash) []byte {
+	if e.ckpts == nil {
+		return nil
+	}
+	st := e.ckpts.get(h)
+	if st == nil {
+		return nil
+	}
+	start := len(e.stateBuf)
+	e.stateBuf, _ = st.AppendBinary(e.stateBuf)
+	return e.stateBuf[start:len(e.stateBuf):len(e.stateBuf)]
 }
 
 // Pause stops the runner between steps until the returned resume func is called. Requests
@@ -493,11 +564,13 @@ func (e *Engine) run() {
 			}
 		}
 		e.deliver()
+		e.ckpts.recycle()
 		plan := e.core.Schedule(e.cfg.Now())
 		// The events first: an evicted block's bytes must be copied out before a restore
 		// lands in its place. A block committed or pinned at admission from a restore is
 		// not in the arena yet: its events carry the restore's bytes (blockKV).
 		e.flushEvents(plan.Restores)
+		e.reportDiscards()
 		e.applyRestores(plan.Restores)
 		if len(plan.Items) == 0 {
 			e.publishStats()
@@ -523,6 +596,12 @@ func (e *Engine) run() {
 			tables[i] = t
 			kv := &kernels.PagedKV{F32: e.arena.F32(), F16: e.arena.F16(), Q8: e.arena.Q8(), BlockSize: e.cfg.BlockSize, Layers: mc.KVLayers(), KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, Table: t}
 			sq := model.Sequence{Tokens: it.Tokens, Pos: it.Pos, KV: kv, State: e.states.get(it)}
+			for j := range it.Checkpoints {
+				st := e.ckpts.alloc()
+				st.Pos = (it.Checkpoints[j].Block + 1) * e.cfg.BlockSize
+				it.Checkpoints[j].State = st
+				sq.Checkpoints = append(sq.Checkpoints, st)
+			}
 			if it.WantLogits {
 				if nl == len(logitBufs) {
 					logitBufs = append(logitBufs, make([]float32, mc.Vocab))
@@ -536,6 +615,13 @@ func (e *Engine) run() {
 		t0 := time.Now()
 		if err := e.model.Forward(seqs); err != nil {
 			e.cfg.Logger.Error("forward", "err", err)
+			// Whatever the checkpoints hold now is not the state at their block ends.
+			for _, it := range plan.Items {
+				for j := range it.Checkpoints {
+					e.ckpts.retire(it.Checkpoints[j].State)
+					it.Checkpoints[j].State = nil
+				}
+			}
 		}
 		if e.cfg.OnStep != nil {
 			n := 0
@@ -556,29 +642,57 @@ func (e *Engine) run() {
 // PinCreated event of such a block carries the restore's bytes, which are what the block
 // holds from now on, never the arena's stale ones (a write-through or a tier pin would store
 // those under the block's hash, with a checksum that verifies). An Evicted event carries the
-// arena's bytes: the block's old contents, about to be overwritten.
+// arena's bytes: the block's old contents, about to be overwritten. A hybrid model's
+// checkpoints go with their blocks: to the hook beside the K/V, then out of the pool when the
+// block leaves it.
 func (e *Engine) flushEvents(restores []Restore) {
 	e.flushPinEvents(restores)
-	if e.cfg.OnBlockEvents == nil {
+	if e.cfg.OnBlockEvents == nil && e.ckpts == nil {
 		return
 	}
 	evs := e.cache.Events()
 	if len(evs) == 0 {
 		return
 	}
-	e.eventKV = e.eventKV[:0]
-	for _, ev := range evs {
-		var kv []byte
-		switch ev.Kind {
-		case prefix.Stored, prefix.Reused:
-			kv = e.blockKV(ev.Block, restores)
-		case prefix.Evicted:
-			kv = e.arena.BlockData(ev.Block)
+	if e.cfg.OnBlockEvents != nil {
+		e.eventKV, e.eventState, e.stateBuf = e.eventKV[:0], e.eventState[:0], e.stateBuf[:0]
+		for _, ev := range evs {
+			var kv, state []byte
+			switch ev.Kind {
+			case prefix.Stored, prefix.Reused:
+				kv, state = e.blockKV(ev.Block, restores), e.encodeState(ev.Hash)
+			case prefix.Evicted:
+				kv, state = e.arena.BlockData(ev.Block), e.encodeState(ev.Hash)
+			}
+			e.eventKV = append(e.eventKV, kv)
+			e.eventState = append(e.eventState, state)
 		}
-		e.eventKV = append(e.eventKV, kv)
+		e.cfg.OnBlockEvents(evs, e.eventKV, e.eventState)
+		clear(e.eventKV) // hold no views of the arena between steps
+		clear(e.eventState)
 	}
-	e.cfg.OnBlockEvents(evs, e.eventKV)
-	clear(e.eventKV) // hold no views of the arena between steps
+	if e.ckpts != nil {
+		for _, ev := range evs {
+			switch ev.Kind {
+			case prefix.Evicted, prefix.Removed:
+				e.ckpts.drop(ev.Hash)
+			case prefix.Cleared:
+				e.ckpts.dropAll()
+			}
+		}
+	}
+}
+
+// reportDiscards hands OnDiscard the blocks the core discarded since the last call.
+func (e *Engine) reportDiscards() {
+	if e.ckpts == nil {
+		return
+	}
+	n := e.core.Stats().StateDiscarded
+	if n > e.discarded && e.cfg.OnDiscard != nil {
+		e.cfg.OnDiscard(ReasonIncompleteState, int(n-e.discarded))
+	}
+	e.discarded = n
 }
 
 // blockKV is the K/V block b holds once restores are applied.
@@ -596,11 +710,12 @@ func (e *Engine) flushPinEvents(restores []Restore) {
 	if len(evs) == 0 || e.cfg.OnPins == nil {
 		return
 	}
-	e.pinKV = e.pinKV[:0]
-	for _, ev := range evs {
+	e.pinKV, e.stateBuf = e.pinKV[:0], e.stateBuf[:0]
+	for i, ev := range evs {
 		var kv []byte
 		if ev.Kind == PinCreated {
 			kv = e.blockKV(ev.Block, restores)
+			evs[i].State = e.encodeState(ev.Hash)
 		}
 		e.pinKV = append(e.pinKV, kv)
 	}
@@ -707,8 +822,22 @@ func (e *Engine) sendFetched(m prefetchMsg) {
 	}()
 }
 
-// prefetched hands a prefetch result to the core and reports any stall it ended.
+// prefetched hands a prefetch result to the core and reports any stall it ended. A hybrid
+// model's restored checkpoints are decoded and checked here first (DecodeState: the format,
+// finite values; and the position must be the block's end): a block whose checkpoint fails
+// is kept as K/V without one, and the core's reuse rule ends the prefix before it.
 func (e *Engine) prefetched(m prefetchMsg) {
+	if e.ckpts != nil {
+		for i := range m.p.Blocks {
+			rb := &m.p.Blocks[i]
+			if rb.State != nil {
+				if st, err := e.model.DecodeState(rb.State); err == nil && st.Pos == (m.p.First+i+1)*e.cfg.BlockSize {
+					rb.Checkpoint = st
+				}
+			}
+			rb.State = nil // the tier's bytes are not kept
+		}
+	}
 	before := e.core.Stats().PrefetchStall
 	e.core.Prefetched(m.id, m.p, e.cfg.Now())
 	if d := e.core.Stats().PrefetchStall - before; d > 0 && e.cfg.OnRestoreStall != nil {

@@ -41,7 +41,7 @@ func TestEvidenceAgreesWithUsage(t *testing.T) {
 	e := newEngine(t, func(c *engine.Config) {
 		c.Restorer, c.Prefetch = tier, engine.PrefetchWait
 		c.MaxBatchTokens = 32 // many steps per prompt: there is time to abandon one mid-prefill
-		c.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
+		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
 			mu.Lock()
 			defer mu.Unlock()
 			for i, ev := range evs {

@@ -67,6 +67,10 @@ type PinEvent struct {
 	Block              kvcache.BlockID
 	TTL                time.Duration
 	Expires            time.Time
+	// State, for a PinCreated event of a hybrid model, is the block's recurrent-state
+	// checkpoint (as OnBlockEvents' state), nil when the pool holds none; valid during the
+	// call only.
+	State []byte
 }
 
 // PinInfo describes one pinned block (Engine.Pins, for the cache admin API).

@@ -99,6 +99,9 @@ type Usage struct {
 	// DiscardedBy splits DiscardedTokens by reason (tier.Reason*: checksum, identity,
 	// incomplete_state, slower_than_recompute); nil when nothing was discarded.
 	DiscardedBy map[string]int
+	// StateBytes, for a hybrid model, is the size of the recurrent-state checkpoint the
+	// request resumed from at its first admission (0 when it reused nothing).
+	StateBytes int
 	// Pins reports each of Request.Pins (nil when none was asked).
 	Pins []PinResult
 
@@ -211,6 +214,18 @@ type Stats struct {
 	PinBudgetBlocks  int           // the most blocks pins may hold (Config.PinBudget)
 	PinsShed         uint64        // pinned blocks unpinned early for a request that could not run otherwise
 	Evidence         Evidence      // the engine's own accounting (see Evidence)
+	// MinReusableTokens is the shortest prefix a later request can reuse: the block size,
+	// or for a hybrid model the state checkpoint granularity (block size ×
+	// StateCheckpointBlocks). A prompt that is not longer gets no hit.
+	MinReusableTokens int
+	// For a hybrid model: the bytes of one recurrent-state checkpoint (a sequence's state),
+	// the checkpoints the working pool holds, the most it keeps, those dropped for that
+	// budget, and the blocks requests found past their last checkpoint (incomplete_state).
+	StateBytes           int
+	Checkpoints          int
+	CheckpointBudget     int
+	CheckpointsDropped   uint64
+	StateDiscardedBlocks uint64
 }
 
 // Errors callers branch on.

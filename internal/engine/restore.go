@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvtier"
+	"stockpot/internal/model"
 	"stockpot/internal/prefix"
 )
 
@@ -46,7 +47,21 @@ type RestoredBlock struct {
 	Data []byte      // the K/V to copy in; nil when InPlace
 	// InPlace: the K/V is already in the block reserved for this prompt block (PrefetchInto).
 	InPlace bool
+	// State, for a hybrid model, is the block's recurrent-state checkpoint as the tier holds
+	// it (model.State.AppendBinary bytes; nil when the record has none). The runner decodes
+	// and checks it when the result arrives (Checkpoint); the Restorer may alias its read
+	// buffers here, read only.
+	State []byte
+	// Checkpoint is State decoded and verified (its position is this block's end), set by
+	// the runner; nil when the block has no usable checkpoint. A hybrid prefix is restored
+	// only up to the last block that has one.
+	Checkpoint *model.State
 }
+
+// ReasonIncompleteState is the discard reason of blocks found past a hybrid prefix's last
+// complete state checkpoint (the tiers' tier.ReasonIncompleteState, the label value of
+// stockpot_kv_blocks_discarded_total{reason}).
+const ReasonIncompleteState = "incomplete_state"
 
 // PrefetchPolicy says how admission treats a request whose prefetch has not finished.
 type PrefetchPolicy uint8

@@ -44,7 +44,7 @@ func (m *mapTier) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int3
 func TestRestoreFromTier(t *testing.T) {
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
 	a := newEngine(t, func(c *engine.Config) {
-		c.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
+		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
 			tier.mu.Lock()
 			defer tier.mu.Unlock()
 			for i, ev := range evs {
@@ -117,7 +117,7 @@ func TestUsageTierTokens(t *testing.T) {
 func TestRestoredBlockEventsCarryRestoredBytes(t *testing.T) {
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
 	a := newEngine(t, func(c *engine.Config) {
-		c.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
+		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
 			tier.mu.Lock()
 			defer tier.mu.Unlock()
 			for i, ev := range evs {
@@ -134,7 +134,7 @@ func TestRestoredBlockEventsCarryRestoredBytes(t *testing.T) {
 	b := newEngine(t, func(c *engine.Config) {
 		c.Restorer = tier
 		c.Prefetch = engine.PrefetchWait
-		c.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
+		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
 			mu.Lock()
 			defer mu.Unlock()
 			for i, ev := range evs {

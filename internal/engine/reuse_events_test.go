@@ -22,7 +22,7 @@ func TestReuseEventsAndOffloadCap(t *testing.T) {
 		noOffload := map[int32]bool{}
 		e := newEngine(t, func(c *engine.Config) {
 			c.ReuseEvents = on
-			c.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
+			c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
 				mu.Lock()
 				defer mu.Unlock()
 				for i, ev := range evs {

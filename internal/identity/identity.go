@@ -107,6 +107,10 @@ type Descriptor struct {
 	KVType    string   // "f32", "f16" or "q8_0"
 	BlockSize int
 	LoRA      string // adapter identity; "" for none
+	// StateFormat names the layout of a hybrid model's recurrent-state checkpoints
+	// (model.Config.StateFormat); "" for models without recurrent state. A checkpoint is
+	// part of a cached block's value, so a change of its layout must never match.
+	StateFormat string
 }
 
 // Bytes is the canonical encoding hashed into the root of every block hash chain.
@@ -120,6 +124,12 @@ func (d Descriptor) Bytes() []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(d.BlockSize))
 	b = append(b, d.LoRA...)
 	b = append(b, 0)
+	if d.StateFormat != "" {
+		// Only when set, so the identities of models without state are unchanged.
+		b = append(b, "state\x00"...)
+		b = append(b, d.StateFormat...)
+		b = append(b, 0)
+	}
 	return b
 }
 

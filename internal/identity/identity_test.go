@@ -81,10 +81,22 @@ func TestDescriptorDigest(t *testing.T) {
 		"lora":       {KVType: "f32", BlockSize: 16, LoRA: "x"},
 		"model":      {Model: Fingerprint{1}, KVType: "f32", BlockSize: 16},
 		"tokenizer":  {Tokenizer: [32]byte{1}, KVType: "f32", BlockSize: 16},
+		"state":      {KVType: "f32", BlockSize: 16, StateFormat: "gdn1/f32/layers6"},
 	} {
 		if e.Digest() == want {
 			t.Errorf("%s differs but digest is equal", name)
 		}
+	}
+	// Two state layouts never share an identity; no state keeps the identity it had before
+	// the field existed (so the caches of models without state survive the upgrade).
+	a := Descriptor{KVType: "f32", BlockSize: 16, StateFormat: "gdn1/f32/layers6/conv3x128/heads4/state16"}
+	b := a
+	b.StateFormat = "gdn1/f32/layers6/conv3x128/heads4/state32"
+	if a.Digest() == b.Digest() {
+		t.Error("two state formats, one digest")
+	}
+	if got := string(d.Bytes()); got != "stockpot-identity-v1\x00"+string(make([]byte, 64))+"f32\x00\x10\x00\x00\x00\x00" {
+		t.Errorf("descriptor without state: %q", got)
 	}
 }
 

@@ -27,7 +27,8 @@
 // Causes the hash chain decides alone: below_block (the prompt has no reusable block),
 // evicted (the next block was cached and eviction took it), salt (the content is cached
 // under another root: another cache_salt or tenant) and new_content (nothing cached after
-// the matched blocks).
+// the matched blocks). The engine sets one more itself: incomplete_state, a hybrid model's
+// K/V cached past the reuse without a recurrent-state checkpoint to resume from.
 //
 // It is pure: no I/O, no goroutines; the tokenizer comes in through Text.
 package miss

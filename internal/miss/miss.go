@@ -23,10 +23,13 @@ const (
 	Reordered  Cause = "reordered"
 	Whitespace Cause = "whitespace"
 	NewContent Cause = "new_content"
+	// IncompleteState: a hybrid model's K/V was cached past the reuse, but no complete
+	// recurrent-state checkpoint: the prefix could only be resumed at an earlier block end.
+	IncompleteState Cause = "incomplete_state"
 )
 
 // Causes lists every cause (metrics pre-create their series from it).
-var Causes = []Cause{BelowBlock, Evicted, Salt, Template, Timestamp, UUID, Reordered, Whitespace, NewContent}
+var Causes = []Cause{BelowBlock, Evicted, Salt, Template, Timestamp, UUID, Reordered, Whitespace, NewContent, IncompleteState}
 
 // MaxCachedTokens bounds Evidence.Cached: the window of the cached chain the text half
 // compares (enough for a tools list of a few dozen functions).
@@ -34,7 +37,8 @@ const MaxCachedTokens = 2048
 
 // Evidence is what the engine found at admission (see prefix.Cache.Diverge).
 type Evidence struct {
-	// Cause is set when the hash chain decides it (BelowBlock, Evicted, Salt, NewContent);
+	// Cause is set when the hash chain decides it (BelowBlock, Evicted, Salt, NewContent),
+	// or the engine does (IncompleteState);
 	// empty when the text must (Cached holds the cached chain). A caller that ran Explain
 	// may store its answer here.
 	Cause Cause
@@ -148,6 +152,9 @@ func Explain(ev Evidence, prompt []int32, segs []Segment, t Text) Report {
 		return r
 	case NewContent:
 		r.Detail = "nothing cached continues after the reused blocks"
+		return r
+	case IncompleteState:
+		r.Detail = "the K/V is cached further, but the recurrent state is checkpointed only up to here: the rest was discarded and recomputed"
 		return r
 	}
 	if t == nil || ev.Offset > len(prompt) {

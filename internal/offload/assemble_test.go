@@ -45,7 +45,7 @@ func TestAssemble(t *testing.T) {
 			for i := range res.Blocks {
 				res.Blocks[i].Found, res.Blocks[i].Tier = true, kvtier.Disk
 			}
-			got := assemble(&res, tc.vals, tc.dec, tc.needState)
+			got := assemble(&res, tc.vals, tc.dec, tc.needState, 0)
 			if res.Usable != tc.usable || len(res.Blocks) != tc.blocks {
 				t.Errorf("usable %d blocks %d, want %d %d", res.Usable, len(res.Blocks), tc.usable, tc.blocks)
 			}
@@ -66,5 +66,22 @@ func TestAssemble(t *testing.T) {
 				t.Errorf("discarded %v, want %v", got, tc.discarded)
 			}
 		})
+	}
+}
+
+// TestAssembleStateSize: for a hybrid model a record flagged complete is a checkpoint only
+// with its one state entry of the model's size; a truncated or foreign-sized state ends the
+// restored prefix before it, as a missing one does.
+func TestAssembleStateSize(t *testing.T) {
+	data := []byte{1}
+	rec := func(aux ...[]byte) checked { return checked{rec: &tier.Record{StateComplete: true, Aux: aux}} }
+	res := Result{Blocks: make([]Restored, 4)}
+	for i := range res.Blocks {
+		res.Blocks[i].Found, res.Blocks[i].Tier = true, kvtier.Disk
+	}
+	dec := []checked{rec([]byte("ok!")), rec([]byte("ok!")), rec([]byte("ok")), rec([]byte("ok!"), []byte("x"))}
+	got := assemble(&res, [][]byte{data, data, data, data}, dec, true, 3)
+	if res.Usable != 2 || got[tier.ReasonIncompleteState] != 2 {
+		t.Errorf("usable %d, discarded %v; want 2 usable, 2 incomplete_state", res.Usable, got)
 	}
 }

@@ -103,8 +103,17 @@
 // and decodes and verifies every record (checksum, identity, parent, tokens,
 // shape). The usable prefix stops at the first block that fails, and, for a
 // model with recurrent state (FetcherConfig.NeedState), at the last block
-// whose auxiliary state is complete. The Result says, per block, the tier
-// and the verified record or the discard reason.
+// whose record carries a complete checkpoint of the model's size (HasState):
+// blocks found past it are discarded as incomplete_state. The Result says, per
+// block, the tier and the verified record or the discard reason.
+//
+// Hybrid models (Config.StateBytes > 0): a block's recurrent-state checkpoint,
+// which the engine hands over beside its K/V (block events, the shutdown
+// flush, pin events), is the record's one Aux entry, under the record's
+// checksum; the record is StateComplete only with it. The state's format is
+// part of the identity, so a record of another layout never verifies. A
+// restored block's checkpoint goes back to the engine in RestoredBlock.State,
+// which decodes and checks it before using it.
 //
 // Near the hardware: with Request.Into (the engine's reserved pool blocks,
 // Tiers.PrefetchInto) each record is checked and copied into its block in one

@@ -22,7 +22,11 @@ type FetcherConfig struct {
 	// NeedState: the model keeps recurrent state, so a restored prefix must
 	// end at a block whose auxiliary state is complete.
 	NeedState bool
-	Cost      CostConfig
+	// StateBytes, with NeedState, is the size of a complete record's checkpoint (its one
+	// Aux entry); a record flagged complete whose state is another size counts as without
+	// one (a truncated or foreign state is never used). 0 skips the check.
+	StateBytes int
+	Cost       CostConfig
 }
 
 // DefaultFetcherConfig returns the defaults; Identity and Layout must be set.
@@ -221,6 +225,9 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	// Cost: how many leading blocks are worth reading.
 	spans := make([]Span, found)
 	recBytes := int64((&tier.Record{Tokens: make([]int32, bs), KV: nil}).EncodedSize()) + f.cfg.Layout.BlockBytes()
+	if f.cfg.NeedState {
+		recBytes += 4 + int64(f.cfg.StateBytes) // the checkpoint travels with the K/V
+	}
 	for i := range spans {
 		spans[i] = Span{Tier: f.tiers[loc[i]].Tier, Bytes: recBytes, Tokens: bs}
 		res.Blocks[i].Found, res.Blocks[i].Tier = true, spans[i].Tier
@@ -273,7 +280,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		return Result{}, err
 	}
 	// Walk the results in order: the usable prefix stops at the first gap or failure.
-	for reason, k := range assemble(&res, vals, dec, f.cfg.NeedState) {
+	for reason, k := range assemble(&res, vals, dec, f.cfg.NeedState, f.cfg.StateBytes) {
 		f.metrics.Discarded(reason, k)
 	}
 	f.promoteUsable(req, &res, vals)
@@ -290,12 +297,13 @@ type checked struct {
 // res: the usable prefix (res.Usable) stops at the first gap (a block lost since the lookup,
 // vals[i] nil) or failure; a valid block after a failure is discarded with that failure's
 // reason (its parent cannot be restored); with needState the prefix also ends at the last
-// block whose recurrent state is complete. Blocks never found at the end are trimmed. It
+// block whose recurrent state is complete (and, stateBytes > 0, of that size: see HasState).
+// Blocks never found at the end are trimmed. It
 // returns the discarded blocks by reason. Pure: no I/O, no metrics.
 //
 // REQUIRES: len(vals) == len(dec) <= len(res.Blocks); res.Blocks[i] for i < len(vals) are
 // the blocks that were read.
-func assemble(res *Result, vals [][]byte, dec []checked, needState bool) map[string]int {
+func assemble(res *Result, vals [][]byte, dec []checked, needState bool, stateBytes int) map[string]int {
 	discarded := map[string]int{}
 	var brk string // the reason the chain broke, for the blocks after it
 	for i := range vals {
@@ -329,7 +337,7 @@ func assemble(res *Result, vals [][]byte, dec []checked, needState bool) map[str
 	}
 	if needState {
 		last := res.Usable
-		for last > 0 && !res.Blocks[last-1].Record.StateComplete {
+		for last > 0 && !HasState(res.Blocks[last-1].Record, stateBytes) {
 			last--
 		}
 		for i := last; i < res.Usable; i++ {
@@ -346,6 +354,19 @@ func assemble(res *Result, vals [][]byte, dec []checked, needState bool) map[str
 		res.Blocks = res.Blocks[:len(res.Blocks)-1]
 	}
 	return discarded
+}
+
+// HasState reports whether a record carries a complete recurrent-state checkpoint: flagged
+// complete, with its one Aux entry of stateBytes bytes (any size for stateBytes 0, and none
+// needed then: a model without recurrent state writes complete records with no Aux).
+func HasState(r *tier.Record, stateBytes int) bool {
+	if r == nil || !r.StateComplete {
+		return false
+	}
+	if stateBytes == 0 {
+		return true
+	}
+	return len(r.Aux) == 1 && len(r.Aux[0]) == stateBytes
 }
 
 // readChunk is how many keys one Get asks a tier of this kind for, with up to chunksInFlight

@@ -61,13 +61,16 @@ type pinWriter struct {
 	metrics  *Metrics
 	timeout  time.Duration
 	onPut    func(Tier, []tier.Item, error) // set before the first job; nil: none
-	jobs     chan pinJob
-	done     chan struct{}
-	once     sync.Once
-	dropped  atomic.Uint64
-	pinned   atomic.Uint64 // keys a store held and pinned
-	put      atomic.Uint64 // blocks Put pinned into a store that lacked them
-	failed   atomic.Uint64
+	// stateBytes, for a hybrid model, is a checkpoint's size: a pinned block is written
+	// complete only with its checkpoint (PinEvent.State), as the write-back does.
+	stateBytes int
+	jobs       chan pinJob
+	done       chan struct{}
+	once       sync.Once
+	dropped    atomic.Uint64
+	pinned     atomic.Uint64 // keys a store held and pinned
+	put        atomic.Uint64 // blocks Put pinned into a store that lacked them
+	failed     atomic.Uint64
 
 	// pins is the pool's pinned blocks by hash. Engine goroutine only: PinEvents and
 	// FlushBlock both run there.
@@ -118,7 +121,10 @@ func (w *pinWriter) events(evs []engine.PinEvent, kv [][]byte) {
 		it := tier.Item{Key: tier.Key{Root: ev.Root, Hash: ev.Hash}, PinTTL: ttl}
 		if ev.Kind == engine.PinCreated && kv[i] != nil {
 			rec := tier.Record{Identity: w.identity, Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent,
-				Tokens: ev.Tokens, Layout: w.layout, KV: kv[i], StateComplete: true}
+				Tokens: ev.Tokens, Layout: w.layout, KV: kv[i], StateComplete: w.stateBytes == 0}
+			if w.stateBytes > 0 && len(ev.State) == w.stateBytes {
+				rec.Aux, rec.StateComplete = [][]byte{ev.State}, true // its checkpoint goes with it
+			}
 			b, err := rec.Encode() // the copy out of the arena
 			if err != nil {
 				panic(fmt.Sprintf("offload: pinned block does not encode: %v", err)) // the engine passed a wrong block

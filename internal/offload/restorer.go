@@ -103,19 +103,23 @@ func (r *restorer) do(job prefetchJob) {
 	if err != nil {
 		res = Result{}
 	}
-	p := prefetched(job.first, res, job.req.Into != nil)
+	p := prefetched(job.first, res, job.req.Into != nil, r.fetcher.cfg.StateBytes)
 	p.Elapsed = time.Since(job.start)
 	job.done(p)
 }
 
 // prefetched is the engine's view of a fetch result: the usable leading blocks, with their
 // tier and K/V (or, inPlace, verified into the reserved blocks already), and the others
-// counted by discard reason.
-func prefetched(first int, res Result, inPlace bool) engine.Prefetched {
+// counted by discard reason. A block's checkpoint, when it has one, goes with it (State,
+// aliasing the read: the engine decodes it when the result arrives).
+func prefetched(first int, res Result, inPlace bool, stateBytes int) engine.Prefetched {
 	p := engine.Prefetched{First: first, Discarded: map[string]int{}}
 	for i, b := range res.Blocks {
 		if i < res.Usable && b.Record != nil {
 			rb := engine.RestoredBlock{Tier: b.Tier, Data: b.Record.KV}
+			if stateBytes > 0 && HasState(b.Record, stateBytes) {
+				rb.State = b.Record.Aux[0]
+			}
 			if inPlace {
 				rb.Data, rb.InPlace = nil, true
 			}

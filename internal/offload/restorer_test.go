@@ -57,7 +57,7 @@ func TestTiersWriteBackThenRestore(t *testing.T) {
 	defer ts.Close()
 	var published int
 	ecfg := engine.DefaultConfig()
-	ecfg.OnBlockEvents = func(evs []prefix.Event, _ [][]byte) { published += len(evs) }
+	ecfg.OnBlockEvents = func(evs []prefix.Event, _, _ [][]byte) { published += len(evs) }
 	ts.Hook(&ecfg)
 	if ecfg.Restorer == nil || ecfg.OnStep == nil || ecfg.OnRestoreStall == nil {
 		t.Fatalf("Hook left the engine unwired: %+v", ecfg)
@@ -65,7 +65,7 @@ func TestTiersWriteBackThenRestore(t *testing.T) {
 	recs := tiertest.Chain(identity, root, layout, 3, 31)
 	evs, kv := evictedEvents(recs)
 	stored := prefix.Event{Kind: prefix.Stored, Hash: recs[0].Hash}
-	ecfg.OnBlockEvents(append(evs, stored), append(kv, nil))
+	ecfg.OnBlockEvents(append(evs, stored), append(kv, nil), nil)
 	if published != 4 {
 		t.Errorf("the hook set before Hook saw %d events, want 4", published)
 	}
@@ -206,11 +206,23 @@ func TestPrefetched(t *testing.T) {
 		{Found: true, Tier: kvtier.Remote, Reason: tier.ReasonChecksum},
 		{Found: true, Tier: kvtier.Remote, Reason: tier.ReasonSlowerThanRecompute},
 	}}
-	p := prefetched(3, res, false)
-	if p.First != 3 || len(p.Blocks) != 1 || p.Blocks[0].Tier != kvtier.Disk || p.Blocks[0].Data[0] != 1 {
+	p := prefetched(3, res, false, 0)
+	if p.First != 3 || len(p.Blocks) != 1 || p.Blocks[0].Tier != kvtier.Disk || p.Blocks[0].Data[0] != 1 || p.Blocks[0].State != nil {
 		t.Errorf("blocks %+v from %d", p.Blocks, p.First)
 	}
 	if p.Discarded[tier.ReasonChecksum] != 2 || p.Discarded[tier.ReasonSlowerThanRecompute] != 1 || len(p.Discarded) != 2 {
 		t.Errorf("discarded %v", p.Discarded)
+	}
+	// A hybrid's checkpoint goes with its block, only when complete and of the right size.
+	for _, tc := range []struct {
+		aux      [][]byte
+		complete bool
+		want     bool
+	}{{[][]byte{{7, 7, 7}}, true, true}, {[][]byte{{7, 7}}, true, false}, {[][]byte{{7, 7, 7}}, false, false}, {nil, true, false}} {
+		rec := &tier.Record{KV: []byte{1}, Aux: tc.aux, StateComplete: tc.complete}
+		p := prefetched(0, Result{Usable: 1, Blocks: []Restored{{Found: true, Tier: kvtier.Disk, Record: rec}}}, false, 3)
+		if got := p.Blocks[0].State != nil; got != tc.want {
+			t.Errorf("aux %v complete %v: state passed %v, want %v", tc.aux, tc.complete, got, tc.want)
+		}
 	}
 }

@@ -54,6 +54,11 @@ type Config struct {
 	// Set by the caller from the model, not from flags.
 	Identity [32]byte       // identity.Descriptor digest
 	Layout   kvcache.Layout // shape of every block
+	// StateBytes, for a hybrid model, is the size of one block's recurrent-state checkpoint
+	// as the engine encodes it (model.State.AppendBinary); 0 for models without state. With
+	// it, a record is complete only with its checkpoint, and a restored prefix ends at the
+	// last block that has one (FetcherConfig.NeedState).
+	StateBytes int
 }
 
 // DefaultConfig returns the defaults behind `stockpot serve`: every tier off.
@@ -85,6 +90,8 @@ func (c Config) validate() (Config, error) {
 		return c, fmt.Errorf("offload: %v", c.RemoteWrite)
 	case c.MaxOffloadTokens < 0:
 		return c, fmt.Errorf("offload: max offload tokens %d < 0", c.MaxOffloadTokens)
+	case c.StateBytes < 0:
+		return c, fmt.Errorf("offload: state bytes %d < 0", c.StateBytes)
 	case c.HostBytes < 0:
 		return c, fmt.Errorf("offload: host tier budget %d < 0", c.HostBytes)
 	case c.FetchTimeout < 0 || c.Fetchers < 0 || c.FetchQueue < 0:
@@ -210,6 +217,7 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	fcfg := DefaultFetcherConfig()
 	fcfg.Identity, fcfg.Layout = cfg.Identity, cfg.Layout
+	fcfg.NeedState, fcfg.StateBytes = cfg.StateBytes > 0, cfg.StateBytes
 	if t.fetcher, err = NewFetcher(fcfg, t.tiers, t.metrics); err != nil {
 		return err
 	}
@@ -218,6 +226,7 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	t.restorer = newRestorer(t.fetcher, cfg)
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
+	t.pins.stateBytes = cfg.StateBytes
 	if t.events != nil {
 		t.pins.onPut = t.events.put // before any job: jobs come from the engine, after Hook
 	}
@@ -229,7 +238,8 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 
 // Hook wires t into an engine's config: t restores queued prefixes (Restorer), measured
 // prefills feed its cost model (OnStep), restore stalls its metric (OnRestoreStall), the
-// block events (OnBlockEvents, after any hook already set) its write-back, the pin events
+// block events (OnBlockEvents, after any hook already set) its write-back, the engine's own
+// discards (OnDiscard: a hybrid's hits past its last checkpoint) its discard metric, the pin events
 // (OnPins) the tiers' pins, and the pins the persistent tiers kept across a restart become
 // the engine's KnownPins (see pins.go).
 func (t *Tiers) Hook(cfg *engine.Config) {
@@ -243,38 +253,44 @@ func (t *Tiers) Hook(cfg *engine.Config) {
 		t.PinEvents(evs, kv)
 	}
 	cfg.OnStep = t.fetcher.ObservePrefill
+	cfg.OnDiscard = t.metrics.Discarded
 	cfg.OnRestoreStall = t.metrics.RestoreStall
 	if t.reuseEvents() {
 		cfg.ReuseEvents = true
 	}
 	prev := cfg.OnBlockEvents
-	cfg.OnBlockEvents = func(evs []prefix.Event, kv [][]byte) {
+	cfg.OnBlockEvents = func(evs []prefix.Event, kv, state [][]byte) {
 		if prev != nil {
-			prev(evs, kv)
+			prev(evs, kv, state)
 		}
-		t.BlockEvents(evs, kv)
+		t.BlockEvents(evs, kv, state)
 	}
 }
 
-// BlockEvents is the engine's block-event sink (kv[i] is evs[i]'s K/V, intact during the call;
-// see engine.Config.OnBlockEvents). Never blocks. Every block past the offload cap
+// BlockEvents is the engine's block-event sink (kv[i] is evs[i]'s K/V, intact during the call,
+// state[i] its recurrent-state checkpoint or nil; see engine.Config.OnBlockEvents). Never
+// blocks. A checkpoint goes into the block's record, under the same checksum. Every block past the offload cap
 // (offloadable) is skipped; of the others:
 //   - Evicted: write-back to the tiers not written through;
 //   - Stored (a commit): write-through (the remote tier unless RemoteWrite is WriteBack) under
 //     WriteThrough, and under WriteSelective when its admission needs no reuse (MinHits 0);
 //   - Reused: under WriteSelective, write-through at the reuse that brings the block's hits to
 //     MinHits (the engine sends these only when reuseEvents asked for them).
-func (t *Tiers) BlockEvents(evs []prefix.Event, kv [][]byte) {
+func (t *Tiers) BlockEvents(evs []prefix.Event, kv, state [][]byte) {
 	pol, minHits := t.cfg.RemoteWrite, t.cfg.Admission.MinHits
 	for i, ev := range evs {
+		var st []byte
+		if i < len(state) {
+			st = state[i]
+		}
 		switch {
 		case !t.offloadable(ev):
 		case ev.Kind == prefix.Evicted:
-			t.writer.Enqueue(t.evicted(ev), kv[i])
+			t.writer.Enqueue(t.evicted(ev, st), kv[i])
 		case ev.Kind == prefix.Stored && (pol == WriteThrough || pol == WriteSelective && minHits == 0):
-			t.writer.Through(t.evicted(ev), kv[i])
+			t.writer.Through(t.evicted(ev, st), kv[i])
 		case ev.Kind == prefix.Reused && pol == WriteSelective && minHits > 0 && ev.Hits == uint32(minHits):
-			t.writer.Through(t.evicted(ev), kv[i])
+			t.writer.Through(t.evicted(ev, st), kv[i])
 		}
 	}
 }
@@ -312,8 +328,8 @@ func (t *Tiers) PinStats() PinStats { return t.pins.stats() }
 //
 // A block past the offload cap is not written, unless it is pinned: a pin asks for the block
 // to be kept, and the pin writer has already written it to the tiers that keep pins.
-func (t *Tiers) FlushBlock(ev prefix.Event, kv []byte) {
-	e := t.evicted(ev)
+func (t *Tiers) FlushBlock(ev prefix.Event, kv, state []byte) {
+	e := t.evicted(ev, state)
 	e.PinTTL = t.pins.pinTTL(ev.Hash, time.Now())
 	if e.PinTTL <= 0 && !t.offloadable(ev) {
 		return
@@ -321,11 +337,16 @@ func (t *Tiers) FlushBlock(ev prefix.Event, kv []byte) {
 	t.writer.EnqueueWait(e, kv)
 }
 
-// evicted is the writer's view of a block event. The block is complete (the engine has no
-// recurrent state to attach yet).
-func (t *Tiers) evicted(ev prefix.Event) Evicted {
-	return Evicted{Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent, Tokens: ev.Tokens, Hits: int(ev.Hits),
-		PrefixTokens: int(ev.Depth+1) * t.cfg.Layout.BlockSize, StateComplete: true}
+// evicted is the writer's view of a block event and its checkpoint (state). Without recurrent
+// state (Config.StateBytes 0) every block is complete; a hybrid's is complete when it carries
+// a checkpoint of the right size, and one without is written as K/V only.
+func (t *Tiers) evicted(ev prefix.Event, state []byte) Evicted {
+	e := Evicted{Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent, Tokens: ev.Tokens, Hits: int(ev.Hits),
+		PrefixTokens: int(ev.Depth+1) * t.cfg.Layout.BlockSize, StateComplete: t.cfg.StateBytes == 0}
+	if t.cfg.StateBytes > 0 && len(state) == t.cfg.StateBytes {
+		e.Aux, e.StateComplete = [][]byte{state}, true
+	}
+	return e
 }
 
 // WriterStats returns the writer's counters (write-back and write-through, per tier).

@@ -91,11 +91,11 @@ func TestRemoteWritePolicies(t *testing.T) {
 			for d, r := range recs {
 				evs, kv = append(evs, blockEvent(prefix.Stored, r, d, 0)), append(kv, r.KV)
 			}
-			ts.BlockEvents(evs, kv)
+			ts.BlockEvents(evs, kv, nil)
 			if st := ts.writer.Stats(); st.Through != tc.throughAtCommit || st.Enqueued != 0 {
 				t.Fatalf("after the commits: %d write-throughs, %d write-backs; want %d, 0", st.Through, st.Enqueued, tc.throughAtCommit)
 			}
-			ts.BlockEvents([]prefix.Event{blockEvent(prefix.Reused, recs[0], 0, 1), blockEvent(prefix.Reused, recs[1], 1, 1)}, [][]byte{recs[0].KV, recs[1].KV})
+			ts.BlockEvents([]prefix.Event{blockEvent(prefix.Reused, recs[0], 0, 1), blockEvent(prefix.Reused, recs[1], 1, 1)}, [][]byte{recs[0].KV, recs[1].KV}, nil)
 			if st := ts.writer.Stats(); st.Through != tc.throughAfterReuse || st.Enqueued != 0 {
 				t.Fatalf("after the reuses: %d write-throughs, %d write-backs; want %d, 0", st.Through, st.Enqueued, tc.throughAfterReuse)
 			}
@@ -106,7 +106,7 @@ func TestRemoteWritePolicies(t *testing.T) {
 			if got := held(t, host, recs); got != "[]" {
 				t.Fatalf("host before any eviction holds %s, want none (write-back)", got)
 			}
-			ts.BlockEvents([]prefix.Event{blockEvent(prefix.Evicted, recs[3], 3, 0), blockEvent(prefix.Evicted, recs[1], 1, 1)}, [][]byte{recs[3].KV, recs[1].KV})
+			ts.BlockEvents([]prefix.Event{blockEvent(prefix.Evicted, recs[3], 3, 0), blockEvent(prefix.Evicted, recs[1], 1, 1)}, [][]byte{recs[3].KV, recs[1].KV}, nil)
 			if st := ts.writer.Stats(); st.Enqueued != tc.enqueuedAtEviction {
 				t.Fatalf("after the evictions: %d write-backs, want %d", st.Enqueued, tc.enqueuedAtEviction)
 			}
@@ -130,7 +130,7 @@ func TestSelectiveWithoutMinHits(t *testing.T) {
 		t.Fatalf("default policy %v, reuse events %v; want selective, none", ts.cfg.RemoteWrite, ts.reuseEvents())
 	}
 	for d, r := range recs {
-		ts.BlockEvents([]prefix.Event{blockEvent(prefix.Stored, r, d, 0)}, [][]byte{r.KV})
+		ts.BlockEvents([]prefix.Event{blockEvent(prefix.Stored, r, d, 0)}, [][]byte{r.KV}, nil)
 	}
 	ts.writer.Close()
 	if got := held(t, remote, recs); got != "[2 3]" {
@@ -149,15 +149,15 @@ func TestMaxOffloadTokens(t *testing.T) {
 	for d, r := range recs {
 		ev := blockEvent(prefix.Stored, r, d, 0)
 		ev.NoOffload = d == 1 // beyond its request's max_offload_tokens of 4
-		ts.BlockEvents([]prefix.Event{ev}, [][]byte{r.KV})
+		ts.BlockEvents([]prefix.Event{ev}, [][]byte{r.KV}, nil)
 	}
 	for d, r := range recs {
 		ev := blockEvent(prefix.Evicted, r, d, 0)
 		ev.NoOffload = d == 1
-		ts.BlockEvents([]prefix.Event{ev}, [][]byte{r.KV})
+		ts.BlockEvents([]prefix.Event{ev}, [][]byte{r.KV}, nil)
 	}
 	ev := blockEvent(prefix.Stored, recs[3], 3, 0)
-	ts.FlushBlock(ev, recs[3].KV)
+	ts.FlushBlock(ev, recs[3].KV, nil)
 	ts.writer.Close()
 	if got := held(t, remote, recs); got != "[0 2]" {
 		t.Errorf("remote holds %s, want [0 2] (block 1 NoOffload, block 3 ends at 16 > 12 tokens)", got)

@@ -8,13 +8,19 @@ import (
 )
 
 func (s *Server) modelCard() api.ModelCard {
-	return api.ModelCard{
+	st := s.gen.Stats()
+	c := api.ModelCard{
 		ID: s.cfg.ModelName, Object: "model", Created: s.started.Unix(), OwnedBy: "stockpot",
 		MaxModelLen: s.cfg.ContextLength,
 		Stockpot: api.ModelExtras{
 			Fingerprint: s.cfg.Fingerprint, ContextLength: s.cfg.ContextLength, BlockSize: s.cfg.BlockSize,
+			MinReusableTokens: st.MinReusableTokens, StateBytes: st.StateBytes,
 		},
 	}
+	if st.MinReusableTokens > 0 && s.cfg.ContextLength > 0 && st.MinReusableTokens >= s.cfg.ContextLength {
+		c.Stockpot.Warning = fmt.Sprintf("prefixes are reusable in units of %d tokens and the context is %d: no prompt can hit the cache", st.MinReusableTokens, s.cfg.ContextLength)
+	}
+	return c
 }
 
 func (s *Server) handleModels(w http.ResponseWriter, r *http.Request) {

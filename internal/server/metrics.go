@@ -204,10 +204,19 @@ var (
 		"KV cache bytes unreferenced but holding reusable prefix blocks.", []string{"tier"}, nil)
 	descKVCapacity = prometheus.NewDesc("stockpot_kv_cache_capacity_bytes", "KV cache capacity.", []string{"tier"}, nil)
 	descEvictions  = prometheus.NewDesc("stockpot_kv_cache_evictions_total", "KV blocks evicted.", []string{"tier"}, nil)
+	descMinReuse   = prometheus.NewDesc("stockpot_prefix_cache_min_reusable_tokens",
+		"Shortest prompt prefix a later request can reuse: the block size, or for a hybrid model the state checkpoint granularity (block size x --state-checkpoint-blocks).", nil, nil)
+	descStateBytes = prometheus.NewDesc("stockpot_kv_state_checkpoint_bytes",
+		"Bytes of one recurrent-state checkpoint (a hybrid model's state at a block end).", nil, nil)
+	descCheckpoints = prometheus.NewDesc("stockpot_kv_state_checkpoints",
+		"Recurrent-state checkpoints the working pool holds (state=held) and the most it keeps (state=budget).", []string{"state"}, nil)
+	descCheckpointsDropped = prometheus.NewDesc("stockpot_kv_state_checkpoints_dropped_total",
+		"Checkpoints dropped to stay within their budget while their blocks stayed cached.", nil, nil)
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVCached, descKVCapacity, descEvictions} {
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVCached, descKVCapacity, descEvictions,
+		descMinReuse, descStateBytes, descCheckpoints, descCheckpointsDropped} {
 		ch <- d
 	}
 }
@@ -220,6 +229,15 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(int64(st.KVBlocksCached)*st.KVBlockBytes), kvtier.Device.String())
 	ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(int64(st.KVBlocksTotal)*st.KVBlockBytes), kvtier.Device.String())
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), kvtier.Device.String())
+	if st.MinReusableTokens > 0 {
+		ch <- prometheus.MustNewConstMetric(descMinReuse, prometheus.GaugeValue, float64(st.MinReusableTokens))
+	}
+	if st.StateBytes > 0 {
+		ch <- prometheus.MustNewConstMetric(descStateBytes, prometheus.GaugeValue, float64(st.StateBytes))
+		ch <- prometheus.MustNewConstMetric(descCheckpoints, prometheus.GaugeValue, float64(st.Checkpoints), "held")
+		ch <- prometheus.MustNewConstMetric(descCheckpoints, prometheus.GaugeValue, float64(st.CheckpointBudget), "budget")
+		ch <- prometheus.MustNewConstMetric(descCheckpointsDropped, prometheus.CounterValue, float64(st.CheckpointsDropped))
+	}
 	if c.tiers == nil {
 		return
 	}

@@ -8,9 +8,10 @@
 // identity digest of the model (identity.Descriptor.Digest, before the
 // tenant salt), the chain root (prefix.Root: identity + salt), the block's
 // hash and its parent's, its token ids, its shape (a kvcache.Layout), the raw
-// K/V bytes in the arena's block layout, optional per-layer auxiliary state
-// (recurrent-model snapshots) with a "state complete" flag, and a CRC-32C of
-// everything before it. Encode writes it; Decode reads outside bytes
+// K/V bytes in the arena's block layout, optional auxiliary state (a hybrid
+// model's recurrent-state checkpoint at the block's end, covered by the same
+// checksum and, through the identity, by the state's format) with a "state
+// complete" flag, and a CRC-32C of everything before it. Encode writes it; Decode reads outside bytes
 // strictly (any malformed input is an error, never a panic; it is fuzzed) and
 // Verify checks a decoded record against what the caller expects.
 //

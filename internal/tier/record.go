@@ -28,6 +28,7 @@ const (
 const (
 	maxDim       = 1 << 16
 	maxBlockSize = 1 << 16
+	maxAux       = 1 << 16
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -46,10 +47,13 @@ type Record struct {
 	Layout   kvcache.Layout
 	KV       []byte // Layout.BlockBytes() bytes, kvcache block layout
 
-	// Aux holds per-layer auxiliary state (a recurrent layer's snapshot at
-	// the end of this block): nil, or one entry per layer (an empty entry =
-	// the layer keeps no state). StateComplete says the snapshot covers
-	// every layer that needs one, so a prefix may end at this block.
+	// Aux holds auxiliary state at the end of this block, opaque to the
+	// tier: nil, or up to maxAux entries. The engine's hybrid models keep one,
+	// the recurrent-state checkpoint of every linear layer (model.State
+	// bytes; their layout is part of the identity, so a record of another
+	// layout never verifies). StateComplete says the record carries all the
+	// state a prefix needs to end at this block: always for models without
+	// recurrent state, for hybrids only when Aux holds the checkpoint.
 	Aux           [][]byte
 	StateComplete bool
 }
@@ -63,7 +67,7 @@ func (r *Record) Key() Key { return Key{Root: r.Root, Hash: r.Hash} }
 //	4   u16 version, u16 flags
 //	8   identity [32], root [32], hash [32], parent [32]
 //	136 u8 dtype, 3 zero bytes, u32 block size, u32 layers, u32 kv heads, u32 head dim
-//	156 u32 n aux (0 or layers)
+//	156 u32 n aux (0 to maxAux)
 //	160 tokens: block size x i32
 //	    KV: BlockBytes bytes
 //	    aux: n aux x (u32 len, len bytes)
@@ -141,8 +145,8 @@ func (r *Record) validate() error {
 	if int64(len(r.KV)) != l.BlockBytes() {
 		return fmt.Errorf("%w: %d K/V bytes, layout needs %d", ErrFormat, len(r.KV), l.BlockBytes())
 	}
-	if len(r.Aux) != 0 && len(r.Aux) != l.Layers {
-		return fmt.Errorf("%w: %d aux entries, want 0 or %d (layers)", ErrFormat, len(r.Aux), l.Layers)
+	if len(r.Aux) > maxAux {
+		return fmt.Errorf("%w: %d aux entries, at most %d", ErrFormat, len(r.Aux), maxAux)
 	}
 	return nil
 }
@@ -204,8 +208,8 @@ func decodeSummed(b []byte) (*Record, error) {
 	if err := r.Layout.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrFormat, err)
 	}
-	if naux != 0 && naux != layers {
-		return nil, fmt.Errorf("%w: %d aux entries, want 0 or %d (layers)", ErrFormat, naux, layers)
+	if naux > maxAux {
+		return nil, fmt.Errorf("%w: %d aux entries, at most %d", ErrFormat, naux, maxAux)
 	}
 	// Lengths in int64, checked against what is left before the last
 	// multiply: each factor is < 2^17, so row < 2^35 and perLayer < 2^52, and
@@ -231,6 +235,9 @@ func decodeSummed(b []byte) (*Record, error) {
 	r.KV = body[off : off+kvBytes : off+kvBytes]
 	off += kvBytes
 	if naux > 0 {
+		if int64(naux)*4 > int64(len(body)-off) { // each entry has at least its length
+			return nil, fmt.Errorf("%w: %d aux entries, %d bytes left", ErrFormat, naux, len(body)-off)
+		}
 		r.Aux = make([][]byte, naux)
 		for i := range r.Aux {
 			if len(body)-off < 4 {

@@ -54,7 +54,7 @@ func TestEncodeRefusesBadRecords(t *testing.T) {
 	for name, mod := range map[string]func(r *tier.Record){
 		"short tokens": func(r *tier.Record) { r.Tokens = r.Tokens[:1] },
 		"short kv":     func(r *tier.Record) { r.KV = r.KV[:10] },
-		"aux count":    func(r *tier.Record) { r.Aux = [][]byte{{1}} },
+		"aux count":    func(r *tier.Record) { r.Aux = make([][]byte, 1<<16+1) },
 		"bad layout":   func(r *tier.Record) { r.Layout.Layers = 0 },
 	} {
 		r := good()
@@ -128,6 +128,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(tiertest.Encode(r))
 	r.Aux = [][]byte{{1}, {2, 3}}
 	r.StateComplete = true
+	f.Add(tiertest.Encode(r))
+	r.Aux = [][]byte{bytes.Repeat([]byte("SPST"), 9)} // a hybrid's one checkpoint
 	f.Add(tiertest.Encode(r))
 	f.Add([]byte("SPKV"))
 	f.Fuzz(func(t *testing.T, b []byte) {
