@@ -48,3 +48,25 @@ func TestSoak(t *testing.T) {
 		}
 	}
 }
+
+// TestSoakHybrid is the same for a hybrid model (tiny-qwen35: Gated DeltaNet layers whose
+// recurrent state is checkpointed with the blocks): restores, corrupted files and restarts
+// never give an answer resumed from an incomplete or damaged state.
+func TestSoakHybrid(t *testing.T) {
+	bin := buildStockpot(t)
+	all, _ := soak.ParseFaults("all")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rep, err := soak.Run(ctx, soak.Config{
+		Bin: bin, Model: "synthetic:tiny-qwen35", Dir: t.TempDir(), Requests: 150, Workers: 4, Seed: 3,
+		Replicas: 2, Router: true, KVMemory: "8MiB", HostCache: "32MiB", Disk: true, DiskMount: "6m", Redis: true,
+		Faults: all, Rounds: 1,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("\n%s", rep)
+	if !rep.OK() || rep.Judged < 80 || rep.CachedTokens == 0 {
+		t.Errorf("hybrid soak: ok %v, %d judged, %d cached tokens:\n%s", rep.OK(), rep.Judged, rep.CachedTokens, rep)
+	}
+}
