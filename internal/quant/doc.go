@@ -1,5 +1,5 @@
 // Package quant owns number formats and quantized dot products: fp16/bf16
-// conversion, the Q4_0, Q5_0, Q8_0, Q4_K, Q6_K and Q8_K block formats, and MatMul
+// conversion, the Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K and Q8_K block formats, and MatMul
 // of quantized weights against quantized activations.
 //
 // Numerics follow ggml as llama.cpp runs it on x86, so that Stockpot and
@@ -17,12 +17,12 @@
 //     exact integer sums per 8-lane group, one fused multiply-add per block
 //     and lane with d = d_w*d_x, then ggml's horizontal-sum order. Integer
 //     parts are exact, so the pure-Go reference and every SIMD kernel
-//     return the same bits (AVX2 kernels exist for all five weight types:
+//     return the same bits (AVX2 kernels exist for all six weight types:
 //     2x2 tiles for Q8_0 and Q4_0, with four weight rows against one
 //     activation row for decode and an odd last row; the same for Q5_0
 //     where AVX512BW+VL unpack its 5th bits through a mask, else four
 //     weight rows against one activation row for every row; one weight row
-//     against four activation rows for Q4_K and Q6_K). The decode-shaped
+//     against four activation rows for Q4_K, Q5_K and Q6_K). The decode-shaped
 //     kernels prefetch the weight rows the next call reads: a decode step
 //     streams every weight byte once, and one core's hardware prefetch
 //     alone reaches about 13 GB/s where 20+ is there.

@@ -10,7 +10,7 @@ import (
 	"stockpot/internal/gguf"
 )
 
-var weightTypes = []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K}
+var weightTypes = []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K}
 
 // randomOperands quantizes random weights (N x K) and activations (M x K).
 func randomOperands(t gguf.Type, M, N, K int, seed uint64) (xq, w []byte) {
