@@ -12,19 +12,19 @@ import (
 	"stockpot/internal/gguf"
 )
 
-var usePairs0 = usePairs
+var usePairs0, useK5120 = usePairs, useK512
 
 func init() {
-	if usePairs {
+	if usePairs || useK512 {
 		extraVariants = append(extraVariants, variant{"vnni-nopairs", func() func() {
-			usePairs = false
-			return func() { usePairs = true }
+			usePairs, useK512 = false, false
+			return func() { usePairs, useK512 = usePairs0, useK5120 }
 		}})
 	}
 	if kVNNI {
 		extraVariants = append(extraVariants, variant{"avx2", func() func() {
-			kVNNI, usePairs = false, false
-			return func() { kVNNI, usePairs = true, usePairs0 }
+			kVNNI, usePairs, useK512 = false, false, false
+			return func() { kVNNI, usePairs, useK512 = true, usePairs0, useK5120 }
 		}})
 	}
 }

@@ -2,9 +2,14 @@
 
 package quant
 
-import "stockpot/internal/gguf"
+import (
+	"golang.org/x/sys/cpu"
+
+	"stockpot/internal/gguf"
+)
 
 //go:generate go run asmgen_k.go
+//go:generate go run asmgen_k512.go
 
 //go:noescape
 func q4_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
@@ -42,6 +47,47 @@ func q6_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32)
 //go:noescape
 func q6_KTile1x1VNNI(w, x *byte, nb int, acc *[8]float32)
 
+//go:noescape
+func q4_KRows2(w *byte, rowBytes, nw int, x *byte, nb int, out *float32)
+
+//go:noescape
+func q5_KRows2(w *byte, rowBytes, nw int, x *byte, nb int, out *float32)
+
+//go:noescape
+func q6_KRows2(w *byte, rowBytes, nw int, x *byte, nb int, out *float32)
+
+// useK512 selects the AVX-512 decode kernels (matmul_k512_amd64.s) for one
+// activation row; tests turn it off to compare with the AVX2/VNNI tiles.
+// Both compute every value by the reference's float sequence.
+var useK512 = kVNNI && cpu.X86.HasAVX512F
+
+// rowsK is MatMul for one activation row on AVX-512: two weight rows per
+// kernel iteration, an odd last row as a pair with itself (row stride 0)
+// into a scratch.
+func rowsK(t gguf.Type, dst []float32, xq, w []byte, K, n0, n1 int) {
+	nb := K / qkK
+	row := t.RowBytes(K)
+	rows2 := func(w *byte, rowBytes, nw int, out *float32) {
+		// Direct calls (not a func value) keep out on the stack.
+		switch t {
+		case gguf.TypeQ4_K:
+			q4_KRows2(w, rowBytes, nw, &xq[0], nb, out)
+		case gguf.TypeQ5_K:
+			q5_KRows2(w, rowBytes, nw, &xq[0], nb, out)
+		default:
+			q6_KRows2(w, rowBytes, nw, &xq[0], nb, out)
+		}
+	}
+	if nw := (n1 - n0) / 2; nw > 0 {
+		rows2(&w[n0*row], row, nw, &dst[n0])
+	}
+	if (n1-n0)%2 == 1 {
+		var s [2]float32
+		rows2(&w[(n1-1)*row], 0, 1, &s[0])
+		dst[n1-1] = s[0]
+	}
+}
+
 // kTileBytes bounds the activation rows one pass over the weight rows
 // touches (cache blocking; it never changes a value).
 const kTileBytes = 96 << 10
@@ -51,6 +97,10 @@ const kTileBytes = 96 << 10
 // Both kernels run the same per-row instruction sequence, so the value for
 // (m, n) does not depend on M, n0, n1 or the band.
 func tilesK(t gguf.Type, vnni bool, dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+	if M == 1 && useK512 {
+		rowsK(t, dst, xq, w, K, n0, n1)
+		return
+	}
 	nb := K / qkK
 	row, xrow := t.RowBytes(K), nb*q8_KBytes
 	band := max(4, kTileBytes/xrow&^3)
