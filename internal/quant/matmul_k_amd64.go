@@ -48,43 +48,98 @@ func q6_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32)
 func q6_KTile1x1VNNI(w, x *byte, nb int, acc *[8]float32)
 
 //go:noescape
-func q4_KRows2(w *byte, rowBytes, nw int, x *byte, nb int, out *float32)
+func q4_KRows2x1(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
 
 //go:noescape
-func q5_KRows2(w *byte, rowBytes, nw int, x *byte, nb int, out *float32)
+func q4_KRows2x2(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
 
 //go:noescape
-func q6_KRows2(w *byte, rowBytes, nw int, x *byte, nb int, out *float32)
+func q4_KRows2x3(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
 
-// useK512 selects the AVX-512 decode kernels (matmul_k512_amd64.s) for one
-// activation row; tests turn it off to compare with the AVX2/VNNI tiles.
-// Both compute every value by the reference's float sequence.
+//go:noescape
+func q4_KRows2x4(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
+
+//go:noescape
+func q5_KRows2x1(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
+
+//go:noescape
+func q5_KRows2x2(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
+
+//go:noescape
+func q5_KRows2x3(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
+
+//go:noescape
+func q5_KRows2x4(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
+
+//go:noescape
+func q6_KRows2x1(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
+
+//go:noescape
+func q6_KRows2x2(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
+
+//go:noescape
+func q6_KRows2x3(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
+
+//go:noescape
+func q6_KRows2x4(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
+
+// useK512 selects the AVX-512 kernels (matmul_k512_amd64.s); tests turn it
+// off to compare with the AVX2/VNNI tiles. Both compute every value by the
+// reference's float sequence.
 var useK512 = kVNNI && cpu.X86.HasAVX512F
 
-// rowsK is MatMul for one activation row on AVX-512: two weight rows per
-// kernel iteration, an odd last row as a pair with itself (row stride 0)
-// into a scratch.
-func rowsK(t gguf.Type, dst []float32, xq, w []byte, K, n0, n1 int) {
+// rowsK is MatMul on AVX-512: bands of up to four activation rows, each
+// streaming weight rows n0..n1-1 once, two weight rows per kernel
+// iteration; an odd last weight row runs as a pair with itself (row stride
+// 0) into a scratch.
+func rowsK(t gguf.Type, dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 	nb := K / qkK
-	row := t.RowBytes(K)
-	rows2 := func(w *byte, rowBytes, nw int, out *float32) {
-		// Direct calls (not a func value) keep out on the stack.
-		switch t {
-		case gguf.TypeQ4_K:
-			q4_KRows2(w, rowBytes, nw, &xq[0], nb, out)
-		case gguf.TypeQ5_K:
-			q5_KRows2(w, rowBytes, nw, &xq[0], nb, out)
-		default:
-			q6_KRows2(w, rowBytes, nw, &xq[0], nb, out)
+	row, xrow := t.RowBytes(K), nb*q8_KBytes
+	nw := (n1 - n0) / 2
+	var scratch [8]float32
+	for m := 0; m < M; m += 4 {
+		R := min(4, M-m)
+		x := &xq[m*xrow]
+		if nw > 0 {
+			rows2K(t, R, &w[n0*row], row, nw, x, xrow, nb, &dst[m*ldd+n0], 4*ldd)
+		}
+		if (n1-n0)%2 == 1 {
+			rows2K(t, R, &w[(n1-1)*row], 0, 1, x, xrow, nb, &scratch[0], 8)
+			for r := range R {
+				dst[(m+r)*ldd+n1-1] = scratch[2*r]
+			}
 		}
 	}
-	if nw := (n1 - n0) / 2; nw > 0 {
-		rows2(&w[n0*row], row, nw, &dst[n0])
-	}
-	if (n1-n0)%2 == 1 {
-		var s [2]float32
-		rows2(&w[(n1-1)*row], 0, 1, &s[0])
-		dst[n1-1] = s[0]
+}
+
+// rows2K calls the kernel for type t and R activation rows. Direct calls
+// (not a func value) keep the scratch on the caller's stack.
+func rows2K(t gguf.Type, R int, w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int) {
+	switch {
+	case t == gguf.TypeQ4_K && R == 1:
+		q4_KRows2x1(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	case t == gguf.TypeQ4_K && R == 2:
+		q4_KRows2x2(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	case t == gguf.TypeQ4_K && R == 3:
+		q4_KRows2x3(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	case t == gguf.TypeQ4_K:
+		q4_KRows2x4(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	case t == gguf.TypeQ5_K && R == 1:
+		q5_KRows2x1(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	case t == gguf.TypeQ5_K && R == 2:
+		q5_KRows2x2(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	case t == gguf.TypeQ5_K && R == 3:
+		q5_KRows2x3(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	case t == gguf.TypeQ5_K:
+		q5_KRows2x4(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	case R == 1:
+		q6_KRows2x1(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	case R == 2:
+		q6_KRows2x2(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	case R == 3:
+		q6_KRows2x3(w, rowBytes, nw, x, xstride, nb, out, ldo)
+	default:
+		q6_KRows2x4(w, rowBytes, nw, x, xstride, nb, out, ldo)
 	}
 }
 
@@ -97,8 +152,8 @@ const kTileBytes = 96 << 10
 // Both kernels run the same per-row instruction sequence, so the value for
 // (m, n) does not depend on M, n0, n1 or the band.
 func tilesK(t gguf.Type, vnni bool, dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
-	if M == 1 && useK512 {
-		rowsK(t, dst, xq, w, K, n0, n1)
+	if useK512 {
+		rowsK(t, dst, ldd, xq, M, w, K, n0, n1)
 		return
 	}
 	nb := K / qkK
