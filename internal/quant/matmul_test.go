@@ -134,7 +134,8 @@ func TestQuantizeRowErrors(t *testing.T) {
 	}{
 		{gguf.TypeQ8_0, 33, 34, "not a multiple of the block size 32"},
 		{gguf.TypeQ8_0, 32, 33, "takes 34 bytes, have 33"},
-		{gguf.Type(13), 256, 176, "unsupported type Q5_K"},
+		{gguf.Type(7), 32, 24, "unsupported type Q5_1"},
+		{gguf.TypeQ5_K, 255, 176, "not a multiple of the block size 256"},
 	}
 	for _, tt := range tests {
 		err := QuantizeRow(tt.t, make([]float32, tt.n), make([]byte, tt.nb))
