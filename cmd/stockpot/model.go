@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -85,49 +86,57 @@ func cmdSynth(args []string) error {
 	preset := fs.String("preset", "", "preset name ("+presetNames()+")")
 	out := fs.String("out", "", "output GGUF path")
 	seed := fs.Uint64("seed", 0, "random seed (same seed, same bytes)")
-	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q5_0, q4_k_m (alias q4_k: llama-quantize's Q4_K_M mix), q6_k")
+	typ := fs.String("type", "f32", "weight type: f32, f16, bf16, q8_0, q4_0, q5_0, q4_k_m (alias q4_k), q4_k_s, q5_k_m (alias q5_k), q5_k_s, q6_k; the K types are llama-quantize's mixes")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
 	if *preset == "" || *out == "" {
 		return fmt.Errorf("model synth: --preset and --out are required (presets: %s)", presetNames())
 	}
-	t, err := parseType(*typ)
+	opt, err := parseType(*typ)
 	if err != nil {
 		return err
 	}
+	opt.Seed = *seed
 	start := time.Now()
-	if err := synth.WriteFile(*preset, synth.Options{Seed: *seed, Type: t}, *out); err != nil {
+	if err := synth.WriteFile(*preset, opt, *out); err != nil {
 		return err
 	}
 	fi, err := os.Stat(*out)
 	if err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s: preset %s, %s weights, seed %d, %.1f MB in %.0f ms\n", *out, *preset, t, *seed, float64(fi.Size())/1e6, ms(time.Since(start)))
+	fmt.Printf("wrote %s: preset %s, %s weights, seed %d, %.1f MB in %.0f ms\n", *out, *preset, opt.FileTypeName(), *seed, float64(fi.Size())/1e6, ms(time.Since(start)))
 	return nil
 }
 
-func parseType(s string) (gguf.Type, error) {
+// parseType maps a --type value to the synth options it selects.
+func parseType(s string) (synth.Options, error) {
 	switch strings.ToLower(s) {
 	case "f32":
-		return gguf.TypeF32, nil
+		return synth.Options{Type: gguf.TypeF32}, nil
 	case "f16":
-		return gguf.TypeF16, nil
+		return synth.Options{Type: gguf.TypeF16}, nil
 	case "bf16":
-		return gguf.TypeBF16, nil
+		return synth.Options{Type: gguf.TypeBF16}, nil
 	case "q8_0":
-		return gguf.TypeQ8_0, nil
+		return synth.Options{Type: gguf.TypeQ8_0}, nil
 	case "q4_0":
-		return gguf.TypeQ4_0, nil
+		return synth.Options{Type: gguf.TypeQ4_0}, nil
 	case "q5_0":
-		return gguf.TypeQ5_0, nil
+		return synth.Options{Type: gguf.TypeQ5_0}, nil
 	case "q4_k", "q4_k_m":
-		return gguf.TypeQ4_K, nil
+		return synth.Options{Type: gguf.TypeQ4_K}, nil
+	case "q4_k_s":
+		return synth.Options{Type: gguf.TypeQ4_K, Small: true}, nil
+	case "q5_k", "q5_k_m":
+		return synth.Options{Type: gguf.TypeQ5_K}, nil
+	case "q5_k_s":
+		return synth.Options{Type: gguf.TypeQ5_K, Small: true}, nil
 	case "q6_k":
-		return gguf.TypeQ6_K, nil
+		return synth.Options{Type: gguf.TypeQ6_K}, nil
 	}
-	return 0, fmt.Errorf("unknown weight type %q (want f32, f16, bf16, q8_0, q4_0, q5_0, q4_k_m, q6_k)", s)
+	return synth.Options{}, fmt.Errorf("unknown weight type %q (want f32, f16, bf16, q8_0, q4_0, q5_0, q4_k_m, q4_k_s, q5_k_m, q5_k_s, q6_k)", s)
 }
 
 func presetNames() string {
@@ -187,6 +196,13 @@ func cmdInfo(args []string) error {
 		params += n
 	}
 	fmt.Printf("parameters:    %.1fM; tensor types %v\n", float64(params)/1e6, types)
+	if ft, ok := f.Uint("general.file_type"); ok {
+		fmt.Printf("file type:     %s (general.file_type %d)\n", fileTypeName(ft), ft)
+	}
+	fmt.Printf("tensors:       type of every tensor (per-layer tensors by name, with their layers)\n")
+	for _, l := range tensorTypeLines(f.Tensors()) {
+		fmt.Printf("  %s\n", l)
+	}
 	tm, _ := f.String("tokenizer.ggml.model")
 	pre, _ := f.String("tokenizer.ggml.pre")
 	fmt.Printf("tokenizer:     %s (pre %q), %d tokens, bos %d, eos %d, add bos %v\n", tm, pre, lf.tok.VocabSize(), lf.tok.BOS(), lf.tok.EOS(), lf.tok.AddBOS())
@@ -194,6 +210,80 @@ func cmdInfo(args []string) error {
 	fmt.Printf("chat template: %s\n", oneLine(tmpl, 100))
 	fmt.Printf("fingerprint:   %s\n", lf.fingerprint)
 	return nil
+}
+
+// fileTypeName is llama.cpp's name for a general.file_type (enum
+// llama_ftype) value.
+func fileTypeName(ft uint64) string {
+	names := map[uint64]string{0: "F32", 1: "F16", 2: "Q4_0", 7: "Q8_0", 8: "Q5_0", 10: "Q2_K", 11: "Q3_K_S",
+		12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S", 15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}
+	if n, ok := names[ft]; ok {
+		return n
+	}
+	return fmt.Sprintf("ftype %d", ft)
+}
+
+// tensorTypeLines lists every tensor's type: tensors outside the layers one
+// per line with their dims, then each per-layer tensor name
+// ("attn_v.weight") once, with the layers of each type it has
+// ("Q6_K layers 0-3,6; Q4_K layers 4,5,7"). Names keep the file's order of
+// first appearance.
+func tensorTypeLines(ts []gguf.TensorInfo) []string {
+	type role struct {
+		types  []gguf.Type
+		layers map[gguf.Type][]int
+	}
+	var order []string
+	roles := map[string]*role{}
+	var lines []string
+	for _, t := range ts {
+		var layer int
+		var rest string
+		if n, err := fmt.Sscanf(t.Name, "blk.%d.", &layer); err != nil || n != 1 {
+			lines = append(lines, fmt.Sprintf("%-32s %-5s %v", t.Name, t.Type, t.Dims))
+			continue
+		}
+		rest = strings.TrimPrefix(t.Name, fmt.Sprintf("blk.%d.", layer))
+		r := roles[rest]
+		if r == nil {
+			r = &role{layers: map[gguf.Type][]int{}}
+			roles[rest] = r
+			order = append(order, rest)
+		}
+		if _, ok := r.layers[t.Type]; !ok {
+			r.types = append(r.types, t.Type)
+		}
+		r.layers[t.Type] = append(r.layers[t.Type], layer)
+	}
+	for _, name := range order {
+		r := roles[name]
+		var parts []string
+		for _, ty := range r.types {
+			parts = append(parts, fmt.Sprintf("%s layers %s", ty, layerRuns(r.layers[ty])))
+		}
+		lines = append(lines, fmt.Sprintf("%-32s %s", name, strings.Join(parts, "; ")))
+	}
+	return lines
+}
+
+// layerRuns writes sorted layer numbers as runs: "0-3,6,9-11".
+func layerRuns(ls []int) string {
+	ls = append([]int(nil), ls...)
+	sort.Ints(ls)
+	var parts []string
+	for i := 0; i < len(ls); {
+		j := i
+		for j+1 < len(ls) && ls[j+1] == ls[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", ls[i], ls[j]))
+		} else {
+			parts = append(parts, fmt.Sprint(ls[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }
 
 // layerKinds writes the layer pattern as runs: "deltanet×3 attention deltanet×3 attention".

@@ -24,6 +24,7 @@ func TestTypeLayout(t *testing.T) {
 		{TypeQ5_0, "Q5_0", 32, 22},
 		{TypeQ8_0, "Q8_0", 32, 34},
 		{TypeQ4_K, "Q4_K", 256, 144},
+		{TypeQ5_K, "Q5_K", 256, 176},
 		{TypeQ6_K, "Q6_K", 256, 210},
 		{TypeQ8_K, "Q8_K", 256, 292},
 	}
@@ -35,13 +36,13 @@ func TestTypeLayout(t *testing.T) {
 			t.Errorf("%s.RowBytes: have %d, want %d", tt.t, have, want)
 		}
 	}
-	for _, bad := range []Type{3, 13, 31, 1 << 20} {
+	for _, bad := range []Type{3, 7, 31, 1 << 20} {
 		if bad.Valid() {
 			t.Errorf("%s: have Valid, want not", bad)
 		}
 	}
-	if have := Type(13).String(); have != "Q5_K" {
-		t.Errorf("Type(13).String(): have %q, want Q5_K", have)
+	if have := Type(7).String(); have != "Q5_1" {
+		t.Errorf("Type(7).String(): have %q, want Q5_1", have)
 	}
 	defer func() {
 		if recover() == nil {
@@ -312,7 +313,7 @@ func TestParseErrors(t *testing.T) {
 		{"zero dims", append(tensorHeader("w", nil, 0, 0), make([]byte, 16)...), "tensor w: 0 dims"},
 		{"elements overflow", tensorHeader("w", []uint64{1 << 32, 1 << 32}, 0, 0), "element count of dims [4294967296 4294967296] overflows"},
 		{"bytes overflow", tensorHeader("w", []uint64{1 << 62}, 0, 0), "byte size of 4611686018427387904 F32 blocks overflows"},
-		{"unknown type", tensorHeader("w", []uint64{32}, 13, 0), "tensor w: unsupported tensor type Q5_K (13)"},
+		{"unknown type", tensorHeader("w", []uint64{32}, 7, 0), "tensor w: unsupported tensor type Q5_1 (7)"},
 		{"unknown type number", tensorHeader("w", []uint64{32}, 77, 0), "unsupported tensor type Type(77) (77)"},
 		{"row length", tensorHeader("w", []uint64{33}, 8, 0), "row length 33 is not a multiple of the Q8_0 block size 32"},
 		{"offset alignment", append(tensorHeader("w", []uint64{4}, 0, 8), make([]byte, 64)...), "offset 8 is not a multiple of the alignment 32"},
@@ -351,7 +352,7 @@ func TestWriterErrors(t *testing.T) {
 	}{
 		{"a", TypeF32, []uint64{4}, 16, "duplicate"},
 		{"", TypeF32, []uint64{4}, 16, "empty name"},
-		{"b", Type(13), []uint64{256}, 176, "unsupported type Q5_K"},
+		{"b", Type(7), []uint64{32}, 24, "unsupported type Q5_1"},
 		{"b", TypeQ8_0, []uint64{33}, 34, "not a multiple"},
 		{"b", TypeQ8_0, []uint64{32}, 33, "needs 34 bytes, have 33"},
 		{"b", TypeF32, nil, 0, "0 dims"},

@@ -14,6 +14,7 @@ const (
 	TypeQ5_0 Type = 6
 	TypeQ8_0 Type = 8
 	TypeQ4_K Type = 12
+	TypeQ5_K Type = 13
 	TypeQ6_K Type = 14
 	TypeQ8_K Type = 15
 	TypeBF16 Type = 30
@@ -32,6 +33,7 @@ type typeInfo struct {
 //	Q5_0: f16 d + 4 bytes of 5th bits + 16 nibbles  = 22 bytes / 32
 //	Q8_0: f16 d + 32 int8                           = 34 bytes / 32
 //	Q4_K: f16 d, f16 dmin, 12 bytes scales, 128 qs  = 144 bytes / 256
+//	Q5_K: Q4_K's header, 32 bytes qh, 128 qs        = 176 bytes / 256
 //	Q6_K: 128 ql, 64 qh, 16 int8 scales, f16 d      = 210 bytes / 256
 //	Q8_K: f32 d, 256 int8, 16 int16 bsums           = 292 bytes / 256
 //
@@ -43,6 +45,7 @@ var typeInfos = [...]typeInfo{
 	TypeQ5_0: {"Q5_0", 32, 22},
 	TypeQ8_0: {"Q8_0", 32, 34},
 	TypeQ4_K: {"Q4_K", 256, 144},
+	TypeQ5_K: {"Q5_K", 256, 176},
 	TypeQ6_K: {"Q6_K", 256, 210},
 	TypeQ8_K: {"Q8_K", 256, 292},
 	TypeBF16: {"BF16", 1, 2},
@@ -52,7 +55,7 @@ var typeInfos = [...]typeInfo{
 // about one says which type the file has.
 var ggmlNames = map[Type]string{
 	3: "Q4_1", 7: "Q5_1", 9: "Q8_1", 10: "Q2_K", 11: "Q3_K",
-	13: "Q5_K", 16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S",
+	16: "IQ2_XXS", 17: "IQ2_XS", 18: "IQ3_XXS", 19: "IQ1_S",
 	20: "IQ4_NL", 21: "IQ3_S", 22: "IQ2_S", 23: "IQ4_XS", 24: "I8", 25: "I16",
 	26: "I32", 27: "I64", 28: "F64", 29: "IQ1_M", 34: "TQ1_0", 35: "TQ2_0",
 	39: "MXFP4",

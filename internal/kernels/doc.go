@@ -44,7 +44,7 @@
 // As in ggml: F16 weights see the activations rounded to f16 (ggml's
 // vec_dot_type) and BF16 weights see them rounded to bf16; products are
 // then accumulated in f32 with FMA. Quantized weights (Q4_0, Q5_0, Q8_0,
-// Q4_K, Q6_K) quantize each activation row once to quant.ActivationType and call
+// Q4_K, Q5_K, Q6_K) quantize each activation row once to quant.ActivationType and call
 // quant.MatMul over ranges of weight rows. RMSNorm sums squares in float64;
 // RoPE builds theta like ggml's rope cache in f32; softmaxes exp in f32 and
 // sum in float64.

@@ -55,7 +55,7 @@ func matMulQuant(p *Pool, dst, x []float32, M int, w *Weight) {
 
 func checkQuantType(t gguf.Type) {
 	switch t {
-	case gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
+	case gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K:
 	default:
 		panic(fmt.Sprintf("kernels: MatMul of %v weights is not supported", t))
 	}

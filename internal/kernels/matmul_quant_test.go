@@ -35,7 +35,7 @@ func TestMatMulQuantized(t *testing.T) {
 	pools := []*Pool{nil, NewPool(2), NewPool(3)}
 	defer pools[1].Close()
 	defer pools[2].Close()
-	for _, typ := range []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+	for _, typ := range []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
 		K := 2 * typ.BlockSize()
 		if typ.BlockSize() == 32 {
 			K = 96
@@ -89,7 +89,7 @@ func BenchmarkMatMulQuantized(b *testing.B) {
 	p := NewPool(0)
 	defer p.Close()
 	t := &testing.T{}
-	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K} {
+	for _, typ := range []gguf.Type{gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
 		for _, s := range []struct{ N, K int }{{576, 768}, {1536, 768}} {
 			w, _ := randQuantWeight(t, r, typ, s.N, s.K)
 			for _, M := range []int{1, 16} { // M=512 takes seconds until quant has SIMD
@@ -110,7 +110,7 @@ func BenchmarkMatMulQuantized(b *testing.B) {
 // TestMatMulsShared checks that MatMuls, which quantizes the activations
 // once for consecutive weights of one activation type, gives bitwise what
 // one MatMul per weight gives: runs that share (Q5_0, Q8_0, Q4_0 all read
-// Q8_0; Q4_K and Q6_K read Q8_K), a float weight between them, and a
+// Q8_0; Q4_K, Q5_K and Q6_K read Q8_K), a float weight between them, and a
 // different K that must not share.
 func TestMatMulsShared(t *testing.T) {
 	r := rand.New(rand.NewPCG(5, 6))
@@ -127,7 +127,7 @@ func TestMatMulsShared(t *testing.T) {
 	ws := []*Weight{
 		mk(gguf.TypeQ5_0, 7, K), mk(gguf.TypeQ8_0, 5, K), mk(gguf.TypeQ4_0, 3, K),
 		mk(gguf.TypeF16, 4, K),
-		mk(gguf.TypeQ4_K, 6, K), mk(gguf.TypeQ6_K, 9, K),
+		mk(gguf.TypeQ4_K, 6, K), mk(gguf.TypeQ5_K, 5, K), mk(gguf.TypeQ6_K, 9, K),
 		mk(gguf.TypeQ8_0, 2, K), mk(gguf.TypeQ4_K, 3, K),
 	}
 	for _, M := range []int{1, 4, 7} {

@@ -128,7 +128,7 @@ func (ld *loader) matrix(name string, rows, cols int) *kernels.Weight {
 		return nil
 	}
 	switch ti.Type {
-	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ6_K:
+	case gguf.TypeF32, gguf.TypeF16, gguf.TypeBF16, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K:
 	default:
 		ld.err = fmt.Errorf("%w: tensor %s has type %s", ErrUnsupported, name, ti.Type)
 		return nil

@@ -10,12 +10,12 @@ import (
 
 // ActivationType returns ggml's vec_dot_type for weights of type t: the
 // format activations are quantized to before MatMul. Q8_0 for Q4_0, Q5_0
-// and Q8_0, Q8_K for Q4_K and Q6_K. It panics for other types.
+// and Q8_0, Q8_K for Q4_K, Q5_K and Q6_K. It panics for other types.
 func ActivationType(t gguf.Type) gguf.Type {
 	switch t {
 	case gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0:
 		return gguf.TypeQ8_0
-	case gguf.TypeQ4_K, gguf.TypeQ6_K:
+	case gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K:
 		return gguf.TypeQ8_K
 	}
 	panic(fmt.Sprintf("quant: no quantized activation type for %s", t))

@@ -1,7 +1,7 @@
 //go:build ignore
 
 // asmgen_k writes matmul_k_amd64.s: the AVX2 and AVX512-VNNI kernels for
-// Q4_K and Q6_K weight rows against Q8_K activations, for 4 and 1
+// Q4_K, Q5_K and Q6_K weight rows against Q8_K activations, for 4 and 1
 // activation rows. Generating every variant from one template keeps a
 // row's arithmetic identical whatever its slot or the row count (the
 // determinism rule).
@@ -37,9 +37,9 @@ func main() {
 
 #include "textflag.h"
 
-// AVX2 kernels for Q4_K and Q6_K weight rows against Q8_K activations.
-// Each kernel runs ggml's AVX2 block loop (ggml_vec_dot_q4_K_q8_K /
-// ggml_vec_dot_q6_K_q8_K) for one weight row against R activation rows
+// AVX2 kernels for Q4_K, Q5_K and Q6_K weight rows against Q8_K activations.
+// Each kernel runs ggml's AVX2 block loop (ggml_vec_dot_q4_K_q8_K,
+// ggml_vec_dot_q5_K_q8_K, ggml_vec_dot_q6_K_q8_K) for one weight row against R activation rows
 // (R = 4 or 1). Per super-block and row the integer lane sums are exact (no
 // int16 saturation is possible for these formats), and the float work is
 // ggml's: d = y.d*w.d, acc = fma(d, lanes, acc) per lane. Every activation
@@ -65,16 +65,25 @@ func main() {
 	p("DATA signbit<>+0(SB)/8, $0x8000000080000000")
 	p("DATA signbit<>+8(SB)/8, $0x8000000080000000")
 	p("GLOBL signbit<>(SB), RODATA|NOPTR, $16\n")
+	p("// bit4: 0x10 in every byte (Q5_K's 5th bit, in place).")
+	for i := range 4 {
+		p("DATA bit4<>+%d(SB)/8, $0x1010101010101010", 8*i)
+	}
+	p("GLOBL bit4<>(SB), RODATA|NOPTR, $32\n")
 
 	q4k(4, false)
 	q4k(1, false)
 	q6k(4, false)
 	q6k(1, false)
+	q5k(4, false)
+	q5k(1, false)
 	p("// The VNNI variants fuse each madd+add pair into VPDPWSSD (AVX512_VNNI on\n// 256-bit registers); the integer lane sums are the same exact values.\n")
 	q4k(4, true)
 	q4k(1, true)
 	q6k(4, true)
 	q6k(1, true)
+	q5k(4, true)
+	q5k(1, true)
 
 	src := strings.TrimRight(strings.Join(lines, "\n"), " \t\r\n\v\f") + "\n"
 	if err := os.WriteFile(*out, []byte(src), 0o644); err != nil {
@@ -159,39 +168,7 @@ func q4k(r int, vnni bool) {
 	p("\tJZ %sdone", k.label)
 	p("\n%sloop:", k.label)
 	prefetch(144)
-	p("\t// scales and mins (get_scale_min_k4 for all 8 sub-blocks)")
-	for _, ins := range []string{
-		"MOVL 4(SI), AX",
-		"MOVL 8(SI), BX",
-		"MOVL 12(SI), DI",
-		"MOVL DI, R12",
-		"SHRL $4, R12",
-		"ANDL $0x0f0f0f0f, R12",
-		"MOVL BX, R13",
-		"SHRL $6, R13",
-		"ANDL $0x03030303, R13",
-		"SHLL $4, R13",
-		"ORL R13, R12",
-		"ANDL $0x3f3f3f3f, BX",
-		"ANDL $0x0f0f0f0f, DI",
-		"MOVL AX, R13",
-		"SHRL $6, R13",
-		"ANDL $0x03030303, R13",
-		"SHLL $4, R13",
-		"ORL R13, DI",
-		"ANDL $0x3f3f3f3f, AX",
-		"SHLQ $32, DI",
-		"ORQ DI, AX",
-		"SHLQ $32, R12",
-		"ORQ R12, BX",
-		"VMOVQ AX, X14",
-		"VPMOVZXBW X14, X14",
-		"VINSERTI128 $1, X14, Y14, Y14",
-		"VMOVQ BX, X12",
-		"VPMOVZXBW X12, X12",
-	} {
-		p("\t%s", ins)
-	}
+	kScales()
 	p("\t// mins: acc_m = fma(-y.d*w.dmin, madd(mins, hadd(bsums)), acc_m)")
 	p("\tVPBROADCASTW 2(SI), X11")
 	p("\tVCVTPH2PS X11, X11")
@@ -349,6 +326,154 @@ func q6k(r int, vnni bool) {
 	p("\n%sdone:", k.label)
 	for i := range r {
 		p("\tVMOVUPS Y%d, %d(DX)", 4+i, 32*i)
+	}
+	p("\tVZEROUPPER")
+	p("\tRET\n")
+}
+
+// kScales unpacks a Q4_K/Q5_K super-block's 6-bit scales and mins
+// (get_scale_min_k4 for all 8 sub-blocks, bytes 4..15 at SI): the scales
+// as int16 in both halves of Y14, the mins as int16 in X12. It clobbers
+// AX, BX, DI, R12 and R13.
+func kScales() {
+	p("\t// scales and mins (get_scale_min_k4 for all 8 sub-blocks)")
+	for _, ins := range []string{
+		"MOVL 4(SI), AX",
+		"MOVL 8(SI), BX",
+		"MOVL 12(SI), DI",
+		"MOVL DI, R12",
+		"SHRL $4, R12",
+		"ANDL $0x0f0f0f0f, R12",
+		"MOVL BX, R13",
+		"SHRL $6, R13",
+		"ANDL $0x03030303, R13",
+		"SHLL $4, R13",
+		"ORL R13, R12",
+		"ANDL $0x3f3f3f3f, BX",
+		"ANDL $0x0f0f0f0f, DI",
+		"MOVL AX, R13",
+		"SHRL $6, R13",
+		"ANDL $0x03030303, R13",
+		"SHLL $4, R13",
+		"ORL R13, DI",
+		"ANDL $0x3f3f3f3f, AX",
+		"SHLQ $32, DI",
+		"ORQ DI, AX",
+		"SHLQ $32, R12",
+		"ORQ R12, BX",
+		"VMOVQ AX, X14",
+		"VPMOVZXBW X14, X14",
+		"VINSERTI128 $1, X14, Y14, Y14",
+		"VMOVQ BX, X12",
+		"VPMOVZXBW X12, X12",
+	} {
+		p("\t%s", ins)
+	}
+}
+
+// q5k is q4k for Q5_K (ggml_vec_dot_q5_K_q8_K): the nibbles at 48 get
+// their 5th bits from qh (16..47; bit 2j of byte l for element 64j+l, bit
+// 2j+1 for 64j+32+l), and the mins go to one scalar per row,
+// summs = fma(-y.d*w.dmin, Σ min*bsum, summs), instead of 4 lanes.
+func q5k(r int, vnni bool) {
+	k := newKernel("5", r, vnni)
+	sig := "w, x *byte, nb int, acc *[12]float32"
+	if r == 4 {
+		sig = "w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32"
+	}
+	k.prologue(sig,
+		"// acc[12r:12r+8] is the 8-lane accumulator of activation row r and",
+		"// acc[12r+8] its mins sum (summs in ggml).")
+	p("\tVXORPS X8, X8, X8")
+	for i := range r {
+		p("\tVXORPS Y%d, Y%d, Y%d", 4+i, 4+i, 4+i)
+		p("\tVMOVUPS X8, %d(DX)", 48*i+32)
+	}
+	p("\tMOVL $0x0f0f0f0f, AX")
+	p("\tVMOVD AX, X15")
+	p("\tVPBROADCASTD X15, Y15")
+	p("\tTESTQ CX, CX")
+	p("\tJZ %sdone", k.label)
+	p("\n%sloop:", k.label)
+	prefetch(176)
+	kScales()
+	p("\t// mins: summs = fma(-y.d*w.dmin, hsum(madd(mins, hadd(bsums))), summs)")
+	p("\tVPBROADCASTW 2(SI), X11")
+	p("\tVCVTPH2PS X11, X11")
+	p("\tVXORPS signbit<>(SB), X11, X11")
+	for i := range r {
+		x, off := xRegs[i], 48*i+32
+		p("\tVMOVDQU 260(%s), X8", x)
+		p("\tVPHADDW 276(%s), X8, X8", x)
+		p("\tVPMADDWD X12, X8, X8")
+		p("\tVPHADDD X8, X8, X8")
+		p("\tVPHADDD X8, X8, X8")
+		p("\tVCVTDQ2PS X8, X8")
+		p("\tVMOVSS (%s), X9", x)
+		p("\tVMULSS X11, X9, X9")
+		p("\tVMOVSS %d(DX), X10", off)
+		p("\tVFMADD231SS X8, X9, X10")
+		p("\tVMOVSS X10, %d(DX)", off)
+	}
+	for i := range r {
+		p("\tVPXOR Y%d, Y%d, Y%d", i, i, i)
+	}
+	for j := range 4 {
+		p("\t// 64-element chunk %d: levels 0..31", j)
+		p("\tVMOVDQU %d(SI), Y12", 48+32*j)
+		p("\tVPAND Y15, Y12, Y13")
+		p("\tVPSRLW $4, Y12, Y12")
+		p("\tVPAND Y15, Y12, Y12")
+		p("\tVMOVDQU 16(SI), Y8")
+		for h, dst := range []string{"Y13", "Y12"} {
+			// bit b of each qh byte to bit 4: the masked byte never
+			// crosses into its neighbour.
+			switch b := 2*j + h; {
+			case b < 4:
+				p("\tVPSLLW $%d, Y8, Y9", 4-b)
+			case b > 4:
+				p("\tVPSRLW $%d, Y8, Y9", b-4)
+			default:
+				p("\tVMOVDQU Y8, Y9")
+			}
+			p("\tVPAND bit4<>(SB), Y9, Y9")
+			p("\tVPOR Y9, %s, %s", dst, dst)
+		}
+		p("\tVPSHUFB shufk4<>+%d(SB), Y14, Y11", 64*j)
+		p("\tVPSHUFB shufk4<>+%d(SB), Y14, Y10", 64*j+32)
+		for i := range r {
+			x := xRegs[i]
+			p("\tVPMADDUBSW %d(%s), Y13, Y8", 4+64*j, x)
+			p("\tVPMADDUBSW %d(%s), Y12, Y9", 36+64*j, x)
+			if vnni {
+				p("\tVPDPWSSD Y11, Y8, Y%d", i)
+				p("\tVPDPWSSD Y10, Y9, Y%d", i)
+			} else {
+				p("\tVPMADDWD Y11, Y8, Y8")
+				p("\tVPMADDWD Y10, Y9, Y9")
+				p("\tVPADDD Y8, Y%d, Y%d", i, i)
+				p("\tVPADDD Y9, Y%d, Y%d", i, i)
+			}
+		}
+	}
+	p("\t// acc = fma(y.d*w.d, sumi, acc)")
+	p("\tVPBROADCASTW (SI), X8")
+	p("\tVCVTPH2PS X8, Y8")
+	for i := range r {
+		p("\tVBROADCASTSS (%s), Y9", xRegs[i])
+		p("\tVMULPS Y8, Y9, Y9")
+		p("\tVCVTDQ2PS Y%d, Y%d", i, i)
+		p("\tVFMADD231PS Y%d, Y9, Y%d", i, 4+i)
+	}
+	p("\tADDQ $176, SI")
+	for i := range r {
+		p("\tADDQ $292, %s", xRegs[i])
+	}
+	p("\tDECQ CX")
+	p("\tJNZ %sloop", k.label)
+	p("\n%sdone:", k.label)
+	for i := range r {
+		p("\tVMOVUPS Y%d, %d(DX)", 4+i, 48*i)
 	}
 	p("\tVZEROUPPER")
 	p("\tRET\n")

@@ -16,6 +16,9 @@ func TestAsmgenK(t *testing.T) { checkAsmgen(t, "asmgen_k.go", "matmul_k_amd64.s
 // TestAsmgenPair is TestAsmgenK for asmgen_pair.go and matmul_pair_amd64.s.
 func TestAsmgenPair(t *testing.T) { checkAsmgen(t, "asmgen_pair.go", "matmul_pair_amd64.s") }
 
+// TestAsmgenK512 is TestAsmgenK for asmgen_k512.go and matmul_k512_amd64.s.
+func TestAsmgenK512(t *testing.T) { checkAsmgen(t, "asmgen_k512.go", "matmul_k512_amd64.s") }
+
 func checkAsmgen(t *testing.T, gen, file string) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {

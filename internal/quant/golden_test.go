@@ -59,8 +59,8 @@ func readGolden(t *testing.T) []goldenCase {
 		c.dot = floats(c.rows * c.rows)
 		cases = append(cases, c)
 	}
-	if len(cases) != 5 {
-		t.Fatalf("golden file holds %d cases, want 5", len(cases))
+	if len(cases) != 6 {
+		t.Fatalf("golden file holds %d cases, want 6", len(cases))
 	}
 	return cases
 }

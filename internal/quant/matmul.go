@@ -13,8 +13,8 @@ import (
 type kernel func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int)
 
 // MatMul sets dst[m*ldd+n] = dot(w row n, x row m) for m < M and
-// n0 <= n < n1. w holds rows of K elements of type t (Q4_0, Q5_0, Q8_0, Q4_K or
-// Q6_K); xq holds M rows of K elements already in ActivationType(t).
+// n0 <= n < n1. w holds rows of K elements of type t (Q4_0, Q5_0, Q8_0, Q4_K,
+// Q5_K or Q6_K); xq holds M rows of K elements already in ActivationType(t).
 // Mis-sized arguments are programmer bugs and panic.
 //
 // The value for (m, n) is computed by the same float operations whatever M,
@@ -41,6 +41,7 @@ var refKernels = map[gguf.Type]kernel{
 	gguf.TypeQ5_0: matmulQ5_0Ref,
 	gguf.TypeQ8_0: matmulQ8_0Ref,
 	gguf.TypeQ4_K: matmulQ4_KRef,
+	gguf.TypeQ5_K: matmulQ5_KRef,
 	gguf.TypeQ6_K: matmulQ6_KRef,
 }
 
@@ -70,6 +71,10 @@ func matmulQ8_0Ref(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1
 
 func matmulQ4_KRef(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
 	matmulRef(dotQ4_K, q4_KBytes, q8_KBytes, qkK)(dst, ldd, xq, M, w, K, n0, n1)
+}
+
+func matmulQ5_KRef(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+	matmulRef(dotQ5_K, q5_KBytes, q8_KBytes, qkK)(dst, ldd, xq, M, w, K, n0, n1)
 }
 
 func matmulQ6_KRef(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
@@ -174,6 +179,45 @@ func dotQ4_K(w, x []byte, nb int) float32 {
 		}
 	}
 	return hsum8(&acc) + hsum4(&accM)
+}
+
+// dotQ5_K mirrors ggml_vec_dot_q5_K_q8_K (AVX2): the lanes are dotQ4_K's
+// with 5-bit levels; the mins go through one scalar instead of dotQ4_K's
+// 4 lanes: summs = fma(dmin, Σ_s min[s]*S[s], summs) per super-block (the
+// integer sum is exact; the C `summs += dmin * sum` compiles to an FMA).
+func dotQ5_K(w, x []byte, nb int) float32 {
+	var acc [8]float32
+	var summs float32
+	for b := range nb {
+		wb, xb := w[b*q5_KBytes:], x[b*q8_KBytes:]
+		yd := q8KScale(xb)
+		d := yd * f16At(wb, 0)
+		dmin := -yd * f16At(wb, 2)
+		var sc, mn [8]int32
+		for j := range 8 {
+			s, m := scaleMinK4(j, wb[4:16])
+			sc[j], mn[j] = int32(s), int32(m)
+		}
+		var ms int32
+		for s := range 8 {
+			ms += mn[s] * (bsum(xb, 2*s) + bsum(xb, 2*s+1))
+		}
+		summs = fma32(dmin, float32(ms), summs)
+		qh, qs, q8 := wb[16:48], wb[48:], xb[4:]
+		for k := range 8 {
+			var sum int32
+			for j := range 4 {
+				var lo, hi int32
+				for e := 4 * k; e < 4*k+4; e++ {
+					lo += int32(q5KAt(qs, qh, 64*j+e)) * int32(int8(q8[64*j+e]))
+					hi += int32(q5KAt(qs, qh, 64*j+32+e)) * int32(int8(q8[64*j+32+e]))
+				}
+				sum += sc[2*j]*lo + sc[2*j+1]*hi
+			}
+			acc[k] = fma32(d, float32(sum), acc[k])
+		}
+	}
+	return hsum8(&acc) + summs
 }
 
 // dotQ6_K mirrors ggml_vec_dot_q6_K_q8_K (AVX2). Lane k sums, over the eight

@@ -45,11 +45,10 @@ func pickKernels() (map[gguf.Type]kernel, string) {
 		}
 		rowsQ5_0(false, dst, ldd, xq, M, w, K, n0, n1)
 	}
-	k[gguf.TypeQ4_K] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
-		tilesK(false, kVNNI, dst, ldd, xq, M, w, K, n0, n1)
-	}
-	k[gguf.TypeQ6_K] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
-		tilesK(true, kVNNI, dst, ldd, xq, M, w, K, n0, n1)
+	for _, t := range []gguf.Type{gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
+		k[t] = func(dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
+			tilesK(t, kVNNI, dst, ldd, xq, M, w, K, n0, n1)
+		}
 	}
 	if kVNNI {
 		return k, "avx2+vnni"

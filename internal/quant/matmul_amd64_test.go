@@ -12,19 +12,19 @@ import (
 	"stockpot/internal/gguf"
 )
 
-var usePairs0 = usePairs
+var usePairs0, useK5120 = usePairs, useK512
 
 func init() {
-	if usePairs {
+	if usePairs || useK512 {
 		extraVariants = append(extraVariants, variant{"vnni-nopairs", func() func() {
-			usePairs = false
-			return func() { usePairs = true }
+			usePairs, useK512 = false, false
+			return func() { usePairs, useK512 = usePairs0, useK5120 }
 		}})
 	}
 	if kVNNI {
 		extraVariants = append(extraVariants, variant{"avx2", func() func() {
-			kVNNI, usePairs = false, false
-			return func() { kVNNI, usePairs = true, usePairs0 }
+			kVNNI, usePairs, useK512 = false, false, false
+			return func() { kVNNI, usePairs, useK512 = true, usePairs0, useK5120 }
 		}})
 	}
 }
@@ -169,6 +169,33 @@ func BenchmarkPairsVsTiles(b *testing.B) {
 						} else {
 							MatMul(ty, dst, N, xq, M, w, K, 0, N)
 						}
+					}
+					b.ReportMetric(float64(M*N*K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
+				})
+			}
+		}
+	}
+}
+
+// BenchmarkK512VsTiles compares, in one run, the AVX-512 K-quant kernels
+// with the AVX2/VNNI one-row-by-four tiles they replace, for decode (M=1),
+// four streams (M=4) and a prefill band (M=64), on a 576x768 projection
+// that stays in cache (arithmetic, not memory).
+func BenchmarkK512VsTiles(b *testing.B) {
+	if !useK512 {
+		b.Skip("no AVX-512 VNNI")
+	}
+	const N, K = 576, 768
+	for _, ty := range []gguf.Type{gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K} {
+		for _, M := range []int{1, 4, 64} {
+			xq, w := randomOperands(ty, M, N, K, 7)
+			dst := make([]float32, M*N)
+			for _, k512 := range []bool{true, false} {
+				b.Run(fmt.Sprintf("%v/M=%d/k512=%v", ty, M, k512), func(b *testing.B) {
+					useK512 = k512
+					defer func() { useK512 = useK5120 }()
+					for b.Loop() {
+						MatMul(ty, dst, N, xq, M, w, K, 0, N)
 					}
 					b.ReportMetric(float64(M*N*K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 				})

@@ -10,7 +10,7 @@ import (
 	"stockpot/internal/gguf"
 )
 
-var weightTypes = []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ6_K}
+var weightTypes = []gguf.Type{gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K}
 
 // randomOperands quantizes random weights (N x K) and activations (M x K).
 func randomOperands(t gguf.Type, M, N, K int, seed uint64) (xq, w []byte) {
@@ -134,7 +134,8 @@ func TestQuantizeRowErrors(t *testing.T) {
 	}{
 		{gguf.TypeQ8_0, 33, 34, "not a multiple of the block size 32"},
 		{gguf.TypeQ8_0, 32, 33, "takes 34 bytes, have 33"},
-		{gguf.Type(13), 256, 176, "unsupported type Q5_K"},
+		{gguf.Type(7), 32, 24, "unsupported type Q5_1"},
+		{gguf.TypeQ5_K, 255, 176, "not a multiple of the block size 256"},
 	}
 	for _, tt := range tests {
 		err := QuantizeRow(tt.t, make([]float32, tt.n), make([]byte, tt.nb))
@@ -222,4 +223,55 @@ func TestMatMulDecodeRows(t *testing.T) {
 		}
 		undo()
 	}
+}
+
+// FuzzKQuantKernels fuzzes the shapes (and the weight bytes) the Q4_K,
+// Q5_K and Q6_K kernels see: M activation rows (across cache bands), N
+// weight rows from n0, K = 256*kb, with raw=1 every byte of each weight
+// block but its f16 scales random (any scale, min and level pattern). Every
+// kernel variant must give the reference's bits, and row m the same bits as
+// an M=1 call (the determinism rule).
+func FuzzKQuantKernels(f *testing.F) {
+	f.Add(uint8(1), uint8(5), uint8(0), uint8(1), uint8(0), uint8(0), uint64(1))
+	f.Add(uint8(4), uint8(9), uint8(1), uint8(3), uint8(1), uint8(1), uint64(2))
+	f.Add(uint8(17), uint8(2), uint8(1), uint8(2), uint8(2), uint8(0), uint64(3))
+	f.Add(uint8(45), uint8(3), uint8(2), uint8(16), uint8(1), uint8(1), uint64(4))
+	f.Fuzz(func(t *testing.T, m, n, n0, kb, ti, raw uint8, seed uint64) {
+		M, N, K := 1+int(m%48), 1+int(n%12), qkK*(1+int(kb%16))
+		lo := int(n0) % N
+		ty := []gguf.Type{gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K}[ti%3]
+		xq, w := randomOperands(ty, M, N, K, seed)
+		if raw%2 == 1 {
+			r := rand.New(rand.NewPCG(seed, 2))
+			bb := ty.BlockBytes()
+			for b := 0; b < len(w); b += bb {
+				for i := range bb {
+					if keep := (ty == gguf.TypeQ6_K && i >= 208) || (ty != gguf.TypeQ6_K && i < 4); !keep {
+						w[b+i] = byte(r.Uint32())
+					}
+				}
+			}
+		}
+		want := make([]float32, M*N)
+		refKernels[ty](want, N, xq, M, w, K, lo, N)
+		xrow := ActivationType(ty).RowBytes(K)
+		for _, v := range variants() {
+			undo := v.set()
+			have := make([]float32, M*N)
+			MatMul(ty, have, N, xq, M, w, K, lo, N)
+			one := make([]float32, N)
+			for mm := range M {
+				MatMul(ty, one, N, xq[mm*xrow:], 1, w, K, lo, N)
+				for i := mm * N; i < (mm+1)*N; i++ {
+					if math.Float32bits(have[i]) != math.Float32bits(want[i]) {
+						t.Fatalf("%v %s M=%d N=%d K=%d n0=%d element %d: have %v, want %v", ty, v.name, M, N, K, lo, i, have[i], want[i])
+					}
+					if math.Float32bits(one[i-mm*N]) != math.Float32bits(have[i]) {
+						t.Fatalf("%v %s M=%d row %d: M=1 gives %v, M=%d gives %v", ty, v.name, M, mm, one[i-mm*N], M, have[i])
+					}
+				}
+			}
+			undo()
+		}
+	})
 }

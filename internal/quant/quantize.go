@@ -17,6 +17,7 @@ const (
 	q5_0Bytes = 22  // f16 d, u32 qh (bit j: element j's 5th bit), 16 bytes of nibbles as Q4_0
 	q8_0Bytes = 34  // f16 d, 32 int8
 	q4_KBytes = 144 // f16 d, f16 dmin, 12 bytes 6-bit scales+mins, 128 bytes nibbles
+	q5_KBytes = 176 // Q4_K's 16-byte header, 32 bytes qh (5th bits), 128 bytes nibbles
 	q6_KBytes = 210 // 128 ql, 64 qh, 16 int8 scales, f16 d
 	q8_KBytes = 292 // f32 d, 256 int8, 16 int16 bsums
 
@@ -78,6 +79,10 @@ func QuantizeRow(t gguf.Type, src []float32, dst []byte) error {
 		for i := range nb {
 			quantizeQ4_K(src[i*qkK:(i+1)*qkK], dst[i*q4_KBytes:(i+1)*q4_KBytes])
 		}
+	case gguf.TypeQ5_K:
+		for i := range nb {
+			quantizeQ5_K(src[i*qkK:(i+1)*qkK], dst[i*q5_KBytes:(i+1)*q5_KBytes])
+		}
 	case gguf.TypeQ6_K:
 		for i := range nb {
 			quantizeQ6_K(src[i*qkK:(i+1)*qkK], dst[i*q6_KBytes:(i+1)*q6_KBytes])
@@ -138,6 +143,10 @@ func DequantizeRow(t gguf.Type, src []byte, dst []float32) error {
 	case gguf.TypeQ4_K:
 		for i := range nb {
 			dequantizeQ4_K(src[i*q4_KBytes:(i+1)*q4_KBytes], dst[i*qkK:(i+1)*qkK])
+		}
+	case gguf.TypeQ5_K:
+		for i := range nb {
+			dequantizeQ5_K(src[i*q5_KBytes:(i+1)*q5_KBytes], dst[i*qkK:(i+1)*qkK])
 		}
 	case gguf.TypeQ6_K:
 		for i := range nb {
@@ -343,6 +352,47 @@ func scaleMinK4(j int, q []byte) (uint8, uint8) {
 // quantizeQ4_K is quantize_row_q4_K_ref for one super-block.
 func quantizeQ4_K(x []float32, y []byte) {
 	var L [qkK]uint8
+	quantizeKScales(x, y, L[:], 15, -1, 20)
+	q := y[16:]
+	for j := 0; j < qkK; j += 64 {
+		for l := range 32 {
+			q[l] = L[j+l] | L[j+l+32]<<4
+		}
+		q = q[32:]
+	}
+}
+
+// quantizeQ5_K is quantize_row_q5_K_ref for one super-block: Q4_K's fit
+// with levels 0..31; the low nibbles are stored as Q4_K's, and the 5th bit
+// of element 64j+l (of 64j+32+l) is bit 2j (2j+1) of qh[l].
+func quantizeQ5_K(x []float32, y []byte) {
+	var L [qkK]uint8
+	quantizeKScales(x, y, L[:], 31, -0.5, 15)
+	qh, ql := y[16:48], y[48:]
+	clear(qh)
+	for j := 0; j < qkK; j += 64 {
+		bit := uint(j / 32)
+		for l := range 32 {
+			l1, l2 := L[j+l], L[j+l+32]
+			if l1 > 15 {
+				l1 -= 16
+				qh[l] |= 1 << bit
+			}
+			if l2 > 15 {
+				l2 -= 16
+				qh[l] |= 2 << bit
+			}
+			ql[l] = l1 | l2<<4
+		}
+		ql = ql[32:]
+	}
+}
+
+// quantizeKScales is the part quantize_row_q4_K_ref and
+// quantize_row_q5_K_ref share: a make_qkx2_quants fit (levels 0..nmax) of
+// each 32-element sub-block, the 6-bit scales and mins and the f16 d and
+// dmin in y[0:16], then every element's level in L from the stored scales.
+func quantizeKScales(x []float32, y []byte, L []uint8, nmax int, rmin float32, nstep int) {
 	var Laux [32]uint8
 	var weights [32]float32
 	var mins, scales [8]float32
@@ -357,7 +407,7 @@ func quantizeQ4_K(x []float32, y []byte) {
 		for l, v := range xs {
 			weights[l] = avX + abs32(v)
 		}
-		scales[j], mins[j] = makeQKX2Quants(15, xs, weights[:], L[32*j:32*j+32], Laux[:], -1, 0.1, 20)
+		scales[j], mins[j] = makeQKX2Quants(nmax, xs, weights[:], L[32*j:32*j+32], Laux[:], rmin, 0.1, nstep)
 		if scales[j] > maxScale {
 			maxScale = scales[j]
 		}
@@ -398,15 +448,8 @@ func quantizeQ4_K(x []float32, y []byte) {
 		dm := float32(dminAll * float32(m))
 		for ii := range 32 {
 			l := nearestInt((x[32*j+ii] + dm) / d)
-			L[32*j+ii] = uint8(max(0, min(15, l)))
+			L[32*j+ii] = uint8(max(0, min(int32(nmax), l)))
 		}
-	}
-	q := y[16:]
-	for j := 0; j < qkK; j += 64 {
-		for l := range 32 {
-			q[l] = L[j+l] | L[j+l+32]<<4
-		}
-		q = q[32:]
 	}
 }
 
@@ -423,6 +466,29 @@ func dequantizeQ4_K(b []byte, y []float32) {
 			y[64*j+32+l] = float32(d2*float32(q[32*j+l]>>4)) - mm2
 		}
 	}
+}
+
+func dequantizeQ5_K(b []byte, y []float32) {
+	d, dmin := f16At(b, 0), f16At(b, 2)
+	sc, qh, q := b[4:16], b[16:48], b[48:]
+	for j := range 4 {
+		s1, m1 := scaleMinK4(2*j, sc)
+		s2, m2 := scaleMinK4(2*j+1, sc)
+		d1, mm1 := float32(d*float32(s1)), float32(dmin*float32(m1))
+		d2, mm2 := float32(d*float32(s2)), float32(dmin*float32(m2))
+		for l := range 32 {
+			y[64*j+l] = float32(d1*float32(q5KAt(q, qh, 64*j+l))) - mm1
+			y[64*j+32+l] = float32(d2*float32(q5KAt(q, qh, 64*j+32+l))) - mm2
+		}
+	}
+}
+
+// q5KAt is the 5-bit level (0..31) of element e of a Q5_K block, given its
+// nibbles q (b[48:]) and high bits qh (b[16:48]).
+func q5KAt(q, qh []byte, e int) uint8 {
+	j, r := e/64, e%64
+	l, hi := r%32, r/32
+	return q[32*j+l]>>(4*hi)&0xf | (qh[l]>>(2*j+hi)&1)<<4
 }
 
 // makeQXQuants is ggml's make_qx_quants with qw == NULL: symmetric levels

@@ -19,23 +19,57 @@ type Options struct {
 	// Seed selects the weights; the same seed gives the same file.
 	Seed uint64
 	// Type is the weight type: F32 (the zero value), F16, BF16, Q8_0, Q4_0,
-	// Q5_0, Q4_K (mixed as llama-quantize's Q4_K_M: Q6_K for the output head
-	// and for attn_v/ffn_down in some layers, Q5_0/Q8_0 where a row is not a
-	// multiple of 256) or Q6_K. See tensorType.
+	// Q5_0, Q4_K, Q5_K or Q6_K. Q4_K and Q5_K are llama-quantize's Q4_K_M
+	// and Q5_K_M mixes (Q6_K for the output head and for attn_v/attn_qkv
+	// and ffn_down in the layers use_more_bits picks), Q4_K_S and Q5_K_S
+	// with Small. Every quantized type takes llama-quantize's shape
+	// fallbacks where a row is not a multiple of 256 (Q4_K -> Q5_0,
+	// Q6_K -> Q8_0); see tensorType.
 	Type gguf.Type
+	// Small selects llama-quantize's _S mix of Q4_K or Q5_K instead of its
+	// _M mix. Other types must leave it false.
+	Small bool
 }
 
 // fileTypes maps a weight type to llama.cpp's general.file_type (enum
 // llama_ftype): ALL_F32, MOSTLY_F16, MOSTLY_Q4_0, MOSTLY_Q8_0, MOSTLY_Q5_0,
-// MOSTLY_Q4_K_M, MOSTLY_Q6_K, MOSTLY_BF16.
+// MOSTLY_Q4_K_M, MOSTLY_Q5_K_M, MOSTLY_Q6_K, MOSTLY_BF16. The _S mixes are
+// one less (smallFileTypes).
 var fileTypes = map[gguf.Type]uint32{
 	gguf.TypeF32: 0, gguf.TypeF16: 1, gguf.TypeQ4_0: 2, gguf.TypeQ8_0: 7, gguf.TypeQ5_0: 8,
-	gguf.TypeQ4_K: 15, gguf.TypeQ6_K: 18, gguf.TypeBF16: 32,
+	gguf.TypeQ4_K: 15, gguf.TypeQ5_K: 17, gguf.TypeQ6_K: 18, gguf.TypeBF16: 32,
+}
+
+// smallFileTypes are MOSTLY_Q4_K_S and MOSTLY_Q5_K_S.
+var smallFileTypes = map[gguf.Type]uint32{gguf.TypeQ4_K: 14, gguf.TypeQ5_K: 16}
+
+// fileType is o's general.file_type.
+func (o Options) fileType() uint32 {
+	if o.Small {
+		return smallFileTypes[o.Type]
+	}
+	return fileTypes[o.Type]
+}
+
+// FileTypeName is llama.cpp's name for the file type o writes ("Q4_K_M",
+// "Q8_0").
+func (o Options) FileTypeName() string {
+	switch {
+	case o.Type == gguf.TypeQ4_K || o.Type == gguf.TypeQ5_K:
+		if o.Small {
+			return o.Type.String() + "_S"
+		}
+		return o.Type.String() + "_M"
+	}
+	return o.Type.String()
 }
 
 func (o Options) validate() error {
 	if _, ok := fileTypes[o.Type]; !ok {
-		return fmt.Errorf("synth: weight type %s is not one of F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q6_K", o.Type)
+		return fmt.Errorf("synth: weight type %s is not one of F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K", o.Type)
+	}
+	if _, ok := smallFileTypes[o.Type]; o.Small && !ok {
+		return fmt.Errorf("synth: weight type %s has no _S mix (only Q4_K and Q5_K)", o.Type)
 	}
 	return nil
 }
@@ -114,7 +148,7 @@ func BuildPreset(p Preset, opt Options) (*gguf.Writer, error) {
 	a := p.Arch
 	w.Set("general.architecture", a)
 	w.Set("general.name", "stockpot-synth-"+p.Name)
-	w.Set("general.file_type", fileTypes[opt.Type])
+	w.Set("general.file_type", opt.fileType())
 	w.Set("general.quantization_version", uint32(2))
 	w.Set(a+".vocab_size", uint32(nVocab))
 	w.Set(a+".context_length", uint32(p.Context))
@@ -285,7 +319,11 @@ func (b *builder) matrix(name string, cols, rows int, std float64, layer int) {
 	if b.err != nil {
 		return
 	}
-	t := tensorType(name, cols, b.opt.Type, layer, b.p.Layers, b.p.Tied)
+	t, err := tensorType(name, cols, b.opt, layer, b.p.Layers, b.p.Tied)
+	if err != nil {
+		b.err = err
+		return
+	}
 	v := make([]float32, cols*rows)
 	fill(v, b.opt.Seed, name, 0, std)
 	data, err := encode(t, v, cols)
@@ -298,41 +336,64 @@ func (b *builder) matrix(name string, cols, rows int, std float64, layer int) {
 
 // tensorType picks a matrix's storage type as llama-quantize does
 // (llama_tensor_get_type in llama.cpp's src/llama-quant.cpp) for the file
-// types offered and the architectures synth writes (no MoE, no fused QKV,
-// no Falcon, not 70B):
+// types offered and the architectures synth writes (no MoE, no Falcon, not
+// 70B):
 //   - the output head (token_embd when tied) is Q8_0 when its row length is
 //     not a multiple of the file type's block, else Q6_K unless the file is
 //     Q8_0;
-//   - Q4_K files are llama.cpp's Q4_K_M mix: Q6_K for attn_v and ffn_down in
-//     the layers use_more_bits picks, Q4_K for the rest (Q5_K appears in
-//     Q4_K_M only for fused QKV, 8-expert and 70B models);
+//   - the attn_v-like tensors (attn_v, and the fused attn_qkv of qwen35's
+//     recurrent layers: llama.cpp counts them together, one per layer, so
+//     its counter is the layer index) are Q6_K in the layers use_more_bits
+//     picks in Q4_K_M and Q5_K_M, Q5_K in layers 0..3 in Q4_K_S;
+//   - ffn_down is Q6_K in the use_more_bits layers in Q4_K_M and Q5_K_M,
+//     Q5_K in the first eighth of the layers in Q4_K_S;
+//   - everything else is the file's type (Q5_K_S changes only the head);
 //   - then the shape fallback (tensor_type_fallback): a type whose block does
 //     not divide the row length becomes Q5_0 (from Q4_K), Q8_0 (from Q6_K),
-//     or stays a 32-block type; F16 when even that does not fit.
+//     or stays a 32-block type; F16 when even that does not fit. Q5_K falls
+//     back to Q5_1, which Stockpot does not compute: that is an error.
 //
-// Unquantized files (F32, F16, BF16) keep their type for every matrix.
-func tensorType(name string, rowLen int, ft gguf.Type, layer, layers int, tied bool) gguf.Type {
+// Unquantized files (F32, F16, BF16) keep their type for every matrix, and
+// ssm_conv1d is never quantized (llama-quantize skips it; it is F32 here).
+func tensorType(name string, rowLen int, o Options, layer, layers int, tied bool) (gguf.Type, error) {
+	ft := o.Type
 	if strings.HasSuffix(name, ".ssm_conv1d.weight") {
-		return gguf.TypeF32
+		return gguf.TypeF32, nil
 	}
 	if ft == gguf.TypeF32 || ft == gguf.TypeF16 || ft == gguf.TypeBF16 {
-		return ft
+		return ft, nil
 	}
 	t := ft
 	isHead := name == "output.weight" || (tied && name == "token_embd.weight")
+	kMix := ft == gguf.TypeQ4_K || ft == gguf.TypeQ5_K
+	isLayer := func(suffix string) bool { return layer >= 0 && name == fmt.Sprintf("blk.%d.%s", layer, suffix) }
 	switch {
 	case isHead && rowLen%ft.BlockSize() != 0:
 		t = gguf.TypeQ8_0
 	case isHead && ft != gguf.TypeQ8_0:
 		t = gguf.TypeQ6_K
-	case ft == gguf.TypeQ4_K && layer >= 0 && useMoreBits(layer, layers) &&
-		(name == fmt.Sprintf("blk.%d.attn_v.weight", layer) || name == fmt.Sprintf("blk.%d.ffn_down.weight", layer)):
-		t = gguf.TypeQ6_K
+	case !kMix || layer < 0:
+	case isLayer("attn_v.weight") || isLayer("attn_qkv.weight"):
+		switch {
+		case !o.Small && useMoreBits(layer, layers):
+			t = gguf.TypeQ6_K
+		case o.Small && ft == gguf.TypeQ4_K && layer < 4:
+			t = gguf.TypeQ5_K
+		}
+	case isLayer("ffn_down.weight"):
+		switch {
+		case !o.Small && useMoreBits(layer, layers):
+			t = gguf.TypeQ6_K
+		case o.Small && ft == gguf.TypeQ4_K && layer < layers/8:
+			t = gguf.TypeQ5_K
+		}
 	}
 	if rowLen%t.BlockSize() != 0 {
 		switch t {
 		case gguf.TypeQ4_K:
 			t = gguf.TypeQ5_0
+		case gguf.TypeQ5_K:
+			return 0, fmt.Errorf("synth: %s: a row of %d is not a multiple of 256, and llama-quantize's fallback for Q5_K there is Q5_1, which Stockpot does not support", name, rowLen)
 		case gguf.TypeQ6_K:
 			t = gguf.TypeQ8_0
 		}
@@ -340,7 +401,7 @@ func tensorType(name string, rowLen int, ft gguf.Type, layer, layers int, tied b
 			t = gguf.TypeF16
 		}
 	}
-	return t
+	return t, nil
 }
 
 // useMoreBits is llama.cpp's choice of layers that get more bits in the

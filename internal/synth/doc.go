@@ -6,7 +6,8 @@
 //   - Preset: a named model shape (architecture, dimensions, tokenizer,
 //     chat template, rope settings). Presets lists them; Lookup finds one.
 //   - Options: the seed and the weight type (F32, F16, BF16, Q8_0, Q4_0,
-//     Q5_0, Q4_K in the Q4_K_M mix, Q6_K).
+//     Q5_0, Q4_K and Q5_K in the Q4_K_M and Q5_K_M mixes or with Small the
+//     _S ones, Q6_K).
 //   - Build returns a gguf.Writer holding the model; WriteFile writes it.
 //
 // Tokenizers come from package vocab (trained here on an embedded corpus,
@@ -30,8 +31,11 @@
 //   - Norm weights are near 1, biases small. One-dimensional tensors
 //     (norms, biases, rope_freqs) are always F32. Matrix types follow
 //     llama-quantize's llama_tensor_get_type (tensorType): the output head
-//     in Q6_K (Q8_0 when 256 does not divide its rows), the Q4_K_M mix's
-//     Q6_K layers, and the shape fallbacks Q4_K -> Q5_0, Q6_K -> Q8_0,
-//     then F16.
+//     in Q6_K (Q8_0 when 256 does not divide its rows), the _M mixes' Q6_K
+//     layers (attn_v or qwen35's attn_qkv, ffn_down) and Q4_K_S's Q5_K
+//     ones, and the shape fallbacks Q4_K -> Q5_0, Q6_K -> Q8_0, then F16
+//     (Q5_K -> Q5_1 is an error: Stockpot has no Q5_1). The files equal
+//     llama-quantize's output for the F32 build, tensor for tensor and byte
+//     for byte (TestMixMatchesLlamaQuantize).
 //   - Dimensions are in GGUF order: Dims[0] is the row length (ne0).
 package synth

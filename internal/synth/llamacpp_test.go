@@ -1,6 +1,8 @@
 package synth_test
 
 import (
+	"bytes"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -113,4 +115,101 @@ func TestLlamaCppLoads(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMixMatchesLlamaQuantize checks the per-tensor types, and the bytes,
+// of synth's quantized files against what llama-quantize makes of the F32
+// build of the same seed (llamaref.Quantize: llama_model_quantize in the
+// reference library, default parameters): every tensor has the same type,
+// dims and data, and the file the same general.file_type. The cases cover
+// the K mixes on 256-wide rows (tiny-kquant), their shape fallbacks
+// (tiny-qwen2, default), and qwen35's fused attn_qkv, which llama.cpp
+// counts as attn_v. Skipped in -short mode.
+func TestMixMatchesLlamaQuantize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs llama.cpp's quantizer; skipped in -short")
+	}
+	type tc struct {
+		preset string
+		opt    synth.Options
+	}
+	var cases []tc
+	for _, o := range []synth.Options{
+		{Type: gguf.TypeQ4_K}, {Type: gguf.TypeQ4_K, Small: true}, {Type: gguf.TypeQ5_K}, {Type: gguf.TypeQ5_K, Small: true},
+		{Type: gguf.TypeQ6_K}, {Type: gguf.TypeQ8_0}, {Type: gguf.TypeQ4_0}, {Type: gguf.TypeQ5_0},
+	} {
+		cases = append(cases, tc{"tiny-kquant", o})
+	}
+	cases = append(cases, tc{"tiny-qwen2", synth.Options{Type: gguf.TypeQ4_K}}, tc{"tiny-qwen35", synth.Options{Type: gguf.TypeQ4_K}},
+		tc{"tiny-qwen35", synth.Options{Type: gguf.TypeQ6_K}}, tc{"default", synth.Options{Type: gguf.TypeQ4_K}})
+	dir := t.TempDir()
+	for _, c := range cases {
+		c.opt.Seed = 5
+		t.Run(c.preset+"/"+c.opt.FileTypeName(), func(t *testing.T) {
+			f32 := filepath.Join(dir, c.preset+".f32.gguf")
+			if _, err := os.Stat(f32); err != nil {
+				if err := synth.WriteFile(c.preset, synth.Options{Seed: 5}, f32); err != nil {
+					t.Fatal(err)
+				}
+			}
+			refPath := filepath.Join(dir, c.preset+"."+c.opt.FileTypeName()+".llama.gguf")
+			if err := llamaref.Quantize(f32, refPath, c.opt.FileTypeName()); err != nil {
+				t.Fatal(err)
+			}
+			path := filepath.Join(dir, c.preset+"."+c.opt.FileTypeName()+".gguf")
+			if err := synth.WriteFile(c.preset, c.opt, path); err != nil {
+				t.Fatal(err)
+			}
+			ref, err := gguf.Open(refPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ref.Close()
+			f, err := gguf.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if a, b := mustUint(t, f, "general.file_type"), mustUint(t, ref, "general.file_type"); a != b {
+				t.Errorf("general.file_type %d, llama-quantize %d", a, b)
+			}
+			if len(f.Tensors()) != len(ref.Tensors()) {
+				t.Fatalf("%d tensors, llama-quantize %d", len(f.Tensors()), len(ref.Tensors()))
+			}
+			types := map[gguf.Type]int{}
+			for _, rt := range ref.Tensors() {
+				ti, ok := f.Tensor(rt.Name)
+				if !ok {
+					t.Errorf("%s: missing", rt.Name)
+					continue
+				}
+				types[rt.Type]++
+				if ti.Type != rt.Type || fmt.Sprint(ti.Dims) != fmt.Sprint(rt.Dims) {
+					t.Errorf("%s: %s %v, llama-quantize %s %v", rt.Name, ti.Type, ti.Dims, rt.Type, rt.Dims)
+					continue
+				}
+				a, err := f.TensorData(rt.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, err := ref.TensorData(rt.Name)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(a, b) {
+					t.Errorf("%s (%s): data differs from llama-quantize's", rt.Name, rt.Type)
+				}
+			}
+			t.Logf("tensor types %v", types)
+		})
+	}
+}
+
+func mustUint(t *testing.T, f *gguf.File, key string) uint64 {
+	t.Helper()
+	v, ok := f.Uint(key)
+	if !ok {
+		t.Fatalf("no %s", key)
+	}
+	return v
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"strings"
 	"testing"
 
 	"stockpot/internal/gguf"
@@ -237,10 +238,56 @@ func TestTensorType(t *testing.T) {
 		{"blk.0.attn_q.weight", 48, gguf.TypeQ4_K, 0, false, gguf.TypeF16},      // not even Q5_0 fits
 		{"blk.0.attn_q.weight", 64, gguf.TypeBF16, 0, false, gguf.TypeBF16},
 		{"blk.0.attn_q.weight", 48, gguf.TypeQ4_0, 0, false, gguf.TypeF16},
+		{"blk.3.attn_qkv.weight", 256, gguf.TypeQ4_K, 3, false, gguf.TypeQ6_K}, // fused QKV counts as attn_v
+		{"blk.4.attn_qkv.weight", 256, gguf.TypeQ4_K, 4, false, gguf.TypeQ4_K},
+		{"blk.4.attn_gate.weight", 256, gguf.TypeQ4_K, 0, false, gguf.TypeQ4_K},
+		{"blk.0.ssm_conv1d.weight", 4, gguf.TypeQ4_K, 0, false, gguf.TypeF32},
+		{"blk.0.attn_q.weight", 256, gguf.TypeQ5_K, 0, false, gguf.TypeQ5_K},
+		{"blk.0.attn_v.weight", 256, gguf.TypeQ5_K, 0, false, gguf.TypeQ6_K}, // Q5_K_M: as Q4_K_M
+		{"blk.7.ffn_down.weight", 768, gguf.TypeQ5_K, 7, false, gguf.TypeQ6_K},
+		{"blk.4.ffn_down.weight", 768, gguf.TypeQ5_K, 4, false, gguf.TypeQ5_K},
+		{"token_embd.weight", 256, gguf.TypeQ5_K, -1, true, gguf.TypeQ6_K},
+		{"token_embd.weight", 576, gguf.TypeQ5_K, -1, true, gguf.TypeQ8_0},
+		{"blk.0.attn_v.weight", 576, gguf.TypeQ5_K, 0, false, gguf.TypeQ8_0}, // Q6_K falls back to Q8_0
 	} {
-		if got := tensorType(c.name, c.rowLen, c.ft, c.layer, 8, c.tied); got != c.want {
-			t.Errorf("tensorType(%s, %d, %s, layer %d, tied %v) = %s, want %s", c.name, c.rowLen, c.ft, c.layer, c.tied, got, c.want)
+		got, err := tensorType(c.name, c.rowLen, Options{Type: c.ft}, c.layer, 8, c.tied)
+		if err != nil || got != c.want {
+			t.Errorf("tensorType(%s, %d, %s, layer %d, tied %v) = %s, %v, want %s", c.name, c.rowLen, c.ft, c.layer, c.tied, got, err, c.want)
 		}
+	}
+	// The _S mixes.
+	for _, c := range []struct {
+		name   string
+		rowLen int
+		ft     gguf.Type
+		layer  int
+		want   gguf.Type
+	}{
+		{"blk.3.attn_v.weight", 256, gguf.TypeQ4_K, 3, gguf.TypeQ5_K}, // Q4_K_S: attn_v of layers 0..3
+		{"blk.4.attn_v.weight", 256, gguf.TypeQ4_K, 4, gguf.TypeQ4_K},
+		{"blk.0.ffn_down.weight", 256, gguf.TypeQ4_K, 0, gguf.TypeQ5_K}, // first eighth
+		{"blk.7.ffn_down.weight", 256, gguf.TypeQ4_K, 7, gguf.TypeQ4_K},
+		{"blk.0.attn_v.weight", 256, gguf.TypeQ5_K, 0, gguf.TypeQ5_K}, // Q5_K_S: only the head changes
+		{"blk.7.ffn_down.weight", 256, gguf.TypeQ5_K, 7, gguf.TypeQ5_K},
+		{"output.weight", 256, gguf.TypeQ5_K, -1, gguf.TypeQ6_K},
+	} {
+		got, err := tensorType(c.name, c.rowLen, Options{Type: c.ft, Small: true}, c.layer, 8, false)
+		if err != nil || got != c.want {
+			t.Errorf("tensorType(%s, %d, %s_S, layer %d) = %s, %v, want %s", c.name, c.rowLen, c.ft, c.layer, got, err, c.want)
+		}
+	}
+	// Q5_K's fallback is Q5_1: an error, not a silent other mix.
+	for _, c := range []struct {
+		name  string
+		small bool
+		ft    gguf.Type
+	}{{"blk.4.attn_q.weight", false, gguf.TypeQ5_K}, {"blk.0.ffn_down.weight", true, gguf.TypeQ4_K}} {
+		if _, err := tensorType(c.name, 576, Options{Type: c.ft, Small: c.small}, int(c.name[4]-'0'), 8, false); err == nil || !strings.Contains(err.Error(), "Q5_1") {
+			t.Errorf("tensorType(%s, 576, %s small=%v): have %v, want the Q5_1 error", c.name, c.ft, c.small, err)
+		}
+	}
+	if _, err := Build("tiny-kquant", Options{Type: gguf.TypeQ6_K, Small: true}); err == nil {
+		t.Error("Build with Q6_K small: no error")
 	}
 }
 

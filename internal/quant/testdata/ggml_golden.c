@@ -20,11 +20,13 @@ void quantize_row_q5_0_ref(const float *x, void *y, int64_t k);
 void quantize_row_q8_0_ref(const float *x, void *y, int64_t k);
 void quantize_row_q4_K_ref(const float *x, void *y, int64_t k);
 void quantize_row_q6_K_ref(const float *x, void *y, int64_t k);
+void quantize_row_q5_K_ref(const float *x, void *y, int64_t k);
 void dequantize_row_q4_0(const void *x, float *y, int64_t k);
 void dequantize_row_q5_0(const void *x, float *y, int64_t k);
 void dequantize_row_q8_0(const void *x, float *y, int64_t k);
 void dequantize_row_q4_K(const void *x, float *y, int64_t k);
 void dequantize_row_q6_K(const void *x, float *y, int64_t k);
+void dequantize_row_q5_K(const void *x, float *y, int64_t k);
 void quantize_row_q8_0(const float *x, void *y, int64_t k);
 void quantize_row_q8_K(const float *x, void *y, int64_t k);
 typedef void (*vecdot)(int n, float *s, size_t bs, const void *vx, size_t bx, const void *vy, size_t by, int nrc);
@@ -33,6 +35,7 @@ void ggml_vec_dot_q5_0_q8_0(int, float *, size_t, const void *, size_t, const vo
 void ggml_vec_dot_q8_0_q8_0(int, float *, size_t, const void *, size_t, const void *, size_t, int);
 void ggml_vec_dot_q4_K_q8_K(int, float *, size_t, const void *, size_t, const void *, size_t, int);
 void ggml_vec_dot_q6_K_q8_K(int, float *, size_t, const void *, size_t, const void *, size_t, int);
+void ggml_vec_dot_q5_K_q8_K(int, float *, size_t, const void *, size_t, const void *, size_t, int);
 
 #include <immintrin.h>
 float ggml_table_f32_f16[1 << 16]; // the ggml-cpu lookup table, filled in main
@@ -63,6 +66,7 @@ int main(void) {
 		{14, 210, 292, 256, quantize_row_q6_K_ref, dequantize_row_q6_K, quantize_row_q8_K, ggml_vec_dot_q6_K_q8_K},
 		// Appended last, so the records before it (and the RNG stream they use) are unchanged.
 		{6, 22, 34, 32, quantize_row_q5_0_ref, dequantize_row_q5_0, quantize_row_q8_0, ggml_vec_dot_q5_0_q8_0},
+		{13, 176, 292, 256, quantize_row_q5_K_ref, dequantize_row_q5_K, quantize_row_q8_K, ggml_vec_dot_q5_K_q8_K},
 	};
 	for (int i = 0; i < 1 << 16; i++) ggml_table_f32_f16[i] = _cvtsh_ss((uint16_t)i);
 	const uint32_t rows = 6, k = 1024;
