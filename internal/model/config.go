@@ -83,6 +83,8 @@ type Config struct {
 	AttnGate     bool   // attn_q also yields a per-head sigmoid output gate (qwen35)
 	RopeSections [4]int // rope.dimension_sections (interleaved M-RoPE; text uses one position for all)
 	SSM          SSMConfig
+
+	MoE MoEConfig // mixture-of-experts FFN (moe.go); zero for dense models
 }
 
 // Kind returns layer l's kind.

@@ -18,6 +18,7 @@ type layer struct {
 	gate, up, down    *kernels.Weight
 	kvLayer           int         // K/V slot of an attention layer in the paged blocks
 	delta             *deltaLayer // a Gated DeltaNet layer (qwen35); nil for attention
+	moe               *moeLayer   // a mixture-of-experts FFN (gate, up, down unused)
 }
 
 // Model is a loaded transformer. See the package doc for its invariants.
@@ -207,6 +208,9 @@ type scratch struct {
 	positions                    []int
 	// qwen35
 	qfull, qgate, qkv, conv, z, beta, alpha, core, window []float32
+	// mixture of experts: routing and expert rows
+	router, selW, expIn, expOut, expRes []float32
+	sel, rows                           []int
 }
 
 func grow(s []float32, n int) []float32 {
@@ -285,7 +289,11 @@ func (m *Model) Forward(seqs []Sequence) error {
 		default:
 			m.layerForward(li, seqs, M)
 		}
-		m.ffnForward(li, M)
+		if m.layers[li].moe != nil {
+			m.moeForward(li, M)
+		} else {
+			m.ffnForward(li, M)
+		}
 	}
 	if c.Hybrid() {
 		for i := range seqs {
