@@ -21,14 +21,21 @@ type LayerKind uint8
 const (
 	LayerAttention LayerKind = iota // softmax attention over the paged K/V
 	LayerDeltaNet                   // Gated DeltaNet: causal conv + gated delta rule, a recurrent state
+	LayerMLA                        // multi-head latent attention: caches one latent row per token (mla.go)
 )
 
 func (k LayerKind) String() string {
-	if k == LayerDeltaNet {
+	switch k {
+	case LayerDeltaNet:
 		return "deltanet"
+	case LayerMLA:
+		return "mla"
 	}
 	return "attention"
 }
+
+// recurrent reports whether the kind keeps a recurrent state instead of K/V.
+func (k LayerKind) recurrent() bool { return k == LayerDeltaNet }
 
 // SSMConfig is the shape of the Gated DeltaNet layers (llama.cpp's ssm.* keys).
 type SSMConfig struct {
@@ -84,6 +91,7 @@ type Config struct {
 	RopeSections [4]int // rope.dimension_sections (interleaved M-RoPE; text uses one position for all)
 	SSM          SSMConfig
 
+	MLA MLAConfig // multi-head latent attention layers (mla.go)
 	MoE MoEConfig // mixture-of-experts FFN (moe.go); zero for dense models
 }
 
@@ -98,24 +106,30 @@ func (c Config) Kind(l int) LayerKind {
 // Hybrid reports whether some layers keep a recurrent state instead of K/V.
 func (c Config) Hybrid() bool {
 	for _, k := range c.Kinds {
-		if k != LayerAttention {
+		if k.recurrent() {
 			return true
 		}
 	}
 	return false
 }
 
-// KVLayers is the number of layers that keep K/V in the paged blocks: the attention layers.
-// The K/V arena's layout has this many layers; attention layer l uses slot KVLayerIndex(l).
-func (c Config) KVLayers() int {
+// count returns the number of layers of kind k.
+func (c Config) count(k LayerKind) int {
 	n := 0
 	for l := 0; l < c.Layers; l++ {
-		if c.Kind(l) == LayerAttention {
+		if c.Kind(l) == k {
 			n++
 		}
 	}
 	return n
 }
+
+// KVLayers is the number of layer slots of the paged blocks: one per attention layer (its K
+// and V rows), and one per two MLA layers, since an MLA layer caches a single latent row per
+// token: MLA layer r (its rank among MLA layers) keeps its latent in slot r/2, in the K half
+// when r is even and the V half when odd (mlaSlot). The K/V arena's layout has this many
+// layers; attention layer l uses slot KVLayerIndex(l).
+func (c Config) KVLayers() int { return c.count(LayerAttention) + (c.count(LayerMLA)+1)/2 }
 
 // KVLayerIndex returns the K/V slot of attention layer l (its rank among attention layers).
 func (c Config) KVLayerIndex(l int) int {
@@ -128,8 +142,8 @@ func (c Config) KVLayerIndex(l int) int {
 	return n
 }
 
-// DeltaLayers is the number of Gated DeltaNet layers.
-func (c Config) DeltaLayers() int { return c.Layers - c.KVLayers() }
+// DeltaLayers is the number of layers with a recurrent state.
+func (c Config) DeltaLayers() int { return c.count(LayerDeltaNet) }
 
 // KVBytesPerToken is the K/V one token takes in the blocks, for elements of elemBytes.
 func (c Config) KVBytesPerToken(elemBytes int) int { return 2 * c.KVLayers() * c.KVDim() * elemBytes }

@@ -18,6 +18,7 @@ type layer struct {
 	gate, up, down    *kernels.Weight
 	kvLayer           int         // K/V slot of an attention layer in the paged blocks
 	delta             *deltaLayer // a Gated DeltaNet layer (qwen35); nil for attention
+	mla               *mlaLayer   // an MLA layer
 	moe               *moeLayer   // a mixture-of-experts FFN (gate, up, down unused)
 }
 
@@ -208,6 +209,8 @@ type scratch struct {
 	positions                    []int
 	// qwen35
 	qfull, qgate, qkv, conv, z, beta, alpha, core, window []float32
+	// MLA: absorbed queries, per-head rows, the gathered latents
+	mlaQ, headIn, headOut, lat []float32
 	// mixture of experts: routing and expert rows
 	router, selW, expIn, expOut, expRes []float32
 	sel, rows                           []int
@@ -252,6 +255,11 @@ func (m *Model) Forward(seqs []Sequence) error {
 				last = cp.Pos
 			}
 		}
+		if c.count(LayerMLA) > 0 {
+			if err := m.mlaCheck(s.KV); err != nil {
+				return fmt.Errorf("%w (sequence %d)", err, i)
+			}
+		}
 		M += len(s.Tokens)
 	}
 	sc := &m.scratch
@@ -282,6 +290,8 @@ func (m *Model) Forward(seqs []Sequence) error {
 	}
 	for li := range m.layers {
 		switch {
+		case m.layers[li].mla != nil:
+			m.mlaForward(li, seqs, M)
 		case m.layers[li].delta != nil:
 			m.deltaNetForward(li, seqs, M)
 		case c.AttnGate:
