@@ -18,6 +18,7 @@ type layer struct {
 	gate, up, down    *kernels.Weight
 	kvLayer           int         // K/V slot of an attention layer in the paged blocks
 	delta             *deltaLayer // a Gated DeltaNet layer (qwen35); nil for attention
+	kda               *kdaLayer   // a KDA layer (kimi-linear)
 	mla               *mlaLayer   // an MLA layer
 	moe               *moeLayer   // a mixture-of-experts FFN (gate, up, down unused)
 }
@@ -57,6 +58,13 @@ func Load(f *gguf.File, pool *kernels.Pool) (*Model, error) {
 		m.rope.Factors = ld.vector("rope_freqs.weight", cfg.RopeDims/2)
 	}
 	m.layers = make([]layer, cfg.Layers)
+	if cfg.Arch == ArchKimiLinear {
+		m.loadKimi(&ld)
+		if ld.err != nil {
+			return nil, ld.err
+		}
+		return m, nil
+	}
 	if cfg.Arch == ArchQwen35 {
 		m.loadHybrid(&ld)
 		if ld.err != nil {
@@ -209,6 +217,8 @@ type scratch struct {
 	positions                    []int
 	// qwen35
 	qfull, qgate, qkv, conv, z, beta, alpha, core, window []float32
+	// KDA: the low-rank gates' inner rows
+	lowRank, lowRank2 []float32
 	// MLA: absorbed queries, per-head rows, the gathered latents
 	mlaQ, headIn, headOut, lat []float32
 	// mixture of experts: routing and expert rows
@@ -285,11 +295,16 @@ func (m *Model) Forward(seqs []Sequence) error {
 		}
 	}
 
-	if c.Hybrid() {
+	switch {
+	case c.Arch == ArchKimiLinear:
+		m.kimiScratch(seqs, M)
+	case c.Hybrid():
 		m.hybridScratch(seqs, M)
 	}
 	for li := range m.layers {
 		switch {
+		case m.layers[li].kda != nil:
+			m.kdaForward(li, seqs, M)
 		case m.layers[li].mla != nil:
 			m.mlaForward(li, seqs, M)
 		case m.layers[li].delta != nil:

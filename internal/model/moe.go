@@ -70,7 +70,7 @@ func (ld *loader) moe(p string, c Config) *moeLayer {
 	e := c.MoE
 	l := &moeLayer{}
 	l.router = ld.matrix(p+"ffn_gate_inp.weight", e.Experts, c.Dim)
-	if _, ok := ld.f.Tensor(p + "exp_probs_b.bias"); ok {
+	if _, ok := ld.f.Tensor(p + "exp_probs_b.bias"); ok || c.Arch == ArchKimiLinear {
 		l.probsBias = ld.vector(p+"exp_probs_b.bias", e.Experts)
 	}
 	l.gate = ld.perHead(p+"ffn_gate_exps.weight", c.Dim, e.FFN, e.Experts)
