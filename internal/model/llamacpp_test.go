@@ -195,6 +195,7 @@ var refCases = []refCase{
 	{"tiny-qwen2", gguf.TypeQ4_K, 1e-1}, // Q4_K_M on 64-wide rows: the Q5_0 and Q8_0 fallbacks
 	{"tiny-qwen35", gguf.TypeF32, 1e-3}, // hybrid: Gated DeltaNet + gated attention
 	{"tiny-qwen35", gguf.TypeQ8_0, 1e-1},
+	{"tiny-kimi-linear", gguf.TypeF32, 1e-3}, // hybrid: KDA + MLA (latent cache) + MoE
 }
 
 // maxDiff is the largest |a−b| over tokens whose reference logprob is above −15.
@@ -327,6 +328,7 @@ func TestChunkInvariance(t *testing.T) {
 		{"tiny-llama-spm", gguf.TypeQ8_0}, {"tiny-qwen2", gguf.TypeQ4_K}, {"tiny-kquant", gguf.TypeQ4_K},
 		{"tiny-kquant", gguf.TypeQ6_K}, {"tiny-kquant", gguf.TypeF16}, {"tiny-kquant", gguf.TypeF32},
 		{"tiny-qwen35", gguf.TypeF32}, {"tiny-qwen35", gguf.TypeQ8_0},
+		{"tiny-kimi-linear", gguf.TypeF32}, {"tiny-kimi-linear", gguf.TypeQ8_0},
 	} {
 		preset := c.preset
 		t.Run(preset+"/"+c.typ.String(), func(t *testing.T) {
