@@ -72,3 +72,36 @@ func TestMLALatentLayout(t *testing.T) {
 		}
 	}
 }
+
+// TestKimiLinear48BBytes: the K/V and state costs of Kimi-Linear-48B-A3B's shape (its
+// config.json: 27 layers, MLA at layers 4, 8, …, 24 and 27, 32 heads, kv_lora_rank 512, rope
+// 64, nope 128, v 128; KDA head dim 128, conv 4), as model info reports them.
+func TestKimiLinear48BBytes(t *testing.T) {
+	c := Config{Arch: ArchKimiLinear, Layers: 27, Heads: 32, KVHeads: 1, HeadDim: 576,
+		MLA: MLAConfig{KVLoraRank: 512, RopeDims: 64, KHeadDim: 192, VHeadDim: 128},
+		SSM: SSMConfig{ConvKernel: 4, StateSize: 128, KHeads: 32, VHeads: 32}}
+	c.Kinds = make([]LayerKind, c.Layers)
+	for l := range c.Kinds {
+		c.Kinds[l] = LayerKDA
+	}
+	for _, l := range []int{4, 8, 12, 16, 20, 24, 27} {
+		c.Kinds[l-1] = LayerMLA
+	}
+	for _, x := range []struct {
+		name      string
+		got, want int
+	}{
+		{"K/V slots", c.KVLayers(), 4},
+		{"f16 K/V per token in the blocks", c.KVBytesPerToken(2), 4 * 2 * 576 * 2},
+		{"f16 latent per token", c.LatentBytesPerToken(2), 7 * 576 * 2},
+		{"f16 per-head K/V per token", c.GQAKVBytesPerToken(2), 7 * 32 * (192 + 128) * 2},
+		{"state per sequence", c.StateBytes(), 4 * 20 * (3*3*4096 + 32*128*128)},
+	} {
+		if x.got != x.want {
+			t.Errorf("%s: %d, want %d", x.name, x.got, x.want)
+		}
+	}
+	t.Logf("f16 K/V per token: %d bytes in blocks (%d latent) vs %d per-head: %.1f× (%.1f× unpadded); state %d bytes per sequence",
+		c.KVBytesPerToken(2), c.LatentBytesPerToken(2), c.GQAKVBytesPerToken(2),
+		float64(c.GQAKVBytesPerToken(2))/float64(c.KVBytesPerToken(2)), float64(c.GQAKVBytesPerToken(2))/float64(c.LatentBytesPerToken(2)), c.StateBytes())
+}
