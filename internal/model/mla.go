@@ -23,12 +23,15 @@ import (
 // its K half and one in its V half (Config.KVLayers). kimi-linear applies no RoPE (its rope type
 // is none): k_pe and q_pe enter unrotated, and positions matter only through causality.
 //
-// Numerics follow ggml's non-flash path on the f32 or f16 cache: with an f16 cache the row is
-// stored rounded to f16, and q̃ and the probabilities are rounded to f16 before their dot
-// products (ggml's vec_dot_type for an f16 operand). A q8_0 cache stores the row as q8_0
-// blocks (ggml's quantize_row_q8_0, unrotated) and reads it back dequantized; that is our own
-// choice (llama.cpp's q8_0 K/V for MLA runs flash attention over Hadamard-rotated rows). Each (token, head) is computed alone in a
-// fixed order, so results do not depend on batching or chunking.
+// Attention itself is kernels.Attention (one K/V head of LatentDim) over a gathered view of
+// the layer's rows (gatherLatents), so the numerics are those of ggml's non-flash path that the
+// kernels follow: with an f16 cache the row is stored rounded to f16, and q̃ and the
+// probabilities are rounded to f16 before their dot products (ggml's vec_dot_type for an f16
+// operand). A q8_0 cache stores the row as q8_0 blocks (ggml's quantize_row_q8_0, unrotated)
+// and reads it back dequantized into an f32 view; that is our own choice (llama.cpp's q8_0 K/V
+// for MLA runs flash attention over Hadamard-rotated rows). A query's result does not depend
+// on the other queries of the call (the kernels' rule), so not on batching or chunking. The
+// gather costs one copy of the layer's rows per step, beside the attention's own pass over them.
 
 // MLAConfig is the shape of kimi-linear's MLA layers.
 type MLAConfig struct {
@@ -158,27 +161,53 @@ func loadLatent(kv *kernels.PagedKV, slot, half, pos int, dst []float32) {
 	copy(dst, kv.F32[o:o+len(dst)])
 }
 
-func roundF16(x []float32) {
-	for i, v := range x {
-		x[i] = quant.F16ToF32(quant.F32ToF16(v))
-	}
-}
+// latentViewBlock is the block size of the gathered view.
+const latentViewBlock = 64
 
-// dotSeq is an f32 dot product in a fixed order (four interleaved sums, combined pairwise).
-func dotSeq(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s0, s1, s2, s3 float32
-	i := 0
-	for ; i+4 <= len(a); i += 4 {
-		s0 = fmaf(a[i], b[i], s0)
-		s1 = fmaf(a[i+1], b[i+1], s1)
-		s2 = fmaf(a[i+2], b[i+2], s2)
-		s3 = fmaf(a[i+3], b[i+3], s3)
+// gatherLatents copies MLA layer (slot, half)'s latent rows for positions [0, n) into a
+// one-layer view of the model's scratch, each row as both the K and the V row, so that
+// kernels.Attention computes softmax(q̃·[c, k_pe]ᵀ)·[c, k_pe] (the first KVLoraRank dims of
+// which are the latent output). An f32 or f16 cache gives a view of its type, copied bit for
+// bit (so the kernels round q̃ and the probabilities to f16 as ggml does for an f16 cache); a
+// q8_0 cache is dequantized into an f32 view.
+func (m *Model) gatherLatents(kv *kernels.PagedKV, slot, half, n int) *kernels.PagedKV {
+	sc := &m.scratch
+	D := kv.HeadDim
+	nb := (n + latentViewBlock - 1) / latentViewBlock
+	v := &sc.latView
+	*v = kernels.PagedKV{BlockSize: latentViewBlock, Layers: 1, KVHeads: 1, HeadDim: D, Table: sc.latTable[:0]}
+	for b := 0; b < nb; b++ {
+		v.Table = append(v.Table, int32(b))
 	}
-	for ; i < len(a); i++ {
-		s0 = fmaf(a[i], b[i], s0)
+	sc.latTable = v.Table
+	elems := nb * v.BlockElems()
+	rowAt := func(pos, isV int) int {
+		return (pos/latentViewBlock)*v.BlockElems() + (isV*latentViewBlock+pos%latentViewBlock)*D
 	}
-	return (s0 + s1) + (s2 + s3)
+	if kv.F16 != nil {
+		if cap(sc.latF16) < elems {
+			sc.latF16 = make([]uint16, elems)
+		}
+		v.F16 = sc.latF16[:elems]
+		m.pool.For(n, func(lo, hi int) {
+			for j := lo; j < hi; j++ {
+				src := kv.F16[latentOffset(kv, slot, half, j):][:D]
+				copy(v.F16[rowAt(j, 0):][:D], src)
+				copy(v.F16[rowAt(j, 1):][:D], src)
+			}
+		})
+		return v
+	}
+	sc.lat = grow(sc.lat, elems)
+	v.F32 = sc.lat
+	m.pool.For(n, func(lo, hi int) {
+		for j := lo; j < hi; j++ {
+			k := v.F32[rowAt(j, 0):][:D]
+			loadLatent(kv, slot, half, j, k)
+			copy(v.F32[rowAt(j, 1):][:D], k)
+		}
+	})
+	return v
 }
 
 // mlaForward is an MLA layer's token mixer; it writes each token's latent row into its
@@ -239,63 +268,26 @@ func (m *Model) mlaForward(li int, seqs []Sequence, M int) {
 		})
 	}
 
-	// Attention over the latent rows, into sc.att [M][H][r].
+	// Attention over the latent rows, into sc.att [M][H][r]: the kernels' attention on a
+	// one-layer view whose K and V rows are both the latent (see gatherLatents).
 	sc.att = grow(sc.att, M*H*r)
-	scale := float32(1 / math.Sqrt(float64(kd)))
-	f16 := false
+	sc.mlaOut = grow(sc.mlaOut, M*H*D)
+	attn := kernels.AttnParams{NHeads: H, NKVHeads: 1, HeadDim: D, Scale: float32(1 / math.Sqrt(float64(kd)))}
 	r0 = 0
 	for si := range seqs {
 		s := &seqs[si]
 		n := len(s.Tokens)
+		view := m.gatherLatents(s.KV, a.slot, a.half, s.Pos+n)
+		sc.positions = sc.positions[:0]
+		for j := 0; j < n; j++ {
+			sc.positions = append(sc.positions, s.Pos+j)
+		}
+		kernels.Attention(m.pool, sc.mlaOut[r0*H*D:(r0+n)*H*D], sc.mlaQ[r0*H*D:(r0+n)*H*D], sc.positions, view, 0, attn)
 		base := r0
-		f16 = s.KV.F16 != nil
-		nKeys := s.Pos + n
-		sc.lat = grow(sc.lat, nKeys*D)
-		lat := sc.lat
-		m.pool.For(nKeys, func(lo, hi int) {
-			for j := lo; j < hi; j++ {
-				loadLatent(s.KV, a.slot, a.half, j, lat[j*D:(j+1)*D])
-			}
-		})
 		m.pool.For(n*H, func(lo, hi int) {
-			p := make([]float32, nKeys)
-			qbuf := make([]float32, D)
 			for task := lo; task < hi; task++ {
-				t, h := task/H, task%H
-				i := base + t
-				copy(qbuf, sc.mlaQ[(i*H+h)*D:(i*H+h+1)*D])
-				if f16 {
-					roundF16(qbuf)
-				}
-				nk := s.Pos + t + 1
-				ps := p[:nk]
-				mx := float32(math.Inf(-1))
-				for j := range ps {
-					v := dotSeq(qbuf, lat[j*D:(j+1)*D]) * scale
-					ps[j] = v
-					mx = max(mx, v)
-				}
-				var sum float64
-				for j, v := range ps {
-					e := float32(math.Exp(float64(v - mx)))
-					ps[j] = e
-					sum += float64(e)
-				}
-				inv := float32(1 / sum)
-				for j := range ps {
-					ps[j] *= inv
-				}
-				if f16 {
-					roundF16(ps)
-				}
-				o := sc.att[(i*H+h)*r : (i*H+h+1)*r]
-				clear(o)
-				for j, pj := range ps {
-					row := lat[j*D : j*D+r]
-					for d := range o {
-						o[d] = fmaf(pj, row[d], o[d])
-					}
-				}
+				row := (base*H + task)
+				copy(sc.att[row*r:(row+1)*r], sc.mlaOut[row*D:row*D+r])
 			}
 		})
 		r0 += n

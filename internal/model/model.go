@@ -219,8 +219,11 @@ type scratch struct {
 	qfull, qgate, qkv, conv, z, beta, alpha, core, window []float32
 	// KDA: the low-rank gates' inner rows
 	lowRank, lowRank2 []float32
-	// MLA: absorbed queries, per-head rows, the gathered latents
-	mlaQ, headIn, headOut, lat []float32
+	// MLA: absorbed queries, per-head rows, attention output, the gathered latent view
+	mlaQ, headIn, headOut, mlaOut, lat []float32
+	latF16                             []uint16
+	latTable                           []int32
+	latView                            kernels.PagedKV
 	// mixture of experts: routing and expert rows
 	router, selW, expIn, expOut, expRes []float32
 	sel, rows                           []int
