@@ -166,17 +166,39 @@ func cmdInfo(args []string) error {
 	fmt.Printf("architecture:  %s\n", c.Arch)
 	fmt.Printf("shape:         dim %d, layers %d, heads %d, kv heads %d, head dim %d, ffn %d, vocab %d\n", c.Dim, c.Layers, c.Heads, c.KVHeads, c.HeadDim, c.FFN, c.Vocab)
 	fmt.Printf("context:       %d\n", c.ContextLength)
-	fmt.Printf("rope:          base %g, dims %d, freq scale %g, neox %v\n", c.RopeBase, c.RopeDims, c.RopeFreqScale, c.RopeNeoX)
+	if c.Arch == model.ArchKimiLinear {
+		fmt.Printf("rope:          none (kimi-linear's MLA uses its rope dims unrotated)\n")
+	} else {
+		fmt.Printf("rope:          base %g, dims %d, freq scale %g, neox %v\n", c.RopeBase, c.RopeDims, c.RopeFreqScale, c.RopeNeoX)
+	}
 	fmt.Printf("norm eps:      %g; qkv bias %v; qk norm %v; tied embeddings %v\n", c.NormEps, c.QKVBias, c.QKNorm, c.Tied)
 	fmt.Printf("layer kinds:   %s\n", layerKinds(c))
-	fmt.Printf("kv per token:  %d bytes f32, %d bytes f16 (%d attention layers × K and V × %d)\n",
-		c.KVBytesPerToken(4), c.KVBytesPerToken(2), c.KVLayers(), c.KVDim())
+	if ml := c.MLA; ml.KVLoraRank > 0 {
+		// MLA: one latent row per token and layer, two layers per K/V slot.
+		fmt.Printf("kv per token:  %d bytes f32, %d bytes f16 (%d MLA layers × latent %d = kv_lora_rank %d + rope %d, in %d K/V slots)\n",
+			c.KVBytesPerToken(4), c.KVBytesPerToken(2), c.Layers-c.DeltaLayers(), ml.LatentDim(), ml.KVLoraRank, ml.RopeDims, c.KVLayers())
+		gqa := c.GQAKVBytesPerToken(2)
+		fmt.Printf("kv vs gqa:     %d bytes f16 per token with per-head K/V (%d heads × (K %d + V %d) per layer): the latent is %.1f× smaller\n",
+			gqa, c.Heads, ml.KHeadDim, ml.VHeadDim, float64(gqa)/float64(c.KVBytesPerToken(2)))
+		fmt.Printf("mla:           kv_lora_rank %d, rope dims %d (unrotated), key length %d, value length %d\n", ml.KVLoraRank, ml.RopeDims, ml.KHeadDim, ml.VHeadDim)
+	} else {
+		fmt.Printf("kv per token:  %d bytes f32, %d bytes f16 (%d attention layers × K and V × %d)\n",
+			c.KVBytesPerToken(4), c.KVBytesPerToken(2), c.KVLayers(), c.KVDim())
+	}
 	fmt.Printf("state per seq: %d bytes (f32, any length)", c.StateBytes())
 	if c.Hybrid() {
 		s := c.SSM
-		fmt.Printf(": %d deltanet layers × (conv %d + delta rule %d floats)\n", c.DeltaLayers(), s.ConvStateFloats(), s.DeltaStateFloats())
-		fmt.Printf("deltanet:      conv kernel %d, state size %d, key heads %d, value heads %d; attention gated; rope sections %v\n",
-			s.ConvKernel, s.StateSize, s.KHeads, s.VHeads, c.RopeSections)
+		kind := "deltanet"
+		if c.Arch == model.ArchKimiLinear {
+			kind = "kda"
+		}
+		fmt.Printf(": %d %s layers × (conv %d + delta rule %d floats), format %s\n", c.DeltaLayers(), kind, s.ConvStateFloats(), s.DeltaStateFloats(), c.StateFormat())
+		if kind == "kda" {
+			fmt.Printf("kda:           conv kernel %d on q, k and v, head dim %d, heads %d; per-channel decay, sigmoid output gate\n", s.ConvKernel, s.StateSize, s.VHeads)
+		} else {
+			fmt.Printf("deltanet:      conv kernel %d, state size %d, key heads %d, value heads %d; attention gated; rope sections %v\n",
+				s.ConvKernel, s.StateSize, s.KHeads, s.VHeads, c.RopeSections)
+		}
 		// What serve keeps per checkpoint, against the K/V of the block it ends (at the
 		// default block size): the cost of --state-checkpoint-blocks 1.
 		const bs = 16
@@ -184,6 +206,9 @@ func cmdInfo(args []string) error {
 			c.StateEncodedBytes(), c.StateFormat(), bs, float64(c.StateEncodedBytes())/float64(bs*c.KVBytesPerToken(4)), bs*c.KVBytesPerToken(4))
 	} else {
 		fmt.Println()
+	}
+	if c.MoE.Experts > 0 {
+		fmt.Printf("moe:           %s\n", c.MoE)
 	}
 	types := map[gguf.Type]int{}
 	var params uint64

@@ -13,6 +13,8 @@ const (
 	ArchQwen2  = "qwen2"
 	ArchQwen3  = "qwen3"
 	ArchQwen35 = "qwen35" // hybrid: Gated DeltaNet layers and gated full attention
+	// ArchKimiLinear is hybrid: KDA layers and MLA layers, MoE feed-forward (kimi.go).
+	ArchKimiLinear = "kimi-linear"
 )
 
 // LayerKind says what a layer's token mixer is.
@@ -21,14 +23,24 @@ type LayerKind uint8
 const (
 	LayerAttention LayerKind = iota // softmax attention over the paged K/V
 	LayerDeltaNet                   // Gated DeltaNet: causal conv + gated delta rule, a recurrent state
+	LayerKDA                        // Kimi Delta Attention: causal conv on q, k, v + channel-wise gated delta rule
+	LayerMLA                        // multi-head latent attention: caches one latent row per token (mla.go)
 )
 
 func (k LayerKind) String() string {
-	if k == LayerDeltaNet {
+	switch k {
+	case LayerDeltaNet:
 		return "deltanet"
+	case LayerKDA:
+		return "kda"
+	case LayerMLA:
+		return "mla"
 	}
 	return "attention"
 }
+
+// recurrent reports whether the kind keeps a recurrent state instead of K/V.
+func (k LayerKind) recurrent() bool { return k == LayerDeltaNet || k == LayerKDA }
 
 // SSMConfig is the shape of the Gated DeltaNet layers (llama.cpp's ssm.* keys).
 type SSMConfig struct {
@@ -83,6 +95,13 @@ type Config struct {
 	AttnGate     bool   // attn_q also yields a per-head sigmoid output gate (qwen35)
 	RopeSections [4]int // rope.dimension_sections (interleaved M-RoPE; text uses one position for all)
 	SSM          SSMConfig
+
+	// kimi-linear's KDA layers use SSM with KHeads = VHeads = Heads and StateSize the KDA head
+	// dim (ConvDim is then q, k and v: 3 × Heads × head dim). Its MLA layers keep one latent row
+	// of MLA.LatentDim() per token, so for kimi-linear KVHeads is 1 and HeadDim is that latent
+	// width (see KVLayers for how MLA layers share the K/V slots).
+	MLA MLAConfig // multi-head latent attention layers (mla.go)
+	MoE MoEConfig // mixture-of-experts FFN (moe.go); zero for dense models
 }
 
 // Kind returns layer l's kind.
@@ -96,24 +115,30 @@ func (c Config) Kind(l int) LayerKind {
 // Hybrid reports whether some layers keep a recurrent state instead of K/V.
 func (c Config) Hybrid() bool {
 	for _, k := range c.Kinds {
-		if k != LayerAttention {
+		if k.recurrent() {
 			return true
 		}
 	}
 	return false
 }
 
-// KVLayers is the number of layers that keep K/V in the paged blocks: the attention layers.
-// The K/V arena's layout has this many layers; attention layer l uses slot KVLayerIndex(l).
-func (c Config) KVLayers() int {
+// count returns the number of layers of kind k.
+func (c Config) count(k LayerKind) int {
 	n := 0
 	for l := 0; l < c.Layers; l++ {
-		if c.Kind(l) == LayerAttention {
+		if c.Kind(l) == k {
 			n++
 		}
 	}
 	return n
 }
+
+// KVLayers is the number of layer slots of the paged blocks: one per attention layer (its K
+// and V rows), and one per two MLA layers, since an MLA layer caches a single latent row per
+// token: MLA layer r (its rank among MLA layers) keeps its latent in slot r/2, in the K half
+// when r is even and the V half when odd (mlaSlot). The K/V arena's layout has this many
+// layers; attention layer l uses slot KVLayerIndex(l).
+func (c Config) KVLayers() int { return c.count(LayerAttention) + (c.count(LayerMLA)+1)/2 }
 
 // KVLayerIndex returns the K/V slot of attention layer l (its rank among attention layers).
 func (c Config) KVLayerIndex(l int) int {
@@ -126,8 +151,8 @@ func (c Config) KVLayerIndex(l int) int {
 	return n
 }
 
-// DeltaLayers is the number of Gated DeltaNet layers.
-func (c Config) DeltaLayers() int { return c.Layers - c.KVLayers() }
+// DeltaLayers is the number of layers with a recurrent state (Gated DeltaNet or KDA).
+func (c Config) DeltaLayers() int { return c.count(LayerDeltaNet) + c.count(LayerKDA) }
 
 // KVBytesPerToken is the K/V one token takes in the blocks, for elements of elemBytes.
 func (c Config) KVBytesPerToken(elemBytes int) int { return 2 * c.KVLayers() * c.KVDim() * elemBytes }
@@ -159,8 +184,9 @@ func ParseConfig(f *gguf.File) (Config, error) {
 		c.QKNorm, c.RopeNeoX = true, true
 	case ArchQwen35:
 		c.QKNorm, c.RopeNeoX, c.AttnGate = true, true, true
+	case ArchKimiLinear:
 	default:
-		return Config{}, fmt.Errorf("%w: architecture %q (supported: llama, qwen2, qwen3, qwen35)", ErrUnsupported, arch)
+		return Config{}, fmt.Errorf("%w: architecture %q (supported: llama, qwen2, qwen3, qwen35, kimi-linear)", ErrUnsupported, arch)
 	}
 	var err error
 	req := func(key string) int {
@@ -188,6 +214,9 @@ func ParseConfig(f *gguf.File) (Config, error) {
 		return Config{}, err
 	}
 	c.KVHeads = opt("attention.head_count_kv", c.Heads)
+	if arch == ArchKimiLinear {
+		return parseKimi(f, c)
+	}
 	if arch == ArchQwen35 {
 		if err := parseHybrid(f, &c); err != nil {
 			return Config{}, err
@@ -230,14 +259,22 @@ func ParseConfig(f *gguf.File) (Config, error) {
 			return Config{}, err
 		}
 	}
-	if tok, ok := f.Tensor("token_embd.weight"); ok && len(tok.Dims) == 2 {
+	if err := parseVocab(f, &c); err != nil {
+		return Config{}, err
+	}
+	return c, nil
+}
+
+// parseVocab reads the vocabulary size from token_embd and whether the head is tied.
+func parseVocab(f *gguf.File, c *Config) error {
+	if tok, ok := f.Tensor("token_embd.weight"); ok && len(tok.Dims) == 2 && tok.Dims[1] > 0 && tok.Dims[1] <= 1<<24 {
 		c.Vocab = int(tok.Dims[1])
 	} else {
-		return Config{}, fmt.Errorf("%w: token_embd.weight missing or not 2-D", ErrUnsupported)
+		return fmt.Errorf("%w: token_embd.weight missing or not 2-D", ErrUnsupported)
 	}
 	_, hasOut := f.Tensor("output.weight")
 	c.Tied = !hasOut
-	return c, nil
+	return nil
 }
 
 // parseHybrid reads qwen35's layer pattern, Gated DeltaNet shape and rope sections, as

@@ -1,13 +1,17 @@
-// Package model runs the forward pass of Llama-family transformers (llama, qwen2, qwen3) and
-// of the hybrid Qwen3.5 (qwen35: Gated DeltaNet layers beside gated attention; qwen35.go) read
-// from GGUF files.
+// Package model runs the forward pass of Llama-family transformers (llama, qwen2, qwen3), of
+// the hybrid Qwen3.5 (qwen35: Gated DeltaNet layers beside gated attention; qwen35.go) and of
+// the hybrid Kimi-Linear (kimi-linear: KDA layers beside multi-head latent attention, with a
+// mixture-of-experts FFN; kimi.go, mla.go, moe.go) read from GGUF files.
 //
 // The model reaches the KV cache only through attention: a forward step receives, for each
 // sequence in the batch, its new tokens, their positions and a paged view of its K/V blocks
 // (kernels.PagedKV). It writes the new tokens' K and V into those blocks and reads the earlier
 // ones. Which blocks a sequence owns, shares or reuses is the engine's business, not the model's.
 // Only attention layers keep K/V (Config.KVLayers; the blocks' layer slots are the attention
-// layers in order). A hybrid model's Gated DeltaNet layers keep instead a recurrent State per
+// layers in order). An MLA layer keeps one latent row per token instead of per-head K and V,
+// and two MLA layers share a slot (one in its K rows, one in its V rows), so the blocks of an
+// MLA model have one K/V head of the latent width (Config.KVHeads, Config.HeadDim). A hybrid
+// model's recurrent layers (Gated DeltaNet, KDA) keep instead a recurrent State per
 // sequence, of a fixed size whatever the length (Config.StateBytes), which the caller passes
 // with the sequence (Sequence.State) and Forward advances; it must stand at the sequence's Pos.
 //

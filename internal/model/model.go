@@ -18,6 +18,9 @@ type layer struct {
 	gate, up, down    *kernels.Weight
 	kvLayer           int         // K/V slot of an attention layer in the paged blocks
 	delta             *deltaLayer // a Gated DeltaNet layer (qwen35); nil for attention
+	kda               *kdaLayer   // a KDA layer (kimi-linear)
+	mla               *mlaLayer   // an MLA layer
+	moe               *moeLayer   // a mixture-of-experts FFN (gate, up, down unused)
 }
 
 // Model is a loaded transformer. See the package doc for its invariants.
@@ -55,6 +58,13 @@ func Load(f *gguf.File, pool *kernels.Pool) (*Model, error) {
 		m.rope.Factors = ld.vector("rope_freqs.weight", cfg.RopeDims/2)
 	}
 	m.layers = make([]layer, cfg.Layers)
+	if cfg.Arch == ArchKimiLinear {
+		m.loadKimi(&ld)
+		if ld.err != nil {
+			return nil, ld.err
+		}
+		return m, nil
+	}
 	if cfg.Arch == ArchQwen35 {
 		m.loadHybrid(&ld)
 		if ld.err != nil {
@@ -207,6 +217,16 @@ type scratch struct {
 	positions                    []int
 	// qwen35
 	qfull, qgate, qkv, conv, z, beta, alpha, core, window []float32
+	// KDA: the low-rank gates' inner rows
+	lowRank, lowRank2 []float32
+	// MLA: absorbed queries, per-head rows, attention output, the gathered latent view
+	mlaQ, headIn, headOut, mlaOut, lat []float32
+	latF16                             []uint16
+	latTable                           []int32
+	latView                            kernels.PagedKV
+	// mixture of experts: routing and expert rows
+	router, selW, expIn, expOut, expRes []float32
+	sel, rows                           []int
 }
 
 func grow(s []float32, n int) []float32 {
@@ -248,6 +268,11 @@ func (m *Model) Forward(seqs []Sequence) error {
 				last = cp.Pos
 			}
 		}
+		if c.count(LayerMLA) > 0 {
+			if err := m.mlaCheck(s.KV); err != nil {
+				return fmt.Errorf("%w (sequence %d)", err, i)
+			}
+		}
 		M += len(s.Tokens)
 	}
 	sc := &m.scratch
@@ -273,11 +298,18 @@ func (m *Model) Forward(seqs []Sequence) error {
 		}
 	}
 
-	if c.Hybrid() {
+	switch {
+	case c.Arch == ArchKimiLinear:
+		m.kimiScratch(seqs, M)
+	case c.Hybrid():
 		m.hybridScratch(seqs, M)
 	}
 	for li := range m.layers {
 		switch {
+		case m.layers[li].kda != nil:
+			m.kdaForward(li, seqs, M)
+		case m.layers[li].mla != nil:
+			m.mlaForward(li, seqs, M)
 		case m.layers[li].delta != nil:
 			m.deltaNetForward(li, seqs, M)
 		case c.AttnGate:
@@ -285,7 +317,11 @@ func (m *Model) Forward(seqs []Sequence) error {
 		default:
 			m.layerForward(li, seqs, M)
 		}
-		m.ffnForward(li, M)
+		if m.layers[li].moe != nil {
+			m.moeForward(li, M)
+		} else {
+			m.ffnForward(li, M)
+		}
 	}
 	if c.Hybrid() {
 		for i := range seqs {

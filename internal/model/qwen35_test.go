@@ -12,9 +12,12 @@ import (
 	"stockpot/internal/synth"
 )
 
-func hybridFile(t *testing.T) *gguf.File {
+func hybridFile(t *testing.T) *gguf.File { return presetFile(t, "tiny-qwen35") }
+
+// presetFile builds a synthetic preset (f32, seed 1) in memory.
+func presetFile(t testing.TB, preset string) *gguf.File {
 	t.Helper()
-	w, err := synth.Build("tiny-qwen35", synth.Options{Seed: 1})
+	w, err := synth.Build(preset, synth.Options{Seed: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,13 +188,19 @@ func FuzzHybridConfig(f *testing.F) {
 	})
 }
 
-// TestHybridCheckpointResume: states checkpointed at block boundaries during one prefill, or
+// TestHybridCheckpointResume: for qwen35 and kimi-linear, states checkpointed at block boundaries during one prefill, or
 // during a prefill in odd chunks, are bitwise the same, survive AppendBinary/DecodeState, and
 // resuming from any of them gives bitwise the logits of the uninterrupted run.
 func TestHybridCheckpointResume(t *testing.T) {
+	for _, preset := range []string{"tiny-qwen35", "tiny-kimi-linear"} {
+		t.Run(preset, func(t *testing.T) { testCheckpointResume(t, preset) })
+	}
+}
+
+func testCheckpointResume(t *testing.T, preset string) {
 	pool := kernels.NewPool(2)
 	defer pool.Close()
-	m, err := model.Load(hybridFile(t), pool)
+	m, err := model.Load(presetFile(t, preset), pool)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func (o Options) validate() error {
 
 func (p Preset) validate() error {
 	switch {
-	case p.Arch != "llama" && p.Arch != "qwen2" && p.Arch != "qwen3" && p.Arch != "qwen35":
+	case p.Arch != "llama" && p.Arch != "qwen2" && p.Arch != "qwen3" && p.Arch != "qwen35" && p.Arch != "kimi-linear":
 		return fmt.Errorf("synth: preset %s: unsupported architecture %q", p.Name, p.Arch)
 	case p.Embed <= 0 || p.Layers <= 0 || p.Heads <= 0 || p.KVHeads <= 0 || p.FFN <= 0 || p.Context <= 0:
 		return fmt.Errorf("synth: preset %s: every size must be positive", p.Name)
@@ -86,6 +86,9 @@ func (p Preset) validate() error {
 		return fmt.Errorf("synth: preset %s: head dim %d must be positive and even", p.Name, p.HeadDim)
 	case p.Arch != "qwen3" && p.Arch != "qwen35" && p.HeadDim*p.Heads != p.Embed:
 		return fmt.Errorf("synth: preset %s: %s needs head dim × heads = embed, have %d × %d != %d", p.Name, p.Arch, p.HeadDim, p.Heads, p.Embed)
+	}
+	if p.IsKimi() {
+		return p.validateKimi()
 	}
 	if !p.IsHybrid() {
 		return nil
@@ -156,14 +159,20 @@ func BuildPreset(p Preset, opt Options) (*gguf.Writer, error) {
 	w.Set(a+".block_count", uint32(p.Layers))
 	w.Set(a+".feed_forward_length", uint32(p.FFN))
 	w.Set(a+".attention.head_count", uint32(p.Heads))
-	w.Set(a+".attention.head_count_kv", uint32(p.KVHeads))
+	if !p.IsKimi() {
+		w.Set(a+".attention.head_count_kv", uint32(p.KVHeads))
+	}
 	if p.Arch == "qwen3" || p.IsHybrid() || p.HeadDim*p.Heads != p.Embed {
 		w.Set(a+".attention.key_length", uint32(p.HeadDim))
 		w.Set(a+".attention.value_length", uint32(p.HeadDim))
 	}
 	w.Set(a+".attention.layer_norm_rms_epsilon", p.NormEps)
 	w.Set(a+".rope.freq_base", p.RopeBase)
-	w.Set(a+".rope.dimension_count", uint32(p.ropeDims()))
+	if p.IsKimi() {
+		p.setKimiKeys(w)
+	} else {
+		w.Set(a+".rope.dimension_count", uint32(p.ropeDims()))
+	}
 	if p.IsHybrid() {
 		h := p.Hybrid
 		sec := make([]int32, 4)
@@ -200,6 +209,10 @@ func BuildPreset(p Preset, opt Options) (*gguf.Writer, error) {
 		n := func(s string) string { return fmt.Sprintf("blk.%d.%s", l, s) }
 		if p.IsHybrid() {
 			b.hybridLayer(l, n)
+			continue
+		}
+		if p.IsKimi() {
+			b.kimiLayer(l, n)
 			continue
 		}
 		b.norm(n("attn_norm.weight"), p.Embed)
@@ -336,8 +349,9 @@ func (b *builder) matrix(name string, cols, rows int, std float64, layer int) {
 
 // tensorType picks a matrix's storage type as llama-quantize does
 // (llama_tensor_get_type in llama.cpp's src/llama-quant.cpp) for the file
-// types offered and the architectures synth writes (no MoE, no Falcon, not
-// 70B):
+// types offered and the architectures synth writes (no Falcon, not 70B;
+// kimi-linear's expert tensors take the file type like any matrix, its KDA
+// conv kernels stay f32 as ssm_conv1d does):
 //   - the output head (token_embd when tied) is Q8_0 when its row length is
 //     not a multiple of the file type's block, else Q6_K unless the file is
 //     Q8_0;
@@ -354,10 +368,11 @@ func (b *builder) matrix(name string, cols, rows int, std float64, layer int) {
 //     back to Q5_1, which Stockpot does not compute: that is an error.
 //
 // Unquantized files (F32, F16, BF16) keep their type for every matrix, and
-// ssm_conv1d is never quantized (llama-quantize skips it; it is F32 here).
+// ssm_conv1d (and kimi-linear's ssm_conv1d_q/k/v) is never quantized
+// (llama-quantize skips it; it is F32 here).
 func tensorType(name string, rowLen int, o Options, layer, layers int, tied bool) (gguf.Type, error) {
 	ft := o.Type
-	if strings.HasSuffix(name, ".ssm_conv1d.weight") {
+	if strings.HasSuffix(name, ".ssm_conv1d.weight") || strings.Contains(name, ".ssm_conv1d_") {
 		return gguf.TypeF32, nil
 	}
 	if ft == gguf.TypeF32 || ft == gguf.TypeF16 || ft == gguf.TypeBF16 {

@@ -22,7 +22,7 @@ const (
 // Preset is a named model shape. All sizes are element counts.
 type Preset struct {
 	Name string
-	Arch string // general.architecture: "llama", "qwen2", "qwen3" or "qwen35"
+	Arch string // general.architecture: "llama", "qwen2", "qwen3", "qwen35" or "kimi-linear"
 
 	Embed   int // embedding_length
 	Layers  int // block_count
@@ -48,6 +48,8 @@ type Preset struct {
 
 	// Hybrid (qwen35) only.
 	Hybrid
+	// Kimi (kimi-linear) only.
+	Kimi
 }
 
 // Hybrid is the shape of Qwen3.5's Gated DeltaNet layers and of its gated
@@ -112,6 +114,22 @@ var presets = []Preset{
 		RopeBase: 10000000, NormEps: 1e-6, Tied: true,
 		Hybrid: Hybrid{FullAttnInterval: 4, RopeDims: 16, RopeSections: [4]int{3, 3, 2, 0},
 			SSMConv: 4, SSMState: 16, SSMKHeads: 2, SSMVHeads: 4},
+	},
+	{
+		// Kimi-Linear's layout at toy size: KDA and MLA layers alternating
+		// (three MLA layers, so two share a K/V slot and one has a slot to
+		// itself), the first layer's FFN dense and the rest 8 experts with 2
+		// per token, one shared expert, sigmoid gating with a selection bias
+		// and Kimi's routed scaling factor. HeadDim is Embed/Heads; the MLA
+		// and KDA widths are in Kimi.
+		Name: "tiny-kimi-linear", Arch: "kimi-linear",
+		Embed: 64, Layers: 6, Heads: 4, KVHeads: 1, HeadDim: 16, FFN: 192, Context: 8192,
+		Tokenizer: TokenizerQwen2, VocabSize: 1500, Template: tokenizer.TemplateQwen25,
+		RopeBase: 10000, NormEps: 1e-5,
+		Kimi: Kimi{MLAInterval: 2, KDAHeadDim: 16, KDAConv: 4,
+			KVLoraRank: 48, QKRopeDim: 16, QKNopeDim: 16, VHeadDim: 16,
+			Experts: 8, ExpertsUsed: 2, SharedExperts: 1, ExpertFFN: 32, DenseLead: 1,
+			Gating: 2, WeightsScale: 2.446},
 	},
 	{
 		Name: "tiny-smollm", Arch: "llama",

@@ -47,6 +47,10 @@ func wantTensors(p Preset, nVocab int) map[string][]uint64 {
 	}
 	for l := 0; l < p.Layers; l++ {
 		n := func(s string) string { return fmt.Sprintf("blk.%d.%s", l, s) }
+		if p.IsKimi() {
+			kimiTensors(p, l, n, u, m)
+			continue
+		}
 		if p.IsHybrid() {
 			// llama.cpp's qwen35 shapes (load_arch_tensors).
 			h := p.Hybrid
@@ -118,6 +122,9 @@ func TestPresets(t *testing.T) {
 				a + ".attention.head_count": uint64(p.Heads), a + ".attention.head_count_kv": uint64(p.KVHeads),
 				a + ".rope.dimension_count": uint64(p.ropeDims()), "general.file_type": 0,
 			} {
+				if p.IsKimi() && (key == a+".attention.head_count_kv" || key == a+".rope.dimension_count") {
+					continue // per layer, and the MLA rope width (TestKimiPreset)
+				}
 				if got, ok := f.Uint(key); !ok || got != want {
 					t.Errorf("%s = %d (present %v), want %d", key, got, ok, want)
 				}
