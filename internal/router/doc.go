@@ -42,8 +42,14 @@
 //
 // # Anti-hot-spot rules
 //
-// Ties are broken uniformly at random (reservoir sampling), never by list
-// order. Affinity and cache scores both respect a load cap of
+// Ties are never broken by list order. Equal kv-aware scores go to the higher
+// rendezvous score of the request's affinity key, and that key is a fixed
+// hash (no per-process seed): placement is a function of the request, the
+// membership and the indexes, so two routers in front of the same replicas
+// agree, and a restarted router sends each session where the last one did
+// once its indexes are rebuilt from the replicas' snapshots. Least-loaded
+// ties (no key at all) are broken uniformly at random (reservoir sampling).
+// Affinity and cache scores both respect a load cap of
 // ceil(LoadBound · (in flight + 1) / backends) and the concurrency
 // threshold; past them the request goes to the next candidate.
 //
