@@ -74,8 +74,14 @@
 // "costs" line and the snapshot's costs). A block weighs the share of its
 // prefill its restore saves, 1 − read time / prefill time, by its fastest
 // tier; before a replica's first figures, TierWeights. The remote tier is
-// shared: a block any live replica announced in remote counts, at remote
-// weight, for every replica whose figures show a remote tier.
+// shared: a block any replica announced in remote counts, at remote weight,
+// for every replica whose figures show a remote tier. Those announcements
+// live in one router-wide set (sharedRemote), not only in the writer's index,
+// because a block in Redis outlives its writer: killed, removed or restarted,
+// the writer's own index forgets it, while any other replica can still
+// restore it. An entry there ends by a remote Removed from any replica, a
+// remote Cleared, or the IndexMaxBlocks bound, never by a snapshot;
+// stockpot_router_remote_index_blocks is its size.
 //
 // # Retries and broken streams
 //
@@ -155,6 +161,7 @@
 //	stockpot_router_backend_up{backend,url}               health
 //	stockpot_router_backend_inflight{backend,url}         load
 //	stockpot_router_index_blocks{backend,url}             index size
+//	stockpot_router_remote_index_blocks                   the shared remote tier's blocks (all replicas)
 //	stockpot_router_event_lag_seconds{backend,url}        age of the last event when applied
 //	stockpot_router_resyncs_total{backend,url}            snapshots loaded
 //	stockpot_router_event_gaps_total{backend,url}         sequence gaps seen

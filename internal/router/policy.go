@@ -58,6 +58,9 @@ type Request struct {
 	// shared remote tier's blocks from all of their indexes, so a retry that excludes the
 	// replica that wrote a block still sees it.
 	peers []*Backend
+	// remote is the router's shared remote set (sharedRemote; nil without a router: then the
+	// shared blocks are read from the live peers' own indexes).
+	remote *replicaIndex
 
 	keyDone bool
 	key     uint64
@@ -460,17 +463,21 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 		return p.affinity.Pick(r, c)
 	}
 	capLoad := capacity(c, p.cfg.LoadBound)
-	// The remote tier is shared: what any live replica stored there, every replica with the
-	// tier can restore.
+	// The remote tier is shared: what any replica stored there, every replica with the tier
+	// can restore, even once the writer is gone (sharedRemote).
 	now := p.cfg.Now()
 	peers := r.peers
 	if peers == nil {
 		peers = c
 	}
 	var shared []*replicaIndex
-	for _, b := range peers {
-		if b.liveIndexAt(p.cfg.StaleAfter, now) {
-			shared = append(shared, b.index)
+	if r.remote != nil {
+		shared = []*replicaIndex{r.remote}
+	} else {
+		for _, b := range peers {
+			if b.liveIndexAt(p.cfg.StaleAfter, now) {
+				shared = append(shared, b.index)
+			}
 		}
 	}
 	var best *Backend
