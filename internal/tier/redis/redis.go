@@ -317,12 +317,34 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 			partial = unanswered(groups, answered, "write")
 			return nil
 		}
+		per := make([][]goredis.Cmder, len(items))
 		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for i := range items {
-				set(p, i, nil)
+				per[i] = set(p, i, nil)
 			}
 			return nil
 		})
+		if err != nil && goredis.HasErrorPrefix(err, "OOM") {
+			// A full Redis (maxmemory with noeviction) answered every command and refused
+			// some: the server is up, so the call succeeds for the breaker (reads still work;
+			// opening it would skip them), and each refused item is one ErrNoSpace.
+			var refused []error
+			for i, cmds := range per {
+				done[i] = true
+				for _, c := range cmds {
+					if cerr := c.Err(); cerr != nil {
+						if !goredis.HasErrorPrefix(cerr, "OOM") {
+							return err // something else went wrong too: the batch failed
+						}
+						refused = append(refused, fmt.Errorf("%w: redis: %v", tier.ErrNoSpace, cerr))
+						done[i] = false
+						break
+					}
+				}
+			}
+			partial = errors.Join(refused...)
+			return nil
+		}
 		for i := range done {
 			done[i] = true
 		}

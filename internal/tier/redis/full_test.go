@@ -1,0 +1,61 @@
+package redis
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"stockpot/internal/prefix"
+	"stockpot/internal/tier"
+	"stockpot/internal/tier/tiertest"
+)
+
+// TestFullServer: a Redis with maxmemory and noeviction refuses writes once full. Each refused
+// item is one ErrNoSpace, the calls count as answered (no failed call, the breaker closed),
+// and what was stored before is still read.
+func TestFullServer(t *testing.T) {
+	srv := startServer(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
+	digest := randomDigest()
+	s := openStore(t, srv.url(), Config{IdentityDigest: digest, BreakerFailures: 1})
+	root := prefix.Root(digest[:], "")
+	first := tiertest.Chain(digest, root, tiertest.SmallLayout, 4, 81)
+	if err := s.Put(ctx, tiertest.Items(first)); err != nil {
+		t.Fatal(err)
+	}
+	refused := 0
+	for round := 0; refused == 0 && round < 200; round++ {
+		recs := tiertest.Chain(digest, prefix.Root(digest[:], fmt.Sprint("tenant ", round)), tiertest.SmallLayout, 64, uint64(100+round))
+		err := s.Put(ctx, tiertest.Items(recs))
+		if err == nil {
+			continue
+		}
+		var joined interface{ Unwrap() []error }
+		if !errors.As(err, &joined) || !errors.Is(err, tier.ErrNoSpace) {
+			t.Fatalf("round %d: Put on a full server: %v; want one ErrNoSpace per refused item", round, err)
+		}
+		refused = len(joined.Unwrap())
+		for _, e := range joined.Unwrap() {
+			if !errors.Is(e, tier.ErrNoSpace) {
+				t.Fatalf("round %d: item error %v, want ErrNoSpace", round, e)
+			}
+		}
+	}
+	if refused == 0 {
+		t.Fatal("the server never filled")
+	}
+	if st := s.BreakerStats(); st.FailedCalls != 0 || st.Opens != 0 {
+		t.Fatalf("a full server counted as failing: %+v", st)
+	}
+	vals, err := s.Get(ctx, tiertest.Keys(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vals {
+		if v == nil {
+			t.Fatalf("block %d stored before the server filled is not read back", i)
+		}
+		if _, err := tier.DecodeVerify(v, tiertest.Want(first[i])); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
