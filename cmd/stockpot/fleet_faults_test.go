@@ -359,3 +359,144 @@ func TestRemoteFlappingRedis(t *testing.T) {
 		t.Fatalf("no remote write failures counted with Redis down three times")
 	}
 }
+
+// redisCluster is three masters, a third of the slots each, no replicas, and
+// cluster-require-full-coverage off (a dead master leaves the others serving; docs/deploy.md).
+type redisCluster struct {
+	t     *testing.T
+	nodes []*redisProc
+}
+
+func newRedisCluster(t *testing.T) *redisCluster {
+	t.Helper()
+	c := &redisCluster{t: t}
+	for range 3 {
+		c.nodes = append(c.nodes, newRedisProc(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
+			"--cluster-node-timeout", "500", "--cluster-require-full-coverage", "no"))
+	}
+	ctx := context.Background()
+	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
+	for i, n := range c.nodes {
+		a := goredis.NewClient(&goredis.Options{Addr: n.addr(), MaxRetries: -1})
+		if err := a.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", ranges[i][0], ranges[i][1]).Err(); err != nil {
+			t.Fatalf("node %d: CLUSTER ADDSLOTSRANGE: %v", i, err)
+		}
+		if i > 0 {
+			if err := a.ClusterMeet(ctx, "127.0.0.1", c.nodes[0].port).Err(); err != nil {
+				t.Fatalf("node %d: CLUSTER MEET: %v", i, err)
+			}
+		}
+		a.Close()
+	}
+	c.waitOK()
+	return c
+}
+
+func (c *redisCluster) url() string {
+	return "redis+cluster://" + c.nodes[0].addr() + "?addr=" + c.nodes[1].addr() + "&addr=" + c.nodes[2].addr()
+}
+
+// waitOK waits until every live master sees all three and every slot is served.
+func (c *redisCluster) waitOK() {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for i, n := range c.nodes {
+		if n.cmd == nil {
+			continue
+		}
+		a := goredis.NewClient(&goredis.Options{Addr: n.addr(), MaxRetries: -1})
+		for {
+			info, err := a.ClusterInfo(context.Background()).Result()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_known_nodes:3") &&
+				strings.Contains(info, "cluster_slots_ok:16384") {
+				break
+			}
+			if time.Now().After(deadline) {
+				a.Close()
+				c.t.Fatalf("node %d: cluster not ok: %v\n%s", i, err, info)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		a.Close()
+	}
+}
+
+// TestRemoteClusterMasterKilled: replicas on a 3-master Redis Cluster. A writes its prompts
+// through; a cold B restores them from the cluster. One master is killed: A's new blocks on
+// it fail (counted), B restores what the live masters hold and computes the rest, the
+// per-master breakers open (counted), and no answer differs from a cache-off server's. The
+// master comes back (empty) and the breakers recover (counted).
+func TestRemoteClusterMasterKilled(t *testing.T) {
+	c := newRedisCluster(t)
+	prompts := faultPrompts("Cluster", 8)
+	want := referenceAnswers(t, prompts)
+	rc := redis.Config{BreakerFailures: 2, BreakerCooldown: 100 * time.Millisecond, CallTimeout: 500 * time.Millisecond}
+	instA, urlA := faultReplica(t, c.url(), rc, engine.PrefetchWait, 0)
+	for i, p := range prompts[:6] {
+		if got := completeText(t, urlA, p).text; got != want[i] {
+			t.Fatalf("A, prompt %d: %q, want %q", i, got, want[i])
+		}
+	}
+	if st := remoteAccounted(t, instA); st.Failed[0] != 0 || st.Dropped[0] != 0 {
+		t.Fatalf("A's writes with every master up: %+v", st)
+	}
+	_, urlB := faultReplica(t, c.url(), rc, engine.PrefetchWait, 0)
+	for i, p := range prompts[:3] {
+		res := completeText(t, urlB, p)
+		if aligned := (res.usage.PromptTokens - 1) / 16 * 16; res.text != want[i] || res.usage.Cache["remote_tokens"] != aligned {
+			t.Fatalf("B, prompt %d: %q restoring %d of %d tokens; want %q, all restored", i, res.text, res.usage.Cache["remote_tokens"], aligned, want[i])
+		}
+	}
+
+	c.nodes[2].stop()
+	for i, p := range prompts[6:] { // new blocks: a third of them hash to the dead master
+		if got := completeText(t, urlA, p).text; got != want[6+i] {
+			t.Fatalf("A with a master down, prompt %d: %q, want %q", 6+i, got, want[6+i])
+		}
+	}
+	stA := remoteAccounted(t, instA)
+	partial := 0
+	for i, p := range prompts[3:6] { // B has not seen these: it restores up to the first lost block
+		res := completeText(t, urlB, p)
+		if res.text != want[3+i] {
+			t.Fatalf("B with a master down, prompt %d: %q, want %q", 3+i, res.text, want[3+i])
+		}
+		if res.usage.Cache["discarded_tokens"] != 0 {
+			t.Fatalf("B, prompt %d: %d tokens discarded", 3+i, res.usage.Cache["discarded_tokens"])
+		}
+		if aligned := (res.usage.PromptTokens - 1) / 16 * 16; res.usage.Cache["remote_tokens"] < aligned {
+			partial++
+		}
+	}
+	mA, mB := scrape(t, urlA), scrape(t, urlB)
+	t.Logf("master down: A %+v, write failures unavailable %v io_error %v timeout %v; B restored partially %d of 3; breaker opens A %v B %v, skipped keys B %v",
+		stA, mA[`stockpot_kv_tier_write_failures_total{reason="unavailable",tier="remote"}`], mA[`stockpot_kv_tier_write_failures_total{reason="io_error",tier="remote"}`],
+		mA[`stockpot_kv_tier_write_failures_total{reason="timeout",tier="remote"}`], partial,
+		sumPrefix(mA, "stockpot_kv_remote_breaker_opens_total"), sumPrefix(mB, "stockpot_kv_remote_breaker_opens_total"), sumPrefix(mB, "stockpot_kv_remote_skipped_keys_total"))
+	if stA.Failed[0] == 0 {
+		t.Fatalf("no write failed with a master down: %+v", stA)
+	}
+	if partial == 0 {
+		t.Fatal("every prompt restored whole with a master down: the test lost nothing")
+	}
+	if sumPrefix(mA, "stockpot_kv_remote_breaker_opens_total")+sumPrefix(mB, "stockpot_kv_remote_breaker_opens_total") == 0 {
+		t.Fatal("no breaker opened with a master down")
+	}
+
+	c.nodes[2].start() // same port and nodes.conf: it rejoins, empty
+	c.waitOK()
+	deadline := time.Now().Add(20 * time.Second)
+	for i := 0; sumPrefix(scrape(t, urlA), "stockpot_kv_remote_breaker_recoveries_total") == 0; i++ {
+		if time.Now().After(deadline) {
+			t.Fatalf("A's breaker never recovered: %v", sumPrefix(scrape(t, urlA), "stockpot_kv_remote_breaker_"))
+		}
+		time.Sleep(150 * time.Millisecond) // past the cool-down: the next write is a probe
+		completeText(t, urlA, fmt.Sprintf("Back %d. %s", i, longText(500)))
+	}
+	for i, p := range prompts {
+		if got := completeText(t, urlB, p).text; got != want[i] {
+			t.Fatalf("B after the master came back, prompt %d: %q, want %q", i, got, want[i])
+		}
+	}
+	remoteAccounted(t, instA)
+}
