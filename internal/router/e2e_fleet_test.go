@@ -8,10 +8,12 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -381,4 +383,182 @@ func startRouteProcess(t *testing.T, policy string, backends ...string) string {
 		})
 	}
 	return base
+}
+
+// delayProxy relays TCP to upstream, holding every chunk of the server's replies for delay.
+func delayProxy(t *testing.T, upstream string, delay time.Duration) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", upstream)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(u, c); u.Close() }()
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := u.Read(buf)
+					if n > 0 {
+						time.Sleep(delay)
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestFleetKillReplicaMidWriteThrough: replica A writes through to Redis over a link slow
+// enough that its queue is never empty while it serves; B shares the Redis directly. Eight
+// sessions' first prompts go through the router, the ones placed on A in flight when A is
+// killed -9 just after its first answer. No client sees an error (the router retries what A
+// did not answer on B), every answer is what a cache-off server answers, and a cold replica
+// given the prompts A answered restores what of A's writes reached Redis (cut short by the
+// kill), verifies it (nothing discarded) and computes the rest.
+func TestFleetKillReplicaMidWriteThrough(t *testing.T) {
+	raddr := startRedisServer(t)
+	slow := delayProxy(t, raddr, 400*time.Millisecond)
+	ref := startReplicas(t, 1, "--prefix-cache=false")[0]
+	A := startReplicas(t, 1, "--remote-cache", "redis://"+slow+"/0", "--remote-write", "through", "--prefetch", "timeout", "--prefetch-timeout", "50ms")[0]
+	B := startReplicas(t, 1, "--remote-cache", "redis://"+raddr+"/0", "--remote-write", "through", "--prefetch", "wait")[0]
+	rt, url := startRouter(t, "kv-aware", []*replica{A, B}, nil)
+	a := backendByURL(t, rt, A.url)
+	rng := rand.New(rand.NewPCG(41, 41))
+	const n = 8
+	prompts, sessions, want := make([]string, n), make([]string, n), make([]string, n)
+	onA := 0
+	for i := range prompts {
+		prompts[i] = fmt.Sprintf("Kill test %d. %s", i, words(rng, 240))
+		want[i] = fleetComplete(t, ref.url, prompts[i], "").text
+		// Sessions the router places on A (by the session key: nothing is cached yet), then B.
+		for k := 0; ; k++ {
+			sessions[i] = fmt.Sprintf("kill-%d-%d", i, k)
+			d := rt.policy.Pick(&Request{SessionID: sessions[i], Tokens: []int32{1}, peers: rt.backends(), remote: rt.remote}, rt.backends())
+			if (d.Backend == a) == (i < 6) {
+				break
+			}
+		}
+		if i < 6 {
+			onA++
+		}
+	}
+	type result struct {
+		i int
+		a softAnswer
+	}
+	results := make(chan result, n)
+	firstOnA := make(chan struct{})
+	var once sync.Once
+	for i := range prompts {
+		go func() {
+			r := fleetCompleteSoft(url, prompts[i], sessions[i])
+			if r.backend == a.ID {
+				once.Do(func() { close(firstOnA) })
+			}
+			results <- result{i, r}
+		}()
+	}
+	<-firstOnA
+	A.kill()
+	var answeredByA []int
+	for range prompts {
+		r := <-results
+		if r.a.err != "" {
+			t.Fatalf("session %d: the client saw an error: %s", r.i, r.a.err)
+		}
+		if r.a.text != want[r.i] {
+			t.Fatalf("session %d (on %s): %q, want %q", r.i, r.a.backend, r.a.text, want[r.i])
+		}
+		if r.a.backend == a.ID {
+			answeredByA = append(answeredByA, r.i)
+		}
+	}
+	retries := counterSum(t, rt, "stockpot_router_retries_total", "", "")
+	if f := counterSum(t, rt, "stockpot_router_failed_requests_total", "", ""); f != 0 {
+		t.Fatalf("%v requests failed on every backend", f)
+	}
+	// A cold replica reads what A's write-through left in Redis for the prompts A answered:
+	// verified blocks up to the first one the kill cut off, then computed.
+	C := startReplicas(t, 1, "--remote-cache", "redis://"+raddr+"/0", "--prefetch", "wait")[0]
+	cut := 0
+	for _, i := range answeredByA {
+		got := fleetComplete(t, C.url, prompts[i], "")
+		if got.text != want[i] || got.usage.Cache["discarded_tokens"] != 0 {
+			t.Fatalf("prompt %d on a cold replica after the kill: %q (%v), want %q with nothing discarded", i, got.text, got.usage.Cache, want[i])
+		}
+		if aligned := (got.usage.PromptTokens - 1) / 16 * 16; got.usage.Cache["remote_tokens"] < aligned {
+			cut++
+		}
+		t.Logf("prompt %d (answered by A): %d of %d tokens restored from what A wrote", i, got.usage.Cache["remote_tokens"], got.usage.PromptTokens)
+	}
+	t.Logf("%d sessions aimed at A, %d answered by A before the kill, %v retried on B", onA, len(answeredByA), retries)
+	if cut == 0 {
+		t.Fatal("every prompt A answered was whole in Redis: the kill interrupted no write-through")
+	}
+	// Every session goes on, on B, with the same answers.
+	waitUntil(t, "A marked down", 10*time.Second, func() bool { return !a.Healthy() })
+	for i, p := range prompts {
+		if got := fleetComplete(t, url, p, sessions[i]); got.text != want[i] || got.backend == a.ID {
+			t.Fatalf("prompt %d after the kill: %q on %s, want %q", i, got.text, got.backend, want[i])
+		}
+	}
+}
+
+type softAnswer struct {
+	fleetAnswer
+	err string
+}
+
+// fleetCompleteSoft is fleetComplete returning a failure instead of failing the test (it runs
+// on other goroutines).
+func fleetCompleteSoft(base, prompt, session string) (a softAnswer) {
+	body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 6, "temperature": 0})
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/completions", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Session-ID", session)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		a.err = err.Error()
+		return a
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		a.err = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, raw)
+		return a
+	}
+	var out struct {
+		Choices []struct{ Text string }
+		Usage   json.RawMessage
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || len(out.Choices) != 1 {
+		a.err = fmt.Sprintf("%v: %s", err, raw)
+		return a
+	}
+	a.text, a.backend = out.Choices[0].Text, resp.Header.Get("X-Stockpot-Backend")
+	_ = json.Unmarshal(out.Usage, &a.usage)
+	return a
 }
