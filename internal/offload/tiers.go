@@ -220,6 +220,9 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	if len(t.tiers) > 1 && t.tiers[0].Tier == kvtier.Host {
 		t.fetcher.SetPromote(t.writer.Promote) // promote.go
 	}
+	if t.events != nil {
+		t.fetcher.SetRestored(t.events.adopt) // events.go: a restored remote block is announced
+	}
 	t.restorer = newRestorer(t.fetcher, cfg)
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
 	if t.events != nil {

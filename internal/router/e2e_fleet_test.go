@@ -146,7 +146,8 @@ func hasRemoteCosts(b *Backend) bool {
 // (snapshots, cost figures), makes the same pick between B and C (both restore from Redis;
 // exact ties are TestKVAware's). Then A is killed: its blocks outlive it in the
 // router's shared set, the router steers each prompt to a survivor on the cache, and that
-// survivor restores exactly the prediction, with A's answers.
+// survivor restores exactly the prediction, with A's answers; a router started after A died
+// knows the blocks from the survivors that restored them.
 func TestFleetScaleOutAndDeadWriter(t *testing.T) {
 	raddr := startRedisServer(t)
 	args := []string{"--remote-cache", "redis://" + raddr + "/0", "--remote-write", "through", "--prefetch", "wait"}
@@ -268,6 +269,14 @@ func TestFleetScaleOutAndDeadWriter(t *testing.T) {
 	}
 	if v := counterSum(t, rt, "stockpot_router_failed_requests_total", "", ""); v != 0 {
 		t.Fatalf("%v failed requests", v)
+	}
+	// A router started after the writer died learns the blocks too: the survivors that
+	// restored them announced them (adoption) and list them in their snapshots.
+	rt3, _ := startRouter(t, "kv-aware", []*replica{B, C}, nil)
+	for i, p := range ps {
+		if !inShared(rt3, p.hs) {
+			t.Fatalf("prompt %d: a router started after the writer died does not know its blocks", i)
+		}
 	}
 }
 
