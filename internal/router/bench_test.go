@@ -3,8 +3,8 @@ package router
 import (
 	"encoding/binary"
 	"encoding/hex"
-	"hash/maphash"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"net/http"
 	"net/http/httptest"
