@@ -64,7 +64,7 @@ func TestIndexFreshness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prompt := seqTokens(64, 1000)
+	prompt := seqTokens(65, 1000) // 16 full blocks, all usable (the 65th token is computed)
 	hs := storeTokens(bs[1], kvtier.Device, prompt, clk.clock())
 	pick := func(label string) Decision {
 		t.Helper()
@@ -185,7 +185,7 @@ func TestRemoteShared(t *testing.T) {
 	bs[0].index.Costs(withRemote)
 	bs[1].index.Costs(withRemote)
 	bs[2].index.Costs(hostOnly)
-	prompt := seqTokens(32, 7)
+	prompt := seqTokens(33, 7) // 8 full blocks, all usable
 	storeTokens(bs[0], kvtier.Remote, prompt, time.Now())
 	p, _ := NewPolicy("kv-aware", PolicyConfig{})
 	for _, b := range bs {
@@ -209,7 +209,7 @@ func TestRemoteShared(t *testing.T) {
 	// rendezvous order, so over many prompts both win); 2 never wins on them.
 	seen := map[*Backend]int{}
 	for i := range 200 {
-		pr := seqTokens(32, int32(1000+100*i))
+		pr := seqTokens(33, int32(1000+100*i))
 		storeTokens(bs[0], kvtier.Remote, pr, time.Now())
 		d := p.Pick(&Request{Tokens: pr}, bs)
 		if d.Reason != "cache" || d.PredictedTokens != 32 {
@@ -243,7 +243,7 @@ func TestSharedRemoteOutlivesWriter(t *testing.T) {
 		b.index.Costs(withRemote)
 	}
 	writer, other := bs[0], bs[1]
-	prompt := seqTokens(32, 7)
+	prompt := seqTokens(33, 7) // 8 full blocks, all usable
 	hs := storeTokens(writer, kvtier.Remote, prompt, time.Now())
 	storeTokens(writer, kvtier.Device, prompt, time.Now()) // device bits stay out of the set
 	p, _ := NewPolicy("kv-aware", PolicyConfig{})
