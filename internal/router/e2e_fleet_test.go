@@ -332,11 +332,11 @@ func TestFleetRouterRestartAndTwoRouters(t *testing.T) {
 		r1 := startRouteProcess(t, policy, rs[0].url, rs[1].url, rs[2].url)
 		r2 := startRouteProcess(t, policy, rs[2].url, rs[0].url, rs[1].url)
 		placed := map[string]int{}
-		for s := range 12 {
+		for s := range 8 {
 			session := fmt.Sprintf("%s-%d", policy, s)
 			prompt := fmt.Sprintf("Two routers, %s. %s\n", session, words(rng, 60))
 			first := ""
-			for turn := range 4 {
+			for turn := range 3 {
 				prompt += "User: " + words(rng, 10) + "\nAssistant:"
 				via := []string{r1, r2}[(s+turn)%2]
 				a := fleetComplete(t, via, prompt, session)
