@@ -63,9 +63,9 @@
 // count as a failure.
 //
 // A full Redis (maxmemory with noeviction) refuses writes with an OOM reply while it
-// still answers: on a single server each refused item of a Put is one tier.ErrNoSpace (the
-// writer counts it no_space) and the call counts as answered for the breaker, so the reads
-// of what it holds go on. (On a cluster an OOM still counts against that master's breaker.)
+// still answers: each refused item of a Put is one tier.ErrNoSpace (the writer counts it
+// no_space) and the call counts as answered for the breaker (on a cluster, for that master's
+// breaker), so the reads of what it holds go on.
 //
 // The breaker's counters are in BreakerStats (and on /metrics; see Redis Cluster above).
 //

@@ -59,3 +59,42 @@ func TestFullServer(t *testing.T) {
 		}
 	}
 }
+
+// TestFullClusterMaster: the same on a 3-master cluster whose masters are full: refused items
+// are ErrNoSpace (not ErrUnavailable), no master's breaker counts a failure, and what was
+// stored before is read back.
+func TestFullClusterMaster(t *testing.T) {
+	c := startCluster3(t)
+	digest := randomDigest()
+	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 1})
+	first := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 6, 91)
+	if err := s.Put(ctx, tiertest.Items(first)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range c.nodes {
+		if err := c.admin(i).ConfigSet(ctx, "maxmemory", "1").Err(); err != nil { // 1 byte: every write is refused
+			t.Fatal(err)
+		}
+		if err := c.admin(i).ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := tiertest.Chain(digest, prefix.Root(digest[:], "more"), tiertest.SmallLayout, 24, 92)
+	err := s.Put(ctx, tiertest.Items(recs))
+	var joined interface{ Unwrap() []error }
+	if !errors.As(err, &joined) || !errors.Is(err, tier.ErrNoSpace) || errors.Is(err, tier.ErrUnavailable) {
+		t.Fatalf("Put on full masters: %v; want ErrNoSpace per refused item, none unavailable", err)
+	}
+	if st := s.BreakerStats(); st.FailedCalls != 0 || st.Opens != 0 {
+		t.Fatalf("full masters counted as failing: %+v", st)
+	}
+	vals, err := s.Get(ctx, tiertest.Keys(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vals {
+		if v == nil {
+			t.Fatalf("block %d stored before the masters filled is not read back", i)
+		}
+	}
+}
