@@ -20,6 +20,8 @@ func cmdBench(args []string) error {
 	d := bench.DefaultConfig()
 	fs := newFlagSet("bench")
 	target := fs.String("target", d.Target, "base URL of an OpenAI-compatible server")
+	var metricsURLs stringList
+	fs.Var(&metricsURLs, "metrics-url", "base URL whose /metrics gives the server-side numbers, summed (repeatable; default: the target). Behind a router: each replica")
 	workload := fs.String("workload", d.Workload, "agent|docqa|sysprompt|rag|random|trace")
 	tools := fs.Int("tools", 0, fmt.Sprintf("agent: send N tool schemas (1-%d; 8-20 is typical) in every request and append synthetic tool calls and results; implies --chat (0: off)", bench.MaxTools))
 	toolResultTokens := fs.Int("tool-result-tokens", d.ToolResultTokens, "agent --tools: tokens of each synthetic tool result")
@@ -49,7 +51,7 @@ func cmdBench(args []string) error {
 		return fmt.Errorf("bench: unexpected arguments %q", fs.Args())
 	}
 	cfg := bench.Config{
-		Target: *target, Workload: *workload, APIKey: *apiKey, Model: *model, Chat: *chat,
+		Target: *target, MetricsURLs: metricsURLs, Workload: *workload, APIKey: *apiKey, Model: *model, Chat: *chat,
 		Sessions: *sessions, Turns: *turns, Concurrency: *concurrency, Rate: *rate, TraceFile: *trace,
 		Seed: *seed, PrefixTokens: *prefixTokens, TurnTokens: *turnTokens, DocTokens: *docTokens,
 		QuestionTokens: *questionTokens, MaxTokens: *maxTokens, BlockSize: *blockSize, Timeout: *timeout,

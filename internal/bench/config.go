@@ -13,11 +13,15 @@ const defaultTokensPerWord = 1.3
 
 // Config is one bench run.
 type Config struct {
-	Target   string // base URL of the server, e.g. http://127.0.0.1:8080
-	Workload string // one of Workloads
-	APIKey   string // sent as a bearer token when set
-	Model    string // model name in requests; empty: the first of GET /v1/models
-	Chat     bool   // use /v1/chat/completions instead of /v1/completions
+	Target string // base URL of the server, e.g. http://127.0.0.1:8080
+	// MetricsURLs, when set, are the servers whose /metrics give the server-side numbers
+	// (summed), in place of Target's: the replicas behind a router, whose own /metrics has
+	// no prefix-cache counters. Each is a base URL like Target.
+	MetricsURLs []string
+	Workload    string // one of Workloads
+	APIKey      string // sent as a bearer token when set
+	Model       string // model name in requests; empty: the first of GET /v1/models
+	Chat        bool   // use /v1/chat/completions instead of /v1/completions
 
 	Sessions    int     // sessions (agent, sysprompt, rag, random) or documents (docqa)
 	Turns       int     // turns per session, or questions per document
@@ -79,6 +83,14 @@ func (cfg Config) validate() (Config, error) {
 		return cfg, fmt.Errorf("--target %q: want an http:// or https:// URL", cfg.Target)
 	}
 	cfg.Target = strings.TrimRight(cfg.Target, "/")
+	urls := make([]string, len(cfg.MetricsURLs))
+	for i, u := range cfg.MetricsURLs {
+		if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+			return cfg, fmt.Errorf("--metrics-url %q: want an http:// or https:// URL", u)
+		}
+		urls[i] = strings.TrimRight(u, "/")
+	}
+	cfg.MetricsURLs = urls
 	if cfg.Workload == "" {
 		cfg.Workload = d.Workload
 	}

@@ -17,7 +17,9 @@
 // Three hit rates are kept apart and never blurred:
 //   - server_hit_rate comes from deltas of the target's Prometheus counters
 //     (stockpot_prefix_cache_hits_total / stockpot_prefix_cache_queries_total), scraped before
-//     and after the run. A target without them gets null, never 0.
+//     and after the run. A target without them gets null, never 0. Behind a router (whose
+//     /metrics has no such counters) Config.MetricsURLs names the replicas instead: their
+//     counters are summed, and the sum is null unless every one of them has the counters.
 //   - client_cached_ratio is Σ usage.prompt_tokens_details.cached_tokens / Σ prompt_tokens over
 //     the requests whose usage carried the field. A field that is absent means "not reported"
 //     and is kept apart from a reported 0.

@@ -69,7 +69,7 @@ func run(ctx context.Context, cfg Config) (*runResult, error) {
 		return nil, err
 	}
 	scrapeClient := &http.Client{Timeout: 10 * time.Second}
-	before, err := scrape(ctx, scrapeClient, cfg.Target, cfg.APIKey)
+	before, err := scrapeServers(ctx, scrapeClient, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -90,7 +90,7 @@ func run(ctx context.Context, cfg Config) (*runResult, error) {
 				case <-stopScrape:
 					return
 				case <-tick.C:
-					if s, err := scrape(ctx, scrapeClient, cfg.Target, cfg.APIKey); err == nil && s.Present {
+					if s, err := scrapeServers(ctx, scrapeClient, cfg); err == nil && s.Present {
 						res.scrapes = append(res.scrapes, scrapePoint{time.Since(epoch), s})
 					}
 				}
@@ -289,7 +289,7 @@ func settledScrape(ctx context.Context, c *http.Client, cfg Config, before count
 	deadline := time.Now().Add(settleTimeout)
 	var prev counterSnapshot
 	for i := 0; ; i++ {
-		cur, err := scrape(ctx, c, cfg.Target, cfg.APIKey)
+		cur, err := scrapeServers(ctx, c, cfg)
 		if err != nil || !cur.Present || !before.Present {
 			return cur, err
 		}

@@ -123,3 +123,34 @@ func counterDelta(before, after counterSnapshot) counterSnapshot {
 	}
 	return d
 }
+
+// scrapeServers scrapes the servers the numbers come from: cfg.MetricsURLs summed when set,
+// else cfg.Target. The sum is Present only when every server has the counters (one replica
+// without them would make the fleet's rate a guess).
+func scrapeServers(ctx context.Context, c *http.Client, cfg Config) (counterSnapshot, error) {
+	if len(cfg.MetricsURLs) == 0 {
+		return scrape(ctx, c, cfg.Target, cfg.APIKey)
+	}
+	sum := counterSnapshot{Present: true}
+	for _, u := range cfg.MetricsURLs {
+		s, err := scrape(ctx, c, u, cfg.APIKey)
+		if err != nil {
+			return counterSnapshot{}, err
+		}
+		sum.Present = sum.Present && s.Present
+		sum.Queries += s.Queries
+		sum.Hits += s.Hits
+		if s.Tiers != nil {
+			if sum.Tiers == nil {
+				sum.Tiers = map[string]float64{}
+			}
+			for k, v := range s.Tiers {
+				sum.Tiers[k] += v
+			}
+		}
+	}
+	if !sum.Present {
+		return counterSnapshot{}, nil
+	}
+	return sum, nil
+}

@@ -9,6 +9,7 @@ import (
 // there were no samples.
 type Percentiles struct {
 	P50   float64 `json:"p50"`
+	P90   float64 `json:"p90"`
 	P95   float64 `json:"p95"`
 	P99   float64 `json:"p99"`
 	Mean  float64 `json:"mean"`
@@ -31,7 +32,7 @@ func percentile(sorted []float64, q float64) float64 {
 	return sorted[lo] + (h-float64(lo))*(sorted[lo+1]-sorted[lo])
 }
 
-// summarize returns p50/p95/p99/mean of xs, or nil when xs is empty. xs is not modified.
+// summarize returns p50/p90/p95/p99/mean of xs, or nil when xs is empty. xs is not modified.
 func summarize(xs []float64) *Percentiles {
 	if len(xs) == 0 {
 		return nil
@@ -43,7 +44,7 @@ func summarize(xs []float64) *Percentiles {
 		sum += x
 	}
 	return &Percentiles{
-		P50: percentile(s, 0.50), P95: percentile(s, 0.95), P99: percentile(s, 0.99),
+		P50: percentile(s, 0.50), P90: percentile(s, 0.90), P95: percentile(s, 0.95), P99: percentile(s, 0.99),
 		Mean: sum / float64(len(s)), Count: len(s),
 	}
 }

@@ -20,8 +20,9 @@
 // order, and is safe on a partly opened Tiers.
 //
 // Config.Events, when set, gets Stored and Removed kv-events for the blocks
-// the tiers hold (events.go: Stored after each confirmed Put, Removed by a
-// reconciler that asks the tiers about what was announced), and Tiers.Costs
+// the tiers hold (events.go: Stored after each confirmed Put and, in the
+// shared remote tier, for each block a fetch restored from it (adoption),
+// Removed by a reconciler that asks the tiers about what was announced), and Tiers.Costs
 // gives the cost model's figures to the kv-events publisher, so a router
 // weighs every tier by measured restore cost.
 //

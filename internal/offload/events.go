@@ -24,8 +24,12 @@ import (
 //     RemoteReconcileEvery. What it no longer holds is announced Removed.
 //   - At open, what a persistent tier (disk) already holds is announced Stored.
 //
-// The remote tier is shared: a replica announces only what it wrote; the router unions the
-// replicas' remote announcements.
+// The remote tier is shared: a replica announces what it wrote, and what it restored from
+// there (adoption: the block is verified present, and from then on this replica's reconciler
+// asks about it too); the router unions the replicas' remote announcements. Adoption is why a
+// block outlives its writer in every view: a replica that restored it lists it in its
+// snapshot, so a router started after the writer died still learns it, and its reconciler
+// announces it Removed once Redis lets it go.
 
 // ReconcileEvery is how often the local tiers' stats are checked for evictions and deletes,
 // and RemoteReconcileEvery how often the remote tier is asked about every key this replica
@@ -159,6 +163,27 @@ func (e *tierEvents) stored(i int, keys []tier.Key) {
 		evs[j] = kvevents.Event{Kind: kvevents.Stored, Tier: e.tiers[i].Tier, Hash: k.Hash}
 	}
 	e.publish(evs...) // under mu: a Removed of the same key is ordered after or before it, never across
+}
+
+// adopt announces in the remote tier the blocks a fetch restored from it (verified there just
+// now) that this replica did not announce yet, and holds them for the reconciler.
+func (e *tierEvents) adopt(keys []tier.Key) {
+	if e == nil {
+		return
+	}
+	i := e.index(kvtier.Remote)
+	if i < 0 {
+		return
+	}
+	e.mu.Lock()
+	fresh := make([]tier.Key, 0, len(keys))
+	for _, k := range keys {
+		if _, ok := e.mu.held[i][k]; !ok {
+			fresh = append(fresh, k)
+		}
+	}
+	e.mu.Unlock()
+	e.stored(i, fresh)
 }
 
 func (e *tierEvents) run() {

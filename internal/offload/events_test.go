@@ -184,3 +184,47 @@ func TestRemoteReconcile(t *testing.T) {
 		t.Fatalf("after a partly failed Put: announced %s, want x.", got)
 	}
 }
+
+// TestRemoteAdoption: blocks another replica wrote to the shared tier are announced by the
+// replica that restores them (verified present), once, and from then on reconciled by it: a
+// block the store then loses is announced Removed.
+func TestRemoteAdoption(t *testing.T) {
+	recs := tiertest.Chain(identity, root, layout, 6, 35)
+	remote := memstore.New()
+	if err := remote.Put(ctx, tiertest.Items(recs)); err != nil { // another replica's writes
+		t.Fatal(err)
+	}
+	log := &eventLog{held: map[kvtier.Tier]map[prefix.Hash]bool{}}
+	cfg := DefaultConfig()
+	cfg.Identity, cfg.Layout, cfg.Events = identity, layout, log.publish
+	ts := &Tiers{cfg: cfg, tiers: []Tier{{kvtier.Remote, remote}}}
+	if err := ts.start(prometheus.NewRegistry()); err != nil {
+		t.Fatal(err)
+	}
+	defer ts.Close()
+	if got := log.view(kvtier.Remote, recs); got != "......" {
+		t.Fatalf("announced %s before any restore", got)
+	}
+	res, err := ts.fetcher.Fetch(ctx, request(recs[:4])).Wait(ctx)
+	if err != nil || res.Usable != 4 {
+		t.Fatalf("fetch: %d usable, %v", res.Usable, err)
+	}
+	if got := log.view(kvtier.Remote, recs); got != "xxxx.." {
+		t.Fatalf("after restoring 4 blocks: announced %s, want xxxx..", got)
+	}
+	n := log.n
+	if _, err := ts.fetcher.Fetch(ctx, request(recs[:4])).Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if log.n != n {
+		t.Fatalf("a second restore announced %d events again", log.n-n)
+	}
+	// Adopted blocks are reconciled: one the store loses is announced Removed.
+	if err := remote.Delete(ctx, tiertest.Keys(recs[1:2])); err != nil {
+		t.Fatal(err)
+	}
+	ts.events.reconcile(ts.events.index(kvtier.Remote))
+	if got := log.view(kvtier.Remote, recs); got != "x.xx.." {
+		t.Fatalf("after the store lost block 1: announced %s, want x.xx..", got)
+	}
+}

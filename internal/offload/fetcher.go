@@ -118,6 +118,9 @@ type Fetcher struct {
 	// promote, when set (SetPromote), receives the verified records a fetch restored from a
 	// tier other than host, as tier items, to put in host (promotion; see promote.go).
 	promote func([]tier.Item)
+	// restored, when set (SetRestored), receives the keys of the verified blocks a fetch
+	// restored from the remote tier (adoption; see events.go).
+	restored func([]tier.Key)
 
 	mu struct {
 		sync.Mutex
@@ -284,6 +287,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		f.metrics.Discarded(reason, k)
 	}
 	f.promoteUsable(req, &res, vals)
+	f.reportRemote(req, &res)
 	return res, nil
 }
 

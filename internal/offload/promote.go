@@ -65,3 +65,24 @@ func (w *Writer) Promote(items []tier.Item) {
 		}
 	}
 }
+
+// SetRestored makes every fetch hand the keys of the verified blocks it restored from the
+// remote tier to fn (adoption: tierEvents.adopt). fn must not block for long. Call it before
+// the first Fetch.
+func (f *Fetcher) SetRestored(fn func([]tier.Key)) { f.restored = fn }
+
+// reportRemote hands the usable blocks of res that came from the remote tier to f.restored.
+func (f *Fetcher) reportRemote(req Request, res *Result) {
+	if f.restored == nil {
+		return
+	}
+	var keys []tier.Key
+	for i := range res.Usable {
+		if b := res.Blocks[i]; b.Record != nil && b.Tier == kvtier.Remote {
+			keys = append(keys, tier.Key{Root: req.Root, Hash: req.Hashes[i]})
+		}
+	}
+	if len(keys) > 0 {
+		f.restored(keys)
+	}
+}

@@ -26,6 +26,10 @@ type Config struct {
 	DiskDir   string // disk tier directory; "" = off
 	DiskBytes int64  // disk tier budget. Default 10 GiB (disk.DefaultConfig)
 	RemoteURL string // redis://host:port/db; "" = off
+	// Remote is the remote store's settings beyond its URL (call timeout, breaker, TTL);
+	// zero fields take redis.DefaultConfig's, and IdentityDigest is always Identity. serve
+	// leaves it zero; tests shorten the breaker's cool-down.
+	Remote    redis.Config
 	Admission Admission
 	// RemoteWrite is when the remote tier is written (`--remote-write`; see WritePolicy).
 	// Default WriteSelective. Host and disk are written back.
@@ -173,7 +177,7 @@ func Open(cfg Config, reg prometheus.Registerer) (*Tiers, error) {
 		t.closers = append(t.closers, s.Close)
 	}
 	if cfg.RemoteURL != "" {
-		rcfg := redis.DefaultConfig()
+		rcfg := cfg.Remote // zero fields: the defaults (redis validates)
 		rcfg.IdentityDigest = cfg.Identity
 		s, err := redis.Open(cfg.RemoteURL, rcfg)
 		if err != nil {
@@ -223,6 +227,9 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	if len(t.tiers) > 1 && t.tiers[0].Tier == kvtier.Host {
 		t.fetcher.SetPromote(t.writer.Promote) // promote.go
+	}
+	if t.events != nil {
+		t.fetcher.SetRestored(t.events.adopt) // events.go: a restored remote block is announced
 	}
 	t.restorer = newRestorer(t.fetcher, cfg)
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)

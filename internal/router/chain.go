@@ -30,6 +30,11 @@ type hashChain struct {
 // blocks is how many full blocks the prompt has (the most hashes there can be).
 func (c *hashChain) blocks() int { return len(c.tokens) / c.blockSize }
 
+// usable is how many leading blocks a replica can reuse: ⌊(P−1)/B⌋, since the prompt's last
+// token is always computed (its logits start the answer), so a prompt whose length is a
+// multiple of the block size reuses one block fewer than it has.
+func (c *hashChain) usable() int { return max(0, len(c.tokens)-1) / c.blockSize }
+
 // extend computes hashes up to n (at most blocks()), taking whole runs from the cache where
 // it has them (so it may compute past n, to the end of a run), and storing each run it
 // completes with SHA-256.
@@ -96,18 +101,22 @@ const firstHashes = 4
 
 // matchChain is match over a lazily hashed chain: it hashes more blocks only while the
 // replica (or, through shared, the remote tier) holds every block so far.
+//
+// It counts usable blocks only (hashChain.usable): what the replica will reuse, which is
+// what the router predicts.
 func (ix *replicaIndex) matchChain(c *hashChain, weights *[kvtier.Count]float64, shared []*replicaIndex) (n int, weighted float64) {
+	limit := c.usable()
 	for {
+		if n >= limit {
+			return n, weighted
+		}
 		if n == len(c.hashes) {
-			if n >= c.blocks() {
-				return n, weighted
-			}
 			c.extend(max(2*n, firstHashes))
 		}
 		// One read lock over the run the replica holds itself; a block it lacks is looked
 		// up in the shared remote tier outside it (one index locked at a time).
 		ix.mu.RLock()
-		for ; n < len(c.hashes); n++ {
+		for end := min(len(c.hashes), limit); n < end; n++ {
 			e := ix.mu.blocks[c.hashes[n]]
 			if e.tiers != 0 {
 				weighted += weights[bits.TrailingZeros8(e.tiers)] // its fastest tier

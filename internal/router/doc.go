@@ -42,8 +42,14 @@
 //
 // # Anti-hot-spot rules
 //
-// Ties are broken uniformly at random (reservoir sampling), never by list
-// order. Affinity and cache scores both respect a load cap of
+// Ties are never broken by list order. Equal kv-aware scores go to the higher
+// rendezvous score of the request's affinity key, and that key is a fixed
+// hash (no per-process seed): placement is a function of the request, the
+// membership and the indexes, so two routers in front of the same replicas
+// agree, and a restarted router sends each session where the last one did
+// once its indexes are rebuilt from the replicas' snapshots. Least-loaded
+// ties (no key at all) are broken uniformly at random (reservoir sampling).
+// Affinity and cache scores both respect a load cap of
 // ceil(LoadBound · (in flight + 1) / backends) and the concurrency
 // threshold; past them the request goes to the next candidate.
 //
@@ -68,8 +74,14 @@
 // "costs" line and the snapshot's costs). A block weighs the share of its
 // prefill its restore saves, 1 − read time / prefill time, by its fastest
 // tier; before a replica's first figures, TierWeights. The remote tier is
-// shared: a block any live replica announced in remote counts, at remote
-// weight, for every replica whose figures show a remote tier.
+// shared: a block any replica announced in remote counts, at remote weight,
+// for every replica whose figures show a remote tier. Those announcements
+// live in one router-wide set (sharedRemote), not only in the writer's index,
+// because a block in Redis outlives its writer: killed, removed or restarted,
+// the writer's own index forgets it, while any other replica can still
+// restore it. An entry there ends by a remote Removed from any replica, a
+// remote Cleared, or the IndexMaxBlocks bound, never by a snapshot;
+// stockpot_router_remote_index_blocks is its size.
 //
 // # Retries and broken streams
 //
@@ -164,6 +176,7 @@
 //	stockpot_router_backend_up{backend,url}               health
 //	stockpot_router_backend_inflight{backend,url}         load
 //	stockpot_router_index_blocks{backend,url}             index size
+//	stockpot_router_remote_index_blocks                   the shared remote tier's blocks (all replicas)
 //	stockpot_router_event_lag_seconds{backend,url}        age of the last event when applied
 //	stockpot_router_resyncs_total{backend,url}            snapshots loaded
 //	stockpot_router_event_gaps_total{backend,url}         sequence gaps seen

@@ -71,9 +71,9 @@ func (f *fakeReplica) store(toks []int32) {
 // its load earns), and it is trusted again after a clean resync.
 func TestGarbageReplicaIsolated(t *testing.T) {
 	good, bad := newFakeReplica(t), newFakeReplica(t)
-	prompt := seqTokens(32, 500)
-	good.store(prompt[:16]) // 4 blocks
-	bad.store(prompt)       // all 8: the better holder while it is trusted
+	prompt := seqTokens(33, 500) // 8 full blocks, all usable
+	good.store(prompt[:16])      // 4 blocks
+	bad.store(prompt)            // all 8: the better holder while it is trusted
 	cfg := DefaultConfig()
 	cfg.Policy = "kv-aware"
 	cfg.Backends = []string{good.srv.URL, bad.srv.URL}

@@ -47,7 +47,11 @@ type entry struct {
 // ones whose last Stored is oldest. The index is bounded by maxBlocks (LRU by last Stored).
 type replicaIndex struct {
 	maxBlocks int // 0: DefaultIndexMaxBlocks
-	mu        struct {
+	// remote, when set (by the Router, before the index gets its first event), is the
+	// router-wide shared remote set this index feeds with the replica's remote-tier
+	// announcements (see sharedRemote). Written once, read without a lock.
+	remote *replicaIndex
+	mu     struct {
 		sync.RWMutex
 		blocks    map[prefix.Hash]entry
 		clock     uint64 // counts Stored events: the LRU's time
@@ -90,17 +94,40 @@ func (ix *replicaIndex) Reset(s kvevents.Snapshot) {
 	}
 	id, err := hex.DecodeString(s.Identity)
 	ix.mu.Lock()
-	defer ix.mu.Unlock()
 	ix.mu.blocks, ix.mu.clock = blocks, clock
 	ix.mu.identity, ix.mu.blockSize, ix.mu.epoch = id, s.BlockSize, s.Epoch
 	ix.mu.valid = s.Epoch != 0 && err == nil && s.BlockSize > 0
 	ix.mu.costs = nil // a snapshot carries the figures when the replica publishes any
 	ix.setCostsLocked(s.Costs)
 	ix.boundLocked()
+	ix.mu.Unlock()
+	if ix.remote != nil {
+		var evs []kvevents.Event
+		for _, b := range s.Blocks {
+			if b.Tier == kvtier.Remote {
+				evs = append(evs, kvevents.Event{Kind: kvevents.Stored, Tier: kvtier.Remote, Hash: b.Hash})
+			}
+		}
+		ix.remote.applyShared(evs)
+	}
 }
 
 // Apply implements kvevents.Sink.
 func (ix *replicaIndex) Apply(evs []kvevents.Event) {
+	ix.apply(evs)
+	if ix.remote == nil {
+		return
+	}
+	var shared []kvevents.Event
+	for _, ev := range evs {
+		if ev.Tier == kvtier.Remote {
+			shared = append(shared, ev)
+		}
+	}
+	ix.remote.applyShared(shared) // after ix.mu is released: never two index locks at once
+}
+
+func (ix *replicaIndex) apply(evs []kvevents.Event) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	for i := range evs {
@@ -129,6 +156,46 @@ func (ix *replicaIndex) Apply(evs []kvevents.Event) {
 					ix.mu.blocks[h] = e
 				}
 			}
+		}
+	}
+	ix.boundLocked()
+}
+
+// sharedRemote returns the router-wide set of blocks in the shared remote tier: an index whose
+// entries all carry the remote bit, the union of every replica's remote announcements.
+//
+// Why a set of its own rather than a union of the replicas' indexes at lookup time: a block in
+// Redis outlives the replica that wrote it. When the writer is killed, removed from the
+// membership, or restarted (its new snapshot knows nothing it wrote before), its index no
+// longer says the block is there, yet every replica with the tier can still restore it. So an
+// entry here ends only by a Removed in the remote tier from any replica (its reconciler found
+// the key gone, and the key is gone for all: the tier is shared), a Cleared of the remote
+// tier, or the bound (maxBlocks, LRU by last Stored). A snapshot adds its remote blocks and
+// removes none. What the bound and the reconcilers miss (a key Redis expired after its writer
+// died) costs a misprediction, never a wrong answer: the replica probes the tier and
+// recomputes what is not there.
+func sharedRemote(maxBlocks int) *replicaIndex {
+	ix := newReplicaIndex()
+	ix.maxBlocks = maxBlocks
+	return ix
+}
+
+// applyShared applies remote-tier events to a sharedRemote set (see there).
+func (ix *replicaIndex) applyShared(evs []kvevents.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, ev := range evs {
+		switch ev.Kind {
+		case kvevents.Stored:
+			ix.mu.clock++
+			ix.mu.blocks[ev.Hash] = entry{tiers: 1 << kvtier.Remote, used: ix.mu.clock}
+		case kvevents.Removed:
+			delete(ix.mu.blocks, ev.Hash)
+		case kvevents.Cleared:
+			clear(ix.mu.blocks)
 		}
 	}
 	ix.boundLocked()

@@ -64,7 +64,7 @@ func TestIndexFreshness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prompt := seqTokens(64, 1000)
+	prompt := seqTokens(65, 1000) // 16 full blocks, all usable (the 65th token is computed)
 	hs := storeTokens(bs[1], kvtier.Device, prompt, clk.clock())
 	pick := func(label string) Decision {
 		t.Helper()
@@ -185,7 +185,7 @@ func TestRemoteShared(t *testing.T) {
 	bs[0].index.Costs(withRemote)
 	bs[1].index.Costs(withRemote)
 	bs[2].index.Costs(hostOnly)
-	prompt := seqTokens(32, 7)
+	prompt := seqTokens(33, 7) // 8 full blocks, all usable
 	storeTokens(bs[0], kvtier.Remote, prompt, time.Now())
 	p, _ := NewPolicy("kv-aware", PolicyConfig{})
 	for _, b := range bs {
@@ -205,16 +205,19 @@ func TestRemoteShared(t *testing.T) {
 			t.Errorf("backend %s matches %d blocks, want %d", b.ID, n, want)
 		}
 	}
-	// The policy: replicas 0 and 1 tie on the remote blocks; 2 never wins on them.
+	// The policy: replicas 0 and 1 tie on the remote blocks (the tie goes by each prompt's
+	// rendezvous order, so over many prompts both win); 2 never wins on them.
 	seen := map[*Backend]int{}
-	for range 200 {
-		d := p.Pick(&Request{Tokens: prompt}, bs)
+	for i := range 200 {
+		pr := seqTokens(33, int32(1000+100*i))
+		storeTokens(bs[0], kvtier.Remote, pr, time.Now())
+		d := p.Pick(&Request{Tokens: pr}, bs)
 		if d.Reason != "cache" || d.PredictedTokens != 32 {
 			t.Fatalf("pick: %s predicted %d", d.Reason, d.PredictedTokens)
 		}
 		seen[d.Backend]++
 	}
-	if seen[bs[2]] != 0 || seen[bs[0]] == 0 || seen[bs[1]] == 0 {
+	if seen[bs[2]] != 0 || seen[bs[0]] < 50 || seen[bs[1]] < 50 {
 		t.Fatalf("picks %v: want 0 and 1 shared, never 2", seen)
 	}
 	// Host beats remote: replica 1 holding the blocks in host wins them.
@@ -223,5 +226,67 @@ func TestRemoteShared(t *testing.T) {
 		if d := p.Pick(&Request{Tokens: prompt}, bs); d.Backend != bs[1] {
 			t.Fatalf("host holder lost to %s (%s)", d.Backend.ID, d.Reason)
 		}
+	}
+}
+
+// TestSharedRemoteOutlivesWriter: the router-wide remote set keeps what a replica announced in
+// remote after that replica's own index forgot it (a restart's snapshot, isolation), so
+// another replica with the tier is still scored on it; a remote Removed from any replica
+// ends the entry, and the set is bounded.
+func TestSharedRemoteOutlivesWriter(t *testing.T) {
+	bs := testBackends(t, 2)
+	shared := sharedRemote(64)
+	withRemote := kvevents.Costs{PrefillTokensPerSecond: 1000, BlockSize: 4, BlockBytes: 1 << 10}
+	withRemote.ReadBandwidth[kvtier.Remote] = 1e9
+	for _, b := range bs {
+		b.index.remote = shared
+		b.index.Costs(withRemote)
+	}
+	writer, other := bs[0], bs[1]
+	prompt := seqTokens(33, 7) // 8 full blocks, all usable
+	hs := storeTokens(writer, kvtier.Remote, prompt, time.Now())
+	storeTokens(writer, kvtier.Device, prompt, time.Now()) // device bits stay out of the set
+	p, _ := NewPolicy("kv-aware", PolicyConfig{})
+	pick := func(c []*Backend) Decision { return p.Pick(&Request{Tokens: prompt, remote: shared}, c) }
+	// The writer restarts: its snapshot has none of it. The other replica is still steered
+	// to restore it, and so is the writer itself.
+	writer.index.Reset(kvevents.Snapshot{Epoch: 2, Identity: "00", BlockSize: 4})
+	if writer.index.Len() != 0 || shared.Len() != 8 {
+		t.Fatalf("after the writer's restart: writer index %d, shared %d; want 0 and 8", writer.index.Len(), shared.Len())
+	}
+	if d := pick([]*Backend{other}); d.Reason != "cache" || d.PredictedTokens != 32 {
+		t.Fatalf("other replica after the writer's restart: %+v", d)
+	}
+	// The writer is gone from the candidates (killed, removed): the same.
+	if d := pick([]*Backend{other}); d.Backend != other || d.PredictedTokens != 32 {
+		t.Fatalf("without the writer: %+v", d)
+	}
+	// A snapshot with remote blocks adds them; a remote Removed from the other replica (its
+	// reconciler found a key gone from the shared tier) ends one for everyone.
+	other.index.Reset(kvevents.Snapshot{Epoch: 1, Identity: "00", BlockSize: 4, Costs: &withRemote,
+		Blocks: []kvevents.Block{{Hash: hs[0], Tier: kvtier.Remote}}})
+	other.index.Apply([]kvevents.Event{{Kind: kvevents.Removed, Tier: kvtier.Remote, Hash: hs[3]}})
+	if d := pick([]*Backend{other}); d.PredictedTokens != 12 {
+		t.Fatalf("after a remote Removed of block 3: predicted %d, want 12", d.PredictedTokens)
+	}
+	// A Removed in another tier does not touch the shared set.
+	other.index.Apply([]kvevents.Event{{Kind: kvevents.Removed, Tier: kvtier.Device, Hash: hs[0]}})
+	if shared.Len() != 7 {
+		t.Fatalf("shared %d after a device Removed, want 7", shared.Len())
+	}
+	// Bounded: 64 entries at most, the least recently stored first out.
+	for i := range 20 {
+		storeTokens(writer, kvtier.Remote, seqTokens(32, int32(10000+100*i)), time.Now())
+	}
+	if n := shared.Len(); n > 64 {
+		t.Fatalf("shared set %d entries, bound 64", n)
+	}
+	if d := pick([]*Backend{other}); d.PredictedTokens != 4 { // block 0: the other's own snapshot
+		t.Fatalf("the oldest entries survived the bound: predicted %d, want 4", d.PredictedTokens)
+	}
+	// A remote Cleared empties it.
+	writer.index.Apply([]kvevents.Event{{Kind: kvevents.Cleared, Tier: kvtier.Remote}})
+	if shared.Len() != 0 {
+		t.Fatalf("shared %d after a remote Cleared", shared.Len())
 	}
 }

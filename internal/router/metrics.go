@@ -78,7 +78,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 type backendCollector struct {
 	r                                                      *Router
 	up, inflight, blocks, lag, resyncs, gaps, restarts, ev *prometheus.Desc
-	garbage                                                *prometheus.Desc
+	garbage, remote                                        *prometheus.Desc
 }
 
 func newBackendCollector(r *Router) *backendCollector {
@@ -95,11 +95,13 @@ func newBackendCollector(r *Router) *backendCollector {
 		restarts: d("stockpot_router_replica_restarts_total", "Epoch changes (backend restarts) seen on the event stream."),
 		ev:       d("stockpot_router_events_total", "Block events applied from the backend."),
 		garbage:  d("stockpot_router_event_garbage_total", "Streams or snapshots from the backend that did not parse; each dropped its index until a clean resync."),
+		remote: prometheus.NewDesc("stockpot_router_remote_index_blocks",
+			"Blocks of the shared remote tier the router knows of, from every replica's announcements (kept after their writer is gone).", nil, nil),
 	}
 }
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.inflight, c.blocks, c.lag, c.resyncs, c.gaps, c.restarts, c.ev, c.garbage} {
+	for _, d := range []*prometheus.Desc{c.up, c.inflight, c.blocks, c.lag, c.resyncs, c.gaps, c.restarts, c.ev, c.garbage, c.remote} {
 		ch <- d
 	}
 }
@@ -124,6 +126,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.garbage, prometheus.CounterValue, float64(s.Garbage), l...)
 		}
 	}
+	ch <- prometheus.MustNewConstMetric(c.remote, prometheus.GaugeValue, float64(c.r.remote.Len()))
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }

@@ -1,9 +1,7 @@
 package router
 
 import (
-	"encoding/binary"
 	"fmt"
-	"hash/maphash"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -60,6 +58,9 @@ type Request struct {
 	// shared remote tier's blocks from all of their indexes, so a retry that excludes the
 	// replica that wrote a block still sees it.
 	peers []*Backend
+	// remote is the router's shared remote set (sharedRemote; nil without a router: then the
+	// shared blocks are read from the live peers' own indexes).
+	remote *replicaIndex
 
 	keyDone bool
 	key     uint64
@@ -68,41 +69,78 @@ type Request struct {
 	chains []*hashChain
 }
 
-var keySeed = maphash.MakeSeed()
-
 // affinityKey is the hash of the salt and prompt_cache_key when there is a
 // key, else the session ID's hash when there is one, else the hash of the
 // salt and the first prefixTokens tokens; ok=false when none exists.
+//
+// The hash is fixed (no per-process seed): placement must be a function of the request and the
+// membership alone, so that a restarted router sends a session where the last one did, and two
+// routers in front of the same replicas agree. A client can therefore aim keys at one backend;
+// the bounded loads (LoadBound, ConcurrencyThreshold) are what stop that from becoming a hot spot,
+// as they do for one heavy session.
 func (r *Request) affinityKey(prefixTokens int) (uint64, bool) {
 	if r.keyDone {
 		return r.key, true
 	}
-	var h maphash.Hash
-	h.SetSeed(keySeed)
+	var h stableHash
 	switch {
 	case r.CacheKey != "":
-		h.WriteString("k:")
-		h.WriteString(r.Salt)
-		h.WriteByte(0)
-		h.WriteString(r.CacheKey)
+		h.string("k:")
+		h.string(r.Salt)
+		h.word(0)
+		h.string(r.CacheKey)
 	case r.SessionID != "":
-		h.WriteString("s:")
-		h.WriteString(r.SessionID)
+		h.string("s:")
+		h.string(r.SessionID)
 	case len(r.Tokens) > 0:
-		h.WriteString("t:")
-		h.WriteString(r.Salt)
-		h.WriteByte(0)
-		toks := r.Tokens[:min(len(r.Tokens), prefixTokens)]
-		var b [4]byte
-		for _, t := range toks {
-			binary.LittleEndian.PutUint32(b[:], uint32(t))
-			h.Write(b[:])
+		h.string("t:")
+		h.string(r.Salt)
+		h.word(0)
+		for _, t := range r.Tokens[:min(len(r.Tokens), prefixTokens)] {
+			h.word(uint64(uint32(t)))
 		}
 	default:
 		return 0, false
 	}
-	r.key, r.keyDone = h.Sum64(), true
+	r.key, r.keyDone = h.sum(), true
 	return r.key, true
+}
+
+// stableHash is a 64-bit hash with a fixed seed (see affinityKey): FNV-1a over bytes and a
+// multiply-xorshift step per token word. It buckets requests; it is not a defence against
+// crafted input (the load bounds are).
+type stableHash struct{ h uint64 }
+
+const (
+	fnvOffset = 14695981039346656037
+	fnvPrime  = 1099511628211
+	mixPrime  = 0x9e3779b97f4a7c15 // 2^64 / φ
+)
+
+func (s *stableHash) string(v string) {
+	if s.h == 0 {
+		s.h = fnvOffset
+	}
+	for i := 0; i < len(v); i++ {
+		s.h = (s.h ^ uint64(v[i])) * fnvPrime
+	}
+	// The length ends the field, so ("ab","c") and ("a","bc") differ.
+	s.word(uint64(len(v)))
+}
+
+func (s *stableHash) word(v uint64) {
+	if s.h == 0 {
+		s.h = fnvOffset
+	}
+	s.h = (s.h ^ v) * mixPrime
+	s.h ^= s.h >> 29
+}
+
+func (s *stableHash) sum() uint64 {
+	z := s.h
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
 }
 
 // chain returns the request's (lazily computed) chain hashes for a replica
@@ -425,21 +463,25 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 		return p.affinity.Pick(r, c)
 	}
 	capLoad := capacity(c, p.cfg.LoadBound)
-	// The remote tier is shared: what any live replica stored there, every replica with the
-	// tier can restore.
+	// The remote tier is shared: what any replica stored there, every replica with the tier
+	// can restore, even once the writer is gone (sharedRemote).
 	now := p.cfg.Now()
 	peers := r.peers
 	if peers == nil {
 		peers = c
 	}
 	var shared []*replicaIndex
-	for _, b := range peers {
-		if b.liveIndexAt(p.cfg.StaleAfter, now) {
-			shared = append(shared, b.index)
+	if r.remote != nil {
+		shared = []*replicaIndex{r.remote}
+	} else {
+		for _, b := range peers {
+			if b.liveIndexAt(p.cfg.StaleAfter, now) {
+				shared = append(shared, b.index)
+			}
 		}
 	}
 	var best *Backend
-	bestScore, bestN, ties := math.Inf(-1), 0, 0
+	bestScore, bestN := math.Inf(-1), 0
 	for _, b := range c {
 		if busy(b, p.cfg.ConcurrencyThreshold) || b.Load() >= capLoad {
 			continue
@@ -460,12 +502,15 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 		s := w - p.cfg.LoadPenalty*float64(b.Load())
 		switch {
 		case s > bestScore+scoreEps:
-			best, bestScore, bestN, ties = b, s, n*bs, 1
+			best, bestScore, bestN = b, s, n*bs
 		case s > bestScore-scoreEps:
-			// A tie: uniform among equals (reservoir sampling), so a burst
-			// of equal requests does not all land on the first backend.
-			ties++
-			if rand.IntN(ties) == 0 {
+			// A tie (a prefix every replica can restore from the shared remote tier, say) goes
+			// to the higher rendezvous score of the request's affinity key: uniform over keys,
+			// never list order, and the same on every router and after a restart (a random
+			// pick here would split one session over replicas that already agree on it). A
+			// burst of one request still spreads: each in flight lowers its backend's score.
+			key, _ := r.affinityKey(p.cfg.PrefixTokens)
+			if score(key, b) > score(key, best) {
 				best, bestN = b, n*bs
 			}
 		}

@@ -16,7 +16,7 @@ import (
 )
 
 // policyScenario drives a Policy from testdata/policy/*.txt scripts. Affinity keys are hashed
-// with a per-process seed, so a script never names a session's backend directly: it asks for
+// with a fixed hash, but a script still never names a session's backend directly: it asks for
 // a session whose rendezvous order over the current backends is a given one (the driver tries
 // IDs until one fits), and everything after that is deterministic.
 //
@@ -228,7 +228,7 @@ func (s *policyScenario) run(d *datadriven.TestData) {
 		dec := s.policy.Pick(req, s.cands())
 		chosen := s.nameOf(dec.Backend)
 		if d.HasArg("reason-only") {
-			chosen = "…" // chosen by a hash of the tokens (per-process seed)
+			chosen = "…" // chosen by a hash of the tokens and the backends' URLs
 		}
 		s.printf("%s → %s (%s", label, chosen, dec.Reason)
 		if dec.PredictedTokens > 0 {

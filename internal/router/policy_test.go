@@ -166,7 +166,7 @@ func toks(n, seed int) []int32 {
 }
 
 // TestKVAware: the longest (tier-weighted) match wins, load is a penalty,
-// ties are broken at random, and no match falls back to affinity.
+// ties go by rendezvous order (the same on every router), and no match falls back to affinity.
 func TestKVAware(t *testing.T) {
 	bs := testBackends(t, 3)
 	p, _ := NewPolicy("kv-aware", PolicyConfig{})
@@ -180,17 +180,31 @@ func TestKVAware(t *testing.T) {
 	if d.Reason != "cache" {
 		t.Fatalf("reason %q", d.Reason)
 	}
-	// bs[1] and bs[2] tie at 4.0: both must be chosen over many picks.
-	seen := map[string]int{}
-	for range 200 {
-		d := p.Pick(&Request{Tokens: prompt}, bs)
-		seen[d.Backend.ID]++
-		if d.Backend == bs[0] {
-			t.Fatal("chose the shortest match")
+	// bs[1] and bs[2] tie at 4.0: the tie goes by the prompt's rendezvous order, the same on
+	// every pick and for a second policy (another router); over many tied prompts both win.
+	other, _ := NewPolicy("kv-aware", PolicyConfig{})
+	first := d.Backend
+	for range 20 {
+		if d := p.Pick(&Request{Tokens: prompt}, bs); d.Backend != first {
+			t.Fatalf("a tie picked %s, then %s", first.ID, d.Backend.ID)
 		}
 	}
+	if d := other.Pick(&Request{Tokens: prompt}, bs); d.Backend != first {
+		t.Fatalf("another policy broke the tie to %s, this one to %s", d.Backend.ID, first.ID)
+	}
+	if first == bs[0] {
+		t.Fatal("chose the shortest match")
+	}
+	seen := map[string]int{}
+	for i := range 200 {
+		pr := toks(40, 100+i)
+		h := prefix.BlockHashes(root, pr, 4)
+		storeChain(bs[1], h[:8], kvtier.Disk)
+		storeChain(bs[2], h[:5], kvtier.Host)
+		seen[p.Pick(&Request{Tokens: pr}, bs).Backend.ID]++
+	}
 	if seen[bs[1].ID] < 50 || seen[bs[2].ID] < 50 {
-		t.Fatalf("tie not broken at random: %v", seen)
+		t.Fatalf("ties over 200 prompts not spread: %v", seen)
 	}
 	// Load penalty: bs[2] busy with 1 request loses to bs[1].
 	bs[2].inflight.Store(1)

@@ -73,7 +73,7 @@ func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		return
 	}
-	rq := &Request{SessionID: req.Header.Get("X-Session-ID"), peers: r.backends()}
+	rq := &Request{SessionID: req.Header.Get("X-Session-ID"), peers: r.backends(), remote: r.remote}
 	if r.needs != nil {
 		var gb generateBody
 		// A malformed body is routed anyway; the backend answers the 400.

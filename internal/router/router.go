@@ -194,6 +194,11 @@ type Router struct {
 	// clientKeys, adminKeys, metricsKeys: see Config.
 	clientKeys, adminKeys, metricsKeys, dashboardKeys keySet
 
+	// remote is the shared remote tier's blocks as every replica announced them
+	// (sharedRemote): kv-aware scores them for each replica with the tier, including after
+	// their writer is gone.
+	remote *replicaIndex
+
 	// list is the current backends, sorted by ID; replaced, never mutated,
 	// so the request path reads it without a lock.
 	list atomic.Pointer[[]*Backend]
@@ -216,7 +221,7 @@ func New(cfg Config) (*Router, error) {
 		events:     &http.Client{Transport: keyTransport{base: cfg.Transport, key: cfg.BackendEventsKey}},
 		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys),
 		dashboardKeys: newKeySet(cfg.DashboardKeys),
-		toks:          newTokenCache()}
+		toks:          newTokenCache(), remote: sharedRemote(cfg.IndexMaxBlocks)}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
 	r.keys = newKeyMetrics(cfg.Registerer)
@@ -267,6 +272,7 @@ func (r *Router) AddBackend(rawURL string) (string, error) {
 		return "", err
 	}
 	b.index.maxBlocks = r.cfg.IndexMaxBlocks
+	b.index.remote = r.remote
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.backends()

@@ -52,6 +52,14 @@ func cmdOK(err error) bool {
 	return err == nil || errors.Is(err, goredis.Nil) || goredis.HasErrorPrefix(err, "NOSCRIPT")
 }
 
+// writeOK is cmdOK for Put's commands: a write refused by a full master (maxmemory with
+// noeviction) is an answer too, from a master that is up; Put turns each refused item into
+// tier.ErrNoSpace.
+func writeOK(err error) bool { return cmdOK(err) || isOOM(err) }
+
+// isOOM reports a write refused by a full server.
+func isOOM(err error) bool { return err != nil && goredis.HasErrorPrefix(err, "OOM") }
+
 // perNode runs a batch on a cluster with a breaker per master. add queues the commands of
 // group gi. The groups whose master's breaker is open are not sent; the others go in one
 // pipeline, which go-redis splits per node (following MOVED and ASK). A group is answered
@@ -63,6 +71,11 @@ func cmdOK(err error) bool {
 // The master of a group is the one go-redis's slot map names now; a group that a MOVED sends
 // elsewhere still counts for the master named first. A verdict is a call's, not a key's.
 func (s *Store) perNode(ctx context.Context, keys []tier.Key, groups []slotGroup, add func(p goredis.Pipeliner, gi int) []goredis.Cmder) ([]bool, error) {
+	return s.perNodeOK(ctx, keys, groups, cmdOK, add)
+}
+
+// perNodeOK is perNode judging each command's reply with ok.
+func (s *Store) perNodeOK(ctx context.Context, keys []tier.Key, groups []slotGroup, ok func(error) bool, add func(p goredis.Pipeliner, gi int) []goredis.Cmder) ([]bool, error) {
 	cc := s.client.(*goredis.ClusterClient)
 	answered := make([]bool, len(groups))
 	node := make([]*breaker, len(groups))
@@ -103,19 +116,19 @@ func (s *Store) perNode(ctx context.Context, keys []tier.Key, groups []slotGroup
 		if node[gi] == nil {
 			continue
 		}
-		ok := true
+		answer := true
 		for _, c := range cmds[gi] {
-			if err := c.Err(); !cmdOK(err) {
-				ok = false
+			if err := c.Err(); !ok(err) {
+				answer = false
 				canceled = canceled || errors.Is(err, context.Canceled)
 				if firstErr == nil {
 					firstErr = err
 				}
 			}
 		}
-		answered[gi] = ok
+		answered[gi] = answer
 		if v, seen := verdict[node[gi]]; !seen || v {
-			verdict[node[gi]] = ok
+			verdict[node[gi]] = answer
 		}
 	}
 	for b, v := range verdict {

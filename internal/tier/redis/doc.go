@@ -62,6 +62,11 @@
 // breaker, its failure opens it again. A caller's own cancellation does not
 // count as a failure.
 //
+// A full Redis (maxmemory with noeviction) refuses writes with an OOM reply while it
+// still answers: each refused item of a Put is one tier.ErrNoSpace (the writer counts it
+// no_space) and the call counts as answered for the breaker (on a cluster, for that master's
+// breaker), so the reads of what it holds go on.
+//
 // The breaker's counters are in BreakerStats (and on /metrics; see Redis Cluster above).
 //
 // Stats: hits and misses are this process's. Redis is shared and evicts on

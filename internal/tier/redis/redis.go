@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -299,30 +300,63 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 				keys[i] = it.Key
 			}
 			groups := s.groupBySlot(keys)
-			answered, err := s.perNode(ctx, keys, groups, func(p goredis.Pipeliner, gi int) []goredis.Cmder {
+			per := make([][]goredis.Cmder, len(items)) // each item's commands
+			answered, err := s.perNodeOK(ctx, keys, groups, writeOK, func(p goredis.Pipeliner, gi int) []goredis.Cmder {
 				var cmds []goredis.Cmder
 				for _, i := range groups[gi].idx {
+					n := len(cmds)
 					cmds = set(p, i, cmds)
+					per[i] = cmds[n:]
 				}
 				return cmds
 			})
 			if err != nil {
 				return err
 			}
+			var refused []error // a full master answered and refused these (see below)
 			for gi, g := range groups {
 				for _, i := range g.idx {
-					done[i] = answered[gi]
+					done[i] = answered[gi] && !slices.ContainsFunc(per[i], func(c goredis.Cmder) bool { return isOOM(c.Err()) })
+					if answered[gi] && !done[i] {
+						refused = append(refused, fmt.Errorf("%w: redis: a full cluster master refused the write", tier.ErrNoSpace))
+					}
 				}
 			}
-			partial = unanswered(groups, answered, "write")
+			// One error per failed item, flat (the writer counts them by reason).
+			if u, ok := unanswered(groups, answered, "write").(interface{ Unwrap() []error }); ok {
+				refused = append(u.Unwrap(), refused...)
+			}
+			partial = errors.Join(refused...)
 			return nil
 		}
+		per := make([][]goredis.Cmder, len(items))
 		_, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
 			for i := range items {
-				set(p, i, nil)
+				per[i] = set(p, i, nil)
 			}
 			return nil
 		})
+		if isOOM(err) {
+			// A full Redis (maxmemory with noeviction) answered every command and refused
+			// some: the server is up, so the call succeeds for the breaker (reads still work;
+			// opening it would skip them), and each refused item is one ErrNoSpace.
+			var refused []error
+			for i, cmds := range per {
+				done[i] = true
+				for _, c := range cmds {
+					if cerr := c.Err(); cerr != nil {
+						if !isOOM(cerr) {
+							return err // something else went wrong too: the batch failed
+						}
+						refused = append(refused, fmt.Errorf("%w: redis: %v", tier.ErrNoSpace, cerr))
+						done[i] = false
+						break
+					}
+				}
+			}
+			partial = errors.Join(refused...)
+			return nil
+		}
 		for i := range done {
 			done[i] = true
 		}
