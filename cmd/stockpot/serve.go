@@ -392,16 +392,20 @@ func cmdServe(args []string) error {
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
 		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins, stateEvery: *stateEvery,
 	}
-	inst, err := newInstance(opts)
-	if err != nil {
-		return err
-	}
-	defer inst.Close()
-	srv, lf := inst.server, inst.file
+	// Bind before loading the model: the address is taken at once (a port in use fails now,
+	// not after seconds of loading, and nobody else can take it meanwhile), and connections
+	// made while the model loads wait in the listen backlog until it serves.
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {
 		return err
 	}
+	inst, err := newInstance(opts)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer inst.Close()
+	srv, lf := inst.server, inst.file
 	scheme := "http"
 	if tlsCfg != nil {
 		scheme = "https"
