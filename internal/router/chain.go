@@ -95,12 +95,14 @@ func (c *hashChain) all() []prefix.Hash {
 const firstHashes = 4
 
 // matchChain is match over a lazily hashed chain: it hashes more blocks only while the
-// replica (or, through shared, the remote tier) holds every block so far.
+// replica (or, through shared, the remote tier) holds every block so far. Like match, it
+// counts only whole runs of the replica's reuse unit.
 func (ix *replicaIndex) matchChain(c *hashChain, weights *[kvtier.Count]float64, shared []*replicaIndex) (n int, weighted float64) {
+	u := unitRun{unit: ix.reuseUnit()}
 	for {
 		if n == len(c.hashes) {
 			if n >= c.blocks() {
-				return n, weighted
+				return u.n, u.whole
 			}
 			c.extend(max(2*n, firstHashes))
 		}
@@ -110,14 +112,14 @@ func (ix *replicaIndex) matchChain(c *hashChain, weights *[kvtier.Count]float64,
 		for ; n < len(c.hashes); n++ {
 			e := ix.mu.blocks[c.hashes[n]]
 			if e.tiers != 0 {
-				weighted += weights[bits.TrailingZeros8(e.tiers)] // its fastest tier
+				u.add(weights[bits.TrailingZeros8(e.tiers)]) // its fastest tier
 				continue
 			}
 			ix.mu.RUnlock()
 			if len(shared) == 0 || !inRemote(shared, c.hashes[n]) {
-				return n, weighted
+				return u.n, u.whole
 			}
-			weighted += weights[kvtier.Remote]
+			u.add(weights[kvtier.Remote])
 			ix.mu.RLock()
 		}
 		ix.mu.RUnlock()
