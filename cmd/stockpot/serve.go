@@ -195,6 +195,11 @@ func newInstance(o serveOptions) (*instance, error) {
 		return fail(err)
 	}
 	st := in.engine.Stats()
+	// The router rounds a replica's match down to its reuse unit: a hybrid resumes only at a
+	// state checkpoint (every --state-checkpoint-blocks blocks), any other model at any block.
+	if err := in.events.SetReuseBlocks(max(1, st.MinReusableTokens/o.blockSize)); err != nil {
+		return fail(err)
+	}
 	fmt.Fprintf(o.progress, "stockpot: KV pool %d blocks × %d tokens (%s, %s), prefix cache %v, %d threads\n",
 		st.KVBlocksTotal, o.blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), o.kvType, o.prefixCache, in.pool.Threads())
 	if st.StateBytes > 0 {

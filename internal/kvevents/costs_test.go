@@ -167,6 +167,10 @@ func FuzzDecodeLine(f *testing.F) {
 	f.Add([]byte(`{"type":"costs","seq":1,"costs":{"prefill_tps":1e400}}`))
 	f.Add([]byte(`{"type":"costs","seq":1}`))
 	f.Add([]byte(`{"type":"hello","epoch":"1f","seq":120,"identity":"ab","block_size":16}`))
+	f.Add([]byte(`{"type":"hello","epoch":"1f","seq":120,"identity":"ab","block_size":16,"reuse_blocks":4}`))
+	f.Add([]byte(`{"type":"hello","epoch":"1f","seq":120,"reuse_blocks":-3}`))
+	f.Add([]byte(`{"epoch":"1f","seq":3,"identity":"ab","block_size":16,"reuse_blocks":8,"blocks":[]}`))
+	f.Add([]byte(`{"epoch":"1f","seq":3,"block_size":16,"reuse_blocks":99999999999,"blocks":[]}`))
 	f.Add([]byte(`{"type":"heartbeat","seq":121,"time":1712}`))
 	f.Add([]byte(`{"type":"resync","epoch":"zz","seq":1}`))
 	f.Add([]byte(`{"epoch":"1f","seq":3,"identity":"","block_size":16,"blocks":[{"hash":"` + strings.Repeat("0a", 32) + `","tier":"remote"}],"costs":{"prefill_tps":5,"block_size":16,"block_bytes":9,"read_bps":{"disk":3}}}`))
@@ -174,6 +178,10 @@ func FuzzDecodeLine(f *testing.F) {
 		m, ev, c, err := decodeLine(line)
 		if err == nil {
 			switch m.Type {
+			case "hello":
+				if m.ReuseBlocks < 0 || m.ReuseBlocks > MaxReuseBlocks {
+					t.Fatalf("hello accepted reuse_blocks %d", m.ReuseBlocks)
+				}
 			case "event":
 				if !ev.Tier.Valid() {
 					t.Fatalf("accepted tier %v", ev.Tier)
@@ -192,6 +200,9 @@ func FuzzDecodeLine(f *testing.F) {
 			}
 		}
 		if s, err := decodeSnapshot(line); err == nil {
+			if u := s.Unit(); u < 1 || u > MaxReuseBlocks {
+				t.Fatalf("snapshot accepted reuse unit %d", u)
+			}
 			for _, b := range s.Blocks {
 				if !b.Tier.Valid() {
 					t.Fatalf("snapshot accepted tier %v", b.Tier)

@@ -17,11 +17,19 @@
 //
 // GET /v1/kv-events?since=SEQ&epoch=HEX streams one JSON object per line:
 //
-//	{"type":"hello","epoch":"1f..","seq":120,"identity":"ab..","block_size":16}
+//	{"type":"hello","epoch":"1f..","seq":120,"identity":"ab..","block_size":16,"reuse_blocks":4}
 //	{"type":"event","seq":121,"kind":"stored","tier":"device","hash":"..","parent":"..","time":1712...}
 //	{"type":"heartbeat","seq":121,"time":1712...}
 //	{"type":"costs","seq":121,"costs":{"prefill_tps":950,"block_size":16,"block_bytes":98304,"read_bps":{"host":9.5e9,"remote":1.2e8}}}
 //	{"type":"resync","epoch":"1f..","seq":121}
+//
+// reuse_blocks (in the hello and the snapshot; Snapshot.ReuseBlocks, Publisher.SetReuseBlocks)
+// is the replica's reuse unit: it reuses a cached prefix only in whole runs of that many
+// blocks from the root. A hybrid model resumes only at a recurrent-state checkpoint, one every
+// --state-checkpoint-blocks blocks, so a router that counted every cached block would
+// overrate it; a router rounds a match down to the unit. A replica that predates the field
+// omits it: 0, read as 1 (every block). A negative one, or one past MaxReuseBlocks, is
+// garbage.
 //
 // Events come for every tier ("device", "host", "disk", "remote"). A costs
 // line (Costs; a Sink that is a CostSink gets it) carries the replica's
@@ -32,16 +40,16 @@
 // publisher cannot continue from since: the ring no longer holds since+1,
 // since is ahead of the publisher, or epoch names another process. The
 // client then fetches /v1/kv-events/snapshot ({"epoch","seq","identity",
-// "block_size","blocks":[{"hash","tier"}],"costs":{..}}), replaces what it knew, and
-// streams again from the snapshot's seq. Heartbeats carry the latest seq, so
+// "block_size","reuse_blocks","blocks":[{"hash","tier"}],"costs":{..}}),
+// replaces what it knew, and streams again from the snapshot's seq. Heartbeats carry the latest seq, so
 // a client that lost the tail of the stream notices at the next heartbeat.
 // Times are Unix nanoseconds; hashes and the epoch are lower-case hex.
 //
 // A line or snapshot that does not parse (bad JSON, an unknown tier or kind,
-// a malformed hash, negative or non-finite costs, a line over 64 KiB) is
-// garbage: the Subscriber empties its Sink (Reset with an empty snapshot),
-// counts SubscriberStats.Garbage, and streams again only after a snapshot
-// that parses. decodeLine and decodeSnapshot are fuzzed (FuzzDecodeLine).
+// a malformed hash, negative or non-finite costs, a reuse unit out of range, a
+// line over 64 KiB) is garbage: the Subscriber empties its Sink (Reset with an
+// empty snapshot), counts SubscriberStats.Garbage, and streams again only after
+// a snapshot that parses. decodeLine and decodeSnapshot are fuzzed (FuzzDecodeLine).
 //
 // # Invariants
 //

@@ -72,8 +72,27 @@ type Snapshot struct {
 	Seq       uint64
 	Identity  string // hex of the identity bytes the replica passes to prefix.Root
 	BlockSize int
-	Blocks    []Block // no order; one entry per (hash, tier)
-	Costs     *Costs  // the replica's cost figures; nil: none published
+	// ReuseBlocks is the replica's reuse unit in blocks: it reuses a cached prefix only in
+	// whole runs of this many blocks from the root (a hybrid model resumes only at a state
+	// checkpoint, one every ReuseBlocks blocks). 0, from a replica that predates the field,
+	// means 1: every block.
+	ReuseBlocks int
+	Blocks      []Block // no order; one entry per (hash, tier)
+	Costs       *Costs  // the replica's cost figures; nil: none published
+}
+
+// MaxReuseBlocks bounds a published reuse unit (the engine's own bound on its state
+// checkpoint interval); a larger one, or a negative one, is garbage.
+const MaxReuseBlocks = 1 << 20
+
+// Unit returns the reuse unit in blocks, at least 1.
+func (s *Snapshot) Unit() int { return max(1, s.ReuseBlocks) }
+
+func checkReuseBlocks(n int) error {
+	if n < 0 || n > MaxReuseBlocks {
+		return fmt.Errorf("kvevents: reuse_blocks %d out of range [0, %d]", n, MaxReuseBlocks)
+	}
+	return nil
 }
 
 // IdentityBytes decodes Identity; nil when none was set.
@@ -107,17 +126,19 @@ func FromPrefix(dst []Event, tier kvtier.Tier, evs []prefix.Event) []Event {
 
 // wireMsg is one line of the stream (and the decoder's target).
 type wireMsg struct {
-	Type      string     `json:"type"`
-	Epoch     string     `json:"epoch,omitempty"`
-	Seq       uint64     `json:"seq"`
-	Kind      string     `json:"kind,omitempty"`
-	Tier      string     `json:"tier,omitempty"`
-	Hash      string     `json:"hash,omitempty"`
-	Parent    string     `json:"parent,omitempty"`
-	Time      int64      `json:"time,omitempty"`
-	Identity  string     `json:"identity,omitempty"`
-	BlockSize int        `json:"block_size,omitempty"`
-	Costs     *wireCosts `json:"costs,omitempty"`
+	Type      string `json:"type"`
+	Epoch     string `json:"epoch,omitempty"`
+	Seq       uint64 `json:"seq"`
+	Kind      string `json:"kind,omitempty"`
+	Tier      string `json:"tier,omitempty"`
+	Hash      string `json:"hash,omitempty"`
+	Parent    string `json:"parent,omitempty"`
+	Time      int64  `json:"time,omitempty"`
+	Identity  string `json:"identity,omitempty"`
+	BlockSize int    `json:"block_size,omitempty"`
+	// ReuseBlocks (hello): the replica's reuse unit in blocks (Snapshot.ReuseBlocks).
+	ReuseBlocks int        `json:"reuse_blocks,omitempty"`
+	Costs       *wireCosts `json:"costs,omitempty"`
 }
 
 type wireBlock struct {
@@ -126,12 +147,13 @@ type wireBlock struct {
 }
 
 type wireSnapshot struct {
-	Epoch     string      `json:"epoch"`
-	Seq       uint64      `json:"seq"`
-	Identity  string      `json:"identity"`
-	BlockSize int         `json:"block_size"`
-	Blocks    []wireBlock `json:"blocks"`
-	Costs     *wireCosts  `json:"costs,omitempty"`
+	Epoch       string      `json:"epoch"`
+	Seq         uint64      `json:"seq"`
+	Identity    string      `json:"identity"`
+	BlockSize   int         `json:"block_size"`
+	ReuseBlocks int         `json:"reuse_blocks,omitempty"`
+	Blocks      []wireBlock `json:"blocks"`
+	Costs       *wireCosts  `json:"costs,omitempty"`
 }
 
 func epochString(e uint64) string { return strconv.FormatUint(e, 16) }

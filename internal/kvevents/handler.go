@@ -30,7 +30,7 @@ func (p *Publisher) Handler() http.Handler {
 func (p *Publisher) serveSnapshot(w http.ResponseWriter) {
 	s := p.Snapshot()
 	ws := wireSnapshot{Epoch: epochString(s.Epoch), Seq: s.Seq, Identity: s.Identity, BlockSize: s.BlockSize,
-		Blocks: make([]wireBlock, len(s.Blocks))}
+		ReuseBlocks: s.ReuseBlocks, Blocks: make([]wireBlock, len(s.Blocks))}
 	for i, b := range s.Blocks {
 		ws.Blocks[i] = wireBlock{Hash: hex.EncodeToString(b.Hash[:]), Tier: b.Tier.String()}
 	}
@@ -64,9 +64,9 @@ func (p *Publisher) serveStream(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 
 	p.mu.Lock()
-	identity, bs, latest := p.mu.identity, p.mu.blockSize, p.mu.seq
+	identity, bs, unit, latest := p.mu.identity, p.mu.blockSize, p.mu.reuseBlocks, p.mu.seq
 	p.mu.Unlock()
-	hello, _ := json.Marshal(wireMsg{Type: "hello", Epoch: epoch, Seq: latest, Identity: identity, BlockSize: bs})
+	hello, _ := json.Marshal(wireMsg{Type: "hello", Epoch: epoch, Seq: latest, Identity: identity, BlockSize: bs, ReuseBlocks: unit})
 	buf := append(hello, '\n')
 	if !haveSince {
 		since = latest

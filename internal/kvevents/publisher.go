@@ -63,8 +63,9 @@ type Publisher struct {
 
 	mu struct {
 		sync.Mutex
-		identity  string
-		blockSize int
+		identity    string
+		blockSize   int
+		reuseBlocks int // SetReuseBlocks; 0: not said (subscribers read 1)
 		// seq is the last assigned sequence number (0: none yet).
 		seq uint64
 		// ring[i % len] holds event i for seq-len < i <= seq.
@@ -102,6 +103,19 @@ func (p *Publisher) SetIdentity(identityHex string, blockSize int) {
 	p.mu.Lock()
 	p.mu.identity, p.mu.blockSize = identityHex, blockSize
 	p.mu.Unlock()
+}
+
+// SetReuseBlocks records the replica's reuse unit in blocks (Snapshot.ReuseBlocks): a
+// hybrid model's state checkpoint interval, 1 for any other. It goes in every hello line and
+// snapshot after the call. n outside [0, MaxReuseBlocks] is an error.
+func (p *Publisher) SetReuseBlocks(n int) error {
+	if err := checkReuseBlocks(n); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	p.mu.reuseBlocks = n
+	p.mu.Unlock()
+	return nil
 }
 
 // Publish numbers evs, records them and wakes streaming readers. It does no
@@ -170,7 +184,8 @@ func (p *Publisher) Snapshot() Snapshot {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	s := Snapshot{Epoch: p.cfg.Epoch, Seq: p.mu.seq, Identity: p.mu.identity, BlockSize: p.mu.blockSize, Costs: costs,
+	s := Snapshot{Epoch: p.cfg.Epoch, Seq: p.mu.seq, Identity: p.mu.identity, BlockSize: p.mu.blockSize,
+		ReuseBlocks: p.mu.reuseBlocks, Costs: costs,
 		Blocks: make([]Block, 0, len(p.mu.blocks))}
 	for h, m := range p.mu.blocks {
 		for t := range kvtier.Tier(kvtier.Count) {

@@ -262,13 +262,17 @@ func decodeSnapshot(body []byte) (Snapshot, error) {
 	if err := json.Unmarshal(body, &ws); err != nil {
 		return Snapshot{}, fmt.Errorf("kvevents: snapshot: %w", err)
 	}
-	snap := Snapshot{Seq: ws.Seq, Identity: ws.Identity, BlockSize: ws.BlockSize, Blocks: make([]Block, 0, len(ws.Blocks))}
+	snap := Snapshot{Seq: ws.Seq, Identity: ws.Identity, BlockSize: ws.BlockSize, ReuseBlocks: ws.ReuseBlocks,
+		Blocks: make([]Block, 0, len(ws.Blocks))}
 	var err error
 	if snap.Epoch, err = parseEpoch(ws.Epoch); err != nil {
 		return Snapshot{}, fmt.Errorf("kvevents: snapshot epoch %q: %w", ws.Epoch, err)
 	}
 	if ws.BlockSize < 0 {
 		return Snapshot{}, fmt.Errorf("kvevents: snapshot block_size %d", ws.BlockSize)
+	}
+	if err := checkReuseBlocks(ws.ReuseBlocks); err != nil {
+		return Snapshot{}, err
 	}
 	for _, b := range ws.Blocks {
 		h, err := parseHash(b.Hash)
@@ -303,6 +307,7 @@ func decodeLine(line []byte) (m wireMsg, ev Event, c Costs, err error) {
 		if _, err = parseEpoch(m.Epoch); err != nil {
 			return m, ev, c, fmt.Errorf("kvevents: %s epoch %q: %w", m.Type, m.Epoch, err)
 		}
+		err = checkReuseBlocks(m.ReuseBlocks)
 	case "event":
 		ev, err = decodeEvent(&m)
 	case "costs":

@@ -83,7 +83,13 @@ type BackendStatus struct {
 	// TierWeights is what kv-aware weighs a block by in each tier the replica has, derived
 	// from its published cost figures; absent before any (the defaults apply).
 	TierWeights map[string]float64 `json:"tier_weights,omitempty"`
-	Events      *Events            `json:"events,omitempty"`
+	// ReuseBlocks is the replica's reuse unit from its event snapshot: kv-aware counts a
+	// match only in whole runs of this many blocks (a hybrid model's state checkpoint
+	// interval; 1 for others and for replicas that do not publish it). MinReusableTokens is
+	// the same in tokens (× block size). Both absent before a snapshot loaded.
+	ReuseBlocks       int     `json:"reuse_blocks,omitempty"`
+	MinReusableTokens int     `json:"min_reusable_tokens,omitempty"`
+	Events            *Events `json:"events,omitempty"`
 }
 
 // Events is the event-stream part of a BackendStatus.
@@ -115,6 +121,10 @@ func (b *Backend) status() BackendStatus {
 				st.TierWeights[kvtier.Tier(t).String()] = v
 			}
 		}
+	}
+	if _, bs, ok := b.index.chain(); ok {
+		st.ReuseBlocks = b.index.reuseUnit()
+		st.MinReusableTokens = st.ReuseBlocks * bs
 	}
 	if e := b.lastErr.Load(); e != nil {
 		st.LastError = *e

@@ -100,15 +100,15 @@ func (c *hashChain) all() []prefix.Hash {
 const firstHashes = 4
 
 // matchChain is match over a lazily hashed chain: it hashes more blocks only while the
-// replica (or, through shared, the remote tier) holds every block so far.
-//
-// It counts usable blocks only (hashChain.usable): what the replica will reuse, which is
-// what the router predicts.
+// replica (or, through shared, the remote tier) holds every block so far. It counts usable
+// blocks only (hashChain.usable), and of those only whole runs of the replica's reuse unit:
+// what the replica will reuse, which is what the router predicts.
 func (ix *replicaIndex) matchChain(c *hashChain, weights *[kvtier.Count]float64, shared []*replicaIndex) (n int, weighted float64) {
 	limit := c.usable()
+	u := unitRun{unit: ix.reuseUnit()}
 	for {
 		if n >= limit {
-			return n, weighted
+			return u.n, u.whole
 		}
 		if n == len(c.hashes) {
 			c.extend(max(2*n, firstHashes))
@@ -119,14 +119,14 @@ func (ix *replicaIndex) matchChain(c *hashChain, weights *[kvtier.Count]float64,
 		for end := min(len(c.hashes), limit); n < end; n++ {
 			e := ix.mu.blocks[c.hashes[n]]
 			if e.tiers != 0 {
-				weighted += weights[bits.TrailingZeros8(e.tiers)] // its fastest tier
+				u.add(weights[bits.TrailingZeros8(e.tiers)]) // its fastest tier
 				continue
 			}
 			ix.mu.RUnlock()
 			if len(shared) == 0 || !inRemote(shared, c.hashes[n]) {
-				return n, weighted
+				return u.n, u.whole
 			}
-			weighted += weights[kvtier.Remote]
+			u.add(weights[kvtier.Remote])
 			ix.mu.RLock()
 		}
 		ix.mu.RUnlock()

@@ -83,6 +83,17 @@
 // remote Cleared, or the IndexMaxBlocks bound, never by a snapshot;
 // stockpot_router_remote_index_blocks is its size.
 //
+// # Reuse units
+//
+// A replica publishes its reuse unit (kvevents: reuse_blocks, in the hello and the snapshot):
+// it reuses a cached prefix only in whole runs of that many blocks. A hybrid model (qwen35)
+// resumes only at a recurrent-state checkpoint, one every --state-checkpoint-blocks N blocks,
+// so of a matched run of 5 blocks with N=4 it reuses 4, of a run of 3 none. kv-aware rounds
+// each replica's match down to its own unit before it scores (the rounded-off blocks weigh
+// nothing) and predicts (PredictedTokens, stockpot_router_predicted_tokens_total, the
+// dashboard's decisions); a replica that publishes no unit has 1. GET /backends shows
+// reuse_blocks and min_reusable_tokens (× block size) once a snapshot loaded.
+//
 // # Retries and broken streams
 //
 // A request is retried on another backend (up to MaxAttempts) when it fails
@@ -164,7 +175,8 @@
 //	stockpot_router_decisions_total{policy,backend,reason} decisions (reason: affinity, spill,
 //	                                                        cache, fallback-*, least-loaded, ...)
 //	stockpot_router_decision_backend_load                 histogram: chosen backend's in-flight count
-//	stockpot_router_predicted_tokens_total{backend}       predicted matched prompt tokens (kv-aware)
+//	stockpot_router_predicted_tokens_total{backend}       predicted matched prompt tokens (kv-aware; in each
+//	                                                        replica's reuse unit)
 //	stockpot_router_predicted_matched_tokens              histogram of the same per decision
 //	stockpot_router_cached_tokens_total{backend}          actual usage.prompt_tokens_details.cached_tokens
 //	stockpot_router_actual_cached_tokens                  histogram of the same per request

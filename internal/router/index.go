@@ -57,8 +57,12 @@ type replicaIndex struct {
 		clock     uint64 // counts Stored events: the LRU's time
 		identity  []byte // bytes the replica passes to prefix.Root; nil: unknown
 		blockSize int
-		epoch     uint64
-		valid     bool // a snapshot was loaded (and not dropped since)
+		// unit is the replica's reuse unit in blocks (kvevents.Snapshot.Unit, at least 1): it
+		// reuses a prefix only in whole runs of unit blocks (a hybrid model resumes only at
+		// a state checkpoint), so a match counts only those.
+		unit  int
+		epoch uint64
+		valid bool // a snapshot was loaded (and not dropped since)
 		// costs is the replica's last published cost figures (nil: none yet), weights the
 		// tier weights derived from them.
 		costs   *kvevents.Costs
@@ -95,7 +99,7 @@ func (ix *replicaIndex) Reset(s kvevents.Snapshot) {
 	id, err := hex.DecodeString(s.Identity)
 	ix.mu.Lock()
 	ix.mu.blocks, ix.mu.clock = blocks, clock
-	ix.mu.identity, ix.mu.blockSize, ix.mu.epoch = id, s.BlockSize, s.Epoch
+	ix.mu.identity, ix.mu.blockSize, ix.mu.epoch, ix.mu.unit = id, s.BlockSize, s.Epoch, s.Unit()
 	ix.mu.valid = s.Epoch != 0 && err == nil && s.BlockSize > 0
 	ix.mu.costs = nil // a snapshot carries the figures when the replica publishes any
 	ix.setCostsLocked(s.Costs)
@@ -297,6 +301,33 @@ func (ix *replicaIndex) chain() (identity []byte, blockSize int, ok bool) {
 	return ix.mu.identity, ix.mu.blockSize, ix.mu.valid
 }
 
+// reuseUnit returns the replica's reuse unit in blocks (1 before any snapshot, or from a
+// replica that does not publish one).
+func (ix *replicaIndex) reuseUnit() int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return max(1, ix.mu.unit)
+}
+
+// unitRun accumulates a walk's matched blocks in the replica's reuse unit: only whole runs of
+// unit blocks count (their weight in whole), the blocks past the last whole run do not.
+type unitRun struct {
+	unit         int
+	n, part      int     // blocks counted; blocks in the unfinished run
+	whole, partW float64 // weight of the whole runs; of the unfinished one
+}
+
+// add counts one matched block of weight w.
+func (u *unitRun) add(w float64) {
+	u.part++
+	u.partW += w
+	if u.part == u.unit {
+		u.n += u.part
+		u.whole += u.partW
+		u.part, u.partW = 0, 0
+	}
+}
+
 // inRemote reports whether any of shared holds h in the remote tier (which every replica
 // with that tier can restore from).
 func inRemote(shared []*replicaIndex, h prefix.Hash) bool {
@@ -312,19 +343,20 @@ func inRemote(shared []*replicaIndex, h prefix.Hash) bool {
 }
 
 // match walks hashes in order while the replica holds them, returning the count and the
-// tier-weighted count (each block weighted by its fastest tier). A block the replica does not
-// hold but some index in shared holds in the remote tier counts at the remote weight (pass
-// shared only for a replica that has the remote tier).
+// tier-weighted count (each block weighted by its fastest tier), both rounded down to the
+// replica's reuse unit: what it can reuse of the walk. A block the replica does not hold but
+// some index in shared holds in the remote tier counts at the remote weight (pass shared only
+// for a replica that has the remote tier).
 func (ix *replicaIndex) match(hashes []prefix.Hash, weights *[kvtier.Count]float64, shared []*replicaIndex) (n int, weighted float64) {
+	u := unitRun{unit: ix.reuseUnit()}
 	for _, h := range hashes {
 		w, ok := ix.lookup(h, weights, shared)
 		if !ok {
 			break
 		}
-		n++
-		weighted += w
+		u.add(w)
 	}
-	return n, weighted
+	return u.n, u.whole
 }
 
 // lookup is one block of a walk: the weight of its fastest tier here, else the remote weight

@@ -23,7 +23,8 @@ import (
 // Commands:
 //
 //	policy name=P [bound=C] [threshold=N] [penalty=X]   NewPolicy
-//	add b=(b1,b2,…)                  backends join (healthy, in-sync empty index)
+//	add b=(b1,b2,…) [reuse=N]        backends join (healthy, in-sync empty index); reuse: the
+//	                                 replicas' published reuse unit in blocks (0: none said)
 //	remove b=(b1,…)                  backends leave the candidate list
 //	load b1=N b2=M …                 set in-flight requests
 //	session name=S order=(b2,b1,…)   find a session ID whose rendezvous order starts so
@@ -141,6 +142,10 @@ func (s *policyScenario) run(d *datadriven.TestData) {
 		}
 		s.policy = p
 	case "add":
+		reuse := 0
+		if d.HasArg("reuse") {
+			d.ScanArgs(t, "reuse", &reuse)
+		}
 		for _, n := range listArg(d, "b") {
 			// A re-add makes a new Backend, as Router.AddBackend does: same URL, so same ID
 			// and rendezvous seed, and an empty index.
@@ -149,7 +154,7 @@ func (s *policyScenario) run(d *datadriven.TestData) {
 				t.Fatal(err)
 			}
 			b.events = liveStats{}
-			b.index.Reset(kvevents.Snapshot{Epoch: 1, Identity: "00", BlockSize: 4})
+			b.index.Reset(kvevents.Snapshot{Epoch: 1, Identity: "00", BlockSize: 4, ReuseBlocks: reuse})
 			s.names[n] = b
 			if !slices.Contains(s.order, n) {
 				s.order = append(s.order, n)
