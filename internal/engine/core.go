@@ -52,9 +52,9 @@ const (
 
 // seq is one request inside the core.
 type seq struct {
-	id     uint64
-	req    *Request
-	root   prefix.Hash
+	id   uint64
+	req  *Request
+	root prefix.Hash
 	// public and mark split the chain after a public prefix (tenant.go): blocks before
 	// public are public blocks under root (the public root), block public is hashed with
 	// mark (its tenant root's bytes). mark nil: one plain chain from root.
