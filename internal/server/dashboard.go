@@ -296,6 +296,9 @@ func (s *Server) dashboardAuthorized(r *http.Request) bool {
 	if len(s.adminKeys) > 0 {
 		return key != "" && s.adminKeys.match(key)
 	}
+	if s.cfg.Tenants != nil {
+		return false // the dashboard shows every tenant's requests: with tenants, the admin key only
+	}
 	if len(s.apiKeys) == 0 {
 		return true
 	}

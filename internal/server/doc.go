@@ -9,6 +9,16 @@
 //     /health and /metrics, and on the routes wrapped by RequireAPIKey (the block events);
 //     /metrics takes its own optional key. Keys are compared as SHA-256 digests in constant
 //     time.
+//   - Tenants (tenants.go, package tenant): with Config.Tenants a request's key names its
+//     tenant (Config.APIKeys are the single-tenant shorthand, tenant.Single); behind a router
+//     the tenant comes in tenant.Header, trusted only when signed with Config.BackendKey
+//     (fresh, never replayed). The tenant rides on the request context (tenant.FromContext);
+//     generate derives the cache salt from its namespace, so a client's cache_salt only
+//     subdivides it; the generation routes take a slot of its quotas (429 with Retry-After,
+//     in the route's dialect). An admin prewarm with "public": true marks its blocks public
+//     (tenants with public_reads continue them); "tenant" prewarms in a tenant's namespace.
+//     Per-tenant series: stockpot_tenant_requests_total, _prompt_tokens_total,
+//     _quota_rejections_total and _cross_reuse_tokens_total (the engine's audit).
 //   - Connection limits, applied by Serve: at most MaxConnections open connections (a
 //     listener wrapper; more wait in the backlog), keep-alive connections closed after
 //     IdleTimeout, request bodies bounded by ReadTimeout (a read deadline armed when the

@@ -25,6 +25,7 @@ import (
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
 	"stockpot/internal/grammar"
+	"stockpot/internal/tenant"
 )
 
 // Server serves the HTTP API on top of an engine.Generator.
@@ -54,6 +55,13 @@ type Server struct {
 	responses responseStore // for /v1/responses' previous_response_id
 
 	apiKeys     keySet // Config.APIKeys
+	// tenants authenticates requests (Config.Tenants, or Config.APIKeys as tenant.Single;
+	// nil: open); limiter holds their quotas; replay remembers the router's signed
+	// identities (tenants.go).
+	tenants       *tenant.Set
+	limiter       *tenant.Limiter
+	replay        *tenant.ReplayGuard
+	tenantMetrics *tenantMetrics
 	adminKeys   keySet // Config.AdminKeys: the cache admin API
 	metricsKeys keySet // Config.MetricsKey
 
@@ -86,8 +94,16 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 	if err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
+	tm, err := newTenantMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
 	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, misses: misses, started: c.Now(), bos: -1,
-		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey), adminKeys: newKeySet(c.AdminKeys...)}
+		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey), adminKeys: newKeySet(c.AdminKeys...),
+		tenants: c.Tenants, limiter: tenant.NewLimiter(), replay: tenant.NewReplayGuard(0), tenantMetrics: tm}
+	if s.tenants == nil {
+		s.tenants = tenant.Single(c.APIKeys)
+	}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
 		s.metricsHandler = promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
@@ -216,9 +232,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 				writeError(rw, api.Unauthorized("missing or invalid key for the dashboard; send the admin key (--admin-key), or the API key when there is no admin key, as a bearer token or ?key="))
 				return
 			}
-		} else if !s.authorized(r) {
-			writeError(rw, errUnauthorized)
-			return
+		} else {
+			var release func()
+			var ok bool
+			if r, release, ok = s.admitTenant(rw, r, writeError); !ok {
+				return
+			}
+			defer release()
 		}
 	}
 	methods, ok := s.routes[path]
