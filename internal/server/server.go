@@ -54,7 +54,7 @@ type Server struct {
 	grammars  grammarCache
 	responses responseStore // for /v1/responses' previous_response_id
 
-	apiKeys     keySet // Config.APIKeys
+	apiKeys keySet // Config.APIKeys
 	// tenants authenticates requests (Config.Tenants, or Config.APIKeys as tenant.Single;
 	// nil: open); limiter holds their quotas; replay remembers the router's signed
 	// identities (tenants.go).
@@ -62,8 +62,8 @@ type Server struct {
 	limiter       *tenant.Limiter
 	replay        *tenant.ReplayGuard
 	tenantMetrics *tenantMetrics
-	adminKeys   keySet // Config.AdminKeys: the cache admin API
-	metricsKeys keySet // Config.MetricsKey
+	adminKeys     keySet // Config.AdminKeys: the cache admin API
+	metricsKeys   keySet // Config.MetricsKey
 
 	dash   *dashboardState // GET /dashboard (dashboard.go)
 	recent recentRing      // GET /v1/requests/recent (recent.go)
