@@ -71,8 +71,16 @@ var errUnauthorized = api.Unauthorized("missing or invalid API key; send \"Autho
 // API's key check: without a valid key the answer is a 401 in the API's error shape.
 func (s *Server) RequireAPIKey(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !s.authorized(r) {
-			unauthorized(w)
+		t, err := s.authenticate(r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		if t != nil && s.cfg.Tenants != nil {
+			// The events name every tenant's block hashes, and a namespace is a known name:
+			// a tenant could test guesses of another's prompts against them.
+			writeError(w, &api.Error{Status: http.StatusForbidden, Type: permissionError, Code: "backend_key_required",
+				Message: "with --tenants the block events are the router's: send --backend-key, not a tenant's key"})
 			return
 		}
 		h.ServeHTTP(w, r)

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -68,6 +69,13 @@ func TestTenantAuthAndSalt(t *testing.T) {
 		rec := do(h, method, tc.path, tc.body, tc.hdr...)
 		if rec.Code != tc.status || !strings.Contains(rec.Body.String(), tc.errType) {
 			t.Errorf("%s %v: %d %s, want %d %s", tc.path, tc.hdr, rec.Code, rec.Body, tc.status, tc.errType)
+		}
+	}
+	// The block events are the router's alone: a tenant's key is forbidden there.
+	events := s.RequireAPIKey(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	for hdr, status := range map[string]int{"Bearer key-a": 403, "Bearer bk": 200, "Bearer nope": 401, "": 401} {
+		if rec := do(events, "GET", "/v1/kv-events", "", "Authorization", hdr); rec.Code != status {
+			t.Errorf("kv-events %q: %d, want %d", hdr, rec.Code, status)
 		}
 	}
 	acme, globex := ts.Lookup("acme"), ts.Lookup("globex")
