@@ -70,6 +70,9 @@ const permissionError = "permission_error"
 // requireClient guards the OpenAI endpoints with the client keys (open when
 // none are configured).
 func (r *Router) requireClient(h http.HandlerFunc) http.HandlerFunc {
+	if r.tenants != nil {
+		return r.requireTenant(h)
+	}
 	if !r.clientKeys.enabled() {
 		return h
 	}
@@ -155,8 +158,9 @@ func (s *statusRecorder) Write(p []byte) (int, error) {
 // never leaves the router, and the backend key (if any) takes its place.
 // Without client keys the router is transparent and the client's headers
 // pass through as they came.
-func (r *Router) setUpstreamAuth(h http.Header) {
-	if !r.clientKeys.enabled() {
+func (r *Router) setUpstreamAuth(req *http.Request, h http.Header) {
+	r.setTenantHeader(req, h) // tenants.go: a client's is dropped, the router's signed
+	if !r.clientKeys.enabled() && r.tenants == nil {
 		return
 	}
 	h.Del("Authorization")

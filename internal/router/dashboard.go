@@ -109,6 +109,14 @@ func (r *Router) dashboardSnapshot() RouterSnapshot {
 // also come as ?key= (browsers' EventSource sends no headers; the page passes its own on).
 func (r *Router) requireDashboard(h http.HandlerFunc) http.HandlerFunc {
 	keys := r.adminKeys
+	if !keys.enabled() && r.tenants != nil {
+		// Tenants without an admin key: the dashboard names every tenant's traffic, so no
+		// tenant's key opens it.
+		return func(w http.ResponseWriter, _ *http.Request) {
+			writeAPIError(w, &api.Error{Status: http.StatusForbidden, Type: permissionError, Code: "admin_key_required",
+				Message: "with --tenants the dashboard needs --admin-key"})
+		}
+	}
 	if !keys.enabled() {
 		keys = r.clientKeys
 	}

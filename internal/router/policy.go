@@ -50,8 +50,12 @@ type Request struct {
 	SessionID string
 	// Tokens is the prompt's token ids, nil when unknown.
 	Tokens []int32
-	// Salt is the request's cache_salt.
+	// Salt is the request's cache_salt, within its tenant's namespace (the salt the replica
+	// derives: tenant.Tenant.Salt).
 	Salt string
+	// Namespace is the tenant's salt prefix ("" without tenants): the session affinity key
+	// includes it, so two tenants' equal X-Session-IDs do not steer each other.
+	Namespace string
 	// CacheKey is the request's prompt_cache_key, "" when absent: the
 	// affinity key ahead of SessionID and the prompt's tokens.
 	CacheKey string
@@ -87,6 +91,10 @@ func (r *Request) affinityKey(prefixTokens int) (uint64, bool) {
 		h.WriteString(r.CacheKey)
 	case r.SessionID != "":
 		h.WriteString("s:")
+		if r.Namespace != "" {
+			h.WriteString(r.Namespace)
+			h.WriteByte(0)
+		}
 		h.WriteString(r.SessionID)
 	case len(r.Tokens) > 0:
 		h.WriteString("t:")

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"stockpot/internal/api"
+	"stockpot/internal/tenant"
 	"stockpot/internal/kvevents"
 )
 
@@ -70,6 +71,10 @@ type Config struct {
 	// calls to replicas (health, /tokenize, /v1/kv-events and its
 	// snapshot), and on forwarded requests when APIKeys are set.
 	BackendKey string
+	// Tenants, when set (--tenants), replace APIKeys: a client's key names its tenant, whose
+	// quotas the router applies and whose namespace it routes by; forwarded requests carry
+	// the tenant in tenant.Header signed with BackendKey, which is then required (tenants.go).
+	Tenants *tenant.Set
 	// BodyReadTimeout bounds reading one request's body (a client dripping
 	// bytes holds a connection no longer). Default 60s. The response is not
 	// bounded: long streams run as long as they run.
@@ -126,6 +131,14 @@ func (c Config) validate() (Config, error) {
 		c.MaxBodyBytes = d.MaxBodyBytes
 	}
 	c.BackendKey = strings.TrimSpace(c.BackendKey)
+	if c.Tenants != nil {
+		if len(newKeySet(c.APIKeys)) > 0 {
+			return c, fmt.Errorf("router: Tenants and APIKeys are exclusive (--api-key is the single-tenant shorthand of --tenants)")
+		}
+		if c.BackendKey == "" {
+			return c, fmt.Errorf("router: Tenants need a BackendKey (--backend-key): replicas trust the forwarded tenant only when signed with it")
+		}
+	}
 	if c.Events == nil {
 		on := c.Policy == "kv-aware"
 		c.Events = &on
@@ -172,6 +185,10 @@ type Router struct {
 
 	// clientKeys, adminKeys, metricsKeys: see Config.
 	clientKeys, adminKeys, metricsKeys keySet
+	// tenants, limiter, tm: Config.Tenants, their quotas and series (tenants.go).
+	tenants *tenant.Set
+	limiter *tenant.Limiter
+	tm      *routerTenantMetrics
 
 	// list is the current backends, sorted by ID; replaced, never mutated,
 	// so the request path reads it without a lock.
@@ -193,10 +210,11 @@ func New(cfg Config) (*Router, error) {
 	r := &Router{cfg: cfg, policy: p, client: &http.Client{Transport: cfg.Transport},
 		own:        &http.Client{Transport: keyTransport{base: cfg.Transport, key: cfg.BackendKey}},
 		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys),
-		toks: newTokenCache()}
+		toks: newTokenCache(), tenants: cfg.Tenants, limiter: tenant.NewLimiter()}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
 	r.keys = newKeyMetrics(cfg.Registerer)
+	r.tm = newRouterTenantMetrics(cfg.Registerer)
 	r.dash = newRouterDashboard(r)
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(newBackendCollector(r))
