@@ -20,8 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"stockpot/internal/api"
-	"stockpot/internal/tenant"
 	"stockpot/internal/kvevents"
+	"stockpot/internal/tenant"
 )
 
 // Config configures a Router.
