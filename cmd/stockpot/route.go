@@ -43,6 +43,7 @@ func cmdRoute(args []string) error {
 	readTimeout := fs.Duration("read-timeout", router.DefaultConfig().BodyReadTimeout, "longest time to receive one request body (responses, streams included, are not bounded)")
 	headerTimeout := fs.Duration("read-header-timeout", sdef.ReadHeaderTimeout, "longest time to receive a request's headers")
 	maxConns := fs.Int("max-connections", sdef.MaxConnections, "client connections open at once; past it new ones wait (-1: no bound)")
+	tenantOpts := addTenantFlags(fs, false)
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -66,6 +67,13 @@ func cmdRoute(args []string) error {
 		}
 		*backendKey = keys[0]
 	}
+	tenants, _, err := tenantOpts.load(apiKeys)
+	if err != nil {
+		return err
+	}
+	if tenants != nil && *backendKey == "" {
+		return errors.New("--tenants needs --backend-key: replicas trust the forwarded tenant only when it is signed with the key they share with the router")
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -80,6 +88,7 @@ func cmdRoute(args []string) error {
 	cfg.Logger = logger
 	cfg.APIKeys, cfg.AdminKeys, cfg.MetricsKeys, cfg.BackendKey = apiKeys, adminKeys, metricsKeys, *backendKey
 	cfg.BodyReadTimeout = *readTimeout
+	cfg.Tenants = tenants
 	rt, err := router.New(cfg)
 	if err != nil {
 		return err
@@ -96,7 +105,7 @@ func cmdRoute(args []string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "stockpot: routing (%s) %d backend(s) on http://%s\n", *policy, len(backends), ln.Addr())
-	if len(apiKeys) == 0 {
+	if len(apiKeys) == 0 && tenants == nil {
 		fmt.Fprintf(os.Stderr, "stockpot: no --api-key: whoever reaches http://%s can use the backends\n", ln.Addr())
 		if *backendKey != "" {
 			fmt.Fprintln(os.Stderr, "stockpot: --backend-key without --api-key: the router's own calls carry it, clients' headers pass through as sent")

@@ -30,6 +30,7 @@ import (
 	"stockpot/internal/model"
 	"stockpot/internal/offload"
 	"stockpot/internal/server"
+	"stockpot/internal/tenant"
 )
 
 // serveOptions are the resolved flags of `stockpot serve`.
@@ -46,6 +47,8 @@ type serveOptions struct {
 	keys                 []string
 	adminKeys            []string // the cache admin API (--admin-key)
 	metricsKey           string
+	tenants              *tenant.Set // --tenants (nil: keys, if any, are the single tenant)
+	backendKey           string      // --backend-key: verifies the router's tenant header
 	readTimeout          time.Duration  // request bodies; 0 = server default
 	idleTimeout          time.Duration  // keep-alive connections; 0 = server default
 	maxConns             int            // 0 = server default
@@ -190,6 +193,7 @@ func newInstance(o serveOptions) (*instance, error) {
 		scfg.MaxBodyBytes = o.maxBody
 	}
 	scfg.APIKeys = o.keys
+	scfg.Tenants, scfg.BackendKey = o.tenants, o.backendKey
 	scfg.MetricsKey = o.metricsKey
 	scfg.AdminKeys, scfg.CacheAdmin = o.adminKeys, in.engine
 	scfg.ReadTimeout = o.readTimeout
@@ -252,6 +256,7 @@ func cmdServe(args []string) error {
 	prefetch := fs.String("prefetch", ed.Prefetch.String(), "queued requests vs their tier prefetch: wait, timeout or best-effort")
 	prefetchTimeout := fs.Duration("prefetch-timeout", ed.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
 	pinBudget := fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
+	tenantOpts := addTenantFlags(fs, true)
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -294,6 +299,10 @@ func cmdServe(args []string) error {
 		return fmt.Errorf("--admin-key-file: %w", err)
 	}
 	adminKeys = append(adminKeys, fileAdmin...)
+	tenants, backendKey, err := tenantOpts.load(keys)
+	if err != nil {
+		return err
+	}
 
 	to := td
 	to.DiskDir, to.RemoteURL = *diskCache, *remoteCache
@@ -325,6 +334,7 @@ func cmdServe(args []string) error {
 		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey, logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
 		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins,
+		tenants: tenants, backendKey: backendKey,
 	}
 	inst, err := newInstance(opts)
 	if err != nil {
