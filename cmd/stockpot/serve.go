@@ -47,8 +47,8 @@ type serveOptions struct {
 	keys                 []string
 	adminKeys            []string // the cache admin API (--admin-key)
 	metricsKey           string
-	tenants              *tenant.Set // --tenants (nil: keys, if any, are the single tenant)
-	backendKey           string      // --backend-key: verifies the router's tenant header
+	tenants              *tenant.Set    // --tenants (nil: keys, if any, are the single tenant)
+	backendKey           string         // --backend-key: verifies the router's tenant header
 	readTimeout          time.Duration  // request bodies; 0 = server default
 	idleTimeout          time.Duration  // keep-alive connections; 0 = server default
 	maxConns             int            // 0 = server default
