@@ -58,3 +58,8 @@ func (a cacheAdapter) stats() (used, cached int, evictions uint64) {
 	s := a.c.Stats()
 	return s.Referenced, s.Cached, s.Evictions
 }
+
+func (a cacheAdapter) setOwner(block kvcache.BlockID, owner uint16, limit int) {
+	a.c.SetOwnerLimit(owner, limit)
+	a.c.SetOwner(block, owner)
+}

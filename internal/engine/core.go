@@ -39,6 +39,9 @@ type blockCache interface {
 	ref(block kvcache.BlockID)
 	// holds reports whether block is cached under hash (its commit was not refused).
 	holds(hash prefix.Hash, block kvcache.BlockID) bool
+	// setOwner tags a cached block with its tenant's owner number and sets that owner's
+	// limit in blocks (0: none): eviction prefers owners over their limit (tenant.go).
+	setOwner(block kvcache.BlockID, owner uint16, limit int)
 	stats() (used, cached int, evictions uint64)
 }
 
@@ -132,6 +135,10 @@ type CoreConfig struct {
 	PrefetchMaxWait time.Duration // for PrefetchTimeout
 
 	PinBudget int // the most blocks pins may hold (see pins.go); 0 = no pins
+
+	// BlockBytes is one block's K/V size, for tenants' device byte quotas
+	// (Request.DeviceQuotaBytes); 0: quotas off.
+	BlockBytes int64
 }
 
 // Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
@@ -160,6 +167,8 @@ type Core struct {
 	publicRoot prefix.Hash
 	public     map[prefix.Hash]struct{}
 	owners     map[kvcache.BlockID]string
+	// ownerTags numbers the tenants for the prefix cache's owner quotas (1, 2, ...).
+	ownerTags map[string]uint16
 }
 
 // Ready returns the outputs queued since the last call, in order.

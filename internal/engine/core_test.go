@@ -156,6 +156,7 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			Dedup:          argOr(t, d, "dedup", true),
 			EOG:            tokenList(t, d, "eog"),
 			PinBudget:      argOr(t, d, "pin-budget", 0),
+			BlockBytes:     int64(argOr(t, d, "block-bytes", 0)),
 		}
 		switch p := argOr(t, d, "prefetch", "wait"); p {
 		case "wait":
@@ -179,6 +180,7 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			StopTokens: tokenList(t, d, "stop"), IgnoreEOS: d.HasArg("ignore-eos"),
 			CacheSalt: argOr(t, d, "salt", ""),
 			Tenant:    argOr(t, d, "tenant", ""), PublicReads: d.HasArg("public-reads"),
+			DeviceQuotaBytes: int64(argOr(t, d, "quota", 0)),
 		}
 		if d.HasArg("allow") {
 			req.Sampling.Constraint = &fakeConstraint{allow: argOr(t, d, "allow", 0), left: argOr(t, d, "done-after", 1)}

@@ -199,7 +199,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxRunning: cfg.MaxRunning,
 		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup, EOG: cfg.EOG,
 		Prefetch: cfg.Prefetch, PrefetchMaxWait: cfg.PrefetchMaxWait,
-		PinBudget: pinBlocks,
+		PinBudget: pinBlocks, BlockBytes: layout.BlockBytes(),
 	}, cacheAdapter{pc})
 	e.core.AdoptPins(cfg.KnownPins)
 	e.publishStats()
