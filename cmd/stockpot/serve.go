@@ -171,6 +171,7 @@ func newInstance(o serveOptions) (*instance, error) {
 		if in.tiers, err = offload.Open(tcfg, reg); err != nil {
 			return fail(err)
 		}
+		tenantTierQuotas(in.tiers, o.tenants)
 		// The cost model's figures weigh the router's tiers.
 		in.events.SetCosts(in.tiers.Costs)
 		in.tiers.Hook(&ecfg) // restore, cost model feed, and write-back after the publisher

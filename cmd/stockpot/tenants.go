@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 
+	"stockpot/internal/kvtier"
+	"stockpot/internal/offload"
 	"stockpot/internal/tenant"
 )
 
@@ -52,4 +54,17 @@ func (tf tenantFlags) load(apiKeys []string) (*tenant.Set, string, error) {
 		}
 	}
 	return set, bk, nil
+}
+
+// tenantTierQuotas gives each tenant's cache_bytes to the lower tiers that keep per-owner
+// budgets (the host tier). The disk and Redis tiers keep none yet: there a tenant's quota
+// bounds nothing (the working pool's and host's do).
+func tenantTierQuotas(t *offload.Tiers, set *tenant.Set) {
+	for _, ten := range set.Tenants() {
+		for _, k := range kvtier.Below {
+			if b := ten.Quotas.CacheBytes[k]; b > 0 {
+				t.SetOwnerLimit(k, ten.Owner(), b)
+			}
+		}
+	}
 }

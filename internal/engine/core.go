@@ -167,8 +167,6 @@ type Core struct {
 	publicRoot prefix.Hash
 	public     map[prefix.Hash]struct{}
 	owners     map[kvcache.BlockID]string
-	// ownerTags numbers the tenants for the prefix cache's owner quotas (1, 2, ...).
-	ownerTags map[string]uint16
 }
 
 // Ready returns the outputs queued since the last call, in order.

@@ -180,7 +180,7 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			StopTokens: tokenList(t, d, "stop"), IgnoreEOS: d.HasArg("ignore-eos"),
 			CacheSalt: argOr(t, d, "salt", ""),
 			Tenant:    argOr(t, d, "tenant", ""), PublicReads: d.HasArg("public-reads"),
-			DeviceQuotaBytes: int64(argOr(t, d, "quota", 0)),
+			DeviceQuotaBytes: int64(argOr(t, d, "quota", 0)), Owner: uint16(argOr(t, d, "owner", 0)),
 		}
 		if d.HasArg("allow") {
 			req.Sampling.Constraint = &fakeConstraint{allow: argOr(t, d, "allow", 0), left: argOr(t, d, "done-after", 1)}

@@ -34,9 +34,11 @@ type Request struct {
 	// none. PublicReads lets its prompt continue a public prefix (Core.MarkPublic).
 	Tenant      string
 	PublicReads bool
-	// DeviceQuotaBytes caps the bytes of the working pool's blocks the tenant committed:
-	// past it, eviction takes the tenant's blocks first (0: no cap). The latest request's
-	// value is the tenant's.
+	// Owner is the tenant's number in the caches' per-owner quotas (tenant.Tenant.Owner; 0:
+	// none). DeviceQuotaBytes caps the bytes of the working pool's blocks the owner
+	// committed: past it, eviction takes the owner's blocks first (0: no cap). The latest
+	// request's value is the owner's.
+	Owner            uint16
 	DeviceQuotaBytes int64
 	// Pins asks the working pool to keep prompt prefixes (prompt-cache retention: Anthropic
 	// cache_control breakpoints, OpenAI prompt_cache_retention). See PinSpec.

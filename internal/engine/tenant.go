@@ -19,9 +19,10 @@ import (
 //     there: its parent is the last public block (an indexed block, so the prefix cache's tree
 //     stays whole), but its hash, and every hash after it, depends on the tenant's root. A
 //     tenant without PublicReads never takes the public root.
-//   - Device quotas. A request's DeviceQuotaBytes tags the blocks its tenant commits with the
-//     tenant's owner number in the prefix cache, whose eviction takes the blocks of an owner
-//     over its limit first (prefix/quota.go).
+//   - Cache quotas. The blocks a request commits first are tagged with its tenant's owner
+//     number (Request.Owner) in the prefix cache, whose eviction takes the blocks of an owner
+//     over its limit (Request.DeviceQuotaBytes) first (prefix/quota.go); the tag goes down
+//     with evicted blocks (prefix.Event.Owner), for the host tier's own per-owner budget.
 //   - The audit. Each committed block remembers the tenant (Request.Tenant) of the request
 //     that committed it first; a request reusing a block another tenant committed counts its
 //     tokens in Usage.CrossTenantTokens. It is computed from who committed what, not from the
@@ -106,26 +107,13 @@ func (c *Core) noteOwner(s *seq, b kvcache.BlockID) {
 		c.owners = map[kvcache.BlockID]string{}
 	}
 	c.owners[b] = s.req.Tenant
-	if q := s.req.DeviceQuotaBytes; q > 0 && c.cfg.BlockBytes > 0 {
-		c.cache.setOwner(b, c.ownerTag(s.req.Tenant), max(1, int(q/c.cfg.BlockBytes)))
+	if s.req.Owner != 0 {
+		limit := 0
+		if q := s.req.DeviceQuotaBytes; q > 0 && c.cfg.BlockBytes > 0 {
+			limit = max(1, int(q/c.cfg.BlockBytes))
+		}
+		c.cache.setOwner(b, s.req.Owner, limit)
 	}
-}
-
-// ownerTag is tenant's owner number for the prefix cache's quotas (assigned on first use; the
-// tenants are those of the server's file, far fewer than 65535).
-func (c *Core) ownerTag(tenant string) uint16 {
-	if t, ok := c.ownerTags[tenant]; ok {
-		return t
-	}
-	if c.ownerTags == nil {
-		c.ownerTags = map[string]uint16{}
-	}
-	if len(c.ownerTags) >= 1<<16-1 {
-		return 0 // no tag: no quota, never a wrong one
-	}
-	t := uint16(len(c.ownerTags) + 1)
-	c.ownerTags[tenant] = t
-	return t
 }
 
 // crossTenantTokens counts the tokens of blocks (reused by s) that another tenant committed.

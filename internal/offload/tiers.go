@@ -13,6 +13,7 @@ import (
 	"stockpot/internal/kvevents"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
+	"stockpot/internal/tier"
 	"stockpot/internal/tier/disk"
 	"stockpot/internal/tier/hostmem"
 	"stockpot/internal/tier/redis"
@@ -325,7 +326,24 @@ func (t *Tiers) FlushBlock(ev prefix.Event, kv []byte) {
 // recurrent state to attach yet).
 func (t *Tiers) evicted(ev prefix.Event) Evicted {
 	return Evicted{Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent, Tokens: ev.Tokens, Hits: int(ev.Hits),
-		PrefixTokens: int(ev.Depth+1) * t.cfg.Layout.BlockSize, StateComplete: true}
+		PrefixTokens: int(ev.Depth+1) * t.cfg.Layout.BlockSize, StateComplete: true, Owner: ev.Owner}
+}
+
+// SetOwnerLimit gives owner (a tenant's number, tenant.Tenant.Owner) a byte budget in the
+// tiers of kind k that keep per-owner budgets (tier.OwnerLimiter: the host tier). It reports
+// whether such a tier was found.
+func (t *Tiers) SetOwnerLimit(k kvtier.Tier, owner uint16, bytes int64) bool {
+	found := false
+	for _, st := range t.tiers {
+		if st.Tier != k {
+			continue
+		}
+		if ol, ok := st.Store.(tier.OwnerLimiter); ok {
+			ol.SetOwnerLimit(owner, bytes)
+			found = true
+		}
+	}
+	return found
 }
 
 // WriterStats returns the writer's counters (write-back and write-through, per tier).

@@ -425,6 +425,9 @@ func (c *Cache) evict(b BlockID) {
 	c.heapRemove(b)
 	c.evictable-- // b was unpinned
 	c.queue(Evicted, e.hash, e.parent, e.root, e.hits, e.depth, b, c.blockTokens(b), e.noOffload)
+	if !c.cfg.DisableEvents { // the event just queued
+		c.events[len(c.events)-1].Owner = e.owner
+	}
 	c.ghosts.add(e.hash)
 	c.unlink(b)
 	c.stats.evictions++
@@ -746,7 +749,7 @@ func (c *Cache) Live(fn func(Event)) {
 	for d := maxDepth; d >= 0; d-- {
 		for _, b := range byDepth[d] {
 			e := &c.meta[b]
-			fn(Event{Kind: Stored, Hash: e.hash, Parent: e.parent, Root: e.root, Hits: e.hits, Depth: e.depth, Block: b, Tokens: c.blockTokens(b), NoOffload: e.noOffload})
+			fn(Event{Kind: Stored, Hash: e.hash, Parent: e.parent, Root: e.root, Hits: e.hits, Depth: e.depth, Block: b, Tokens: c.blockTokens(b), NoOffload: e.noOffload, Owner: e.owner})
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/tenant"
 )
 
@@ -180,6 +181,7 @@ func tenantRequest(t *tenant.Tenant, req *engine.Request) {
 	if t != nil {
 		req.Tenant = t.Name
 		req.PublicReads = t.PublicReads && t.Namespace != ""
+		req.Owner, req.DeviceQuotaBytes = t.Owner(), t.Quotas.CacheBytes[kvtier.Device]
 	}
 }
 

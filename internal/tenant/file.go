@@ -95,6 +95,7 @@ func Parse(data []byte) (*Set, error) {
 	if len(data) > MaxFileBytes {
 		return nil, &FileError{Msg: fmt.Sprintf("%d bytes, over the limit of %d", len(data), MaxFileBytes)}
 	}
+
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, yamlError(err)
@@ -122,6 +123,9 @@ func Parse(data []byte) (*Set, error) {
 	}
 	if list == nil || len(list.Content) == 0 {
 		return nil, errAt(root, "%v: want a non-empty \"tenants\" list", ErrNoTenants)
+	}
+	if n := len(list.Content); n >= 1<<16-1 {
+		return nil, errAt(list, "%d tenants; at most %d", n, 1<<16-2)
 	}
 	s := &Set{byName: map[string]*Tenant{}}
 	namespaces := map[string]int{}

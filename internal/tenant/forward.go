@@ -33,7 +33,7 @@ type Claims struct {
 // Tenant returns the tenant the claims describe (without keys or quotas: a replica that has
 // its own tenants file looks the name up instead).
 func (c Claims) Tenant() *Tenant {
-	return &Tenant{Name: c.Name, Namespace: c.Namespace, PublicReads: c.PublicReads}
+	return &Tenant{Name: c.Name, Namespace: c.Namespace, PublicReads: c.PublicReads, Index: -1}
 }
 
 // Errors of Verify.

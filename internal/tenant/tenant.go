@@ -42,6 +42,15 @@ type Quotas struct {
 	CacheBytes [kvtier.Count]int64
 }
 
+// Owner is the tenant's number in the caches' per-owner quotas: its position in the file
+// plus one; 0 (no owner, no quota) for a tenant that is not from a file (a router's claims).
+func (t *Tenant) Owner() uint16 {
+	if t == nil || t.Index < 0 || t.Index >= 1<<16-1 {
+		return 0
+	}
+	return uint16(t.Index + 1)
+}
+
 // Salt is the salt the engine hashes into the chain root of the tenant's prompts, given the
 // client's cache_salt (see the package doc for the encoding). A nil tenant is the legacy
 // namespace: the client's salt as it is.
@@ -132,7 +141,7 @@ func (s *Set) Authenticate(key string) *Tenant {
 // the client sends them), holding keys (plain keys; hashed here), with no quotas and public
 // reads. No keys gives a nil Set (no authentication).
 func Single(keys []string) *Set {
-	t := &Tenant{Name: DefaultName, PublicReads: true}
+	t := &Tenant{Name: DefaultName, PublicReads: true, Index: -1}
 	s := &Set{tenants: []*Tenant{t}, byName: map[string]*Tenant{t.Name: t}}
 	for _, k := range keys {
 		if k == "" {
