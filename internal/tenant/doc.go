@@ -34,9 +34,11 @@
 //
 // Bucket is a token bucket (requests_per_second, burst) and Limiter holds one bucket and one
 // running count (concurrent) per tenant. Both take the time as an argument; tests step them
-// with datadriven scripts (testdata/quota.txt). cache_bytes is a per-tier byte budget read by
-// the engine's pool eviction and the host tier (they prefer the blocks of a tenant over its
-// quota); this package only carries the numbers.
+// with datadriven scripts (testdata/quota.txt). cache_bytes is a per-tier byte budget: each
+// tenant has an owner number (Owner: its position in the file plus one) that the engine tags
+// its committed blocks with; the working pool's eviction (prefix/quota.go) and the host tier
+// (hostmem/owners.go) take the blocks of an owner over its budget first. This package only
+// carries the numbers.
 //
 // # The forwarded identity
 //
