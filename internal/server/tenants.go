@@ -55,15 +55,22 @@ func (s *Server) authenticate(r *http.Request) (*tenant.Tenant, error) {
 	if s.tenants == nil {
 		return nil, nil // no keys configured: open, anonymous
 	}
-	key, ok := bearer(r)
-	if !ok {
-		key = strings.TrimSpace(r.Header.Get("X-Api-Key"))
+	// "Authorization: Bearer KEY" (OpenAI clients, the router), then "x-api-key: KEY"
+	// (Anthropic clients): either may carry the key.
+	keys := make([]string, 0, 2)
+	if key, ok := bearer(r); ok {
+		keys = append(keys, key)
 	}
-	if t := s.tenants.Authenticate(key); t != nil {
-		return t, nil
+	if key := strings.TrimSpace(r.Header.Get("X-Api-Key")); key != "" {
+		keys = append(keys, key)
 	}
-	if bk := s.cfg.BackendKey; bk != "" && key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(bk)) == 1 {
-		return nil, nil // the router's own calls
+	for _, key := range keys {
+		if t := s.tenants.Authenticate(key); t != nil {
+			return t, nil
+		}
+		if bk := s.cfg.BackendKey; bk != "" && key != "" && subtle.ConstantTimeCompare([]byte(key), []byte(bk)) == 1 {
+			return nil, nil // the router's own calls
+		}
 	}
 	return nil, errUnauthorized
 }
