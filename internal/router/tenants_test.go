@@ -190,3 +190,75 @@ func TestRoutingByNamespace(t *testing.T) {
 		t.Error("without tenants the salt changed")
 	}
 }
+
+// TestStatusRecorderFlushes: the tenants' wrapper keeps streams flushing (and body deadlines
+// settable) through http.ResponseController.
+func TestStatusRecorderFlushes(t *testing.T) {
+	rec := httptest.NewRecorder()
+	if err := http.NewResponseController(&statusRecorder{ResponseWriter: rec}).Flush(); err != nil {
+		t.Fatalf("Flush through the recorder: %v", err)
+	}
+	if !rec.Flushed {
+		t.Fatal("the flush did not reach the writer")
+	}
+}
+
+// TestRouterTenantStreams: a tenant's stream is relayed event by event: the first event
+// reaches the client while the backend still holds the rest.
+func TestRouterTenantStreams(t *testing.T) {
+	release := make(chan struct{})
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/health" {
+			return
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, okChunk)
+		w.(http.Flusher).Flush()
+		<-release
+		io.WriteString(w, "data: [DONE]\n\n")
+	}))
+	t.Cleanup(backend.Close)
+	_, url, _ := authRouter(t, func(c *Config) { c.Tenants, c.BackendKey = routerTenants(t), "bk" }, backend.URL)
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(unblock) // before the router's cleanup (LIFO), which waits for the stream
+	req, _ := http.NewRequest("POST", url+"/v1/completions", strings.NewReader(`{"prompt":[1,2],"stream":true}`))
+	req.Header.Set("Authorization", "Bearer key-a")
+	type firstEvent struct {
+		resp *http.Response
+		text string
+		err  error
+	}
+	first := make(chan firstEvent, 1)
+	go func() { // the headers, too, must come before the backend's end
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			first <- firstEvent{err: err}
+			return
+		}
+		buf := make([]byte, len(okChunk))
+		n, _ := io.ReadFull(resp.Body, buf)
+		first <- firstEvent{resp: resp, text: string(buf[:n])}
+	}()
+	var resp *http.Response
+	select {
+	case got := <-first:
+		if got.err != nil {
+			t.Fatal(got.err)
+		}
+		resp = got.resp
+		defer resp.Body.Close()
+		if got.text != okChunk {
+			t.Fatalf("first event %q, want %q", got.text, okChunk)
+		}
+	case <-time.After(20 * time.Second):
+		unblock()
+		t.Fatal("the first event did not arrive before the stream ended: the router buffered it")
+	}
+	unblock()
+	rest, _ := io.ReadAll(resp.Body)
+	if !strings.Contains(string(rest), "[DONE]") {
+		t.Errorf("rest of the stream: %q", rest)
+	}
+}
