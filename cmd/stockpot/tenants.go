@@ -57,8 +57,7 @@ func (tf tenantFlags) load(apiKeys []string) (*tenant.Set, string, error) {
 }
 
 // tenantTierQuotas gives each tenant's cache_bytes to the lower tiers that keep per-owner
-// budgets (the host tier). The disk and Redis tiers keep none yet: there a tenant's quota
-// bounds nothing (the working pool's and host's do).
+// budgets (host and disk). Redis keeps none: a tenant's remote quota bounds nothing yet.
 func tenantTierQuotas(t *offload.Tiers, set *tenant.Set) {
 	for _, ten := range set.Tenants() {
 		for _, k := range kvtier.Below {

@@ -67,7 +67,7 @@ type Store struct {
 		stats  tier.Stats
 		spill  func([]tier.Item) // see SpillTo; nil: evictions are dropped
 		// owners: per-owner bytes and limits (owners.go).
-		owners ownerBudgets
+		owners tier.OwnerBudgets
 	}
 }
 
@@ -106,7 +106,7 @@ func (s *Store) removeLocked(e *entry) {
 	}
 	delete(s.mu.m, e.key)
 	s.mu.used -= e.size()
-	s.mu.owners.add(e.owner, -e.size())
+	s.mu.owners.Add(e.owner, -e.size())
 }
 
 // pinLocked pins e (or repins it) for ttl from now.
@@ -240,7 +240,7 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 		s.mu.m[it.Key] = e
 		s.mu.lru.PushFront(&e.node)
 		s.mu.used += e.size()
-		s.mu.owners.add(e.owner, e.size())
+		s.mu.owners.Add(e.owner, e.size())
 		if ttl > 0 {
 			if now.IsZero() { // the first pin: nowLocked did not read the clock
 				now = s.cfg.Now()

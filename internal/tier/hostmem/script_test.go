@@ -147,13 +147,13 @@ func TestScript(t *testing.T) {
 			// The counters as they are, not through Stats, which sweeps: the script shows what is lazy.
 			items, npins, pinned, used, st := len(s.mu.m), s.mu.pins.Len(), s.mu.pinned, s.mu.used, s.mu.stats
 			var owners []string
-			if len(s.mu.owners.limit) > 0 {
+			if s.mu.owners.Limited() {
 				for o := uint16(1); o < 10; o++ {
-					if u, l := s.mu.owners.used[o], s.mu.owners.limit[o]; u > 0 || l > 0 {
+					if u, l := s.mu.owners.Used(o), s.mu.owners.Limit(o); u > 0 || l > 0 {
 						owners = append(owners, fmt.Sprintf("%d:%d/%d", o, u/256, l/256))
 					}
 				}
-				owners = append(owners, fmt.Sprintf("over=%d", s.mu.owners.over))
+				owners = append(owners, fmt.Sprintf("over=%d", s.mu.owners.OverCount()))
 			}
 			s.mu.Unlock()
 			slices.SortFunc(pins, func(a, b pin) int {
