@@ -100,11 +100,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 type entry struct {
 	key  tier.Key
-	size int64            // file size
-	sole bool             // no faster tier holds it (see tier.Item.Shadowed); picks its LRU list
+	size int64 // file size
+	sole bool  // no faster tier holds it (see tier.Item.Shadowed); picks its LRU list
 	// owner is tier.Item.Owner (owners.go); 0: none, and after a restart (not on disk).
 	owner uint16
-	node lru.Node[*entry] // in its class's LRU list, or in Store.mu.pins while pinned; protected by Store.mu
+	node  lru.Node[*entry] // in its class's LRU list, or in Store.mu.pins while pinned; protected by Store.mu
 }
 
 // Store is the disk tier. Safe for concurrent use.
