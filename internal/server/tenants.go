@@ -225,3 +225,14 @@ func (s *Server) prewarmNamespace(req *api.PrewarmRequest, ereq *engine.Request)
 	}
 	return nil
 }
+
+// responseKey is where a stored Responses answer is kept: under its tenant, so that
+// previous_response_id never continues another tenant's conversation (its items would become
+// this tenant's prompt).
+func responseKey(r *http.Request, id string) string {
+	t := tenant.FromContext(r.Context())
+	if t == nil {
+		return id
+	}
+	return t.Name + "\x00" + t.Namespace + "\x00" + id
+}

@@ -288,3 +288,23 @@ func (p *publicAdmin) MarkPublic(salt string, tokens []int32) (int, error) {
 	p.marked = salt
 	return len(tokens) / p.blockSize, nil
 }
+
+// TestResponsesPerTenant: previous_response_id finds only the tenant's own stored responses,
+// so no tenant continues (and so reads) another's conversation.
+func TestResponsesPerTenant(t *testing.T) {
+	ts := testTenants(t, "")
+	s, _ := newTestServer(t, newFakeGen("acme's secret answer"), func(c *Config) { agentConfig(c); c.Tenants = ts })
+	h := s.Handler()
+	rec := do(h, "POST", "/v1/responses", `{"input":"remember me","max_output_tokens":20}`, "Authorization", "Bearer key-a")
+	if rec.Code != 200 {
+		t.Fatalf("%d %s", rec.Code, rec.Body)
+	}
+	first := decode[api.Response](t, rec)
+	next := `{"input":"and now?","max_output_tokens":20,"previous_response_id":"` + first.ID + `"}`
+	if rec := do(h, "POST", "/v1/responses", next, "Authorization", "Bearer key-b"); rec.Code != 404 {
+		t.Errorf("globex continued acme's response: %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(h, "POST", "/v1/responses", next, "Authorization", "Bearer key-a"); rec.Code != 200 {
+		t.Errorf("acme could not continue its own response: %d %s", rec.Code, rec.Body)
+	}
+}
