@@ -29,6 +29,25 @@ import (
 //     hashes, so it checks the isolation the hashes are meant to give: only public blocks may
 //     ever be counted there.
 
+// confineDivergence keeps a tenant's miss report (cache_report) to what is its own. The
+// prefix cache explains a miss from the whole index: "cached under another root" would tell a
+// tenant that another holds its guess of a prompt, and below a public prefix the children of a
+// public block are every tenant's private continuations, whose tokens a "diverged" report
+// would quote. So for a tenant, another root reads as new content, and a divergence at or
+// inside a public prefix as new content at the block, with no cached tokens. Deeper in the
+// tenant's own chain every child is its own, and the report is left whole.
+func (c *Core) confineDivergence(s *seq, d prefix.Divergence) prefix.Divergence {
+	if s.req.Tenant == "" {
+		return d
+	}
+	switch {
+	case d.Kind == prefix.DivergeOtherRoot,
+		d.Kind == prefix.Diverged && s.root == c.publicRoot && !c.publicRoot.IsZero() && d.Block <= s.public:
+		d.Kind, d.Cached, d.Offset = prefix.DivergeNoChild, nil, d.Block*c.cfg.BlockSize
+	}
+	return d
+}
+
 // MarkPublic records hashes, blocks chained from root (the public namespace's root), as
 // public. Every call must give the same root.
 func (c *Core) MarkPublic(root prefix.Hash, hashes []prefix.Hash) error {
