@@ -240,6 +240,7 @@ func TestTenantPublicPrefix(t *testing.T) {
 		t.Fatalf("prewarm answer %s (%v)", out, err)
 	}
 	prompt := system + " acme's private question about its own ledger " + longText(300)
+	tenantComplete(t, url, "key-acme", "acme's private plan: "+longText(300), "") // for globex's guess below
 	// The public part the two share: the full blocks of the prewarm's tokens that the
 	// prompt's tokens start with.
 	sysToks, promptToks := tokenize(t, url, system), tokenize(t, url, prompt)
@@ -283,6 +284,21 @@ func TestTenantPublicPrefix(t *testing.T) {
 	after := scrape(t, url)[`stockpot_tenant_cross_reuse_tokens_total{tenant="acme"}`]
 	if int(after-before) != publicTokens {
 		t.Errorf("acme's repeat counted %v cross-tenant tokens, want the %d public ones (its private blocks are its own)", after-before, publicTokens)
+	}
+	// globex asks why its own continuation missed (cache_report): the report must not quote
+	// acme's private continuation of the public prefix, nor say it is cached elsewhere.
+	code, out = postKey(t, url+"/v1/completions", "key-globex", map[string]any{"prompt": system + " globex's own question " + longText(200),
+		"max_tokens": 1, "temperature": 0, "cache_report": true})
+	if code != 200 {
+		t.Fatalf("cache_report: %d %s", code, out)
+	}
+	if strings.Contains(string(out), "ledger") || strings.Contains(string(out), `"cause":"salt"`) {
+		t.Errorf("globex's miss report names acme's cache: %s", out)
+	}
+	code, out = postKey(t, url+"/v1/completions", "key-globex", map[string]any{"prompt": "acme's private plan: " + longText(300),
+		"max_tokens": 1, "temperature": 0, "cache_report": true})
+	if code != 200 || strings.Contains(string(out), `"cause":"salt"`) {
+		t.Errorf("globex's guess of a prompt: %d %s", code, out)
 	}
 }
 
