@@ -350,3 +350,41 @@ func TestTenantsFlagErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestTenantQuotasThroughRouter: a tenant over its requests_per_second gets a 429 with
+// Retry-After from the router (in each dialect's shape); another tenant is not slowed by it.
+func TestTenantQuotasThroughRouter(t *testing.T) {
+	ts, err := tenant.Parse([]byte(`tenants:
+  - name: acme
+    keys: ["` + tenant.HashKey("key-acme") + `"]
+    quotas: {requests_per_second: 0.01, burst: 1}
+  - name: globex
+    keys: ["` + tenant.HashKey("key-globex") + `"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url, stop := tenantReplica(t, ts, 16<<20, offload.Config{})
+	t.Cleanup(stop)
+	front := tenantRouter(t, ts, url)
+	tenantComplete(t, front, "key-acme", "hello", "")
+	body, _ := json.Marshal(map[string]any{"prompt": "hello", "max_tokens": 1})
+	req, _ := http.NewRequest("POST", front+"/v1/completions", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer key-acme")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(out), "requests_per_second") {
+		t.Errorf("acme over its rate: %d %s (Retry-After %q)", resp.StatusCode, out, resp.Header.Get("Retry-After"))
+	}
+	code, out := postKey(t, front+"/v1/messages", "key-acme", map[string]any{"max_tokens": 1, "messages": []map[string]any{{"role": "user", "content": "hi"}}})
+	if code != 429 || !strings.HasPrefix(string(out), `{"type":"error","error":{"type":"rate_limit_error"`) {
+		t.Errorf("acme over its rate on /v1/messages: %d %s", code, out)
+	}
+	for range 3 {
+		tenantComplete(t, front, "key-globex", "hello", "") // not limited by acme's quota
+	}
+}
