@@ -55,6 +55,7 @@ func cmdRoute(args []string) error {
 	readTimeout := fs.Duration("read-timeout", router.DefaultConfig().BodyReadTimeout, "longest time to receive one request body (responses, streams included, are not bounded)")
 	headerTimeout := fs.Duration("read-header-timeout", sdef.ReadHeaderTimeout, "longest time to receive a request's headers")
 	maxConns := fs.Int("max-connections", sdef.MaxConnections, "client connections open at once; past it new ones wait (-1: no bound)")
+	tenantOpts := addTenantFlags(fs, false)
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -93,6 +94,13 @@ func cmdRoute(args []string) error {
 			}
 		}
 	}
+	tenants, _, err := tenantOpts.load(apiKeys)
+	if err != nil {
+		return err
+	}
+	if tenants != nil && *backendKey == "" {
+		return errors.New("--tenants needs --backend-key: replicas trust the forwarded tenant only when it is signed with the key they share with the router")
+	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -108,6 +116,7 @@ func cmdRoute(args []string) error {
 	cfg.APIKeys, cfg.AdminKeys, cfg.MetricsKeys, cfg.BackendKey = apiKeys, adminKeys, metricsKeys, *backendKey
 	cfg.BodyReadTimeout = *readTimeout
 	cfg.DashboardKeys, cfg.PublicMetrics, cfg.BackendEventsKey, cfg.BackendTLS = dashboardKeys, *publicMetrics, *backendEventsKey, backendTLS
+	cfg.Tenants = tenants
 	rt, err := router.New(cfg)
 	if err != nil {
 		return err
@@ -128,7 +137,7 @@ func cmdRoute(args []string) error {
 		scheme = "https"
 	}
 	fmt.Fprintf(os.Stderr, "stockpot: routing (%s) %d backend(s) on %s://%s\n", *policy, len(backends), scheme, ln.Addr())
-	if len(apiKeys) == 0 {
+	if len(apiKeys) == 0 && tenants == nil {
 		fmt.Fprintf(os.Stderr, "stockpot: no --api-key: whoever reaches http://%s can use the backends\n", ln.Addr())
 		if *backendKey != "" {
 			fmt.Fprintln(os.Stderr, "stockpot: --backend-key without --api-key: the router's own calls carry it, clients' headers pass through as sent")

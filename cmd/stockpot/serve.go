@@ -31,6 +31,7 @@ import (
 	"stockpot/internal/model"
 	"stockpot/internal/offload"
 	"stockpot/internal/server"
+	"stockpot/internal/tenant"
 	"stockpot/internal/tlsconfig"
 )
 
@@ -53,6 +54,8 @@ type serveOptions struct {
 	publicMetrics        bool
 	tls                  *tls.Config    // nil: plain HTTP
 	ttftFloor            time.Duration  // server.Config.TTFTFloor
+	tenants              *tenant.Set    // --tenants (nil: keys, if any, are the single tenant)
+	backendKey           string         // --backend-key: verifies the router's tenant header
 	readTimeout          time.Duration  // request bodies; 0 = server default
 	idleTimeout          time.Duration  // keep-alive connections; 0 = server default
 	maxConns             int            // 0 = server default
@@ -179,6 +182,7 @@ func newInstance(o serveOptions) (*instance, error) {
 		if in.tiers, err = offload.Open(tcfg, reg); err != nil {
 			return fail(err)
 		}
+		tenantTierQuotas(in.tiers, o.tenants)
 		// The cost model's figures weigh the router's tiers.
 		in.events.SetCosts(in.tiers.Costs)
 		in.tiers.Hook(&ecfg) // restore, cost model feed, and write-back after the publisher
@@ -226,6 +230,7 @@ func newInstance(o serveOptions) (*instance, error) {
 		scfg.MaxBodyBytes = o.maxBody
 	}
 	scfg.APIKeys = o.keys
+	scfg.Tenants, scfg.BackendKey = o.tenants, o.backendKey
 	scfg.MetricsKey = o.metricsKey
 	scfg.EventsKeys, scfg.DashboardKeys, scfg.PublicMetrics = o.eventsKeys, o.dashboardKeys, o.publicMetrics
 	scfg.TLS = o.tls
@@ -302,6 +307,7 @@ func cmdServe(args []string) error {
 	prefetchTimeout := fs.Duration("prefetch-timeout", ed.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
 	pinBudget := fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
 	stateEvery := fs.Int("state-checkpoint-blocks", ed.StateCheckpointBlocks, "hybrid models (qwen35): keep the recurrent state at the end of every N-th block; a cached prefix is reused only up to a checkpoint, so N blocks are the hit granularity, and each checkpoint's memory comes out of --kv-memory")
+	tenantOpts := addTenantFlags(fs, true)
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -361,6 +367,10 @@ func cmdServe(args []string) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	tenants, backendKey, err := tenantOpts.load(keys)
+	if err != nil {
+		return err
+	}
 
 	to := td
 	to.DiskDir, to.RemoteURL = *diskCache, *remoteCache
@@ -396,6 +406,7 @@ func cmdServe(args []string) error {
 		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, ttftFloor: *ttftFloor, logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns,
 		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins, stateEvery: *stateEvery,
+		tenants: tenants, backendKey: backendKey,
 	}
 	// Bind before loading the model: the address is taken at once (a port in use fails now,
 	// not after seconds of loading, and nobody else can take it meanwhile), and connections

@@ -20,6 +20,13 @@ type PrewarmRequest struct {
 	Tools     json.RawMessage `json:"tools"`
 	CacheSalt string          `json:"cache_salt"`
 	Pin       json.RawMessage `json:"pin"`
+	// Public marks the prompt's full blocks public (the server's --tenants): every tenant with
+	// public_reads continues them. Its cache_salt must be empty: public blocks have their own
+	// namespace.
+	Public bool `json:"public"`
+	// Tenant, with --tenants, computes the prompt in that tenant's namespace (cache_salt then
+	// subdivides it, as on the tenant's own requests).
+	Tenant string `json:"tenant"`
 	// AddGenerationPrompt renders messages with the assistant turn's opening (default false:
 	// a prewarm computes the conversation prefix later requests extend).
 	AddGenerationPrompt bool `json:"add_generation_prompt"`
@@ -50,6 +57,12 @@ func ParsePrewarmRequest(body []byte) (*PrewarmRequest, error) {
 	}
 	if len(r.CacheSalt) > MaxCacheSaltBytes {
 		return nil, Invalid("cache_salt", "cache_salt is %d bytes, over the limit of %d; use a tenant id or a hash of one", len(r.CacheSalt), MaxCacheSaltBytes)
+	}
+	if r.Public && (r.CacheSalt != "" || r.Tenant != "") {
+		return nil, Invalid("public", "a public prefix has its own namespace: send public without cache_salt and tenant")
+	}
+	if len(r.Tenant) > 64 {
+		return nil, Invalid("tenant", "tenant is %d bytes; tenant names have at most 64", len(r.Tenant))
 	}
 	ttl, strict, err := parsePin(r.Pin)
 	if err != nil {

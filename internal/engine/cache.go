@@ -8,8 +8,8 @@ import (
 // cacheAdapter fits prefix.Cache to the core's blockCache interface.
 type cacheAdapter struct{ c *prefix.Cache }
 
-func (a cacheAdapter) match(root prefix.Hash, tokens []int32) ([]kvcache.BlockID, []prefix.Hash, int) {
-	m := a.c.Lookup(root, prefix.BlockHashes(root, tokens, a.c.BlockSize()), tokens)
+func (a cacheAdapter) match(root prefix.Hash, hashes []prefix.Hash, tokens []int32) ([]kvcache.BlockID, []prefix.Hash, int) {
+	m := a.c.Lookup(root, hashes, tokens)
 	return m.Blocks, m.Hashes, m.Pending
 }
 
@@ -57,4 +57,9 @@ func (a cacheAdapter) holds(hash prefix.Hash, block kvcache.BlockID) bool {
 func (a cacheAdapter) stats() (used, cached int, evictions uint64) {
 	s := a.c.Stats()
 	return s.Referenced, s.Cached, s.Evictions
+}
+
+func (a cacheAdapter) setOwner(block kvcache.BlockID, owner uint16, limit int) {
+	a.c.SetOwnerLimit(owner, limit)
+	a.c.SetOwner(block, owner)
 }

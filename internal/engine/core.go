@@ -16,9 +16,9 @@ import (
 type blockCache interface {
 	// match takes refs on the longest cached run of full blocks of tokens under root (at most
 	// ⌊(len−1)/B⌋ blocks) and says how many blocks right after it other requests are computing.
-	// hashes are the chain hashes of every full block of tokens. It counts no reuse: a match
-	// may be a peek or an admission that is retried.
-	match(root prefix.Hash, tokens []int32) (blocks []kvcache.BlockID, hashes []prefix.Hash, pending int)
+	// hashes are the chain hashes of every full block of tokens (given, returned as they are).
+	// It counts no reuse: a match may be a peek or an admission that is retried.
+	match(root prefix.Hash, hashes []prefix.Hash, tokens []int32) (blocks []kvcache.BlockID, out []prefix.Hash, pending int)
 	// reused counts one reuse on each block (held): the request's first admission used them.
 	// The first allow of them are within its max_offload_tokens: offloading them is allowed.
 	reused(blocks []kvcache.BlockID, allow int)
@@ -41,6 +41,9 @@ type blockCache interface {
 	ref(block kvcache.BlockID)
 	// holds reports whether block is cached under hash (its commit was not refused).
 	holds(hash prefix.Hash, block kvcache.BlockID) bool
+	// setOwner tags a cached block with its tenant's owner number and sets that owner's
+	// limit in blocks (0: none): eviction prefers owners over their limit (tenant.go).
+	setOwner(block kvcache.BlockID, owner uint16, limit int)
 	stats() (used, cached int, evictions uint64)
 }
 
@@ -54,9 +57,14 @@ const (
 
 // seq is one request inside the core.
 type seq struct {
-	id     uint64
-	req    *Request
-	root   prefix.Hash
+	id   uint64
+	req  *Request
+	root prefix.Hash
+	// public and mark split the chain after a public prefix (tenant.go): blocks before
+	// public are public blocks under root (the public root), block public is hashed with
+	// mark (its tenant root's bytes). mark nil: one plain chain from root.
+	public int
+	mark   []byte
 	state  seqState
 	tokens []int32 // prompt followed by generated tokens
 	prompt int     // prompt length
@@ -147,6 +155,9 @@ type CoreConfig struct {
 	CheckpointEvery int
 	// StateBytes is the size of one checkpoint (Usage.StateBytes of a request that resumes).
 	StateBytes int
+	// BlockBytes is one block's K/V size, for tenants' device byte quotas
+	// (Request.DeviceQuotaBytes); 0: quotas off.
+	BlockBytes int64
 }
 
 // Core is the pure scheduler: no goroutines, no I/O, no clock. The runner feeds it requests,
@@ -172,6 +183,12 @@ type Core struct {
 	// every seq's reserved and in orphans.
 	orphans        map[uint64][]kvcache.BlockID
 	reservedBlocks int
+
+	// Tenants (tenant.go): the public set, blocks under publicRoot an operator marked
+	// public, and the tenant that committed each block first (the cross-tenant audit).
+	publicRoot prefix.Hash
+	public     map[prefix.Hash]struct{}
+	owners     map[kvcache.BlockID]string
 }
 
 // Ready returns the outputs queued since the last call, in order.
@@ -255,17 +272,21 @@ func newCore(cfg CoreConfig, cache blockCache) *Core {
 		orphans: map[uint64][]kvcache.BlockID{}}
 }
 
-// Add queues a request. Validation of limits happens before (Engine.Generate).
-func (c *Core) Add(id uint64, req *Request, root prefix.Hash, seed uint64, now time.Time) {
+// Add queues a request. Validation of limits happens before (Engine.Generate). It returns the
+// root of the request's chain: root, or the public root when its prompt starts with a public
+// prefix it may read (tenant.go).
+func (c *Core) Add(id uint64, req *Request, root prefix.Hash, seed uint64, now time.Time) prefix.Hash {
 	s := &seq{
-		id: id, req: req, root: root, prompt: len(req.Prompt),
+		id: id, req: req, prompt: len(req.Prompt),
 		tokens:  append([]int32(nil), req.Prompt...),
 		sampler: newSampler(req.Sampling, seed),
 	}
+	s.root, s.public, s.mark = c.splitChain(req, root)
 	s.enqueued = now
 	s.usage.PromptTokens = len(req.Prompt)
 	c.seqs[id] = s
 	c.waiting = append(c.waiting, s)
+	return s.root
 }
 
 // Prefetching marks a queued request as waiting for a prefetch (see CoreConfig.Prefetch).
@@ -367,7 +388,19 @@ func (c *Core) PeekDevice(root prefix.Hash, tokens []int32) (int, []prefix.Hash)
 	if !c.cfg.PrefixCache {
 		return 0, nil
 	}
-	blocks, hashes, _ := c.cache.match(root, tokens)
+	blocks, hashes, _ := c.cache.match(root, prefix.BlockHashes(root, tokens, c.cfg.BlockSize), tokens)
+	c.cache.release(blocks)
+	return len(blocks), hashes
+}
+
+// PeekQueued is PeekDevice for queued request id's prompt, in its own chain (which may
+// continue a public prefix). It returns 0, nil for an unknown request.
+func (c *Core) PeekQueued(id uint64) (int, []prefix.Hash) {
+	s, ok := c.seqs[id]
+	if !ok || !c.cfg.PrefixCache {
+		return 0, nil
+	}
+	blocks, hashes, _ := c.cache.match(s.root, c.seqHashes(s, s.req.Prompt), s.req.Prompt)
 	c.cache.release(blocks)
 	return len(blocks), hashes
 }
@@ -421,7 +454,7 @@ func (c *Core) admit(now time.Time) {
 		var hashes []prefix.Hash
 		pending := 0
 		if c.cfg.PrefixCache {
-			matched, hashes, pending = c.cache.match(s.root, s.tokens)
+			matched, hashes, pending = c.cache.match(s.root, c.seqHashes(s, s.tokens), s.tokens)
 			if pending > 0 && c.cfg.Dedup {
 				c.cache.release(matched)
 				c.stats.dedupWaits++
@@ -504,6 +537,7 @@ func (c *Core) admit(now time.Time) {
 			// eviction's protection count distinct requests.
 			c.cache.reused(matched, s.offloadBlocks(B))
 			s.usage.DeviceTokens = len(matched) * B
+			s.usage.CrossTenantTokens = c.crossTenantTokens(s, matched)
 			s.usage.Miss = c.missEvidence(s, len(matched)+len(restore)) // miss.go
 			s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
 			s.usage.QueueMs = ms(now.Sub(s.enqueued))
@@ -825,7 +859,7 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 					if bi > 0 {
 						parent = s.hashes[bi-1]
 					}
-					s.hashes = append(s.hashes, prefix.Chain(parent, s.tokens[bi*B:(bi+1)*B], nil))
+					s.hashes = append(s.hashes, s.blockHash(parent, bi, s.tokens[bi*B:(bi+1)*B]))
 				}
 			}
 		}
@@ -886,7 +920,11 @@ func (c *Core) commitFull(s *seq, share bool, now time.Time) {
 		if bi > 0 {
 			parent = s.hashes[bi-1]
 		}
+		mine := s.blocks[bi]
 		s.blocks[bi] = c.cache.commit(s.hashes[bi], parent, s.tokens[bi*B:(bi+1)*B], s.blocks[bi], share, bi < s.offloadBlocks(B))
+		if s.blocks[bi] == mine && c.cache.holds(s.hashes[bi], mine) {
+			c.noteOwner(s, mine) // committed first here
+		}
 		c.pins.adopt(c.cache, s, bi, now)
 		s.committed++
 	}

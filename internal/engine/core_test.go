@@ -196,6 +196,7 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			Dedup:          argOr(t, d, "dedup", true),
 			EOG:            tokenList(t, d, "eog"),
 			PinBudget:      argOr(t, d, "pin-budget", 0),
+			BlockBytes:     int64(argOr(t, d, "block-bytes", 0)),
 		}
 		switch p := argOr(t, d, "prefetch", "wait"); p {
 		case "wait":
@@ -224,6 +225,8 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			Prompt: tokenList(t, d, "tokens"), MaxTokens: argOr(t, d, "max", 4),
 			StopTokens: tokenList(t, d, "stop"), IgnoreEOS: d.HasArg("ignore-eos"),
 			CacheSalt: argOr(t, d, "salt", ""),
+			Tenant:    argOr(t, d, "tenant", ""), PublicReads: d.HasArg("public-reads"),
+			DeviceQuotaBytes: int64(argOr(t, d, "quota", 0)), Owner: uint16(argOr(t, d, "owner", 0)),
 		}
 		if d.HasArg("allow") {
 			req.Sampling.Constraint = &fakeConstraint{allow: argOr(t, d, "allow", 0), left: argOr(t, d, "done-after", 1)}
@@ -242,6 +245,12 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			}
 		}
 		s.core.Add(s.id(d), req, root, 1, s.now)
+	case "public":
+		root := prefix.Root(nil, argOr(t, d, "salt", ""))
+		if err := s.core.MarkPublic(root, prefix.BlockHashes(root, tokenList(t, d, "tokens"), s.core.cfg.BlockSize)); err != nil {
+			s.printf("refused: %v\n", err)
+		}
+		s.printf("public blocks=%d\n", s.core.PublicBlocks())
 	case "pins":
 		for _, p := range s.core.Pins() {
 			s.printf("pin depth=%d block=%d tokens=%d ttl=%v expires=%v\n", p.Depth, p.Block, p.PrefixTokens, p.TTL, p.Expires.Sub(time.Unix(0, 0)))
@@ -439,6 +448,9 @@ func (s *coreScenario) printReady() {
 			s.printf("out %d: done %s prompt=%d completion=%d device=%d host=%d disk=%d remote=%d computed=%d discarded=%d queue=%vms\n",
 				dl.Seq, o.FinishReason, u.PromptTokens, u.CompletionTokens, u.DeviceTokens, u.HostTokens, u.DiskTokens,
 				u.RemoteTokens, u.ComputedTokens, u.DiscardedTokens, u.QueueMs)
+			if u.CrossTenantTokens > 0 {
+				s.printf("out %d: cross-tenant=%d\n", dl.Seq, u.CrossTenantTokens)
+			}
 			if s.states != nil && (u.DiscardedTokens > 0 || u.Miss != nil && u.Miss.Cause == miss.IncompleteState) {
 				var reasons []string
 				for r, n := range u.DiscardedBy {

@@ -233,7 +233,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxRunning: cfg.MaxRunning,
 		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup, EOG: cfg.EOG,
 		Prefetch: cfg.Prefetch, PrefetchMaxWait: cfg.PrefetchMaxWait,
-		PinBudget: pinBlocks, CheckpointEvery: cfg.StateCheckpointBlocks, StateBytes: mc.StateBytes(),
+		PinBudget: pinBlocks, CheckpointEvery: cfg.StateCheckpointBlocks, StateBytes: mc.StateBytes(), BlockBytes: layout.BlockBytes(),
 	}, cacheAdapter{pc})
 	if e.ckpts != nil {
 		e.core.states = e.ckpts
@@ -747,6 +747,17 @@ func (e *Engine) Unpin(match func(PinInfo) bool) int {
 	return n
 }
 
+// MarkPublic marks the full blocks of tokens, chained from the root of salt (the public
+// namespace's), public: requests with PublicReads continue them (tenant.go). It returns how
+// many blocks it marked.
+func (e *Engine) MarkPublic(salt string, tokens []int32) (int, error) {
+	root := prefix.Root(e.cfg.Identity, salt)
+	hashes := prefix.BlockHashes(root, tokens, e.cfg.BlockSize)
+	var err error
+	e.do(func() { err = e.core.MarkPublic(root, hashes) })
+	return len(hashes), err
+}
+
 // Root is the root of the hash chains of a tenant's prompts (salt: Request.CacheSalt): a
 // pin's PinInfo.Root, for selecting a tenant's pins (Unpin) in the cache admin API.
 func (e *Engine) Root(salt string) prefix.Hash { return prefix.Root(e.cfg.Identity, salt) }
@@ -772,11 +783,11 @@ type prefetchMsg struct {
 // add queues a request and, with tiers configured, starts its prefetch: the blocks after what
 // the working pool holds now are looked up while the request waits in the queue.
 func (e *Engine) add(s *stream) {
-	e.core.Add(s.id, s.req, s.root, s.seed, s.queued)
+	root := e.core.Add(s.id, s.req, s.root, s.seed, s.queued)
 	if e.cfg.Restorer == nil || !e.cfg.PrefixCache {
 		return
 	}
-	have, hashes := e.core.PeekDevice(s.root, s.req.Prompt)
+	have, hashes := e.core.PeekQueued(s.id)
 	limit := prefix.MaxMatchBlocks(len(s.req.Prompt), e.cfg.BlockSize)
 	if have >= limit {
 		return
@@ -793,12 +804,12 @@ func (e *Engine) add(s *stream) {
 			for i, b := range ids {
 				dst[i] = e.arena.BlockData(b)
 			}
-			ir.PrefetchInto(s.root, hashes[:limit], s.req.Prompt, have, dst, done)
+			ir.PrefetchInto(root, hashes[:limit], s.req.Prompt, have, dst, done)
 			return
 		}
 	}
 	e.core.Prefetching(id)
-	e.cfg.Restorer.Prefetch(s.root, hashes[:limit], s.req.Prompt, have, done)
+	e.cfg.Restorer.Prefetch(root, hashes[:limit], s.req.Prompt, have, done)
 }
 
 // sendFetched hands a prefetch result to the runner without blocking the Restorer's goroutine.

@@ -23,5 +23,5 @@ func (c *Core) missEvidence(s *seq, reused int) *miss.Evidence {
 	if !ok || !c.cfg.PrefixCache || len(s.hashes) != s.prompt/c.cfg.BlockSize {
 		return nil
 	}
-	return miss.FromDivergence(d.diverge(s.root, s.hashes, s.tokens[:s.prompt], reused), c.cfg.BlockSize)
+	return miss.FromDivergence(c.confineDivergence(s, d.diverge(s.root, s.hashes, s.tokens[:s.prompt], reused)), c.cfg.BlockSize)
 }

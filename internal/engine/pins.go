@@ -454,7 +454,10 @@ func (c *Core) ReservePins(id uint64, req *Request, root prefix.Hash) error {
 	for _, ps := range req.Pins {
 		want = max(want, pinBlocks(ps, len(req.Prompt), c.cfg.BlockSize))
 	}
-	hashes := prefix.BlockHashes(root, req.Prompt[:want*c.cfg.BlockSize], c.cfg.BlockSize)
+	// The request's own chain, which may continue a public prefix (tenant.go), as Add will see it.
+	probe := &seq{req: req}
+	probe.root, probe.public, probe.mark = c.splitChain(req, root)
+	hashes := c.seqHashes(probe, req.Prompt[:want*c.cfg.BlockSize])
 	return c.pins.reserve(id, req, hashes)
 }
 

@@ -30,6 +30,16 @@ type Request struct {
 	IgnoreEOS  bool
 	Logprobs   int    // number of top alternatives per generated token (0 = only the chosen token's logprob)
 	CacheSalt  string // tenant salt folded into the root of the prefix hash chain
+	// Tenant names the request's principal for the cross-tenant audit (tenant.go); "" for
+	// none. PublicReads lets its prompt continue a public prefix (Core.MarkPublic).
+	Tenant      string
+	PublicReads bool
+	// Owner is the tenant's number in the caches' per-owner quotas (tenant.Tenant.Owner; 0:
+	// none). DeviceQuotaBytes caps the bytes of the working pool's blocks the owner
+	// committed: past it, eviction takes the owner's blocks first (0: no cap). The latest
+	// request's value is the owner's.
+	Owner            uint16
+	DeviceQuotaBytes int64
 	// Pins asks the working pool to keep prompt prefixes (prompt-cache retention: Anthropic
 	// cache_control breakpoints, OpenAI prompt_cache_retention). See PinSpec.
 	Pins []PinSpec
@@ -93,6 +103,9 @@ type Usage struct {
 	RemoteTokens     int
 	ComputedTokens   int // prefilled this request
 	DiscardedTokens  int // found in a tier but not used (and so computed)
+	// CrossTenantTokens counts the device tokens reused from blocks another tenant's request
+	// committed (the audit of tenant isolation: only public blocks may be counted here).
+	CrossTenantTokens int
 	// Miss is where and why the prompt left the longest cached chain, found at admission
 	// (nil when it reused every block it could); miss.Explain turns it into a report.
 	Miss *miss.Evidence

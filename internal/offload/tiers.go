@@ -13,6 +13,7 @@ import (
 	"stockpot/internal/kvevents"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
+	"stockpot/internal/tier"
 	"stockpot/internal/tier/disk"
 	"stockpot/internal/tier/hostmem"
 	"stockpot/internal/tier/redis"
@@ -349,11 +350,29 @@ func (t *Tiers) FlushBlock(ev prefix.Event, kv, state []byte) {
 // a checkpoint of the right size, and one without is written as K/V only.
 func (t *Tiers) evicted(ev prefix.Event, state []byte) Evicted {
 	e := Evicted{Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent, Tokens: ev.Tokens, Hits: int(ev.Hits),
-		PrefixTokens: int(ev.Depth+1) * t.cfg.Layout.BlockSize, StateComplete: t.cfg.StateBytes == 0}
+		PrefixTokens: int(ev.Depth+1) * t.cfg.Layout.BlockSize, StateComplete: t.cfg.StateBytes == 0, Owner: ev.Owner}
 	if t.cfg.StateBytes > 0 && len(state) == t.cfg.StateBytes {
 		e.Aux, e.StateComplete = [][]byte{state}, true
 	}
 	return e
+
+}
+
+// SetOwnerLimit gives owner (a tenant's number, tenant.Tenant.Owner) a byte budget in the
+// tiers of kind k that keep per-owner budgets (tier.OwnerLimiter: the host tier). It reports
+// whether such a tier was found.
+func (t *Tiers) SetOwnerLimit(k kvtier.Tier, owner uint16, bytes int64) bool {
+	found := false
+	for _, st := range t.tiers {
+		if st.Tier != k {
+			continue
+		}
+		if ol, ok := st.Store.(tier.OwnerLimiter); ok {
+			ol.SetOwnerLimit(owner, bytes)
+			found = true
+		}
+	}
+	return found
 }
 
 // WriterStats returns the writer's counters (write-back and write-through, per tier).

@@ -89,6 +89,9 @@ type Evicted struct {
 	// PinTTL > 0 writes the block pinned for that long (tier.Item.PinTTL), never Shadowed:
 	// a pinned block of the pool at shutdown.
 	PinTTL time.Duration
+	// Owner is the block's owner tag (prefix.Event.Owner): tiers with per-owner budgets
+	// account the block to it (tier.Item.Owner).
+	Owner uint16
 }
 
 // WriterStats counts the Writer's work. Per-tier slices follow the tiers.
@@ -244,7 +247,7 @@ type encoded struct {
 }
 
 func (e encoded) item(ev Evicted) tier.Item {
-	return tier.Item{Key: e.key, Value: e.value, PinTTL: ev.PinTTL}
+	return tier.Item{Key: e.key, Value: e.value, PinTTL: ev.PinTTL, Owner: ev.Owner}
 }
 
 // encode copies a block out of the arena into its record.

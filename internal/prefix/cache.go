@@ -110,6 +110,9 @@ type entry struct {
 	noOffload bool
 	lastUse   uint64 // Cache.clock at the last Match, Commit or Release
 	heapIdx   int32  // index in Cache.heap, or -1
+	// owner tags a live entry with the principal whose request committed it (quota.go);
+	// 0 = none.
+	owner uint16
 
 	// kids links live entries into their parent's child list (see diverge.go): block id + 1
 	// of the first child and of the previous and next siblings; 0 = none, so a zeroed entry
@@ -165,6 +168,12 @@ type Cache struct {
 	rootKids map[Hash]int32
 	ghosts   ghostSet
 	firsts   contentRoots
+
+	// Owner quotas (quota.go): live blocks per owner tag, the tags' limits in blocks, and
+	// how many tags hold more than their limit now.
+	ownerBlocks map[uint16]int
+	ownerLimit  map[uint16]int
+	overOwners  int
 }
 
 type counters struct {
@@ -397,6 +406,9 @@ func (c *Cache) Allocate(n int) ([]BlockID, error) {
 			panic(fmt.Sprintf("prefix: %d evictable but no evictable leaf", c.evictable))
 		}
 		b := c.heap[0]
+		if c.overOwners > 0 {
+			b = c.overQuotaVictim(b)
+		}
 		c.evict(b)
 		c.pool.Ref(b) // cached -> referenced, owned by the caller
 		out = append(out, b)
@@ -413,6 +425,9 @@ func (c *Cache) evict(b BlockID) {
 	c.heapRemove(b)
 	c.evictable-- // b was unpinned
 	c.queue(Evicted, e.hash, e.parent, e.root, e.hits, e.depth, b, c.blockTokens(b), e.noOffload)
+	if !c.cfg.DisableEvents { // the event just queued
+		c.events[len(c.events)-1].Owner = e.owner
+	}
 	c.ghosts.add(e.hash)
 	c.unlink(b)
 	c.stats.evictions++
@@ -423,6 +438,7 @@ func (c *Cache) evict(b BlockID) {
 func (c *Cache) unlink(b BlockID) {
 	c.unlinkKid(b)
 	e := &c.meta[b]
+	c.disown(e)
 	delete(c.index, e.hash)
 	if p := e.parentBlock; p >= 0 {
 		pe := &c.meta[p]
@@ -648,6 +664,7 @@ func (c *Cache) drop(under func(*entry) bool, events bool) int {
 		}
 		n++
 		c.removed(b, events)
+		c.disown(e)
 		c.heapRemove(b)
 		if !e.pinned {
 			c.evictable--
@@ -732,7 +749,7 @@ func (c *Cache) Live(fn func(Event)) {
 	for d := maxDepth; d >= 0; d-- {
 		for _, b := range byDepth[d] {
 			e := &c.meta[b]
-			fn(Event{Kind: Stored, Hash: e.hash, Parent: e.parent, Root: e.root, Hits: e.hits, Depth: e.depth, Block: b, Tokens: c.blockTokens(b), NoOffload: e.noOffload})
+			fn(Event{Kind: Stored, Hash: e.hash, Parent: e.parent, Root: e.root, Hits: e.hits, Depth: e.depth, Block: b, Tokens: c.blockTokens(b), NoOffload: e.noOffload, Owner: e.owner})
 		}
 	}
 }

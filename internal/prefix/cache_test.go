@@ -238,6 +238,20 @@ func (s *scenario) run(d *datadriven.TestData) {
 			dr = s.c.DropRoot(Root(testIdentity, s.salt(d)))
 		}
 		s.printf("dropped %d blocks, %d busy\n", dr.Blocks, dr.Busy)
+	case "own": // quota.go: own r=NAME owner=N tags the request's committed blocks
+		_, r := s.req(d)
+		var owner int
+		d.ScanArgs(s.t, "owner", &owner)
+		for _, b := range r.table[:r.committed] {
+			s.c.SetOwner(b, uint16(owner))
+		}
+		s.printf("owner %d holds %d blocks\n", owner, s.c.OwnerBlocks(uint16(owner)))
+	case "limit": // limit owner=N blocks=K
+		var owner, blocks int
+		d.ScanArgs(s.t, "owner", &owner)
+		d.ScanArgs(s.t, "blocks", &blocks)
+		s.c.SetOwnerLimit(uint16(owner), blocks)
+		s.printf("owner %d limit %d, holds %d, %d owners over quota\n", owner, blocks, s.c.OwnerBlocks(uint16(owner)), s.c.overOwners)
 	case "dump":
 		s.dump()
 	case "stats":

@@ -23,6 +23,9 @@ func (c *Cache) CheckInvariants() error {
 	if err := c.pool.CheckInvariants(); err != nil {
 		return err
 	}
+	if err := c.checkOwners(); err != nil {
+		return err
+	}
 	for h, b := range c.index {
 		if b < 0 || int(b) >= len(c.meta) {
 			return fmt.Errorf("prefix: index %s -> block %d outside pool", h.Short(), b)

@@ -56,6 +56,9 @@ type Event struct {
 	// max_offload_tokens of the request that computed it, and no request that
 	// reused it since allowed it; CommitNoOffload, AllowOffload).
 	NoOffload bool
+	// Owner is the block's owner tag (SetOwner; 0: none) on Evicted events and on the
+	// Stored events Live replays, so the tiers can keep per-owner budgets (quota.go).
+	Owner uint16
 }
 
 // queue appends an event; tokens are copied.

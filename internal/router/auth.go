@@ -70,6 +70,9 @@ const permissionError = "permission_error"
 // requireClient guards the OpenAI endpoints with the client keys (open when
 // none are configured).
 func (r *Router) requireClient(h http.HandlerFunc) http.HandlerFunc {
+	if r.tenants != nil {
+		return r.requireTenant(h)
+	}
 	if !r.clientKeys.enabled() {
 		return h
 	}
@@ -144,6 +147,10 @@ func (s *statusRecorder) WriteHeader(code int) {
 	s.ResponseWriter.WriteHeader(code)
 }
 
+// Unwrap lets http.ResponseController reach the connection (streams flush through it, and
+// bodies get their read deadline).
+func (s *statusRecorder) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
 func (s *statusRecorder) Write(p []byte) (int, error) {
 	if s.status == 0 {
 		s.status = http.StatusOK
@@ -156,8 +163,9 @@ func (s *statusRecorder) Write(p []byte) (int, error) {
 // never leaves the router, and the backend key (if any) takes its place.
 // Without client keys the router is transparent and the client's headers
 // pass through as they came.
-func (r *Router) setUpstreamAuth(h http.Header) {
-	if !r.clientKeys.enabled() {
+func (r *Router) setUpstreamAuth(req *http.Request, h http.Header) {
+	r.setTenantHeader(req, h) // tenants.go: a client's is dropped, the router's signed
+	if !r.clientKeys.enabled() && r.tenants == nil {
 		return
 	}
 	h.Del("Authorization")

@@ -122,7 +122,7 @@ func (r *Router) serveKeyed(w http.ResponseWriter, req *http.Request) {
 	}
 	var kb keyBody
 	_ = json.Unmarshal(body, &kb) // a malformed body is routed anyway; the backend answers the 400
-	rq := &Request{CacheKey: kb.PromptCacheKey, Salt: kb.CacheSalt, SessionID: req.Header.Get("X-Session-ID")}
+	rq := &Request{CacheKey: kb.PromptCacheKey, Salt: routingSalt(req, kb.CacheSalt), SessionID: req.Header.Get("X-Session-ID"), Namespace: tenantOf(req).Salt("")}
 	kp, _ := r.policy.(keyPicker)
 	r.forward(w, req, body, start, false, func(c []*Backend) Decision {
 		if kp != nil && (rq.CacheKey != "" || rq.SessionID != "") {

@@ -158,6 +158,23 @@
 // certificate replicas with --tls-client-ca require. route refuses
 // --backend-tls-* with an http:// backend rather than send it in the clear.
 //
+// # Tenants
+//
+// With Tenants (--tenants, package tenant; exclusive with APIKeys, and needing
+// a BackendKey) a client's key names its tenant (tenants.go). The router
+// applies the tenant's requests_per_second and concurrent quotas itself (429
+// with Retry-After, in Anthropic's shape on /v1/messages), hashes and keys the
+// prompt under the salt the replica will derive from the tenant's namespace
+// (so the index, the affinity keys and X-Session-ID affinity are per
+// namespace: one tenant's prefix never steers another's traffic), and
+// forwards the identity in tenant.Header, HMAC-signed with the backend key,
+// fresh per attempt. A tenant.Header a client sends is always dropped. An
+// admin prewarm with "public": true goes to every replica (each marks its
+// own blocks public); one with "tenant" is routed by that tenant's salt. The
+// router does not know the replicas' public blocks: a public prefix's
+// continuation is routed by the tenant's own affinity. The dashboard needs
+// the admin key when tenants are configured.
+//
 // # Connection limits
 //
 // HTTPServer bounds what a client can hold: header read time, idle

@@ -21,12 +21,15 @@ import (
 
 // anyKeys reports whether the router holds a key of any kind.
 func (r *Router) anyKeys() bool {
-	return r.clientKeys.enabled() || r.adminKeys.enabled() || r.metricsKeys.enabled() || r.dashboardKeys.enabled()
+	return r.clientKeys.enabled() || r.adminKeys.enabled() || r.metricsKeys.enabled() || r.dashboardKeys.enabled() || r.tenants != nil
 }
 
 // knownKey reports whether key is any key the router holds.
 func (r *Router) knownKey(key string) bool {
 	m := false
+	if r.tenants != nil && r.tenants.Authenticate(key) != nil {
+		m = true
+	}
 	for _, ks := range []keySet{r.clientKeys, r.adminKeys, r.metricsKeys, r.dashboardKeys} {
 		m = ks.match(key) || m
 	}

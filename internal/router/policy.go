@@ -48,8 +48,12 @@ type Request struct {
 	SessionID string
 	// Tokens is the prompt's token ids, nil when unknown.
 	Tokens []int32
-	// Salt is the request's cache_salt.
+	// Salt is the request's cache_salt, within its tenant's namespace (the salt the replica
+	// derives: tenant.Tenant.Salt).
 	Salt string
+	// Namespace is the tenant's salt prefix ("" without tenants): the session affinity key
+	// includes it, so two tenants' equal X-Session-IDs do not steer each other.
+	Namespace string
 	// CacheKey is the request's prompt_cache_key, "" when absent: the
 	// affinity key ahead of SessionID and the prompt's tokens.
 	CacheKey string
@@ -91,6 +95,10 @@ func (r *Request) affinityKey(prefixTokens int) (uint64, bool) {
 		h.string(r.CacheKey)
 	case r.SessionID != "":
 		h.string("s:")
+		if r.Namespace != "" {
+			h.string(r.Namespace)
+			h.string("\x00")
+		}
 		h.string(r.SessionID)
 	case len(r.Tokens) > 0:
 		h.string("t:")

@@ -73,12 +73,12 @@ func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 	if !ok {
 		return
 	}
-	rq := &Request{SessionID: req.Header.Get("X-Session-ID"), peers: r.backends(), remote: r.remote}
+	rq := &Request{SessionID: req.Header.Get("X-Session-ID"), peers: r.backends(), remote: r.remote, Namespace: tenantOf(req).Salt("")}
 	if r.needs != nil {
 		var gb generateBody
 		// A malformed body is routed anyway; the backend answers the 400.
 		decodeGenerateBody(body, &gb)
-		rq.Salt, rq.CacheKey = gb.CacheSalt, gb.PromptCacheKey
+		rq.Salt, rq.CacheKey = routingSalt(req, gb.CacheSalt), gb.PromptCacheKey
 		if r.needs.NeedsTokens(rq) {
 			rq.Tokens = r.promptTokens(req.Context(), &gb)
 		}
@@ -264,7 +264,7 @@ func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, 
 		return false, nil, err
 	}
 	copyHeader(up.Header, req.Header)
-	r.setUpstreamAuth(up.Header)
+	r.setUpstreamAuth(req, up.Header)
 	up.ContentLength = int64(len(body))
 	resp, err := r.client.Do(up)
 	if err != nil {

@@ -22,6 +22,7 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/kvevents"
+	"stockpot/internal/tenant"
 )
 
 // Config configures a Router.
@@ -84,6 +85,10 @@ type Config struct {
 	// certificate for mutual TLS; internal/tlsconfig.Client). It applies to
 	// the default Transport; a caller's own Transport carries its own.
 	BackendTLS *tls.Config
+	// Tenants, when set (--tenants), replace APIKeys: a client's key names its tenant, whose
+	// quotas the router applies and whose namespace it routes by; forwarded requests carry
+	// the tenant in tenant.Header signed with BackendKey, which is then required (tenants.go).
+	Tenants *tenant.Set
 	// BodyReadTimeout bounds reading one request's body (a client dripping
 	// bytes holds a connection no longer). Default 60s. The response is not
 	// bounded: long streams run as long as they run.
@@ -144,6 +149,14 @@ func (c Config) validate() (Config, error) {
 	if c.BackendEventsKey == "" {
 		c.BackendEventsKey = c.BackendKey
 	}
+	if c.Tenants != nil {
+		if len(newKeySet(c.APIKeys)) > 0 {
+			return c, fmt.Errorf("router: Tenants and APIKeys are exclusive (--api-key is the single-tenant shorthand of --tenants)")
+		}
+		if c.BackendKey == "" {
+			return c, fmt.Errorf("router: Tenants need a BackendKey (--backend-key): replicas trust the forwarded tenant only when signed with it")
+		}
+	}
 	if c.Events == nil {
 		on := c.Policy == "kv-aware"
 		c.Events = &on
@@ -198,6 +211,10 @@ type Router struct {
 	// (sharedRemote): kv-aware scores them for each replica with the tier, including after
 	// their writer is gone.
 	remote *replicaIndex
+	// tenants, limiter, tm: Config.Tenants, their quotas and series (tenants.go).
+	tenants *tenant.Set
+	limiter *tenant.Limiter
+	tm      *routerTenantMetrics
 
 	// list is the current backends, sorted by ID; replaced, never mutated,
 	// so the request path reads it without a lock.
@@ -221,10 +238,11 @@ func New(cfg Config) (*Router, error) {
 		events:     &http.Client{Transport: keyTransport{base: cfg.Transport, key: cfg.BackendEventsKey}},
 		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys),
 		dashboardKeys: newKeySet(cfg.DashboardKeys),
-		toks:          newTokenCache(), remote: sharedRemote(cfg.IndexMaxBlocks)}
+		toks:          newTokenCache(), remote: sharedRemote(cfg.IndexMaxBlocks), tenants: cfg.Tenants, limiter: tenant.NewLimiter()}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
 	r.keys = newKeyMetrics(cfg.Registerer)
+	r.tm = newRouterTenantMetrics(cfg.Registerer)
 	r.dash = newRouterDashboard(r)
 	if cfg.Registerer != nil {
 		cfg.Registerer.MustRegister(newBackendCollector(r))

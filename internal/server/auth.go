@@ -43,20 +43,13 @@ func bearer(r *http.Request) (string, bool) {
 	return strings.TrimSpace(key), true
 }
 
-// authorized reports whether r carries one of the API keys, as "Authorization: Bearer KEY"
-// (OpenAI clients, and the router's --backend-key) or "x-api-key: KEY" (Anthropic clients).
-// With no API keys configured everything is authorized.
+// authorized reports whether r carries one of the API keys (a tenant's, with --tenants), as
+// "Authorization: Bearer KEY" (OpenAI clients, and the router's --backend-key) or "x-api-key:
+// KEY" (Anthropic clients), or the router's signed identity header (tenants.go). With no
+// API keys configured everything is authorized.
 func (s *Server) authorized(r *http.Request) bool {
-	if len(s.apiKeys) == 0 {
-		return true
-	}
-	if key, ok := bearer(r); ok && s.apiKeys.match(key) {
-		return true
-	}
-	if key := r.Header.Get("X-Api-Key"); key != "" && s.apiKeys.match(strings.TrimSpace(key)) {
-		return true
-	}
-	return false
+	_, err := s.authenticate(r)
+	return err == nil
 }
 
 func unauthorized(w http.ResponseWriter) { writeError(w, errUnauthorized) }

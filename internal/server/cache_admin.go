@@ -139,6 +139,10 @@ func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ereq := &engine.Request{Prompt: prompt, CacheSalt: req.CacheSalt}
+	if err := s.prewarmNamespace(req, ereq); err != nil {
+		writeError(w, err)
+		return
+	}
 	if req.PinTTL > 0 {
 		ereq.Pins, ereq.PinStrict = []engine.PinSpec{{Tokens: len(prompt), TTL: req.PinTTL}}, req.PinStrict
 	}
@@ -324,11 +328,20 @@ func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	all := q.Has("all")
+	salt := q.Get("salt")
+	if name := q.Get("tenant"); name != "" && q.Has("salt") { // ?tenant=NAME&salt=S: S within NAME's namespace
+		t := s.cfg.Tenants.Lookup(name)
+		if t == nil {
+			writeError(w, api.Invalid("tenant", "no tenant %q in this server's --tenants file", name))
+			return
+		}
+		salt = t.Salt(salt)
+	}
 	// Dropping a tenant (or everything) drops its pins first: a pinned block is held, so it
 	// would otherwise stay behind as busy. The tiers lose the pins with the blocks.
-	root := s.cfg.CacheAdmin.Root(q.Get("salt"))
+	root := s.cfg.CacheAdmin.Root(salt)
 	unpinned := s.cfg.CacheAdmin.Unpin(func(p engine.PinInfo) bool { return all || p.Root == root })
-	d := s.cfg.CacheAdmin.DropCache(q.Get("salt"), all)
+	d := s.cfg.CacheAdmin.DropCache(salt, all)
 	out := CacheDropResponse{Object: "cache.dropped", DroppedBlocks: d.Blocks, BusyBlocks: d.Busy, UnpinnedBlocks: unpinned, Tiers: map[string]uint64{}}
 	if s.cfg.TierDrop != nil {
 		counts, err := s.cfg.TierDrop(r.Context(), d.Root) // the zero root: every root

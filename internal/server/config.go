@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvtier"
+	"stockpot/internal/tenant"
 )
 
 // Config configures a Server. Zero fields take the defaults of DefaultConfig, except
@@ -32,6 +33,14 @@ type Config struct {
 	// APIKeys, when non-empty, are required as "Authorization: Bearer KEY" or "x-api-key: KEY"
 	// on the API (the operator endpoints take their own keys: endpoint_auth.go).
 	APIKeys []string
+	// Tenants, when set (--tenants), are the principals: a request's key names its tenant,
+	// whose namespace its cache salt is derived from and whose quotas it takes (tenants.go).
+	// It replaces APIKeys, which are the single-tenant shorthand (tenant.Single); set one.
+	Tenants *tenant.Set
+	// BackendKey is the key shared with the router (--backend-key): the router's own calls
+	// present it as a bearer key, and its forwarded requests name their tenant in the
+	// tenant.Header signed with it. Without it that header is refused.
+	BackendKey string
 	// MetricsKey, when set, grants /metrics ("Authorization: Bearer KEY"), as admin keys do.
 	// Without it /metrics is open only while no key of any kind is configured, or with
 	// PublicMetrics (endpoint_auth.go).
@@ -180,6 +189,9 @@ func (c Config) validate() (Config, error) {
 		}
 	}
 	c.APIKeys = keys
+	if c.Tenants != nil && len(c.APIKeys) > 0 {
+		return c, errors.New("server: Config.Tenants and Config.APIKeys are exclusive (--api-key is the single-tenant shorthand of --tenants)")
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}

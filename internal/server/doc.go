@@ -17,6 +17,16 @@
 //     server's p95 miss TTFT for what it would compute), every later output shifted alike, and
 //     a miss's usage; decided from a ledger of who sent which block, never from the cache's
 //     state, so the treatment itself tells nothing.
+//   - Tenants (tenants.go, package tenant): with Config.Tenants a request's key names its
+//     tenant (Config.APIKeys are the single-tenant shorthand, tenant.Single); behind a router
+//     the tenant comes in tenant.Header, trusted only when signed with Config.BackendKey
+//     (fresh, never replayed). The tenant rides on the request context (tenant.FromContext);
+//     generate derives the cache salt from its namespace, so a client's cache_salt only
+//     subdivides it; the generation routes take a slot of its quotas (429 with Retry-After,
+//     in the route's dialect). An admin prewarm with "public": true marks its blocks public
+//     (tenants with public_reads continue them); "tenant" prewarms in a tenant's namespace.
+//     Per-tenant series: stockpot_tenant_requests_total, _prompt_tokens_total,
+//     _quota_rejections_total and _cross_reuse_tokens_total (the engine's audit).
 //   - Connection limits, applied by Serve: at most MaxConnections open connections (a
 //     listener wrapper; more wait in the backlog), keep-alive connections closed after
 //     IdleTimeout, request bodies bounded by ReadTimeout (a read deadline armed when the

@@ -12,7 +12,7 @@ import (
 //
 //	right      endpoints                                          keys that grant it
 //	admin      /v1/cache, /v1/cache/prewarm, pins, /v1/requests/recent   AdminKeys
-//	events     /v1/kv-events and /v1/kv-events/snapshot          EventsKeys, AdminKeys
+//	events     /v1/kv-events and /v1/kv-events/snapshot          EventsKeys, AdminKeys, BackendKey
 //	dashboard  /dashboard, /dashboard/events, /dashboard/state   DashboardKeys, AdminKeys
 //	metrics    /metrics                                          MetricsKey, AdminKeys
 //
@@ -61,7 +61,7 @@ func (s *Server) grants(need right) []keySet {
 	case rightAdmin:
 		return []keySet{s.adminKeys}
 	case rightEvents:
-		return []keySet{s.eventsKeys, s.adminKeys}
+		return []keySet{s.eventsKeys, s.adminKeys, s.backendKeys}
 	case rightDashboard:
 		return []keySet{s.dashboardKeys, s.adminKeys}
 	case rightMetrics:
@@ -73,7 +73,7 @@ func (s *Server) grants(need right) []keySet {
 // anyKeys reports whether the server holds a key of any kind: then no operator endpoint is
 // open unless its right is granted (or /metrics is public on purpose).
 func (s *Server) anyKeys() bool {
-	return s.cfg.TenantKey != nil || len(s.apiKeys)+len(s.adminKeys)+len(s.eventsKeys)+len(s.dashboardKeys)+len(s.metricsKeys) > 0
+	return s.cfg.TenantKey != nil || s.cfg.Tenants != nil || len(s.apiKeys)+len(s.adminKeys)+len(s.eventsKeys)+len(s.dashboardKeys)+len(s.metricsKeys)+len(s.backendKeys) > 0
 }
 
 // presentedKey is the key r carries: a bearer token, else x-api-key, else (query: the
@@ -93,8 +93,11 @@ func presentedKey(r *http.Request, query bool) string {
 // 401, on an endpoint it does not grant). Every set is compared, in constant time per key.
 func (s *Server) knownKey(key string) bool {
 	m := false
-	for _, ks := range []keySet{s.apiKeys, s.adminKeys, s.eventsKeys, s.dashboardKeys, s.metricsKeys} {
+	for _, ks := range []keySet{s.apiKeys, s.adminKeys, s.eventsKeys, s.dashboardKeys, s.metricsKeys, s.backendKeys} {
 		m = ks.match(key) || m
+	}
+	if s.cfg.Tenants != nil && s.cfg.Tenants.Authenticate(key) != nil {
+		m = true
 	}
 	if s.cfg.TenantKey != nil {
 		m = s.cfg.TenantKey(key) || m

@@ -12,6 +12,7 @@ import (
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
 	"stockpot/internal/miss"
+	"stockpot/internal/tenant"
 )
 
 // genSpec is a validated generation request.
@@ -141,6 +142,16 @@ func engineError(err error) *api.Error {
 //
 // generate always drains the engine's channel before returning.
 func (s *Server) generate(ctx context.Context, spec *genSpec, started func() error,
+	onDelta func(text string, toks []genToken) error) (*genResult, error) {
+	t := tenant.FromContext(ctx)
+	tenantRequest(t, &spec.req)
+	res, err := s.generateRun(ctx, spec, started, onDelta)
+	s.tenantMetrics.observe(t, res, err)
+	return res, err
+}
+
+// generateRun is generate once the request carries its tenant's salt.
+func (s *Server) generateRun(ctx context.Context, spec *genSpec, started func() error,
 	onDelta func(text string, toks []genToken) error) (*genResult, error) {
 	client := ctx
 	ctx, cancel := context.WithCancel(ctx)

@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"net/http"
 	"time"
+
+	"stockpot/internal/tenant"
 )
 
 // Principal is who sent a request, as the TTFT floor (ttft_floor.go) sees it. ID tells
@@ -27,8 +29,19 @@ type PrincipalFunc func(r *http.Request) Principal
 // keyPrincipal: the presented key's SHA-256 (hex), the server's floor. Without API keys the
 // key is whatever the client sends; the floor still holds (a new principal knows nothing, so
 // it is padded), clients just get their own hits unpadded only when they keep one key.
+//
+// With tenants the principal is the tenant (its namespace) and, when the key came straight
+// from the client, the key: behind the router, whose own key is on every forwarded request,
+// the floor tells tenants apart, not the keys inside one tenant.
 func (s *Server) keyPrincipal(r *http.Request) Principal {
-	sum := sha256.Sum256([]byte(presentedKey(r, false)))
+	key := presentedKey(r, false)
+	if t := tenant.FromContext(r.Context()); t != nil {
+		if r.Header.Get(tenant.Header) != "" {
+			key = "" // the router's key, not the client's
+		}
+		key = "tenant\x00" + t.Namespace + "\x00" + key
+	}
+	sum := sha256.Sum256([]byte(key))
 	return Principal{ID: hex.EncodeToString(sum[:]), TTFTFloor: s.cfg.TTFTFloor}
 }
 

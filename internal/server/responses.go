@@ -90,7 +90,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	if rr.Stored() {
 		items := append(append(append([]api.ResponsesItem(nil), prior...), rr.Items...), api.ItemsOf(out)...)
-		s.responses.put(rw.id, items)
+		s.responses.put(responseKey(r, rw.id), items)
 	}
 }
 
@@ -115,7 +115,7 @@ func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *genS
 	var prior []api.ResponsesItem
 	if id := rr.PreviousResponseID; id != "" {
 		var ok bool
-		if prior, ok = s.responses.get(id); !ok {
+		if prior, ok = s.responses.get(responseKey(r, id)); !ok { // another tenant's is not found
 			return nil, nil, nil, nil, &api.Error{Status: http.StatusNotFound, Type: api.TypeInvalidRequest, Code: "previous_response_not_found",
 				Param: "previous_response_id", Message: "previous response with id '" + id + "' not found (it was not stored, or it was dropped)"}
 		}

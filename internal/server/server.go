@@ -26,6 +26,7 @@ import (
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
 	"stockpot/internal/grammar"
+	"stockpot/internal/tenant"
 )
 
 // Server serves the HTTP API on top of an engine.Generator.
@@ -57,8 +58,16 @@ type Server struct {
 	apiKeys     keySet // Config.APIKeys
 	adminKeys   keySet // Config.AdminKeys: the cache admin API
 	metricsKeys keySet // Config.MetricsKey
-	// eventsKeys, dashboardKeys: Config.EventsKeys, Config.DashboardKeys (endpoint_auth.go).
-	eventsKeys, dashboardKeys keySet
+	// eventsKeys, dashboardKeys: Config.EventsKeys, Config.DashboardKeys (endpoint_auth.go);
+	// backendKeys: Config.BackendKey (the router's: it grants the block events too).
+	eventsKeys, dashboardKeys, backendKeys keySet
+	// tenants authenticates requests (Config.Tenants, or Config.APIKeys as tenant.Single;
+	// nil: open); limiter holds their quotas; replay remembers the router's signed
+	// identities (tenants.go).
+	tenants       *tenant.Set
+	limiter       *tenant.Limiter
+	replay        *tenant.ReplayGuard
+	tenantMetrics *tenantMetrics
 
 	floor  *floorState     // the TTFT floor (ttft_floor.go)
 	dash   *dashboardState // GET /dashboard (dashboard.go)
@@ -90,9 +99,17 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 	if err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
+	tm, err := newTenantMetrics(reg)
+	if err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
+	}
 	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, misses: misses, started: c.Now(), bos: -1,
 		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey), adminKeys: newKeySet(c.AdminKeys...),
-		eventsKeys: newKeySet(c.EventsKeys...), dashboardKeys: newKeySet(c.DashboardKeys...)}
+		eventsKeys: newKeySet(c.EventsKeys...), dashboardKeys: newKeySet(c.DashboardKeys...), backendKeys: newKeySet(c.BackendKey),
+		tenants: c.Tenants, limiter: tenant.NewLimiter(), replay: tenant.NewReplayGuard(0), tenantMetrics: tm}
+	if s.tenants == nil {
+		s.tenants = tenant.Single(c.APIKeys)
+	}
 	if s.floor, err = newFloorState(reg); err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
@@ -219,10 +236,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if need, here := endpointRight(path); here { // endpoint_auth.go
 		if need == rightAPI {
-			if !s.authorized(r) {
-				writeError(rw, s.apiRefusal(r))
+			// Authenticated once (a router's signed identity is single-use): admitTenant
+			// answers a refusal, a 403 for a key held for another endpoint (apiRefusal).
+			var release func()
+			var ok bool
+			if r, release, ok = s.admitTenant(rw, r, writeError); !ok {
 				return
 			}
+			defer release()
 			r = s.withPrincipal(r) // the TTFT floor's (principal.go)
 		} else if e := s.checkRight(r, need, need == rightDashboard); e != nil {
 			writeError(rw, e)

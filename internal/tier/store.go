@@ -35,6 +35,16 @@ type Item struct {
 	// PinTTL 0 over a pinned item keeps the pin (a write-back is a use: it refreshes the
 	// expiry); only Pin with ttl <= 0 unpins.
 	PinTTL time.Duration
+	// Owner is the tag of the tenant whose request committed the block (tenant.Tenant.Owner;
+	// 0: none), for stores with per-owner budgets (OwnerLimiter). Others ignore it.
+	Owner uint16
+}
+
+// OwnerLimiter is the optional ability of a store with a byte budget to keep one per owner
+// (a tenant's cache_bytes for its tier): while an owner holds more than its limit, making room
+// evicts that owner's items first. A priority, not a wall: its items are still stored.
+type OwnerLimiter interface {
+	SetOwnerLimit(owner uint16, bytes int64) // bytes <= 0: no limit
 }
 
 // Stats is a snapshot of a store's counters. Capacity is 0 when the store has

@@ -100,9 +100,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 type entry struct {
 	key  tier.Key
-	size int64            // file size
-	sole bool             // no faster tier holds it (see tier.Item.Shadowed); picks its LRU list
-	node lru.Node[*entry] // in its class's LRU list, or in Store.mu.pins while pinned; protected by Store.mu
+	size int64 // file size
+	sole bool  // no faster tier holds it (see tier.Item.Shadowed); picks its LRU list
+	// owner is tier.Item.Owner (owners.go); 0: none, and after a restart (not on disk).
+	owner uint16
+	node  lru.Node[*entry] // in its class's LRU list, or in Store.mu.pins while pinned; protected by Store.mu
 }
 
 // Store is the disk tier. Safe for concurrent use.
@@ -128,6 +130,8 @@ type Store struct {
 		corrupt                      uint64
 		// clock is the last modification time given to a file (see tickLocked).
 		clock time.Time
+		// owners: per-owner bytes and limits (owners.go).
+		owners tier.OwnerBudgets
 	}
 	// noDirect: the file system refused O_DIRECT once; reads stay buffered (read.go).
 	noDirect atomic.Bool
@@ -416,6 +420,7 @@ func (s *Store) insertLocked(e *entry) {
 	s.mu.m[e.key] = e
 	s.linkLocked(e, true)
 	s.mu.used += e.size
+	s.mu.owners.Add(e.owner, e.size)
 }
 
 // dropLocked unindexes e, pinned or not; its files stay (the caller removes or replaces
@@ -430,6 +435,7 @@ func (s *Store) dropLocked(e *entry) {
 	}
 	delete(s.mu.m, e.key)
 	s.mu.used -= e.size
+	s.mu.owners.Add(e.owner, -e.size)
 }
 
 // removeLocked drops e from the index and unlinks its file and pin record.
@@ -455,6 +461,9 @@ func (s *Store) evictLocked(sole bool) int64 {
 		}
 	}
 	victim := n.Value
+	if s.mu.owners.AnyOver() {
+		victim = s.overOwnerVictimLocked(sole, victim)
+	}
 	s.removeLocked(victim)
 	s.mu.stats.Evictions++
 	return victim.size
@@ -681,7 +690,7 @@ func (s *Store) put(it tier.Item) error {
 		}
 		return fmt.Errorf("disk: put %s: %w", it.Key, noSpace(err))
 	}
-	e := &entry{key: it.Key, size: size, sole: sole}
+	e := &entry{key: it.Key, size: size, sole: sole, owner: it.Owner}
 	s.insertLocked(e)
 	var pinErr error
 	if ttl > 0 {

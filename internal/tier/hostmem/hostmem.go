@@ -40,6 +40,7 @@ func (c Config) validate() (Config, error) {
 
 type entry struct {
 	key   tier.Key
+	owner uint16           // tier.Item.Owner (owners.go); 0: none
 	value []byte           // never written by the store (see package doc)
 	node  lru.Node[*entry] // in Store.mu.lru, or in Store.mu.pins while pinned; protected by Store.mu
 }
@@ -65,6 +66,8 @@ type Store struct {
 		pinned int64
 		stats  tier.Stats
 		spill  func([]tier.Item) // see SpillTo; nil: evictions are dropped
+		// owners: per-owner bytes and limits (owners.go).
+		owners tier.OwnerBudgets
 	}
 }
 
@@ -72,6 +75,8 @@ var (
 	_ tier.Store   = (*Store)(nil)
 	_ tier.Spiller = (*Store)(nil)
 	_ tier.Pinner  = (*Store)(nil)
+
+	_ tier.OwnerLimiter = (*Store)(nil)
 )
 
 // SpillTo implements tier.Spiller: fn gets the items each Put evicted.
@@ -101,6 +106,7 @@ func (s *Store) removeLocked(e *entry) {
 	}
 	delete(s.mu.m, e.key)
 	s.mu.used -= e.size()
+	s.mu.owners.Add(e.owner, -e.size())
 }
 
 // pinLocked pins e (or repins it) for ttl from now.
@@ -203,6 +209,7 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 	now := s.nowLocked()
 	for _, it := range items {
 		e := newEntry(it.Key, it.Value)
+		e.owner = it.Owner
 		if e.size() > s.cfg.CapacityBytes {
 			errs = append(errs, tier.TooLarge(it.Key, e.size(), s.cfg.CapacityBytes))
 			continue
@@ -223,16 +230,17 @@ func (s *Store) Put(ctx context.Context, items []tier.Item) error {
 			s.removeLocked(old)
 		}
 		for s.mu.used+e.size() > s.cfg.CapacityBytes {
-			victim := s.mu.lru.Back().Value // used > 0: not empty
+			victim := s.victimLocked() // used > 0: not empty
 			s.removeLocked(victim)
 			s.mu.stats.Evictions++
 			if spill != nil {
-				spilled = append(spilled, tier.Item{Key: victim.key, Value: victim.value})
+				spilled = append(spilled, tier.Item{Key: victim.key, Value: victim.value, Owner: victim.owner})
 			}
 		}
 		s.mu.m[it.Key] = e
 		s.mu.lru.PushFront(&e.node)
 		s.mu.used += e.size()
+		s.mu.owners.Add(e.owner, e.size())
 		if ttl > 0 {
 			if now.IsZero() { // the first pin: nowLocked did not read the clock
 				now = s.cfg.Now()

@@ -89,3 +89,13 @@ func (l *List[T]) Next(n *Node[T]) *Node[T] {
 	}
 	return n.next
 }
+
+// Prev returns the node before n towards the front, or nil at the front (for walks from the
+// back: the least recent first).
+// REQUIRES: n is in l.
+func (l *List[T]) Prev(n *Node[T]) *Node[T] {
+	if n.prev == &l.root {
+		return nil
+	}
+	return n.prev
+}

@@ -1,0 +1,46 @@
+package disk
+
+import "stockpot/internal/tier"
+
+// Per-owner budgets (tier.OwnerLimiter): a tenant's cache_bytes for the disk tier. Entries
+// remember the owner of the block they were written for (tier.Item.Owner); while an owner
+// holds more bytes than its limit, eviction takes that owner's least recently used entry of
+// the classes it may take from (shadowed copies, then sole copies when the Put allows), before
+// the class's own least recently used. Pins are never evicted, as always. Owners are not
+// written to disk: after a restart the blocks found have no owner (they count for nobody
+// until rewritten), so a budget bounds what a tenant writes from then on.
+
+var _ tier.OwnerLimiter = (*Store)(nil)
+
+// SetOwnerLimit implements tier.OwnerLimiter.
+func (s *Store) SetOwnerLimit(owner uint16, bytes int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mu.owners.SetLimit(owner, bytes)
+}
+
+// OwnerBytes is what owner's files take now.
+func (s *Store) OwnerBytes(owner uint16) int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.owners.Used(owner)
+}
+
+// overOwnerVictimLocked returns the least recently used entry of an owner over its limit in
+// the shadowed list, then (when sole allows) in the sole list; def when there is none.
+// REQUIRES: s.mu held.
+func (s *Store) overOwnerVictimLocked(sole bool, def *entry) *entry {
+	for n := s.mu.shadowed.Back(); n != nil; n = s.mu.shadowed.Prev(n) {
+		if o := n.Value.owner; o != 0 && s.mu.owners.Over(o) {
+			return n.Value
+		}
+	}
+	if sole {
+		for n := s.mu.sole.Back(); n != nil; n = s.mu.sole.Prev(n) {
+			if o := n.Value.owner; o != 0 && s.mu.owners.Over(o) {
+				return n.Value
+			}
+		}
+	}
+	return def
+}
