@@ -39,6 +39,14 @@ func (s *Store) readAll(ctx context.Context, keys []tier.Key, found []*entry, st
 			idx = append(idx, i)
 		}
 	}
+	if len(idx) == 1 {
+		// One file: read it on the caller's goroutine. A reader that asks for one key at a
+		// time (offload reads the disk tier so, verifying each block as it arrives) has its
+		// own goroutines in flight; a handoff here would only add a wake-up per block, which
+		// costs most on a loaded machine.
+		out[idx[0]] = s.readOne(keys[idx[0]], found[idx[0]], stamps[idx[0]])
+		return nil
+	}
 	var next, done atomic.Int64
 	var wg sync.WaitGroup
 	for range min(readers, len(idx)) {
