@@ -80,10 +80,11 @@ func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 		decodeGenerateBody(body, &gb)
 		rq.Salt, rq.CacheKey = gb.CacheSalt, gb.PromptCacheKey
 		if r.needs.NeedsTokens(rq) {
-			rq.Tokens = r.promptTokens(req.Context(), &gb)
+			rq.Tokens, rq.pooledTokens = r.promptTokens(req.Context(), &gb)
 		}
 	}
 	r.forward(w, req, body, start, true, func(c []*Backend) Decision { return r.policy.Pick(rq, c) })
+	rq.release() // every pick is done: forward picks only before each attempt
 }
 
 func (r *Router) servePassThrough(w http.ResponseWriter, req *http.Request) {
@@ -101,27 +102,30 @@ func (r *Router) servePassThrough(w http.ResponseWriter, req *http.Request) {
 
 // promptTokens returns the prompt's token ids: taken from the body when the
 // prompt is a token array, else from a backend's /tokenize; nil on failure.
-func (r *Router) promptTokens(ctx context.Context, gb *generateBody) []int32 {
+// pooled, when not nil, is the tokenPool buffer ids live in (Request.pooledTokens:
+// handed back by Request.release).
+func (r *Router) promptTokens(ctx context.Context, gb *generateBody) (ids []int32, pooled *[]int32) {
 	var tb []byte
 	switch {
 	case len(gb.Prompt) > 0 && gb.Prompt[0] == '[':
-		if ids, ok := parseTokenArray(gb.Prompt); ok {
-			return ids
+		p := tokenPool.Get().(*[]int32)
+		if ids, ok := parseTokenArrayInto((*p)[:0], gb.Prompt); ok {
+			return ids, p
 		}
-		var ids []int32
+		tokenPool.Put(p)
 		if json.Unmarshal(gb.Prompt, &ids) == nil {
-			return ids
+			return ids, nil
 		}
-		return nil // a batch of prompts: no single prefix
+		return nil, nil // a batch of prompts: no single prefix
 	case len(gb.Prompt) > 0 && gb.Prompt[0] == '"':
 		tb = append(append([]byte(`{"prompt":`), gb.Prompt...), '}')
 	case len(gb.Messages) > 0 && gb.Messages[0] == '[':
 		tb = append(append([]byte(`{"messages":`), gb.Messages...), '}')
 	default:
-		return nil
+		return nil, nil
 	}
 	if ids, ok := r.toks.get(tb); ok {
-		return ids
+		return ids, nil
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.TokenizeTimeout)
@@ -138,12 +142,12 @@ func (r *Router) promptTokens(ctx context.Context, gb *generateBody) []int32 {
 		if err == nil {
 			r.m.tokenize.WithLabelValues("ok").Observe(since(start))
 			r.toks.put(tb, toks)
-			return toks
+			return toks, nil
 		}
 		r.cfg.Logger.Debug("router: tokenize failed", "backend", b.ID, "err", err)
 	}
 	r.m.tokenize.WithLabelValues("error").Observe(since(start))
-	return nil
+	return nil, nil
 }
 
 func (r *Router) tokenizeOn(ctx context.Context, b *Backend, body []byte) ([]int32, error) {
@@ -202,7 +206,11 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte, 
 		tried = append(tried, b)
 		load := b.inflight.Add(1) - 1
 		if attempt == 0 && generate {
-			r.m.overhead.Observe(since(start))
+			d := time.Since(start)
+			r.m.overhead.Observe(d.Seconds())
+			if r.onOverhead != nil {
+				r.onOverhead(d)
+			}
 		}
 		done, fr, err := r.attempt(w, req, body, b, d, load, generate)
 		b.inflight.Add(-1)
@@ -508,11 +516,21 @@ func parseStreamUsage(tail []byte) usageInfo {
 // int32 ("[1, 2,3]"), the common token-id prompt, about 20× faster than
 // encoding/json. ok=false for anything else; the caller falls back.
 func parseTokenArray(b []byte) (ids []int32, ok bool) {
+	return parseTokenArrayInto(nil, b)
+}
+
+// parseTokenArrayInto is parseTokenArray appending to dst[:0] (grown to len(b)/4 first, a
+// guess that rarely needs a second growth: "1234," is 5 bytes); the result aliases dst when
+// it fits.
+func parseTokenArrayInto(dst []int32, b []byte) (ids []int32, ok bool) {
 	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '[' {
 		return nil, false
 	}
-	ids = make([]int32, 0, len(b)/4)
+	ids = dst[:0]
+	if cap(ids) < len(b)/4 {
+		ids = make([]int32, 0, len(b)/4)
+	}
 	if i = skipWS(b, i+1); i < len(b) && b[i] == ']' {
 		return ids, skipWS(b, i+1) == len(b)
 	}
