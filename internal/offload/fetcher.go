@@ -240,10 +240,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	// (readChunk) verifies each chunk as it arrives, while the next ones are read.
 	vals := make([][]byte, n)
 	dec := make([]checked, n)
-	verify := func(i int) {
-		if vals[i] == nil {
-			return
-		}
+	verify := func(i int, v []byte) {
 		parent := req.Parent
 		if i > 0 {
 			parent = req.Hashes[i-1]
@@ -251,9 +248,9 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		want := tier.Want{Identity: f.cfg.Identity, Root: req.Root, Hash: req.Hashes[i],
 			Parent: parent, Tokens: req.Tokens[i*bs : (i+1)*bs], Layout: f.cfg.Layout}
 		if req.Into != nil {
-			dec[i].rec, dec[i].err = tier.DecodeVerifyInto(vals[i], want, req.Into[i])
+			dec[i].rec, dec[i].err = tier.DecodeVerifyInto(v, want, req.Into[i])
 		} else {
-			dec[i].rec, dec[i].err = tier.DecodeVerify(vals[i], want)
+			dec[i].rec, dec[i].err = tier.DecodeVerify(v, want)
 		}
 	}
 	byTier := make(map[int][]int)
@@ -371,11 +368,14 @@ func readChunk(t kvtier.Tier) int {
 // needs to reach its bandwidth (4 in flight did).
 const chunksInFlight = 8
 
-// readTier reads the blocks idx of req from tier ti into vals and verifies each (verify)
-// once it has arrived: in chunks of readChunk keys, or in one Get. It feeds the cost model
-// the bytes read over the time the tier took to deliver all of them (from the first Get's
-// start to the last one's end; verification is not reading).
-func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, vals [][]byte, dec []checked, verify func(i int)) {
+// readTier reads the blocks idx of req from tier ti into vals and verifies each (verify(i,
+// value) sets dec[i]) once it has arrived: in chunks of readChunk keys, or in one Get. A store
+// that checks its values itself (tier.CheckedGetter: the disk tier) runs verify as its check,
+// on the goroutine that read the value, so a block's bytes are checked once, not by the store
+// and then again by verify. It feeds the cost model the bytes read over the time the tier
+// took to deliver all of them (from the first Get's start to the last one's end; verification
+// is not reading, though a CheckedGetter's ends inside it).
+func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, vals [][]byte, dec []checked, verify func(i int, v []byte)) {
 	t := f.tiers[ti]
 	rc, _ := t.Store.(tier.Recycler)
 	chunk := readChunk(t.Tier)
@@ -398,7 +398,11 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 				for j, i := range part {
 					keys[j] = tier.Key{Root: req.Root, Hash: req.Hashes[i]}
 				}
-				got, own, n, err := f.get(ctx, ti, keys)
+				check := func(j int, v []byte) error {
+					verify(part[j], v)
+					return dec[part[j]].err
+				}
+				got, own, ok, n, err := f.get(ctx, ti, keys, check)
 				for end := int64(time.Since(start)); ; {
 					if old := lastEnd.Load(); old >= end || lastEnd.CompareAndSwap(old, end) {
 						break
@@ -411,7 +415,11 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 				for j, i := range part {
 					vals[i] = got[j]
 				}
-				verifyAll(len(part), func(j int) { verify(part[j]) })
+				verifyAll(len(part), func(j int) {
+					if got[j] != nil && !ok[j] { // not verified by the store's check
+						verify(part[j], got[j])
+					}
+				})
 				if rc != nil && req.Into != nil && !f.promotes(t.Tier) {
 					f.recycle(rc, part, got, own, dec)
 				}
@@ -445,10 +453,11 @@ func (f *Fetcher) recycle(rc tier.Recycler, part []int, got [][]byte, own []bool
 // get reads keys from tier ti, joining reads of the same keys already in
 // flight (singleflight) and leading one batched Get for the rest. It returns
 // the values; own[i], whether value i is this call's alone (its own Get read it
-// and no other fetch joined that read); the bytes its own Get read; and that
-// Get's error.
-func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) (out [][]byte, own []bool, bytes int64, getErr error) {
-	out, own = make([][]byte, len(keys)), make([]bool, len(keys))
+// and no other fetch joined that read); checked[i], whether check(i, value)
+// verified value i inside the store's read (a tier.CheckedGetter, for the keys
+// this call led) and stood; the bytes its own Get read; and that Get's error.
+func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key, check func(i int, v []byte) error) (out [][]byte, own, checked []bool, bytes int64, getErr error) {
+	out, own, checked = make([][]byte, len(keys)), make([]bool, len(keys)), make([]bool, len(keys))
 	var lead []int
 	var leadCalls []*call
 	wait := make(map[int]*call)
@@ -472,7 +481,14 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) (out [][]byt
 		}
 		t := f.tiers[ti]
 		start := time.Now()
-		vals, err := t.Store.Get(ctx, lk)
+		var vals [][]byte
+		var ok []bool
+		var err error
+		if cg, is := t.Store.(tier.CheckedGetter); is && check != nil {
+			vals, ok, err = cg.GetChecked(ctx, lk, func(j int, v []byte) error { return check(lead[j], v) })
+		} else {
+			vals, err = t.Store.Get(ctx, lk)
+		}
 		d := time.Since(start)
 		f.metrics.ObserveRead(t.Tier.String(), d)
 		f.mu.Lock()
@@ -480,6 +496,7 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) (out [][]byt
 			if err == nil {
 				leadCalls[j].val = vals[j]
 				bytes += int64(len(vals[j]))
+				checked[i] = ok != nil && ok[j]
 			}
 			out[i] = leadCalls[j].val
 			own[i] = leadCalls[j].waiters == 0 // and none can join: the entry goes now
@@ -496,7 +513,7 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key) (out [][]byt
 		case <-ctx.Done():
 		}
 	}
-	return out, own, bytes, getErr
+	return out, own, checked, bytes, getErr
 }
 
 // verifyAll runs fn(0..n-1) on up to GOMAXPROCS goroutines. Blocks are independent, so the
