@@ -259,6 +259,10 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	}
 	var wg sync.WaitGroup
 	for ti, idx := range byTier {
+		if len(byTier) == 1 { // one tier (the usual case): no goroutine to wake
+			f.readTier(ctx, ti, req, idx, vals, dec, verify)
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -388,9 +392,9 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 	var next, lastEnd atomic.Int64
 	var wg sync.WaitGroup
 	start := time.Now()
-	for range min(chunksInFlight, nchunks) {
+	for w := range min(chunksInFlight, nchunks) {
 		wg.Add(1)
-		go func() {
+		run := func() {
 			defer wg.Done()
 			for c := int(next.Add(1) - 1); c < nchunks && ctx.Err() == nil; c = int(next.Add(1) - 1) {
 				part := idx[c*chunk : min((c+1)*chunk, len(idx))]
@@ -424,7 +428,12 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 					f.recycle(rc, part, got, own, dec)
 				}
 			}
-		}()
+		}
+		if w == min(chunksInFlight, nchunks)-1 {
+			run() // the last reader is this goroutine: one wake-up fewer (all of them for one chunk)
+		} else {
+			go run()
+		}
 	}
 	wg.Wait()
 	if !failed.Load() && bytes.Load() > 0 {
@@ -516,8 +525,8 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key, check func(i
 	return out, own, checked, bytes, getErr
 }
 
-// verifyAll runs fn(0..n-1) on up to GOMAXPROCS goroutines. Blocks are independent, so the
-// order does not matter; small batches stay on the caller's goroutine.
+// verifyAll runs fn(0..n-1) on up to GOMAXPROCS goroutines, the caller's among them. Blocks
+// are independent, so the order does not matter; small batches stay on the caller's goroutine.
 func verifyAll(n int, fn func(i int)) {
 	workers := min(runtime.GOMAXPROCS(0), n)
 	if workers <= 1 {
@@ -528,14 +537,18 @@ func verifyAll(n int, fn func(i int)) {
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range workers {
+	work := func() {
+		for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+			fn(i)
+		}
+	}
+	for range workers - 1 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-				fn(i)
-			}
+			work()
 		}()
 	}
+	work() // the caller is a worker too: on a loaded machine the others may start late
 	wg.Wait()
 }
