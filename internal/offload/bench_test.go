@@ -215,6 +215,15 @@ func directRead(b *testing.B, files []string, workers int, bufs [][]byte) {
 	wg.Wait()
 }
 
+// cpuTime is the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // alignedBufs returns n buffers of size bytes (rounded up to 4 KiB), 4 KiB aligned.
 func alignedBufs(n, size int) [][]byte {
 	size = (size + 4095) &^ 4095
@@ -246,18 +255,20 @@ func BenchmarkRestoreDiskVsDirect(b *testing.B) {
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
 			var r ratios
-			var tq time.Duration
+			var tq, cr, cp time.Duration
 			b.SetBytes(bytes)
 			b.ReportAllocs()
 			for b.Loop() {
 				evictFiles(b, files)
-				t0 := time.Now()
+				t0, c0 := time.Now(), cpuTime()
 				restore(b, kvtier.Disk, d, recs, arena, m.into)
 				tr := time.Since(t0)
+				cr += cpuTime() - c0
 				evictFiles(b, files)
-				t0 = time.Now()
+				t0, c0 = time.Now(), cpuTime()
 				directRead(b, files, 8, bufs)
 				r.add(tr, time.Since(t0))
+				cp += cpuTime() - c0
 				evictFiles(b, files)
 				t0 = time.Now()
 				directRead(b, files, 1, bufs)
@@ -265,6 +276,11 @@ func BenchmarkRestoreDiskVsDirect(b *testing.B) {
 			}
 			r.report(b, bytes)
 			b.ReportMetric(float64(b.N)*float64(bytes)/tq.Seconds()/1e9, "qd1_GB/s")
+			// CPU (user + system, the whole process) per GB: what a restore needs beyond the
+			// device, and so what a loaded machine slows it by.
+			gb := float64(b.N) * float64(bytes) / 1e9
+			b.ReportMetric(cr.Seconds()*1e3/gb, "restore_cpu_ms/GB")
+			b.ReportMetric(cp.Seconds()*1e3/gb, "peer_cpu_ms/GB")
 		})
 	}
 }
