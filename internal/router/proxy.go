@@ -76,11 +76,23 @@ func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 	rq := &Request{SessionID: req.Header.Get("X-Session-ID"), peers: r.backends()}
 	if r.needs != nil {
 		var gb generateBody
-		// A malformed body is routed anyway; the backend answers the 400.
-		decodeGenerateBody(body, &gb)
+		// A malformed body is routed anyway; the backend answers the 400. A token-array
+		// prompt is parsed as the body is scanned, into a pooled buffer.
+		p := tokenPool.Get().(*[]int32)
+		toks := decodeGenerateBodyTokens(body, &gb, (*p)[:0])
 		rq.Salt, rq.CacheKey = gb.CacheSalt, gb.PromptCacheKey
 		if r.needs.NeedsTokens(rq) {
-			rq.Tokens, rq.pooledTokens = r.promptTokens(req.Context(), &gb)
+			if toks != nil {
+				rq.Tokens, rq.pooledTokens, p = toks, p, nil
+			} else {
+				rq.Tokens, rq.pooledTokens = r.promptTokens(req.Context(), &gb)
+			}
+		}
+		if p != nil {
+			if toks != nil {
+				*p = toks[:0] // keep the buffer the parse may have grown
+			}
+			tokenPool.Put(p)
 		}
 	}
 	r.forward(w, req, body, start, true, func(c []*Backend) Decision { return r.policy.Pick(rq, c) })
@@ -523,16 +535,23 @@ func parseTokenArray(b []byte) (ids []int32, ok bool) {
 // guess that rarely needs a second growth: "1234," is 5 bytes); the result aliases dst when
 // it fits.
 func parseTokenArrayInto(dst []int32, b []byte) (ids []int32, ok bool) {
-	i := skipWS(b, 0)
+	ids, end, ok := parseTokenArrayAt(dst, b, skipWS(b, 0))
+	return ids, ok && skipWS(b, end) == len(b)
+}
+
+// parseTokenArrayAt parses the token array starting at b[i] ('[') into dst[:0] and returns
+// its end (just past the ']'); what follows is the caller's. It accepts what
+// parseTokenArray accepts.
+func parseTokenArrayAt(dst []int32, b []byte, i int) (ids []int32, end int, ok bool) {
 	if i >= len(b) || b[i] != '[' {
-		return nil, false
+		return nil, 0, false
 	}
 	ids = dst[:0]
-	if cap(ids) < len(b)/4 {
-		ids = make([]int32, 0, len(b)/4)
+	if n := (len(b) - i) / 4; ids == nil || cap(ids) < n { // never nil: [] is a prompt
+		ids = make([]int32, 0, n)
 	}
 	if i = skipWS(b, i+1); i < len(b) && b[i] == ']' {
-		return ids, skipWS(b, i+1) == len(b)
+		return ids, i + 1, true
 	}
 	for {
 		// The common separator is a bare comma; skipWS handles the rest.
@@ -543,7 +562,7 @@ func parseTokenArrayInto(dst []int32, b []byte) (ids []int32, ok bool) {
 		}
 		// Ten digits can exceed int32 but not uint64; more is out of range anyway.
 		if i == start || i-start > 10 || v > 1<<31-1 || b[start] == '0' && i-start > 1 {
-			return nil, false // no digits, out of range, or a leading zero (not JSON)
+			return nil, 0, false // no digits, out of range, or a leading zero (not JSON)
 		}
 		ids = append(ids, int32(v))
 		if i < len(b) && b[i] == ',' {
@@ -556,15 +575,15 @@ func parseTokenArrayInto(dst []int32, b []byte) (ids []int32, ok bool) {
 		}
 		i = skipWS(b, i)
 		if i >= len(b) {
-			return nil, false
+			return nil, 0, false
 		}
 		switch b[i] {
 		case ']':
-			return ids, skipWS(b, i+1) == len(b)
+			return ids, i + 1, true
 		case ',':
 			i = skipWS(b, i+1)
 		default:
-			return nil, false
+			return nil, 0, false
 		}
 	}
 }
