@@ -102,3 +102,66 @@ func TestGetCheckedDirect(t *testing.T) {
 		}
 	}
 }
+
+// FuzzGetChecked: whatever bytes a block's file holds, GetChecked serves what Get serves (the
+// value, or Corrupted), deletes and counts what Get does, and says checked only for a value
+// that is an intact record.
+func FuzzGetChecked(f *testing.F) {
+	recs := tiertest.Chain(digestA, rootA, tiertest.SmallLayout, 1, 6)
+	item := tiertest.Items(recs)[0]
+	dir := f.TempDir()
+	seed, err := Open(Config{Dir: dir, CapacityBytes: 1 << 20, IdentityDigest: digestA})
+	if err != nil {
+		f.Fatal(err)
+	}
+	seed.Put(ctx, []tier.Item{{Key: item.Key, Value: bytes.Clone(item.Value)}})
+	good, err := os.ReadFile(filepath.Join(seed.Dir(), fileName(item.Key)))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { seed.Close() })
+	f.Add(good)
+	for _, off := range []int{7, 120, len(good) / 2, len(good) - 2} {
+		bad := bytes.Clone(good)
+		bad[off] ^= 0x10
+		f.Add(bad)
+	}
+	f.Add(good[:len(good)-1])
+	s := seed // one store for every input: each read below re-puts the block first
+	f.Fuzz(func(t *testing.T, file []byte) {
+		path := filepath.Join(s.Dir(), fileName(item.Key))
+		read := func(checkedGet bool) (v []byte, checked, kept bool) {
+			s.Put(ctx, []tier.Item{{Key: item.Key, Value: bytes.Clone(item.Value)}})
+			if err := os.WriteFile(path, file, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var vals [][]byte
+			var ok []bool
+			var err error
+			if checkedGet {
+				calls := 0
+				vals, ok, err = s.GetChecked(ctx, []tier.Key{item.Key}, decodeCheck(&calls))
+			} else {
+				vals, err = s.Get(ctx, []tier.Key{item.Key})
+				ok = []bool{false}
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, statErr := os.Stat(path)
+			return bytes.Clone(vals[0]), ok[0], statErr == nil
+		}
+		c0 := s.Corrupt()
+		want, _, wantKept := read(false)
+		c1 := s.Corrupt()
+		got, checked, kept := read(true)
+		if c2 := s.Corrupt(); !bytes.Equal(got, want) || kept != wantKept || c2-c1 != c1-c0 {
+			t.Fatalf("GetChecked served %.16q (kept %v, %d counted corrupt), Get %.16q (kept %v, %d)", got, kept, c2-c1, want, wantKept, c1-c0)
+		}
+		if checked {
+			if _, err := tier.Decode(got); err != nil {
+				t.Fatalf("checked a value that is no intact record: %v", err)
+			}
+		}
+	})
+}
