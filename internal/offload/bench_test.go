@@ -238,7 +238,9 @@ func alignedBufs(n, size int) [][]byte {
 
 // Disk -> arena from a cold page cache (every round evicts the files first, untimed) against
 // O_DIRECT reads of the same files, 8 at a time (as the disk tier reads), in the same run.
-// qd1_GB/s is the peer read one file at a time.
+// qd1_GB/s is the peer read one file at a time (a sequential O_DIRECT read), and
+// restore/qd1_speed the restore against it; restore_cpu_ms/GB and peer_cpu_ms/GB are each
+// side's CPU time per GB.
 func BenchmarkRestoreDiskVsDirect(b *testing.B) {
 	recs := tiertest.Chain(identity, root, benchLayout, benchBlocks, 3)
 	d, err := disk.Open(disk.Config{Dir: b.TempDir(), CapacityBytes: 1 << 30, IdentityDigest: identity})
@@ -276,6 +278,11 @@ func BenchmarkRestoreDiskVsDirect(b *testing.B) {
 			}
 			r.report(b, bytes)
 			b.ReportMetric(float64(b.N)*float64(bytes)/tq.Seconds()/1e9, "qd1_GB/s")
+			var trs time.Duration // the restores' total, against the sequential peer's
+			for _, d := range r.r {
+				trs += d
+			}
+			b.ReportMetric(tq.Seconds()/trs.Seconds(), "restore/qd1_speed")
 			// CPU (user + system, the whole process) per GB: what a restore needs beyond the
 			// device, and so what a loaded machine slows it by.
 			gb := float64(b.N) * float64(bytes) / 1e9
