@@ -215,6 +215,15 @@ func directRead(b *testing.B, files []string, workers int, bufs [][]byte) {
 	wg.Wait()
 }
 
+// cpuTime is the process's user + system CPU time so far.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // alignedBufs returns n buffers of size bytes (rounded up to 4 KiB), 4 KiB aligned.
 func alignedBufs(n, size int) [][]byte {
 	size = (size + 4095) &^ 4095
@@ -229,7 +238,9 @@ func alignedBufs(n, size int) [][]byte {
 
 // Disk -> arena from a cold page cache (every round evicts the files first, untimed) against
 // O_DIRECT reads of the same files, 8 at a time (as the disk tier reads), in the same run.
-// qd1_GB/s is the peer read one file at a time.
+// qd1_GB/s is the peer read one file at a time (a sequential O_DIRECT read), and
+// restore/qd1_speed the restore against it; restore_cpu_ms/GB and peer_cpu_ms/GB are each
+// side's CPU time per GB.
 func BenchmarkRestoreDiskVsDirect(b *testing.B) {
 	recs := tiertest.Chain(identity, root, benchLayout, benchBlocks, 3)
 	d, err := disk.Open(disk.Config{Dir: b.TempDir(), CapacityBytes: 1 << 30, IdentityDigest: identity})
@@ -246,18 +257,20 @@ func BenchmarkRestoreDiskVsDirect(b *testing.B) {
 	for _, m := range modes {
 		b.Run(m.name, func(b *testing.B) {
 			var r ratios
-			var tq time.Duration
+			var tq, cr, cp time.Duration
 			b.SetBytes(bytes)
 			b.ReportAllocs()
 			for b.Loop() {
 				evictFiles(b, files)
-				t0 := time.Now()
+				t0, c0 := time.Now(), cpuTime()
 				restore(b, kvtier.Disk, d, recs, arena, m.into)
 				tr := time.Since(t0)
+				cr += cpuTime() - c0
 				evictFiles(b, files)
-				t0 = time.Now()
+				t0, c0 = time.Now(), cpuTime()
 				directRead(b, files, 8, bufs)
 				r.add(tr, time.Since(t0))
+				cp += cpuTime() - c0
 				evictFiles(b, files)
 				t0 = time.Now()
 				directRead(b, files, 1, bufs)
@@ -265,6 +278,16 @@ func BenchmarkRestoreDiskVsDirect(b *testing.B) {
 			}
 			r.report(b, bytes)
 			b.ReportMetric(float64(b.N)*float64(bytes)/tq.Seconds()/1e9, "qd1_GB/s")
+			var trs time.Duration // the restores' total, against the sequential peer's
+			for _, d := range r.r {
+				trs += d
+			}
+			b.ReportMetric(tq.Seconds()/trs.Seconds(), "restore/qd1_speed")
+			// CPU (user + system, the whole process) per GB: what a restore needs beyond the
+			// device, and so what a loaded machine slows it by.
+			gb := float64(b.N) * float64(bytes) / 1e9
+			b.ReportMetric(cr.Seconds()*1e3/gb, "restore_cpu_ms/GB")
+			b.ReportMetric(cp.Seconds()*1e3/gb, "peer_cpu_ms/GB")
 		})
 	}
 }

@@ -121,9 +121,12 @@
 // pass (tier.DecodeVerifyInto: 4 KiB chunks, checksummed, then copied out of
 // L1), on all cores, so a host-tier restore reads the bytes once where it
 // used to verify them and then copy them on the engine's goroutine. The disk
-// tier is read in chunks of 4 keys, 4 Gets in flight (readChunk), each chunk
-// verified as it arrives while the next are read; the disk store reads a
-// Get's files in parallel, with O_DIRECT for files the page cache lacks. What
+// tier is read one key per Get, 8 Gets in flight (readChunk), each block
+// verified on the goroutine that read it as soon as it arrives, while the
+// other reads keep the device busy; the disk store reads with O_DIRECT the
+// files the page cache lacks, and runs that verification as its own check of
+// the file (tier.CheckedGetter), so a block read from disk is checksummed
+// once, not by the store and again by the fetch. What
 // a fetch alone read and decoded into the pool goes back to a tier.Recycler
 // (the disk's aligned read buffers), so a restore does not allocate and zero
 // its reads afresh. The benchmarks (bench_test.go) state each path as a ratio

@@ -3,6 +3,9 @@ package offload
 import (
 	"bytes"
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
@@ -174,5 +177,44 @@ func TestFetchRecycles(t *testing.T) {
 	}
 	if st.recycled != 0 {
 		t.Fatalf("recycled %d shared values", st.recycled)
+	}
+}
+
+// From the disk tier (a tier.CheckedGetter: the fetch's verification is the store's check, one
+// pass over each block), damage is found and counted exactly as with the store's own
+// checksum: a flipped K/V byte and a flipped file trailer (the record itself intact) both stop
+// the prefix as "checksum", and the store deletes and counts both files; the intact blocks
+// land in their destinations.
+func TestFetchIntoFromDiskChecked(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, _ := NewMetrics(reg)
+	d := openDisk(t, t.TempDir(), 1<<20, nil)
+	recs := tiertest.Chain(identity, root, layout, 6, 43)
+	d.Put(ctx, tiertest.Items(recs))
+	flip := func(i, fromEnd int) {
+		path := filepath.Join(d.Dir(), fmt.Sprintf("%x-%x.kv", recs[i].Root[:], recs[i].Hash[:]))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b[len(b)-fromEnd] ^= 1
+		os.WriteFile(path, b, 0o644)
+	}
+	flip(3, 4)   // the file's trailer: the record inside is intact
+	flip(4, 300) // the record's K/V
+	f := newFetcher(t, []Tier{{kvtier.Disk, d}}, m, nil)
+	req := request(recs)
+	req.Into = destinations(len(recs))
+	res := fetch(t, f, req)
+	if res.Usable != 3 || res.Blocks[3].Reason != tier.ReasonChecksum || res.Blocks[4].Reason != tier.ReasonChecksum {
+		t.Fatalf("usable %d, reasons %q %q; want 3, checksum, checksum", res.Usable, res.Blocks[3].Reason, res.Blocks[4].Reason)
+	}
+	for i := range 3 {
+		if !bytes.Equal(req.Into[i], recs[i].KV) {
+			t.Fatalf("block %d: destination does not hold its K/V", i)
+		}
+	}
+	if d.Corrupt() != 2 || d.Stats().Items != int64(len(recs)-2) {
+		t.Fatalf("disk: corrupt %d, items %d; want 2, %d", d.Corrupt(), d.Stats().Items, len(recs)-2)
 	}
 }

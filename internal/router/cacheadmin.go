@@ -70,11 +70,12 @@ func (r *Router) servePrewarm(w http.ResponseWriter, req *http.Request) {
 	var pb generateBody           // a prewarm's prompt, messages, salt and key read as a completion's
 	_ = json.Unmarshal(body, &pb) // a malformed body is routed anyway; the replica answers the 400
 	rq := &Request{Salt: pb.CacheSalt, CacheKey: pb.PromptCacheKey, SessionID: req.Header.Get("X-Session-ID"), peers: r.backends(), remote: r.remote}
+	defer rq.release()
 	if r.prewarmTenant(w, req, body, rq) {
 		return // a public prefix went to every replica
 	}
 	if r.needs != nil && r.needs.NeedsTokens(rq) {
-		rq.Tokens = r.promptTokens(req.Context(), &pb)
+		rq.Tokens, rq.pooledTokens = r.promptTokens(req.Context(), &pb)
 	}
 	var tried []*Backend
 	var last *failedResp

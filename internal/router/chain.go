@@ -20,11 +20,18 @@ type hashChain struct {
 	tokens    []int32
 	root      prefix.Hash
 	hashes    []prefix.Hash // hashes[i] covers tokens[:(i+1)*blockSize]
+	started   bool          // root (and rootK) computed, hashes and keys sized
 
 	cache *hashCache // nil: no cache
 	keys  []fastKey  // keys[j] is run j's cache key (with a cache)
 	rootK fastKey
 	buf   []byte // runKey's scratch
+}
+
+// reset empties c for reuse (chainPool), keeping its buffers' capacity and dropping every
+// reference to the request's data.
+func (c *hashChain) reset() {
+	*c = hashChain{hashes: c.hashes[:0], keys: c.keys[:0], buf: c.buf[:0]}
 }
 
 // blocks is how many full blocks the prompt has (the most hashes there can be).
@@ -43,12 +50,17 @@ func (c *hashChain) extend(n int) {
 	if n <= len(c.hashes) {
 		return
 	}
-	if c.hashes == nil {
+	if !c.started {
+		c.started = true
 		c.root = prefix.Root([]byte(c.identity), c.salt)
-		c.hashes = make([]prefix.Hash, 0, c.blocks()) // one allocation, 32 bytes a block
+		if cap(c.hashes) < c.blocks() {
+			c.hashes = make([]prefix.Hash, 0, c.blocks()) // one allocation, 32 bytes a block
+		}
 		if c.cache != nil {
 			c.rootK = c.cache.rootKey(c.root)
-			c.keys = make([]fastKey, 0, c.blocks()/runBlocks)
+			if cap(c.keys) < c.blocks()/runBlocks {
+				c.keys = make([]fastKey, 0, c.blocks()/runBlocks)
+			}
 		}
 	}
 	bs := c.blockSize
@@ -75,7 +87,7 @@ func (c *hashChain) extend(n int) {
 // the keys up to it.
 func (c *hashChain) runKey(j int) fastKey {
 	span := runBlocks * c.blockSize
-	if c.buf == nil {
+	if cap(c.buf) < 8+4*span {
 		c.buf = make([]byte, 0, 8+4*span)
 	}
 	for k := len(c.keys); k <= j; k++ {

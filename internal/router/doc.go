@@ -33,12 +33,17 @@
 // # Hot path
 //
 // Per request the router reads three fields of the body with a hand scanner
-// (scan.go; encoding/json when in doubt, and fuzzed against it), takes a
-// token-array prompt as it is or asks a replica's /tokenize (remembered by
-// request bytes: tokcache.go), and kv-aware hashes the prompt's blocks only
-// as far as some replica's index walk gets (chain.go), taking known blocks'
-// hashes from a bounded cache of earlier prompts' chains (hashcache.go), so
-// an agent's next turn pays SHA-256 only for its new blocks.
+// (scan.go; encoding/json when in doubt, and fuzzed against it), parses a
+// token-array prompt in the same pass or asks a replica's /tokenize
+// (remembered by request bytes: tokcache.go), and kv-aware hashes the
+// prompt's blocks only as far as some replica's index walk gets (chain.go),
+// taking known blocks' hashes from a bounded cache of earlier prompts' chains
+// (hashcache.go), so an agent's next turn pays SHA-256 only for its new
+// blocks. The pick's scratch (token ids, chain hashes, run keys) is pooled
+// and handed back once the request is forwarded (Request.release): the
+// collector's runs, and with them the request path's tail, do not grow with
+// prompt length. BenchmarkPickAdded states the pick's added latency at p50
+// and p99 against round-robin and direct requests in the same run.
 //
 // # Anti-hot-spot rules
 //

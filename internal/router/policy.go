@@ -69,8 +69,39 @@ type Request struct {
 	keyDone bool
 	key     uint64
 	// chains memoizes block hashes by identity and block size: replicas of
-	// one model share one chain, so this is usually computed once.
-	chains []*hashChain
+	// one model share one chain, so this is usually computed once. Each comes
+	// from chainPool; release hands them back. chainsBuf backs chains for the
+	// usual one or two.
+	chains    []*hashChain
+	chainsBuf [2]*hashChain
+	// pooledTokens: Tokens came from tokenPool (parseTokenArray into a pooled
+	// buffer); release hands it back.
+	pooledTokens *[]int32
+}
+
+// chainPool and tokenPool hold the per-request scratch of the kv-aware pick (a chain's
+// hashes, run keys and key buffer; the prompt's parsed token ids), about 25 KB for a
+// 2048-token prompt: allocated afresh for every request it was most of what the pick
+// allocated, and so most of what made the collector run on the request path.
+var (
+	chainPool = sync.Pool{New: func() any { return new(hashChain) }}
+	tokenPool = sync.Pool{New: func() any { return new([]int32) }}
+)
+
+// release hands the request's pooled scratch back (its chains and, when pooled, Tokens).
+// The Request, its Tokens and every slice its chains returned must not be used after.
+func (r *Request) release() {
+	for i, c := range r.chains {
+		c.reset()
+		chainPool.Put(c)
+		r.chains[i] = nil
+	}
+	r.chains = nil
+	if p := r.pooledTokens; p != nil {
+		*p = r.Tokens[:0]
+		r.Tokens, r.pooledTokens = nil, nil
+		tokenPool.Put(p)
+	}
 }
 
 // affinityKey is the hash of the salt and prompt_cache_key when there is a
@@ -159,7 +190,11 @@ func (r *Request) chain(identity []byte, blockSize int, cache *hashCache) *hashC
 			return c
 		}
 	}
-	c := &hashChain{identity: string(identity), blockSize: blockSize, salt: r.Salt, tokens: r.Tokens, cache: cache}
+	c := chainPool.Get().(*hashChain)
+	c.identity, c.blockSize, c.salt, c.tokens, c.cache = string(identity), blockSize, r.Salt, r.Tokens, cache
+	if r.chains == nil {
+		r.chains = r.chainsBuf[:0]
+	}
 	r.chains = append(r.chains, c)
 	return c
 }
@@ -478,9 +513,10 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 	if peers == nil {
 		peers = c
 	}
-	var shared []*replicaIndex
+	var sharedBuf [8]*replicaIndex // no allocation for up to 8 live replicas
+	shared := sharedBuf[:0]
 	if r.remote != nil {
-		shared = []*replicaIndex{r.remote}
+		shared = append(shared, r.remote)
 	} else {
 		for _, b := range peers {
 			if b.liveIndexAt(p.cfg.StaleAfter, now) {

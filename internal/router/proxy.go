@@ -76,14 +76,27 @@ func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 	rq := &Request{SessionID: req.Header.Get("X-Session-ID"), peers: r.backends(), remote: r.remote, Namespace: tenantOf(req).Salt("")}
 	if r.needs != nil {
 		var gb generateBody
-		// A malformed body is routed anyway; the backend answers the 400.
-		decodeGenerateBody(body, &gb)
+		// A malformed body is routed anyway; the backend answers the 400. A token-array
+		// prompt is parsed as the body is scanned, into a pooled buffer.
+		p := tokenPool.Get().(*[]int32)
+		toks := decodeGenerateBodyTokens(body, &gb, (*p)[:0])
 		rq.Salt, rq.CacheKey = routingSalt(req, gb.CacheSalt), gb.PromptCacheKey
 		if r.needs.NeedsTokens(rq) {
-			rq.Tokens = r.promptTokens(req.Context(), &gb)
+			if toks != nil {
+				rq.Tokens, rq.pooledTokens, p = toks, p, nil
+			} else {
+				rq.Tokens, rq.pooledTokens = r.promptTokens(req.Context(), &gb)
+			}
+		}
+		if p != nil {
+			if toks != nil {
+				*p = toks[:0] // keep the buffer the parse may have grown
+			}
+			tokenPool.Put(p)
 		}
 	}
 	r.forward(w, req, body, start, true, func(c []*Backend) Decision { return r.policy.Pick(rq, c) })
+	rq.release() // every pick is done: forward picks only before each attempt
 }
 
 func (r *Router) servePassThrough(w http.ResponseWriter, req *http.Request) {
@@ -101,27 +114,30 @@ func (r *Router) servePassThrough(w http.ResponseWriter, req *http.Request) {
 
 // promptTokens returns the prompt's token ids: taken from the body when the
 // prompt is a token array, else from a backend's /tokenize; nil on failure.
-func (r *Router) promptTokens(ctx context.Context, gb *generateBody) []int32 {
+// pooled, when not nil, is the tokenPool buffer ids live in (Request.pooledTokens:
+// handed back by Request.release).
+func (r *Router) promptTokens(ctx context.Context, gb *generateBody) (ids []int32, pooled *[]int32) {
 	var tb []byte
 	switch {
 	case len(gb.Prompt) > 0 && gb.Prompt[0] == '[':
-		if ids, ok := parseTokenArray(gb.Prompt); ok {
-			return ids
+		p := tokenPool.Get().(*[]int32)
+		if ids, ok := parseTokenArrayInto((*p)[:0], gb.Prompt); ok {
+			return ids, p
 		}
-		var ids []int32
+		tokenPool.Put(p)
 		if json.Unmarshal(gb.Prompt, &ids) == nil {
-			return ids
+			return ids, nil
 		}
-		return nil // a batch of prompts: no single prefix
+		return nil, nil // a batch of prompts: no single prefix
 	case len(gb.Prompt) > 0 && gb.Prompt[0] == '"':
 		tb = append(append([]byte(`{"prompt":`), gb.Prompt...), '}')
 	case len(gb.Messages) > 0 && gb.Messages[0] == '[':
 		tb = append(append([]byte(`{"messages":`), gb.Messages...), '}')
 	default:
-		return nil
+		return nil, nil
 	}
 	if ids, ok := r.toks.get(tb); ok {
-		return ids
+		return ids, nil
 	}
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.TokenizeTimeout)
@@ -138,12 +154,12 @@ func (r *Router) promptTokens(ctx context.Context, gb *generateBody) []int32 {
 		if err == nil {
 			r.m.tokenize.WithLabelValues("ok").Observe(since(start))
 			r.toks.put(tb, toks)
-			return toks
+			return toks, nil
 		}
 		r.cfg.Logger.Debug("router: tokenize failed", "backend", b.ID, "err", err)
 	}
 	r.m.tokenize.WithLabelValues("error").Observe(since(start))
-	return nil
+	return nil, nil
 }
 
 func (r *Router) tokenizeOn(ctx context.Context, b *Backend, body []byte) ([]int32, error) {
@@ -202,7 +218,11 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte, 
 		tried = append(tried, b)
 		load := b.inflight.Add(1) - 1
 		if attempt == 0 && generate {
-			r.m.overhead.Observe(since(start))
+			d := time.Since(start)
+			r.m.overhead.Observe(d.Seconds())
+			if r.onOverhead != nil {
+				r.onOverhead(d)
+			}
 		}
 		done, fr, err := r.attempt(w, req, body, b, d, load, generate)
 		b.inflight.Add(-1)
@@ -508,13 +528,30 @@ func parseStreamUsage(tail []byte) usageInfo {
 // int32 ("[1, 2,3]"), the common token-id prompt, about 20× faster than
 // encoding/json. ok=false for anything else; the caller falls back.
 func parseTokenArray(b []byte) (ids []int32, ok bool) {
-	i := skipWS(b, 0)
+	return parseTokenArrayInto(nil, b)
+}
+
+// parseTokenArrayInto is parseTokenArray appending to dst[:0] (grown to len(b)/4 first, a
+// guess that rarely needs a second growth: "1234," is 5 bytes); the result aliases dst when
+// it fits.
+func parseTokenArrayInto(dst []int32, b []byte) (ids []int32, ok bool) {
+	ids, end, ok := parseTokenArrayAt(dst, b, skipWS(b, 0))
+	return ids, ok && skipWS(b, end) == len(b)
+}
+
+// parseTokenArrayAt parses the token array starting at b[i] ('[') into dst[:0] and returns
+// its end (just past the ']'); what follows is the caller's. It accepts what
+// parseTokenArray accepts.
+func parseTokenArrayAt(dst []int32, b []byte, i int) (ids []int32, end int, ok bool) {
 	if i >= len(b) || b[i] != '[' {
-		return nil, false
+		return nil, 0, false
 	}
-	ids = make([]int32, 0, len(b)/4)
+	ids = dst[:0]
+	if n := (len(b) - i) / 4; ids == nil || cap(ids) < n { // never nil: [] is a prompt
+		ids = make([]int32, 0, n)
+	}
 	if i = skipWS(b, i+1); i < len(b) && b[i] == ']' {
-		return ids, skipWS(b, i+1) == len(b)
+		return ids, i + 1, true
 	}
 	for {
 		// The common separator is a bare comma; skipWS handles the rest.
@@ -525,7 +562,7 @@ func parseTokenArray(b []byte) (ids []int32, ok bool) {
 		}
 		// Ten digits can exceed int32 but not uint64; more is out of range anyway.
 		if i == start || i-start > 10 || v > 1<<31-1 || b[start] == '0' && i-start > 1 {
-			return nil, false // no digits, out of range, or a leading zero (not JSON)
+			return nil, 0, false // no digits, out of range, or a leading zero (not JSON)
 		}
 		ids = append(ids, int32(v))
 		if i < len(b) && b[i] == ',' {
@@ -538,15 +575,15 @@ func parseTokenArray(b []byte) (ids []int32, ok bool) {
 		}
 		i = skipWS(b, i)
 		if i >= len(b) {
-			return nil, false
+			return nil, 0, false
 		}
 		switch b[i] {
 		case ']':
-			return ids, skipWS(b, i+1) == len(b)
+			return ids, i + 1, true
 		case ',':
 			i = skipWS(b, i+1)
 		default:
-			return nil, false
+			return nil, 0, false
 		}
 	}
 }

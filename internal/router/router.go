@@ -197,12 +197,15 @@ type Router struct {
 	// events reads the replicas' block events with the events key.
 	events *http.Client
 
-	m      *metrics
-	keys   *keyMetrics      // prompt_cache_key counts (cachekey.go)
-	dash   *routerDashboard // GET /dashboard (dashboard.go)
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	m *metrics
+	// onOverhead, when set (benchmarks), also gets each generate request's pre-upstream time
+	// (the stockpot_router_overhead_seconds observation), for exact percentiles.
+	onOverhead func(time.Duration)
+	keys       *keyMetrics      // prompt_cache_key counts (cachekey.go)
+	dash       *routerDashboard // GET /dashboard (dashboard.go)
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 
 	// clientKeys, adminKeys, metricsKeys: see Config.
 	clientKeys, adminKeys, metricsKeys, dashboardKeys keySet

@@ -28,12 +28,49 @@ func decodeGenerateBody(body []byte, gb *generateBody) {
 	_ = json.Unmarshal(body, gb)
 }
 
+// decodeGenerateBodyTokens is decodeGenerateBody that also returns the prompt's token ids
+// when the prompt is a token array (parseTokenArray's), parsed into dst as the scan walks
+// it (scanGenerateBodyTokens); nil otherwise.
+func decodeGenerateBodyTokens(body []byte, gb *generateBody, dst []int32) []int32 {
+	if g, toks, ok := scanGenerateBodyTokens(body, dst); ok {
+		*gb = g
+		return toks
+	}
+	*gb = generateBody{}
+	_ = json.Unmarshal(body, gb)
+	return nil
+}
+
 // scanGenerateBody is the fast path of decodeGenerateBody; ok=false: use encoding/json.
 func scanGenerateBody(b []byte) (gb generateBody, ok bool) {
-	ok = scanObject(b, func(key, val []byte) bool {
+	gb, _, ok = scanGenerateBodyTokens(b, nil)
+	return gb, ok
+}
+
+// scanGenerateBodyTokens is scanGenerateBody that parses a token-array prompt into dst while
+// it walks it, instead of skipping it for a second pass to parse (the array is nearly all of
+// a token prompt's body: 10 KB for 2048 tokens). tokens is parseTokenArray(gb.Prompt) when
+// that succeeds, else nil.
+func scanGenerateBodyTokens(b []byte, dst []int32) (gb generateBody, tokens []int32, ok bool) {
+	parsedAt := -1 // where the array tokens holds starts
+	value := func(key, b []byte, i int) int {
+		if string(key) != "prompt" || b[i] != '[' {
+			return -1
+		}
+		ids, end, ok := parseTokenArrayAt(dst, b, i)
+		if !ok {
+			return -1 // skipValue decides (a batch of prompts, or not JSON)
+		}
+		dst, tokens, parsedAt = ids[:0], ids, i
+		return end
+	}
+	ok = scanObjectWith(b, func(key, val []byte, at int) bool {
 		switch string(key) {
 		case "prompt":
 			gb.Prompt = val
+			if at != parsedAt { // a later "prompt" replaces the parsed one (json keeps the last)
+				tokens = nil
+			}
 		case "messages":
 			gb.Messages = val
 		case "cache_salt", "prompt_cache_key":
@@ -54,11 +91,11 @@ func scanGenerateBody(b []byte) (gb generateBody, ok bool) {
 			}
 		}
 		return true
-	})
+	}, value)
 	if !ok {
-		return generateBody{}, false
+		return generateBody{}, nil, false
 	}
-	return gb, true
+	return gb, tokens, true
 }
 
 // scanTokens returns the "tokens" array of a /tokenize answer; ok=false: use encoding/json.
@@ -99,6 +136,13 @@ func plainString(s []byte) bool {
 // trimmed). It returns false when b is not valid JSON, when a key is escaped or non-ASCII,
 // when nesting is deeper than maxScanDepth, or when f returns false.
 func scanObject(b []byte, f func(key, val []byte) bool) bool {
+	return scanObjectWith(b, func(key, val []byte, _ int) bool { return f(key, val) }, nil)
+}
+
+// scanObjectWith is scanObject where value, when set, may walk a value itself: value(key, b,
+// i) returns the end of the valid JSON value starting at b[i], or -1 to leave it to
+// skipValue; and f also gets the offset at which each value starts.
+func scanObjectWith(b []byte, f func(key, val []byte, at int) bool, value func(key, b []byte, i int) int) bool {
 	i := skipWS(b, 0)
 	if i >= len(b) || b[i] != '{' {
 		return false
@@ -121,8 +165,14 @@ func scanObject(b []byte, f func(key, val []byte) bool) bool {
 			return false
 		}
 		i = skipWS(b, i+1)
-		j = skipValue(b, i, 0)
-		if j < 0 || !f(key, b[i:j]) {
+		j = -1
+		if value != nil && i < len(b) {
+			j = value(key, b, i)
+		}
+		if j < 0 {
+			j = skipValue(b, i, 0)
+		}
+		if j < 0 || !f(key, b[i:j], i) {
 			return false
 		}
 		i = skipWS(b, j)

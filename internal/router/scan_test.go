@@ -39,6 +39,10 @@ var scanSeeds = []string{
 	`{"prompt":"x","Prompt_Cache_Key":"k"}`,
 	`{"prompt":"x","prompt_cache_key":7}`,
 	`{"prompt":"x","prompt_cache_key":"a\u0041"}`,
+	`{"prompt":[1,2,3],"prompt":[4, 5]}`,
+	`{"prompt":[1,2,3],"prompt":"x"}`,
+	`{"prompt":[1,2,3],"prompt":[4,-5]}`,
+	`{"prompt":[[1],[2]],"max_tokens":1}`,
 }
 
 // FuzzScanGenerateBody: the hand scanner agrees with encoding/json wherever it answers, and
@@ -64,6 +68,13 @@ func FuzzScanGenerateBody(f *testing.F) {
 		decodeGenerateBody(body, &got)
 		if err == nil && !sameBody(got, want) {
 			t.Fatalf("decode of %q: %+v, want %+v", body, got, want)
+		}
+		// The prompt parsed while scanning is the one a second pass would parse.
+		if gb, toks, ok := scanGenerateBodyTokens(body, nil); ok {
+			want, wok := parseTokenArray(gb.Prompt)
+			if (toks != nil) != wok || !equalInts(toks, want) {
+				t.Fatalf("scan of %q: tokens %v; parse of the prompt: %v, %v", body, toks, want, wok)
+			}
 		}
 		ids, ok := scanTokens(body)
 		var tw struct {

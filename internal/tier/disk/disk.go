@@ -506,10 +506,24 @@ var Corrupted = []byte("stockpot: damaged block file")
 // and Corrupted is returned in its place: a value that fails every record check, so the reader
 // counts the discard against the request that found it (reason "checksum") and recomputes.
 func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
+	out, _, err := s.get(ctx, keys, nil)
+	return out, err
+}
+
+var _ tier.CheckedGetter = (*Store)(nil)
+
+// GetChecked implements tier.CheckedGetter: Get, with the reader's check of each value in
+// place of the file checksum's pass over it (readOne).
+func (s *Store) GetChecked(ctx context.Context, keys []tier.Key, check func(i int, v []byte) error) ([][]byte, []bool, error) {
+	return s.get(ctx, keys, check)
+}
+
+func (s *Store) get(ctx context.Context, keys []tier.Key, check func(int, []byte) error) ([][]byte, []bool, error) {
 	if err := s.check(ctx); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out := make([][]byte, len(keys))
+	checked := make([]bool, len(keys))
 	// Touch the keys last to first: a batch is a prefix in order, so its head ends the most
 	// recent and eviction takes the chain from its tail (a chain without its head is useless).
 	found := make([]*entry, len(keys))
@@ -528,10 +542,10 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 		}
 	}
 	s.mu.Unlock()
-	if err := s.readAll(ctx, keys, found, stamps, out); err != nil {
-		return nil, err
+	if err := s.readAll(ctx, keys, found, stamps, out, checked, check); err != nil {
+		return nil, nil, err
 	}
-	return out, nil
+	return out, checked, nil
 }
 
 func (s *Store) count(hit bool) {
@@ -553,6 +567,15 @@ func (s *Store) parse(b []byte, k tier.Key) ([]byte, error) {
 	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[len(body):]) {
 		return nil, errors.New("disk: checksum mismatch")
 	}
+	return s.parseFrame(b, k)
+}
+
+// parseFrame is parse without the checksum: the header's fields and the length.
+func (s *Store) parseFrame(b []byte, k tier.Key) ([]byte, error) {
+	if len(b) < headerSize+trailerSize {
+		return nil, fmt.Errorf("disk: %d bytes, shorter than a header", len(b))
+	}
+	body := b[:len(b)-trailerSize]
 	if string(b[:4]) != fileMagic || binary.LittleEndian.Uint16(b[4:]) != fileVersion {
 		return nil, errors.New("disk: bad magic or version")
 	}

@@ -84,12 +84,21 @@
 //
 // # Reads
 //
-// Get reads a batch's files on up to 8 goroutines (a device needs several reads in flight).
+// Get reads a batch's files on up to 8 goroutines (a device needs several reads in flight;
+// a Get of one key reads on the caller's goroutine).
 // A file wholly in the page cache is read buffered; one it lacks is read with O_DIRECT into
 // an aligned buffer, skipping the page cache's copy and readahead (cachestat tells which;
 // where it is missing reads stay buffered, and where the file system refuses O_DIRECT the
 // store stops trying). The read buffers can be handed back once their values are used
 // (tier.Recycler), and later reads reuse them. See read.go.
+//
+// GetChecked (tier.CheckedGetter) is Get for a reader that verifies every value anyway (a
+// value is a tier record, with its own CRC-32C): the reader's check runs in place of the
+// file checksum's pass over the value, so a cold block's bytes are read from memory once.
+// The file is still judged as Get judges it: the header is checked field by field, and the
+// trailer against CRC-32C(header) combined with the fixed CRC of any intact record (crc.go:
+// a message followed by its own CRC-32C always has the same CRC), without reading the value
+// again; a value the check refuses is checksummed as Get would.
 //
 // # Full file system
 //
