@@ -214,7 +214,7 @@ func TestClusterMasterKilled(t *testing.T) {
 	c := startCluster3(t)
 	digest := randomDigest()
 	const cooldown = time.Second // longer than the rounds below take, even on a loaded machine
-	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 2, BreakerCooldown: cooldown, CallTimeout: 200 * time.Millisecond})
+	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 2, BreakerCooldown: cooldown, CallTimeout: 2 * time.Second})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 36, 73)
 	keys := tiertest.Keys(recs)
 	if err := s.Put(ctx, tiertest.Items(recs)); err != nil {
@@ -332,7 +332,7 @@ func TestClusterMasterKilled(t *testing.T) {
 func TestClusterAllMastersDown(t *testing.T) {
 	c := startCluster3(t)
 	digest := randomDigest()
-	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 1, BreakerCooldown: time.Minute, CallTimeout: 200 * time.Millisecond})
+	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 1, BreakerCooldown: time.Minute, CallTimeout: 2 * time.Second})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 24, 74)
 	if err := s.Put(ctx, tiertest.Items(recs)); err != nil {
 		t.Fatal(err)
@@ -358,7 +358,7 @@ func TestClusterAllMastersDown(t *testing.T) {
 func TestClusterMasterKilledUnderLoad(t *testing.T) {
 	c := startCluster3(t)
 	digest := randomDigest()
-	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 2, BreakerCooldown: 200 * time.Millisecond, CallTimeout: 200 * time.Millisecond})
+	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 2, BreakerCooldown: 200 * time.Millisecond, CallTimeout: 2 * time.Second})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 32, 75)
 	if err := s.Put(ctx, tiertest.Items(recs)); err != nil {
 		t.Fatal(err)

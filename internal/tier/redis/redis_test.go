@@ -130,7 +130,7 @@ func TestServerKilledMidRun(t *testing.T) {
 	srv := startServer(t)
 	digest := randomDigest()
 	const cooldown = 300 * time.Millisecond
-	s := openStore(t, srv.url(), Config{IdentityDigest: digest, BreakerFailures: 3, BreakerCooldown: cooldown, CallTimeout: 200 * time.Millisecond})
+	s := openStore(t, srv.url(), Config{IdentityDigest: digest, BreakerFailures: 3, BreakerCooldown: cooldown, CallTimeout: 2 * time.Second})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 4, 3)
 	if err := s.Put(ctx, tiertest.Items(recs)); err != nil {
 		t.Fatal(err)

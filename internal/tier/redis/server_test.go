@@ -169,7 +169,7 @@ func startCluster3(t *testing.T) *cluster {
 func (c *cluster) waitOK() {
 	c.t.Helper()
 	ctx := context.Background()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // a loaded machine forms a cluster slowly
 	for i, n := range c.nodes {
 		if n.cmd == nil {
 			continue
