@@ -50,7 +50,8 @@ func tenantReplica(t *testing.T, ts *tenant.Set, kvBudget int64, to offload.Conf
 	t.Helper()
 	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: 16, kvBudget: kvBudget,
 		prefixCache: true, dedup: true, maxBatch: 256, maxRunning: 8, tiers: to, prefetch: engine.PrefetchWait,
-		tenants: ts, backendKey: backendKey, adminKeys: []string{"adm", backendKey}}
+		tenants: ts, backendKey: backendKey, adminKeys: []string{"adm", backendKey},
+		publicMetrics: true} // the tests read the audit counters from /metrics without a key
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)
