@@ -369,11 +369,16 @@ func (b *builder) matrix(name string, cols, rows int, std float64, layer int) {
 //
 // Unquantized files (F32, F16, BF16) keep their type for every matrix, and
 // ssm_conv1d (and kimi-linear's ssm_conv1d_q/k/v) is never quantized
-// (llama-quantize skips it; it is F32 here).
+// (llama-quantize skips it; it is F32 here). Nor is an MoE router
+// (ffn_gate_inp): llama-quantize skips it and llama.cpp's converter writes
+// it F32 in every file type, so it is F32 here too.
 func tensorType(name string, rowLen int, o Options, layer, layers int, tied bool) (gguf.Type, error) {
 	ft := o.Type
 	if strings.HasSuffix(name, ".ssm_conv1d.weight") || strings.Contains(name, ".ssm_conv1d_") {
 		return gguf.TypeF32, nil
+	}
+	if strings.HasSuffix(name, ".ffn_gate_inp.weight") {
+		return gguf.TypeF32, nil // llama-quantize never quantizes an expert router
 	}
 	if ft == gguf.TypeF32 || ft == gguf.TypeF16 || ft == gguf.TypeBF16 {
 		return ft, nil

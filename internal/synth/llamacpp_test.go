@@ -123,8 +123,9 @@ func TestLlamaCppLoads(t *testing.T) {
 // reference library, default parameters): every tensor has the same type,
 // dims and data, and the file the same general.file_type. The cases cover
 // the K mixes on 256-wide rows (tiny-kquant), their shape fallbacks
-// (tiny-qwen2, default), and qwen35's fused attn_qkv, which llama.cpp
-// counts as attn_v. Skipped in -short mode.
+// (tiny-qwen2, default), qwen35's fused attn_qkv, which llama.cpp
+// counts as attn_v, and kimi-linear's MoE router (ffn_gate_inp, never
+// quantized) and F16 shape fallbacks. Skipped in -short mode.
 func TestMixMatchesLlamaQuantize(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs llama.cpp's quantizer; skipped in -short")
@@ -141,7 +142,8 @@ func TestMixMatchesLlamaQuantize(t *testing.T) {
 		cases = append(cases, tc{"tiny-kquant", o})
 	}
 	cases = append(cases, tc{"tiny-qwen2", synth.Options{Type: gguf.TypeQ4_K}}, tc{"tiny-qwen35", synth.Options{Type: gguf.TypeQ4_K}},
-		tc{"tiny-qwen35", synth.Options{Type: gguf.TypeQ6_K}}, tc{"default", synth.Options{Type: gguf.TypeQ4_K}})
+		tc{"tiny-qwen35", synth.Options{Type: gguf.TypeQ6_K}}, tc{"default", synth.Options{Type: gguf.TypeQ4_K}},
+		tc{"tiny-kimi-linear", synth.Options{Type: gguf.TypeQ8_0}})
 	dir := t.TempDir()
 	for _, c := range cases {
 		c.opt.Seed = 5
@@ -184,7 +186,7 @@ func TestMixMatchesLlamaQuantize(t *testing.T) {
 					continue
 				}
 				types[rt.Type]++
-				if ti.Type != rt.Type || fmt.Sprint(ti.Dims) != fmt.Sprint(rt.Dims) {
+				if ti.Type != rt.Type || fmt.Sprint(trimDims(ti.Dims)) != fmt.Sprint(trimDims(rt.Dims)) {
 					t.Errorf("%s: %s %v, llama-quantize %s %v", rt.Name, ti.Type, ti.Dims, rt.Type, rt.Dims)
 					continue
 				}
@@ -212,4 +214,15 @@ func mustUint(t *testing.T, f *gguf.File, key string) uint64 {
 		t.Fatalf("no %s", key)
 	}
 	return v
+}
+
+// trimDims drops trailing dims of 1: ggml's shape is the same with or
+// without them, and llama-quantize writes only n_dims of them (kimi-linear's
+// ssm_a and conv kernels are {1, heads, 1, 1} and {conv, 1, inner, 1} as the
+// converter writes them).
+func trimDims(d []uint64) []uint64 {
+	for len(d) > 1 && d[len(d)-1] == 1 {
+		d = d[:len(d)-1]
+	}
+	return d
 }

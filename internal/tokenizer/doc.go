@@ -31,8 +31,9 @@
 // # Byte-level BPE (tokenizer.ggml.model = "gpt2")
 //
 // A pre-tokenizer chosen by tokenizer.ggml.pre splits the text into words
-// (pretokenize.go: llama3/llama-bpe, qwen2, smollm, gpt-2 and default). The
-// regexes llama.cpp names are implemented as scanners over codepoints, with
+// (pretokenize.go: llama3/llama-bpe, qwen2, qwen35, kimi-k2, smollm, gpt-2
+// and default). The regexes llama.cpp names are implemented as scanners over
+// codepoints, with
 // llama.cpp's Unicode categories (Go's tables, patched to Unicode 15.1
 // where llama.cpp's differ). Each word's UTF-8 bytes are mapped to printable
 // codepoints (GPT-2's bytes_to_unicode) and merged pairwise by merge rank

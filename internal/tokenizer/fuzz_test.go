@@ -13,7 +13,7 @@ var fuzzTokenizers = sync.OnceValues(func() (*Tokenizer, []*Tokenizer) {
 		panic(err)
 	}
 	var bpe []*Tokenizer
-	for _, pre := range []string{"llama-bpe", "qwen2", "qwen35", "smollm", "gpt-2", "default"} {
+	for _, pre := range []string{"llama-bpe", "qwen2", "qwen35", "kimi-k2", "smollm", "gpt-2", "default"} {
 		tk, err := New(trainBPE(nil, trainCorpus, 200, pre, "<|endoftext|>", "<|im_start|>", "<|im_end|>"))
 		if err != nil {
 			panic(err)

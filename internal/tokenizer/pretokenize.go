@@ -22,6 +22,7 @@ const (
 	preQwen2
 	preQwen35 // preQwen2 with combining marks (\p{M}) inside letter runs
 	preSmolLM
+	preKimiK2 // Kimi K2 / Kimi-Linear: Han runs apart, letter words with a trailing contraction
 )
 
 // splitter refines segments of cpts. Segments are half-open [lo, hi) ranges.
@@ -45,6 +46,8 @@ func preTypeFor(pre string) (pt preType, ignoreMerges, addBOS, cleanSpaces, ok b
 		return preQwen35, false, false, false, true
 	case "smollm":
 		return preSmolLM, false, false, false, true
+	case "kimi-k2":
+		return preKimiK2, false, false, false, true
 	case "starcoder", "refact", "command-r", "codeshell", "exaone":
 		// Same regexes as smollm; llama.cpp keeps clean_spaces on for
 		// starcoder, refact and codeshell only.
@@ -66,6 +69,8 @@ func (p preType) splitters() []splitter {
 		return []splitter{splitQwen35}
 	case preSmolLM:
 		return []splitter{splitEach(isNumberCollapsed), splitGPT2}
+	case preKimiK2:
+		return []splitter{splitKimiK2}
 	}
 	// "[\p{P}\$\+<=>\^~\|]+", the GPT-2 regex, "\p{N}+", "[0-9][0-9][0-9]".
 	return []splitter{splitRuns(isDefaultPunct), splitGPT2, splitRuns(isNumberCollapsed), splitASCIIDigitTriples}
@@ -387,6 +392,95 @@ func splitModern(cpts []rune, segs []span, maxDigits int, letters uint16) []span
 					pos++
 				}
 				for g := s.flags(pos); g&other == 0 && g != 0; g = s.flags(pos) {
+					pos++
+				}
+				for c2 := s.cpt(pos); c2 == '\r' || c2 == '\n'; c2 = s.cpt(pos) {
+					pos++
+				}
+				s.emit(pos)
+				continue
+			}
+			pos = s.whitespace(pos, true)
+		}
+		out = s.out
+	}
+	return out
+}
+
+// isHan is llama.cpp's unicode_cpt_is_han: the CJK Unified Ideographs, their extensions A
+// to F, and the compatibility ideographs (the blocks it lists, not Unicode's Han script).
+func isHan(r rune) bool {
+	switch {
+	case r >= 0x4E00 && r <= 0x9FFF, r >= 0x3400 && r <= 0x4DBF,
+		r >= 0x20000 && r <= 0x2A6DF, r >= 0x2A700 && r <= 0x2B73F, r >= 0x2B740 && r <= 0x2B81F,
+		r >= 0x2B820 && r <= 0x2CEAF, r >= 0x2CEB0 && r <= 0x2EBEF,
+		r >= 0xF900 && r <= 0xFAFF, r >= 0x2F800 && r <= 0x2FA1F:
+		return true
+	}
+	return false
+}
+
+// splitKimiK2 is the Kimi K2 tokenizer's split (tokenization_kimi.py):
+//
+//	[\p{Han}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//	|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]+[\p{Ll}\p{Lm}\p{Lo}\p{M}&&[^\p{Han}]]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?
+//	|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//
+// as llama.cpp runs it (its custom kimi_k2 scanner, which the regex "\p{Han}+" selects):
+// a run of Han ideographs is a word; otherwise a word is an optional leading character
+// (not CR, LF, a letter or a number) and a run of non-Han letters (the case classes are
+// not told apart), then an optional case-insensitive contraction; the number, punctuation
+// and whitespace alternatives are llama3's. Marks (\p{M}) end a letter run, as in
+// llama.cpp's scanner. There is no contraction alternative of its own: "'s" after a
+// non-letter falls to the punctuation alternative.
+func splitKimiK2(cpts []rune, segs []span) []span {
+	var out []span
+	letter := func(s *scanner, i int) bool { return s.flags(i)&flagLetter != 0 && !isHan(s.cpt(i)) }
+	for _, seg := range segs {
+		s := scanner{cpts: cpts, lo: seg.lo, hi: seg.hi, prev: seg.lo, out: out}
+		for pos := s.lo; pos < s.hi; {
+			c := s.cpt(pos)
+			f := s.flags(pos)
+			if isHan(c) {
+				for isHan(s.cpt(pos)) {
+					pos++
+				}
+				s.emit(pos)
+				continue
+			}
+			lead := !(c == '\r' || c == '\n' || f&(flagLetter|flagNumber) != 0)
+			if letter(&s, pos) || (lead && letter(&s, pos+1)) {
+				if lead {
+					pos++
+				}
+				for letter(&s, pos) {
+					pos++
+				}
+				pos += s.contraction(pos, true)
+				s.emit(pos)
+				continue
+			}
+			if f&flagNumber != 0 {
+				ini := pos
+				for s.flags(pos)&flagNumber != 0 {
+					pos++
+					if pos-ini >= 3 {
+						s.emit(pos)
+						ini = pos
+					}
+				}
+				s.emit(pos)
+				continue
+			}
+			f2 := f
+			if c == ' ' {
+				f2 = s.flags(pos + 1)
+			}
+			if f2&lnw == 0 && f2 != 0 {
+				if c == ' ' {
+					pos++
+				}
+				for g := s.flags(pos); g&lnw == 0 && g != 0; g = s.flags(pos) {
 					pos++
 				}
 				for c2 := s.cpt(pos); c2 == '\r' || c2 == '\n'; c2 = s.cpt(pos) {
