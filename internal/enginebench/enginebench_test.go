@@ -155,9 +155,12 @@ func (o *ours) decode(b *testing.B, k, pos0, n int) float64 {
 	vocab := o.m.Config().Vocab
 	seqs := make([]model.Sequence, k)
 	toks := make([]int32, k)
+	// The streams' logits rows back to back, as the engine lays them out (the output head
+	// writes them in place).
+	logits := make([]float32, k*vocab)
 	for s := range k {
 		toks[s] = int32(1 + s)
-		seqs[s] = model.Sequence{KV: o.kv[s], Logits: make([]float32, vocab)}
+		seqs[s] = model.Sequence{KV: o.kv[s], Logits: logits[s*vocab : (s+1)*vocab]}
 	}
 	start := time.Now()
 	for i := range n {
