@@ -31,7 +31,7 @@ import (
 
 // singleInline is the key×head count below which the caller computes all
 // heads itself: a wake-up of another worker costs more than that work.
-const singleInline = 1024
+const singleInline = 4096
 
 // useSingle lets benchmarks compare the single-query path with the batched
 // one (the values are the same).
