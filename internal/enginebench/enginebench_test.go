@@ -438,11 +438,18 @@ func BenchmarkOursDecode(b *testing.B) {
 						o.prefill(b, streamPrompt, s)
 					}
 					steps := 0
+					st0 := pool.Stats()
 					for b.Loop() {
 						o.decode(b, n, streamPrompt+steps%4096, 1)
 						steps++
 					}
+					st := pool.Stats()
 					b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "tok/s")
+					// Hand-offs per step: parallel loops (each ends in a wait for the
+					// threads) and how many waits parked instead of catching the
+					// hand-off while spinning.
+					b.ReportMetric(float64(st.Loops-st0.Loops)/float64(b.N), "loops/step")
+					b.ReportMetric(float64(st.Parks-st0.Parks)/float64(b.N), "parks/step")
 				})
 			}
 		})
