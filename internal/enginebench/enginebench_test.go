@@ -343,6 +343,10 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 					tg = decodeTokens
 				}
 				for range nRounds {
+					// copy() bandwidth again each round: on a shared machine the one at
+					// start may have met a busy moment, and the table keeps each side's
+					// best round, so its yardstick is the best copy as well.
+					memcpy = max(memcpy, memcpyGBs())
 					// A failed llama.cpp round is logged and the others count; all
 					// rounds failing is fatal below.
 					if len(pps) > 0 || tg > 0 {
