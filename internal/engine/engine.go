@@ -532,7 +532,9 @@ func (e *Engine) receive(giveUp <-chan time.Time) (got, quit bool) {
 func (e *Engine) run() {
 	defer close(e.done)
 	mc := e.model.Config()
-	var logitBufs [][]float32
+	// logitBuf holds the step's logits rows back to back, in plan order, so that the model's
+	// output head writes them in place (model.Sequence.Logits) instead of copying them out.
+	var logitBuf []float32
 	var seqs []model.Sequence
 	var tables [][]int32
 	for {
@@ -588,6 +590,15 @@ func (e *Engine) run() {
 			tables = append(tables, nil)
 		}
 		nl := 0
+		for _, it := range plan.Items {
+			if it.WantLogits {
+				nl++
+			}
+		}
+		if len(logitBuf) < nl*mc.Vocab {
+			logitBuf = make([]float32, nl*mc.Vocab)
+		}
+		nl = 0
 		for i, it := range plan.Items {
 			t := tables[i][:0]
 			for _, b := range it.Blocks {
@@ -603,10 +614,7 @@ func (e *Engine) run() {
 				sq.Checkpoints = append(sq.Checkpoints, st)
 			}
 			if it.WantLogits {
-				if nl == len(logitBufs) {
-					logitBufs = append(logitBufs, make([]float32, mc.Vocab))
-				}
-				sq.Logits = logitBufs[nl]
+				sq.Logits = logitBuf[nl*mc.Vocab : (nl+1)*mc.Vocab]
 				logits[i] = sq.Logits
 				nl++
 			}

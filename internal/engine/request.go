@@ -28,8 +28,11 @@ type Request struct {
 	Sampling   SamplingParams
 	StopTokens []int32 // extra stop token ids; the model's end-of-generation tokens always stop
 	IgnoreEOS  bool
-	Logprobs   int    // number of top alternatives per generated token (0 = only the chosen token's logprob)
-	CacheSalt  string // tenant salt folded into the root of the prefix hash chain
+	// Logprobs is the number of top alternatives per generated token: 0 = only the chosen
+	// token's Logprob; negative = no logprobs at all (Token.Logprob is left 0 and Top nil), so
+	// that greedy decoding takes the argmax without a softmax over the vocabulary.
+	Logprobs  int
+	CacheSalt string // tenant salt folded into the root of the prefix hash chain
 	// Tenant names the request's principal for the cross-tenant audit (tenant.go); "" for
 	// none. PublicReads lets its prompt continue a public prefix (Core.MarkPublic).
 	Tenant      string
@@ -88,7 +91,7 @@ type TokenLogprob struct {
 // Token is one generated token.
 type Token struct {
 	ID      int32
-	Logprob float32        // log-probability of ID
+	Logprob float32        // log-probability of ID (0 when Request.Logprobs < 0)
 	Top     []TokenLogprob // the top Request.Logprobs alternatives, best first
 }
 

@@ -102,8 +102,10 @@ func argmax(logits []float32) int {
 
 // sample picks the next token and reports its log-probability and the top n alternatives
 // under the distribution of logits before the sampling filters (temperature, top-k, top-p).
-// Tokens at -inf (masked by a constraint) are never picked nor listed. Logits are finite or
-// -inf (never NaN).
+// With topN < 0 (the request asked for no logprobs) it reports neither: the pass over the
+// vocabulary that logSumExp makes is skipped, so greedy decoding costs one argmax. The chosen
+// token is the same either way. Tokens at -inf (masked by a constraint) are never picked nor
+// listed. Logits are finite or -inf (never NaN).
 func (s *sampler) sample(logits []float32, topN int) Token {
 	var id int
 	p := s.params
@@ -111,6 +113,9 @@ func (s *sampler) sample(logits []float32, topN int) Token {
 		id = argmax(logits)
 	} else {
 		id = s.draw(logits)
+	}
+	if topN < 0 {
+		return Token{ID: int32(id)}
 	}
 	lse := s.logSumExp(logits)
 	tok := Token{ID: int32(id), Logprob: float32(float64(logits[id]) - lse)}

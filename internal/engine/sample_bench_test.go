@@ -44,6 +44,8 @@ type benchCase struct {
 
 var benchCases = []benchCase{
 	{"greedy-top5", SamplingParams{}, 5},
+	{"greedy", SamplingParams{}, 0},
+	{"greedy-nologprobs", SamplingParams{}, -1},
 	{"temp0.8", SamplingParams{Temperature: 0.8}, 0},
 	{"topk40", SamplingParams{Temperature: 0.8, TopK: 40}, 0},
 	{"topp0.95", SamplingParams{Temperature: 0.8, TopP: 0.95}, 0},

@@ -147,3 +147,24 @@ func TestSampleMatchesReferenceExtremeDraws(t *testing.T) {
 		}
 	}
 }
+
+// TestSampleWithoutLogprobs: a request that asked for no logprobs (topN < 0) gets the token
+// that the same sampler state picks with logprobs, step after step from one seed (so the RNG
+// is drawn the same), and no logprob or alternatives.
+func TestSampleWithoutLogprobs(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 5))
+	for _, p := range []SamplingParams{{}, {Temperature: 0.7}, {Temperature: 1, TopK: 40}, {Temperature: 0.8, TopP: 0.9}} {
+		for _, n := range []int{1, 300, 49152} {
+			seed := r.Uint64()
+			with, without := newSampler(p, seed), newSampler(p, seed)
+			for step := range 5 {
+				logits := testLogits(r, n, []string{"normal", "peaked", "ties"}[step%3], 0.1*float64(step%2), p.Temperature)
+				want := with.sample(logits, 0)
+				have := without.sample(logits, -1)
+				if have.ID != want.ID || have.Logprob != 0 || have.Top != nil {
+					t.Fatalf("%+v n=%d step %d: without logprobs %+v, with %+v", p, n, step, have, want)
+				}
+			}
+		}
+	}
+}

@@ -8,11 +8,12 @@
 // at 512 and 2048 tokens and decode over 64 tokens (llama-bench's pp and tg tests), decode of
 // 4 streams in lockstep after a 128-token prompt each (llama-batched-bench's S_TG), and the
 // decode bandwidth (weight bytes per forward pass × passes per second) as a share of a
-// copy() bandwidth measured at start. Both engines run on 2 threads with f16 K/V and flash
-// attention off (llama-bench at this version cannot use f32 K/V), and they alternate test
-// by test over three rounds, so that load from other processes on a shared machine hits
-// both; the table keeps each engine's best round (llama.cpp's OpenMP barriers spin, so a
-// round in which another process takes one of its threads can run 10× slower).
+// copy() bandwidth measured at start and again each round (the best counts). Both engines
+// run on 2 threads with f16 K/V and flash attention off (llama-bench at this version cannot
+// use f32 K/V), and they alternate test by test over three rounds, so that load from other
+// processes on a shared machine hits both; the table keeps each engine's best round
+// (llama.cpp's OpenMP barriers spin, so a round in which another process takes one of its
+// threads can run 10× slower).
 //
 // Stockpot's 4-stream decode is one model.Forward per step over the four sequences: that is
 // what the engine's scheduler plans (every running sequence's decode token in one step), so

@@ -106,13 +106,9 @@ type AttnParams struct {
 // run as tile matmuls (see mulRows). A single query (decode) reads the
 // paged K/V in place instead, with the same arithmetic (attention_single.go).
 func Attention(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer int, a AttnParams) {
+	checkAttention(out, q, positions, kv, layer, a)
 	hd := a.HeadDim
 	nt := len(positions)
-	if a.NKVHeads <= 0 || a.NHeads%a.NKVHeads != 0 || a.NKVHeads != kv.KVHeads || hd != kv.HeadDim ||
-		len(q) < nt*a.NHeads*hd || len(out) < nt*a.NHeads*hd || layer < 0 || layer >= kv.Layers {
-		panic(fmt.Sprintf("kernels: Attention heads %d/%d (kv %d) headDim %d (kv %d) tokens %d len(q)=%d len(out)=%d layer %d",
-			a.NHeads, a.NKVHeads, kv.KVHeads, hd, kv.HeadDim, nt, len(q), len(out), layer))
-	}
 	if nt == 0 || hd == 0 {
 		return
 	}
@@ -155,6 +151,59 @@ func Attention(p *Pool, out, q []float32, positions []int, kv *PagedKV, layer in
 	p.forWorker(nPad/attnKeyPad, st.gather)
 	p.forWorker(nkv*st.nqb, st.attend)
 	*st = attnState{gather: st.gather, attend: st.attend} // drop references to the caller's data
+}
+
+// checkAttention panics on mis-sized Attention arguments (programmer bugs).
+func checkAttention(out, q []float32, positions []int, kv *PagedKV, layer int, a AttnParams) {
+	hd := a.HeadDim
+	nt := len(positions)
+	if a.NKVHeads <= 0 || a.NHeads%a.NKVHeads != 0 || a.NKVHeads != kv.KVHeads || hd != kv.HeadDim ||
+		len(q) < nt*a.NHeads*hd || len(out) < nt*a.NHeads*hd || layer < 0 || layer >= kv.Layers {
+		panic(fmt.Sprintf("kernels: Attention heads %d/%d (kv %d) headDim %d (kv %d) tokens %d len(q)=%d len(out)=%d layer %d",
+			a.NHeads, a.NKVHeads, kv.KVHeads, hd, kv.HeadDim, nt, len(q), len(out), layer))
+	}
+}
+
+// AttnSeq is one sequence's part of an AttentionSeqs call: Attention's
+// out, q, positions and kv.
+type AttnSeq struct {
+	Out, Q    []float32
+	Positions []int
+	KV        *PagedKV
+}
+
+// AttentionSeqs computes Attention(p, s.Out, s.Q, s.Positions, s.KV, layer,
+// a) for every s in seqs, with the same values. The sequences with a single
+// query (a decode step's) run together, their (sequence, head) pairs spread
+// over the pool in one loop, so that a step over several streams waits for
+// its threads once rather than once per stream; the others run one by one.
+func AttentionSeqs(p *Pool, seqs []AttnSeq, layer int, a AttnParams) {
+	var sc *attnScratch
+	if p != nil {
+		p.attn.mu.Lock()
+		sc = &p.attn
+	} else {
+		sc = &attnScratch{}
+	}
+	st := &sc.single
+	st.items = st.items[:0]
+	for _, s := range seqs {
+		checkAttention(s.Out, s.Q, s.Positions, s.KV, layer, a)
+		if len(s.Positions) == 1 && a.HeadDim > 0 && useSingle && singleOK(s.KV, a.HeadDim) {
+			st.items = append(st.items, singleItem{out: s.Out, q: s.Q, pos: s.Positions[0], kv: s.KV})
+		}
+	}
+	if len(st.items) > 0 {
+		st.attend(p, layer, a)
+	}
+	if p != nil {
+		p.attn.mu.Unlock()
+	}
+	for _, s := range seqs {
+		if !(len(s.Positions) == 1 && a.HeadDim > 0 && useSingle && singleOK(s.KV, a.HeadDim)) {
+			Attention(p, s.Out, s.Q, s.Positions, s.KV, layer, a)
+		}
+	}
 }
 
 const (

@@ -460,3 +460,57 @@ func BenchmarkAttentionDecode(b *testing.B) {
 		}
 	}
 }
+
+// TestAttentionSeqsMatchesAttention checks that AttentionSeqs gives, for
+// every sequence of a mixed batch (single queries at positions long and
+// short enough to run inline or on the pool, and multi-query chunks), bitwise
+// what Attention gives for that sequence alone, for each thread count.
+func TestAttentionSeqsMatchesAttention(t *testing.T) {
+	withFamilies(t, func(t *testing.T) {
+		for _, f16 := range []bool{false, true} {
+			t.Run(fmt.Sprintf("f16=%v", f16), func(t *testing.T) {
+				r := rand.New(rand.NewPCG(33, 1))
+				const nh, nkv, hd, nPos, layer = 9, 3, 64, 700, 1
+				a := AttnParams{NHeads: nh, NKVHeads: nkv, HeadDim: hd, Scale: 0.125}
+				n := nh * hd
+				pools := []*Pool{nil, NewPool(2), NewPool(3)}
+				defer pools[1].Close()
+				defer pools[2].Close()
+				kvs := make([]*PagedKV, 6)
+				for i := range kvs {
+					kvs[i] = newTestKV(r, f16, 2, nkv, hd, 16, nPos)
+				}
+				for trial := range 12 {
+					var seqs []AttnSeq
+					for i, kv := range kvs[:1+trial%len(kvs)] {
+						nq := 1
+						if (trial+i)%4 == 3 {
+							nq = 1 + r.IntN(20)
+						}
+						end := r.IntN(nPos)
+						if trial%2 == 0 {
+							end = r.IntN(40) // small: the single queries run inline
+						}
+						pos := make([]int, nq)
+						for j := range pos {
+							pos[j] = max(0, end-nq+1+j)
+						}
+						seqs = append(seqs, AttnSeq{Out: make([]float32, nq*n), Q: randFloats(r, nq*n), Positions: pos, KV: kv})
+					}
+					p := pools[trial%3]
+					AttentionSeqs(p, seqs, layer, a)
+					for i, s := range seqs {
+						want := make([]float32, len(s.Out))
+						Attention(pools[(trial+1)%3], want, s.Q, s.Positions, s.KV, layer, a)
+						for d := range want {
+							if math.Float32bits(want[d]) != math.Float32bits(s.Out[d]) {
+								t.Fatalf("trial %d seq %d (%d queries, last pos %d) element %d: AttentionSeqs %v, Attention %v",
+									trial, i, len(s.Positions), s.Positions[len(s.Positions)-1], d, s.Out[d], want[d])
+							}
+						}
+					}
+				}
+			})
+		}
+	})
+}

@@ -4,6 +4,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"testing"
+	"time"
+
+	"stockpot/internal/gguf"
+	"stockpot/internal/quant"
 )
 
 // BenchmarkMatMul reports GFLOP/s of MatMul for the 135M llama shapes
@@ -43,5 +47,69 @@ func BenchmarkPoolFor(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		p.For(64, func(lo, hi int) {})
+	}
+}
+
+// BenchmarkDecodeBandwidth measures a decode-shaped MatMul (M = 1) over a
+// weight far past the caches (about 96 MB, the size of a 135M model's
+// matrices), on a 2-thread pool, per weight type, against copy() of as many
+// bytes in the same run: the ceiling the forward pass's decode can reach
+// with these kernels. GB/s counts weight bytes read; memcpy-GB/s counts bytes
+// read plus written (as enginebench's share does), and share is their ratio.
+func BenchmarkDecodeBandwidth(b *testing.B) {
+	const size = 96 << 20
+	p := NewPool(2)
+	defer p.Close()
+	r := rand.New(rand.NewPCG(3, 4))
+	memcpy := func() float64 {
+		src, dst := make([]byte, size/2), make([]byte, size/2)
+		for i := range src {
+			src[i] = byte(i)
+		}
+		best := 0.0
+		for range 5 {
+			start := time.Now()
+			p.For(2, func(lo, hi int) {
+				for c := lo; c < hi; c++ {
+					h := len(src) / 2
+					copy(dst[c*h:(c+1)*h], src[c*h:(c+1)*h])
+				}
+			})
+			best = max(best, float64(2*len(src))/time.Since(start).Seconds()/1e9)
+		}
+		return best
+	}
+	for _, c := range []struct {
+		typ gguf.Type
+		K   int
+	}{{gguf.TypeQ8_0, 576}, {gguf.TypeQ5_0, 576}, {gguf.TypeQ4_K, 1536}, {gguf.TypeQ6_K, 1536}, {gguf.TypeF16, 576}} {
+		b.Run(c.typ.String(), func(b *testing.B) {
+			rb := c.typ.RowBytes(c.K)
+			N := size / rb
+			row := make([]byte, rb)
+			if c.typ == gguf.TypeF16 {
+				for k := range c.K {
+					h := f32ToF16(r.Float32()*2 - 1)
+					row[2*k], row[2*k+1] = byte(h), byte(h>>8)
+				}
+			} else if err := quant.QuantizeRow(c.typ, randFloats(r, c.K), row); err != nil {
+				b.Fatal(err)
+			}
+			w := &Weight{Type: c.typ, Rows: N, Cols: c.K, Data: make([]byte, N*rb)}
+			for n := range N {
+				copy(w.Data[n*rb:], row)
+			}
+			x := randFloats(r, c.K)
+			dst := make([]float32, N)
+			MatMul(p, dst, x, 1, w) // page in
+			mc := memcpy()
+			for b.Loop() {
+				MatMul(p, dst, x, 1, w)
+			}
+			gbs := float64(len(w.Data)) * float64(b.N) / b.Elapsed().Seconds() / 1e9
+			b.ReportMetric(gbs, "GB/s")
+			b.ReportMetric(mc, "memcpy-GB/s")
+			b.ReportMetric(gbs/mc, "share")
+		})
 	}
 }

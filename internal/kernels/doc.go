@@ -71,7 +71,10 @@
 // # Pool
 //
 // Pool is a fixed set of goroutines created once; For claims chunks of the
-// range with an atomic counter and wakes workers over per-worker channels,
-// so a call starts no goroutine. For is not reentrant and calls on one Pool
+// range by compare-and-swap on one claim word, and the caller waits for the
+// chunks to finish, not for every worker to check in. Waiting workers (and
+// the caller) spin briefly before parking on per-worker channels, so
+// back-to-back loops of a decode step hand over without a scheduler wake-up,
+// and a call starts no goroutine. For is not reentrant and calls on one Pool
 // are serialized.
 package kernels

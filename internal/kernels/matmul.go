@@ -134,7 +134,11 @@ func matMulFloat(p *Pool, ks *tileKernels, dst, x []float32, M int, w *Weight) {
 		if w.Type == gguf.TypeF16 {
 			j.roundFn = ks.roundF16
 		}
-		p.For(M, j.round)
+		if M*K <= prepInline {
+			j.round(0, M)
+		} else {
+			p.For(M, j.round)
+		}
 	}
 	p.For((N+ks.nr-1)/ks.nr, j.run)
 	*j = matJob{run: j.run, round: j.round, xbuf: j.xbuf} // drop references to the caller's data

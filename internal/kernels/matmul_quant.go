@@ -53,6 +53,12 @@ func matMulQuant(p *Pool, dst, x []float32, M int, w *Weight) {
 	j.matMul(p, dst, x, M, w, false)
 }
 
+// prepInline is the activation count (M × K) up to which the caller
+// quantizes (and pairs) the activations itself: for a decode step's few
+// rows, a hand-off to the pool's workers costs more than the work. Every
+// row is quantized by the same code either way.
+const prepInline = 1 << 14
+
 func checkQuantType(t gguf.Type) {
 	switch t {
 	case gguf.TypeQ4_0, gguf.TypeQ5_0, gguf.TypeQ8_0, gguf.TypeQ4_K, gguf.TypeQ5_K, gguf.TypeQ6_K:
@@ -80,7 +86,11 @@ func (j *quantJob) matMul(p *Pool, dst, x []float32, M int, w *Weight, reuse boo
 		j.xq = alignedBytes(M * j.xRowBytes)
 	}
 	if !reuse {
-		p.For(M, j.quantize)
+		if M*K <= prepInline {
+			j.quantize(0, M)
+		} else {
+			p.For(M, j.quantize)
+		}
 	}
 	// Q8_0, Q4_0 and Q5_0 weights with several rows read the paired form,
 	// made once per x (MatMuls shares it like xq).
@@ -89,7 +99,11 @@ func (j *quantJob) matMul(p *Pool, dst, x []float32, M int, w *Weight, reuse boo
 			if len(j.xp) < n {
 				j.xp = alignedBytes(n)
 			}
-			p.For((M+1)/2, j.pair)
+			if M*K <= prepInline {
+				j.pair(0, (M+1)/2)
+			} else {
+				p.For((M+1)/2, j.pair)
+			}
 		}
 		paired = true
 		j.usePairs = true

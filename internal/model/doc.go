@@ -24,6 +24,12 @@
 //   - Forward computes every token row with the same instruction sequence whatever the batch
 //     composition or chunk split (kernels' determinism rule), so the K/V written for a token and
 //     the logits of a row are bitwise independent of batching. The prefix cache depends on it.
+//   - A step waits for the pool's threads only at the matrix products and at attention (one
+//     loop over every sequence's single query): per-row steps (norms, adds, RoPE, SwiGLU)
+//     run on the caller while they are small, as in decode. Which thread computes a row never
+//     changes its value.
+//   - The output head writes the logits rows in place when the callers' Logits are back to
+//     back in one buffer (as the engine lays them out); otherwise it copies them out.
 //   - Forward is not safe for concurrent use; the engine's runner owns the model.
 //   - Weight slices alias the GGUF mapping: the gguf.File must outlive the Model.
 package model

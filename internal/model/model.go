@@ -215,6 +215,9 @@ type scratch struct {
 	x, h, q, k, v, att, gate, up []float32
 	outRows, logits              []float32
 	positions                    []int
+	rowPos                       []int   // every row's position (rowPositions)
+	rowSeq                       []int32 // every row's sequence index (rowPositions)
+	attnSeqs                     []kernels.AttnSeq
 	// qwen35
 	qfull, qgate, qkv, conv, z, beta, alpha, core, window []float32
 	// KDA: the low-rank gates' inner rows
@@ -304,6 +307,7 @@ func (m *Model) Forward(seqs []Sequence) error {
 	case c.Hybrid():
 		m.hybridScratch(seqs, M)
 	}
+	m.rowPositions(seqs)
 	for li := range m.layers {
 		switch {
 		case m.layers[li].kda != nil:
@@ -358,6 +362,11 @@ func (m *Model) Forward(seqs []Sequence) error {
 		}
 		return nil
 	}
+	if dst := logitsInPlace(seqs, nOut, c.Vocab); dst != nil {
+		// The callers' rows lie back to back in one buffer: the head writes them there.
+		kernels.MatMul(m.pool, dst, sc.outRows, nOut, m.output)
+		return nil
+	}
 	sc.logits = grow(sc.logits, nOut*c.Vocab)
 	kernels.MatMul(m.pool, sc.logits, sc.outRows, nOut, m.output)
 	o = 0
@@ -370,13 +379,67 @@ func (m *Model) Forward(seqs []Sequence) error {
 	return nil
 }
 
+// rowsInline is the element count (rows × row width) below which a per-row step runs on the
+// calling thread: waking the pool's workers for it and waiting for them costs more than the
+// work. A decode step's norms, adds and SwiGLU (a few rows) stay inline, so each layer waits
+// for its threads only at the matrix products (and attention, when long). Which thread runs a
+// row never changes its value.
+const rowsInline = 1 << 15
+
+// rows runs fn over rows [0, M) of width elements each: inline when small (rowsInline),
+// else across the pool.
+func (m *Model) rows(M, width int, fn func(lo, hi int)) {
+	if M*width <= rowsInline {
+		fn(0, M)
+		return
+	}
+	m.pool.For(M, fn)
+}
+
+// rowPositions fills sc.rowPos with every row's position and sc.rowSeq with its
+// sequence's index, rows in batch order.
+func (m *Model) rowPositions(seqs []Sequence) {
+	sc := &m.scratch
+	sc.rowPos = sc.rowPos[:0]
+	sc.rowSeq = sc.rowSeq[:0]
+	for si, s := range seqs {
+		for j := range s.Tokens {
+			sc.rowPos = append(sc.rowPos, s.Pos+j)
+			sc.rowSeq = append(sc.rowSeq, int32(si))
+		}
+	}
+}
+
+// logitsInPlace returns the nOut requested logits rows as one [nOut][vocab] slice when they
+// are consecutive rows of one buffer (the first's capacity spans them all, so they are one
+// allocation), in batch order; else nil.
+func logitsInPlace(seqs []Sequence, nOut, vocab int) []float32 {
+	var all []float32
+	o := 0
+	for _, s := range seqs {
+		if s.Logits == nil {
+			continue
+		}
+		if all == nil {
+			if cap(s.Logits) < nOut*vocab {
+				return nil
+			}
+			all = s.Logits[:nOut*vocab]
+		} else if &s.Logits[0] != &all[o*vocab] {
+			return nil
+		}
+		o++
+	}
+	return all
+}
+
 func (m *Model) layerForward(li int, seqs []Sequence, M int) {
 	c := m.cfg
 	l := &m.layers[li]
 	sc := &m.scratch
 	qd, kvd := c.QDim(), c.KVDim()
 
-	m.pool.For(M, func(lo, hi int) {
+	m.rows(M, c.Dim, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.attnNorm, c.NormEps)
 		}
@@ -386,53 +449,46 @@ func (m *Model) layerForward(li int, seqs []Sequence, M int) {
 	qkvW := [3]*kernels.Weight{l.wq, l.wk, l.wv}
 	kernels.MatMuls(m.pool, sc.h, M, qkv[:], qkvW[:])
 
-	// Per-token: bias, QK-norm, RoPE. Positions follow each sequence.
+	// Per token, every sequence's rows in one pass: bias, QK-norm, RoPE at the row's
+	// position, and the K/V store.
+	m.rows(M, qd+2*kvd, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			q := sc.q[i*qd : (i+1)*qd]
+			k := sc.k[i*kvd : (i+1)*kvd]
+			v := sc.v[i*kvd : (i+1)*kvd]
+			if l.bq != nil {
+				kernels.Add(q, l.bq)
+				kernels.Add(k, l.bk)
+				kernels.Add(v, l.bv)
+			}
+			if l.qNorm != nil {
+				for h := 0; h < c.Heads; h++ {
+					kernels.RMSNorm(q[h*c.HeadDim:(h+1)*c.HeadDim], q[h*c.HeadDim:(h+1)*c.HeadDim], l.qNorm, c.NormEps)
+				}
+				for h := 0; h < c.KVHeads; h++ {
+					kernels.RMSNorm(k[h*c.HeadDim:(h+1)*c.HeadDim], k[h*c.HeadDim:(h+1)*c.HeadDim], l.kNorm, c.NormEps)
+				}
+			}
+			pos := sc.rowPos[i]
+			kernels.RoPE(q, c.Heads, c.HeadDim, pos, m.rope)
+			kernels.RoPE(k, c.KVHeads, c.HeadDim, pos, m.rope)
+			kernels.StoreKV(seqs[sc.rowSeq[i]].KV, l.kvLayer, pos, k, v)
+		}
+	})
+
+	// Attention: each sequence over its own block table, the decode tokens of all of them
+	// in one parallel loop.
+	attn := kernels.AttnParams{NHeads: c.Heads, NKVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
+	sc.attnSeqs = sc.attnSeqs[:0]
 	r0 := 0
 	for si := range seqs {
-		s := &seqs[si]
-		n := len(s.Tokens)
-		base := r0
-		m.pool.For(n, func(lo, hi int) {
-			for j := lo; j < hi; j++ {
-				i := base + j
-				q := sc.q[i*qd : (i+1)*qd]
-				k := sc.k[i*kvd : (i+1)*kvd]
-				v := sc.v[i*kvd : (i+1)*kvd]
-				if l.bq != nil {
-					kernels.Add(q, l.bq)
-					kernels.Add(k, l.bk)
-					kernels.Add(v, l.bv)
-				}
-				if l.qNorm != nil {
-					for h := 0; h < c.Heads; h++ {
-						kernels.RMSNorm(q[h*c.HeadDim:(h+1)*c.HeadDim], q[h*c.HeadDim:(h+1)*c.HeadDim], l.qNorm, c.NormEps)
-					}
-					for h := 0; h < c.KVHeads; h++ {
-						kernels.RMSNorm(k[h*c.HeadDim:(h+1)*c.HeadDim], k[h*c.HeadDim:(h+1)*c.HeadDim], l.kNorm, c.NormEps)
-					}
-				}
-				pos := s.Pos + j
-				kernels.RoPE(q, c.Heads, c.HeadDim, pos, m.rope)
-				kernels.RoPE(k, c.KVHeads, c.HeadDim, pos, m.rope)
-				kernels.StoreKV(s.KV, l.kvLayer, pos, k, v)
-			}
-		})
+		n := len(seqs[si].Tokens)
+		sc.attnSeqs = append(sc.attnSeqs, kernels.AttnSeq{Out: sc.att[r0*qd : (r0+n)*qd], Q: sc.q[r0*qd : (r0+n)*qd],
+			Positions: sc.rowPos[r0 : r0+n], KV: seqs[si].KV})
 		r0 += n
 	}
-
-	// Attention, one sequence at a time (each has its own block table).
-	attn := kernels.AttnParams{NHeads: c.Heads, NKVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
-	r0 = 0
-	for si := range seqs {
-		s := &seqs[si]
-		n := len(s.Tokens)
-		sc.positions = sc.positions[:0]
-		for j := 0; j < n; j++ {
-			sc.positions = append(sc.positions, s.Pos+j)
-		}
-		kernels.Attention(m.pool, sc.att[r0*qd:(r0+n)*qd], sc.q[r0*qd:(r0+n)*qd], sc.positions, s.KV, l.kvLayer, attn)
-		r0 += n
-	}
+	kernels.AttentionSeqs(m.pool, sc.attnSeqs, l.kvLayer, attn)
+	clear(sc.attnSeqs) // drop references to the caller's K/V
 
 	kernels.MatMul(m.pool, sc.h, sc.att, M, l.wo)
 	m.addResidual(M)
@@ -441,7 +497,7 @@ func (m *Model) layerForward(li int, seqs []Sequence, M int) {
 // addResidual adds the token mixer's output (sc.h) to the residual stream.
 func (m *Model) addResidual(M int) {
 	c, sc := m.cfg, &m.scratch
-	m.pool.For(M, func(lo, hi int) {
+	m.rows(M, c.Dim, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			kernels.Add(sc.x[i*c.Dim:(i+1)*c.Dim], sc.h[i*c.Dim:(i+1)*c.Dim])
 		}
@@ -453,7 +509,7 @@ func (m *Model) ffnForward(li int, M int) {
 	c := m.cfg
 	l := &m.layers[li]
 	sc := &m.scratch
-	m.pool.For(M, func(lo, hi int) {
+	m.rows(M, c.Dim, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.ffnNorm, c.NormEps)
 		}
@@ -461,15 +517,11 @@ func (m *Model) ffnForward(li int, M int) {
 	gateUp := [2][]float32{sc.gate, sc.up}
 	gateUpW := [2]*kernels.Weight{l.gate, l.up}
 	kernels.MatMuls(m.pool, sc.h, M, gateUp[:], gateUpW[:])
-	m.pool.For(M, func(lo, hi int) {
+	m.rows(M, c.FFN, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			kernels.SwiGLU(sc.gate[i*c.FFN:(i+1)*c.FFN], sc.gate[i*c.FFN:(i+1)*c.FFN], sc.up[i*c.FFN:(i+1)*c.FFN])
 		}
 	})
 	kernels.MatMul(m.pool, sc.h, sc.gate, M, l.down)
-	m.pool.For(M, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kernels.Add(sc.x[i*c.Dim:(i+1)*c.Dim], sc.h[i*c.Dim:(i+1)*c.Dim])
-		}
-	})
+	m.addResidual(M)
 }

@@ -61,7 +61,11 @@ func (s *Server) prepareChat(r *http.Request, start time.Time) (*genSpec, *api.C
 	if s.draining.Load() {
 		return nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
 	}
-	spec, plan, err := s.chatSpec(req, req.RequestedMaxTokens(), req.NumTopLogprobs(), start)
+	logprobs := -1 // none: greedy decoding then skips the softmax (engine.Request.Logprobs)
+	if req.WantLogprobs() {
+		logprobs = req.NumTopLogprobs()
+	}
+	spec, plan, err := s.chatSpec(req, req.RequestedMaxTokens(), logprobs, start)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -62,7 +62,7 @@ func (s *Server) prepareCompletion(r *http.Request, start time.Time) (*genSpec, 
 			return nil, nil, s.tooManyTokens("prompt", s.cfg.MaxPromptTokens)
 		}
 	}
-	logprobs := 0
+	logprobs := -1 // none: greedy decoding then skips the softmax (engine.Request.Logprobs)
 	if req.Logprobs != nil {
 		logprobs = *req.Logprobs
 	}

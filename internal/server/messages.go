@@ -44,7 +44,7 @@ func (s *Server) prepareMessages(r *http.Request, start time.Time) (*genSpec, *a
 		return nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
 	}
 	mt := req.MaxTokens
-	spec, plan, err := s.chatSpec(req.Chat, &mt, 0, start)
+	spec, plan, err := s.chatSpec(req.Chat, &mt, -1, start) // no logprobs in this API
 	if err != nil {
 		return nil, nil, nil, err
 	}

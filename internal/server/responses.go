@@ -124,7 +124,7 @@ func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *genS
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	spec, plan, err := s.chatSpec(req, req.RequestedMaxTokens(), 0, start)
+	spec, plan, err := s.chatSpec(req, req.RequestedMaxTokens(), -1, start) // no logprobs in this API
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
