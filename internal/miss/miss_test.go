@@ -87,7 +87,7 @@ func segmentsOf(toks []int32) []Segment {
 //
 // Input lines are joined with "\n"; a trailing "\" joins without one; "\t" is a tab.
 func TestExplain(t *testing.T) {
-	datadriven.Walk(t, "testdata", func(t *testing.T, path string) {
+	datadriven.Walk(t, "testdata/explain", func(t *testing.T, path string) {
 		var c *prefix.Cache
 		bs := 16
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
