@@ -1,4 +1,3 @@
-// Command stockpot is Stockpot's single binary: serve, route, bench and model tools.
 package main
 
 import (
