@@ -3,12 +3,10 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +14,7 @@ import (
 
 	"stockpot/internal/engine"
 	"stockpot/internal/offload"
+	"stockpot/internal/soak"
 	"stockpot/internal/tier/redis"
 )
 
@@ -85,50 +84,16 @@ func (r *redisProc) stop() {
 }
 
 // slowProxy relays TCP to upstream, holding every chunk of the server's replies for delay:
-// a Redis that answers, slowly.
+// a Redis that answers, slowly (the soak's proxy).
 func slowProxy(t *testing.T, upstream string, delay time.Duration) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := soak.NewTCPProxy(upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", upstream)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(u, c); u.Close() }()
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := u.Read(buf)
-					if n > 0 {
-						time.Sleep(delay)
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return l.Addr().String()
+	p.SetDelay(delay)
+	t.Cleanup(p.Close)
+	return p.Addr()
 }
 
 // faultReplica is an in-process replica with the remote tier only (written through) and the

@@ -8,17 +8,16 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
+	"stockpot/internal/soak"
 )
 
 // Scale-out, end to end: real replicas sharing one real Redis under --remote-write through,
@@ -394,50 +393,17 @@ func startRouteProcess(t *testing.T, policy string, backends ...string) string {
 	return base
 }
 
-// delayProxy relays TCP to upstream, holding every chunk of the server's replies for delay.
+// delayProxy relays TCP to upstream, holding every chunk of the server's replies for delay
+// (the soak's proxy).
 func delayProxy(t *testing.T, upstream string, delay time.Duration) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := soak.NewTCPProxy(upstream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
-	t.Cleanup(func() { l.Close(); wg.Wait() })
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			u, err := net.Dial("tcp", upstream)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(u, c); u.Close() }()
-			go func() {
-				defer wg.Done()
-				defer c.Close()
-				buf := make([]byte, 64<<10)
-				for {
-					n, err := u.Read(buf)
-					if n > 0 {
-						time.Sleep(delay)
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
-		}
-	}()
-	return l.Addr().String()
+	p.SetDelay(delay)
+	t.Cleanup(p.Close)
+	return p.Addr()
 }
 
 // TestFleetKillReplicaMidWriteThrough: replica A writes through to Redis over a link that
