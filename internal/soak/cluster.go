@@ -2,12 +2,12 @@ package soak
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -71,7 +71,7 @@ func (p *Proc) waitHealthy(ctx context.Context, done chan struct{}) error {
 	for {
 		select {
 		case <-done:
-			return fmt.Errorf("%s exited while starting (see %s)", p.Name, p.LogTo)
+			return fmt.Errorf("%s exited while starting: %s (log: %s)", p.Name, lastLine(p.LogTo), p.LogTo)
 		case <-ctx.Done():
 			return ctx.Err()
 		default:
@@ -155,4 +155,12 @@ func (p *Proc) Starts() int {
 	return p.starts
 }
 
-var errNotRunning = errors.New("not running")
+// lastLine is the last non-empty line of the file at path (a child's last words), or "".
+func lastLine(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}

@@ -53,7 +53,7 @@ type Config struct {
 
 func (c *Config) defaults() {
 	if c.Workers <= 0 {
-		c.Workers = 4
+		c.Workers = 6
 	}
 	if c.Replicas <= 0 {
 		c.Replicas = 2
@@ -62,7 +62,7 @@ func (c *Config) defaults() {
 		c.Policy = "kv-aware"
 	}
 	if c.KVMemory == "" {
-		c.KVMemory = "2MiB"
+		c.KVMemory = "768KiB"
 	}
 	if c.HostCache == "" {
 		c.HostCache = "8MiB"
