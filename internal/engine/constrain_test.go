@@ -57,14 +57,10 @@ func tinyQwen2(t testing.TB) (*model.Model, *tokenizer.Tokenizer) {
 	return qwenModel, qwenTok
 }
 
-const constrainSchema = `{"type":"object","properties":{"name":{"type":"string","maxLength":8},"n":{"type":"integer","minimum":-5,"maximum":500},"ok":{"type":"boolean"},"tags":{"type":"array","items":{"enum":["a","b",null]},"maxItems":3}},"required":["name","n","tags"]}`
-
-// TestConstrainedOutputIsValid: a random-weight model under a bounded schema ends with
-// FinishStop and valid JSON in the schema's shape, greedy and seeded, and the outputs are
-// bitwise the same with the prefix cache on and off (twice on, so the second run hits).
-func TestConstrainedOutputIsValid(t *testing.T) {
+// constrainSetup is tinyQwen2 with constrainSchema compiled over its vocabulary.
+func constrainSetup(t *testing.T) (*model.Model, *tokenizer.Tokenizer, *grammar.Vocab, *grammar.Grammar) {
+	t.Helper()
 	m, tok := tinyQwen2(t)
-	vocab := grammar.VocabFromTokenizer(tok)
 	n, err := grammar.JSONSchema([]byte(constrainSchema))
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +69,16 @@ func TestConstrainedOutputIsValid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, tok, grammar.VocabFromTokenizer(tok), g
+}
+
+const constrainSchema = `{"type":"object","properties":{"name":{"type":"string","maxLength":8},"n":{"type":"integer","minimum":-5,"maximum":500},"ok":{"type":"boolean"},"tags":{"type":"array","items":{"enum":["a","b",null]},"maxItems":3}},"required":["name","n","tags"]}`
+
+// TestConstrainedOutputIsValid: a random-weight model under a bounded schema ends with
+// FinishStop and valid JSON in the schema's shape, greedy and seeded, and the outputs are
+// bitwise the same with the prefix cache on and off (twice on, so the second run hits).
+func TestConstrainedOutputIsValid(t *testing.T) {
+	m, tok, vocab, g := constrainSetup(t)
 	build := func(cache bool) *engine.Engine {
 		cfg := engine.DefaultConfig()
 		cfg.Identity = []byte("constrain-test")

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"stockpot/internal/engine"
-	"stockpot/internal/grammar"
 )
 
 // TestPreemptedOutputsUnchanged: requests preempted to free memory (a small pool, many
@@ -66,16 +65,7 @@ func TestPreemptedOutputsUnchanged(t *testing.T) {
 // JSON schemas): a preempted constrained request keeps its matcher's state and finishes with
 // the output it gets alone.
 func TestPreemptedConstrainedOutputsUnchanged(t *testing.T) {
-	m, tok := tinyQwen2(t)
-	vocab := grammar.VocabFromTokenizer(tok)
-	n, err := grammar.JSONSchema([]byte(constrainSchema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := grammar.Compile(n)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m, tok, vocab, g := constrainSetup(t)
 	build := func(mem int64) *engine.Engine {
 		cfg := engine.DefaultConfig()
 		cfg.Identity = []byte("constrain-test")
