@@ -25,10 +25,14 @@ func (s *stalledTier) Prefetch(_ prefix.Hash, _ []prefix.Hash, _ []int32, first 
 	}()
 }
 
-// waitFor polls cond until it holds or a generous deadline passes.
+// watchdog bounds a wait on a state that must come: it only turns a hang into a failure with
+// a message, and is far beyond what the slowest machine needs (no outcome depends on it).
+const watchdog = 3 * time.Minute
+
+// waitFor polls cond until it holds or the watchdog fires.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(watchdog)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
@@ -102,6 +106,7 @@ func TestCancelBurstEveryPhase(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			var firstTokens atomic.Int32
 			tier := &stalledTier{release: make(chan struct{})}
 			releaseTier := sync.OnceFunc(func() { close(tier.release) })
 			defer releaseTier()
@@ -111,6 +116,17 @@ func TestCancelBurstEveryPhase(t *testing.T) {
 					tc.cfg(c, tier)
 				}
 			})
+			// The runner stops itself at the first step that reaches the phase: polling Stats
+			// and pausing after would let it take any number of steps in between on a busy
+			// machine (running requests then got past their prefill and generated tokens).
+			var (
+				reached  <-chan struct{}
+				resumeAt func()
+			)
+			if tc.reached != nil {
+				reached, resumeAt = e.PauseWhen(func(st engine.Stats) bool { return tc.reached(st, int(firstTokens.Load())) })
+				defer resumeAt()
+			}
 			resume := e.Pause() // the whole burst arrives between two steps
 			cancels := make([]context.CancelFunc, n)
 			type end struct {
@@ -118,7 +134,6 @@ func TestCancelBurstEveryPhase(t *testing.T) {
 				usage  engine.Usage
 			}
 			ends := make([]end, n)
-			var firstTokens atomic.Int32
 			var wg sync.WaitGroup
 			for i := range n {
 				ctx, cancel := context.WithCancel(context.Background())
@@ -144,8 +159,12 @@ func TestCancelBurstEveryPhase(t *testing.T) {
 			}
 			if tc.reached != nil {
 				resume()
-				waitFor(t, "the burst to reach the phase", func() bool { return tc.reached(e.Stats(), int(firstTokens.Load())) })
-				resume = e.Pause()
+				select {
+				case <-reached:
+				case <-time.After(watchdog):
+					t.Fatalf("the burst never reached the phase: %+v", e.Stats())
+				}
+				resume = resumeAt
 			}
 			before := e.Stats()
 			for _, cancel := range cancels {
@@ -157,8 +176,8 @@ func TestCancelBurstEveryPhase(t *testing.T) {
 			go func() { wg.Wait(); close(allDone) }()
 			select {
 			case <-allDone:
-			case <-time.After(20 * time.Second):
-				t.Fatalf("streams still open 20 s after their cancellation: %+v", e.Stats())
+			case <-time.After(watchdog):
+				t.Fatalf("streams still open %v after their cancellation: %+v", watchdog, e.Stats())
 			}
 			for i, en := range ends {
 				if en.finish != engine.FinishCancelled {

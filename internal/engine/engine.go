@@ -167,6 +167,11 @@ type Engine struct {
 	eventState [][]byte     // flushEvents' state argument, reused; runner goroutine only
 	stateBuf   []byte       // the encoded checkpoints of one flushEvents; runner goroutine only
 	discarded  uint64       // Core.Stats().StateDiscarded already reported to OnDiscard
+
+	// afterStep, when set, runs on the runner goroutine after every scheduling step, once its
+	// stats are published (tests: PauseWhen stops the runner at the step where a state is
+	// reached, instead of polling Stats and pausing some steps later). Runner goroutine only.
+	afterStep func()
 }
 
 // stream carries one request's outputs from the runner to its caller without ever blocking the
@@ -576,6 +581,7 @@ func (e *Engine) run() {
 		e.applyRestores(plan.Restores)
 		if len(plan.Items) == 0 {
 			e.publishStats()
+			e.stepDone()
 			if !e.core.Idle() {
 				// Waiting on memory or on another request's in-flight blocks.
 				if _, quit := e.receive(time.After(2 * time.Millisecond)); quit {
@@ -642,6 +648,14 @@ func (e *Engine) run() {
 		e.flushEvents(nil)
 		e.deliver()
 		e.publishStats()
+		e.stepDone()
+	}
+}
+
+// stepDone runs the afterStep hook, if any.
+func (e *Engine) stepDone() {
+	if e.afterStep != nil {
+		e.afterStep()
 	}
 }
 
