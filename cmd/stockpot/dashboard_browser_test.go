@@ -104,7 +104,7 @@ func eval[T any](t *testing.T, p *page, js string) T {
 // turns a hang into a failure).
 func waitJS(t *testing.T, p *page, what, js string) {
 	t.Helper()
-	if _, err := chromedp.Run(p.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(90*time.Second))); err != nil {
+	if _, err := chromedp.Run(p.ctx, chromedp.Poll[bool](js, chromedp.WithPollingTimeout(3*time.Minute))); err != nil {
 		state := eval[string](t, p, "JSON.stringify(window.stockpotDashboard)")
 		t.Fatalf("waiting for %s: %v\npage state: %s\nconsole errors: %v", what, err, state, p.consoleErrors())
 	}
@@ -221,24 +221,34 @@ func TestDashboardInChromium(t *testing.T) {
 		waitJS(t, p, "requests and the cache tree", `window.stockpotDashboard.requests > 0 && document.querySelectorAll('#tree li').length > 0`)
 		stop()
 
-		// A request just sent shows up with its evidence chain.
+		// A request just sent shows up with its evidence chain. It is found by its prompt
+		// length, not as the newest row: the workload's requests cancelled by stop() can end
+		// on the server after it (as 499 rows), on a busy machine.
 		prompt := promptIDs(4242, 77)
 		u := completion(t, serve, map[string]any{"prompt": prompt, "max_tokens": 2, "temperature": 0})
-		waitJS(t, p, "the request just sent", fmt.Sprintf(`(() => { const r = document.querySelector('#requests .req');
-			return r && r.dataset.prompt === "%d"; })()`, u.PromptTokens))
-		row := eval[string](t, p, `document.querySelector('#requests .req').textContent`)
+		ours := fmt.Sprintf(`document.querySelector('#requests .req[data-prompt="%d"]')`, u.PromptTokens)
+		waitJS(t, p, "the request just sent", ours+" !== null")
+		row := eval[string](t, p, ours+`.textContent`)
 		for _, want := range []string{"77 prompt tokens", "matched", "reused", "computed " + strconv.Itoa(u.Cache["computed_tokens"]), "TTFT", "queue", "restore", "prefill", "% reused"} {
 			if !strings.Contains(row, want) {
 				t.Errorf("the request's row lacks %q: %s", want, row)
 			}
 		}
 
-		// The hit rate shown equals /metrics (nothing runs now: two snapshots later the page
-		// shows what the registry holds).
-		seen := eval[int](t, p, `window.stockpotDashboard.snapshots`)
-		waitJS(t, p, "two more snapshots", fmt.Sprintf(`window.stockpotDashboard.snapshots >= %d`, seen+2))
-		shown := eval[string](t, p, `document.getElementById('hit-rate').dataset.value`)
-		served := metricText(t, serve.URL, "stockpot_prefix_cache_hit_rate")
+		// The hit rate shown equals /metrics once nothing runs: a snapshot taken after a
+		// reading of /metrics, with the same reading after it, shows what the registry held
+		// (the workload's cancelled requests may still be ending at first: read again until
+		// two readings around the snapshots agree).
+		var shown, served string
+		for {
+			before := metricText(t, serve.URL, "stockpot_prefix_cache_hit_rate")
+			seen := eval[int](t, p, `window.stockpotDashboard.snapshots`)
+			waitJS(t, p, "two more snapshots", fmt.Sprintf(`window.stockpotDashboard.snapshots >= %d`, seen+2))
+			shown = eval[string](t, p, `document.getElementById('hit-rate').dataset.value`)
+			if served = metricText(t, serve.URL, "stockpot_prefix_cache_hit_rate"); served == before {
+				break
+			}
+		}
 		sv, err1 := strconv.ParseFloat(shown, 64)
 		mv, err2 := strconv.ParseFloat(served, 64)
 		if err1 != nil || err2 != nil || sv != mv {

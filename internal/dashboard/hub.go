@@ -139,25 +139,41 @@ func (h *Hub) pushLocked(c *client, ev Event) {
 // ErrTooManyClients is the answer past Config.MaxClients.
 var ErrTooManyClients = errors.New("dashboard: too many browsers streaming")
 
+// subscribe registers a browser, then puts the hello events ahead of whatever was published
+// since. The client is registered before Hello runs, so nothing published while Hello
+// gathers its events is lost (it may be in both: the page drops a request it has already
+// shown, by its seq); Hello runs outside mu, since it may gather metrics and take its
+// owner's locks, which may be held around Publish.
 func (h *Hub) subscribe() (*client, error) {
 	c := &client{notify: make(chan struct{}, 1)}
 	c.mu.ring = make([]Event, 0, h.cfg.ClientBuffer)
-	var hello []Event
-	if h.cfg.Hello != nil {
-		hello = h.cfg.Hello() // outside mu: it may gather metrics
-	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if len(h.mu.clients) >= h.cfg.MaxClients {
+		h.mu.Unlock()
 		return nil, ErrTooManyClients
-	}
-	for _, ev := range hello {
-		h.pushLocked(c, ev)
 	}
 	h.mu.clients[c] = struct{}{}
 	if h.mu.stop == nil && h.cfg.Sample != nil {
 		h.mu.stop = make(chan struct{})
 		go h.sample(h.mu.stop)
+	}
+	h.mu.Unlock()
+	if h.cfg.Hello != nil {
+		hello := h.cfg.Hello()
+		c.mu.Lock()
+		ring := append(hello, c.mu.ring...)
+		if drop := len(ring) - h.cfg.ClientBuffer; drop > 0 {
+			ring = ring[drop:] // the oldest go first, as in pushLocked
+			h.dropped.Add(uint64(drop))
+		}
+		c.mu.ring = append(c.mu.ring[:0], ring...)
+		c.mu.Unlock()
+		if len(ring) > 0 {
+			select {
+			case c.notify <- struct{}{}:
+			default:
+			}
+		}
 	}
 	return c, nil
 }

@@ -128,10 +128,14 @@ func (d *dashboardState) record(status int, u *engine.Usage, blockSize int, at t
 		d.mu.ring = d.mu.ring[:recentRequests-1]
 	}
 	d.mu.ring = append(d.mu.ring, r)
-	d.mu.Unlock()
+	// Published under mu, so that browsers get the records in their seq order: the page keeps
+	// only a record newer than the last it showed, and two handlers ending together used to
+	// publish in either order (the later seq first hid the other). Publish never blocks and
+	// takes no lock of ours.
 	if d.hub.Stats().Clients > 0 { // no browser: no JSON to make
 		d.hub.Publish(jsonEvent("request", r))
 	}
+	d.mu.Unlock()
 }
 
 // maxNoteSlots bounds the sticky notes.
