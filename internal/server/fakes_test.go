@@ -159,10 +159,11 @@ type fakeGen struct {
 	reqs      []engine.Request
 	cancelled atomic.Int32
 	cancelCh  chan struct{} // gets a value each time a request ends by cancellation
+	started   chan struct{} // gets a value (while it has room) each time Generate takes a request
 }
 
 func newFakeGen(text string) *fakeGen {
-	return &fakeGen{text: text, perOutput: 1, cancelCh: make(chan struct{}, 16)}
+	return &fakeGen{text: text, perOutput: 1, cancelCh: make(chan struct{}, 16), started: make(chan struct{}, 16)}
 }
 
 func (g *fakeGen) Stats() engine.Stats {
@@ -191,6 +192,10 @@ func (g *fakeGen) Generate(ctx context.Context, req *engine.Request) (<-chan eng
 	g.mu.Lock()
 	g.reqs = append(g.reqs, *req)
 	g.mu.Unlock()
+	select {
+	case g.started <- struct{}{}:
+	default:
+	}
 	ids := fakeTok{}.Encode(g.text, false, true)
 	if g.ids != nil {
 		ids = slices.Clone(g.ids)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -424,7 +425,7 @@ func TestStopStringAcrossChunks(t *testing.T) {
 		}
 		select {
 		case <-gen.cancelCh:
-		case <-time.After(5 * time.Second):
+		case <-time.After(time.Minute):
 			t.Errorf("per=%d: engine request not cancelled after the stop string", per)
 		}
 		// Non-streamed, same cut.
@@ -741,8 +742,11 @@ func TestDisconnectCancels(t *testing.T) {
 		body := fmt.Sprintf(`{"prompt":"x","stream":%v,"max_tokens":100}`, stream)
 		req, _ := http.NewRequestWithContext(ctx, "POST", ts.URL+"/v1/completions", strings.NewReader(body))
 		done := make(chan struct{})
+		streaming := make(chan struct{}) // the first event was read (or the request failed)
+		markStreaming := sync.OnceFunc(func() { close(streaming) })
 		go func() {
 			defer close(done)
+			defer markStreaming()
 			resp, err := http.DefaultClient.Do(req)
 			if err != nil {
 				return
@@ -753,14 +757,21 @@ func TestDisconnectCancels(t *testing.T) {
 				if !strings.HasPrefix(line, "data: ") {
 					t.Errorf("first line %q", line)
 				}
+				markStreaming()
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
 		}()
-		time.Sleep(50 * time.Millisecond)
+		// The client goes away once its request runs: a stream once its first event came, a
+		// plain request (answered only at its end) once the engine has it.
+		if stream {
+			<-streaming
+		} else {
+			<-gen.started
+		}
 		cancel()
 		select {
 		case <-gen.cancelCh:
-		case <-time.After(5 * time.Second):
+		case <-time.After(time.Minute):
 			t.Fatalf("stream=%v: engine request not cancelled on disconnect", stream)
 		}
 		<-done
@@ -798,7 +809,7 @@ func TestServeDrain(t *testing.T) {
 		resp.Body.Close()
 		got <- fmt.Sprint(resp.StatusCode, " ", string(b))
 	}()
-	time.Sleep(60 * time.Millisecond)
+	<-gen.started // the drain begins while the request runs (20 ms a token)
 	cancel()
 	if r := <-got; !strings.HasPrefix(r, "200 ") || !strings.Contains(r, "slow answer") {
 		t.Errorf("drained request: %s", r)
@@ -824,14 +835,14 @@ func TestServeDrain(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	time.Sleep(50 * time.Millisecond)
+	<-gen.started
 	cancel()
 	select {
 	case err := <-served:
 		if err != nil {
 			t.Errorf("Serve: %v", err)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(time.Minute): // a watchdog: DrainTimeout is 100 ms
 		t.Fatal("Serve did not return after the drain timeout")
 	}
 	select {
