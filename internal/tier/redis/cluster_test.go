@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,8 +214,9 @@ func TestClusterSlotMigration(t *testing.T) {
 func TestClusterMasterKilled(t *testing.T) {
 	c := startCluster3(t)
 	digest := randomDigest()
-	const cooldown = time.Second // longer than the rounds below take, even on a loaded machine
-	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 2, BreakerCooldown: cooldown, CallTimeout: 2 * time.Second})
+	const cooldown = time.Second
+	clock := newFakeClock() // the cool-down passes only when the test advances it
+	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 2, BreakerCooldown: cooldown, CallTimeout: time.Minute, Now: clock.Now})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 36, 73)
 	keys := tiertest.Keys(recs)
 	if err := s.Put(ctx, tiertest.Items(recs)); err != nil {
@@ -279,7 +281,7 @@ func TestClusterMasterKilled(t *testing.T) {
 
 	c.nodes[dead].start() // same port and nodes.conf: it rejoins, empty
 	c.waitOK()
-	time.Sleep(cooldown + 50*time.Millisecond)
+	clock.Advance(cooldown)
 	vals, err := s.Get(ctx, keys)
 	if err != nil {
 		t.Fatalf("after the restart: %v", err)
@@ -332,7 +334,7 @@ func TestClusterMasterKilled(t *testing.T) {
 func TestClusterAllMastersDown(t *testing.T) {
 	c := startCluster3(t)
 	digest := randomDigest()
-	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 1, BreakerCooldown: time.Minute, CallTimeout: 2 * time.Second})
+	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 1, BreakerCooldown: time.Minute, CallTimeout: time.Minute})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 24, 74)
 	if err := s.Put(ctx, tiertest.Items(recs)); err != nil {
 		t.Fatal(err)
@@ -358,7 +360,9 @@ func TestClusterAllMastersDown(t *testing.T) {
 func TestClusterMasterKilledUnderLoad(t *testing.T) {
 	c := startCluster3(t)
 	digest := randomDigest()
-	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 2, BreakerCooldown: 200 * time.Millisecond, CallTimeout: 2 * time.Second})
+	const cooldown = 200 * time.Millisecond
+	clock := newFakeClock()
+	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 2, BreakerCooldown: cooldown, CallTimeout: time.Minute, Now: clock.Now})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 32, 75)
 	if err := s.Put(ctx, tiertest.Items(recs)); err != nil {
 		t.Fatal(err)
@@ -366,6 +370,7 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 	stop := make(chan struct{})
 	errs := make(chan error, 64)
 	var wg sync.WaitGroup
+	var reads atomic.Int64
 	for w := range 4 {
 		wg.Add(1)
 		go func() {
@@ -383,6 +388,7 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 					continue
 				}
 				vals, err := s.Get(ctx, tiertest.Keys(recs))
+				reads.Add(1)
 				if err != nil {
 					errs <- fmt.Errorf("Get: %w", err)
 					continue
@@ -398,9 +404,30 @@ func TestClusterMasterKilledUnderLoad(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(100 * time.Millisecond)
+	// Kill a master while the readers run; its breaker opens and skips it; past a cool-down
+	// a probe fails and reopens it. Each stage is waited for, not slept through.
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(3 * time.Minute); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("never: %s (breaker %+v)", what, s.BreakerStats())
+			}
+		}
+	}
+	waitFor("reads before the kill", func() bool { return reads.Load() >= 8 })
 	c.nodes[1].kill()
-	time.Sleep(600 * time.Millisecond) // past a cool-down: probes fail and reopen
+	waitFor("the dead master's breaker to open and skip keys", func() bool {
+		st := s.BreakerStats()
+		return st.Opens >= 1 && st.Open == 1 && st.SkippedKeys > 0
+	})
+	failed := s.BreakerStats().FailedCalls
+	clock.Advance(cooldown)
+	waitFor("a probe to fail and reopen the breaker", func() bool {
+		st := s.BreakerStats()
+		return st.FailedCalls > failed && st.Open == 1
+	})
+	at := reads.Load()
+	waitFor("reads after the reopening", func() bool { return reads.Load() >= at+8 })
 	close(stop)
 	wg.Wait()
 	close(errs)

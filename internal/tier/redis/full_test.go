@@ -17,7 +17,7 @@ import (
 func TestFullServer(t *testing.T) {
 	srv := startServer(t, "--maxmemory", "2mb", "--maxmemory-policy", "noeviction")
 	digest := randomDigest()
-	s := openStore(t, srv.url(), Config{IdentityDigest: digest, BreakerFailures: 1, CallTimeout: 2 * time.Second})
+	s := openStore(t, srv.url(), Config{IdentityDigest: digest, BreakerFailures: 1, CallTimeout: time.Minute})
 	root := prefix.Root(digest[:], "")
 	first := tiertest.Chain(digest, root, tiertest.SmallLayout, 4, 81)
 	if err := s.Put(ctx, tiertest.Items(first)); err != nil {
@@ -67,7 +67,7 @@ func TestFullServer(t *testing.T) {
 func TestFullClusterMaster(t *testing.T) {
 	c := startCluster3(t)
 	digest := randomDigest()
-	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 1, CallTimeout: 2 * time.Second})
+	s := clusterStore(t, c, Config{IdentityDigest: digest, BreakerFailures: 1, CallTimeout: time.Minute})
 	first := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 6, 91)
 	if err := s.Put(ctx, tiertest.Items(first)); err != nil {
 		t.Fatal(err)

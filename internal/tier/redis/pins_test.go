@@ -172,7 +172,7 @@ func BenchmarkGet(b *testing.B) {
 	srv := startServer(&testing.T{})
 	defer srv.kill()
 	digest := randomDigest()
-	s, err := Open(srv.url(), Config{IdentityDigest: digest, CallTimeout: time.Second})
+	s, err := Open(srv.url(), Config{IdentityDigest: digest, CallTimeout: time.Minute})
 	if err != nil {
 		b.Fatal(err)
 	}

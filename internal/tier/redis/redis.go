@@ -31,8 +31,8 @@ type Config struct {
 	BreakerFailures int
 	// BreakerCooldown is how long an open breaker skips Redis. Default 5s.
 	BreakerCooldown time.Duration
-	// Now is the clock of this process's view of the pins (Pins); nil is time.Now. Redis
-	// expires keys by its own clock.
+	// Now is the clock of this process's view of the pins (Pins) and of the breakers'
+	// cool-downs; nil is time.Now. Redis expires keys by its own clock.
 	Now func() time.Time
 }
 
@@ -107,7 +107,7 @@ func New(client goredis.UniversalClient, cfg Config) (*Store, error) {
 	_, cluster := client.(*goredis.ClusterClient)
 	s := &Store{cfg: cfg, client: client, cluster: cluster,
 		prefix: cfg.KeyPrefix + ":" + hex.EncodeToString(cfg.IdentityDigest[:]) + ":"}
-	s.breaker.failures, s.breaker.cooldown, s.breaker.now = cfg.BreakerFailures, cfg.BreakerCooldown, time.Now
+	s.breaker.failures, s.breaker.cooldown, s.breaker.now = cfg.BreakerFailures, cfg.BreakerCooldown, cfg.Now
 	s.mu.pins = make(map[tier.Key]tier.PinInfo)
 	s.nodes.m = make(map[string]*breaker)
 	return s, nil

@@ -21,8 +21,14 @@ func randomDigest() (d [32]byte) {
 	return d
 }
 
+// openStore opens a store for a test. A test that sets no CallTimeout gets a generous one:
+// the default (250 ms) fails calls that a busy machine makes slow, and the tests count what
+// was stored and read. The tests of timeouts set their own.
 func openStore(t *testing.T, url string, cfg Config) *Store {
 	t.Helper()
+	if cfg.CallTimeout == 0 {
+		cfg.CallTimeout = time.Minute
+	}
 	s, err := Open(url, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +136,8 @@ func TestServerKilledMidRun(t *testing.T) {
 	srv := startServer(t)
 	digest := randomDigest()
 	const cooldown = 300 * time.Millisecond
-	s := openStore(t, srv.url(), Config{IdentityDigest: digest, BreakerFailures: 3, BreakerCooldown: cooldown, CallTimeout: 2 * time.Second})
+	clock := newFakeClock()
+	s := openStore(t, srv.url(), Config{IdentityDigest: digest, BreakerFailures: 3, BreakerCooldown: cooldown, CallTimeout: time.Minute, Now: clock.Now})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 4, 3)
 	if err := s.Put(ctx, tiertest.Items(recs)); err != nil {
 		t.Fatal(err)
@@ -159,7 +166,7 @@ func TestServerKilledMidRun(t *testing.T) {
 	}
 
 	srv.start() // same port, empty (no persistence)
-	time.Sleep(cooldown + 50*time.Millisecond)
+	clock.Advance(cooldown)
 	vals, err := s.Get(ctx, tiertest.Keys(recs))
 	if err != nil {
 		t.Fatalf("probe after restart: %v", err)
@@ -190,7 +197,9 @@ func TestSlowServer(t *testing.T) {
 	defer admin.Close()
 	// Warm the pool so the next call reuses a connection.
 	s.Contains(ctx, tiertest.Keys(tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 1, 4)))
-	if err := admin.Do(ctx, "CLIENT", "PAUSE", 500, "ALL").Err(); err != nil {
+	// Paused far longer than the two calls take on the slowest machine (the test ends, and
+	// the server is killed, without waiting for the pause to pass).
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", 10*60*1000, "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
 	keys := tiertest.Keys(tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 2, 5))
