@@ -5,16 +5,18 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"stockpot/internal/tier"
 	"stockpot/internal/tier/tiertest"
 )
 
-// decodeCheck is a reader's check: the value must be an intact record.
-func decodeCheck(calls *int) func(int, []byte) error {
+// decodeCheck is a reader's check: the value must be an intact record. The store runs checks
+// from its parallel readers, so the count is atomic.
+func decodeCheck(calls *atomic.Int64) func(int, []byte) error {
 	return func(_ int, v []byte) error {
-		*calls++
+		calls.Add(1)
 		_, err := tier.Decode(v)
 		return err
 	}
@@ -31,10 +33,10 @@ func TestGetCheckedDamage(t *testing.T) {
 	keys := tiertest.Keys(recs)
 	s.Put(ctx, []tier.Item{{Key: items[0].Key, Value: bytes.Clone(items[0].Value)}})
 	good, _ := os.ReadFile(path)
-	calls := 0
+	var calls atomic.Int64
 	vals, checked, err := s.GetChecked(ctx, keys, decodeCheck(&calls))
-	if err != nil || !checked[0] || calls != 1 || !bytes.Equal(vals[0], tiertest.Encode(recs[0])) {
-		t.Fatalf("intact file: checked %v, %d checks, err %v, value right %v", checked, calls, err, bytes.Equal(vals[0], tiertest.Encode(recs[0])))
+	if err != nil || !checked[0] || calls.Load() != 1 || !bytes.Equal(vals[0], tiertest.Encode(recs[0])) {
+		t.Fatalf("intact file: checked %v, %d checks, err %v, value right %v", checked, calls.Load(), err, bytes.Equal(vals[0], tiertest.Encode(recs[0])))
 	}
 	offs := []int{0, 6, 7, 9, 50, 100, 111, 112, 200, len(good) - 5, len(good) - 4, len(good) - 1}
 	for _, off := range offs {
@@ -91,10 +93,10 @@ func TestGetCheckedDirect(t *testing.T) {
 	for _, f := range files {
 		evictPages(t, f, 0, 0)
 	}
-	calls := 0
+	var calls atomic.Int64
 	vals, checked, err := s.GetChecked(ctx, tiertest.Keys(recs), decodeCheck(&calls))
-	if err != nil || calls != len(recs) {
-		t.Fatalf("%d checks for %d blocks, err %v", calls, len(recs), err)
+	if err != nil || calls.Load() != int64(len(recs)) {
+		t.Fatalf("%d checks for %d blocks, err %v", calls.Load(), len(recs), err)
 	}
 	for i, v := range vals {
 		if !checked[i] || !bytes.Equal(v, tiertest.Encode(recs[i])) {
@@ -139,7 +141,7 @@ func FuzzGetChecked(f *testing.F) {
 			var ok []bool
 			var err error
 			if checkedGet {
-				calls := 0
+				var calls atomic.Int64
 				vals, ok, err = s.GetChecked(ctx, []tier.Key{item.Key}, decodeCheck(&calls))
 			} else {
 				vals, err = s.Get(ctx, []tier.Key{item.Key})
