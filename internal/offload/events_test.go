@@ -60,7 +60,7 @@ func (l *eventLog) view(tr kvtier.Tier, recs []*tier.Record) string {
 
 func waitView(t *testing.T, l *eventLog, tr kvtier.Tier, recs []*tier.Record, want func() string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		w := want()
 		got := l.view(tr, recs)
@@ -104,7 +104,7 @@ func TestTierEvents(t *testing.T) {
 		for _, r := range recs[i : i+4] {
 			ts.writer.Enqueue(evicted(r, 0, 0), r.KV)
 		}
-		for deadline := time.Now().Add(10 * time.Second); has(t, host, recs[i:i+4]) != "xxxx"; time.Sleep(5 * time.Millisecond) {
+		for deadline := time.Now().Add(3 * time.Minute); has(t, host, recs[i:i+4]) != "xxxx"; time.Sleep(5 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: host holds %s", i/4, has(t, host, recs))
 			}

@@ -33,11 +33,13 @@ func evicted(r *tier.Record, hits, prefixTokens int) Evicted {
 type blockingStore struct {
 	tier.Store
 	release chan struct{}
+	puts    atomic.Int64 // Puts entered (counted before waiting on release)
 	gets    atomic.Int64
 	getGate chan struct{} // if non-nil, Get waits on it
 }
 
 func (b *blockingStore) Put(ctx context.Context, items []tier.Item) error {
+	b.puts.Add(1)
 	if b.release != nil {
 		<-b.release
 	}
@@ -106,11 +108,16 @@ func TestWriterDropsWhenFull(t *testing.T) {
 	recs := tiertest.Chain(identity, root, layout, 10, 2)
 	done := make(chan struct{})
 	go func() {
-		for _, r := range recs {
+		for i, r := range recs {
 			w.Enqueue(evicted(r, 0, 0), r.KV)
-			// Let the fast tier's worker keep up; the slow one is stuck.
-			deadline := time.Now().Add(2 * time.Second)
-			for w.Stats().Written[0] < w.Stats().Enqueued-w.Stats().Dropped[0] && time.Now().Before(deadline) {
+			if i == 0 {
+				// The slow tier's worker takes the first block and is stuck with it.
+				for slow.puts.Load() == 0 {
+					time.Sleep(time.Millisecond)
+				}
+			}
+			// Let the fast tier's worker keep up.
+			for w.Stats().Written[0] < w.Stats().Enqueued-w.Stats().Dropped[0] {
 				time.Sleep(time.Millisecond)
 			}
 		}
@@ -118,7 +125,7 @@ func TestWriterDropsWhenFull(t *testing.T) {
 	}()
 	select {
 	case <-done: // Enqueue never blocked on the stuck tier
-	case <-time.After(10 * time.Second):
+	case <-time.After(3 * time.Minute): // a watchdog
 		t.Fatal("Enqueue blocked behind a stuck tier")
 	}
 	close(slow.release)
@@ -288,18 +295,17 @@ func TestFetchSingleflight(t *testing.T) {
 	for range 8 {
 		futures = append(futures, f.Fetch(ctx, request(recs)))
 	}
-	// Wait until every fetch has either led or joined the one read.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	// Wait until every fetch has either led or joined the one read (the read is held at the
+	// gate): 3 blocks in flight, each with 7 followers.
+	waitFor(t, "7 followers on each of the 3 reads", func() bool {
 		f.mu.Lock()
-		n := len(f.mu.flight)
-		f.mu.Unlock()
-		if n == 3 || time.Now().After(deadline) {
-			break
+		defer f.mu.Unlock()
+		waiters := 0
+		for _, c := range f.mu.flight {
+			waiters += c.waiters
 		}
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(20 * time.Millisecond) // let the followers find the flight
+		return len(f.mu.flight) == 3 && waiters == 7*3
+	})
 	close(gate)
 	for _, fu := range futures {
 		res, err := fu.Wait(ctx)
@@ -307,8 +313,8 @@ func TestFetchSingleflight(t *testing.T) {
 			t.Fatalf("usable %d, %v", res.Usable, err)
 		}
 	}
-	if got := st.gets.Load(); got >= 8*3 {
-		t.Fatalf("%d block reads for 8 fetches of 3 blocks: no dedup", got)
+	if got := st.gets.Load(); got != 3 {
+		t.Fatalf("%d block reads for 8 fetches of 3 blocks, want 3", got)
 	}
 }
 

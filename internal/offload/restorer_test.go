@@ -116,7 +116,7 @@ func newTestTiers(t *testing.T, stores []Tier, mod func(*Config)) *Tiers {
 // waitFor waits until cond holds (a condition, not a duration, is what the test asserts).
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Minute); !cond(); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("never: %s", what)
 		}
