@@ -32,6 +32,7 @@ import (
 	"stockpot/internal/offload"
 	"stockpot/internal/server"
 	"stockpot/internal/tenant"
+	"stockpot/internal/tier/redis"
 	"stockpot/internal/tlsconfig"
 )
 
@@ -299,6 +300,7 @@ func cmdServe(args []string) error {
 	diskCache := fs.String("disk-cache", td.DiskDir, "disk tier directory; empty = off")
 	diskSize := fs.String("disk-cache-size", bytesize.Format(td.DiskBytes), "disk tier budget")
 	remoteCache := fs.String("remote-cache", td.RemoteURL, "remote tier, redis://host:port/db; empty = off")
+	remoteTimeout := fs.Duration("remote-call-timeout", redis.DefaultConfig().CallTimeout, "bound on each remote tier call (a batched read or write); a call past it fails, counts toward the breaker, and its blocks are computed instead")
 	minHits := fs.Int("offload-min-hits", td.Admission.MinHits, "offload only blocks that at least this many requests reused")
 	minPrefix := fs.Int("offload-min-prefix-tokens", td.Admission.MinPrefixTokens, "write back only blocks ending at least this many tokens into their prompt")
 	remoteWrite := fs.String("remote-write", td.RemoteWrite.String(), "when the remote tier is written: through (every computed block at once), selective (at once, the blocks that pass --offload-min-*), back (on eviction and shutdown, as host and disk)")
@@ -374,6 +376,10 @@ func cmdServe(args []string) error {
 
 	to := td
 	to.DiskDir, to.RemoteURL = *diskCache, *remoteCache
+	if *remoteTimeout <= 0 {
+		return fmt.Errorf("--remote-call-timeout %v: must be positive", *remoteTimeout)
+	}
+	to.Remote.CallTimeout = *remoteTimeout
 	to.Admission = offload.Admission{MinHits: *minHits, MinPrefixTokens: *minPrefix}
 	if to.RemoteWrite, err = offload.ParseWritePolicy(*remoteWrite); err != nil {
 		return fmt.Errorf("--remote-write: %w", err)
