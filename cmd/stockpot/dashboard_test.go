@@ -16,7 +16,7 @@ import (
 // waitUntil polls cond until it holds; the deadline only turns a hang into a failure.
 func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

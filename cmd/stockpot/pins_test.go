@@ -61,7 +61,7 @@ func TestPinsSurviveRestart(t *testing.T) {
 func TestPinsRedisTTL(t *testing.T) {
 	addr := startRedis(t)
 	defer stopRedis(t)
-	to := offload.Config{RemoteURL: "redis://" + addr + "/0"}
+	to := offload.Config{RemoteURL: "redis://" + addr + "/0", Remote: testRemote}
 	inst, url, stop := tieredInstance(t, "synthetic:tiny-llama-spm", to)
 	defer stop()
 	code, out := post(t, url+"/v1/completions", map[string]any{"prompt": longText(600), "max_tokens": 2, "prompt_cache_retention": "24h"})
@@ -76,7 +76,7 @@ func TestPinsRedisTTL(t *testing.T) {
 	defer rc.Close()
 	ctx := context.Background()
 	var pinKeys []string
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		keys, err := rc.Keys(ctx, "*:pin").Result()
 		if err != nil {
 			t.Fatal(err)

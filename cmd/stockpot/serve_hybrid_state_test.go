@@ -334,7 +334,7 @@ func TestHybridRestoreCycles(t *testing.T) {
 		check("host", got, got.cache.Host)
 	})
 	t.Run("remote", func(t *testing.T) {
-		to := offload.Config{RemoteURL: "redis://" + startRedis(t) + "/0"}
+		to := offload.Config{RemoteURL: "redis://" + startRedis(t) + "/0", Remote: testRemote}
 		url, stop := start(to, true, 16<<20)
 		hybridComplete(t, url, a) // written through to Redis at each commit
 		stop()

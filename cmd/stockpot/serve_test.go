@@ -282,7 +282,7 @@ func TestServeDrainOnSIGTERM(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	base := "http://" + port
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		resp, err := http.Get(base + "/health")
 		if err == nil && resp.StatusCode == 200 {

@@ -170,7 +170,7 @@ func TestTenantIsolationAcrossTiers(t *testing.T) {
 				stop() // graceful: the pool is written back to disk; a new replica starts empty
 				return mk()
 			}},
-		{tier: "remote", kvBudget: 16 << 20, to: offload.Config{RemoteURL: "redis://" + redis + "/0"},
+		{tier: "remote", kvBudget: 16 << 20, to: offload.Config{RemoteURL: "redis://" + redis + "/0", Remote: testRemote},
 			place: func(t *testing.T, _ string, stop func(), mk func() (string, func())) (string, func()) {
 				stop() // written to Redis; the next replica shares nothing else
 				return mk()
@@ -346,7 +346,7 @@ func TestTenantsFlagErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("%v: %v, want an error with %q", tc.args, err, tc.want)
 			}
-		case <-time.After(30 * time.Second):
+		case <-time.After(3 * time.Minute):
 			t.Fatalf("%v did not fail at start", tc.args)
 		}
 	}

@@ -86,7 +86,7 @@ func TestTLSServeAndRoute(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	routerURL := "https://" + raw.Addr().String()
 
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		st := rt.Backends()
 		if len(st) == 1 && st[0].State == "healthy" && st[0].Events != nil && st[0].Events.Synced {

@@ -14,7 +14,7 @@ import (
 // (its last tier here) and has none queued: a condition, not a duration, is what is asserted.
 func waitRemoteWrites(t *testing.T, inst *instance, n uint64) offload.WriterStats {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		st := inst.tiers.WriterStats()
 		last := len(st.Written) - 1
@@ -40,7 +40,7 @@ func TestRedisWriteThroughWhileUp(t *testing.T) {
 		shared bool
 	}{{offload.WriteThrough, "through ", true}, {offload.WriteBack, "back ", false}} {
 		t.Run(tc.pol.String(), func(t *testing.T) {
-			to := offload.Config{RemoteURL: "redis://" + addr + "/0", RemoteWrite: tc.pol}
+			to := offload.Config{RemoteURL: "redis://" + addr + "/0", RemoteWrite: tc.pol, Remote: testRemote}
 			instA, urlA, stopA := tieredInstance(t, "synthetic:tiny-llama-spm", to)
 			defer stopA()
 			a := completeText(t, urlA, tc.salt+prompt)
@@ -110,7 +110,7 @@ func TestPromotionFromDisk(t *testing.T) {
 	if blocks == 0 {
 		t.Fatalf("nothing restored from disk: %v", restored.usage.Cache)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for st := inst.tiers.WriterStats(); st.Written[0] < uint64(blocks); st = inst.tiers.WriterStats() {
 		if time.Now().After(deadline) {
 			t.Fatalf("promotions: %+v, want %d written to host", st, blocks)

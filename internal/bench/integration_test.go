@@ -87,7 +87,7 @@ func startServer(t *testing.T) string {
 		cmd.Wait()
 	})
 	base := "http://" + addr
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
 		resp, err := http.Get(base + "/health")
 		if err == nil {

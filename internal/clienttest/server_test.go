@@ -87,7 +87,7 @@ func startServer(t *testing.T, extra ...string) *server {
 			t.Logf("stockpot serve output:\n%s", s.log)
 		}
 	})
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
 		resp, err := http.Get(s.url + "/health")
 		if err == nil {

@@ -79,7 +79,7 @@ func equal(a, b []string) bool { return fmt.Sprint(a) == fmt.Sprint(b) }
 // waitConverged waits until the sink holds exactly the publisher's set.
 func waitConverged(t *testing.T, p *Publisher, s *mapSink, sub *Subscriber) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
 		want := snapSorted(p.Snapshot())
 		if equal(s.sorted(), want) && sub.Stats().Seq == p.Seq() && sub.Stats().Epoch == p.Epoch() {
@@ -254,7 +254,7 @@ func TestSubscriberUnsupported(t *testing.T) {
 	srv := httptest.NewServer(http.NotFoundHandler())
 	t.Cleanup(srv.Close)
 	sub := startSub(t, srv.URL, &mapSink{})
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for !sub.Stats().Unsupported {
 		if time.Now().After(deadline) {
 			t.Fatalf("stats %+v: want Unsupported", sub.Stats())

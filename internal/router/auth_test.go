@@ -324,7 +324,7 @@ func TestOwnCallsCarryBackendKey(t *testing.T) {
 		c.HealthInterval = 20 * time.Millisecond
 		c.APIKeys, c.BackendKey = []string{clientKey}, backendKey
 	}, be.URL)
-	waitUntil(t, "the event stream to sync", 10*time.Second, func() bool {
+	waitUntil(t, "the event stream to sync", func() bool {
 		ev := rt.Backends()[0].Events
 		return ev != nil && ev.Synced
 	})

@@ -215,7 +215,7 @@ func TestCacheAdminE2E(t *testing.T) {
 	}
 	owner := hdr.Get("X-Stockpot-Backend")
 	// The router learns the blocks from the owner's event stream.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		var n int
 		for _, b := range rt.backends() {

@@ -149,7 +149,7 @@ func hasRemoteCosts(b *Backend) bool {
 // knows the blocks from the survivors that restored them.
 func TestFleetScaleOutAndDeadWriter(t *testing.T) {
 	raddr := startRedisServer(t)
-	args := []string{"--remote-cache", "redis://" + raddr + "/0", "--remote-write", "through", "--prefetch", "wait"}
+	args := []string{"--remote-cache", "redis://" + raddr + "/0", "--remote-call-timeout", testRemoteTimeout, "--remote-write", "through", "--prefetch", "wait"}
 	rs := startReplicas(t, 2, args...)
 	A, B := rs[0], rs[1]
 	rt, rurl := startRouter(t, "kv-aware", rs, nil)
@@ -167,7 +167,7 @@ func TestFleetScaleOutAndDeadWriter(t *testing.T) {
 		ps[i].want = fleetComplete(t, A.url, ps[i].prompt, "")
 		ps[i].toks, ps[i].hs = restorable(t, rt, a, ps[i].prompt)
 	}
-	waitUntil(t, "A's blocks written through and announced in the shared remote set", 30*time.Second, func() bool {
+	waitUntil(t, "A's blocks written through and announced in the shared remote set", func() bool {
 		for _, p := range ps {
 			if !inShared(rt, p.hs) {
 				return false
@@ -183,7 +183,7 @@ func TestFleetScaleOutAndDeadWriter(t *testing.T) {
 	}
 	c := backendByURL(t, rt, C.url)
 	b := backendByURL(t, rt, B.url)
-	waitUntil(t, "C's stream in sync with a remote tier in its costs", 15*time.Second, func() bool { return hasRemoteCosts(c) && hasRemoteCosts(b) })
+	waitUntil(t, "C's stream in sync with a remote tier in its costs", func() bool { return hasRemoteCosts(c) && hasRemoteCosts(b) })
 	req := func(p shared) *Request { return &Request{Tokens: p.toks, peers: rt.backends(), remote: rt.remote} }
 	d := rt.policy.Pick(req(ps[0]), []*Backend{c})
 	before := replicaCounters(t, C.url)
@@ -207,7 +207,7 @@ func TestFleetScaleOutAndDeadWriter(t *testing.T) {
 	// A second router in front of the same replicas agrees: with A out of the candidates, B
 	// and C are scored on the shared blocks only.
 	rt2, _ := startRouter(t, "kv-aware", []*replica{A, B, C}, nil)
-	waitUntil(t, "the second router's shared set", 15*time.Second, func() bool {
+	waitUntil(t, "the second router's shared set", func() bool {
 		for _, p := range ps {
 			if !inShared(rt2, p.hs) {
 				return false
@@ -218,7 +218,7 @@ func TestFleetScaleOutAndDeadWriter(t *testing.T) {
 	survivors := func(r *Router) []*Backend { return []*Backend{backendByURL(t, r, B.url), backendByURL(t, r, C.url)} }
 	// The replicas publish new cost figures as they measure; both routers decide on the same
 	// view once the last figures reached both.
-	waitUntil(t, "both routers on the same cost figures", 10*time.Second, func() bool {
+	waitUntil(t, "both routers on the same cost figures", func() bool {
 		for i, b := range survivors(rt) {
 			w1, _ := b.index.weights(&defaultTierWeights)
 			w2, _ := survivors(rt2)[i].index.weights(&defaultTierWeights)
@@ -245,7 +245,7 @@ func TestFleetScaleOutAndDeadWriter(t *testing.T) {
 	// The writer is killed: the router marks it down, and every prompt A computed is still
 	// steered on the cache to a survivor that restores it from Redis.
 	A.kill()
-	waitUntil(t, "A marked down", 10*time.Second, func() bool { return !a.Healthy() })
+	waitUntil(t, "A marked down", func() bool { return !a.Healthy() })
 	for i, p := range ps[1:] {
 		i++
 		cacheBefore := counterSum(t, rt, "stockpot_router_decisions_total", "reason", "cache")
@@ -309,7 +309,7 @@ func TestFleetRouterRestartAndTwoRouters(t *testing.T) {
 	rt2, url2 := startRouter(t, "kv-aware", rs, nil) // waits until every index is in sync
 	for _, r := range rs {
 		b := backendByURL(t, rt2, r.url)
-		waitUntil(t, "the new router's index mirrors "+r.url, 10*time.Second, func() bool { return mirrors(b, r.url) })
+		waitUntil(t, "the new router's index mirrors "+r.url, func() bool { return mirrors(b, r.url) })
 	}
 	t.Logf("indexes rebuilt from snapshots in %v", time.Since(start).Round(time.Millisecond))
 	cacheBefore := counterSum(t, rt2, "stockpot_router_decisions_total", "reason", "cache")
@@ -371,7 +371,7 @@ func startRouteProcess(t *testing.T, policy string, backends ...string) string {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	base := "http://" + addr
-	waitUntil(t, "route health", 10*time.Second, func() bool {
+	waitUntil(t, "route health", func() bool {
 		resp, err := http.Get(base + "/health")
 		if err != nil {
 			return false
@@ -380,7 +380,7 @@ func startRouteProcess(t *testing.T, policy string, backends ...string) string {
 		return resp.StatusCode == 200
 	})
 	if policy == "kv-aware" { // every replica's snapshot loaded
-		waitUntil(t, "route's event streams in sync", 10*time.Second, func() bool {
+		waitUntil(t, "route's event streams in sync", func() bool {
 			n := 0
 			for k, v := range replicaCounters(t, base) {
 				if strings.HasPrefix(k, "stockpot_router_resyncs_total{") && v >= 1 {
@@ -419,8 +419,8 @@ func TestFleetKillReplicaMidWriteThrough(t *testing.T) {
 	raddr := startRedisServer(t)
 	slow := delayProxy(t, raddr, 100*time.Millisecond)
 	ref := startReplicas(t, 1, "--prefix-cache=false")[0]
-	A := startReplicas(t, 1, "--remote-cache", "redis://"+slow+"/0", "--remote-write", "through", "--prefetch", "timeout", "--prefetch-timeout", "50ms")[0]
-	B := startReplicas(t, 1, "--remote-cache", "redis://"+raddr+"/0", "--remote-write", "through", "--prefetch", "wait")[0]
+	A := startReplicas(t, 1, "--remote-cache", "redis://"+slow+"/0", "--remote-call-timeout", testRemoteTimeout, "--remote-write", "through", "--prefetch", "timeout", "--prefetch-timeout", "50ms")[0]
+	B := startReplicas(t, 1, "--remote-cache", "redis://"+raddr+"/0", "--remote-call-timeout", testRemoteTimeout, "--remote-write", "through", "--prefetch", "wait")[0]
 	rt, url := startRouter(t, "kv-aware", []*replica{A, B}, nil)
 	a := backendByURL(t, rt, A.url)
 	rng := rand.New(rand.NewPCG(41, 41))
@@ -447,7 +447,7 @@ func TestFleetKillReplicaMidWriteThrough(t *testing.T) {
 		go func() { results <- result{i, fleetCompleteSoft(url, prompts[i], sessions[i])} }()
 	}
 	depth := 0.0
-	waitUntil(t, "A's remote write queue busy", 30*time.Second, func() bool {
+	waitUntil(t, "A's remote write queue busy", func() bool {
 		depth = replicaCounters(t, A.url)[`stockpot_kv_offload_queue_depth{tier="remote"}`]
 		return depth > 0
 	})
@@ -471,12 +471,12 @@ func TestFleetKillReplicaMidWriteThrough(t *testing.T) {
 	}
 	t.Logf("killed A with %v blocks in its remote queue; %d answered by A, %v retried on B", depth, answeredByA, retries)
 
-	C := startReplicas(t, 1, "--remote-cache", "redis://"+raddr+"/0", "--prefetch", "wait")[0]
+	C := startReplicas(t, 1, "--remote-cache", "redis://"+raddr+"/0", "--remote-call-timeout", testRemoteTimeout, "--prefetch", "wait")[0]
 	if _, err := rt.AddBackend(C.url); err != nil {
 		t.Fatal(err)
 	}
 	c := backendByURL(t, rt, C.url)
-	waitUntil(t, "C in sync with a remote tier in its costs", 15*time.Second, func() bool { return hasRemoteCosts(c) })
+	waitUntil(t, "C in sync with a remote tier in its costs", func() bool { return hasRemoteCosts(c) })
 	for i, p := range prompts {
 		toks, _ := restorable(t, rt, c, p)
 		d := rt.policy.Pick(&Request{Tokens: toks, peers: rt.backends(), remote: rt.remote}, []*Backend{c})

@@ -20,12 +20,22 @@ import (
 	"time"
 )
 
-func waitUntil(t *testing.T, what string, d time.Duration, cond func() bool) {
+// watchdog bounds a wait on a state that must come: it only turns a hang into a failure with
+// a message, far beyond what the slowest machine needs (no outcome depends on it).
+const watchdog = 3 * time.Minute
+
+// testRemoteTimeout is the replicas' --remote-call-timeout where a test needs every Redis call
+// to succeed: the default (250 ms) fails calls that a busy machine makes slow, and the tests
+// that count restored tokens would then count fewer.
+const testRemoteTimeout = "1m"
+
+// waitUntil polls cond until it holds (or the watchdog fires).
+func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(watchdog)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
+			t.Fatalf("timed out after %v waiting for %s", watchdog, what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -131,12 +141,12 @@ func TestEventsDroppedRealReplica(t *testing.T) {
 	b := rt.backends()[0]
 	rng := rand.New(rand.NewPCG(5, 5))
 	postCompletion(t, front, "Dropped events one. "+words(rng, 80))
-	waitUntil(t, "index to mirror the replica", 10*time.Second, func() bool { return mirrors(b, rs[0].url) })
+	waitUntil(t, "index to mirror the replica", func() bool { return mirrors(b, rs[0].url) })
 	before := b.events.Stats()
 	drop.Store(2)
 	postCompletion(t, front, "Dropped events two. "+words(rng, 80))
 	postCompletion(t, front, "Dropped events three. "+words(rng, 80))
-	waitUntil(t, "resync after the gap", 10*time.Second, func() bool {
+	waitUntil(t, "resync after the gap", func() bool {
 		return b.events.Stats().Resyncs > before.Resyncs && mirrors(b, rs[0].url)
 	})
 	st := b.events.Stats()
@@ -163,7 +173,7 @@ func TestRouteCommand(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	base := "http://" + addr
-	waitUntil(t, "router health", 10*time.Second, func() bool {
+	waitUntil(t, "router health", func() bool {
 		resp, err := http.Get(base + "/health")
 		if err != nil {
 			return false
@@ -217,7 +227,7 @@ func TestRouteCommand(t *testing.T) {
 		}
 	}
 	rs[0].kill()
-	waitUntil(t, "dead backend marked down", 10*time.Second, func() bool {
+	waitUntil(t, "dead backend marked down", func() bool {
 		for _, b := range get().Backends {
 			if b.ID == id0 {
 				return b.State == "down"
@@ -230,7 +240,7 @@ func TestRouteCommand(t *testing.T) {
 	}
 	rs[0].start()
 	rs[0].waitHealthy()
-	waitUntil(t, "backend back up", 10*time.Second, func() bool {
+	waitUntil(t, "backend back up", func() bool {
 		for _, b := range get().Backends {
 			if b.ID == id0 {
 				return b.State == "healthy"
@@ -332,7 +342,7 @@ func TestRouteCommandKeys(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	base := "http://" + addr
-	waitUntil(t, "router health", 10*time.Second, func() bool {
+	waitUntil(t, "router health", func() bool {
 		resp, err := http.Get(base + "/health")
 		if err != nil {
 			return false

@@ -108,7 +108,7 @@ func (r *replica) start() {
 }
 
 func (r *replica) waitHealthy() {
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
 		resp, err := http.Get(r.url + "/health")
 		if err == nil {
@@ -186,7 +186,7 @@ func startRouter(t *testing.T, policy string, rs []*replica, mod func(*Config)) 
 
 func waitSynced(t *testing.T, rt *Router) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for time.Now().Before(deadline) {
 		ok := true
 		for _, b := range rt.backends() {
@@ -487,7 +487,7 @@ func TestEventsRealReplica(t *testing.T) {
 	}
 	waitFor := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.Now().Add(15 * time.Second)
+		deadline := time.Now().Add(3 * time.Minute)
 		for !cond() {
 			if time.Now().After(deadline) {
 				t.Fatalf("timed out waiting for %s; backends %+v", what, rt.Backends())

@@ -124,14 +124,14 @@ func TestTierAwareRealReplicas(t *testing.T) {
 		}
 		// Flood the replica (not through the router) until the prompt's blocks left its
 		// working pool for host RAM, as the router's index sees it.
-		deadline := time.Now().Add(60 * time.Second)
+		deadline := time.Now().Add(3 * time.Minute)
 		for i := 0; !inHostOnly(); i++ {
 			if time.Now().After(deadline) {
 				t.Fatalf("round %d: blocks never reached host-only in the index (%d floods)", round, i)
 			}
 			completeVia(t, urlOf[id], fmt.Sprintf("Flood %d %d. %s", round, i, words(rng, 300)))
 		}
-		waitUntil(t, "costs from the replica", 10*time.Second, func() bool {
+		waitUntil(t, "costs from the replica", func() bool {
 			w, _ := b.index.weights(&defaultTierWeights)
 			b.index.mu.RLock()
 			defer b.index.mu.RUnlock()
@@ -193,7 +193,7 @@ func TestRemoteSharedRealReplicas(t *testing.T) {
 		t.Fatal(e2eSkip)
 	}
 	raddr := startRedisServer(t)
-	rs := startReplicas(t, 2, "--kv-memory", "8MiB", "--host-cache", "64MiB", "--remote-cache", "redis://"+raddr+"/0", "--prefetch", "wait")
+	rs := startReplicas(t, 2, "--kv-memory", "8MiB", "--host-cache", "64MiB", "--remote-cache", "redis://"+raddr+"/0", "--remote-call-timeout", testRemoteTimeout, "--prefetch", "wait")
 	rt, _ := startRouter(t, "kv-aware", rs, nil)
 	var a, b *Backend
 	for _, be := range rt.backends() {
@@ -222,7 +222,7 @@ func TestRemoteSharedRealReplicas(t *testing.T) {
 		}
 		return true
 	}
-	deadline := time.Now().Add(60 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for i := 0; !inRemote(); i++ {
 		if time.Now().After(deadline) {
 			t.Fatalf("the prompt's blocks never reached the remote tier in A's index (%d floods)", i)
@@ -235,7 +235,7 @@ func TestRemoteSharedRealReplicas(t *testing.T) {
 			t.Fatalf("B holds %d of the prompt's blocks itself", n)
 		}
 	}
-	waitUntil(t, "B's costs with a remote tier", 10*time.Second, func() bool {
+	waitUntil(t, "B's costs with a remote tier", func() bool {
 		_, remote := b.index.weights(&defaultTierWeights)
 		return remote
 	})

@@ -95,14 +95,14 @@ func TestGarbageReplicaIsolated(t *testing.T) {
 		}
 	}
 	pick := func() Decision { return rt.policy.Pick(&Request{Tokens: prompt}, rt.backends()) }
-	waitUntil(t, "both indexes", 10*time.Second, func() bool { return gb.index.Len() == 4 && bb.index.Len() == 8 })
+	waitUntil(t, "both indexes", func() bool { return gb.index.Len() == 4 && bb.index.Len() == 8 })
 	if d := pick(); d.Backend != bb || d.PredictedTokens != 32 {
 		t.Fatalf("before garbage: %s predicted %d, want the full holder", d.Backend.URL, d.PredictedTokens)
 	}
 	for _, g := range []string{`{"type":"event","seq":1,"kind":"stored","tier":"ssd","hash":""}`, `{{{`,
 		`{"type":"costs","seq":0,"costs":{"prefill_tps":"fast"}}`} {
 		bad.garbage.Store(g)
-		waitUntil(t, "isolation of "+g, 10*time.Second, func() bool {
+		waitUntil(t, "isolation of "+g, func() bool {
 			return bb.index.Len() == 0 && bb.status().Events.Garbage > 0 && !bb.liveIndex(time.Minute)
 		})
 		for range 20 {
@@ -111,7 +111,7 @@ func TestGarbageReplicaIsolated(t *testing.T) {
 			}
 		}
 		bad.garbage.Store("")
-		waitUntil(t, "clean resync", 10*time.Second, func() bool { return bb.index.Len() == 8 && bb.liveIndex(time.Minute) })
+		waitUntil(t, "clean resync", func() bool { return bb.index.Len() == 8 && bb.liveIndex(time.Minute) })
 		if d := pick(); d.Backend != bb {
 			t.Fatalf("%s: after a clean resync the full holder lost: %s", g, d.Backend.URL)
 		}

@@ -169,7 +169,7 @@ func TestConnectionCap(t *testing.T) {
 		}
 		third <- resp.StatusCode
 	}()
-	waitUntil(t, "the accept loop to wait for a slot", 10*time.Second, func() bool {
+	waitUntil(t, "the accept loop to wait for a slot", func() bool {
 		return gauge(t, rt, "stockpot_router_connection_waits_total") >= 1
 	})
 	select {
