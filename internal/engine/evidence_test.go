@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"testing"
-	"time"
 
 	"stockpot/internal/engine"
 	"stockpot/internal/kvtier"
@@ -86,10 +85,11 @@ func TestEvidenceAgreesWithUsage(t *testing.T) {
 			sum.add(*o.Usage, o.FinishReason, B)
 		}
 	}
-	// Stats are published before the final output goes out (deliver), but a prefetch answer
-	// may still land: wait until the runner is idle.
+	// Stats are published before the final output goes out (deliver): wait until the runner
+	// is idle, then until it has finished the loop that published it (a no-op run on the
+	// runner: every step before it, and its publishing, is done).
 	waitFor(t, "the engine to go idle", func() bool { st := e.Stats(); return st.Running == 0 && st.Waiting == 0 })
-	time.Sleep(10 * time.Millisecond)
+	e.Pause()()
 	got := e.Stats().Evidence
 	want := sum.ev
 	got.PrefetchLate, got.PrefetchDropped = 0, 0 // not in the usage
