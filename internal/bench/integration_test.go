@@ -98,7 +98,7 @@ func startServer(t *testing.T) string {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("stockpot serve did not become healthy in 60s; log:\n%s", log.String())
+	t.Fatalf("stockpot serve did not become healthy in 3 minutes; log:\n%s", log.String())
 	return ""
 }
 

@@ -101,7 +101,7 @@ func startServer(t *testing.T, extra ...string) *server {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("stockpot serve on %s not healthy after 60s:\n%s", addr, s.log)
+	t.Fatalf("stockpot serve on %s not healthy after 3 minutes:\n%s", addr, s.log)
 	return nil
 }
 

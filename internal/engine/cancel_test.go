@@ -227,8 +227,8 @@ func TestCloseEndsEveryStream(t *testing.T) {
 		for ch := range chans {
 			select {
 			case <-drained(ch):
-			case <-time.After(20 * time.Second):
-				t.Fatalf("iteration %d: a stream still open 20 s after Close", iter)
+			case <-time.After(watchdog):
+				t.Fatalf("iteration %d: a stream still open %v after Close", iter, watchdog)
 			}
 		}
 	}

@@ -307,12 +307,16 @@ func TestBackendKeyRealReplica(t *testing.T) {
 	if ok == 0 || failed != 0 {
 		t.Fatalf("router tokenize calls: %v ok, %v failed (want all ok behind --api-key)", ok, failed)
 	}
-	time.Sleep(3 * rt.cfg.HealthInterval)
-	for _, b := range rt.Backends() {
-		if b.State != "healthy" || !b.Events.Synced {
-			t.Fatalf("backend %+v: down or unsynced behind --api-key", b)
+	// Health checks and the event stream carry the backend key: every backend is (or
+	// becomes) healthy and synced; with a wrong key it never would.
+	waitUntil(t, "every backend healthy and synced behind --api-key", func() bool {
+		for _, b := range rt.Backends() {
+			if b.State != "healthy" || !b.Events.Synced {
+				return false
+			}
 		}
-	}
+		return true
+	})
 }
 
 // TestRouteCommandKeys runs `stockpot route` with its key files in front of

@@ -119,7 +119,7 @@ func (r *replica) waitHealthy() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	r.t.Fatalf("replica %s not healthy after 30s:\n%s", r.addr, r.log)
+	r.t.Fatalf("replica %s not healthy after 3 minutes:\n%s", r.addr, r.log)
 }
 
 // kill sends SIGKILL (as a crash would) and reaps the process.

@@ -172,12 +172,11 @@ func startRedisServer(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	for range 100 {
+	for deadline := time.Now().Add(watchdog); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		if c, err := net.Dial("tcp", addr); err == nil {
 			c.Close()
 			return addr
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatal("redis-server did not start")
 	return ""

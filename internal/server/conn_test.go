@@ -127,7 +127,9 @@ func TestIdleConnectionsClosed(t *testing.T) {
 // TestSlowBodyCut: a body trickling in at one byte per interval is answered 408 in the API's
 // error shape once ReadTimeout passes, its connection closed, and the server keeps serving.
 func TestSlowBodyCut(t *testing.T) {
-	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) { c.ReadTimeout = 200 * time.Millisecond })
+	// 1 s: short beside the trickle below (2 s), long enough that a small body sent at once is
+	// read inside it even when a busy machine leaves the handler waiting for a CPU.
+	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) { c.ReadTimeout = time.Second })
 	addr := serveLoopback(t, s)
 	for _, path := range []string{"/v1/completions", "/v1/nowhere"} {
 		c := dial(t, addr)
@@ -176,7 +178,7 @@ func TestSlowBodyCut(t *testing.T) {
 	}
 	stillServes(t, addr)
 	// A stream runs past ReadTimeout: the deadline was cleared once its body was read.
-	s.gen.(*fakeGen).delay = 100 * time.Millisecond
+	s.gen.(*fakeGen).delay = 400 * time.Millisecond // 4 tokens: 1.6 s
 	c := dial(t, addr)
 	body := `{"prompt":"x","max_tokens":4,"stream":true}`
 	resp := roundTrip(t, c, bufio.NewReader(c), fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
