@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -92,7 +93,7 @@ func waitConverged(t *testing.T, p *Publisher, s *mapSink, sub *Subscriber) {
 
 func startSub(t *testing.T, url string, sink Sink) *Subscriber {
 	t.Helper()
-	sub, err := NewSubscriber(SubscriberConfig{URL: url, Sink: sink, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, IdleTimeout: time.Second})
+	sub, err := NewSubscriber(SubscriberConfig{URL: url, Sink: sink, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, IdleTimeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -324,4 +325,46 @@ func TestSubscriberConfigValidate(t *testing.T) {
 			t.Errorf("NewSubscriber accepted %+v", bad)
 		}
 	}
+}
+
+// TestSubscriberIdleReconnects: a stream that stays open but sends nothing (no event, no
+// heartbeat) for IdleTimeout is given up and opened again; the subscriber stays in sync. The
+// stalled stream is held until the test ends, so only the idle timeout can end it (a slow
+// machine only makes it take longer).
+func TestSubscriberIdleReconnects(t *testing.T) {
+	p := mustPublisher(t, Config{Heartbeat: time.Hour}) // no heartbeat within the test
+	churn(p, 0, 20)
+	release := make(chan struct{})
+	var streams atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/snapshot") && streams.Add(1) == 1 {
+			w.Header().Set("Content-Type", "application/x-ndjson")
+			w.WriteHeader(http.StatusOK)
+			w.(http.Flusher).Flush()
+			select { // the first stream: open, silent
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		p.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	sink := &mapSink{}
+	sub, err := NewSubscriber(SubscriberConfig{URL: srv.URL, Sink: sink, MinBackoff: 10 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, IdleTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { sub.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	for deadline := time.Now().Add(3 * time.Minute); sub.Stats().Reconnects == 0 || streams.Load() < 2; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v after %d streams: the silent stream was never given up", sub.Stats(), streams.Load())
+		}
+	}
+	churn(p, 20, 10) // events after the reconnect come on the new stream
+	waitConverged(t, p, sink, sub)
 }
