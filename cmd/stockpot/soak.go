@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"stockpot/internal/soak"
 )
@@ -36,6 +37,8 @@ func cmdSoak(args []string) error {
 	dir := fs.String("dir", "", "working directory for tiers and logs (default: a new temporary one)")
 	bin := fs.String("bin", "", "stockpot binary the fleet runs (default: this one)")
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
+	retryBudget := fs.Duration("retry-budget", time.Minute, "how long one request may spend retrying before it counts as lost")
+	settle := fs.Duration("settle-timeout", 20*time.Second, "how long the servers get to settle after the traffic before the leak checks")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: stockpot soak [flags]\n\n"+
 			"Starts a fleet (replicas with host, disk and Redis tiers, a router, and a cache-off oracle server), sends a\n"+
@@ -76,7 +79,7 @@ func cmdSoak(args []string) error {
 		Bin: *bin, Model: *modelSpec, Dir: *dir, Requests: *requests, Workers: *workers, Seed: *seed,
 		Replicas: *replicas, Router: *router, Policy: *policy,
 		KVMemory: *kvMemory, HostCache: *host, Disk: *disk, DiskSize: *diskSize, DiskMount: *diskMount, Redis: *redis, RemoteWrite: *remoteWrite, Threads: *threads,
-		Faults: kinds, Rounds: *rounds, Progress: os.Stderr,
+		Faults: kinds, Rounds: *rounds, Progress: os.Stderr, RetryBudget: *retryBudget, SettleTimeout: *settle,
 	})
 	if err != nil {
 		return fmt.Errorf("soak: %w", err)

@@ -12,6 +12,11 @@ import (
 	"stockpot/internal/soak"
 )
 
+// soakPatience is the tests' retry budget and settle timeout: on a busy machine a restarted
+// replica or router can take far longer than the command's defaults to come back, and a
+// request lost or a leak seen must be a defect, not a slow machine.
+const soakPatience = 5 * time.Minute
+
 // TestSoak is a short seeded run of `stockpot soak`: two replicas with host, disk and Redis
 // tiers behind the router, every fault once, every completed greedy answer compared with the
 // cache-off oracle. Nothing may be wrong or lost, the tiers stay within their budgets, no
@@ -21,13 +26,13 @@ func TestSoak(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	bin := buildStockpot(t)
 	all, _ := soak.ParseFaults("all")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // a watchdog
 	defer cancel()
 	var progress strings.Builder
 	rep, err := soak.Run(ctx, soak.Config{
 		Bin: bin, Model: "synthetic:tiny-qwen2", Dir: t.TempDir(), Requests: 360, Workers: 6, Seed: 1,
 		Replicas: 2, Router: true, KVMemory: "768KiB", HostCache: "8MiB", Disk: true, DiskMount: "6m", Redis: true,
-		Faults: all, Rounds: 1, Progress: &progress,
+		Faults: all, Rounds: 1, Progress: &progress, RetryBudget: soakPatience, SettleTimeout: soakPatience,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -55,12 +60,12 @@ func TestSoak(t *testing.T) {
 func TestSoakHybrid(t *testing.T) {
 	bin := buildStockpot(t)
 	all, _ := soak.ParseFaults("all")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute) // a watchdog
 	defer cancel()
 	rep, err := soak.Run(ctx, soak.Config{
 		Bin: bin, Model: "synthetic:tiny-qwen35", Dir: t.TempDir(), Requests: 150, Workers: 4, Seed: 3,
 		Replicas: 2, Router: true, KVMemory: "8MiB", HostCache: "32MiB", Disk: true, DiskMount: "6m", Redis: true,
-		Faults: all, Rounds: 1,
+		Faults: all, Rounds: 1, RetryBudget: soakPatience, SettleTimeout: soakPatience,
 	})
 	if err != nil {
 		t.Fatal(err)

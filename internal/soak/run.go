@@ -49,6 +49,14 @@ type Config struct {
 	Faults []FaultKind
 	Rounds int // rounds of faults over the run
 
+	// RetryBudget is how long one request may spend retrying before it counts as lost
+	// (default 60 s). SettleTimeout is how long the servers get to settle after the traffic
+	// (no request running, no block referenced, goroutines back down) before the leak checks
+	// are taken (default 20 s). Tests on busy machines set both generously: a lost request
+	// or a leak must be a defect, not a slow machine.
+	RetryBudget   time.Duration
+	SettleTimeout time.Duration
+
 	// Progress receives a line now and then (nil: none).
 	Progress io.Writer
 }
@@ -83,6 +91,12 @@ func (c *Config) defaults() {
 	}
 	if c.Progress == nil {
 		c.Progress = io.Discard
+	}
+	if c.RetryBudget <= 0 {
+		c.RetryBudget = 60 * time.Second
+	}
+	if c.SettleTimeout <= 0 {
+		c.SettleTimeout = 20 * time.Second
 	}
 }
 
@@ -440,9 +454,9 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	judge := NewJudge()
 	var jmu sync.Mutex
-	client := &Client{HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Workers * 2}}, Budget: 60 * time.Second}
+	client := &Client{HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Workers * 2}}, Budget: cfg.RetryBudget}
 	defer client.HTTP.CloseIdleConnections()
-	oracle := newOracle(&Client{HTTP: client.HTTP, Budget: 60 * time.Second}, "http://"+f.oracle.Addr)
+	oracle := newOracle(&Client{HTTP: client.HTTP, Budget: cfg.RetryBudget}, "http://"+f.oracle.Addr)
 
 	// Baselines: goroutines of each server once up and idle.
 	base := map[string]float64{}
@@ -604,7 +618,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	// After the drain: nothing referenced, nothing running, goroutines back down.
 	client.HTTP.CloseIdleConnections()
 	for name, url := range servers() {
-		checkDrained(judge, name, url, base[name], strings.HasPrefix(name, "replica"))
+		checkDrained(judge, name, url, base[name], strings.HasPrefix(name, "replica"), cfg.SettleTimeout)
 	}
 	bud.mu.Lock()
 	for _, k := range sortedKeys(bud.max) {
@@ -627,12 +641,12 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	return r, nil
 }
 
-// checkDrained waits (up to 20 s) for a server to settle after the traffic and records the
+// checkDrained waits (up to settle) for a server to settle after the traffic and records the
 // leak checks: no request running, no block referenced, goroutines back to their baseline.
-func checkDrained(j *Judge, name, url string, baseline float64, replica bool) {
+func checkDrained(j *Judge, name, url string, baseline float64, replica bool, settle time.Duration) {
 	var m metrics
 	var err error
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(settle)
 	const slack = 12 // idle keep-alive connections, the router's event streams, tickers
 	for {
 		m, err = scrape(url)
