@@ -29,7 +29,7 @@ func TestDropRoot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	ts := &Tiers{tiers: []Tier{{Tier: kvtier.Host, Store: host}, {Tier: kvtier.Disk, Store: disk}}}
+	ts := &Tiers{tiers: []TierStore{{Tier: kvtier.Host, Store: host}, {Tier: kvtier.Disk, Store: disk}}}
 	n, err := ts.DropRoot(ctx, salted)
 	if err != nil || n[kvtier.Host] != 2 || n[kvtier.Disk] != 2 {
 		t.Fatalf("drop salted: %v %v, want 2 per tier", n, err)
@@ -41,7 +41,7 @@ func TestDropRoot(t *testing.T) {
 	if err != nil || n[kvtier.Host] != 3 || n[kvtier.Disk] != 3 {
 		t.Fatalf("drop all: %v %v", n, err)
 	}
-	ts.tiers = append(ts.tiers, Tier{Tier: kvtier.Remote, Store: notLister{memstore.New()}})
+	ts.tiers = append(ts.tiers, TierStore{Tier: kvtier.Remote, Store: notLister{memstore.New()}})
 	if _, err := ts.DropRoot(ctx, root); err == nil || !strings.Contains(err.Error(), "remote tier") {
 		t.Errorf("a tier that cannot list: err %v", err)
 	}

@@ -70,7 +70,7 @@ func benchFetcher(b *testing.B, t kvtier.Tier, s tier.Store) *Fetcher {
 	cfg := DefaultFetcherConfig()
 	cfg.Identity, cfg.Layout = identity, benchLayout
 	cfg.Cost.PrefillTokensPerSecond = 1 // recomputing is always slower
-	f, err := NewFetcher(cfg, []Tier{{Tier: t, Store: s}}, nil)
+	f, err := NewFetcher(cfg, []TierStore{{Tier: t, Store: s}}, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

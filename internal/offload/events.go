@@ -49,7 +49,7 @@ const (
 
 type tierEvents struct {
 	publish func(...kvevents.Event)
-	tiers   []Tier
+	tiers   []TierStore
 	stop    chan struct{}
 	done    chan struct{}
 	mu      struct {
@@ -65,7 +65,7 @@ type tierEvents struct {
 }
 
 // newTierEvents returns nil when publish is nil: every method is a no-op on nil.
-func newTierEvents(publish func(...kvevents.Event), tiers []Tier) *tierEvents {
+func newTierEvents(publish func(...kvevents.Event), tiers []TierStore) *tierEvents {
 	if publish == nil {
 		return nil
 	}
@@ -119,7 +119,7 @@ func (e *tierEvents) close() {
 }
 
 // put is the writer's hook after a Put of items to t (WriterConfig.OnPut).
-func (e *tierEvents) put(t Tier, items []tier.Item, err error) {
+func (e *tierEvents) put(t TierStore, items []tier.Item, err error) {
 	if e == nil || len(items) == 0 {
 		return
 	}

@@ -91,7 +91,7 @@ func TestTierEvents(t *testing.T) {
 	log := &eventLog{held: map[kvtier.Tier]map[prefix.Hash]bool{}}
 	cfg := DefaultConfig()
 	cfg.Identity, cfg.Layout, cfg.Events = identity, layout, log.publish
-	ts := &Tiers{cfg: cfg, tiers: []Tier{{kvtier.Host, host}, {kvtier.Disk, disk}, {kvtier.Remote, remote}}}
+	ts := &Tiers{cfg: cfg, tiers: []TierStore{{kvtier.Host, host}, {kvtier.Disk, disk}, {kvtier.Remote, remote}}}
 	if err := ts.start(prometheus.NewRegistry()); err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestRemoteReconcile(t *testing.T) {
 	recs := tiertest.Chain(identity, root, layout, 6, 33)
 	remote := memstore.New()
 	log := &eventLog{held: map[kvtier.Tier]map[prefix.Hash]bool{}}
-	e := newTierEvents(log.publish, []Tier{{kvtier.Remote, remote}})
+	e := newTierEvents(log.publish, []TierStore{{kvtier.Remote, remote}})
 	e.every, e.remoteEvery = 5*time.Millisecond, 20*time.Millisecond
 	e.start()
 	defer e.close()
@@ -166,7 +166,7 @@ func TestRemoteReconcile(t *testing.T) {
 	if err := remote.Put(ctx, items); err != nil {
 		t.Fatal(err)
 	}
-	e.put(Tier{kvtier.Remote, remote}, items, nil)
+	e.put(TierStore{kvtier.Remote, remote}, items, nil)
 	if got := log.view(kvtier.Remote, recs); got != "xxxxxx" {
 		t.Fatalf("announced %s after the Put", got)
 	}
@@ -179,7 +179,7 @@ func TestRemoteReconcile(t *testing.T) {
 	if err := remote.Put(ctx, tiertest.Items(fresh[:1])); err != nil {
 		t.Fatal(err)
 	}
-	e.put(Tier{kvtier.Remote, remote}, tiertest.Items(fresh), errors.New("one item failed"))
+	e.put(TierStore{kvtier.Remote, remote}, tiertest.Items(fresh), errors.New("one item failed"))
 	if got := log.view(kvtier.Remote, fresh); got != "x." {
 		t.Fatalf("after a partly failed Put: announced %s, want x.", got)
 	}
@@ -197,7 +197,7 @@ func TestRemoteAdoption(t *testing.T) {
 	log := &eventLog{held: map[kvtier.Tier]map[prefix.Hash]bool{}}
 	cfg := DefaultConfig()
 	cfg.Identity, cfg.Layout, cfg.Events = identity, layout, log.publish
-	ts := &Tiers{cfg: cfg, tiers: []Tier{{kvtier.Remote, remote}}}
+	ts := &Tiers{cfg: cfg, tiers: []TierStore{{kvtier.Remote, remote}}}
 	if err := ts.start(prometheus.NewRegistry()); err != nil {
 		t.Fatal(err)
 	}

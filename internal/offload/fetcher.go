@@ -112,7 +112,7 @@ type call struct {
 // Fetcher restores prefixes from the tiers. Safe for concurrent use.
 type Fetcher struct {
 	cfg     FetcherConfig
-	tiers   []Tier
+	tiers   []TierStore
 	metrics *Metrics
 
 	// promote, when set (SetPromote), receives the verified records a fetch restored from a
@@ -131,7 +131,7 @@ type Fetcher struct {
 
 // NewFetcher returns a Fetcher over tiers, searched in order (host, disk,
 // remote). metrics may be nil.
-func NewFetcher(cfg FetcherConfig, tiers []Tier, metrics *Metrics) (*Fetcher, error) {
+func NewFetcher(cfg FetcherConfig, tiers []TierStore, metrics *Metrics) (*Fetcher, error) {
 	cfg, err := cfg.validate()
 	if err != nil {
 		return nil, err

@@ -37,7 +37,7 @@ func TestFetchIntoDiscards(t *testing.T) {
 	items := tiertest.Items(recs)
 	items[2].Value[300] ^= 1 // torn block 2
 	host.Put(ctx, items)
-	f := newFetcher(t, []Tier{{kvtier.Host, host}}, m, nil)
+	f := newFetcher(t, []TierStore{{kvtier.Host, host}}, m, nil)
 	req := request(recs)
 	req.Into = destinations(4)
 	res := fetch(t, f, req)
@@ -71,7 +71,7 @@ func TestPrefetchInto(t *testing.T) {
 	host := memstore.New()
 	recs := tiertest.Chain(identity, root, layout, 5, 42)
 	host.Put(ctx, tiertest.Items(recs))
-	ts := newTestTiers(t, []Tier{{kvtier.Host, host}}, func(*Config) {})
+	ts := newTestTiers(t, []TierStore{{kvtier.Host, host}}, func(*Config) {})
 	hs, toks := prefetchArgs(recs)
 	dst := destinations(3)
 	ch := make(chan engine.Prefetched, 1)
@@ -133,7 +133,7 @@ func TestFetchRecycles(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			st := &recyclingStore{Store: memstore.New()}
 			st.Store.Put(ctx, tiertest.Items(recs))
-			f := newFetcher(t, []Tier{{tt.tier, st}}, nil, nil)
+			f := newFetcher(t, []TierStore{{tt.tier, st}}, nil, nil)
 			req := request(recs)
 			if tt.into {
 				req.Into = destinations(len(recs))
@@ -153,7 +153,7 @@ func TestFetchRecycles(t *testing.T) {
 	// shared and neither fetch recycles them.
 	st := &recyclingStore{Store: memstore.New(), gate: make(chan struct{})}
 	st.Store.Put(ctx, tiertest.Items(recs[:2]))
-	f := newFetcher(t, []Tier{{kvtier.Host, st}}, nil, nil)
+	f := newFetcher(t, []TierStore{{kvtier.Host, st}}, nil, nil)
 	a, b := request(recs[:2]), request(recs[:2])
 	a.Into, b.Into = destinations(2), destinations(2)
 	fa := f.Fetch(ctx, a)
@@ -202,7 +202,7 @@ func TestFetchIntoFromDiskChecked(t *testing.T) {
 	}
 	flip(3, 4)   // the file's trailer: the record inside is intact
 	flip(4, 300) // the record's K/V
-	f := newFetcher(t, []Tier{{kvtier.Disk, d}}, m, nil)
+	f := newFetcher(t, []TierStore{{kvtier.Disk, d}}, m, nil)
 	req := request(recs)
 	req.Into = destinations(len(recs))
 	res := fetch(t, f, req)

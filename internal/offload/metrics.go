@@ -9,9 +9,9 @@ import (
 	"stockpot/internal/tier"
 )
 
-// Tier is one store below the device, and which tier it is (one of
+// TierStore is one store below the device, and which tier it is (one of
 // kvtier.Below; its String is the {tier} label of the metrics).
-type Tier struct {
+type TierStore struct {
 	Tier  kvtier.Tier
 	Store tier.Store
 }
@@ -19,7 +19,7 @@ type Tier struct {
 // TierStats returns the rows the server's collector adds to
 // stockpot_kv_cache_usage_bytes, _capacity_bytes and _evictions_total
 // (beside its own tier="device" row). See the package doc.
-func TierStats(tiers []Tier) []kvtier.Stat {
+func TierStats(tiers []TierStore) []kvtier.Stat {
 	out := make([]kvtier.Stat, len(tiers))
 	for i, t := range tiers {
 		st := t.Store.Stats()

@@ -62,7 +62,7 @@ func TestWriterWritesAllTiersAndAdmits(t *testing.T) {
 		t.Fatal(err)
 	}
 	w, err := NewWriter(WriterConfig{Identity: identity, Layout: layout, Admission: Admission{MinHits: 1, MinPrefixTokens: 8}},
-		[]Tier{{kvtier.Host, host}, {kvtier.Disk, disk}}, m)
+		[]TierStore{{kvtier.Host, host}, {kvtier.Disk, disk}}, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestWriterDropsWhenFull(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, _ := NewMetrics(reg)
 	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 2, MaxBatch: 1, Remote: WriteBack},
-		[]Tier{{kvtier.Host, fast}, {kvtier.Remote, slow}}, m)
+		[]TierStore{{kvtier.Host, fast}, {kvtier.Remote, slow}}, m)
 	recs := tiertest.Chain(identity, root, layout, 10, 2)
 	done := make(chan struct{})
 	go func() {
@@ -160,7 +160,7 @@ func request(recs []*tier.Record) Request {
 	return req
 }
 
-func newFetcher(t *testing.T, tiers []Tier, m *Metrics, mod func(*FetcherConfig)) *Fetcher {
+func newFetcher(t *testing.T, tiers []TierStore, m *Metrics, mod func(*FetcherConfig)) *Fetcher {
 	t.Helper()
 	cfg := FetcherConfig{Identity: identity, Layout: layout,
 		Cost: CostConfig{PrefillTokensPerSecond: 10, Overhead: map[kvtier.Tier]time.Duration{kvtier.Host: 0, kvtier.Disk: 0, kvtier.Remote: 0}}}
@@ -192,7 +192,7 @@ func TestFetchLongestPrefixAcrossTiers(t *testing.T) {
 	host.Put(ctx, items[0:2])
 	disk.Put(ctx, items[1:4])
 	remote.Put(ctx, items[5:6])
-	f := newFetcher(t, []Tier{{kvtier.Host, host}, {kvtier.Disk, disk}, {kvtier.Remote, remote}}, nil, nil)
+	f := newFetcher(t, []TierStore{{kvtier.Host, host}, {kvtier.Disk, disk}, {kvtier.Remote, remote}}, nil, nil)
 	res := fetch(t, f, request(recs))
 	if res.Usable != 4 || len(res.Blocks) != 4 {
 		t.Fatalf("usable %d of %d blocks, want 4 of 4", res.Usable, len(res.Blocks))
@@ -215,7 +215,7 @@ func TestFetchDiscards(t *testing.T) {
 	items := tiertest.Items(recs)
 	items[1].Value[200] ^= 1 // torn block 1
 	host.Put(ctx, items)
-	f := newFetcher(t, []Tier{{kvtier.Host, host}}, m, nil)
+	f := newFetcher(t, []TierStore{{kvtier.Host, host}}, m, nil)
 	res := fetch(t, f, request(recs))
 	if res.Usable != 1 {
 		t.Fatalf("usable %d, want 1 (block 1 is corrupt)", res.Usable)
@@ -255,7 +255,7 @@ func TestFetchIncompleteState(t *testing.T) {
 	host.Put(ctx, tiertest.Items(recs))
 	reg := prometheus.NewRegistry()
 	m, _ := NewMetrics(reg)
-	f := newFetcher(t, []Tier{{kvtier.Host, host}}, m, func(c *FetcherConfig) { c.NeedState = true })
+	f := newFetcher(t, []TierStore{{kvtier.Host, host}}, m, func(c *FetcherConfig) { c.NeedState = true })
 	res := fetch(t, f, request(recs))
 	if res.Usable != 2 {
 		t.Fatalf("usable %d, want 2 (last complete state at block 1)", res.Usable)
@@ -274,7 +274,7 @@ func TestFetchSlowerThanRecompute(t *testing.T) {
 	items := tiertest.Items(recs)
 	host.Put(ctx, items[:2])
 	remote.Put(ctx, items[2:])
-	f := newFetcher(t, []Tier{{kvtier.Host, host}, {kvtier.Remote, remote}}, nil, func(c *FetcherConfig) {
+	f := newFetcher(t, []TierStore{{kvtier.Host, host}, {kvtier.Remote, remote}}, nil, func(c *FetcherConfig) {
 		c.Cost = CostConfig{PrefillTokensPerSecond: 1e6, ReadBandwidth: map[kvtier.Tier]float64{kvtier.Host: 1e12, kvtier.Remote: 1e3},
 			Overhead: map[kvtier.Tier]time.Duration{kvtier.Host: 0, kvtier.Remote: 0}}
 	})
@@ -290,7 +290,7 @@ func TestFetchSingleflight(t *testing.T) {
 	st := &blockingStore{Store: memstore.New(), getGate: gate}
 	recs := tiertest.Chain(identity, root, layout, 3, 7)
 	st.Store.Put(ctx, tiertest.Items(recs))
-	f := newFetcher(t, []Tier{{kvtier.Host, st}}, nil, nil)
+	f := newFetcher(t, []TierStore{{kvtier.Host, st}}, nil, nil)
 	var futures []*Future
 	for range 8 {
 		futures = append(futures, f.Fetch(ctx, request(recs)))
@@ -323,7 +323,7 @@ func TestFetchWaitTimeoutAndTierDown(t *testing.T) {
 	st := &blockingStore{Store: memstore.New(), getGate: gate}
 	recs := tiertest.Chain(identity, root, layout, 2, 8)
 	st.Store.Put(ctx, tiertest.Items(recs))
-	f := newFetcher(t, []Tier{{kvtier.Host, st}}, nil, nil)
+	f := newFetcher(t, []TierStore{{kvtier.Host, st}}, nil, nil)
 	fu := f.Fetch(ctx, request(recs))
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel()
@@ -339,7 +339,7 @@ func TestFetchWaitTimeoutAndTierDown(t *testing.T) {
 func TestTierStatsAndMetricsNames(t *testing.T) {
 	h, _ := hostmem.New(hostmem.Config{CapacityBytes: 1 << 20})
 	h.Put(ctx, tiertest.Items(tiertest.Chain(identity, root, layout, 2, 9)))
-	st := TierStats([]Tier{{kvtier.Host, h}})
+	st := TierStats([]TierStore{{kvtier.Host, h}})
 	if len(st) != 1 || st[0].Tier != kvtier.Host || st[0].UsedBytes == 0 || st[0].CapacityBytes != 1<<20 {
 		t.Fatalf("TierStats = %+v", st)
 	}

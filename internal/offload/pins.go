@@ -57,10 +57,10 @@ type pinState struct {
 type pinWriter struct {
 	identity [32]byte
 	layout   kvcache.Layout
-	tiers    []Tier // the Pinner tiers, fastest first
+	tiers    []TierStore // the Pinner tiers, fastest first
 	metrics  *Metrics
 	timeout  time.Duration
-	onPut    func(Tier, []tier.Item, error) // set before the first job; nil: none
+	onPut    func(TierStore, []tier.Item, error) // set before the first job; nil: none
 	// stateBytes, for a hybrid model, is a checkpoint's size: a pinned block is written
 	// complete only with its checkpoint (PinEvent.State), as the write-back does.
 	stateBytes int
@@ -80,7 +80,7 @@ type pinWriter struct {
 	closed bool         // protected by mu
 }
 
-func newPinWriter(identity [32]byte, layout kvcache.Layout, tiers []Tier, metrics *Metrics, timeout time.Duration) *pinWriter {
+func newPinWriter(identity [32]byte, layout kvcache.Layout, tiers []TierStore, metrics *Metrics, timeout time.Duration) *pinWriter {
 	w := &pinWriter{identity: identity, layout: layout, metrics: metrics, timeout: timeout,
 		jobs: make(chan pinJob, pinQueueLen), done: make(chan struct{}), pins: map[prefix.Hash]pinState{}}
 	for _, t := range tiers {
@@ -237,7 +237,7 @@ func (w *pinWriter) stats() PinStats {
 // knownPins collects the unexpired pins the Pinner stores hold now (the persistent ones'
 // survive a restart), for engine.Config.KnownPins; a key pinned in several stores takes the
 // latest expiry.
-func knownPins(tiers []Tier, now time.Time) []engine.KnownPin {
+func knownPins(tiers []TierStore, now time.Time) []engine.KnownPin {
 	byHash := map[prefix.Hash]engine.KnownPin{}
 	for _, t := range tiers {
 		p, ok := t.Store.(tier.Pinner)

@@ -56,7 +56,7 @@ func TestPinsAcrossRestart(t *testing.T) {
 		cfg.Identity, cfg.Layout, cfg.DiskDir = identity, lay, "fake"
 		host := newFakePinner()
 		host.now = time.Now()
-		ts := &Tiers{cfg: cfg, tiers: []Tier{{kvtier.Host, host}, {kvtier.Disk, disk}}}
+		ts := &Tiers{cfg: cfg, tiers: []TierStore{{kvtier.Host, host}, {kvtier.Disk, disk}}}
 		if err := ts.start(prometheus.NewRegistry()); err != nil {
 			t.Fatal(err)
 		}
@@ -105,8 +105,11 @@ func TestPinsAcrossRestart(t *testing.T) {
 	if got := len(disk.Pins()); got != 4 {
 		t.Fatalf("the persistent tier holds %d pins after the stop, want 4", got)
 	}
+	// Each of the 4 blocks reaches each of the 2 tiers pinned: Put pinned when the pin
+	// event comes first, or Pinned in place when the write-through got there before it (the
+	// two run on their own workers; either order is right).
 	if st := ts.PinStats(); st.Put != 8 || st.Failed != 0 {
-		t.Errorf("pin writer %+v: want 4 blocks put pinned in each of 2 tiers", st)
+		t.Errorf("pin writer %+v: want 4 blocks pinned in each of 2 tiers, put or pinned in place", st)
 	}
 
 	e, ts = start()

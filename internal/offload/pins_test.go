@@ -100,7 +100,7 @@ func TestPinWriter(t *testing.T) {
 	if err := host.Store.Put(ctx, tiertest.Items(recs[:1])); err != nil { // the host already holds block 0
 		t.Fatal(err)
 	}
-	w := newPinWriter(identity, layout, []Tier{{kvtier.Host, host}, {kvtier.Disk, plain}}, nil, time.Second)
+	w := newPinWriter(identity, layout, []TierStore{{kvtier.Host, host}, {kvtier.Disk, plain}}, nil, time.Second)
 	w.events(pinEvents(engine.PinCreated, recs, time.Hour))
 	w.close()
 	for i, r := range recs {
@@ -129,7 +129,7 @@ func TestPinWriter(t *testing.T) {
 	}
 
 	// Refresh, then unpin the tail.
-	w = newPinWriter(identity, layout, []Tier{{kvtier.Host, host}}, nil, time.Second)
+	w = newPinWriter(identity, layout, []TierStore{{kvtier.Host, host}}, nil, time.Second)
 	host.now = host.now.Add(30 * time.Minute)
 	w.events(pinEvents(engine.PinRefreshed, recs, time.Hour))
 	w.events(pinEvents(engine.PinRemoved, recs[2:], time.Hour))
@@ -153,7 +153,7 @@ func TestKnownPins(t *testing.T) {
 	a.pins[recs[0].Key()] = tier.PinInfo{Key: recs[0].Key(), TTL: time.Hour, Expires: now.Add(time.Minute)}
 	b.pins[recs[0].Key()] = tier.PinInfo{Key: recs[0].Key(), TTL: time.Hour, Expires: now.Add(time.Hour)}
 	a.pins[recs[1].Key()] = tier.PinInfo{Key: recs[1].Key(), TTL: time.Hour, Expires: now.Add(-time.Second)} // expired
-	got := knownPins([]Tier{{kvtier.Host, a}, {kvtier.Disk, b}, {kvtier.Remote, memstore.New()}}, now)
+	got := knownPins([]TierStore{{kvtier.Host, a}, {kvtier.Disk, b}, {kvtier.Remote, memstore.New()}}, now)
 	if len(got) != 1 || got[0].Hash != recs[0].Hash || !got[0].Expires.Equal(now.Add(time.Hour)) || got[0].TTL != time.Hour {
 		t.Errorf("known pins %+v, want block 0 until now+1h", got)
 	}
@@ -164,7 +164,7 @@ func TestKnownPins(t *testing.T) {
 func TestFlushWritesPinned(t *testing.T) {
 	recs := tiertest.Chain(identity, root, layout, 2, 42)
 	host, d := newFakePinner(), newFakePinner()
-	w, err := NewWriter(WriterConfig{Identity: identity, Layout: layout}, []Tier{{kvtier.Host, host}, {kvtier.Disk, d}}, nil)
+	w, err := NewWriter(WriterConfig{Identity: identity, Layout: layout}, []TierStore{{kvtier.Host, host}, {kvtier.Disk, d}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 // fetch (the writer's host queue); the next fetch of it reads host only.
 func TestPromotionToHost(t *testing.T) {
 	host, disk, remote := memstore.New(), memstore.New(), memstore.New()
-	tiers := []Tier{{kvtier.Host, host}, {kvtier.Disk, disk}, {kvtier.Remote, remote}}
+	tiers := []TierStore{{kvtier.Host, host}, {kvtier.Disk, disk}, {kvtier.Remote, remote}}
 	recs := tiertest.Chain(identity, root, layout, 4, 11)
 	for i, r := range recs {
 		s := disk
@@ -75,7 +75,7 @@ func TestPromotionWiring(t *testing.T) {
 		cfg.Identity, cfg.Layout, cfg.HostBytes = identity, layout, 1<<20
 		ts := &Tiers{cfg: cfg}
 		for _, k := range tc.tiers {
-			ts.tiers = append(ts.tiers, Tier{k, memstore.New()})
+			ts.tiers = append(ts.tiers, TierStore{k, memstore.New()})
 		}
 		if err := ts.start(prometheus.NewRegistry()); err != nil {
 			t.Fatal(err)

@@ -102,7 +102,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 // newTestTiers is a Tiers over stores, restore only (no writer).
-func newTestTiers(t *testing.T, stores []Tier, mod func(*Config)) *Tiers {
+func newTestTiers(t *testing.T, stores []TierStore, mod func(*Config)) *Tiers {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Identity, cfg.Layout = identity, layout
@@ -130,7 +130,7 @@ func TestRestorerBounded(t *testing.T) {
 	st := &blockingStore{Store: memstore.New(), getGate: gate}
 	recs := tiertest.Chain(identity, root, layout, 2, 32)
 	st.Store.Put(ctx, tiertest.Items(recs))
-	ts := newTestTiers(t, []Tier{{kvtier.Host, st}}, func(c *Config) { c.Fetchers, c.FetchQueue = 1, 1 })
+	ts := newTestTiers(t, []TierStore{{kvtier.Host, st}}, func(c *Config) { c.Fetchers, c.FetchQueue = 1, 1 })
 	first := prefetch(ts, recs)
 	waitFor(t, "the fetcher reads", func() bool { return st.gets.Load() > 0 })
 	second := prefetch(ts, recs)
@@ -163,7 +163,7 @@ func TestRestorerTimeout(t *testing.T) {
 	st := hangingStore{memstore.New()}
 	recs := tiertest.Chain(identity, root, layout, 2, 33)
 	st.Store.Put(ctx, tiertest.Items(recs))
-	ts := newTestTiers(t, []Tier{{kvtier.Host, st}}, func(c *Config) { c.FetchTimeout = time.Millisecond })
+	ts := newTestTiers(t, []TierStore{{kvtier.Host, st}}, func(c *Config) { c.FetchTimeout = time.Millisecond })
 	if p := <-prefetch(ts, recs); len(p.Blocks) != 0 {
 		t.Fatalf("a timed-out fetch restored %d blocks", len(p.Blocks))
 	}
@@ -175,7 +175,7 @@ func TestRestorerClose(t *testing.T) {
 	st := hangingStore{memstore.New()}
 	recs := tiertest.Chain(identity, root, layout, 2, 34)
 	st.Store.Put(ctx, tiertest.Items(recs))
-	ts := newTestTiers(t, []Tier{{kvtier.Host, st}}, func(c *Config) { c.Fetchers, c.FetchTimeout = 1, time.Hour })
+	ts := newTestTiers(t, []TierStore{{kvtier.Host, st}}, func(c *Config) { c.Fetchers, c.FetchTimeout = 1, time.Hour })
 	var chans []<-chan engine.Prefetched
 	for range 3 {
 		chans = append(chans, prefetch(ts, recs))

@@ -110,7 +110,7 @@ func (c Config) validate() (Config, error) {
 // queued requests' prefixes (it is the engine.Restorer); and their metrics.
 type Tiers struct {
 	cfg      Config
-	tiers    []Tier
+	tiers    []TierStore
 	closers  []func() error // stores that hold resources, in open order
 	metrics  *Metrics
 	writer   *Writer
@@ -128,7 +128,7 @@ const PinSweepEvery = 30 * time.Second
 
 // sweep ends expired pins in every store with a Sweep method, each PinSweepEvery, until
 // stop is closed.
-func sweep(tiers []Tier, stop <-chan struct{}) {
+func sweep(tiers []TierStore, stop <-chan struct{}) {
 	tk := time.NewTicker(PinSweepEvery)
 	defer tk.Stop()
 	for {
@@ -167,14 +167,14 @@ func Open(cfg Config, reg prometheus.Registerer) (*Tiers, error) {
 		if err != nil {
 			return fail(fmt.Errorf("host tier: %w", err))
 		}
-		t.tiers = append(t.tiers, Tier{Tier: kvtier.Host, Store: s})
+		t.tiers = append(t.tiers, TierStore{Tier: kvtier.Host, Store: s})
 	}
 	if cfg.DiskDir != "" {
 		s, err := disk.Open(disk.Config{Dir: cfg.DiskDir, CapacityBytes: cfg.DiskBytes, IdentityDigest: cfg.Identity})
 		if err != nil {
 			return fail(fmt.Errorf("disk tier: %w", err))
 		}
-		t.tiers = append(t.tiers, Tier{Tier: kvtier.Disk, Store: s})
+		t.tiers = append(t.tiers, TierStore{Tier: kvtier.Disk, Store: s})
 		t.closers = append(t.closers, s.Close)
 	}
 	if cfg.RemoteURL != "" {
@@ -184,7 +184,7 @@ func Open(cfg Config, reg prometheus.Registerer) (*Tiers, error) {
 		if err != nil {
 			return fail(fmt.Errorf("remote tier: %w", err))
 		}
-		t.tiers = append(t.tiers, Tier{Tier: kvtier.Remote, Store: s})
+		t.tiers = append(t.tiers, TierStore{Tier: kvtier.Remote, Store: s})
 		t.closers = append(t.closers, s.Close)
 		if reg != nil {
 			// Its breaker counters (stockpot_kv_remote_breaker_*): per master on a cluster.
@@ -307,7 +307,7 @@ func (t *Tiers) BlockEvents(evs []prefix.Event, kv, state [][]byte) {
 // remote tier, and an admission that waits for reuses.
 func (t *Tiers) reuseEvents() bool {
 	return t.cfg.RemoteWrite == WriteSelective && t.cfg.Admission.MinHits > 0 &&
-		slices.ContainsFunc(t.tiers, func(tr Tier) bool { return tr.Tier == kvtier.Remote })
+		slices.ContainsFunc(t.tiers, func(tr TierStore) bool { return tr.Tier == kvtier.Remote })
 }
 
 // offloadable reports whether a block may be written down at all: within the server's cap

@@ -43,7 +43,7 @@ type WriterConfig struct {
 	PutTimeout time.Duration
 	// OnPut, when set, is called on the tier's worker after each Put with its items and
 	// error (the tier events: events.go).
-	OnPut func(t Tier, items []tier.Item, err error)
+	OnPut func(t TierStore, items []tier.Item, err error)
 }
 
 // DefaultWriterConfig returns the defaults; Identity and Layout must be set.
@@ -114,7 +114,7 @@ type queued struct {
 }
 
 type tierQueue struct {
-	t                                 Tier
+	t                                 TierStore
 	ch                                chan queued
 	spiller                           tier.Spiller // the store, if it spills to tiers below; nil otherwise
 	done                              chan struct{}
@@ -179,7 +179,7 @@ func writeFailure(err error) string {
 }
 
 // NewWriter starts one worker per tier. metrics may be nil.
-func NewWriter(cfg WriterConfig, tiers []Tier, metrics *Metrics) (*Writer, error) {
+func NewWriter(cfg WriterConfig, tiers []TierStore, metrics *Metrics) (*Writer, error) {
 	cfg, err := cfg.validate()
 	if err != nil {
 		return nil, err

@@ -69,7 +69,7 @@ func TestWriterShadowedWritesKeepSoleCopies(t *testing.T) {
 	d.Close()
 	d = openDisk(t, dir, 6*per, nil) // the restart: every file is a sole copy
 	host, _ := hostmem.New(hostmem.Config{CapacityBytes: 8 * (recordBytes(old[0]) + 192)})
-	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, MaxBatch: 1}, []Tier{{kvtier.Host, host}, {kvtier.Disk, d}}, nil)
+	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, MaxBatch: 1}, []TierStore{{kvtier.Host, host}, {kvtier.Disk, d}}, nil)
 	for _, r := range fresh[:8] { // the host tier holds all 8
 		w.Enqueue(evicted(r, 0, 0), r.KV)
 	}
@@ -89,7 +89,7 @@ func TestWriterShadowedWritesKeepSoleCopies(t *testing.T) {
 	// The host tier evicts 6, 7, 5 and 4 (least recent first, after a restore of 0-5): the
 	// disk's copies of 6 and 7 become sole copies, not written again; 5 and 4 are written as
 	// sole copies, displacing the least recently used survivors, 0 and 1.
-	w, _ = NewWriter(WriterConfig{Identity: identity, Layout: layout, MaxBatch: 1}, []Tier{{kvtier.Host, host}, {kvtier.Disk, d}}, nil)
+	w, _ = NewWriter(WriterConfig{Identity: identity, Layout: layout, MaxBatch: 1}, []TierStore{{kvtier.Host, host}, {kvtier.Disk, d}}, nil)
 	host.Get(ctx, tiertest.Keys(fresh[:6]))
 	if err := host.Put(ctx, tiertest.Items(fresh[8:])); err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestWriterShadowedWritesKeepSoleCopies(t *testing.T) {
 	}
 	// Now every file is a sole copy: a shadowed write-back is declined, nothing evicted.
 	host2, _ := hostmem.New(hostmem.Config{CapacityBytes: 1 << 20})
-	w, _ = NewWriter(WriterConfig{Identity: identity, Layout: layout, MaxBatch: 1}, []Tier{{kvtier.Host, host2}, {kvtier.Disk, d}}, nil)
+	w, _ = NewWriter(WriterConfig{Identity: identity, Layout: layout, MaxBatch: 1}, []TierStore{{kvtier.Host, host2}, {kvtier.Disk, d}}, nil)
 	before := d.Stats()
 	w.Enqueue(evicted(fresh[9], 0, 0), fresh[9].KV)
 	w.Close()
@@ -164,7 +164,7 @@ func TestWriteFailuresByReason(t *testing.T) {
 	down := &failingStore{Store: memstore.New(), batchErr: fmt.Errorf("redis: %w", tier.ErrUnavailable)}
 	stuck := &failingStore{Store: memstore.New(), block: true}
 	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, MaxBatch: 4, QueueLen: 4, PutTimeout: 20 * time.Millisecond, Remote: WriteBack},
-		[]Tier{{kvtier.Disk, perItem}, {kvtier.Remote, down}, {kvtier.Host, stuck}}, m)
+		[]TierStore{{kvtier.Disk, perItem}, {kvtier.Remote, down}, {kvtier.Host, stuck}}, m)
 	for _, r := range recs {
 		w.Enqueue(evicted(r, 0, 0), r.KV)
 	}
@@ -185,7 +185,7 @@ func TestWriteFailuresByReason(t *testing.T) {
 	// queue_full: a tier whose worker is stuck drops what its queue cannot hold.
 	slow := &blockingStore{Store: memstore.New(), release: make(chan struct{})}
 	m, _ = NewMetrics(prometheus.NewRegistry()) // fresh counters: the tier's label is reused
-	w, _ = NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 1, MaxBatch: 1}, []Tier{{kvtier.Host, slow}}, m)
+	w, _ = NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 1, MaxBatch: 1}, []TierStore{{kvtier.Host, slow}}, m)
 	for _, r := range tiertest.Chain(identity, root, layout, 6, 23) {
 		w.Enqueue(evicted(r, 0, 0), r.KV)
 	}
@@ -242,7 +242,7 @@ func TestWriterDiskFull(t *testing.T) {
 	recs := tiertest.Chain(identity, root, layout, 10, 24)
 	fs := &fullFS{dir: dir, limit: 4 * diskFileBytes(recs[0])}
 	d := openDisk(t, dir, 1<<20, fs)
-	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout}, []Tier{{kvtier.Disk, d}}, m)
+	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout}, []TierStore{{kvtier.Disk, d}}, m)
 	for _, r := range recs {
 		w.Enqueue(evicted(r, 0, 0), r.KV)
 	}
@@ -255,7 +255,7 @@ func TestWriterDiskFull(t *testing.T) {
 		t.Errorf("disk holds %s, want %s (the 4 most recent)", got, want)
 	}
 	fs.limit = 0
-	w, _ = NewWriter(WriterConfig{Identity: identity, Layout: layout}, []Tier{{kvtier.Disk, d}}, m)
+	w, _ = NewWriter(WriterConfig{Identity: identity, Layout: layout}, []TierStore{{kvtier.Disk, d}}, m)
 	more := tiertest.Chain(identity, root, layout, 3, 25)
 	for _, r := range more {
 		w.Enqueue(evicted(r, 0, 0), r.KV)
@@ -287,7 +287,7 @@ func TestWriterUnshadowedWhenHostDrops(t *testing.T) {
 	d.Put(ctx, tiertest.Items(old)) // no tier above: sole copies, the disk is full
 	h, _ := hostmem.New(hostmem.Config{CapacityBytes: 1 << 20})
 	host := stuckHost{h, make(chan struct{})}
-	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 1, MaxBatch: 1}, []Tier{{kvtier.Host, host}, {kvtier.Disk, d}}, nil)
+	w, _ := NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 1, MaxBatch: 1}, []TierStore{{kvtier.Host, host}, {kvtier.Disk, d}}, nil)
 	w.Enqueue(evicted(fresh[0], 0, 0), fresh[0].KV)
 	for w.Stats().Written[1] == 0 || len(w.queues[0].ch) > 0 { // the disk declined it; the host worker is stuck on it
 		time.Sleep(time.Millisecond)

@@ -30,7 +30,7 @@ func startTiers(t *testing.T, mod func(*Config)) (ts *Tiers, host, remote *memst
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts = &Tiers{cfg: cfg, tiers: []Tier{{kvtier.Host, host}, {kvtier.Remote, remote}}}
+	ts = &Tiers{cfg: cfg, tiers: []TierStore{{kvtier.Host, host}, {kvtier.Remote, remote}}}
 	if err := ts.start(prometheus.NewRegistry()); err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +174,7 @@ func TestThroughDropsWhenFull(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m, _ := NewMetrics(reg)
 	w, err := NewWriter(WriterConfig{Identity: identity, Layout: layout, QueueLen: 2, MaxBatch: 1, Remote: WriteThrough},
-		[]Tier{{kvtier.Host, memstore.New()}, {kvtier.Remote, slow}}, m)
+		[]TierStore{{kvtier.Host, memstore.New()}, {kvtier.Remote, slow}}, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func BenchmarkWriteThroughCommit(b *testing.B) {
 		// A queue as long as the run, so no write is dropped (a drop costs nothing): run it
 		// with -benchtime of at most 256x.
 		w, err := NewWriter(WriterConfig{Identity: identity, Layout: benchLayout, Remote: WriteThrough, QueueLen: 256},
-			[]Tier{{kvtier.Remote, discardStore{memstore.New()}}}, nil)
+			[]TierStore{{kvtier.Remote, discardStore{memstore.New()}}}, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
