@@ -2,6 +2,7 @@ package tier
 
 import (
 	"context"
+	"sync"
 
 	"stockpot/internal/prefix"
 )
@@ -29,4 +30,25 @@ func KeysUnder[V any](m map[Key]V, root prefix.Hash) []Key {
 		}
 	}
 	return out
+}
+
+// Present reports, for each key, whether m holds it; the in-process stores' Contains.
+func Present[V any](m map[Key]V, keys []Key) []bool {
+	out := make([]bool, len(keys))
+	for i, k := range keys {
+		_, out[i] = m[k]
+	}
+	return out
+}
+
+// Locked is how an in-process store reads its index for Keys and Contains: the context
+// checked first, then read run under the store's lock l.
+func Locked[R any](ctx context.Context, l sync.Locker, read func() (R, error)) (R, error) {
+	if err := ctx.Err(); err != nil {
+		var zero R
+		return zero, err
+	}
+	l.Lock()
+	defer l.Unlock()
+	return read()
 }

@@ -394,24 +394,22 @@ func (s *Store) unpinLocked(e *entry, link, front bool) {
 	}
 }
 
-// sweepLocked ends the pins expired at now: each becomes the least recent of its class (the
-// earliest expired last) and its pin record is removed. One comparison when none expired.
+// expiredLocked ends a pin that expired: the entry becomes the least recent of its class (the
+// earliest expired last) and its pin record is removed.
 // REQUIRES: s.mu held.
-func (s *Store) sweepLocked(now time.Time) int {
-	return s.mu.pins.Expire(now, func(n *lru.Node[*entry]) {
-		e := n.Value
-		s.mu.pinnedBytes -= e.size
-		os.Remove(filepath.Join(s.dir, pinName(e.key)))
-		s.linkLocked(e, false)
-	})
+func (s *Store) expiredLocked(n *lru.Node[*entry]) {
+	e := n.Value
+	s.mu.pinnedBytes -= e.size
+	os.Remove(filepath.Join(s.dir, pinName(e.key)))
+	s.linkLocked(e, false)
 }
 
-// sweepNowLocked sweeps if anything is pinned: without pins it reads no clock.
+// sweepNowLocked ends the pins expired now and returns how many; without pins it reads no
+// clock, and one comparison (the heap's top) when none expired.
 // REQUIRES: s.mu held.
-func (s *Store) sweepNowLocked() {
-	if s.mu.pins.Len() > 0 {
-		s.sweepLocked(s.cfg.Now())
-	}
+func (s *Store) sweepNowLocked() int {
+	_, n := s.mu.pins.ExpireNow(s.cfg.Now, s.expiredLocked)
+	return n
 }
 
 // insertLocked indexes e as the most recent of its class.
@@ -830,16 +828,12 @@ var _ tier.Unshadower = (*Store)(nil)
 // Contains answers from the index; it does not touch the files or the LRU
 // order.
 func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
-	if err := s.check(ctx); err != nil {
-		return nil, err
-	}
-	out := make([]bool, len(keys))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, k := range keys {
-		_, out[i] = s.mu.m[k]
-	}
-	return out, nil
+	return tier.Locked(ctx, &s.mu, func() ([]bool, error) {
+		if s.mu.closed {
+			return nil, tier.ErrClosed
+		}
+		return tier.Present(s.mu.m, keys), nil
+	})
 }
 
 func (s *Store) Stats() tier.Stats {

@@ -11,13 +11,10 @@ var _ tier.Lister = (*Store)(nil)
 
 // Keys implements tier.Lister over the store's index.
 func (s *Store) Keys(ctx context.Context, root prefix.Hash) ([]tier.Key, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.mu.closed {
-		return nil, tier.ErrClosed
-	}
-	return tier.KeysUnder(s.mu.m, root), nil
+	return tier.Locked(ctx, &s.mu, func() ([]tier.Key, error) {
+		if s.mu.closed {
+			return nil, tier.ErrClosed
+		}
+		return tier.KeysUnder(s.mu.m, root), nil
+	})
 }

@@ -30,17 +30,17 @@ func (s *Store) OwnerBytes(owner uint16) int64 {
 // the shadowed list, then (when sole allows) in the sole list; def when there is none.
 // REQUIRES: s.mu held.
 func (s *Store) overOwnerVictimLocked(sole bool, def *entry) *entry {
-	for n := s.mu.shadowed.Back(); n != nil; n = s.mu.shadowed.Prev(n) {
-		if o := n.Value.owner; o != 0 && s.mu.owners.Over(o) {
-			return n.Value
-		}
+	if n := s.mu.shadowed.Oldest(s.overOwner); n != nil {
+		return n.Value
 	}
 	if sole {
-		for n := s.mu.sole.Back(); n != nil; n = s.mu.sole.Prev(n) {
-			if o := n.Value.owner; o != 0 && s.mu.owners.Over(o) {
-				return n.Value
-			}
+		if n := s.mu.sole.Oldest(s.overOwner); n != nil {
+			return n.Value
 		}
 	}
 	return def
 }
+
+// overOwner reports whether e's owner is over its limit (no owner never is).
+// REQUIRES: s.mu held.
+func (s *Store) overOwner(e *entry) bool { return e.owner != 0 && s.mu.owners.Over(e.owner) }

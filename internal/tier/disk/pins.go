@@ -12,7 +12,6 @@ import (
 
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier"
-	"stockpot/internal/tier/lru"
 )
 
 // A pin record is the file "<root hex>-<hash hex>.pin" next to its block file:
@@ -189,11 +188,7 @@ func (s *Store) Pins() []tier.PinInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepNowLocked()
-	out := make([]tier.PinInfo, 0, s.mu.pins.Len())
-	s.mu.pins.All(func(n *lru.Node[*entry], ttl time.Duration, exp time.Time) {
-		out = append(out, tier.PinInfo{Key: n.Value.key, TTL: ttl, Expires: exp})
-	})
-	return out
+	return s.mu.pins.Infos(entryKey)
 }
 
 // Sweep ends the pins expired now (their records removed) and returns how many. Every
@@ -202,8 +197,8 @@ func (s *Store) Pins() []tier.PinInfo {
 func (s *Store) Sweep() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.mu.pins.Len() == 0 {
-		return 0
-	}
-	return s.sweepLocked(s.cfg.Now())
+	return s.sweepNowLocked()
 }
+
+// entryKey is the key of e, for lru.Pins.Infos.
+func entryKey(e *entry) tier.Key { return e.key }

@@ -126,25 +126,19 @@ func (s *Store) unpinLocked(e *entry) {
 	s.mu.pinned -= e.size()
 }
 
-// sweepLocked turns the pins expired at now into the least recent unpinned entries and
-// returns how many. One comparison when none has expired (the heap's top).
+// expiredLocked turns a pin that expired into the least recent unpinned entry (lru.Pins
+// expires them earliest first; one comparison when none has expired, the heap's top).
 // REQUIRES: s.mu held.
-func (s *Store) sweepLocked(now time.Time) int {
-	return s.mu.pins.Expire(now, func(n *lru.Node[*entry]) {
-		s.mu.pinned -= n.Value.size()
-		s.mu.lru.PushBack(n)
-	})
+func (s *Store) expiredLocked(n *lru.Node[*entry]) {
+	s.mu.pinned -= n.Value.size()
+	s.mu.lru.PushBack(n)
 }
 
 // nowLocked reads the clock and sweeps, if there are pins; without pins it returns the zero
 // time and costs nothing (the clock is read only when a pin needs it).
 // REQUIRES: s.mu held.
 func (s *Store) nowLocked() time.Time {
-	if s.mu.pins.Len() == 0 {
-		return time.Time{}
-	}
-	now := s.cfg.Now()
-	s.sweepLocked(now)
+	now, _ := s.mu.pins.ExpireNow(s.cfg.Now, s.expiredLocked)
 	return now
 }
 
@@ -153,10 +147,8 @@ func (s *Store) nowLocked() time.Time {
 func (s *Store) Sweep() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.mu.pins.Len() == 0 {
-		return 0
-	}
-	return s.sweepLocked(s.cfg.Now())
+	_, n := s.mu.pins.ExpireNow(s.cfg.Now, s.expiredLocked)
+	return n
 }
 
 func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
@@ -261,7 +253,7 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.Now()
-	s.sweepLocked(now)
+	s.mu.pins.Expire(now, s.expiredLocked)
 	for i, k := range keys {
 		e, ok := s.mu.m[k]
 		if !ok {
@@ -284,11 +276,7 @@ func (s *Store) Pins() []tier.PinInfo {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.nowLocked()
-	out := make([]tier.PinInfo, 0, s.mu.pins.Len())
-	s.mu.pins.All(func(n *lru.Node[*entry], ttl time.Duration, exp time.Time) {
-		out = append(out, tier.PinInfo{Key: n.Value.key, TTL: ttl, Expires: exp})
-	})
-	return out
+	return s.mu.pins.Infos(entryKey)
 }
 
 func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
@@ -307,16 +295,7 @@ func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 
 // Contains does not touch the LRU order: a probe is not a use.
 func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	out := make([]bool, len(keys))
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, k := range keys {
-		_, out[i] = s.mu.m[k]
-	}
-	return out, nil
+	return tier.Locked(ctx, &s.mu, func() ([]bool, error) { return tier.Present(s.mu.m, keys), nil })
 }
 
 func (s *Store) Stats() tier.Stats {
@@ -330,3 +309,6 @@ func (s *Store) Stats() tier.Stats {
 	st.Items = int64(len(s.mu.m))
 	return st
 }
+
+// entryKey is the key of e, for lru.Pins.Infos.
+func entryKey(e *entry) tier.Key { return e.key }

@@ -11,10 +11,7 @@ var _ tier.Lister = (*Store)(nil)
 
 // Keys implements tier.Lister over the store's index.
 func (s *Store) Keys(ctx context.Context, root prefix.Hash) ([]tier.Key, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return tier.KeysUnder(s.mu.m, root), nil
+	return tier.Locked(ctx, &s.mu, func() ([]tier.Key, error) {
+		return tier.KeysUnder(s.mu.m, root), nil
+	})
 }

@@ -32,10 +32,8 @@ func (s *Store) victimLocked() *entry {
 	if !s.mu.owners.AnyOver() {
 		return back.Value
 	}
-	for n := back; n != nil; n = s.mu.lru.Prev(n) {
-		if o := n.Value.owner; o != 0 && s.mu.owners.Over(o) {
-			return n.Value
-		}
+	if n := s.mu.lru.Oldest(func(e *entry) bool { return e.owner != 0 && s.mu.owners.Over(e.owner) }); n != nil {
+		return n.Value
 	}
 	return back.Value
 }

@@ -99,3 +99,14 @@ func (l *List[T]) Prev(n *Node[T]) *Node[T] {
 	}
 	return n.prev
 }
+
+// Oldest returns the least recent node whose value satisfies ok, or nil: the walk a store
+// makes to find a victim of a kind (an owner over its budget) before its plain least recent.
+func (l *List[T]) Oldest(ok func(T) bool) *Node[T] {
+	for n := l.Back(); n != nil; n = l.Prev(n) {
+		if ok(n.Value) {
+			return n
+		}
+	}
+	return nil
+}

@@ -1,6 +1,10 @@
 package lru
 
-import "time"
+import (
+	"time"
+
+	"stockpot/internal/tier"
+)
 
 // pinState is a Node's place in Pins.
 type pinState struct {
@@ -182,4 +186,24 @@ func (p *Pins[T]) fix(i int) {
 	if !p.down(i) {
 		p.up(i)
 	}
+}
+
+// ExpireNow is Expire at clock(), with the clock read only when something is pinned, so a
+// store without pins pays nothing; it returns the time read (zero when it read none) and how
+// many pins ended.
+func (p *Pins[T]) ExpireNow(clock func() time.Time, back func(n *Node[T])) (time.Time, int) {
+	if len(p.h) == 0 {
+		return time.Time{}, 0
+	}
+	now := clock()
+	return now, p.Expire(now, back)
+}
+
+// Infos lists every pin as a tier.PinInfo (Pinner.Pins), key naming a node's key.
+func (p *Pins[T]) Infos(key func(T) tier.Key) []tier.PinInfo {
+	out := make([]tier.PinInfo, 0, len(p.h))
+	for _, n := range p.h {
+		out = append(out, tier.PinInfo{Key: key(n.Value), TTL: n.pin.ttl, Expires: n.pin.expires})
+	}
+	return out
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/datadriven"
+
+	"stockpot/internal/tier"
 )
 
 // pinModel is the test's store: one List, one Pins, nodes by name, a clock. It does what a
@@ -17,6 +19,7 @@ type pinModel struct {
 	p     Pins[string]
 	nodes map[string]*Node[string]
 	now   time.Time
+	reads int // how many times a sweep read the clock
 }
 
 func (m *pinModel) node(t *testing.T, d *datadriven.TestData, name string) *Node[string] {
@@ -30,10 +33,14 @@ func (m *pinModel) node(t *testing.T, d *datadriven.TestData, name string) *Node
 // sweep moves every expired pin to the back of the list and returns their names.
 func (m *pinModel) sweep() []string {
 	var out []string
-	m.p.Expire(m.now, func(n *Node[string]) {
+	clock := func() time.Time { m.reads++; return m.now }
+	now, n := m.p.ExpireNow(clock, func(n *Node[string]) {
 		m.l.PushBack(n)
 		out = append(out, n.Value)
 	})
+	if n != len(out) || (m.p.Len()+n > 0) == now.IsZero() {
+		panic(fmt.Sprintf("ExpireNow returned (%v, %d) after %d expired", now, n, len(out)))
+	}
 	return out
 }
 
@@ -78,6 +85,21 @@ func (m *pinModel) check(t *testing.T, d *datadriven.TestData) {
 			t.Fatalf("%s: heap order broken at %d", d.Pos, i)
 		}
 	}
+	// Infos lists what All walks, with the node's key.
+	infos := m.p.Infos(func(v string) tier.Key {
+		var k tier.Key
+		copy(k.Hash[:], v)
+		return k
+	})
+	var all []tier.PinInfo
+	m.p.All(func(n *Node[string], ttl time.Duration, exp time.Time) {
+		var k tier.Key
+		copy(k.Hash[:], n.Value)
+		all = append(all, tier.PinInfo{Key: k, TTL: ttl, Expires: exp})
+	})
+	if !slices.Equal(infos, all) {
+		t.Fatalf("%s: Infos %v, All walks %v", d.Pos, infos, all)
+	}
 	if got := m.l.Len() + m.p.Len(); got != len(m.nodes) {
 		t.Fatalf("%s: %d nodes in list+pins, %d exist", d.Pos, got, len(m.nodes))
 	}
@@ -90,7 +112,8 @@ func (m *pinModel) check(t *testing.T, d *datadriven.TestData) {
 //	touch a ...         a use: a live pin is refreshed (now + TTL), an expired one becomes
 //	                    unpinned (front), an unpinned node moves to the front
 //	advance D           the clock moves on
-//	sweep               expired pins go to the back of the list
+//	sweep               expired pins go to the back of the list (and whether it read the clock)
+//	oldest a b ...      the least recent unpinned node among those named (List.Oldest)
 //	evict [n=N]         take N (default 1) from the back of the list, after a sweep
 //	remove a            drop a node wherever it is
 //	show
@@ -160,7 +183,17 @@ func TestPinsScript(t *testing.T) {
 			}
 			m.now = m.now.Add(v)
 		case "sweep":
+			before := m.reads
 			fmt.Fprintf(&out, "expired: %v\n", m.sweep())
+			fmt.Fprintf(&out, "clock read: %v\n", m.reads > before)
+		case "oldest":
+			names := args()
+			n := m.l.Oldest(func(v string) bool { return slices.Contains(names, v) })
+			if n == nil {
+				out.WriteString("oldest: none\n")
+			} else {
+				fmt.Fprintf(&out, "oldest: %s\n", n.Value)
+			}
 		case "evict":
 			n := 1
 			if d.HasArg("n") {

@@ -114,16 +114,7 @@ func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 }
 
 func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]bool, len(keys))
-	for i, k := range keys {
-		_, out[i] = s.mu.m[k]
-	}
-	return out, nil
+	return tier.Locked(ctx, &s.mu, func() ([]bool, error) { return tier.Present(s.mu.m, keys), nil })
 }
 
 func (s *Store) Stats() tier.Stats {
