@@ -32,23 +32,56 @@ func KeysUnder[V any](m map[Key]V, root prefix.Hash) []Key {
 	return out
 }
 
-// Present reports, for each key, whether m holds it; the in-process stores' Contains.
-func Present[V any](m map[Key]V, keys []Key) []bool {
-	out := make([]bool, len(keys))
-	for i, k := range keys {
-		_, out[i] = m[k]
-	}
-	return out
+// Indexed gives an in-process store (memstore, hostmem, disk) its Lister.Keys and its
+// Store.Contains, both answered from the store's index map under the store's lock: a store
+// embeds one that points at its own mutex and index. Neither touches the LRU order (a probe
+// is not a use).
+type Indexed[V any] struct {
+	L sync.Locker
+	// Index returns the store's map. It runs with L held; an error (ErrClosed) answers instead.
+	Index func() (map[Key]V, error)
 }
 
-// Locked is how an in-process store reads its index for Keys and Contains: the context
-// checked first, then read run under the store's lock l.
-func Locked[R any](ctx context.Context, l sync.Locker, read func() (R, error)) (R, error) {
+// Keys implements Lister.
+func (x Indexed[V]) Keys(ctx context.Context, root prefix.Hash) ([]Key, error) {
+	return read(ctx, x, func(m map[Key]V) []Key { return KeysUnder(m, root) })
+}
+
+// Contains implements Store.Contains.
+func (x Indexed[V]) Contains(ctx context.Context, keys []Key) ([]bool, error) {
+	return read(ctx, x, func(m map[Key]V) []bool {
+		out := make([]bool, len(keys))
+		for i, k := range keys {
+			_, out[i] = m[k]
+		}
+		return out
+	})
+}
+
+// read checks ctx, then runs f over x's index under x's lock.
+func read[V, R any](ctx context.Context, x Indexed[V], f func(map[Key]V) R) (R, error) {
+	var zero R
 	if err := ctx.Err(); err != nil {
-		var zero R
 		return zero, err
 	}
-	l.Lock()
-	defer l.Unlock()
-	return read()
+	x.L.Lock()
+	defer x.L.Unlock()
+	m, err := x.Index()
+	if err != nil {
+		return zero, err
+	}
+	return f(m), nil
+}
+
+// Each calls fn with the value of every key that m holds, in the order of keys, and reports
+// which keys m holds: the in-process stores' Delete and Pin.
+func Each[V any](m map[Key]V, keys []Key, fn func(V)) []bool {
+	held := make([]bool, len(keys))
+	for i, k := range keys {
+		var v V
+		if v, held[i] = m[k]; held[i] {
+			fn(v)
+		}
+	}
+	return held
 }

@@ -1,5 +1,7 @@
 package tier
 
+import "sync"
+
 // OwnerBudgets is the accounting behind OwnerLimiter, shared by the stores that keep
 // per-owner budgets (hostmem, disk): each owner's bytes, its limit, and how many owners are
 // over theirs (so a store checks one number on the hot path). Owner 0 (none) is never counted.
@@ -71,4 +73,26 @@ func (o *OwnerBudgets) SetLimit(owner uint16, bytes int64) {
 		o.limit[owner] = bytes
 	}
 	o.track(owner, was)
+}
+
+// Guarded is an OwnerBudgets behind the lock of the store that holds it. A store embeds one
+// (pointing at its own mutex and budgets) and so implements OwnerLimiter's SetOwnerLimit, and
+// its OwnerBytes, once for every store.
+type Guarded struct {
+	L sync.Locker
+	B *OwnerBudgets
+}
+
+// SetOwnerLimit implements OwnerLimiter.
+func (g Guarded) SetOwnerLimit(owner uint16, bytes int64) {
+	g.L.Lock()
+	defer g.L.Unlock()
+	g.B.SetLimit(owner, bytes)
+}
+
+// OwnerBytes is what owner's items take now.
+func (g Guarded) OwnerBytes(owner uint16) int64 {
+	g.L.Lock()
+	defer g.L.Unlock()
+	return g.B.Used(owner)
 }

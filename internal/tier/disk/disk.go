@@ -109,9 +109,11 @@ type entry struct {
 
 // Store is the disk tier. Safe for concurrent use.
 type Store struct {
-	cfg  Config
-	dir  string // DIR/<digest hex>
-	lock *os.File
+	cfg                  Config
+	dir                  string // DIR/<digest hex>
+	lock                 *os.File
+	tier.Guarded         // SetOwnerLimit, OwnerBytes: s.mu.owners under s.mu (owners.go)
+	tier.Indexed[*entry] // Keys, Contains: s.mu.m under s.mu (index only: no file is read)
 
 	mu struct {
 		sync.Mutex
@@ -144,6 +146,7 @@ type Store struct {
 var (
 	_ tier.Store  = (*Store)(nil)
 	_ tier.Pinner = (*Store)(nil)
+	_ tier.Lister = (*Store)(nil)
 )
 
 // Open opens (creating if needed) the store in cfg.Dir: it takes the
@@ -167,6 +170,13 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("%w: %s: %v", ErrLocked, cfg.Dir, err)
 	}
 	s := &Store{cfg: cfg, lock: lock, dir: filepath.Join(cfg.Dir, hex.EncodeToString(cfg.IdentityDigest[:]))}
+	s.Guarded = tier.Guarded{L: &s.mu, B: &s.mu.owners}
+	s.Indexed = tier.Indexed[*entry]{L: &s.mu, Index: func() (map[tier.Key]*entry, error) {
+		if s.mu.closed {
+			return nil, tier.ErrClosed
+		}
+		return s.mu.m, nil
+	}}
 	s.mu.m = make(map[tier.Key]*entry)
 	if err := s.collectForeign(); err != nil {
 		lock.Close()
@@ -747,14 +757,21 @@ func noSpace(err error) error {
 
 // writeTemp writes it to a new temp file and returns its path; on error nothing is left.
 func (s *Store) writeTemp(it tier.Item, size int64) (string, error) {
+	h := s.header(it.Key, len(it.Value))
+	crc := crc32.Update(crc32.Checksum(h, castagnoli), castagnoli, it.Value)
+	return s.writeTempFile(h, it.Value, binary.LittleEndian.AppendUint32(nil, crc))
+}
+
+// writeTempFile writes the parts, in order, to a new temp file in the store's folder (synced
+// when the store syncs) and returns its path; on error nothing is left. Block files and pin
+// records are both made this way, then renamed into place.
+func (s *Store) writeTempFile(parts ...[]byte) (string, error) {
 	f, err := s.cfg.FS.CreateTemp(s.dir, tempPrefix+"*")
 	if err != nil {
 		return "", err
 	}
 	tmp := f.Name()
-	h := s.header(it.Key, len(it.Value))
-	crc := crc32.Update(crc32.Checksum(h, castagnoli), castagnoli, it.Value)
-	for _, b := range [][]byte{h, it.Value, binary.LittleEndian.AppendUint32(nil, crc)} {
+	for _, b := range parts {
 		if err == nil {
 			_, err = f.Write(b)
 		}
@@ -789,11 +806,7 @@ func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, k := range keys {
-		if e, ok := s.mu.m[k]; ok {
-			s.removeLocked(e)
-		}
-	}
+	tier.Each(s.mu.m, keys, s.removeLocked)
 	return nil
 }
 
@@ -824,17 +837,6 @@ func (s *Store) Unshadow(ctx context.Context, keys []tier.Key) ([]bool, error) {
 }
 
 var _ tier.Unshadower = (*Store)(nil)
-
-// Contains answers from the index; it does not touch the files or the LRU
-// order.
-func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
-	return tier.Locked(ctx, &s.mu, func() ([]bool, error) {
-		if s.mu.closed {
-			return nil, tier.ErrClosed
-		}
-		return tier.Present(s.mu.m, keys), nil
-	})
-}
 
 func (s *Store) Stats() tier.Stats {
 	s.mu.Lock()

@@ -10,21 +10,7 @@ import "stockpot/internal/tier"
 // written to disk: after a restart the blocks found have no owner (they count for nobody
 // until rewritten), so a budget bounds what a tenant writes from then on.
 
-var _ tier.OwnerLimiter = (*Store)(nil)
-
-// SetOwnerLimit implements tier.OwnerLimiter.
-func (s *Store) SetOwnerLimit(owner uint16, bytes int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.mu.owners.SetLimit(owner, bytes)
-}
-
-// OwnerBytes is what owner's files take now.
-func (s *Store) OwnerBytes(owner uint16) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.mu.owners.Used(owner)
-}
+var _ tier.OwnerLimiter = (*Store)(nil) // through the embedded tier.Guarded
 
 // overOwnerVictimLocked returns the least recently used entry of an owner over its limit in
 // the shadowed list, then (when sole allows) in the sole list; def when there is none.
@@ -41,6 +27,6 @@ func (s *Store) overOwnerVictimLocked(sole bool, def *entry) *entry {
 	return def
 }
 
-// overOwner reports whether e's owner is over its limit (no owner never is).
+// overOwner reports whether e's owner is over its limit (no owner has none).
 // REQUIRES: s.mu held.
-func (s *Store) overOwner(e *entry) bool { return e.owner != 0 && s.mu.owners.Over(e.owner) }
+func (s *Store) overOwner(e *entry) bool { return s.mu.owners.Over(e.owner) }

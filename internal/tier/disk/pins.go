@@ -84,23 +84,7 @@ func readPin(path string, k tier.Key) (time.Duration, error) {
 // writePinTemp writes k's pin record to a new temp file and returns its path; on error
 // nothing is left.
 func (s *Store) writePinTemp(k tier.Key, ttl time.Duration) (string, error) {
-	f, err := s.cfg.FS.CreateTemp(s.dir, tempPrefix+"*")
-	if err != nil {
-		return "", err
-	}
-	tmp := f.Name()
-	_, err = f.Write(encodePin(k, ttl))
-	if err == nil && s.cfg.Sync {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return "", err
-	}
-	return tmp, nil
+	return s.writeTempFile(encodePin(k, ttl))
 }
 
 // Pin implements tier.Pinner: the keys held are pinned for ttl from now (ttl <= 0: unpinned,
@@ -111,7 +95,6 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 	if err := s.check(ctx); err != nil {
 		return nil, err
 	}
-	out := make([]bool, len(keys))
 	type todo struct {
 		e     *entry
 		stamp time.Time
@@ -120,12 +103,7 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 	var work []todo
 	s.mu.Lock()
 	s.sweepNowLocked()
-	for i, k := range keys {
-		e, ok := s.mu.m[k]
-		if !ok {
-			continue
-		}
-		out[i] = true
+	out := tier.Each(s.mu.m, keys, func(e *entry) {
 		switch {
 		case ttl > 0:
 			if s.pinnedLocked(e) {
@@ -133,7 +111,7 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 					stamp := s.tickLocked()
 					s.mu.pins.Touch(&e.node, stamp)
 					work = append(work, todo{e: e, stamp: stamp, tmp: "-"}) // the record stands
-					continue
+					return
 				}
 			}
 			stamp := s.tickLocked()
@@ -142,7 +120,7 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 		case s.pinnedLocked(e):
 			s.unpinLocked(e, true, true)
 		}
-	}
+	})
 	s.mu.Unlock()
 	var errs []error
 	for i := range work {

@@ -55,8 +55,10 @@ func (e *entry) size() int64 { return int64(len(e.value)) + entryOverhead }
 
 // Store is the host-RAM tier.
 type Store struct {
-	cfg Config
-	mu  struct {
+	cfg                  Config
+	tier.Guarded         // SetOwnerLimit, OwnerBytes: s.mu.owners under s.mu (owners.go)
+	tier.Indexed[*entry] // Keys, Contains: s.mu.m under s.mu
+	mu                   struct {
 		sync.Mutex
 		m    map[tier.Key]*entry
 		lru  lru.List[*entry] // the unpinned entries; front: the most recent
@@ -75,6 +77,7 @@ var (
 	_ tier.Store   = (*Store)(nil)
 	_ tier.Spiller = (*Store)(nil)
 	_ tier.Pinner  = (*Store)(nil)
+	_ tier.Lister  = (*Store)(nil)
 
 	_ tier.OwnerLimiter = (*Store)(nil)
 )
@@ -93,6 +96,8 @@ func New(cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg}
+	s.Guarded = tier.Guarded{L: &s.mu, B: &s.mu.owners}
+	s.Indexed = tier.Indexed[*entry]{L: &s.mu, Index: func() (map[tier.Key]*entry, error) { return s.mu.m, nil }}
 	s.mu.m = make(map[tier.Key]*entry)
 	return s, nil
 }
@@ -249,17 +254,11 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make([]bool, len(keys))
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.Now()
 	s.mu.pins.Expire(now, s.expiredLocked)
-	for i, k := range keys {
-		e, ok := s.mu.m[k]
-		if !ok {
-			continue
-		}
-		out[i] = true
+	return tier.Each(s.mu.m, keys, func(e *entry) {
 		switch {
 		case ttl > 0:
 			s.pinLocked(e, ttl, now)
@@ -267,8 +266,7 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 			s.unpinLocked(e)
 			s.mu.lru.PushFront(&e.node)
 		}
-	}
-	return out, nil
+	}), nil
 }
 
 // Pins implements tier.Pinner.
@@ -285,17 +283,8 @@ func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, k := range keys {
-		if e, ok := s.mu.m[k]; ok {
-			s.removeLocked(e)
-		}
-	}
+	tier.Each(s.mu.m, keys, s.removeLocked)
 	return nil
-}
-
-// Contains does not touch the LRU order: a probe is not a use.
-func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
-	return tier.Locked(ctx, &s.mu, func() ([]bool, error) { return tier.Present(s.mu.m, keys), nil })
 }
 
 func (s *Store) Stats() tier.Stats {

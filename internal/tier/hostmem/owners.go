@@ -10,20 +10,6 @@ package hostmem
 // at that owner's oldest entry; a list per owner would cost every Get and Put of every owner
 // to speed up the rare case.
 
-// SetOwnerLimit implements tier.OwnerLimiter.
-func (s *Store) SetOwnerLimit(owner uint16, bytes int64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.mu.owners.SetLimit(owner, bytes)
-}
-
-// OwnerBytes is what owner's entries take now (entry overhead included).
-func (s *Store) OwnerBytes(owner uint16) int64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.mu.owners.Used(owner)
-}
-
 // victimLocked is the unpinned entry to evict next: the least recently used of an owner over
 // its limit, else the least recently used.
 // REQUIRES: s.mu held; the LRU list not empty.
@@ -32,7 +18,7 @@ func (s *Store) victimLocked() *entry {
 	if !s.mu.owners.AnyOver() {
 		return back.Value
 	}
-	if n := s.mu.lru.Oldest(func(e *entry) bool { return e.owner != 0 && s.mu.owners.Over(e.owner) }); n != nil {
+	if n := s.mu.lru.Oldest(func(e *entry) bool { return s.mu.owners.Over(e.owner) }); n != nil {
 		return n.Value
 	}
 	return back.Value

@@ -11,8 +11,9 @@ import (
 
 // Store is an unbounded in-memory tier.Store.
 type Store struct {
-	now func() time.Time
-	mu  struct {
+	now                  func() time.Time
+	tier.Indexed[[]byte] // Keys, Contains: s.mu.m under s.mu
+	mu                   struct {
 		sync.Mutex
 		m     map[tier.Key][]byte
 		pins  map[tier.Key]tier.PinInfo // a subset of m's keys; expired ones dropped by sweepLocked
@@ -27,6 +28,7 @@ func New() *Store { return NewWithClock(time.Now) }
 // NewWithClock returns an empty Store whose pins expire by now (a test clock).
 func NewWithClock(now func() time.Time) *Store {
 	s := &Store{now: now}
+	s.Indexed = tier.Indexed[[]byte]{L: &s.mu, Index: func() (map[tier.Key][]byte, error) { return s.mu.m, nil }}
 	s.mu.m = make(map[tier.Key][]byte)
 	s.mu.pins = make(map[tier.Key]tier.PinInfo)
 	return s
@@ -35,6 +37,7 @@ func NewWithClock(now func() time.Time) *Store {
 var (
 	_ tier.Store  = (*Store)(nil)
 	_ tier.Pinner = (*Store)(nil)
+	_ tier.Lister = (*Store)(nil)
 )
 
 // sweepLocked drops the pins expired at now: a scan, obviously right (the store has no
@@ -111,10 +114,6 @@ func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 		delete(s.mu.pins, k)
 	}
 	return nil
-}
-
-func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
-	return tier.Locked(ctx, &s.mu, func() ([]bool, error) { return tier.Present(s.mu.m, keys), nil })
 }
 
 func (s *Store) Stats() tier.Stats {
