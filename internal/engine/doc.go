@@ -92,8 +92,8 @@
 //
 // # Hybrid models: state checkpoints (state.go)
 //
-// A hybrid model (qwen35: Gated DeltaNet beside attention) resumes a sequence only with its
-// recurrent state, so K/V blocks alone are not a reusable prefix. The scheduler plans a
+// A hybrid model (qwen35: Gated DeltaNet beside attention; kimi-linear: KDA beside MLA)
+// resumes a sequence only with its recurrent state, so K/V blocks alone are not a reusable prefix. The scheduler plans a
 // checkpoint at the end of every Config.StateCheckpointBlocks-th block (PlanItem.Checkpoints,
 // in prefill chunks and decodes alike), Forward fills it, and the block's commit keeps it,
 // keyed by the block's chain hash (so it can never go stale, only be dropped). Admission

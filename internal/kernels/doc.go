@@ -52,7 +52,8 @@
 // # K/V block layout
 //
 // The arena behind a PagedKV is a sequence of blocks; block b holds
-// BlockSize consecutive token positions for all layers:
+// BlockSize consecutive token positions for every layer that keeps K/V
+// (attention layers; a recurrent layer keeps a state checkpoint instead):
 //
 //	block[b] = [layer][K then V][slot 0..BlockSize-1][kvHead][headDim]
 //

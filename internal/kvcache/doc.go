@@ -5,7 +5,8 @@
 // Key types:
 //
 //   - Layout: the shape of one block. A block holds BlockSize consecutive token
-//     positions for all layers, laid out as
+//     positions for every layer that keeps K/V (attention and MLA layers; a
+//     recurrent layer keeps a state checkpoint instead), laid out as
 //     [layer][K then V][slot 0..BlockSize-1][kvHead][headDim] (docs/DESIGN.md,
 //     "K/V block layout"), in f32, f16 or q8_0 (ggml's block_q8_0: per 32
 //     elements of a head row one f16 scale and 32 int8, 34 bytes, so a token

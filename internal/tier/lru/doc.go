@@ -19,5 +19,6 @@
 // a TTL ago, so it is the first to go under pressure, as an unpinned entry that old would be. The time is
 // always the caller's argument (a store's injectable clock): this package reads no clock.
 //
-// It imports nothing but time: a leaf under package tier.
+// It imports time and package tier (for the tier.PinInfo that Pins.Infos lists); tier does not
+// import it.
 package lru
