@@ -6,23 +6,28 @@ FUZZTIME ?= 6s
 
 ## test: install what the tests need, then vet, unit tests and short fuzz runs.
 test: deps sysdeps vet unit fuzz
+	@echo "== done $$(date +%T)"
 
 ## sysdeps: redis-server and chromium from apt, where missing.
 sysdeps:
+	@echo "== sysdeps $$(date +%T)"
 	scripts/install-sysdeps.sh
 
 build:
 	$(GO) build -o bin/stockpot ./cmd/stockpot
 
 vet:
+	@echo "== vet $$(date +%T)"
 	@bad=$$(gofmt -l $$(git ls-files '*.go' | grep -v /testdata/)); if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
 	$(GO) vet ./...
 
 unit:
+	@echo "== unit $$(date +%T)"
 	$(GO) test -count=1 -timeout 40m ./...
 
 ## fuzz: a short run of every parser of outside bytes (corpora live in testdata/fuzz).
 fuzz:
+	@echo "== fuzz $$(date +%T)"
 	GO=$(GO) FUZZTIME=$(FUZZTIME) scripts/fuzz.sh
 
 ## bench: engine speed against native llama.cpp (needs `make llama-native` once).
@@ -44,6 +49,7 @@ bench-vs-llama:
 # and slow: scripts/build-llama-native.sh (or `make llama-native`).
 .PHONY: llama-native
 deps:
+	@echo "== deps $$(date +%T)"
 	scripts/install-llamaref.sh
 	scripts/install-agentclients.sh
 	scripts/install-jinjaref.sh

@@ -28,12 +28,14 @@ run_one() { # pkg target -> 0 ok, 1 real failure, 2 coordinator deadline race on
 while read -r pkg target; do
 	case "$pkg" in ''|'#'*) continue ;; esac
 	echo "go test -run '^\$' -fuzz '^${target}\$' -fuzztime $FUZZTIME $pkg"
+	start=$SECONDS
 	run_one "$pkg" "$target"; rc=$?
 	if [ $rc -eq 2 ]; then
 		echo "fuzz: $target hit the Go fuzz coordinator's deadline race (golang/go#75804) with no failing input; retrying once"
 		flaked=$((flaked + 1))
 		run_one "$pkg" "$target"; rc=$?
 	fi
+	echo "fuzz: $target took $((SECONDS - start)) s"
 	if [ $rc -ne 0 ]; then
 		echo "FAIL: fuzz target $target in $pkg"
 		fail=$((fail + 1))
