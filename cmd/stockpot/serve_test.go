@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvcache"
+	"stockpot/internal/portlock"
 )
 
 func newTestInstance(t *testing.T, mutate func(*serveOptions)) (*instance, *httptest.Server) {
@@ -328,13 +328,15 @@ func TestServeDrainOnSIGTERM(t *testing.T) {
 	}
 }
 
+// freePort is a loopback address whose port this test process holds (portlock): nobody else is
+// told it, and the kernel hands it out to no one, between now and the child's bind and across
+// its restarts.
 func freePort(t *testing.T) string {
-	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	a, err := portlock.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return a
 }
 
 // TestServeKVEvents: a cached prompt shows up as stored device blocks in the snapshot that

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -21,6 +20,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"stockpot/internal/portlock"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -71,12 +72,11 @@ type replica struct {
 
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := portlock.Addr() // held by this process: nobody else gets it before the child binds
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
 
 // startReplicas starts n replicas in parallel and waits for their /health.

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"stockpot/internal/portlock"
 )
 
 // Proc is one child process on a fixed loopback address, restartable with the same
@@ -30,14 +32,9 @@ type Proc struct {
 }
 
 // freeAddr returns a loopback host:port nobody listens on now.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// It is held by this process (portlock) for its life, so a replica restarted on it finds it
+// free, and no other process is handed it meanwhile.
+func freeAddr() (string, error) { return portlock.Addr() }
 
 // Start starts the process and waits until it is healthy.
 func (p *Proc) Start(ctx context.Context) error {

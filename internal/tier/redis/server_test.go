@@ -3,13 +3,14 @@ package redis
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"stockpot/internal/portlock"
 
 	goredis "github.com/redis/go-redis/v9"
 )
@@ -47,13 +48,14 @@ type server struct {
 func (s *server) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
 func (s *server) url() string  { return "redis://" + s.addr() + "/0" }
 
+// freePort is a port this test process holds (portlock): nobody else is told it, and the
+// kernel hands it out to no one, between now and redis-server's bind and across its restarts.
 func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := portlock.Port()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return p
 }
 
 // startServer starts redis-server with extra args (for example cluster
