@@ -235,7 +235,10 @@ func TestDemoHeadless(t *testing.T) {
 	var out bytes.Buffer
 	var base string
 	var notes []string
-	sum, err := runDemo(context.Background(), demoOptions{model: "synthetic:tiny-llama-spm", addr: "127.0.0.1:0", threads: 2, headless: true, burst: 8, out: &out,
+	// A port this process holds (not port 0): once the demo is gone, nobody else can be
+	// listening on it, so "nothing answers" below says the demo closed it.
+	addr := freePort(t)
+	sum, err := runDemo(context.Background(), demoOptions{model: "synthetic:tiny-llama-spm", addr: addr, threads: 2, headless: true, burst: 8, out: &out,
 		onURL: func(u string) { base = strings.TrimSuffix(u, "/dashboard?demo=1") },
 		hold: func() {
 			for _, n := range dashboardState(t, base, "").Notes {

@@ -175,12 +175,7 @@ func startRedis(t *testing.T) string {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("redis-server not found (%v): `make test` installs it", err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
+	addr := freePort(t)
 	_, port, _ := net.SplitHostPort(addr)
 	redisCmd = exec.Command("redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", t.TempDir())
 	if err := redisCmd.Start(); err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -18,6 +17,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"stockpot/internal/portlock"
 )
 
 var (
@@ -60,15 +61,15 @@ func stockpotBinary(t *testing.T) string {
 	return binPath
 }
 
+// freeAddr is a loopback address whose port this test process holds (portlock): nobody else is
+// told it, and the kernel hands it out to no one, before the child binds it.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := portlock.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
+	return a
 }
 
 // startServer runs `stockpot serve` with the default model and waits for /health.

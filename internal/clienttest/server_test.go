@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"stockpot/internal/portlock"
 )
 
 // The tests run the real binary, built once by TestMain, as a subprocess per test: each test
@@ -105,12 +106,13 @@ func startServer(t *testing.T, extra ...string) *server {
 	return nil
 }
 
+// freeAddr is a loopback address whose port this test process holds (portlock): nobody else is
+// told it, and the kernel hands it out to no one, before the child binds it.
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	a, err := portlock.Addr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return a
 }
