@@ -33,6 +33,14 @@ type Model struct {
 	layers     []layer
 	rope       kernels.RoPEParams
 	scratch    scratch
+	fns        rowFns // built once (initRowFns): per-call closures would allocate every step
+}
+
+// rowFns are the per-row steps of the attention and FFN blocks as closures bound to the
+// model once. They read their layer and sequences from scratch (li, seqs), so that a decode
+// step does not allocate a closure per call (m.rows may hand it to the pool, so it escapes).
+type rowFns struct {
+	attnNorm, qkvRows, residual, ffnNorm, swiglu func(lo, hi int)
 }
 
 // Config returns the model's hyper-parameters.
@@ -226,7 +234,15 @@ type scratch struct {
 	mlaQ, headIn, headOut, mlaOut, lat []float32
 	latF16                             []uint16
 	latTable                           []int32
-	latView                            kernels.PagedKV
+	// the current layer and batch, for the bound row steps (rowFns); seqs is cleared after use
+	li   int
+	seqs []Sequence
+	// MatMuls' destination and weight lists, kept here so that they do not escape per call
+	qkvDst  [3][]float32
+	qkvW    [3]*kernels.Weight
+	gateDst [2][]float32
+	gateW   [2]*kernels.Weight
+	latView kernels.PagedKV
 	// mixture of experts: routing and expert rows
 	router, selW, expIn, expOut, expRes []float32
 	sel, rows                           []int
@@ -434,24 +450,58 @@ func logitsInPlace(seqs []Sequence, nOut, vocab int) []float32 {
 }
 
 func (m *Model) layerForward(li int, seqs []Sequence, M int) {
-	c := m.cfg
+	c := &m.cfg
 	l := &m.layers[li]
 	sc := &m.scratch
 	qd, kvd := c.QDim(), c.KVDim()
+	m.initRowFns()
+	sc.li, sc.seqs = li, seqs
 
-	m.rows(M, c.Dim, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.attnNorm, c.NormEps)
-		}
-	})
+	m.rows(M, c.Dim, m.fns.attnNorm)
 	// q, k and v read the same rows: one quantization of them serves all three.
-	qkv := [3][]float32{sc.q, sc.k, sc.v}
-	qkvW := [3]*kernels.Weight{l.wq, l.wk, l.wv}
-	kernels.MatMuls(m.pool, sc.h, M, qkv[:], qkvW[:])
+	sc.qkvDst = [3][]float32{sc.q, sc.k, sc.v}
+	sc.qkvW = [3]*kernels.Weight{l.wq, l.wk, l.wv}
+	kernels.MatMuls(m.pool, sc.h, M, sc.qkvDst[:], sc.qkvW[:])
 
 	// Per token, every sequence's rows in one pass: bias, QK-norm, RoPE at the row's
 	// position, and the K/V store.
-	m.rows(M, qd+2*kvd, func(lo, hi int) {
+	m.rows(M, qd+2*kvd, m.fns.qkvRows)
+	sc.seqs = nil // drop references to the caller's sequences
+
+	// Attention: each sequence over its own block table, the decode tokens of all of them
+	// in one parallel loop.
+	attn := kernels.AttnParams{NHeads: c.Heads, NKVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
+	sc.attnSeqs = sc.attnSeqs[:0]
+	r0 := 0
+	for si := range seqs {
+		n := len(seqs[si].Tokens)
+		sc.attnSeqs = append(sc.attnSeqs, kernels.AttnSeq{Out: sc.att[r0*qd : (r0+n)*qd], Q: sc.q[r0*qd : (r0+n)*qd],
+			Positions: sc.rowPos[r0 : r0+n], KV: seqs[si].KV})
+		r0 += n
+	}
+	kernels.AttentionSeqs(m.pool, sc.attnSeqs, l.kvLayer, attn)
+	clear(sc.attnSeqs) // drop references to the caller's K/V
+
+	kernels.MatMul(m.pool, sc.h, sc.att, M, l.wo)
+	m.addResidual(M)
+}
+
+// initRowFns builds m.fns on first use. Each closure captures only m; the layer is
+// m.scratch.li and the batch m.scratch.seqs, set by the caller before m.rows.
+func (m *Model) initRowFns() {
+	if m.fns.attnNorm != nil {
+		return
+	}
+	c, sc := &m.cfg, &m.scratch
+	m.fns.attnNorm = func(lo, hi int) {
+		l := &m.layers[sc.li]
+		for i := lo; i < hi; i++ {
+			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.attnNorm, c.NormEps)
+		}
+	}
+	m.fns.qkvRows = func(lo, hi int) {
+		l := &m.layers[sc.li]
+		qd, kvd := c.QDim(), c.KVDim()
 		for i := lo; i < hi; i++ {
 			q := sc.q[i*qd : (i+1)*qd]
 			k := sc.k[i*kvd : (i+1)*kvd]
@@ -472,56 +522,45 @@ func (m *Model) layerForward(li int, seqs []Sequence, M int) {
 			pos := sc.rowPos[i]
 			kernels.RoPE(q, c.Heads, c.HeadDim, pos, m.rope)
 			kernels.RoPE(k, c.KVHeads, c.HeadDim, pos, m.rope)
-			kernels.StoreKV(seqs[sc.rowSeq[i]].KV, l.kvLayer, pos, k, v)
+			kernels.StoreKV(sc.seqs[sc.rowSeq[i]].KV, l.kvLayer, pos, k, v)
 		}
-	})
-
-	// Attention: each sequence over its own block table, the decode tokens of all of them
-	// in one parallel loop.
-	attn := kernels.AttnParams{NHeads: c.Heads, NKVHeads: c.KVHeads, HeadDim: c.HeadDim, Scale: float32(1 / math.Sqrt(float64(c.HeadDim)))}
-	sc.attnSeqs = sc.attnSeqs[:0]
-	r0 := 0
-	for si := range seqs {
-		n := len(seqs[si].Tokens)
-		sc.attnSeqs = append(sc.attnSeqs, kernels.AttnSeq{Out: sc.att[r0*qd : (r0+n)*qd], Q: sc.q[r0*qd : (r0+n)*qd],
-			Positions: sc.rowPos[r0 : r0+n], KV: seqs[si].KV})
-		r0 += n
 	}
-	kernels.AttentionSeqs(m.pool, sc.attnSeqs, l.kvLayer, attn)
-	clear(sc.attnSeqs) // drop references to the caller's K/V
-
-	kernels.MatMul(m.pool, sc.h, sc.att, M, l.wo)
-	m.addResidual(M)
+	m.fns.residual = func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			kernels.Add(sc.x[i*c.Dim:(i+1)*c.Dim], sc.h[i*c.Dim:(i+1)*c.Dim])
+		}
+	}
+	m.fns.ffnNorm = func(lo, hi int) {
+		l := &m.layers[sc.li]
+		for i := lo; i < hi; i++ {
+			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.ffnNorm, c.NormEps)
+		}
+	}
+	m.fns.swiglu = func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			kernels.SwiGLU(sc.gate[i*c.FFN:(i+1)*c.FFN], sc.gate[i*c.FFN:(i+1)*c.FFN], sc.up[i*c.FFN:(i+1)*c.FFN])
+		}
+	}
 }
 
 // addResidual adds the token mixer's output (sc.h) to the residual stream.
 func (m *Model) addResidual(M int) {
-	c, sc := m.cfg, &m.scratch
-	m.rows(M, c.Dim, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kernels.Add(sc.x[i*c.Dim:(i+1)*c.Dim], sc.h[i*c.Dim:(i+1)*c.Dim])
-		}
-	})
+	m.initRowFns()
+	m.rows(M, m.cfg.Dim, m.fns.residual)
 }
 
 // ffnForward runs layer li's feed-forward block on the residual stream: norm, SwiGLU, add.
 func (m *Model) ffnForward(li int, M int) {
-	c := m.cfg
+	c := &m.cfg
 	l := &m.layers[li]
 	sc := &m.scratch
-	m.rows(M, c.Dim, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.ffnNorm, c.NormEps)
-		}
-	})
-	gateUp := [2][]float32{sc.gate, sc.up}
-	gateUpW := [2]*kernels.Weight{l.gate, l.up}
-	kernels.MatMuls(m.pool, sc.h, M, gateUp[:], gateUpW[:])
-	m.rows(M, c.FFN, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kernels.SwiGLU(sc.gate[i*c.FFN:(i+1)*c.FFN], sc.gate[i*c.FFN:(i+1)*c.FFN], sc.up[i*c.FFN:(i+1)*c.FFN])
-		}
-	})
+	m.initRowFns()
+	sc.li = li
+	m.rows(M, c.Dim, m.fns.ffnNorm)
+	sc.gateDst = [2][]float32{sc.gate, sc.up}
+	sc.gateW = [2]*kernels.Weight{l.gate, l.up}
+	kernels.MatMuls(m.pool, sc.h, M, sc.gateDst[:], sc.gateW[:])
+	m.rows(M, c.FFN, m.fns.swiglu)
 	kernels.MatMul(m.pool, sc.h, sc.gate, M, l.down)
 	m.addResidual(M)
 }

@@ -114,15 +114,56 @@ func pairType(t gguf.Type) bool {
 	return t == gguf.TypeQ8_0 || t == gguf.TypeQ4_0 || t == gguf.TypeQ5_0
 }
 
-// pairsFor returns the kernel for P pairs (1..4) of weight type t.
-func pairsFor(t gguf.Type, P int) func(w *byte, rowBytes, nw int, xp *byte, stride, nb int, outs *[8]*float32) {
+// callPairs calls the kernel for P pairs (1..4) of weight type t. The calls are
+// direct, not through a func value, so that outs (and the arrays it points
+// into) stay on the caller's stack: an indirect call's arguments escape.
+func callPairs(t gguf.Type, P int, w *byte, rowBytes, nw int, xp *byte, stride, nb int, outs *[8]*float32) {
 	switch t {
 	case gguf.TypeQ8_0:
-		return [...]func(*byte, int, int, *byte, int, int, *[8]*float32){q8_0Pairs1, q8_0Pairs2, q8_0Pairs3, q8_0Pairs4}[P-1]
+		switch P {
+		case 1:
+			q8_0Pairs1(w, rowBytes, nw, xp, stride, nb, outs)
+		case 2:
+			q8_0Pairs2(w, rowBytes, nw, xp, stride, nb, outs)
+		case 3:
+			q8_0Pairs3(w, rowBytes, nw, xp, stride, nb, outs)
+		default:
+			q8_0Pairs4(w, rowBytes, nw, xp, stride, nb, outs)
+		}
 	case gguf.TypeQ4_0:
-		return [...]func(*byte, int, int, *byte, int, int, *[8]*float32){q4_0Pairs1, q4_0Pairs2, q4_0Pairs3, q4_0Pairs4}[P-1]
+		switch P {
+		case 1:
+			q4_0Pairs1(w, rowBytes, nw, xp, stride, nb, outs)
+		case 2:
+			q4_0Pairs2(w, rowBytes, nw, xp, stride, nb, outs)
+		case 3:
+			q4_0Pairs3(w, rowBytes, nw, xp, stride, nb, outs)
+		default:
+			q4_0Pairs4(w, rowBytes, nw, xp, stride, nb, outs)
+		}
 	default:
-		return [...]func(*byte, int, int, *byte, int, int, *[8]*float32){q5_0Pairs1, q5_0Pairs2, q5_0Pairs3, q5_0Pairs4}[P-1]
+		switch P {
+		case 1:
+			q5_0Pairs1(w, rowBytes, nw, xp, stride, nb, outs)
+		case 2:
+			q5_0Pairs2(w, rowBytes, nw, xp, stride, nb, outs)
+		case 3:
+			q5_0Pairs3(w, rowBytes, nw, xp, stride, nb, outs)
+		default:
+			q5_0Pairs4(w, rowBytes, nw, xp, stride, nb, outs)
+		}
+	}
+}
+
+// rows4 calls the Rows4 kernel of weight type t, directly (see callPairs).
+func rows4(t gguf.Type, w *byte, rowBytes, nq int, xp *byte, nb int, out *float32) {
+	switch t {
+	case gguf.TypeQ8_0:
+		q8_0Rows4(w, rowBytes, nq, xp, nb, out)
+	case gguf.TypeQ4_0:
+		q4_0Rows4(w, rowBytes, nq, xp, nb, out)
+	default:
+		q5_0Rows4(w, rowBytes, nq, xp, nb, out)
 	}
 }
 
@@ -145,18 +186,17 @@ func pairsMatMul(t gguf.Type, dst []float32, ldd int, xp []byte, M int, w []byte
 	var scratch [16]float32
 	for q0 := 0; q0 < pairs; q0 += 4 {
 		P := min(4, pairs-q0)
-		k := pairsFor(t, P)
 		for q := range P {
 			a, b := 2*(q0+q), min(2*(q0+q)+1, M-1)
 			outs[2*q], outs[2*q+1] = &dst[a*ldd+n0], &dst[b*ldd+n0]
 			tails[2*q], tails[2*q+1] = &scratch[4*q], &scratch[4*q+2]
 		}
 		if nw > 0 {
-			k(&w[n0*row], row, nw, &xp[q0*stride], stride, nb, &outs)
+			callPairs(t, P, &w[n0*row], row, nw, &xp[q0*stride], stride, nb, &outs)
 		}
 		if odd {
 			n := n1 - 1
-			k(&w[n*row], 0, 1, &xp[q0*stride], stride, nb, &tails)
+			callPairs(t, P, &w[n*row], 0, 1, &xp[q0*stride], stride, nb, &tails)
 			for q := range P {
 				a, b := 2*(q0+q), min(2*(q0+q)+1, M-1)
 				dst[b*ldd+n] = scratch[4*q+2]
@@ -172,20 +212,13 @@ func pairsMatMul(t gguf.Type, dst []float32, ldd int, xp []byte, M int, w []byte
 func rowsMatMul(t gguf.Type, dst []float32, xp []byte, w []byte, K, n0, n1 int) {
 	nb := K / qk0
 	row := t.RowBytes(K)
-	k := q5_0Rows4
-	switch t {
-	case gguf.TypeQ8_0:
-		k = q8_0Rows4
-	case gguf.TypeQ4_0:
-		k = q4_0Rows4
-	}
 	nq := (n1 - n0) / 4
 	if nq > 0 {
-		k(&w[n0*row], row, nq, &xp[0], nb, &dst[n0])
+		rows4(t, &w[n0*row], row, nq, &xp[0], nb, &dst[n0])
 	}
 	var scratch [4]float32
 	for n := n0 + 4*nq; n < n1; n++ {
-		k(&w[n*row], 0, 1, &xp[0], nb, &scratch[0])
+		rows4(t, &w[n*row], 0, 1, &xp[0], nb, &scratch[0])
 		dst[n] = scratch[0]
 	}
 }

@@ -1,0 +1,48 @@
+//go:build amd64 && !race
+
+package model_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"stockpot/internal/gguf"
+	"stockpot/internal/kernels"
+	"stockpot/internal/model"
+	"stockpot/internal/synth"
+)
+
+// TestDecodeStepAllocatesNothing: a steady-state decode step of a llama-style model allocates
+// nothing on the heap, at 1 and 4 streams, for F32 weights and for the quantized pair kernels
+// (Q8_0, Q4_0; Q4_K's mix adds the K-quant kernels and the Q5_0/Q8_0 fallbacks). A count, not
+// a time: the race detector allocates on its own, hence the build tag.
+func TestDecodeStepAllocatesNothing(t *testing.T) {
+	for _, wt := range []gguf.Type{gguf.TypeF32, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K} {
+		path := filepath.Join(t.TempDir(), "m.gguf")
+		if err := synth.WriteFile("default", synth.Options{Type: wt}, path); err != nil {
+			t.Fatal(err)
+		}
+		f, err := gguf.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pool := kernels.NewPool(2)
+		m, err := model.Load(f, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, streams := range []int{1, 4} {
+			step := newDecodeBatch(t, m, streams)
+			var stepErr error
+			if a := testing.AllocsPerRun(20, func() {
+				if err := step(); err != nil {
+					stepErr = err
+				}
+			}); stepErr != nil || a != 0 {
+				t.Errorf("%v, %d streams: %v allocations per decode step (%v), want 0", wt, streams, a, stepErr)
+			}
+		}
+		pool.Close()
+		f.Close()
+	}
+}
