@@ -122,10 +122,10 @@ func TestSlowBodyCut(t *testing.T) {
 // TestBodyTimeoutSparesStreams: the body deadline ends with the body; a
 // response that runs past it (a long stream) is not cut.
 func TestBodyTimeoutSparesStreams(t *testing.T) {
-	// The stream lasts 1.5 s, past a 1 s body deadline (not shorter: the small body must be
-	// read inside it even when a busy machine leaves the handler waiting for a CPU).
-	slow := slowStreamBackend(t, 6, 250*time.Millisecond)
-	_, addr := servedRouter(t, ServerConfig{}, func(c *Config) { c.BodyReadTimeout = time.Second }, slow.URL)
+	// The stream lasts 4.5 s, past a 3 s body deadline (not shorter: the small body must be
+	// read inside it even when a busy machine leaves the handler without a CPU for seconds).
+	slow := slowStreamBackend(t, 6, 750*time.Millisecond)
+	_, addr := servedRouter(t, ServerConfig{}, func(c *Config) { c.BodyReadTimeout = 3 * time.Second }, slow.URL)
 	resp, err := http.Post("http://"+addr+"/v1/completions", "application/json", strings.NewReader(`{"prompt":"x","stream":true}`))
 	if err != nil {
 		t.Fatal(err)

@@ -127,9 +127,10 @@ func TestIdleConnectionsClosed(t *testing.T) {
 // TestSlowBodyCut: a body trickling in at one byte per interval is answered 408 in the API's
 // error shape once ReadTimeout passes, its connection closed, and the server keeps serving.
 func TestSlowBodyCut(t *testing.T) {
-	// 1 s: short beside the trickle below (2 s), long enough that a small body sent at once is
-	// read inside it even when a busy machine leaves the handler waiting for a CPU.
-	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) { c.ReadTimeout = time.Second })
+	// 3 s: short beside the trickle below (one byte every 200 ms: 8 s for the body), and long
+	// enough that a small body sent at once is read inside it even when a busy machine leaves
+	// the handler without a CPU for seconds.
+	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) { c.ReadTimeout = 3 * time.Second })
 	addr := serveLoopback(t, s)
 	for _, path := range []string{"/v1/completions", "/v1/nowhere"} {
 		c := dial(t, addr)
@@ -138,12 +139,12 @@ func TestSlowBodyCut(t *testing.T) {
 			t.Fatal(err)
 		}
 		stop := make(chan struct{})
-		go func() { // one byte every 50 ms: the whole body would take 2 s
+		go func() { // one byte every 200 ms: the whole body would take 8 s
 			for i := 0; i < len(body); i++ {
 				select {
 				case <-stop:
 					return
-				case <-time.After(50 * time.Millisecond):
+				case <-time.After(200 * time.Millisecond):
 				}
 				if _, err := c.Write([]byte{body[i]}); err != nil {
 					return
@@ -178,7 +179,7 @@ func TestSlowBodyCut(t *testing.T) {
 	}
 	stillServes(t, addr)
 	// A stream runs past ReadTimeout: the deadline was cleared once its body was read.
-	s.gen.(*fakeGen).delay = 400 * time.Millisecond // 4 tokens: 1.6 s
+	s.gen.(*fakeGen).delay = time.Second // 4 tokens: 4 s
 	c := dial(t, addr)
 	body := `{"prompt":"x","max_tokens":4,"stream":true}`
 	resp := roundTrip(t, c, bufio.NewReader(c), fmt.Sprintf("POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", len(body), body))
