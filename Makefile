@@ -23,7 +23,7 @@ vet:
 
 unit:
 	@echo "== unit $$(date +%T)"
-	$(GO) test -count=1 -timeout 40m ./...
+	$(GO) test -count=1 -timeout 75m ./...
 
 ## fuzz: a short run of every parser of outside bytes (corpora live in testdata/fuzz).
 fuzz:
