@@ -30,19 +30,7 @@ func BenchmarkDecodeStepArch(b *testing.B) {
 
 func decodeSteps(b *testing.B, preset string, wt gguf.Type, name string) {
 	{
-		path := filepath.Join(b.TempDir(), "m.gguf")
-		if err := synth.WriteFile(preset, synth.Options{Type: wt}, path); err != nil {
-			b.Fatal(err)
-		}
-		f, err := gguf.Open(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		pool := kernels.NewPool(2)
-		m, err := model.Load(f, pool)
-		if err != nil {
-			b.Fatal(err)
-		}
+		m := loadSynth(b, preset, wt)
 		for _, streams := range []int{1, 4} {
 			b.Run(fmt.Sprintf("%s/streams%d", name, streams), func(b *testing.B) {
 				step := newDecodeBatch(b, m, streams)
@@ -55,8 +43,6 @@ func decodeSteps(b *testing.B, preset string, wt gguf.Type, name string) {
 				b.ReportMetric(float64(streams)*float64(b.N)/b.Elapsed().Seconds(), "tok/s")
 			})
 		}
-		pool.Close()
-		f.Close()
 	}
 }
 
@@ -94,4 +80,25 @@ func newDecodeBatch(tb testing.TB, m *model.Model, streams int) func() error {
 		}
 	}
 	return step
+}
+
+// loadSynth writes preset with weights of type wt and loads it on a pool of 2 threads; both
+// are closed when tb ends.
+func loadSynth(tb testing.TB, preset string, wt gguf.Type) *model.Model {
+	path := filepath.Join(tb.TempDir(), "m.gguf")
+	if err := synth.WriteFile(preset, synth.Options{Type: wt}, path); err != nil {
+		tb.Fatal(err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { f.Close() })
+	pool := kernels.NewPool(2)
+	tb.Cleanup(pool.Close)
+	m, err := model.Load(f, pool)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
 }

@@ -3,13 +3,9 @@
 package model_test
 
 import (
-	"path/filepath"
 	"testing"
 
 	"stockpot/internal/gguf"
-	"stockpot/internal/kernels"
-	"stockpot/internal/model"
-	"stockpot/internal/synth"
 )
 
 // TestDecodeStepAllocatesNothing: a steady-state decode step of a llama-style model allocates
@@ -18,19 +14,7 @@ import (
 // a time: the race detector allocates on its own, hence the build tag.
 func TestDecodeStepAllocatesNothing(t *testing.T) {
 	for _, wt := range []gguf.Type{gguf.TypeF32, gguf.TypeQ8_0, gguf.TypeQ4_0, gguf.TypeQ4_K} {
-		path := filepath.Join(t.TempDir(), "m.gguf")
-		if err := synth.WriteFile("default", synth.Options{Type: wt}, path); err != nil {
-			t.Fatal(err)
-		}
-		f, err := gguf.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pool := kernels.NewPool(2)
-		m, err := model.Load(f, pool)
-		if err != nil {
-			t.Fatal(err)
-		}
+		m := loadSynth(t, "default", wt)
 		for _, streams := range []int{1, 4} {
 			step := newDecodeBatch(t, m, streams)
 			var stepErr error
@@ -42,7 +26,5 @@ func TestDecodeStepAllocatesNothing(t *testing.T) {
 				t.Errorf("%v, %d streams: %v allocations per decode step (%v), want 0", wt, streams, a, stepErr)
 			}
 		}
-		pool.Close()
-		f.Close()
 	}
 }
