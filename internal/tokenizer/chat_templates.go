@@ -22,4 +22,13 @@ var (
 	//
 	//go:embed templates/qwen3.jinja
 	TemplateQwen3Real string
+
+	// TemplateKimiK3 is Kimi-K3's template (models/templates/Kimi-K3.jinja): its "XTML"
+	// tags <|open|>tag attrs<|sep|> … <|close|>tag<|sep|>, each message ended by
+	// <|end_of_msg|>; tools declared as sorted JSON in a tool-declare system message; a
+	// reasoning channel (think) before the response channel, on by default (thinking,
+	// thinking_effort); tool calls as call tags with one argument tag per key.
+	//
+	//go:embed templates/kimi-k3.jinja
+	TemplateKimiK3 string
 )
