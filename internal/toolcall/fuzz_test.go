@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 var allFamilies = append([]Family{None}, Families...)
@@ -38,11 +39,20 @@ func FuzzParse(f *testing.F) {
 	f.Add("{\"name\": \"run\", \"parameters\": {}}; {\"name\": \"run\"}", uint8(4), uint64(7))
 	f.Add("<|python_tag|>run.call(cmd='a\\'b', n=-1.5e3, ok=True)", uint8(4), uint64(8))
 	f.Add("é\xff<tool_call><function=run><parameter=cmd>\n\xe2\x82\n</parameter></function></tool_call>", uint8(2), uint64(9))
+	// Kimi K3: a whole turn after a prompt that opened the think channel (family 10).
+	k3 := "Plan.<|close|>think<|sep|><|open|>response<|sep|>Ok.<|close|>response<|sep|><|open|>tools<|sep|>" +
+		`<|open|>call tool="run" index="1"<|sep|><|open|>argument key="cmd" type="string"<|sep|>ls &amp; "x"<|close|>argument<|sep|><|close|>call<|sep|>` +
+		`<|open|>call tool="get_weather" index="2"<|sep|><|open|>json type="object"<|sep|>{"days": 2}<|close|>json<|sep|><|close|>call<|sep|>` +
+		"<|close|>tools<|sep|><|close|>message<|sep|><|end_of_msg|>"
+	f.Add(k3, uint8(10), uint64(3|4))
+	f.Add(k3, uint8(10), uint64(3|8))
+	f.Add(k3[:len(k3)/2], uint8(10), uint64(3))
 	f.Fuzz(func(t *testing.T, text string, fam uint8, seed uint64) {
 		family := allFamilies[int(fam)%len(allFamilies)]
 		opts := Options{
 			ParseReasoning:    seed&1 != 0,
 			StartsInReasoning: seed&2 != 0,
+			NoCalls:           seed&8 != 0,
 		}
 		if seed&4 != 0 {
 			opts.Tools = fuzzTools
@@ -161,7 +171,7 @@ func TestRandomMarkerSoup(t *testing.T) {
 				b.WriteString(pieces[rng.IntN(len(pieces))])
 			}
 			text := b.String()
-			opts := Options{ParseReasoning: rng.IntN(2) == 0, StartsInReasoning: rng.IntN(3) == 0}
+			opts := Options{ParseReasoning: rng.IntN(2) == 0, StartsInReasoning: rng.IntN(3) == 0, NoCalls: rng.IntN(4) == 0}
 			if rng.IntN(2) == 0 {
 				opts.Tools = fuzzTools
 			}
@@ -175,4 +185,67 @@ func TestRandomMarkerSoup(t *testing.T) {
 		t.Errorf("only %d of %d texts held a call", withCalls, len(allFamilies)*n)
 	}
 	t.Logf("%d of %d texts held a call", withCalls, len(allFamilies)*n)
+}
+
+// FuzzKimiK3Arguments: an argument as Kimi K3's template writes it (the key escaped in its
+// attribute, a string raw, any other JSON value as JSON with its type named) parses back
+// to the same key and value, whole and streamed. Only what the template cannot write is
+// left out: a key holding the <| of a tag, a value holding the argument's closing tag.
+func FuzzKimiK3Arguments(f *testing.F) {
+	f.Add("city", "Paris", false)
+	f.Add(`a "q" & b`, "\n x \"y\" &amp; <b> <|open|>", false)
+	f.Add("&quot;", "&amp;quot;", false)
+	f.Add("n", `[1, {"a": null}]`, true)
+	f.Add("t", "true", true)
+	f.Add("s", `"quoted"`, true)
+	f.Add("x", " -1.5e3 ", true)
+	f.Fuzz(func(t *testing.T, key, value string, asJSON bool) {
+		if key == "" || strings.Contains(key, "<|") || strings.Contains(value, "<|close|>argument<|sep|>") ||
+			!utf8.ValidString(key) || !utf8.ValidString(value) {
+			return
+		}
+		typ, text, want := "string", value, any(value)
+		if asJSON {
+			if json.Unmarshal([]byte(value), &want) != nil {
+				return
+			}
+			switch v := want.(type) {
+			case string:
+				text = v // the template writes strings raw
+			case nil:
+				typ = "null"
+			case bool:
+				typ = "boolean"
+			case float64:
+				typ = "number"
+			case map[string]any:
+				typ = "object"
+			case []any:
+				typ = "array"
+			}
+		}
+		call := `<|open|>tools<|sep|><|open|>call tool="f" index="1"<|sep|><|open|>argument key="` + k3Escape(key) +
+			`" type="` + typ + `"<|sep|>` + text + `<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>`
+		r := Parse(KimiK3, call, withIDs(Options{}))
+		if len(r.Calls) != 1 || r.Content != "" {
+			t.Fatalf("%q parsed as %s", call, renderResult(r))
+		}
+		var got map[string]any
+		if err := json.Unmarshal([]byte(r.Calls[0].Arguments), &got); err != nil {
+			t.Fatalf("arguments %q: %v", r.Calls[0].Arguments, err)
+		}
+		if len(got) != 1 || !reflect.DeepEqual(got[key], want) {
+			t.Fatalf("%q: arguments %s, want {%q: %#v}", call, r.Calls[0].Arguments, key, want)
+		}
+		rng := rand.New(rand.NewPCG(uint64(len(key)), uint64(len(value))))
+		var cuts []int
+		for i := 1; i < len(call); i++ {
+			if rng.IntN(5) == 0 {
+				cuts = append(cuts, i)
+			}
+		}
+		if s := parseChunks(t, KimiK3, call, Options{}, cuts); !reflect.DeepEqual(s, r) {
+			t.Fatalf("streamed %+v, whole %+v", s, r)
+		}
+	})
 }

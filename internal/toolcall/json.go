@@ -182,32 +182,61 @@ func (a *argsBuilder) done() string {
 func xmlValue(raw, typ string) string {
 	v := strings.TrimPrefix(raw, "\n")
 	v = strings.TrimSuffix(v, "\n")
-	t := strings.TrimSpace(v)
+	if j, ok := typedJSON(strings.TrimSpace(v), typ); ok {
+		return j
+	}
+	return jsonString(v)
+}
+
+// k3Value turns the raw text of a Kimi K3 argument tag into JSON. The template writes the
+// value's JSON type in the tag's type attribute and the value after it: a string raw (no
+// newlines or quotes around it), anything else as JSON. The attribute is the model's own
+// statement of which it wrote, so it is read first and "string" keeps the text exactly. A
+// value that does not parse as its stated type (or a tag with no type the template writes)
+// falls back to the tool's schema type, then to the text as a string.
+func k3Value(raw, attrType, schemaType string) string {
+	if attrType == "string" {
+		return jsonString(raw)
+	}
+	t := strings.TrimSpace(raw)
+	if j, ok := typedJSON(t, attrType); ok {
+		return j
+	}
+	if j, ok := typedJSON(t, schemaType); ok {
+		return j
+	}
+	return jsonString(raw)
+}
+
+// typedJSON is t as JSON of type typ (a JSON Schema type name), when it is written as one:
+// a number, true or false (any case), null, or a JSON object or array. Strings and unknown
+// types are never "written as" JSON: the caller keeps them as text.
+func typedJSON(t, typ string) (string, bool) {
 	switch typ {
 	case "integer", "number":
 		if isJSONNumber(t) {
-			return t
+			return t, true
 		}
 	case "boolean":
 		switch strings.ToLower(t) {
 		case "true":
-			return "true"
+			return "true", true
 		case "false":
-			return "false"
+			return "false", true
 		}
 	case "null":
 		if t == "null" {
-			return "null"
+			return "null", true
 		}
 	case "object", "array":
 		if t != "" && (t[0] == '{') == (typ == "object") && (t[0] == '{' || t[0] == '[') {
 			var b bytes.Buffer
 			if json.Compact(&b, []byte(t)) == nil && json.Valid(b.Bytes()) {
-				return b.String()
+				return b.String(), true
 			}
 		}
 	}
-	return jsonString(v)
+	return "", false
 }
 
 func isJSONNumber(t string) bool {

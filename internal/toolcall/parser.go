@@ -44,6 +44,13 @@ type Options struct {
 	// NewID makes the id of a call that carries none of its own. Nil means "call_" and 24
 	// random letters and digits.
 	NewID func() string
+	// NoCalls reads no calls: the request offered no tools, or tool_choice "none", so the
+	// family's call markup is content like any text. Its reasoning markers and the markers
+	// that wrap content are still read, since the model writes them either way: Kimi K3's
+	// answer sits in a response channel whose tags are not content, and Mistral and
+	// Command R mark reasoning their own way. A family without reasoning markers of its
+	// own is read with <think>, the markers of most templates.
+	NoCalls bool
 }
 
 // Delta is one piece of a streamed result; exactly one field is set.
@@ -162,7 +169,11 @@ type Parser struct {
 
 // NewParser starts a streamed parse of a generation by a model of family f.
 func NewParser(f Family, opts Options) *Parser {
-	p := &Parser{syn: syntaxOf(f), opts: opts, rTrimLead: true}
+	syn := syntaxOf(f)
+	if opts.NoCalls {
+		syn = contentSyntaxOf(f)
+	}
+	p := &Parser{syn: syn, opts: opts, rTrimLead: true}
 	if len(opts.Tools) > 0 {
 		p.tool = make(map[string]*Tool, len(opts.Tools))
 		for i := range opts.Tools {

@@ -147,9 +147,9 @@ func renderResult(r Result) string {
 // TestParse runs the golden generations in testdata/parse/*.txt:
 //
 //	tools name=NAME        input: a JSON array of {"name", "parameters"}; defines a tool set
-//	parse family=F [tools=NAME] [reasoning] [starts-in-reasoning] [quoted]
+//	parse family=F [tools=NAME] [reasoning] [starts-in-reasoning] [no-calls] [quoted]
 //	                       input: the generated text (a Go string literal with quoted)
-//	stream family=F [tools=NAME] [reasoning] [starts-in-reasoning]
+//	stream family=F [tools=NAME] [reasoning] [starts-in-reasoning] [no-calls]
 //	                       input: one Go-quoted chunk per line, or "finish"; prints the
 //	                       deltas each Feed (or Finish) returns
 //	format family=F        input: a JSON array of {"name", "arguments"}; prints Format's
@@ -181,7 +181,7 @@ func TestParse(t *testing.T) {
 			case "parse":
 				var fam string
 				d.ScanArgs(t, "family", &fam)
-				opts := Options{ParseReasoning: d.HasArg("reasoning"), StartsInReasoning: d.HasArg("starts-in-reasoning")}
+				opts := Options{ParseReasoning: d.HasArg("reasoning"), StartsInReasoning: d.HasArg("starts-in-reasoning"), NoCalls: d.HasArg("no-calls")}
 				if d.HasArg("tools") {
 					var ts string
 					d.ScanArgs(t, "tools", &ts)
@@ -202,7 +202,7 @@ func TestParse(t *testing.T) {
 				// input: one Go-quoted chunk per line; "finish" ends the generation.
 				var fam string
 				d.ScanArgs(t, "family", &fam)
-				opts := Options{ParseReasoning: d.HasArg("reasoning"), StartsInReasoning: d.HasArg("starts-in-reasoning"), NewID: counterIDs()}
+				opts := Options{ParseReasoning: d.HasArg("reasoning"), StartsInReasoning: d.HasArg("starts-in-reasoning"), NoCalls: d.HasArg("no-calls"), NewID: counterIDs()}
 				if d.HasArg("tools") {
 					var ts string
 					d.ScanArgs(t, "tools", &ts)
@@ -287,12 +287,20 @@ func TestParse(t *testing.T) {
 // boundary).
 func TestMarkersNotPrefixes(t *testing.T) {
 	for f, syn := range syntaxes {
-		for _, set := range [][]string{syn.texts, syn.reasoningEnds, append(append([]string(nil), syn.thinkOpen...), syn.thinkClose...)} {
-			for i, a := range set {
-				for j, b := range set {
-					if i != j && strings.HasPrefix(b, a) {
-						t.Errorf("%s: marker %q is a prefix of %q", f, a, b)
-					}
+		checkNotPrefixes(t, f, syn)
+	}
+	for f, syn := range contentSyntaxes {
+		checkNotPrefixes(t, f+" (no calls)", syn)
+	}
+}
+
+func checkNotPrefixes(t *testing.T, f Family, syn *syntax) {
+	t.Helper()
+	for _, set := range [][]string{syn.texts, syn.reasoningEnds, append(append([]string(nil), syn.thinkOpen...), syn.thinkClose...)} {
+		for i, a := range set {
+			for j, b := range set {
+				if i != j && strings.HasPrefix(b, a) {
+					t.Errorf("%s: marker %q is a prefix of %q", f, a, b)
 				}
 			}
 		}

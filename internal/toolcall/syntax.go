@@ -161,6 +161,34 @@ func syntaxOf(f Family) *syntax {
 	return syntaxes[None]
 }
 
+// contentSyntaxes are the syntaxes of Options.NoCalls: each family's reasoning markers
+// (<think> for families with none of their own) and the markers that wrap its content,
+// without call markers.
+var contentSyntaxes = func() map[Family]*syntax {
+	out := make(map[Family]*syntax, len(syntaxes))
+	for f, s := range syntaxes {
+		open, close := s.thinkOpen, s.thinkClose
+		if len(open) == 0 {
+			open, close = think, thinkEnd
+		}
+		var drops []marker
+		for _, m := range s.markers {
+			if m.kind == markDrop {
+				drops = append(drops, m)
+			}
+		}
+		out[f] = newSyntax(open, close, nil, drops...)
+	}
+	return out
+}()
+
+func contentSyntaxOf(f Family) *syntax {
+	if s, ok := contentSyntaxes[f]; ok {
+		return s
+	}
+	return contentSyntaxes[None]
+}
+
 // Kimi K3 wraps every part of a message in <|open|>TAG attrs<|sep|> … <|close|>TAG<|sep|>.
 const (
 	k3MsgOpen    = `<|open|>message role="assistant"<|sep|>`
@@ -732,11 +760,7 @@ func parseK3Call(s string, final bool, p *Parser) ([]rawCall, int, status) {
 			if st != complete {
 				return nil, 0, st
 			}
-			typ := p.paramType(name, at["key"])
-			if typ == "" {
-				typ = at["type"]
-			}
-			args.add(at["key"], xmlValue(val, typ))
+			args.add(at["key"], k3Value(val, at["type"], p.paramType(name, at["key"])))
 			continue
 		}
 		isJSON, st := c.optLit("<|open|>json")
