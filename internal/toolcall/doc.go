@@ -70,10 +70,14 @@
 //
 // Arguments are compact JSON text of an object. JSON arguments are kept as the model
 // wrote them, minus insignificant whitespace (a JSON string holding an object is
-// unquoted). XML-style values (qwen3-coder, glm, minimax-m2, kimi-k3, seed-oss) are raw
-// text: one newline each side is the template's, not the value's; the tool's JSON Schema
-// types them (integer/number, boolean, null, object/array are parsed when they parse,
-// else left strings), and without a schema they are strings, as in vLLM and llama.cpp.
+// unquoted). XML-style values (qwen3-coder, glm, minimax-m2, seed-oss) are raw text: one
+// newline each side is the template's, not the value's; the tool's JSON Schema types
+// them (integer/number, boolean, null, object/array are parsed when they parse, else left
+// strings), and without a schema they are strings, as in vLLM and llama.cpp. Kimi K3's
+// argument tags name their value's JSON type themselves (type="string" and the text
+// exactly as written, no newline trimmed; type="number" and the like with the value as
+// JSON), so that attribute comes first and the schema only where it fails; its attribute
+// values are unescaped (&quot; and &amp;), and a call may instead carry one JSON block.
 //
 // Ids are the model's own where it writes one (Kimi's functions.f:0, Mistral's
 // [CALL_ID] and "id"), else Options.NewID's, by default "call_" and 24 random letters.
@@ -95,4 +99,14 @@
 // understood. Calls written inside the reasoning are reasoning, except for Kimi K2, whose
 // thinking model calls tools from inside an unclosed block: its call section ends the
 // reasoning.
+//
+// Kimi K3 writes a whole turn in tags: reasoning in a think channel (which the generation
+// prompt opens, or the response channel when thinking is off), the answer in a response
+// channel, calls in a tools section, then the message's close. The think channel is the
+// reasoning block (the response opener also ends it, for a model that skips the closer);
+// the response tags and the message's close are wrapper markers, dropped like Command R's.
+//
+// With Options.NoCalls (no tools offered, or tool_choice "none") the call markers are
+// content, but the reasoning and wrapper markers are still read: a request without tools
+// to a Kimi K3 model must still get its reasoning split and no channel tags as content.
 package toolcall
