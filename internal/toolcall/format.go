@@ -175,3 +175,43 @@ func orderedArgs(args string) []keyValue {
 func k3Escape(s string) string {
 	return strings.ReplaceAll(strings.ReplaceAll(s, "&", "&amp;"), `"`, "&quot;")
 }
+
+// Frame is the markup a family writes around an answer that constrained decoding makes
+// whole (tool calls, or a JSON document for response_format). The grammar must let the
+// model write its turn as its template does around that answer, or the answer would not
+// sit where the family's parser reads one: after a reasoning block the prompt opened is
+// closed, and for Kimi K3 inside its response channel (content) or after it (calls), with
+// the message closed at the end as the template closes it. Calls go between CallsBefore
+// and CallsAfter (around the Envelope's text), content between ContentBefore and
+// ContentAfter.
+type Frame struct {
+	CallsBefore, CallsAfter     string
+	ContentBefore, ContentAfter string
+}
+
+// FrameOf is family f's frame for a generation that continues prompt (the rendered
+// prompt); startsInReasoning says the prompt opened a reasoning block (see
+// PromptOpensReasoning and Options.StartsInReasoning), which the answer then closes
+// empty at once, so that what is constrained is the answer and not the reasoning.
+func FrameOf(f Family, prompt string, startsInReasoning bool) Frame {
+	if f == KimiK3 {
+		var fr Frame
+		switch {
+		case startsInReasoning:
+			fr = Frame{CallsBefore: k3ThinkClose + k3RespOpen + k3RespClose, ContentBefore: k3ThinkClose + k3RespOpen}
+		case strings.LastIndex(prompt, k3RespOpen) > strings.LastIndex(prompt, k3RespClose):
+			fr = Frame{CallsBefore: k3RespClose} // thinking off: the prompt opened the response channel
+		default:
+			fr = Frame{CallsBefore: k3RespOpen + k3RespClose, ContentBefore: k3RespOpen}
+		}
+		fr.CallsAfter = k3MsgClose
+		fr.ContentAfter = k3RespClose + k3MsgClose
+		return fr
+	}
+	syn := syntaxOf(f)
+	if !startsInReasoning || len(syn.thinkClose) == 0 {
+		return Frame{}
+	}
+	closeThink := syn.thinkClose[0] + "\n\n" // the blank line Qwen3's template writes after </think>
+	return Frame{CallsBefore: closeThink, ContentBefore: closeThink}
+}
