@@ -4,10 +4,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 
 	"stockpot/internal/kvcache"
 	"stockpot/internal/prefix"
+	"stockpot/internal/tier/crc32c"
 )
 
 // FormatVersion is the record encoding's version. A decoder refuses any
@@ -30,8 +30,6 @@ const (
 	maxBlockSize = 1 << 16
 	maxAux       = 1 << 16
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Record is one K/V block in a tier. See the package doc for the meaning of
 // each field.
@@ -128,7 +126,7 @@ func (r *Record) AppendEncode(dst []byte) ([]byte, error) {
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(a)))
 		dst = append(dst, a...)
 	}
-	return binary.LittleEndian.AppendUint32(dst, crc32.Checksum(dst[start:], castagnoli)), nil
+	return binary.LittleEndian.AppendUint32(dst, crc32c.Checksum(dst[start:])), nil
 }
 
 func (r *Record) validate() error {
@@ -165,7 +163,7 @@ func Decode(b []byte) (*Record, error) {
 	}
 	// The checksum comes first: a torn or flipped record is "checksum",
 	// whatever field the damage happens to hit.
-	if err := checkSum(crc32.Checksum(b[:len(b)-trailer], castagnoli), b); err != nil {
+	if err := checkSum(crc32c.Checksum(b[:len(b)-trailer]), b); err != nil {
 		return nil, err
 	}
 	return decodeSummed(b)

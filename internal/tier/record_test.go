@@ -2,7 +2,9 @@ package tier_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,6 +46,25 @@ func TestRoundTrip(t *testing.T) {
 		for i := range r.Aux {
 			if !bytes.Equal(got.Aux[i], r.Aux[i]) {
 				t.Fatalf("aux %d: %v, want %v", i, got.Aux[i], r.Aux[i])
+			}
+		}
+	}
+}
+
+// The trailer is hash/crc32's CRC-32C of the bytes before it, whichever path package crc32c
+// took, so records written before it and after it read alike.
+func TestEncodeTrailerIsCRC32C(t *testing.T) {
+	table := crc32.MakeTable(crc32.Castagnoli)
+	big := kvcache.Layout{BlockSize: 16, Layers: 3, KVHeads: 2, HeadDim: 64, DType: kvcache.F16}
+	for _, l := range []kvcache.Layout{tiertest.SmallLayout, big} {
+		for _, r := range tiertest.Chain(testIdentity, testRoot, l, 3, 5) {
+			b := tiertest.Encode(r)
+			body := b[:len(b)-4]
+			if got, want := binary.LittleEndian.Uint32(b[len(body):]), crc32.Checksum(body, table); got != want {
+				t.Fatalf("%v: trailer %08x, hash/crc32 %08x", l, got, want)
+			}
+			if _, err := tier.Decode(b); err != nil {
+				t.Fatalf("%v: %v", l, err)
 			}
 		}
 	}

@@ -39,9 +39,10 @@ func checkInto(t *testing.T, b []byte, want tier.Want) {
 	}
 }
 
-// A block larger than one copy chunk, with aux state, round trips into dst.
+// A small block and one of many 256-byte rounds of the checksum's kernel, with aux state,
+// round trip into dst.
 func TestDecodeVerifyIntoRoundTrip(t *testing.T) {
-	big := kvcache.Layout{BlockSize: 16, Layers: 3, KVHeads: 2, HeadDim: 64, DType: kvcache.F16} // 24 KiB: 6 chunks
+	big := kvcache.Layout{BlockSize: 16, Layers: 3, KVHeads: 2, HeadDim: 64, DType: kvcache.F16} // 24 KiB
 	for _, l := range []kvcache.Layout{tiertest.SmallLayout, big} {
 		r := tiertest.Chain(testIdentity, testRoot, l, 1, 11)[0]
 		checkInto(t, tiertest.Encode(r), tiertest.Want(r))

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier"
+	"stockpot/internal/tier/crc32c"
 	"stockpot/internal/tier/lru"
 )
 
@@ -95,8 +95,6 @@ const (
 	tempPrefix  = ".tmp-"
 	lockName    = "LOCK"
 )
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 type entry struct {
 	key  tier.Key
@@ -572,7 +570,7 @@ func (s *Store) parse(b []byte, k tier.Key) ([]byte, error) {
 		return nil, fmt.Errorf("disk: %d bytes, shorter than a header", len(b))
 	}
 	body := b[:len(b)-trailerSize]
-	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[len(body):]) {
+	if crc32c.Checksum(body) != binary.LittleEndian.Uint32(b[len(body):]) {
 		return nil, errors.New("disk: checksum mismatch")
 	}
 	return s.parseFrame(b, k)
@@ -758,7 +756,7 @@ func noSpace(err error) error {
 // writeTemp writes it to a new temp file and returns its path; on error nothing is left.
 func (s *Store) writeTemp(it tier.Item, size int64) (string, error) {
 	h := s.header(it.Key, len(it.Value))
-	crc := crc32.Update(crc32.Checksum(h, castagnoli), castagnoli, it.Value)
+	crc := crc32c.Update(crc32c.Checksum(h), it.Value)
 	return s.writeTempFile(h, it.Value, binary.LittleEndian.AppendUint32(nil, crc))
 }
 

@@ -5,13 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"time"
 
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier"
+	"stockpot/internal/tier/crc32c"
 )
 
 // A pin record is the file "<root hex>-<hash hex>.pin" next to its block file:
@@ -47,7 +47,7 @@ func encodePin(k tier.Key, ttl time.Duration) []byte {
 	b = append(b, k.Root[:]...)
 	b = append(b, k.Hash[:]...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(ttl))
-	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	return binary.LittleEndian.AppendUint32(b, crc32c.Checksum(b))
 }
 
 // parsePin checks a pin record read from disk (outside bytes: a torn or damaged record is an
@@ -56,7 +56,7 @@ func parsePin(b []byte, k tier.Key) (time.Duration, error) {
 	if len(b) != pinSize {
 		return 0, fmt.Errorf("disk: pin record of %d bytes, want %d", len(b), pinSize)
 	}
-	if crc32.Checksum(b[:pinSize-4], castagnoli) != binary.LittleEndian.Uint32(b[pinSize-4:]) {
+	if crc32c.Checksum(b[:pinSize-4]) != binary.LittleEndian.Uint32(b[pinSize-4:]) {
 		return 0, errors.New("disk: pin record checksum mismatch")
 	}
 	if string(b[:4]) != pinMagic || binary.LittleEndian.Uint16(b[4:]) != pinVersion {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"os"
 	"path/filepath"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"stockpot/internal/tier"
+	"stockpot/internal/tier/crc32c"
 )
 
 // readers bounds the files one Get reads at once. A request's blocks are independent files:
@@ -97,7 +97,7 @@ func (s *Store) readOne(k tier.Key, e *entry, stamp time.Time, check func([]byte
 	} else if v, err = s.parseFrame(b, k); err == nil {
 		if check(v) == nil {
 			checked = true
-			if crcCombine(crc32.Checksum(b[:headerSize], castagnoli), recordResidue, len(v)) != binary.LittleEndian.Uint32(b[len(b)-trailerSize:]) {
+			if crcCombine(crc32c.Checksum(b[:headerSize]), recordResidue, len(v)) != binary.LittleEndian.Uint32(b[len(b)-trailerSize:]) {
 				checked, err = false, errors.New("disk: checksum mismatch")
 			}
 		} else {
