@@ -174,3 +174,14 @@ func PromptOpensReasoning(f Family, prompt string) bool {
 	}
 	return open >= 0 && open > close
 }
+
+// Markup lists the texts family f's parser reads in a generation besides calls: its
+// reasoning markers and the markers that wrap content (as read with Options.NoCalls). A
+// caller that renders the model's control tokens as text only where calls are parsed
+// must render them here too when these texts are made of control tokens (Kimi K3's
+// <|open|>, <|sep|> and <|close|>), or the reasoning would not split from the answer.
+func Markup(f Family) []string {
+	syn := contentSyntaxOf(f)
+	out := append(append([]string(nil), syn.thinkOpen...), syn.thinkClose...)
+	return append(out, syn.texts...)
+}
