@@ -31,6 +31,9 @@ type chatPlan struct {
 	// text the parser leaves over can only be a call cut short by max_tokens, never content.
 	forcedCalls bool
 	reasoning   bool // the template knows think blocks
+	// controlText: the model's control tokens reach the parser as text (genSpec.controlText),
+	// since calls are parsed or the family's reasoning markup is made of them.
+	controlText bool
 	opts        toolcall.Options
 }
 
@@ -81,7 +84,9 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 	plan.reasoning = tmpl.Reasoning
 	plan.parseCalls = len(req.ParsedTools) > 0 && req.ParsedToolChoice.Mode != api.ToolChoiceNone
 	plan.opts = toolcall.Options{ParseReasoning: plan.reasoning,
-		StartsInReasoning: plan.reasoning && toolcall.PromptOpensReasoning(plan.family, prompt)}
+		StartsInReasoning: plan.reasoning && toolcall.PromptOpensReasoning(plan.family, prompt),
+		NoCalls:           !plan.parseCalls}
+	plan.controlText = plan.parseCalls || (plan.parsing() && s.controlMarkup(plan.family))
 	for _, t := range req.ParsedTools {
 		if req.ParsedToolChoice.Callable(t.Name) {
 			plan.opts.Tools = append(plan.opts.Tools, toolcall.Tool{Name: t.Name, Parameters: t.Parameters})
@@ -89,13 +94,16 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 	}
 
 	var build func() (grammar.Node, error)
-	key := grammarKey{family: plan.family, think: plan.opts.StartsInReasoning}
+	frame := toolcall.FrameOf(plan.family, prompt, plan.opts.StartsInReasoning)
+	key := grammarKey{family: plan.family}
 	switch {
 	case req.Format != nil && req.Format.Type == api.FormatJSONObject:
 		key.kind = "json_object"
+		key.before, key.after = frame.ContentBefore, frame.ContentAfter
 		build = func() (grammar.Node, error) { return grammar.JSONObject(), nil }
 	case req.Format != nil && req.Format.Type == api.FormatJSONSchema:
 		key.kind, key.spec = "json_schema", fmt.Sprintf("%v|%s", req.Format.Strict, req.Format.Schema)
+		key.before, key.after = frame.ContentBefore, frame.ContentAfter
 		build = func() (grammar.Node, error) {
 			n, err := grammar.JSONSchemaWith(req.Format.Schema, grammar.SchemaOptions{Strict: req.Format.Strict})
 			if err != nil {
@@ -111,6 +119,7 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 			fmt.Fprintf(&b, "|%s|%v|%v|%s", t.Name, req.ParsedToolChoice.Callable(t.Name), t.Strict, t.Parameters)
 		}
 		key.kind, key.spec = "tools", b.String()
+		key.before, key.after = frame.CallsBefore, frame.CallsAfter
 		build = func() (grammar.Node, error) {
 			return callsGrammar(plan.family, req.ParsedTools, req.ParsedToolChoice, req.ParallelCalls())
 		}
@@ -122,11 +131,10 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 		if err != nil {
 			return nil, err
 		}
-		if key.think {
-			// The prompt opened a think block: close it at once, so the constrained answer
-			// is the answer and not the reasoning.
-			root = grammar.Seq(grammar.Literal("</think>\n\n"), root)
-		}
+		// The family's markup around the answer (toolcall.Frame): a think block the prompt
+		// opened is closed at once, so that the constrained answer is the answer and not
+		// the reasoning; Kimi K3's answer sits in its response channel.
+		root = grammar.Seq(grammar.Literal(key.before), root, grammar.Literal(key.after))
 		g, err := grammar.Compile(root)
 		if err != nil {
 			return nil, api.Invalid("", "cannot build the grammar for constrained decoding: %v", err)
@@ -141,10 +149,10 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 
 // grammarKey names a compiled grammar: what it constrains and how the family writes it.
 type grammarKey struct {
-	family toolcall.Family
-	think  bool
-	kind   string // json_object, json_schema or tools
-	spec   string // the schema, or the tools and choice
+	family        toolcall.Family
+	before, after string // the family's markup around the answer (toolcall.Frame)
+	kind          string // json_object, json_schema or tools
+	spec          string // the schema, or the tools and choice
 }
 
 // grammarCacheSize bounds the compiled grammars kept. Agents send the same schemas turn
@@ -372,6 +380,10 @@ func (s *Server) grammarVocab() *grammar.Vocab {
 				envelope.WriteString(env.SectionBegin + "\x00" + env.SectionEnd + "\x00" + env.Separator + "\x00" +
 					env.CallBegin("x", 0) + "\x00" + env.CallEnd + "\x00")
 			}
+			for _, starts := range []bool{false, true} {
+				fr := toolcall.FrameOf(f, "", starts)
+				envelope.WriteString(fr.CallsBefore + "\x00" + fr.CallsAfter + "\x00" + fr.ContentBefore + "\x00" + fr.ContentAfter + "\x00")
+			}
 		}
 		n := s.tok.VocabSize()
 		toks := make([][]byte, n)
@@ -390,6 +402,31 @@ func (s *Server) grammarVocab() *grammar.Vocab {
 		s.vocab = grammar.NewVocab(toks, allowed, s.tok.EOGs())
 	})
 	return s.vocab
+}
+
+// controlMarkup reports whether family f's reasoning or wrapper markup (toolcall.Markup)
+// holds any of the model's control tokens. The parser must then see control tokens as
+// text even when it parses no calls: Kimi K3's think and response channels are tags made
+// of <|open|>, <|sep|> and <|close|>, and without them as text the reasoning would not
+// split from the answer and the answer would lose its end.
+func (s *Server) controlMarkup(f toolcall.Family) bool {
+	s.controlOnce.Do(func() {
+		for id := range int32(s.tok.VocabSize()) {
+			if s.tok.IsControl(id) && !s.tok.IsEOG(id) {
+				if p := s.tok.Piece(id); len(p) > 0 {
+					s.controlPieces = append(s.controlPieces, string(p))
+				}
+			}
+		}
+	})
+	for _, m := range toolcall.Markup(f) {
+		for _, p := range s.controlPieces {
+			if strings.Contains(m, p) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // callsOf converts parsed calls to the wire shape.

@@ -92,7 +92,7 @@ func (s *Server) chatSpec(req *api.ChatRequest, maxTokens *int, logprobs int, st
 		return nil, nil, err
 	}
 	spec.req.Sampling.Constraint = constraint
-	spec.controlText = plan.parseCalls
+	spec.controlText = plan.controlText
 	if spec.cacheReport {
 		spec.segments = s.chatSegments(req, text, prompt) // miss.go
 	}
@@ -223,14 +223,9 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 	return res, nil
 }
 
-// outputFamily is the syntax the parser reads: the model's family when tool calls are
-// parsed, else None (reasoning only).
-func (p *chatPlan) outputFamily() toolcall.Family {
-	if p.parseCalls {
-		return p.family
-	}
-	return toolcall.None
-}
+// outputFamily is the syntax the parser reads: the model's family, whose calls are read
+// only when they are parsed (opts.NoCalls), while its reasoning and wrapper markup always is.
+func (p *chatPlan) outputFamily() toolcall.Family { return p.family }
 
 // message builds the assistant message of a finished answer and its finish reason: tool
 // calls found in text become tool_calls (content null when nothing else was said) and

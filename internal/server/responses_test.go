@@ -58,6 +58,7 @@ func respond(t *testing.T, client openai.Client, p responses.ResponseNewParams, 
 			if e.Arguments != args.String() {
 				t.Errorf("arguments.done %q, deltas %q", e.Arguments, args.String())
 			}
+			args.Reset() // the next call's deltas start afresh
 		case "response.output_text.done":
 			if e.Text != text.String() {
 				t.Errorf("output_text.done %q, deltas %q", e.Text, text.String())

@@ -53,7 +53,11 @@ type Server struct {
 	vocabOnce sync.Once
 	vocab     *grammar.Vocab
 	grammars  grammarCache
-	responses responseStore // for /v1/responses' previous_response_id
+	// controlPieces are the texts of the model's control tokens (end of generation left
+	// out), listed by controlMarkup on first use.
+	controlOnce   sync.Once
+	controlPieces []string
+	responses     responseStore // for /v1/responses' previous_response_id
 
 	apiKeys     keySet // Config.APIKeys
 	adminKeys   keySet // Config.AdminKeys: the cache admin API
