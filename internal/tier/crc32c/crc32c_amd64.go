@@ -38,10 +38,22 @@ func supported(k impl) bool { return k <= best() }
 //go:noescape
 func foldAVX512(s uint32, dst, src *byte, n int) uint32
 
-// fold is Update (dst nil) or UpdateCopy through the AVX-512 kernel: it takes the multiple of 16 bytes, hash/crc32 and copy() the last len(src)%16.
+// fold is Update (dst nil) or UpdateCopy through the AVX-512 kernel. hash/crc32 and copy()
+// take the bytes before src's first 64-byte boundary and the last len%16; the kernel takes
+// the rest. A record's K/V starts 224 bytes in: with a load split across two cache lines
+// every time, the kernel ran at 0.92x of copy(); started at the boundary, 0.96x
+// (BenchmarkUpdateCopyVsCopy).
 //
 // REQUIRES: len(src) >= minFold; dst nil or len(dst) == len(src).
 func fold(crc uint32, dst, src []byte) uint32 {
+	if head := int(-uintptr(unsafe.Pointer(unsafe.SliceData(src))) & 63); head != 0 && len(src)-head >= minFold {
+		crc = crc32.Update(crc, castagnoli, src[:head])
+		if dst != nil {
+			copy(dst, src[:head])
+			dst = dst[head:]
+		}
+		src = src[head:]
+	}
 	n := len(src) &^ 15
 	var d *byte
 	if dst != nil {

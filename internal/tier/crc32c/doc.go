@@ -10,7 +10,9 @@
 // instruction (about 23 GB/s on a Zen 5 core), which was half the time of a host restore
 // and held it at 0.35-0.8x of copy() (issue 23). Folding with VPCLMULQDQ, 4×512 bits a round,
 // runs at about 45-50 GB/s from L1 and fuses with the copy: UpdateCopy stores every 64-byte
-// vector it loads, so the restore reads its source once, with no 4 KiB chunking.
+// vector it loads, so the restore reads its source once, with no 4 KiB chunking. On 16 MiB
+// of 512 KiB blocks (BenchmarkUpdateCopyVsCopy, Zen 5) it runs at 0.94-1.0x of copy(), where
+// hash/crc32 and copy() chunk by chunk ran at 0.41-0.50x.
 //
 // # Paths
 //
