@@ -542,6 +542,8 @@ func (e *Engine) run() {
 	var logitBuf []float32
 	var seqs []model.Sequence
 	var tables [][]int32
+	var logitRows [][]float32 // reused per step: Advance reads it during the call only
+	var kvs []kernels.PagedKV // one per plan item, reused; Forward keeps no reference after the step
 	for {
 		// Outputs queued by the last message go out before any wait: a cancellation that
 		// emptied the core (the only queued request, held back for memory, a prefetch or
@@ -591,10 +593,15 @@ func (e *Engine) run() {
 			continue
 		}
 		seqs = seqs[:0]
-		logits := make([][]float32, len(plan.Items))
 		for len(tables) < len(plan.Items) {
 			tables = append(tables, nil)
 		}
+		if cap(logitRows) < len(plan.Items) {
+			logitRows = make([][]float32, len(plan.Items))
+			kvs = make([]kernels.PagedKV, len(plan.Items))
+		}
+		logits := logitRows[:len(plan.Items)]
+		clear(logits)
 		nl := 0
 		for _, it := range plan.Items {
 			if it.WantLogits {
@@ -611,7 +618,8 @@ func (e *Engine) run() {
 				t = append(t, int32(b))
 			}
 			tables[i] = t
-			kv := &kernels.PagedKV{F32: e.arena.F32(), F16: e.arena.F16(), Q8: e.arena.Q8(), BlockSize: e.cfg.BlockSize, Layers: mc.KVLayers(), KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, Table: t}
+			kv := &kvs[i]
+			*kv = kernels.PagedKV{F32: e.arena.F32(), F16: e.arena.F16(), Q8: e.arena.Q8(), BlockSize: e.cfg.BlockSize, Layers: mc.KVLayers(), KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, Table: t}
 			sq := model.Sequence{Tokens: it.Tokens, Pos: it.Pos, KV: kv, State: e.states.get(it)}
 			for j := range it.Checkpoints {
 				st := e.ckpts.alloc()

@@ -28,3 +28,25 @@ func TestDecodeStepAllocatesNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeStepAllocatesNothingArch: the same for the other architectures' own layer code
+// (qwen2's biases, qwen3's QK-norm, qwen35's DeltaNet and gated attention, kimi-linear's KDA,
+// MLA and MoE), F32 and Q8_0 weights.
+func TestDecodeStepAllocatesNothingArch(t *testing.T) {
+	for _, p := range []string{"tiny-qwen2", "tiny-qwen3", "tiny-qwen35", "tiny-kimi-linear"} {
+		for _, wt := range []gguf.Type{gguf.TypeF32, gguf.TypeQ8_0} {
+			m := loadSynth(t, p, wt)
+			for _, streams := range []int{1, 4} {
+				step := newDecodeBatch(t, m, streams)
+				var stepErr error
+				if a := testing.AllocsPerRun(10, func() {
+					if err := step(); err != nil {
+						stepErr = err
+					}
+				}); stepErr != nil || a != 0 {
+					t.Errorf("%s %v, %d streams: %v allocations per decode step (%v), want 0", p, wt, streams, a, stepErr)
+				}
+			}
+		}
+	}
+}

@@ -306,25 +306,72 @@ func (m *Model) kimiScratch(seqs []Sequence, M int) {
 // kdaForward is a KDA layer's token mixer; it advances each sequence's state for this layer
 // and adds its output to the residual stream.
 func (m *Model) kdaForward(li int, seqs []Sequence, M int) {
-	c := m.cfg
+	c := &m.cfg
 	l := &m.layers[li]
 	d := l.kda
 	sc := &m.scratch
 	S, K, H := c.SSM.StateSize, c.SSM.ConvKernel, c.Heads
 	inner := H * S
 	cd := 3 * inner
+	m.initRowFns()
+	m.initKDAFns()
+	sc.li = li
 
-	m.pool.For(M, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.attnNorm, c.NormEps)
-		}
-	})
-	outs := [6][]float32{sc.q[:M*inner], sc.k[:M*inner], sc.v[:M*inner], sc.lowRank, sc.lowRank2, sc.beta}
-	ws := [6]*kernels.Weight{d.wq, d.wk, d.wv, d.fa, d.ga, d.wbeta}
-	kernels.MatMuls(m.pool, sc.h, M, outs[:], ws[:])
+	m.pool.For(M, m.fns.attnNorm)
+	sc.kdaDst = [6][]float32{sc.q[:M*inner], sc.k[:M*inner], sc.v[:M*inner], sc.lowRank, sc.lowRank2, sc.beta}
+	sc.kdaW = [6]*kernels.Weight{d.wq, d.wk, d.wv, d.fa, d.ga, d.wbeta}
+	kernels.MatMuls(m.pool, sc.h, M, sc.kdaDst[:], sc.kdaW[:])
 	kernels.MatMul(m.pool, sc.alpha, sc.lowRank, M, d.fb)
 	kernels.MatMul(m.pool, sc.z, sc.lowRank2, M, d.gb)
-	m.pool.For(M, func(lo, hi int) {
+	m.pool.For(M, m.kda.prep)
+
+	r0 := 0
+	for si := range seqs {
+		q := &seqs[si]
+		n := len(q.Tokens)
+		base := r0
+		convState := q.State.conv[d.index]
+		win := sc.window[:(K-1+n)*cd]
+		copy(win, convState)
+		copy(win[(K-1)*cd:], sc.qkv[base*cd:(base+n)*cd])
+		sc.cur, sc.base, sc.n, sc.win = q, base, n, win
+		m.pool.For(n, m.kda.conv)
+		for _, cp := range q.Checkpoints {
+			r := cp.Pos - q.Pos
+			copy(cp.conv[d.index], win[r*cd:(r+K-1)*cd])
+		}
+		copy(convState, win[n*cd:(n+K-1)*cd])
+
+		sc.state = q.State.delta[d.index]
+		m.pool.For(H, m.kda.heads)
+		r0 += n
+	}
+	sc.cur, sc.state = nil, nil // drop references to the caller's sequence and state
+
+	// Per head: rms_norm(o)·ssm_norm · sigmoid(g2).
+	m.pool.For(M, m.kda.gatedNorm)
+	kernels.MatMul(m.pool, sc.h, sc.core[:M*inner], M, d.out)
+	m.addResidual(M)
+}
+
+// kdaFns are kdaForward's per-row steps, bound to the model once (initKDAFns) like rowFns
+// and q35Fns, reading the same scratch fields (li, cur, base, n, win, state).
+type kdaFns struct {
+	prep, conv, heads, gatedNorm func(lo, hi int)
+}
+
+func (m *Model) initKDAFns() {
+	if m.kda.prep != nil {
+		return
+	}
+	c, sc := &m.cfg, &m.scratch
+	dims := func() (S, K, H, inner, cd int) {
+		S, K, H = c.SSM.StateSize, c.SSM.ConvKernel, c.Heads
+		return S, K, H, H * S, 3 * H * S
+	}
+	m.kda.prep = func(lo, hi int) {
+		d := m.layers[sc.li].kda
+		S, _, H, inner, cd := dims()
 		for i := lo; i < hi; i++ {
 			row := sc.qkv[i*cd : (i+1)*cd]
 			copy(row, sc.q[i*inner:(i+1)*inner])
@@ -339,95 +386,82 @@ func (m *Model) kdaForward(li int, seqs []Sequence, M int) {
 				b[h] = sigmoid(b[h])
 			}
 		}
-	})
-
-	r0 := 0
-	for si := range seqs {
-		q := &seqs[si]
-		n := len(q.Tokens)
-		base := r0
-		convState := q.State.conv[d.index]
-		win := sc.window[:(K-1+n)*cd]
-		copy(win, convState)
-		copy(win[(K-1)*cd:], sc.qkv[base*cd:(base+n)*cd])
-		m.pool.For(n, func(lo, hi int) {
-			for t := lo; t < hi; t++ {
-				out := sc.conv[(base+t)*cd : (base+t+1)*cd]
-				for ch := 0; ch < cd; ch++ {
-					w := d.conv[ch*K : (ch+1)*K]
-					var sum float32
-					for i := 0; i < K; i++ {
-						sum = fmaf(win[(t+i)*cd+ch], w[i], sum)
-					}
-					out[ch] = sum / (1 + float32(math.Exp(float64(-sum)))) // SiLU
-				}
-				for h := 0; h < H; h++ {
-					l2Norm(out[h*S:(h+1)*S], c.NormEps)             // q
-					l2Norm(out[inner+h*S:inner+(h+1)*S], c.NormEps) // k
-				}
-			}
-		})
-		for _, cp := range q.Checkpoints {
-			r := cp.Pos - q.Pos
-			copy(cp.conv[d.index], win[r*cd:(r+K-1)*cd])
-		}
-		copy(convState, win[n*cd:(n+K-1)*cd])
-
-		state := q.State.delta[d.index]
-		scale := 1 / float32(math.Sqrt(float64(S)))
-		m.pool.For(H, func(lo, hi int) {
-			var dl, el [256]float32
-			delta, decay := dl[:0], el[:0]
-			if S <= len(dl) {
-				delta, decay = dl[:S], el[:S]
-			} else {
-				delta, decay = make([]float32, S), make([]float32, S)
-			}
-			for h := lo; h < hi; h++ {
-				st := state[h*S*S : (h+1)*S*S]
-				for t := 0; t < n; t++ {
-					row := sc.conv[(base+t)*cd : (base+t+1)*cd]
-					qv := row[h*S : (h+1)*S]
-					kv := row[inner+h*S : inner+(h+1)*S]
-					vv := row[2*inner+h*S : 2*inner+(h+1)*S]
-					g := sc.alpha[(base+t)*inner+h*S : (base+t)*inner+(h+1)*S]
-					beta := sc.beta[(base+t)*H+h]
-					for i, x := range g {
-						decay[i] = float32(math.Exp(float64(x)))
-					}
-					for j := 0; j < S; j++ {
-						rowj := st[j*S : (j+1)*S]
-						for i := range rowj {
-							rowj[i] *= decay[i]
-						}
-					}
-					for j := 0; j < S; j++ {
-						delta[j] = (vv[j] - dot(st[j*S:(j+1)*S], kv)) * beta
-					}
-					for j := 0; j < S; j++ {
-						dj := delta[j]
-						rowj := st[j*S : (j+1)*S]
-						for i, kk := range kv {
-							rowj[i] = fmaf(kk, dj, rowj[i])
-						}
-					}
-					o := sc.core[(base+t)*inner+h*S : (base+t)*inner+(h+1)*S]
-					for j := 0; j < S; j++ {
-						o[j] = dot(st[j*S:(j+1)*S], qv) * scale
-					}
-					for _, cp := range q.Checkpoints {
-						if cp.Pos == q.Pos+t+1 {
-							copy(cp.delta[d.index][h*S*S:(h+1)*S*S], st)
-						}
-					}
-				}
-			}
-		})
-		r0 += n
 	}
-
-	// Per head: rms_norm(o)·ssm_norm · sigmoid(g2).
-	m.pool.For(M, func(lo, hi int) {
+	m.kda.conv = func(lo, hi int) {
+		d := m.layers[sc.li].kda
+		S, K, H, inner, cd := dims()
+		base, win := sc.base, sc.win
+		for t := lo; t < hi; t++ {
+			out := sc.conv[(base+t)*cd : (base+t+1)*cd]
+			for ch := 0; ch < cd; ch++ {
+				w := d.conv[ch*K : (ch+1)*K]
+				var sum float32
+				for i := 0; i < K; i++ {
+					sum = fmaf(win[(t+i)*cd+ch], w[i], sum)
+				}
+				out[ch] = sum / (1 + float32(math.Exp(float64(-sum)))) // SiLU
+			}
+			for h := 0; h < H; h++ {
+				l2Norm(out[h*S:(h+1)*S], c.NormEps)             // q
+				l2Norm(out[inner+h*S:inner+(h+1)*S], c.NormEps) // k
+			}
+		}
+	}
+	m.kda.heads = func(lo, hi int) {
+		d := m.layers[sc.li].kda
+		S, _, H, inner, cd := dims()
+		q, base, n, state := sc.cur, sc.base, sc.n, sc.state
+		scale := 1 / float32(math.Sqrt(float64(S)))
+		var dl, el [256]float32
+		delta, decay := dl[:0], el[:0]
+		if S <= len(dl) {
+			delta, decay = dl[:S], el[:S]
+		} else {
+			delta, decay = make([]float32, S), make([]float32, S)
+		}
+		for h := lo; h < hi; h++ {
+			st := state[h*S*S : (h+1)*S*S]
+			for t := 0; t < n; t++ {
+				row := sc.conv[(base+t)*cd : (base+t+1)*cd]
+				qv := row[h*S : (h+1)*S]
+				kv := row[inner+h*S : inner+(h+1)*S]
+				vv := row[2*inner+h*S : 2*inner+(h+1)*S]
+				g := sc.alpha[(base+t)*inner+h*S : (base+t)*inner+(h+1)*S]
+				beta := sc.beta[(base+t)*H+h]
+				for i, x := range g {
+					decay[i] = float32(math.Exp(float64(x)))
+				}
+				for j := 0; j < S; j++ {
+					rowj := st[j*S : (j+1)*S]
+					for i := range rowj {
+						rowj[i] *= decay[i]
+					}
+				}
+				for j := 0; j < S; j++ {
+					delta[j] = (vv[j] - dot(st[j*S:(j+1)*S], kv)) * beta
+				}
+				for j := 0; j < S; j++ {
+					dj := delta[j]
+					rowj := st[j*S : (j+1)*S]
+					for i, kk := range kv {
+						rowj[i] = fmaf(kk, dj, rowj[i])
+					}
+				}
+				o := sc.core[(base+t)*inner+h*S : (base+t)*inner+(h+1)*S]
+				for j := 0; j < S; j++ {
+					o[j] = dot(st[j*S:(j+1)*S], qv) * scale
+				}
+				for _, cp := range q.Checkpoints {
+					if cp.Pos == q.Pos+t+1 {
+						copy(cp.delta[d.index][h*S*S:(h+1)*S*S], st)
+					}
+				}
+			}
+		}
+	}
+	m.kda.gatedNorm = func(lo, hi int) {
+		d := m.layers[sc.li].kda
+		S, _, H, inner, _ := dims()
 		for i := lo; i < hi; i++ {
 			for h := 0; h < H; h++ {
 				o := sc.core[i*inner+h*S : i*inner+(h+1)*S]
@@ -438,7 +472,5 @@ func (m *Model) kdaForward(li int, seqs []Sequence, M int) {
 				}
 			}
 		}
-	})
-	kernels.MatMul(m.pool, sc.h, sc.core[:M*inner], M, d.out)
-	m.addResidual(M)
+	}
 }

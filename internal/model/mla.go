@@ -181,91 +181,68 @@ func (m *Model) gatherLatents(kv *kernels.PagedKV, slot, half, n int) *kernels.P
 	}
 	sc.latTable = v.Table
 	elems := nb * v.BlockElems()
-	rowAt := func(pos, isV int) int {
-		return (pos/latentViewBlock)*v.BlockElems() + (isV*latentViewBlock+pos%latentViewBlock)*D
-	}
+	m.initMLAFns()
+	sc.latKV, sc.latSlot, sc.latHalf = kv, slot, half
+	defer func() { sc.latKV = nil }() // drop the reference to the caller's K/V
 	if kv.F16 != nil {
 		if cap(sc.latF16) < elems {
 			sc.latF16 = make([]uint16, elems)
 		}
 		v.F16 = sc.latF16[:elems]
-		m.pool.For(n, func(lo, hi int) {
-			for j := lo; j < hi; j++ {
-				src := kv.F16[latentOffset(kv, slot, half, j):][:D]
-				copy(v.F16[rowAt(j, 0):][:D], src)
-				copy(v.F16[rowAt(j, 1):][:D], src)
-			}
-		})
+		m.pool.For(n, m.mla.gatherF16)
 		return v
 	}
 	sc.lat = grow(sc.lat, elems)
 	v.F32 = sc.lat
-	m.pool.For(n, func(lo, hi int) {
-		for j := lo; j < hi; j++ {
-			k := v.F32[rowAt(j, 0):][:D]
-			loadLatent(kv, slot, half, j, k)
-			copy(v.F32[rowAt(j, 1):][:D], k)
-		}
-	})
+	m.pool.For(n, m.mla.gatherF32)
 	return v
+}
+
+// latRowAt is the offset of position pos's K (isV 0) or V (isV 1) row in the gathered view v.
+func latRowAt(v *kernels.PagedKV, D, pos, isV int) int {
+	return (pos/latentViewBlock)*v.BlockElems() + (isV*latentViewBlock+pos%latentViewBlock)*D
 }
 
 // mlaForward is an MLA layer's token mixer; it writes each token's latent row into its
 // sequence's blocks and adds the layer's output to the residual stream.
 func (m *Model) mlaForward(li int, seqs []Sequence, M int) {
-	c := m.cfg
+	c := &m.cfg
 	l := &m.layers[li]
 	a := l.mla
 	sc := &m.scratch
 	ml := c.MLA
 	H, r, D := c.Heads, ml.KVLoraRank, ml.LatentDim()
 	kd, nope, vd := ml.KHeadDim, ml.NopeDim(), ml.VHeadDim
+	m.initRowFns()
+	m.initMLAFns()
+	sc.li = li
 
-	m.pool.For(M, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.attnNorm, c.NormEps)
-		}
-	})
+	m.pool.For(M, m.fns.attnNorm)
 	sc.qfull = grow(sc.qfull, M*H*kd)
 	sc.k = grow(sc.k, M*D)
-	outs := [2][]float32{sc.qfull, sc.k}
-	ws := [2]*kernels.Weight{a.wq, a.wkva}
-	kernels.MatMuls(m.pool, sc.h, M, outs[:], ws[:])
+	sc.gateDst = [2][]float32{sc.qfull, sc.k}
+	sc.gateW = [2]*kernels.Weight{a.wq, a.wkva}
+	kernels.MatMuls(m.pool, sc.h, M, sc.gateDst[:], sc.gateW[:])
 
 	// The latent rows: normalized c, raw k_pe; stored at each token's position.
 	r0 := 0
 	for si := range seqs {
-		s := &seqs[si]
-		n := len(s.Tokens)
-		base := r0
-		m.pool.For(n, func(lo, hi int) {
-			for j := lo; j < hi; j++ {
-				lat := sc.k[(base+j)*D : (base+j+1)*D]
-				kernels.RMSNorm(lat[:r], lat[:r], a.kvNorm, c.NormEps)
-				storeLatent(s.KV, a.slot, a.half, s.Pos+j, lat)
-			}
-		})
+		n := len(seqs[si].Tokens)
+		sc.cur, sc.base = &seqs[si], r0
+		m.pool.For(n, m.mla.latents)
 		r0 += n
 	}
+	sc.cur = nil // drop the reference to the caller's sequence
 
 	// Absorbed queries q̃ = [W_k_b·q_nope, q_pe] per head, in sc.mlaQ [M][H][D].
 	sc.mlaQ = grow(sc.mlaQ, M*H*D)
 	sc.headIn = grow(sc.headIn, M*max(nope, r))
 	sc.headOut = grow(sc.headOut, M*max(r, vd))
 	for h := 0; h < H; h++ {
-		m.pool.For(M, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				qh := sc.qfull[(i*H+h)*kd : (i*H+h+1)*kd]
-				copy(sc.headIn[i*nope:(i+1)*nope], qh[:nope])
-				copy(sc.mlaQ[(i*H+h)*D+r:(i*H+h+1)*D], qh[nope:])
-			}
-		})
+		sc.head = h
+		m.pool.For(M, m.mla.qSplit)
 		kernels.MatMul(m.pool, sc.headOut[:M*r], sc.headIn[:M*nope], M, a.kb[h])
-		m.pool.For(M, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				copy(sc.mlaQ[(i*H+h)*D:(i*H+h)*D+r], sc.headOut[i*r:(i+1)*r])
-			}
-		})
+		m.pool.For(M, m.mla.qAbsorbed)
 	}
 
 	// Attention over the latent rows, into sc.att [M][H][r]: the kernels' attention on a
@@ -283,31 +260,96 @@ func (m *Model) mlaForward(li int, seqs []Sequence, M int) {
 			sc.positions = append(sc.positions, s.Pos+j)
 		}
 		kernels.Attention(m.pool, sc.mlaOut[r0*H*D:(r0+n)*H*D], sc.mlaQ[r0*H*D:(r0+n)*H*D], sc.positions, view, 0, attn)
-		base := r0
-		m.pool.For(n*H, func(lo, hi int) {
-			for task := lo; task < hi; task++ {
-				row := (base*H + task)
-				copy(sc.att[row*r:(row+1)*r], sc.mlaOut[row*D:row*D+r])
-			}
-		})
+		sc.base = r0
+		m.pool.For(n*H, m.mla.attOut)
 		r0 += n
 	}
 
 	// Per head: o = W_v_b · latent, into sc.core [M][H·VHeadDim].
 	sc.core = grow(sc.core, M*H*vd)
 	for h := 0; h < H; h++ {
-		m.pool.For(M, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				copy(sc.headIn[i*r:(i+1)*r], sc.att[(i*H+h)*r:(i*H+h+1)*r])
-			}
-		})
+		sc.head = h
+		m.pool.For(M, m.mla.headLatent)
 		kernels.MatMul(m.pool, sc.headOut[:M*vd], sc.headIn[:M*r], M, a.vb[h])
-		m.pool.For(M, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				copy(sc.core[(i*H+h)*vd:(i*H+h+1)*vd], sc.headOut[i*vd:(i+1)*vd])
-			}
-		})
+		m.pool.For(M, m.mla.headCore)
 	}
 	kernels.MatMul(m.pool, sc.h, sc.core[:M*H*vd], M, a.wo)
 	m.addResidual(M)
+}
+
+// mlaFns are mlaForward's and gatherLatents' per-row steps, bound to the model once
+// (initMLAFns) like rowFns. They read the layer (li), the sequence (cur), its first row
+// (base), the head (head) and the gathered K/V (latKV, latSlot, latHalf) from scratch.
+type mlaFns struct {
+	latents, qSplit, qAbsorbed, attOut, headLatent, headCore, gatherF16, gatherF32 func(lo, hi int)
+}
+
+func (m *Model) initMLAFns() {
+	if m.mla.latents != nil {
+		return
+	}
+	c, sc := &m.cfg, &m.scratch
+	ml := &c.MLA
+	m.mla.latents = func(lo, hi int) {
+		a := m.layers[sc.li].mla
+		s, base := sc.cur, sc.base
+		r, D := ml.KVLoraRank, ml.LatentDim()
+		for j := lo; j < hi; j++ {
+			lat := sc.k[(base+j)*D : (base+j+1)*D]
+			kernels.RMSNorm(lat[:r], lat[:r], a.kvNorm, c.NormEps)
+			storeLatent(s.KV, a.slot, a.half, s.Pos+j, lat)
+		}
+	}
+	m.mla.qSplit = func(lo, hi int) {
+		H, r, D := c.Heads, ml.KVLoraRank, ml.LatentDim()
+		kd, nope, h := ml.KHeadDim, ml.NopeDim(), sc.head
+		for i := lo; i < hi; i++ {
+			qh := sc.qfull[(i*H+h)*kd : (i*H+h+1)*kd]
+			copy(sc.headIn[i*nope:(i+1)*nope], qh[:nope])
+			copy(sc.mlaQ[(i*H+h)*D+r:(i*H+h+1)*D], qh[nope:])
+		}
+	}
+	m.mla.qAbsorbed = func(lo, hi int) {
+		H, r, D, h := c.Heads, ml.KVLoraRank, ml.LatentDim(), sc.head
+		for i := lo; i < hi; i++ {
+			copy(sc.mlaQ[(i*H+h)*D:(i*H+h)*D+r], sc.headOut[i*r:(i+1)*r])
+		}
+	}
+	m.mla.attOut = func(lo, hi int) {
+		H, r, D, base := c.Heads, ml.KVLoraRank, ml.LatentDim(), sc.base
+		for task := lo; task < hi; task++ {
+			row := (base*H + task)
+			copy(sc.att[row*r:(row+1)*r], sc.mlaOut[row*D:row*D+r])
+		}
+	}
+	m.mla.headLatent = func(lo, hi int) {
+		H, r, h := c.Heads, ml.KVLoraRank, sc.head
+		for i := lo; i < hi; i++ {
+			copy(sc.headIn[i*r:(i+1)*r], sc.att[(i*H+h)*r:(i*H+h+1)*r])
+		}
+	}
+	m.mla.headCore = func(lo, hi int) {
+		H, vd, h := c.Heads, ml.VHeadDim, sc.head
+		for i := lo; i < hi; i++ {
+			copy(sc.core[(i*H+h)*vd:(i*H+h+1)*vd], sc.headOut[i*vd:(i+1)*vd])
+		}
+	}
+	m.mla.gatherF16 = func(lo, hi int) {
+		kv, slot, half, v := sc.latKV, sc.latSlot, sc.latHalf, &sc.latView
+		D := kv.HeadDim
+		for j := lo; j < hi; j++ {
+			src := kv.F16[latentOffset(kv, slot, half, j):][:D]
+			copy(v.F16[latRowAt(v, D, j, 0):][:D], src)
+			copy(v.F16[latRowAt(v, D, j, 1):][:D], src)
+		}
+	}
+	m.mla.gatherF32 = func(lo, hi int) {
+		kv, slot, half, v := sc.latKV, sc.latSlot, sc.latHalf, &sc.latView
+		D := kv.HeadDim
+		for j := lo; j < hi; j++ {
+			k := v.F32[latRowAt(v, D, j, 0):][:D]
+			loadLatent(kv, slot, half, j, k)
+			copy(v.F32[latRowAt(v, D, j, 1):][:D], k)
+		}
+	}
 }

@@ -34,6 +34,10 @@ type Model struct {
 	rope       kernels.RoPEParams
 	scratch    scratch
 	fns        rowFns // built once (initRowFns): per-call closures would allocate every step
+	q35        q35Fns // qwen35's, likewise (initQ35Fns)
+	moe        moeFns // moeForward's, likewise (initMoEFns)
+	mla        mlaFns // mlaForward's and gatherLatents', likewise (initMLAFns)
+	kda        kdaFns // kdaForward's, likewise (initKDAFns)
 }
 
 // rowFns are the per-row steps of the attention and FFN blocks as closures bound to the
@@ -242,7 +246,20 @@ type scratch struct {
 	qkvW    [3]*kernels.Weight
 	gateDst [2][]float32
 	gateW   [2]*kernels.Weight
-	latView kernels.PagedKV
+	dnDst   [4][]float32
+	dnW     [4]*kernels.Weight
+	kdaDst  [6][]float32
+	kdaW    [6]*kernels.Weight
+	// qwen35's bound row steps (q35Fns): the sequence, its first row and rows, its conv
+	// window and its DeltaNet state for the layer
+	cur        *Sequence
+	base, n    int
+	win, state []float32
+	// MLA's bound row steps (mlaFns): the head, and gatherLatents' source
+	head             int
+	latKV            *kernels.PagedKV
+	latSlot, latHalf int
+	latView          kernels.PagedKV
 	// mixture of experts: routing and expert rows
 	router, selW, expIn, expOut, expRes []float32
 	sel, rows                           []int

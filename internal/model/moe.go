@@ -149,18 +149,17 @@ func (c Config) route(logits, bias []float32, sel []int, w []float32) {
 // moeForward runs layer li's mixture of experts on the residual stream: norm, experts,
 // shared experts, add.
 func (m *Model) moeForward(li int, M int) {
-	c := m.cfg
+	c := &m.cfg
 	l := &m.layers[li]
 	x := l.moe
 	sc := &m.scratch
 	e := c.MoE
 	D, F, U := c.Dim, e.FFN, e.Used
+	m.initRowFns()
+	m.initMoEFns()
+	sc.li = li
 
-	m.pool.For(M, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kernels.RMSNorm(sc.h[i*D:(i+1)*D], sc.x[i*D:(i+1)*D], l.ffnNorm, c.NormEps)
-		}
-	})
+	m.pool.For(M, m.fns.ffnNorm)
 	sc.router = grow(sc.router, M*e.Experts)
 	kernels.MatMul(m.pool, sc.router, sc.h, M, x.router)
 	if cap(sc.sel) < M*U {
@@ -168,11 +167,7 @@ func (m *Model) moeForward(li int, M int) {
 	}
 	sel := sc.sel[:M*U]
 	sc.selW = grow(sc.selW, M*U)
-	m.pool.For(M, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			c.route(sc.router[i*e.Experts:(i+1)*e.Experts], x.probsBias, sel[i*U:(i+1)*U], sc.selW[i*U:(i+1)*U])
-		}
-	})
+	m.pool.For(M, m.moe.route)
 
 	// Each expert over the tokens that chose it; outputs land at (token, rank).
 	sc.expOut = grow(sc.expOut, M*U*D)
@@ -197,14 +192,11 @@ func (m *Model) moeForward(li int, M int) {
 		for k, j := range rows {
 			copy(sc.expIn[k*D:(k+1)*D], sc.h[(j/U)*D:(j/U+1)*D])
 		}
-		gu := [2][]float32{sc.gate[:n*F], sc.up[:n*F]}
-		gw := [2]*kernels.Weight{x.gate[ex], x.up[ex]}
-		kernels.MatMuls(m.pool, sc.expIn[:n*D], n, gu[:], gw[:])
-		m.pool.For(n, func(lo, hi int) {
-			for k := lo; k < hi; k++ {
-				kernels.SwiGLU(sc.gate[k*F:(k+1)*F], sc.gate[k*F:(k+1)*F], sc.up[k*F:(k+1)*F])
-			}
-		})
+		sc.gateDst = [2][]float32{sc.gate[:n*F], sc.up[:n*F]}
+		sc.gateW = [2]*kernels.Weight{x.gate[ex], x.up[ex]}
+		kernels.MatMuls(m.pool, sc.expIn[:n*D], n, sc.gateDst[:], sc.gateW[:])
+		sc.n = F // the SwiGLU rows' width
+		m.pool.For(n, m.moe.swiglu)
 		kernels.MatMul(m.pool, sc.expRes[:n*D], sc.gate[:n*F], n, x.down[ex])
 		for k, j := range rows {
 			copy(sc.expOut[j*D:(j+1)*D], sc.expRes[k*D:(k+1)*D])
@@ -215,19 +207,47 @@ func (m *Model) moeForward(li int, M int) {
 	// Shared experts on every token, into sc.expRes.
 	if x.shGate != nil {
 		sf := F * e.Shared
-		gu := [2][]float32{sc.gate[:M*sf], sc.up[:M*sf]}
-		gw := [2]*kernels.Weight{x.shGate, x.shUp}
-		kernels.MatMuls(m.pool, sc.h, M, gu[:], gw[:])
-		m.pool.For(M, func(lo, hi int) {
-			for i := lo; i < hi; i++ {
-				kernels.SwiGLU(sc.gate[i*sf:(i+1)*sf], sc.gate[i*sf:(i+1)*sf], sc.up[i*sf:(i+1)*sf])
-			}
-		})
+		sc.gateDst = [2][]float32{sc.gate[:M*sf], sc.up[:M*sf]}
+		sc.gateW = [2]*kernels.Weight{x.shGate, x.shUp}
+		kernels.MatMuls(m.pool, sc.h, M, sc.gateDst[:], sc.gateW[:])
+		sc.n = sf
+		m.pool.For(M, m.moe.swiglu)
 		kernels.MatMul(m.pool, sc.expRes[:M*D], sc.gate[:M*sf], M, x.shDown)
 	}
 
 	// out = Σ_k w_k·expert_k (rank order) + shared; x += out.
-	m.pool.For(M, func(lo, hi int) {
+	m.pool.For(M, m.moe.combine)
+}
+
+// moeFns are moeForward's per-row steps, bound to the model once (initMoEFns) like rowFns.
+// They read the layer from scratch.li and swiglu its rows' width from scratch.n.
+type moeFns struct {
+	route, swiglu, combine func(lo, hi int)
+}
+
+func (m *Model) initMoEFns() {
+	if m.moe.route != nil {
+		return
+	}
+	c, sc := &m.cfg, &m.scratch
+	m.moe.route = func(lo, hi int) {
+		x := m.layers[sc.li].moe
+		e := c.MoE
+		U := e.Used
+		sel := sc.sel
+		for i := lo; i < hi; i++ {
+			c.route(sc.router[i*e.Experts:(i+1)*e.Experts], x.probsBias, sel[i*U:(i+1)*U], sc.selW[i*U:(i+1)*U])
+		}
+	}
+	m.moe.swiglu = func(lo, hi int) {
+		F := sc.n
+		for k := lo; k < hi; k++ {
+			kernels.SwiGLU(sc.gate[k*F:(k+1)*F], sc.gate[k*F:(k+1)*F], sc.up[k*F:(k+1)*F])
+		}
+	}
+	m.moe.combine = func(lo, hi int) {
+		x := m.layers[sc.li].moe
+		D, U := c.Dim, c.MoE.Used
 		for i := lo; i < hi; i++ {
 			acc := sc.h[i*D : (i+1)*D]
 			for k := 0; k < U; k++ {
@@ -248,7 +268,7 @@ func (m *Model) moeForward(li int, M int) {
 			}
 			kernels.Add(sc.x[i*D:(i+1)*D], acc)
 		}
-	})
+	}
 }
 
 // moeString describes the MoE shape for model info.

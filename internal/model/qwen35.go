@@ -297,49 +297,27 @@ func dot(a, b []float32) float32 {
 // gatedAttnForward is a qwen35 full-attention layer's token mixer; it adds its output to the
 // residual stream.
 func (m *Model) gatedAttnForward(li int, seqs []Sequence, M int) {
-	c := m.cfg
+	c := &m.cfg
 	l := &m.layers[li]
 	sc := &m.scratch
-	qd, kvd, hd := c.QDim(), c.KVDim(), c.HeadDim
+	qd, hd := c.QDim(), c.HeadDim
+	m.initRowFns()
+	m.initQ35Fns()
+	sc.li = li
 
-	m.pool.For(M, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.attnNorm, c.NormEps)
-		}
-	})
-	outs := [3][]float32{sc.qfull, sc.k, sc.v}
-	ws := [3]*kernels.Weight{l.wq, l.wk, l.wv}
-	kernels.MatMuls(m.pool, sc.h, M, outs[:], ws[:])
+	m.pool.For(M, m.fns.attnNorm)
+	sc.qkvDst = [3][]float32{sc.qfull, sc.k, sc.v}
+	sc.qkvW = [3]*kernels.Weight{l.wq, l.wk, l.wv}
+	kernels.MatMuls(m.pool, sc.h, M, sc.qkvDst[:], sc.qkvW[:])
 
 	r0 := 0
 	for si := range seqs {
-		s := &seqs[si]
-		n := len(s.Tokens)
-		base := r0
-		m.pool.For(n, func(lo, hi int) {
-			for j := lo; j < hi; j++ {
-				i := base + j
-				full := sc.qfull[i*2*qd : (i+1)*2*qd]
-				q := sc.q[i*qd : (i+1)*qd]
-				g := sc.qgate[i*qd : (i+1)*qd]
-				k := sc.k[i*kvd : (i+1)*kvd]
-				v := sc.v[i*kvd : (i+1)*kvd]
-				for h := 0; h < c.Heads; h++ {
-					// Head h's query, then its gate.
-					kernels.RMSNorm(q[h*hd:(h+1)*hd], full[2*h*hd:(2*h+1)*hd], l.qNorm, c.NormEps)
-					copy(g[h*hd:(h+1)*hd], full[(2*h+1)*hd:(2*h+2)*hd])
-				}
-				for h := 0; h < c.KVHeads; h++ {
-					kernels.RMSNorm(k[h*hd:(h+1)*hd], k[h*hd:(h+1)*hd], l.kNorm, c.NormEps)
-				}
-				pos := s.Pos + j
-				kernels.RoPE(q, c.Heads, hd, pos, m.rope)
-				kernels.RoPE(k, c.KVHeads, hd, pos, m.rope)
-				kernels.StoreKV(s.KV, l.kvLayer, pos, k, v)
-			}
-		})
+		n := len(seqs[si].Tokens)
+		sc.cur, sc.base = &seqs[si], r0
+		m.pool.For(n, m.q35.qkRows)
 		r0 += n
 	}
+	sc.cur = nil // drop the reference to the caller's sequence
 
 	attn := kernels.AttnParams{NHeads: c.Heads, NKVHeads: c.KVHeads, HeadDim: hd, Scale: float32(1 / math.Sqrt(float64(hd)))}
 	r0 = 0
@@ -353,37 +331,163 @@ func (m *Model) gatedAttnForward(li int, seqs []Sequence, M int) {
 		kernels.Attention(m.pool, sc.att[r0*qd:(r0+n)*qd], sc.q[r0*qd:(r0+n)*qd], sc.positions, s.KV, l.kvLayer, attn)
 		r0 += n
 	}
-	m.pool.For(M, func(lo, hi int) {
+	m.pool.For(M, m.q35.gateMul)
+	kernels.MatMul(m.pool, sc.h, sc.att, M, l.wo)
+	m.addResidual(M)
+}
+
+// q35Fns are qwen35's per-row steps, bound to the model once (initQ35Fns) like rowFns: they
+// read the layer, the sequence and its rows from scratch (li, cur, base, n, win, state).
+type q35Fns struct {
+	qkRows, gateMul, conv, heads, gatedNorm func(lo, hi int)
+}
+
+func (m *Model) initQ35Fns() {
+	if m.q35.qkRows != nil {
+		return
+	}
+	c, sc := &m.cfg, &m.scratch
+	m.q35.qkRows = func(lo, hi int) {
+		l := &m.layers[sc.li]
+		s, base := sc.cur, sc.base
+		qd, kvd, hd := c.QDim(), c.KVDim(), c.HeadDim
+		for j := lo; j < hi; j++ {
+			i := base + j
+			full := sc.qfull[i*2*qd : (i+1)*2*qd]
+			q := sc.q[i*qd : (i+1)*qd]
+			g := sc.qgate[i*qd : (i+1)*qd]
+			k := sc.k[i*kvd : (i+1)*kvd]
+			v := sc.v[i*kvd : (i+1)*kvd]
+			for h := 0; h < c.Heads; h++ {
+				// Head h's query, then its gate.
+				kernels.RMSNorm(q[h*hd:(h+1)*hd], full[2*h*hd:(2*h+1)*hd], l.qNorm, c.NormEps)
+				copy(g[h*hd:(h+1)*hd], full[(2*h+1)*hd:(2*h+2)*hd])
+			}
+			for h := 0; h < c.KVHeads; h++ {
+				kernels.RMSNorm(k[h*hd:(h+1)*hd], k[h*hd:(h+1)*hd], l.kNorm, c.NormEps)
+			}
+			pos := s.Pos + j
+			kernels.RoPE(q, c.Heads, hd, pos, m.rope)
+			kernels.RoPE(k, c.KVHeads, hd, pos, m.rope)
+			kernels.StoreKV(s.KV, l.kvLayer, pos, k, v)
+		}
+	}
+	m.q35.gateMul = func(lo, hi int) {
+		qd := c.QDim()
 		for i := lo; i < hi; i++ {
 			a, g := sc.att[i*qd:(i+1)*qd], sc.qgate[i*qd:(i+1)*qd]
 			for j := range a {
 				a[j] *= sigmoid(g[j])
 			}
 		}
-	})
-	kernels.MatMul(m.pool, sc.h, sc.att, M, l.wo)
-	m.addResidual(M)
+	}
+	m.q35.conv = func(lo, hi int) {
+		d := m.layers[sc.li].delta
+		s := c.SSM
+		cd, K, kd, S := s.ConvDim(), s.ConvKernel, s.KeyDim(), s.StateSize
+		base, win := sc.base, sc.win
+		for t := lo; t < hi; t++ {
+			out := sc.conv[(base+t)*cd : (base+t+1)*cd]
+			for ch := 0; ch < cd; ch++ {
+				w := d.conv[ch*K : (ch+1)*K]
+				var sum float32
+				for i := 0; i < K; i++ {
+					sum = fmaf(win[(t+i)*cd+ch], w[i], sum)
+				}
+				out[ch] = sum / (1 + float32(math.Exp(float64(-sum)))) // SiLU
+			}
+			for h := 0; h < s.KHeads; h++ {
+				l2Norm(out[h*S:(h+1)*S], c.NormEps)       // q
+				l2Norm(out[kd+h*S:kd+(h+1)*S], c.NormEps) // k
+			}
+			// Decay and strength per value head.
+			for h := 0; h < s.VHeads; h++ {
+				r := (base+t)*s.VHeads + h
+				sc.alpha[r] = softplus(sc.alpha[r]+d.dtBias[h]) * d.a[h]
+				sc.beta[r] = sigmoid(sc.beta[r])
+			}
+		}
+	}
+	m.q35.heads = func(lo, hi int) {
+		d := m.layers[sc.li].delta
+		s := c.SSM
+		cd, vd, S, kd := s.ConvDim(), s.ValueDim(), s.StateSize, s.KeyDim()
+		q, base, n, state := sc.cur, sc.base, sc.n, sc.state
+		scale := 1 / float32(math.Sqrt(float64(S)))
+		var dl [256]float32
+		delta := dl[:0]
+		if S <= len(dl) {
+			delta = dl[:S]
+		} else {
+			delta = make([]float32, S)
+		}
+		for h := lo; h < hi; h++ {
+			st := state[h*S*S : (h+1)*S*S]
+			kh := h % s.KHeads
+			for t := 0; t < n; t++ {
+				row := sc.conv[(base+t)*cd : (base+t+1)*cd]
+				qv := row[kh*S : (kh+1)*S]
+				kv := row[kd+kh*S : kd+(kh+1)*S]
+				vv := row[2*kd+h*S : 2*kd+(h+1)*S]
+				r := (base+t)*s.VHeads + h
+				decay := float32(math.Exp(float64(sc.alpha[r])))
+				beta := sc.beta[r]
+				for i := range st {
+					st[i] *= decay
+				}
+				for j := 0; j < S; j++ {
+					delta[j] = (vv[j] - dot(st[j*S:(j+1)*S], kv)) * beta
+				}
+				for j := 0; j < S; j++ {
+					dj := delta[j]
+					rowj := st[j*S : (j+1)*S]
+					for i, kk := range kv {
+						rowj[i] = fmaf(kk, dj, rowj[i])
+					}
+				}
+				o := sc.core[(base+t)*vd+h*S : (base+t)*vd+(h+1)*S]
+				for j := 0; j < S; j++ {
+					o[j] = dot(st[j*S:(j+1)*S], qv) * scale
+				}
+				for _, cp := range q.Checkpoints {
+					if cp.Pos == q.Pos+t+1 {
+						copy(cp.delta[d.index][h*S*S:(h+1)*S*S], st)
+					}
+				}
+			}
+		}
+	}
+	m.q35.gatedNorm = func(lo, hi int) {
+		d := m.layers[sc.li].delta
+		s := c.SSM
+		vd, S := s.ValueDim(), s.StateSize
+		for i := lo; i < hi; i++ {
+			for h := 0; h < s.VHeads; h++ {
+				o := sc.core[i*vd+h*S : i*vd+(h+1)*S]
+				kernels.RMSNorm(o, o, d.norm, c.NormEps)
+				kernels.SwiGLU(o, sc.z[i*vd+h*S:i*vd+(h+1)*S], o)
+			}
+		}
+	}
 }
 
 // deltaNetForward is a Gated DeltaNet layer's token mixer; it advances each sequence's state
 // for this layer and adds its output to the residual stream.
 func (m *Model) deltaNetForward(li int, seqs []Sequence, M int) {
-	c := m.cfg
+	c := &m.cfg
 	l := &m.layers[li]
 	d := l.delta
 	s := c.SSM
 	sc := &m.scratch
-	cd, vd, S, K := s.ConvDim(), s.ValueDim(), s.StateSize, s.ConvKernel
-	kd := s.KeyDim()
+	cd, K := s.ConvDim(), s.ConvKernel
+	m.initRowFns()
+	m.initQ35Fns()
+	sc.li = li
 
-	m.pool.For(M, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			kernels.RMSNorm(sc.h[i*c.Dim:(i+1)*c.Dim], sc.x[i*c.Dim:(i+1)*c.Dim], l.attnNorm, c.NormEps)
-		}
-	})
-	outs := [4][]float32{sc.qkv, sc.z, sc.beta, sc.alpha}
-	ws := [4]*kernels.Weight{d.wqkv, d.wz, d.wbeta, d.walpha}
-	kernels.MatMuls(m.pool, sc.h, M, outs[:], ws[:])
+	m.pool.For(M, m.fns.attnNorm)
+	sc.dnDst = [4][]float32{sc.qkv, sc.z, sc.beta, sc.alpha}
+	sc.dnW = [4]*kernels.Weight{d.wqkv, d.wz, d.wbeta, d.walpha}
+	kernels.MatMuls(m.pool, sc.h, M, sc.dnDst[:], sc.dnW[:])
 
 	r0 := 0
 	for si := range seqs {
@@ -395,29 +499,8 @@ func (m *Model) deltaNetForward(li int, seqs []Sequence, M int) {
 		win := sc.window[:(K-1+n)*cd]
 		copy(win, convState)
 		copy(win[(K-1)*cd:], sc.qkv[base*cd:(base+n)*cd])
-		m.pool.For(n, func(lo, hi int) {
-			for t := lo; t < hi; t++ {
-				out := sc.conv[(base+t)*cd : (base+t+1)*cd]
-				for ch := 0; ch < cd; ch++ {
-					w := d.conv[ch*K : (ch+1)*K]
-					var sum float32
-					for i := 0; i < K; i++ {
-						sum = fmaf(win[(t+i)*cd+ch], w[i], sum)
-					}
-					out[ch] = sum / (1 + float32(math.Exp(float64(-sum)))) // SiLU
-				}
-				for h := 0; h < s.KHeads; h++ {
-					l2Norm(out[h*S:(h+1)*S], c.NormEps)       // q
-					l2Norm(out[kd+h*S:kd+(h+1)*S], c.NormEps) // k
-				}
-				// Decay and strength per value head.
-				for h := 0; h < s.VHeads; h++ {
-					r := (base+t)*s.VHeads + h
-					sc.alpha[r] = softplus(sc.alpha[r]+d.dtBias[h]) * d.a[h]
-					sc.beta[r] = sigmoid(sc.beta[r])
-				}
-			}
-		})
+		sc.cur, sc.base, sc.n, sc.win = q, base, n, win
+		m.pool.For(n, m.q35.conv)
 		// Checkpoints: the conv state after position c consumed is the window's rows for
 		// positions c−K+1 … c−1.
 		for _, cp := range q.Checkpoints {
@@ -426,65 +509,14 @@ func (m *Model) deltaNetForward(li int, seqs []Sequence, M int) {
 		}
 		copy(convState, win[n*cd:(n+K-1)*cd])
 
-		state := q.State.delta[d.index]
-		scale := 1 / float32(math.Sqrt(float64(S)))
-		m.pool.For(s.VHeads, func(lo, hi int) {
-			var dl [256]float32
-			delta := dl[:0]
-			if S <= len(dl) {
-				delta = dl[:S]
-			} else {
-				delta = make([]float32, S)
-			}
-			for h := lo; h < hi; h++ {
-				st := state[h*S*S : (h+1)*S*S]
-				kh := h % s.KHeads
-				for t := 0; t < n; t++ {
-					row := sc.conv[(base+t)*cd : (base+t+1)*cd]
-					qv := row[kh*S : (kh+1)*S]
-					kv := row[kd+kh*S : kd+(kh+1)*S]
-					vv := row[2*kd+h*S : 2*kd+(h+1)*S]
-					r := (base+t)*s.VHeads + h
-					decay := float32(math.Exp(float64(sc.alpha[r])))
-					beta := sc.beta[r]
-					for i := range st {
-						st[i] *= decay
-					}
-					for j := 0; j < S; j++ {
-						delta[j] = (vv[j] - dot(st[j*S:(j+1)*S], kv)) * beta
-					}
-					for j := 0; j < S; j++ {
-						dj := delta[j]
-						rowj := st[j*S : (j+1)*S]
-						for i, kk := range kv {
-							rowj[i] = fmaf(kk, dj, rowj[i])
-						}
-					}
-					o := sc.core[(base+t)*vd+h*S : (base+t)*vd+(h+1)*S]
-					for j := 0; j < S; j++ {
-						o[j] = dot(st[j*S:(j+1)*S], qv) * scale
-					}
-					for _, cp := range q.Checkpoints {
-						if cp.Pos == q.Pos+t+1 {
-							copy(cp.delta[d.index][h*S*S:(h+1)*S*S], st)
-						}
-					}
-				}
-			}
-		})
+		sc.state = q.State.delta[d.index]
+		m.pool.For(s.VHeads, m.q35.heads)
 		r0 += n
 	}
+	sc.cur, sc.state = nil, nil // drop references to the caller's sequence and state
 
 	// Gated norm per value head: rms_norm(o)·ssm_norm · silu(z).
-	m.pool.For(M, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			for h := 0; h < s.VHeads; h++ {
-				o := sc.core[i*vd+h*S : i*vd+(h+1)*S]
-				kernels.RMSNorm(o, o, d.norm, c.NormEps)
-				kernels.SwiGLU(o, sc.z[i*vd+h*S:i*vd+(h+1)*S], o)
-			}
-		}
-	})
+	m.pool.For(M, m.q35.gatedNorm)
 	kernels.MatMul(m.pool, sc.h, sc.core, M, d.out)
 	m.addResidual(M)
 }
