@@ -76,7 +76,7 @@ func (o Options) validate() error {
 
 func (p Preset) validate() error {
 	switch {
-	case p.Arch != "llama" && p.Arch != "qwen2" && p.Arch != "qwen3" && p.Arch != "qwen35" && p.Arch != "kimi-linear":
+	case p.Arch != "llama" && p.Arch != "qwen2" && p.Arch != "qwen3" && p.Arch != "qwen35" && !p.IsKimi():
 		return fmt.Errorf("synth: preset %s: unsupported architecture %q", p.Name, p.Arch)
 	case p.Embed <= 0 || p.Layers <= 0 || p.Heads <= 0 || p.KVHeads <= 0 || p.FFN <= 0 || p.Context <= 0:
 		return fmt.Errorf("synth: preset %s: every size must be positive", p.Name)
@@ -233,6 +233,9 @@ func BuildPreset(p Preset, opt Options) (*gguf.Writer, error) {
 		b.matrix(n("ffn_gate.weight"), p.Embed, p.FFN, inStd, l)
 		b.matrix(n("ffn_up.weight"), p.Embed, p.FFN, inStd, l)
 		b.matrix(n("ffn_down.weight"), p.FFN, p.Embed, 1/math.Sqrt(float64(p.FFN)), l)
+	}
+	if p.IsK3() && p.ResBlock > 0 {
+		b.filled("output_res_score.weight", p.Embed, 0, 0.3)
 	}
 	b.norm("output_norm.weight", p.Embed)
 	if !p.Tied {

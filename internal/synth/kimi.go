@@ -27,10 +27,22 @@ type Kimi struct {
 	DenseLead     int     // leading_dense_block_count
 	Gating        int     // expert_gating_func (1 softmax, 2 sigmoid)
 	WeightsScale  float32 // expert_weights_scale
+
+	// Kimi-K3 (arch kimi-k3) only: what llama.cpp's kimi-k3 loader reads beyond
+	// kimi-linear's keys (src/models/kimi-k3.cpp; conversion/kimi_k3.py).
+	ResBlock       int     // attn_res.block_size: layers l % ResBlock == 0 bank their input for the cross-layer residual mix
+	SituBeta       float32 // activation.situ_beta
+	SituLinearBeta float32 // activation.situ_linear_beta (0: the up branch is not squashed)
+	GateLowerBound float32 // kda.gate_lower_bound (negative): the decay gate is lb·sigmoid(…), not softplus
+	QLoraRank      int     // attention.q_lora_rank: 0 for a full-rank attn_q
+	ExpertLatent   int     // expert_latent_length: routed experts run at this width (0: at Embed)
 }
 
-// IsKimi reports whether the preset is kimi-linear.
-func (p Preset) IsKimi() bool { return p.Arch == "kimi-linear" }
+// IsKimi reports whether the preset is kimi-linear or Kimi-K3 (the same KDA + MLA skeleton).
+func (p Preset) IsKimi() bool { return p.Arch == "kimi-linear" || p.IsK3() }
+
+// IsK3 reports whether the preset is Kimi-K3.
+func (p Preset) IsK3() bool { return p.Arch == "kimi-k3" }
 
 // KimiMLA reports whether layer l of a kimi-linear preset is an MLA layer.
 func (p Preset) KimiMLA(l int) bool { return p.IsKimi() && (l+1)%p.MLAInterval == 0 }
@@ -44,6 +56,8 @@ func (p Preset) validateKimi() error {
 		return fmt.Errorf("synth: preset %s: %d of %d experts with ffn %d", p.Name, k.ExpertsUsed, k.Experts, k.ExpertFFN)
 	case k.Gating < 1 || k.Gating > 4:
 		return fmt.Errorf("synth: preset %s: gating function %d", p.Name, k.Gating)
+	case p.IsK3() && (k.ResBlock < 0 || k.SituBeta <= 0 || k.SituLinearBeta < 0 || k.GateLowerBound > 0 || k.QLoraRank < 0 || k.ExpertLatent < 0):
+		return fmt.Errorf("synth: preset %s: kimi-k3 sizes (res block %d, situ %g/%g, gate bound %g, q rank %d, latent %d)", p.Name, k.ResBlock, k.SituBeta, k.SituLinearBeta, k.GateLowerBound, k.QLoraRank, k.ExpertLatent)
 	}
 	return nil
 }
@@ -72,22 +86,53 @@ func (p Preset) setKimiKeys(w *gguf.Writer) {
 	w.Set(a+".leading_dense_block_count", uint32(k.DenseLead))
 	w.Set(a+".expert_gating_func", uint32(k.Gating))
 	w.Set(a+".expert_weights_scale", k.WeightsScale)
+	if !p.IsK3() {
+		return
+	}
+	w.Set(a+".expert_weights_norm", true)
+	w.Set(a+".attn_res.block_size", uint32(k.ResBlock))
+	w.Set(a+".activation.situ_beta", k.SituBeta)
+	w.Set(a+".activation.situ_linear_beta", k.SituLinearBeta)
+	if k.GateLowerBound < 0 {
+		w.Set(a+".kda.gate_lower_bound", k.GateLowerBound)
+	}
+	if k.QLoraRank > 0 {
+		w.Set(a+".attention.q_lora_rank", uint32(k.QLoraRank))
+	}
+	if k.ExpertLatent > 0 {
+		w.Set(a+".expert_latent_length", uint32(k.ExpertLatent))
+	}
 }
 
-// kimiLayer adds one kimi-linear layer: KDA or MLA, then a dense FFN or the
-// experts.
+// kimiLayer adds one kimi-linear or Kimi-K3 layer: KDA or MLA, then a dense FFN or the
+// experts. K3 adds the residual-mix scores, MLA's output gate (and compressed queries when
+// QLoraRank is set), a full-rank KDA gate and a 1-D A, and latent experts.
 func (b *builder) kimiLayer(l int, n func(string) string) {
 	p := b.p
 	k := p.Kimi
 	inStd := 1 / math.Sqrt(float64(p.Embed))
 	b.norm(n("attn_norm.weight"), p.Embed)
+	if p.IsK3() && k.ResBlock > 0 {
+		// The fused res_norm·res_proj vectors: scores spread by about 1 over the banked inputs.
+		b.filled(n("attn_res_score.weight"), p.Embed, 0, 0.3)
+		b.filled(n("ffn_res_score.weight"), p.Embed, 0, 0.3)
+	}
 	if p.KimiMLA(l) {
 		kd := k.QKNopeDim + k.QKRopeDim
-		b.matrix(n("attn_q.weight"), p.Embed, p.Heads*kd, inStd, l)
+		if p.IsK3() && k.QLoraRank > 0 {
+			b.matrix(n("attn_q_a.weight"), p.Embed, k.QLoraRank, inStd, l)
+			b.norm(n("attn_q_a_norm.weight"), k.QLoraRank)
+			b.matrix(n("attn_q_b.weight"), k.QLoraRank, p.Heads*kd, 1/math.Sqrt(float64(k.QLoraRank)), l)
+		} else {
+			b.matrix(n("attn_q.weight"), p.Embed, p.Heads*kd, inStd, l)
+		}
 		b.matrix(n("attn_kv_a_mqa.weight"), p.Embed, k.KVLoraRank+k.QKRopeDim, inStd, l)
 		b.norm(n("attn_kv_a_norm.weight"), k.KVLoraRank)
 		b.tensor3(n("attn_k_b.weight"), k.QKNopeDim, k.KVLoraRank, p.Heads, 1/math.Sqrt(float64(k.QKNopeDim)), l)
 		b.tensor3(n("attn_v_b.weight"), k.KVLoraRank, k.VHeadDim, p.Heads, 1/math.Sqrt(float64(k.KVLoraRank)), l)
+		if p.IsK3() {
+			b.matrix(n("attn_gate.weight"), p.Embed, p.Heads*k.VHeadDim, inStd, l)
+		}
 		b.matrix(n("attn_output.weight"), p.Heads*k.VHeadDim, p.Embed, 1/math.Sqrt(float64(p.Heads*k.VHeadDim)), l)
 	} else {
 		hd := k.KDAHeadDim
@@ -104,10 +149,18 @@ func (b *builder) kimiLayer(l int, n func(string) string) {
 		b.matrix(n("ssm_beta.weight"), p.Embed, p.Heads, inStd, l)
 		// A = -exp(A_log) in about [-1.5, -0.5] and dt bias near 0: decays
 		// spread over (0, 1), as for qwen35.
-		b.raw(n("ssm_a"), []uint64{1, uint64(p.Heads), 1, 1}, -1, 0.3)
+		if p.IsK3() {
+			b.raw(n("ssm_a"), []uint64{uint64(p.Heads)}, -1, 0.3) // K3's A is 1-D
+		} else {
+			b.raw(n("ssm_a"), []uint64{1, uint64(p.Heads), 1, 1}, -1, 0.3)
+		}
 		b.filled(n("ssm_dt.bias"), inner, 0, 0.5)
-		b.matrix(n("ssm_g_a.weight"), p.Embed, hd, inStd, l)
-		b.matrix(n("ssm_g_b.weight"), hd, inner, 1/math.Sqrt(float64(hd)), l)
+		if p.IsK3() {
+			b.matrix(n("ssm_g.weight"), p.Embed, inner, inStd, l) // full rank
+		} else {
+			b.matrix(n("ssm_g_a.weight"), p.Embed, hd, inStd, l)
+			b.matrix(n("ssm_g_b.weight"), hd, inner, 1/math.Sqrt(float64(hd)), l)
+		}
 		b.norm(n("ssm_norm.weight"), hd)
 		b.matrix(n("attn_output.weight"), inner, p.Embed, 1/math.Sqrt(float64(inner)), l)
 	}
@@ -123,9 +176,17 @@ func (b *builder) kimiLayer(l int, n func(string) string) {
 	// same order: both decide which experts are chosen.
 	b.matrix(n("ffn_gate_inp.weight"), p.Embed, k.Experts, 1.5*inStd, l)
 	b.filled(n("exp_probs_b.bias"), k.Experts, 0, 0.1)
-	b.tensor3(n("ffn_gate_exps.weight"), p.Embed, f, k.Experts, inStd, l)
-	b.tensor3(n("ffn_up_exps.weight"), p.Embed, f, k.Experts, inStd, l)
-	b.tensor3(n("ffn_down_exps.weight"), f, p.Embed, k.Experts, 1/math.Sqrt(float64(f)), l)
+	ed := p.Embed // the experts' width: Embed, or K3's latent
+	if p.IsK3() && k.ExpertLatent > 0 {
+		ed = k.ExpertLatent
+		b.matrix(n("ffn_routed_down.weight"), p.Embed, ed, inStd, l)
+		b.matrix(n("ffn_routed_up.weight"), ed, p.Embed, 1/math.Sqrt(float64(ed)), l)
+		b.norm(n("ffn_routed_norm.weight"), ed)
+	}
+	eStd := 1 / math.Sqrt(float64(ed))
+	b.tensor3(n("ffn_gate_exps.weight"), ed, f, k.Experts, eStd, l)
+	b.tensor3(n("ffn_up_exps.weight"), ed, f, k.Experts, eStd, l)
+	b.tensor3(n("ffn_down_exps.weight"), f, ed, k.Experts, 1/math.Sqrt(float64(f)), l)
 	if k.SharedExperts > 0 {
 		sf := f * k.SharedExperts
 		b.matrix(n("ffn_gate_shexp.weight"), p.Embed, sf, inStd, l)

@@ -124,8 +124,9 @@ func TestLlamaCppLoads(t *testing.T) {
 // dims and data, and the file the same general.file_type. The cases cover
 // the K mixes on 256-wide rows (tiny-kquant), their shape fallbacks
 // (tiny-qwen2, default), qwen35's fused attn_qkv, which llama.cpp
-// counts as attn_v, and kimi-linear's MoE router (ffn_gate_inp, never
-// quantized) and F16 shape fallbacks. Skipped in -short mode.
+// counts as attn_v, kimi-linear's MoE router (ffn_gate_inp, never
+// quantized) and F16 shape fallbacks, and Kimi-K3's extra tensors (residual
+// scores, gates, latent experts) in Q8_0. Skipped in -short mode.
 func TestMixMatchesLlamaQuantize(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs llama.cpp's quantizer; skipped in -short")
@@ -143,7 +144,7 @@ func TestMixMatchesLlamaQuantize(t *testing.T) {
 	}
 	cases = append(cases, tc{"tiny-qwen2", synth.Options{Type: gguf.TypeQ4_K}}, tc{"tiny-qwen35", synth.Options{Type: gguf.TypeQ4_K}},
 		tc{"tiny-qwen35", synth.Options{Type: gguf.TypeQ6_K}}, tc{"default", synth.Options{Type: gguf.TypeQ4_K}},
-		tc{"tiny-kimi-linear", synth.Options{Type: gguf.TypeQ8_0}})
+		tc{"tiny-kimi-linear", synth.Options{Type: gguf.TypeQ8_0}}, tc{"tiny-kimi-k3", synth.Options{Type: gguf.TypeQ8_0}})
 	dir := t.TempDir()
 	for _, c := range cases {
 		c.opt.Seed = 5

@@ -17,12 +17,15 @@ const (
 	TokenizerQwen3  Tokenizer = "qwen3"  // TokenizerQwen2 plus <think> </think> (user-defined)
 	TokenizerQwen35 Tokenizer = "qwen35" // TokenizerQwen3's tokens, pre "qwen35"
 	TokenizerSmolLM Tokenizer = "smollm" // byte-level BPE, pre "smollm", ChatML tokens at ids 0..2
+	// TokenizerKimi is Kimi-K2/K3's kind: byte-level BPE, pre "kimi-k2", [BOS] [EOS] and
+	// Kimi-K3's XTML tags <|open|> <|sep|> <|close|> <|end_of_msg|> (the end of a turn, its eos).
+	TokenizerKimi Tokenizer = "kimi"
 )
 
 // Preset is a named model shape. All sizes are element counts.
 type Preset struct {
 	Name string
-	Arch string // general.architecture: "llama", "qwen2", "qwen3", "qwen35" or "kimi-linear"
+	Arch string // general.architecture: "llama", "qwen2", "qwen3", "qwen35", "kimi-linear" or "kimi-k3"
 
 	Embed   int // embedding_length
 	Layers  int // block_count
@@ -48,7 +51,7 @@ type Preset struct {
 
 	// Hybrid (qwen35) only.
 	Hybrid
-	// Kimi (kimi-linear) only.
+	// Kimi (kimi-linear and kimi-k3) only.
 	Kimi
 }
 
@@ -130,6 +133,42 @@ var presets = []Preset{
 			KVLoraRank: 48, QKRopeDim: 16, QKNopeDim: 16, VHeadDim: 16,
 			Experts: 8, ExpertsUsed: 2, SharedExperts: 1, ExpertFFN: 32, DenseLead: 1,
 			Gating: 2, WeightsScale: 2.446},
+	},
+	{
+		// Kimi-K3's layout at toy size: KDA with every fourth layer MLA (two
+		// MLA layers, sharing a K/V slot), the cross-layer residual mix
+		// banking every third layer's input, MLA's output gate, a full-rank
+		// KDA gate with the sigmoid lower bound, situ activations, and latent
+		// experts (routed at 32 of 64 dims) after one dense layer. Kimi's
+		// tokenizer and the real Kimi-K3 template. The KDA head dim, MLA's
+		// nope dims and kv_lora_rank are multiples of 32, so that a Q8_0
+		// file has no F16 fallback rows for llama.cpp to send through its
+		// AMX kernel (see internal/model's llama.cpp tests).
+		Name: "tiny-kimi-k3", Arch: "kimi-k3",
+		Embed: 64, Layers: 8, Heads: 4, KVHeads: 1, HeadDim: 16, FFN: 192, Context: 8192,
+		Tokenizer: TokenizerKimi, VocabSize: 1500, Template: tokenizer.TemplateKimiK3,
+		RopeBase: 10000, NormEps: 1e-5,
+		Kimi: Kimi{MLAInterval: 4, KDAHeadDim: 32, KDAConv: 4,
+			KVLoraRank: 96, QKRopeDim: 16, QKNopeDim: 32, VHeadDim: 16,
+			Experts: 8, ExpertsUsed: 2, SharedExperts: 1, ExpertFFN: 32, DenseLead: 1,
+			Gating: 2, WeightsScale: 2.5,
+			ResBlock: 3, SituBeta: 4, SituLinearBeta: 8, GateLowerBound: -5, ExpertLatent: 32},
+	},
+	{
+		// A small Kimi-K3 for long context: 8 layers (2 MLA), 256-wide, every
+		// matrix row a multiple of 256 where the shape allows (so Q4_K
+		// applies), compressed queries (q_lora_rank) on, a 128-wide latent
+		// for the experts. The cache is 2 MLA latent rows of 80 floats per
+		// token plus the 6 KDA layers' fixed state.
+		Name: "small-kimi-k3", Arch: "kimi-k3",
+		Embed: 256, Layers: 8, Heads: 4, KVHeads: 1, HeadDim: 64, FFN: 512, Context: 524288,
+		Tokenizer: TokenizerKimi, VocabSize: 4096, Template: tokenizer.TemplateKimiK3,
+		RopeBase: 10000, NormEps: 1e-5,
+		Kimi: Kimi{MLAInterval: 4, KDAHeadDim: 32, KDAConv: 4,
+			KVLoraRank: 64, QKRopeDim: 16, QKNopeDim: 32, VHeadDim: 32,
+			Experts: 16, ExpertsUsed: 2, SharedExperts: 1, ExpertFFN: 128, DenseLead: 1,
+			Gating: 2, WeightsScale: 2.5,
+			ResBlock: 3, SituBeta: 4, SituLinearBeta: 8, GateLowerBound: -5, QLoraRank: 128, ExpertLatent: 128},
 	},
 	{
 		Name: "tiny-smollm", Arch: "llama",

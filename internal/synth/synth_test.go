@@ -42,6 +42,9 @@ func wantTensors(p Preset, nVocab int) map[string][]uint64 {
 	if !p.Tied {
 		m["output.weight"] = u(p.Embed, nVocab)
 	}
+	if p.IsK3() && p.ResBlock > 0 {
+		m["output_res_score.weight"] = u(p.Embed)
+	}
 	if p.RopeLlama3 {
 		m["rope_freqs.weight"] = u(p.HeadDim / 2)
 	}

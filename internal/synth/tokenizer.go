@@ -60,6 +60,11 @@ var tokenizerSpecs = map[Tokenizer]tokenizerSpec{
 		specials: append(control("<|endoftext|>", "<|im_start|>", "<|im_end|>"), userDefined("<tool_call>", "</tool_call>", "<think>", "</think>")...),
 		bos:      "<|endoftext|>", eos: "<|im_end|>", pad: "<|endoftext|>",
 	},
+	TokenizerKimi: {
+		bpe: true, pre: vocab.PreKimiK2,
+		specials: control("[BOS]", "[EOS]", "<|open|>", "<|sep|>", "<|close|>", "<|end_of_msg|>", "<|kimi_image_placeholder|>"),
+		bos:      "[BOS]", eos: "<|end_of_msg|>", eot: "<|end_of_msg|>", pad: "[EOS]",
+	},
 	TokenizerSmolLM: {
 		bpe: true, pre: vocab.PreSmolLM, specialsFirst: true,
 		specials: control("<|endoftext|>", "<|im_start|>", "<|im_end|>"),

@@ -24,10 +24,14 @@ const (
 	// PreSmolLM is GPT-2's split (" ?letters", " ?punctuation") with every
 	// digit on its own.
 	PreSmolLM Pre = "smollm"
+	// PreKimiK2 is Kimi-K2's (and Kimi-K3's) split: like PreLlama3 (digit
+	// runs of 1 to 3) but with Han runs and cased words apart. Training
+	// splits it as PreLlama3 (the corpus has few Han runs).
+	PreKimiK2 Pre = "kimi-k2"
 )
 
 func (p Pre) valid() bool {
-	return p == PreLlama3 || p == PreQwen2 || p == PreQwen35 || p == PreSmolLM
+	return p == PreLlama3 || p == PreQwen2 || p == PreQwen35 || p == PreSmolLM || p == PreKimiK2
 }
 
 func isLetter(r rune) bool { return unicode.IsLetter(r) }
@@ -55,7 +59,7 @@ func pretokenize(p Pre, text string, emit func(word string)) {
 	}
 	llama := p != PreSmolLM
 	maxDigits := 1
-	if p == PreLlama3 {
+	if p == PreLlama3 || p == PreKimiK2 {
 		maxDigits = 3
 	}
 	for i := 0; i < n; {
