@@ -166,8 +166,8 @@ func cmdInfo(args []string) error {
 	fmt.Printf("architecture:  %s\n", c.Arch)
 	fmt.Printf("shape:         dim %d, layers %d, heads %d, kv heads %d, head dim %d, ffn %d, vocab %d\n", c.Dim, c.Layers, c.Heads, c.KVHeads, c.HeadDim, c.FFN, c.Vocab)
 	fmt.Printf("context:       %d\n", c.ContextLength)
-	if c.Arch == model.ArchKimiLinear {
-		fmt.Printf("rope:          none (kimi-linear's MLA uses its rope dims unrotated)\n")
+	if c.Kimi() {
+		fmt.Printf("rope:          none (%s's MLA uses its rope dims unrotated)\n", c.Arch)
 	} else {
 		fmt.Printf("rope:          base %g, dims %d, freq scale %g, neox %v\n", c.RopeBase, c.RopeDims, c.RopeFreqScale, c.RopeNeoX)
 	}
@@ -189,7 +189,7 @@ func cmdInfo(args []string) error {
 	if c.Hybrid() {
 		s := c.SSM
 		kind := "deltanet"
-		if c.Arch == model.ArchKimiLinear {
+		if c.Kimi() {
 			kind = "kda"
 		}
 		fmt.Printf(": %d %s layers × (conv %d + delta rule %d floats), format %s\n", c.DeltaLayers(), kind, s.ConvStateFloats(), s.DeltaStateFloats(), c.StateFormat())

@@ -15,6 +15,9 @@ const (
 	ArchQwen35 = "qwen35" // hybrid: Gated DeltaNet layers and gated full attention
 	// ArchKimiLinear is hybrid: KDA layers and MLA layers, MoE feed-forward (kimi.go).
 	ArchKimiLinear = "kimi-linear"
+	// ArchKimiK3 is kimi-linear's skeleton with a cross-layer residual mix, situ activations,
+	// MLA's output gate, a full-rank KDA gate and latent experts (k3.go).
+	ArchKimiK3 = "kimi-k3"
 )
 
 // LayerKind says what a layer's token mixer is.
@@ -102,7 +105,11 @@ type Config struct {
 	// width (see KVLayers for how MLA layers share the K/V slots).
 	MLA MLAConfig // multi-head latent attention layers (mla.go)
 	MoE MoEConfig // mixture-of-experts FFN (moe.go); zero for dense models
+	K3  K3Config  // Kimi-K3's additions (k3.go); zero for other architectures
 }
+
+// Kimi reports whether the model is kimi-linear or Kimi-K3: KDA and MLA layers.
+func (c Config) Kimi() bool { return c.Arch == ArchKimiLinear || c.Arch == ArchKimiK3 }
 
 // Kind returns layer l's kind.
 func (c Config) Kind(l int) LayerKind {
@@ -184,9 +191,9 @@ func ParseConfig(f *gguf.File) (Config, error) {
 		c.QKNorm, c.RopeNeoX = true, true
 	case ArchQwen35:
 		c.QKNorm, c.RopeNeoX, c.AttnGate = true, true, true
-	case ArchKimiLinear:
+	case ArchKimiLinear, ArchKimiK3:
 	default:
-		return Config{}, fmt.Errorf("%w: architecture %q (supported: llama, qwen2, qwen3, qwen35, kimi-linear)", ErrUnsupported, arch)
+		return Config{}, fmt.Errorf("%w: architecture %q (supported: llama, qwen2, qwen3, qwen35, kimi-linear, kimi-k3)", ErrUnsupported, arch)
 	}
 	var err error
 	req := func(key string) int {
@@ -214,7 +221,7 @@ func ParseConfig(f *gguf.File) (Config, error) {
 		return Config{}, err
 	}
 	c.KVHeads = opt("attention.head_count_kv", c.Heads)
-	if arch == ArchKimiLinear {
+	if c.Kimi() {
 		return parseKimi(f, c)
 	}
 	if arch == ArchQwen35 {

@@ -23,7 +23,7 @@ func BenchmarkDecodeStep(b *testing.B) {
 // BenchmarkDecodeStepArch is BenchmarkDecodeStep on the other architectures' tiny presets
 // (F32 weights), for their own layer code (qwen35's DeltaNet, kimi-linear's KDA, MLA, MoE).
 func BenchmarkDecodeStepArch(b *testing.B) {
-	for _, p := range []string{"tiny-qwen2", "tiny-qwen3", "tiny-qwen35", "tiny-kimi-linear"} {
+	for _, p := range []string{"tiny-qwen2", "tiny-qwen3", "tiny-qwen35", "tiny-kimi-linear", "tiny-kimi-k3"} {
 		decodeSteps(b, p, gguf.TypeF32, p)
 	}
 }

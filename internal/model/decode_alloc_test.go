@@ -31,9 +31,9 @@ func TestDecodeStepAllocatesNothing(t *testing.T) {
 
 // TestDecodeStepAllocatesNothingArch: the same for the other architectures' own layer code
 // (qwen2's biases, qwen3's QK-norm, qwen35's DeltaNet and gated attention, kimi-linear's KDA,
-// MLA and MoE), F32 and Q8_0 weights.
+// MLA and MoE, Kimi-K3's residual mix and latent experts), F32 and Q8_0 weights.
 func TestDecodeStepAllocatesNothingArch(t *testing.T) {
-	for _, p := range []string{"tiny-qwen2", "tiny-qwen3", "tiny-qwen35", "tiny-kimi-linear"} {
+	for _, p := range []string{"tiny-qwen2", "tiny-qwen3", "tiny-qwen35", "tiny-kimi-linear", "tiny-kimi-k3"} {
 		for _, wt := range []gguf.Type{gguf.TypeF32, gguf.TypeQ8_0} {
 			m := loadSynth(t, p, wt)
 			for _, streams := range []int{1, 4} {

@@ -112,6 +112,11 @@ func parseKimi(f *gguf.File, c Config) (Config, error) {
 	}
 	c.MLA, c.MoE = m, moe
 	c.SSM = SSMConfig{ConvKernel: conv, StateSize: hd, KHeads: c.Heads, VHeads: c.Heads}
+	if c.Arch == ArchKimiK3 {
+		if err := parseK3(f, &c); err != nil {
+			return Config{}, err
+		}
+	}
 
 	// head_count_kv per layer: 0 marks a KDA (recurrent) layer, 1 an MLA layer (its latent is
 	// one MQA-like K row).
@@ -166,7 +171,8 @@ func parseKimi(f *gguf.File, c Config) (Config, error) {
 type kdaLayer struct {
 	wq, wk, wv *kernels.Weight // attn_q/k/v [Heads·hd][Dim]
 	fa, fb     *kernels.Weight // ssm_f_a [hd][Dim], ssm_f_b [Heads·hd][hd]
-	ga, gb     *kernels.Weight // ssm_g_a, ssm_g_b (same shapes)
+	ga, gb     *kernels.Weight // ssm_g_a, ssm_g_b (same shapes); nil in K3
+	g          *kernels.Weight // K3's full-rank ssm_g [Heads·hd][Dim]; nil in kimi-linear
 	wbeta      *kernels.Weight // ssm_beta [Heads][Dim]
 	out        *kernels.Weight // attn_output [Dim][Heads·hd]
 	conv       []float32       // q, k then v conv taps [3·Heads·hd][ConvKernel]
@@ -182,11 +188,20 @@ func (m *Model) loadKimi(ld *loader) {
 	inner := c.Heads * hd
 	K := c.SSM.ConvKernel
 	nRec := 0
+	k3 := c.Arch == ArchKimiK3
+	m.outOnly = k3
+	if k3 && c.K3.ResBlock > 0 {
+		m.outputRes = ld.vector("output_res_score.weight", c.Dim)
+	}
 	for i := range m.layers {
 		p := fmt.Sprintf("blk.%d.", i)
 		l := &m.layers[i]
 		l.attnNorm = ld.vector(p+"attn_norm.weight", c.Dim)
 		l.ffnNorm = ld.vector(p+"ffn_norm.weight", c.Dim)
+		if k3 && c.K3.ResBlock > 0 {
+			l.attnRes = ld.vector(p+"attn_res_score.weight", c.Dim)
+			l.ffnRes = ld.vector(p+"ffn_res_score.weight", c.Dim)
+		}
 		if c.Kind(i) == LayerKDA {
 			d := &kdaLayer{index: nRec}
 			nRec++
@@ -200,10 +215,15 @@ func (m *Model) loadKimi(ld *loader) {
 			d.fa = ld.matrix(p+"ssm_f_a.weight", hd, c.Dim)
 			d.fb = ld.matrix(p+"ssm_f_b.weight", inner, hd)
 			d.wbeta = ld.matrix(p+"ssm_beta.weight", c.Heads, c.Dim)
-			d.a = ld.anyShape(p+"ssm_a", c.Heads, []int{1, c.Heads, 1, 1}, []int{1, c.Heads})
 			d.dtBias = ld.vector(p+"ssm_dt.bias", inner)
-			d.ga = ld.matrix(p+"ssm_g_a.weight", hd, c.Dim)
-			d.gb = ld.matrix(p+"ssm_g_b.weight", inner, hd)
+			if k3 {
+				d.a = ld.anyShape(p+"ssm_a", c.Heads, []int{c.Heads}) // K3's A is 1-D
+				d.g = ld.matrix(p+"ssm_g.weight", inner, c.Dim)
+			} else {
+				d.a = ld.anyShape(p+"ssm_a", c.Heads, []int{1, c.Heads, 1, 1}, []int{1, c.Heads})
+				d.ga = ld.matrix(p+"ssm_g_a.weight", hd, c.Dim)
+				d.gb = ld.matrix(p+"ssm_g_b.weight", inner, hd)
+			}
 			d.norm = ld.vector(p+"ssm_norm.weight", hd)
 			d.out = ld.matrix(p+"attn_output.weight", c.Dim, inner)
 			l.kda = d
@@ -211,15 +231,25 @@ func (m *Model) loadKimi(ld *loader) {
 			ml := c.MLA
 			a := &mlaLayer{}
 			a.slot, a.half = c.mlaSlot(i)
-			if _, ok := ld.f.Tensor(p + "attn_q_a.weight"); ok && ld.err == nil {
-				ld.err = fmt.Errorf("%w: tensor %sattn_q_a.weight: compressed queries (q_lora_rank) are not supported", ErrUnsupported, p)
+			if _, ok := ld.f.Tensor(p + "attn_q_a.weight"); ok && ld.err == nil && !k3 {
+				ld.err = fmt.Errorf("%w: tensor %sattn_q_a.weight: compressed queries (q_lora_rank) are not supported for %s", ErrUnsupported, p, c.Arch)
 			}
 			if _, ok := ld.f.Tensor(p + "attn_kv_b.weight"); ok && ld.err == nil {
 				if _, split := ld.f.Tensor(p + "attn_k_b.weight"); !split {
 					ld.err = fmt.Errorf("%w: tensor %sattn_kv_b.weight: an unsplit kv_b (MLA cache disabled) is not supported; convert with attn_k_b/attn_v_b", ErrUnsupported, p)
 				}
 			}
-			a.wq = ld.matrix(p+"attn_q.weight", c.Heads*ml.KHeadDim, c.Dim)
+			if k3 && c.K3.QLoraRank > 0 {
+				r := c.K3.QLoraRank
+				a.wqa = ld.matrix(p+"attn_q_a.weight", r, c.Dim)
+				a.qaNorm = ld.vector(p+"attn_q_a_norm.weight", r)
+				a.wqb = ld.matrix(p+"attn_q_b.weight", c.Heads*ml.KHeadDim, r)
+			} else {
+				a.wq = ld.matrix(p+"attn_q.weight", c.Heads*ml.KHeadDim, c.Dim)
+			}
+			if _, ok := ld.f.Tensor(p + "attn_gate.weight"); ok && k3 {
+				a.gate = ld.matrix(p+"attn_gate.weight", c.Heads*ml.VHeadDim, c.Dim)
+			}
 			a.wkva = ld.matrix(p+"attn_kv_a_mqa.weight", ml.LatentDim(), c.Dim)
 			a.kvNorm = ld.vector(p+"attn_kv_a_norm.weight", ml.KVLoraRank)
 			a.kb = ld.perHead(p+"attn_k_b.weight", ml.NopeDim(), ml.KVLoraRank, c.Heads)
@@ -320,9 +350,14 @@ func (m *Model) kdaForward(li int, seqs []Sequence, M int) {
 	m.pool.For(M, m.fns.attnNorm)
 	sc.kdaDst = [6][]float32{sc.q[:M*inner], sc.k[:M*inner], sc.v[:M*inner], sc.lowRank, sc.lowRank2, sc.beta}
 	sc.kdaW = [6]*kernels.Weight{d.wq, d.wk, d.wv, d.fa, d.ga, d.wbeta}
+	if d.g != nil {
+		sc.kdaDst[4], sc.kdaW[4] = sc.z[:M*inner], d.g // K3: the output gate in one matrix
+	}
 	kernels.MatMuls(m.pool, sc.h, M, sc.kdaDst[:], sc.kdaW[:])
 	kernels.MatMul(m.pool, sc.alpha, sc.lowRank, M, d.fb)
-	kernels.MatMul(m.pool, sc.z, sc.lowRank2, M, d.gb)
+	if d.g == nil {
+		kernels.MatMul(m.pool, sc.z, sc.lowRank2, M, d.gb)
+	}
 	m.pool.For(M, m.kda.prep)
 
 	r0 := 0
@@ -378,8 +413,15 @@ func (m *Model) initKDAFns() {
 			copy(row[inner:], sc.k[i*inner:(i+1)*inner])
 			copy(row[2*inner:], sc.v[i*inner:(i+1)*inner])
 			g := sc.alpha[i*inner : (i+1)*inner]
-			for j := range g {
-				g[j] = softplus(g[j]+d.dtBias[j]) * d.a[j/S]
+			if lb := c.K3.GateLowerBound; lb < 0 {
+				// K3's bounded gate: lb·sigmoid(−A·(x + dt_bias)), A = −exp(A_log) < 0.
+				for j := range g {
+					g[j] = sigmoid(-((g[j] + d.dtBias[j]) * d.a[j/S])) * lb
+				}
+			} else {
+				for j := range g {
+					g[j] = softplus(g[j]+d.dtBias[j]) * d.a[j/S]
+				}
 			}
 			b := sc.beta[i*H : (i+1)*H]
 			for h := range b {

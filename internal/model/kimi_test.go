@@ -183,7 +183,7 @@ func TestKimiBadFiles(t *testing.T) {
 	}
 }
 
-// FuzzKimiConfig feeds mutated kimi-linear files to ParseConfig and Load, and runs a short
+// FuzzKimiConfig feeds mutated kimi-linear and kimi-k3 files to ParseConfig and Load, and runs a short
 // step on what loads: an error or a model, never a panic.
 func FuzzKimiConfig(f *testing.F) {
 	// tiny-kimi-linear made smaller: a seed of ~150 KB rather than ~2 MB (the fuzzing engine
@@ -200,6 +200,23 @@ func FuzzKimiConfig(f *testing.F) {
 	}
 	var buf bytes.Buffer
 	if _, err := w.WriteTo(&buf); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(buf.Bytes())
+	// And tiny-kimi-k3 made as small: K3's keys and tensors (residual mix, gates, latent
+	// experts) get mutated too.
+	p3, err := synth.Lookup("tiny-kimi-k3")
+	if err != nil {
+		f.Fatal(err)
+	}
+	p3.Embed, p3.Heads, p3.HeadDim, p3.FFN, p3.VocabSize, p3.Layers = 32, 2, 16, 32, 270, 4
+	p3.Experts, p3.ExpertsUsed, p3.ExpertFFN, p3.KDAHeadDim, p3.KVLoraRank, p3.ExpertLatent = 4, 2, 32, 8, 16, 16
+	w3, err := synth.BuildPreset(p3, synth.Options{Seed: 1})
+	if err != nil {
+		f.Fatal(err)
+	}
+	buf.Reset()
+	if _, err := w3.WriteTo(&buf); err != nil {
 		f.Fatal(err)
 	}
 	f.Add(buf.Bytes())

@@ -268,6 +268,8 @@ var refCases = []refCase{
 	// batched path differs from its own single-token path by whole logprobs on this file, and
 	// n_batch 1 over 1,951 tokens takes minutes).
 	{preset: "tiny-kimi-linear", typ: gguf.TypeQ8_0, tol: 1e-1, maxPrompt: 64, shape: kimiQ8Shape, refBatch: 1},
+	{preset: "tiny-kimi-k3", typ: gguf.TypeF32, tol: 1e-3}, // kimi-linear's skeleton + residual mix, situ, gates, latent experts
+	{preset: "tiny-kimi-k3", typ: gguf.TypeQ8_0, tol: 1e-1},
 }
 
 // logTypes logs how many tensors of each type the file at path has.
@@ -447,6 +449,7 @@ func TestChunkInvariance(t *testing.T) {
 		{"tiny-kquant", gguf.TypeQ6_K}, {"tiny-kquant", gguf.TypeQ5_K}, {"tiny-kquant", gguf.TypeF16}, {"tiny-kquant", gguf.TypeF32},
 		{"tiny-qwen35", gguf.TypeF32}, {"tiny-qwen35", gguf.TypeQ8_0},
 		{"tiny-kimi-linear", gguf.TypeF32}, {"tiny-kimi-linear", gguf.TypeQ8_0},
+		{"tiny-kimi-k3", gguf.TypeF32}, {"tiny-kimi-k3", gguf.TypeQ8_0},
 	} {
 		preset := c.preset
 		t.Run(preset+"/"+c.typ.String(), func(t *testing.T) {

@@ -78,14 +78,19 @@ func (c Config) mlaSlot(l int) (slot, half int) {
 
 // mlaLayer holds an MLA layer's weights.
 type mlaLayer struct {
-	wq     *kernels.Weight   // attn_q [Heads·KHeadDim][Dim]
-	wkva   *kernels.Weight   // attn_kv_a_mqa [KVLoraRank+RopeDims][Dim]
-	kvNorm []float32         // attn_kv_a_norm [KVLoraRank]
-	kb     []*kernels.Weight // attn_k_b per head [KVLoraRank][NopeDim]
-	vb     []*kernels.Weight // attn_v_b per head [VHeadDim][KVLoraRank]
-	wo     *kernels.Weight   // attn_output [Dim][Heads·VHeadDim]
-	slot   int               // K/V slot holding its latent
-	half   int               // 0: the slot's K rows, 1: its V rows
+	wq *kernels.Weight // attn_q [Heads·KHeadDim][Dim]; nil when queries are compressed
+	// K3's compressed queries: attn_q_a [QLoraRank][Dim], attn_q_a_norm, attn_q_b
+	// [Heads·KHeadDim][QLoraRank]
+	wqa, wqb *kernels.Weight
+	qaNorm   []float32
+	gate     *kernels.Weight   // K3's output gate attn_gate [Heads·VHeadDim][Dim]; nil without
+	wkva     *kernels.Weight   // attn_kv_a_mqa [KVLoraRank+RopeDims][Dim]
+	kvNorm   []float32         // attn_kv_a_norm [KVLoraRank]
+	kb       []*kernels.Weight // attn_k_b per head [KVLoraRank][NopeDim]
+	vb       []*kernels.Weight // attn_v_b per head [VHeadDim][KVLoraRank]
+	wo       *kernels.Weight   // attn_output [Dim][Heads·VHeadDim]
+	slot     int               // K/V slot holding its latent
+	half     int               // 0: the slot's K rows, 1: its V rows
 }
 
 // mlaCheck verifies that a sequence's paged view has the latent layout this model writes.
@@ -220,9 +225,24 @@ func (m *Model) mlaForward(li int, seqs []Sequence, M int) {
 	m.pool.For(M, m.fns.attnNorm)
 	sc.qfull = grow(sc.qfull, M*H*kd)
 	sc.k = grow(sc.k, M*D)
-	sc.gateDst = [2][]float32{sc.qfull, sc.k}
-	sc.gateW = [2]*kernels.Weight{a.wq, a.wkva}
-	kernels.MatMuls(m.pool, sc.h, M, sc.gateDst[:], sc.gateW[:])
+	// q (or its compressed form), the latent, and K3's output gate read the same normed rows.
+	sc.qkvDst[0], sc.qkvW[0] = sc.qfull, a.wq
+	if a.wqa != nil {
+		sc.qa = grow(sc.qa, M*c.K3.QLoraRank)
+		sc.qkvDst[0], sc.qkvW[0] = sc.qa, a.wqa
+	}
+	sc.qkvDst[1], sc.qkvW[1] = sc.k, a.wkva
+	nw := 2
+	if a.gate != nil {
+		sc.mlaGate = grow(sc.mlaGate, M*H*vd)
+		sc.qkvDst[2], sc.qkvW[2] = sc.mlaGate, a.gate
+		nw = 3
+	}
+	kernels.MatMuls(m.pool, sc.h, M, sc.qkvDst[:nw], sc.qkvW[:nw])
+	if a.wqa != nil {
+		m.pool.For(M, m.mla.qaNorm)
+		kernels.MatMul(m.pool, sc.qfull, sc.qa, M, a.wqb)
+	}
 
 	// The latent rows: normalized c, raw k_pe; stored at each token's position.
 	r0 := 0
@@ -273,6 +293,9 @@ func (m *Model) mlaForward(li int, seqs []Sequence, M int) {
 		kernels.MatMul(m.pool, sc.headOut[:M*vd], sc.headIn[:M*r], M, a.vb[h])
 		m.pool.For(M, m.mla.headCore)
 	}
+	if a.gate != nil {
+		m.pool.For(M, m.mla.gated) // core ·= sigmoid(gate)
+	}
 	kernels.MatMul(m.pool, sc.h, sc.core[:M*H*vd], M, a.wo)
 	m.addResidual(M)
 }
@@ -282,6 +305,7 @@ func (m *Model) mlaForward(li int, seqs []Sequence, M int) {
 // (base), the head (head) and the gathered K/V (latKV, latSlot, latHalf) from scratch.
 type mlaFns struct {
 	latents, qSplit, qAbsorbed, attOut, headLatent, headCore, gatherF16, gatherF32 func(lo, hi int)
+	qaNorm, gated                                                                  func(lo, hi int) // K3's
 }
 
 func (m *Model) initMLAFns() {
@@ -332,6 +356,21 @@ func (m *Model) initMLAFns() {
 		H, vd, h := c.Heads, ml.VHeadDim, sc.head
 		for i := lo; i < hi; i++ {
 			copy(sc.core[(i*H+h)*vd:(i*H+h+1)*vd], sc.headOut[i*vd:(i+1)*vd])
+		}
+	}
+	m.mla.qaNorm = func(lo, hi int) {
+		a, r := m.layers[sc.li].mla, c.K3.QLoraRank
+		for i := lo; i < hi; i++ {
+			kernels.RMSNorm(sc.qa[i*r:(i+1)*r], sc.qa[i*r:(i+1)*r], a.qaNorm, c.NormEps)
+		}
+	}
+	m.mla.gated = func(lo, hi int) {
+		w := c.Heads * ml.VHeadDim
+		for i := lo; i < hi; i++ {
+			o, g := sc.core[i*w:(i+1)*w], sc.mlaGate[i*w:(i+1)*w]
+			for j := range o {
+				o[j] *= sigmoid(g[j])
+			}
 		}
 	}
 	m.mla.gatherF16 = func(lo, hi int) {

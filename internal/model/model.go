@@ -21,6 +21,7 @@ type layer struct {
 	kda               *kdaLayer   // a KDA layer (kimi-linear)
 	mla               *mlaLayer   // an MLA layer
 	moe               *moeLayer   // a mixture-of-experts FFN (gate, up, down unused)
+	attnRes, ffnRes   []float32   // Kimi-K3's residual-mix scores (k3.go); nil without
 }
 
 // Model is a loaded transformer. See the package doc for its invariants.
@@ -33,11 +34,16 @@ type Model struct {
 	layers     []layer
 	rope       kernels.RoPEParams
 	scratch    scratch
-	fns        rowFns // built once (initRowFns): per-call closures would allocate every step
-	q35        q35Fns // qwen35's, likewise (initQ35Fns)
-	moe        moeFns // moeForward's, likewise (initMoEFns)
-	mla        mlaFns // mlaForward's and gatherLatents', likewise (initMLAFns)
-	kda        kdaFns // kdaForward's, likewise (initKDAFns)
+	fns        rowFns    // built once (initRowFns): per-call closures would allocate every step
+	q35        q35Fns    // qwen35's, likewise (initQ35Fns)
+	moe        moeFns    // moeForward's, likewise (initMoEFns)
+	mla        mlaFns    // mlaForward's and gatherLatents', likewise (initMLAFns)
+	kda        kdaFns    // kdaForward's, likewise (initKDAFns)
+	k3         k3Fns     // k3Forward's, likewise (initK3Fns)
+	outputRes  []float32 // Kimi-K3's output residual-mix scores; nil without
+	// outOnly: the blocks leave their output in scratch.h and do not add it to the stream
+	// (Kimi-K3, whose k3Forward keeps the stream itself)
+	outOnly bool
 }
 
 // rowFns are the per-row steps of the attention and FFN blocks as closures bound to the
@@ -70,7 +76,7 @@ func Load(f *gguf.File, pool *kernels.Pool) (*Model, error) {
 		m.rope.Factors = ld.vector("rope_freqs.weight", cfg.RopeDims/2)
 	}
 	m.layers = make([]layer, cfg.Layers)
-	if cfg.Arch == ArchKimiLinear {
+	if cfg.Kimi() {
 		m.loadKimi(&ld)
 		if ld.err != nil {
 			return nil, ld.err
@@ -236,6 +242,7 @@ type scratch struct {
 	lowRank, lowRank2 []float32
 	// MLA: absorbed queries, per-head rows, attention output, the gathered latent view
 	mlaQ, headIn, headOut, mlaOut, lat []float32
+	qa, mlaGate                        []float32 // K3: compressed queries, the output gate
 	latF16                             []uint16
 	latTable                           []int32
 	// the current layer and batch, for the bound row steps (rowFns); seqs is cleared after use
@@ -260,9 +267,15 @@ type scratch struct {
 	latKV            *kernels.PagedKV
 	latSlot, latHalf int
 	latView          kernels.PagedKV
+	// Kimi-K3's residual mix (k3Fns): the stream, the banked rows [bank][row][Dim], the scores,
+	// the score vector in use, the batch's rows, the banks so far, and whether the layer
+	// restarts the stream
+	res, stack, resScores, resW []float32
+	resM, banks                 int
+	restart                     bool
 	// mixture of experts: routing and expert rows
-	router, selW, expIn, expOut, expRes []float32
-	sel, rows                           []int
+	router, selW, expIn, expOut, expRes, expLat []float32
+	sel, rows                                   []int
 }
 
 func grow(s []float32, n int) []float32 {
@@ -335,13 +348,16 @@ func (m *Model) Forward(seqs []Sequence) error {
 	}
 
 	switch {
-	case c.Arch == ArchKimiLinear:
+	case c.Kimi():
 		m.kimiScratch(seqs, M)
 	case c.Hybrid():
 		m.hybridScratch(seqs, M)
 	}
 	m.rowPositions(seqs)
-	for li := range m.layers {
+	if c.Arch == ArchKimiK3 {
+		m.k3Forward(seqs, M)
+	}
+	for li := 0; li < len(m.layers) && c.Arch != ArchKimiK3; li++ {
 		switch {
 		case m.layers[li].kda != nil:
 			m.kdaForward(li, seqs, M)
@@ -555,13 +571,22 @@ func (m *Model) initRowFns() {
 	}
 	m.fns.swiglu = func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			kernels.SwiGLU(sc.gate[i*c.FFN:(i+1)*c.FFN], sc.gate[i*c.FFN:(i+1)*c.FFN], sc.up[i*c.FFN:(i+1)*c.FFN])
+			g, u := sc.gate[i*c.FFN:(i+1)*c.FFN], sc.up[i*c.FFN:(i+1)*c.FFN]
+			if c.Arch == ArchKimiK3 {
+				situ(g, g, u, c.K3.SituBeta, c.K3.SituLinearBeta) // K3's FFN activation
+				continue
+			}
+			kernels.SwiGLU(g, g, u)
 		}
 	}
 }
 
-// addResidual adds the token mixer's output (sc.h) to the residual stream.
+// addResidual adds the token mixer's output (sc.h) to the residual stream; not for Kimi-K3,
+// whose stream k3Forward keeps.
 func (m *Model) addResidual(M int) {
+	if m.outOnly {
+		return
+	}
 	m.initRowFns()
 	m.rows(M, m.cfg.Dim, m.fns.residual)
 }

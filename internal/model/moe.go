@@ -36,6 +36,7 @@ type MoEConfig struct {
 	Gating       int     // expert_gating_func
 	WeightsScale float32 // expert_weights_scale (0 or 1: none)
 	NormWeights  bool    // the selected weights are renormalized to sum to 1 (kimi-linear: always)
+	Latent       int     // K3's expert_latent_length: the routed experts' width (0: Dim)
 }
 
 // GatingName names a gating function.
@@ -58,11 +59,15 @@ func (c Config) MoELayer(l int) bool { return c.MoE.Experts > 0 && l >= c.MoE.De
 
 // moeLayer holds a mixture-of-experts FFN's weights.
 type moeLayer struct {
-	router         *kernels.Weight   // ffn_gate_inp [Experts][Dim]
-	probsBias      []float32         // exp_probs_b.bias [Experts] (nil: none)
-	gate, up, down []*kernels.Weight // per expert: [FFN][Dim], [FFN][Dim], [Dim][FFN]
-	shGate, shUp   *kernels.Weight   // ffn_{gate,up}_shexp [Shared·FFN][Dim] (nil: no shared expert)
-	shDown         *kernels.Weight   // ffn_down_shexp [Dim][Shared·FFN]
+	router *kernels.Weight // ffn_gate_inp [Experts][Dim]
+	// K3's latent experts: ffn_routed_down [Latent][Dim], ffn_routed_up [Dim][Latent],
+	// ffn_routed_norm [Latent] (optional); nil otherwise
+	routedDown, routedUp *kernels.Weight
+	routedNorm           []float32
+	probsBias            []float32         // exp_probs_b.bias [Experts] (nil: none)
+	gate, up, down       []*kernels.Weight // per expert: [FFN][Dim], [FFN][Dim], [Dim][FFN]
+	shGate, shUp         *kernels.Weight   // ffn_{gate,up}_shexp [Shared·FFN][Dim] (nil: no shared expert)
+	shDown               *kernels.Weight   // ffn_down_shexp [Dim][Shared·FFN]
 }
 
 // moe loads layer p's experts.
@@ -70,12 +75,20 @@ func (ld *loader) moe(p string, c Config) *moeLayer {
 	e := c.MoE
 	l := &moeLayer{}
 	l.router = ld.matrix(p+"ffn_gate_inp.weight", e.Experts, c.Dim)
-	if _, ok := ld.f.Tensor(p + "exp_probs_b.bias"); ok || c.Arch == ArchKimiLinear {
+	if _, ok := ld.f.Tensor(p + "exp_probs_b.bias"); ok || c.Kimi() {
 		l.probsBias = ld.vector(p+"exp_probs_b.bias", e.Experts)
 	}
-	l.gate = ld.perHead(p+"ffn_gate_exps.weight", c.Dim, e.FFN, e.Experts)
-	l.up = ld.perHead(p+"ffn_up_exps.weight", c.Dim, e.FFN, e.Experts)
-	l.down = ld.perHead(p+"ffn_down_exps.weight", e.FFN, c.Dim, e.Experts)
+	E := e.width(c.Dim)
+	if e.Latent > 0 {
+		l.routedDown = ld.matrix(p+"ffn_routed_down.weight", E, c.Dim)
+		l.routedUp = ld.matrix(p+"ffn_routed_up.weight", c.Dim, E)
+		if _, ok := ld.f.Tensor(p + "ffn_routed_norm.weight"); ok {
+			l.routedNorm = ld.vector(p+"ffn_routed_norm.weight", E)
+		}
+	}
+	l.gate = ld.perHead(p+"ffn_gate_exps.weight", E, e.FFN, e.Experts)
+	l.up = ld.perHead(p+"ffn_up_exps.weight", E, e.FFN, e.Experts)
+	l.down = ld.perHead(p+"ffn_down_exps.weight", e.FFN, E, e.Experts)
 	if e.Shared > 0 {
 		sh := e.FFN * e.Shared
 		l.shGate = ld.matrix(p+"ffn_gate_shexp.weight", sh, c.Dim)
@@ -155,6 +168,7 @@ func (m *Model) moeForward(li int, M int) {
 	sc := &m.scratch
 	e := c.MoE
 	D, F, U := c.Dim, e.FFN, e.Used
+	E := e.width(D) // the routed experts' width: D, or K3's latent
 	m.initRowFns()
 	m.initMoEFns()
 	sc.li = li
@@ -162,6 +176,13 @@ func (m *Model) moeForward(li int, M int) {
 	m.pool.For(M, m.fns.ffnNorm)
 	sc.router = grow(sc.router, M*e.Experts)
 	kernels.MatMul(m.pool, sc.router, sc.h, M, x.router)
+	// The routed experts' input: the normed rows, or (K3) their latent projection.
+	src := sc.h
+	if x.routedDown != nil {
+		sc.expLat = grow(sc.expLat, M*E)
+		kernels.MatMul(m.pool, sc.expLat, sc.h, M, x.routedDown)
+		src = sc.expLat
+	}
 	if cap(sc.sel) < M*U {
 		sc.sel = make([]int, M*U)
 	}
@@ -170,11 +191,11 @@ func (m *Model) moeForward(li int, M int) {
 	m.pool.For(M, m.moe.route)
 
 	// Each expert over the tokens that chose it; outputs land at (token, rank).
-	sc.expOut = grow(sc.expOut, M*U*D)
-	sc.expIn = grow(sc.expIn, M*D)
+	sc.expOut = grow(sc.expOut, M*U*E)
+	sc.expIn = grow(sc.expIn, M*E)
 	sc.gate = grow(sc.gate, M*max(F, F*e.Shared, c.FFN))
 	sc.up = grow(sc.up, M*max(F, F*e.Shared, c.FFN))
-	sc.expRes = grow(sc.expRes, M*D)
+	sc.expRes = grow(sc.expRes, M*max(D, E))
 	if cap(sc.rows) < M {
 		sc.rows = make([]int, 0, M)
 	}
@@ -190,16 +211,16 @@ func (m *Model) moeForward(li int, M int) {
 			continue
 		}
 		for k, j := range rows {
-			copy(sc.expIn[k*D:(k+1)*D], sc.h[(j/U)*D:(j/U+1)*D])
+			copy(sc.expIn[k*E:(k+1)*E], src[(j/U)*E:(j/U+1)*E])
 		}
 		sc.gateDst = [2][]float32{sc.gate[:n*F], sc.up[:n*F]}
 		sc.gateW = [2]*kernels.Weight{x.gate[ex], x.up[ex]}
-		kernels.MatMuls(m.pool, sc.expIn[:n*D], n, sc.gateDst[:], sc.gateW[:])
+		kernels.MatMuls(m.pool, sc.expIn[:n*E], n, sc.gateDst[:], sc.gateW[:])
 		sc.n = F // the SwiGLU rows' width
 		m.pool.For(n, m.moe.swiglu)
-		kernels.MatMul(m.pool, sc.expRes[:n*D], sc.gate[:n*F], n, x.down[ex])
+		kernels.MatMul(m.pool, sc.expRes[:n*E], sc.gate[:n*F], n, x.down[ex])
 		for k, j := range rows {
-			copy(sc.expOut[j*D:(j+1)*D], sc.expRes[k*D:(k+1)*D])
+			copy(sc.expOut[j*E:(j+1)*E], sc.expRes[k*E:(k+1)*E])
 		}
 		sc.rows = rows
 	}
@@ -215,14 +236,21 @@ func (m *Model) moeForward(li int, M int) {
 		kernels.MatMul(m.pool, sc.expRes[:M*D], sc.gate[:M*sf], M, x.shDown)
 	}
 
-	// out = Σ_k w_k·expert_k (rank order) + shared; x += out.
-	m.pool.For(M, m.moe.combine)
+	// out = Σ_k w_k·expert_k (rank order) + shared; x += out. K3's latent experts: the sum
+	// is normed and projected back to Dim before the shared experts are added.
+	if x.routedDown == nil {
+		m.pool.For(M, m.moe.combine)
+		return
+	}
+	m.pool.For(M, m.moe.combineLatent)
+	kernels.MatMul(m.pool, sc.h, sc.expLat[:M*E], M, x.routedUp)
+	m.pool.For(M, m.moe.shared)
 }
 
 // moeFns are moeForward's per-row steps, bound to the model once (initMoEFns) like rowFns.
 // They read the layer from scratch.li and swiglu its rows' width from scratch.n.
 type moeFns struct {
-	route, swiglu, combine func(lo, hi int)
+	route, swiglu, combine, combineLatent, shared func(lo, hi int)
 }
 
 func (m *Model) initMoEFns() {
@@ -242,7 +270,12 @@ func (m *Model) initMoEFns() {
 	m.moe.swiglu = func(lo, hi int) {
 		F := sc.n
 		for k := lo; k < hi; k++ {
-			kernels.SwiGLU(sc.gate[k*F:(k+1)*F], sc.gate[k*F:(k+1)*F], sc.up[k*F:(k+1)*F])
+			g, u := sc.gate[k*F:(k+1)*F], sc.up[k*F:(k+1)*F]
+			if c.Arch == ArchKimiK3 {
+				situ(g, g, u, c.K3.SituBeta, c.K3.SituLinearBeta) // K3's expert activation
+				continue
+			}
+			kernels.SwiGLU(g, g, u)
 		}
 	}
 	m.moe.combine = func(lo, hi int) {
@@ -266,9 +299,59 @@ func (m *Model) initMoEFns() {
 			if x.shGate != nil {
 				kernels.Add(acc, sc.expRes[i*D:(i+1)*D])
 			}
-			kernels.Add(sc.x[i*D:(i+1)*D], acc)
+			if !m.outOnly {
+				kernels.Add(sc.x[i*D:(i+1)*D], acc)
+			}
 		}
 	}
+	// combineLatent sums the latent experts into sc.expLat (their input, no longer needed) and
+	// norms the sum (ffn_routed_norm).
+	m.moe.combineLatent = func(lo, hi int) {
+		x := m.layers[sc.li].moe
+		E, U := c.MoE.width(c.Dim), c.MoE.Used
+		for i := lo; i < hi; i++ {
+			acc := sc.expLat[i*E : (i+1)*E]
+			for k := 0; k < U; k++ {
+				w := sc.selW[i*U+k]
+				out := sc.expOut[(i*U+k)*E : (i*U+k+1)*E]
+				if k == 0 {
+					for d := range acc {
+						acc[d] = out[d] * w
+					}
+					continue
+				}
+				for d := range acc {
+					acc[d] += out[d] * w
+				}
+			}
+			if x.routedNorm != nil {
+				kernels.RMSNorm(acc, acc, x.routedNorm, c.NormEps)
+			}
+		}
+	}
+	// shared adds the shared experts' rows to the projected sum in sc.h, and sc.h to the
+	// stream unless outOnly.
+	m.moe.shared = func(lo, hi int) {
+		x := m.layers[sc.li].moe
+		D := c.Dim
+		for i := lo; i < hi; i++ {
+			acc := sc.h[i*D : (i+1)*D]
+			if x.shGate != nil {
+				kernels.Add(acc, sc.expRes[i*D:(i+1)*D])
+			}
+			if !m.outOnly {
+				kernels.Add(sc.x[i*D:(i+1)*D], acc)
+			}
+		}
+	}
+}
+
+// width is the routed experts' width: Latent when set, else dim.
+func (e MoEConfig) width(dim int) int {
+	if e.Latent > 0 {
+		return e.Latent
+	}
+	return dim
 }
 
 // moeString describes the MoE shape for model info.

@@ -103,7 +103,7 @@ func (c Config) StateFormat() string {
 		return ""
 	}
 	s := c.SSM
-	if c.Arch == ArchKimiLinear {
+	if c.Kimi() {
 		return fmt.Sprintf("kda1/f32/layers%d/conv%dx%d/heads%d/state%d", c.DeltaLayers(), s.ConvKernel-1, s.ConvDim(), s.VHeads, s.StateSize)
 	}
 	return fmt.Sprintf("gdn1/f32/layers%d/conv%dx%d/heads%d/state%d", c.DeltaLayers(), s.ConvKernel-1, s.ConvDim(), s.VHeads, s.StateSize)
