@@ -10,6 +10,11 @@
 //
 //   - github.com/openai/openai-go (the official Go SDK, a test dependency in go.mod): tool
 //     calls non-streamed, and streamed through its ChatCompletionAccumulator.
+//   - github.com/anthropics/anthropic-sdk-go (Messages) and openai-go's Responses client,
+//     against the tiny-kimi-k3 preset (kimi-k3 architecture, Kimi's tokenizer with the
+//     XTML control tokens, Kimi-K3's real template), synthesized by the binary under test
+//     and served by it: Kimi-K3's markup parsed into calls, reasoning and content on all
+//     three endpoints (kimik3_test.go).
 //   - The OpenAI Agents SDK (@openai/agents, with its chat-completions model) and LangChain's
 //     ChatOpenAI (@langchain/openai), run by the node scripts in tools/agentclients. Their
 //     exact versions are pinned in that directory's package-lock.json and installed by

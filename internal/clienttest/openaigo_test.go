@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/packages/respjson"
 	"github.com/openai/openai-go/v3/shared"
 )
 
@@ -112,35 +114,54 @@ func newOpenAIClient(t *testing.T, s *server) (openai.Client, *recorder) {
 	), rec
 }
 
-// answer is what one chat call gave the client, streamed or not.
+// answer is what one chat call gave the client, streamed or not. reasoning is the
+// message's reasoning_content (the client keeps it as an extra field, and its accumulator
+// drops it from deltas, so a stream's is joined here).
 type answer struct {
-	msg    openai.ChatCompletionMessage
-	finish string
-	usage  openai.CompletionUsage
+	msg       openai.ChatCompletionMessage
+	finish    string
+	usage     openai.CompletionUsage
+	reasoning string
 }
 
-// complete makes one chat call. Streamed, it goes through the client's accumulator, as the
+// extraString is a string field the client does not know, "" when absent or null.
+func extraString(fields map[string]respjson.Field, name string) string {
+	f, ok := fields[name]
+	if !ok {
+		return ""
+	}
+	var s string
+	_ = json.Unmarshal([]byte(f.Raw()), &s)
+	return s
+}
+
+// complete makes one chat call (opts add to the request, as chat_template_kwargs). Streamed, it goes through the client's accumulator, as the
 // openai-go docs show, and checks that every chunk was accepted and that each tool call was
 // reported finished once.
-func complete(t *testing.T, ctx context.Context, client openai.Client, params openai.ChatCompletionNewParams, stream bool) answer {
+func complete(t *testing.T, ctx context.Context, client openai.Client, params openai.ChatCompletionNewParams, stream bool, opts ...option.RequestOption) answer {
 	t.Helper()
 	if !stream {
-		c, err := client.Chat.Completions.New(ctx, params)
+		c, err := client.Chat.Completions.New(ctx, params, opts...)
 		if err != nil {
 			t.Fatalf("chat completion: %v", err)
 		}
 		if len(c.Choices) != 1 {
 			t.Fatalf("%d choices", len(c.Choices))
 		}
-		return answer{msg: c.Choices[0].Message, finish: c.Choices[0].FinishReason, usage: c.Usage}
+		m := c.Choices[0].Message
+		return answer{msg: m, finish: c.Choices[0].FinishReason, usage: c.Usage, reasoning: extraString(m.JSON.ExtraFields, "reasoning_content")}
 	}
 	params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-	s := client.Chat.Completions.NewStreaming(ctx, params)
+	s := client.Chat.Completions.NewStreaming(ctx, params, opts...)
 	defer s.Close()
 	var acc openai.ChatCompletionAccumulator
+	var reasoning strings.Builder
 	finished := 0
 	for s.Next() {
 		chunk := s.Current()
+		for _, c := range chunk.Choices {
+			reasoning.WriteString(extraString(c.Delta.JSON.ExtraFields, "reasoning_content"))
+		}
 		if !acc.AddChunk(chunk) {
 			t.Errorf("the accumulator rejected a chunk: %s", chunk.RawJSON())
 		}
@@ -158,7 +179,7 @@ func complete(t *testing.T, ctx context.Context, client openai.Client, params op
 	if finished != len(msg.ToolCalls) {
 		t.Errorf("accumulator reported %d finished tool calls, assembled %d", finished, len(msg.ToolCalls))
 	}
-	return answer{msg: msg, finish: acc.Choices[0].FinishReason, usage: acc.Usage}
+	return answer{msg: msg, finish: acc.Choices[0].FinishReason, usage: acc.Usage, reasoning: reasoning.String()}
 }
 
 // TestOpenAIGoToolLoop: the official Go client runs a tool loop of three turns: tool_choice
