@@ -118,8 +118,8 @@
 //
 // Near the hardware: with Request.Into (the engine's reserved pool blocks,
 // Tiers.PrefetchInto) each record is checked and copied into its block in one
-// pass (tier.DecodeVerifyInto: 4 KiB chunks, checksummed, then copied out of
-// L1), on all cores, so a host-tier restore reads the bytes once where it
+// pass (tier.DecodeVerifyInto: crc32c.UpdateCopy stores each vector the
+// checksum loads), on all cores, so a host-tier restore reads the bytes once where it
 // used to verify them and then copy them on the engine's goroutine. The disk
 // tier is read one key per Get, 8 Gets in flight (readChunk), each block
 // verified on the goroutine that read it as soon as it arrives, while the
