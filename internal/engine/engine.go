@@ -49,9 +49,11 @@ type Config struct {
 	// ReuseEvents adds a Reused block event (with kv) each time a request's admission reuses
 	// a block (offload's selective write-through; see prefix.Config.ReuseEvents).
 	ReuseEvents bool
-	// OnStep, when set, receives each forward step's token count and duration (the runner's
-	// measured prefill rate feeds the restore-vs-recompute cost model).
-	OnStep func(tokens int, d time.Duration)
+	// OnStep, when set, receives each forward step's token count, the positions those tokens
+	// attend over (Σ of each token's position: the part of the work that grows with context),
+	// and the step's duration (the runner's measured prefill rate feeds the
+	// restore-vs-recompute cost model).
+	OnStep func(tokens int, attended int64, d time.Duration)
 	// OnRestoreStall, when set, receives the time an admission was held back waiting for its
 	// prefetch (stockpot_kv_restore_stall_seconds_total).
 	OnRestoreStall func(time.Duration)
@@ -646,11 +648,13 @@ func (e *Engine) run() {
 			}
 		}
 		if e.cfg.OnStep != nil {
-			n := 0
+			n, att := 0, int64(0)
 			for _, it := range plan.Items {
+				k := int64(len(it.Tokens))
 				n += len(it.Tokens)
+				att += k*int64(it.Pos) + k*(k-1)/2
 			}
-			e.cfg.OnStep(n, time.Since(t0))
+			e.cfg.OnStep(n, att, time.Since(t0))
 		}
 		e.core.Advance(plan, logits, e.cfg.Now())
 		e.flushEvents(nil)

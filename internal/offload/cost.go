@@ -20,6 +20,14 @@ type CostConfig struct {
 	// Overhead is the fixed cost of one batched read from a tier (a call,
 	// a round trip, the wake-up of the waiting request).
 	Overhead map[kvtier.Tier]time.Duration
+	// AttendCost is the work of attending one earlier position, as a fraction
+	// of a token's position-independent work (model.Config.AttendCost): a
+	// token at position p costs 1 + AttendCost·p token-equivalents to
+	// recompute. 0 treats every position alike. With it the model prices a
+	// block deep in a long prompt above one at its start, as prefill does
+	// (its attention grows with the context), so a slow tier is still worth
+	// reading at 128K tokens where it is not at 1K.
+	AttendCost float64
 }
 
 // DefaultCostConfig returns priors for a CPU engine with local tiers:
@@ -49,6 +57,9 @@ func (c CostConfig) validate() (CostConfig, error) {
 	if c.PrefillTokensPerSecond < 0 {
 		return c, fmt.Errorf("offload: prefill rate %v < 0", c.PrefillTokensPerSecond)
 	}
+	if c.AttendCost < 0 || c.AttendCost > 1e6 {
+		return c, fmt.Errorf("offload: attend cost %v outside [0, 1e6]", c.AttendCost)
+	}
 	bw := make(map[kvtier.Tier]float64)
 	for k, v := range d.ReadBandwidth {
 		bw[k] = v
@@ -76,7 +87,7 @@ func (c CostConfig) validate() (CostConfig, error) {
 type CostModel struct {
 	cfg     CostConfig
 	bw      map[kvtier.Tier]float64 // bytes/s per tier, EWMA
-	prefill float64                 // tokens/s, EWMA
+	prefill float64                 // token-equivalents/s (see CostConfig.AttendCost), EWMA
 }
 
 // NewCostModel returns a model at its priors.
@@ -109,19 +120,27 @@ func (m *CostModel) ObserveRead(tier kvtier.Tier, bytes int64, d time.Duration) 
 	}
 }
 
-// ObservePrefill feeds one measured prefill of tokens taking d.
-func (m *CostModel) ObservePrefill(tokens int, d time.Duration) {
-	if tokens <= 0 || d <= 0 {
+// ObservePrefill feeds one measured prefill of tokens taking d, whose tokens attended over
+// attended earlier positions in all (Σ of their positions).
+func (m *CostModel) ObservePrefill(tokens int, attended int64, d time.Duration) {
+	if tokens <= 0 || d <= 0 || attended < 0 {
 		return
 	}
-	m.prefill = m.ewma(m.prefill, float64(tokens)/d.Seconds())
+	work := float64(tokens) + m.cfg.AttendCost*float64(attended)
+	m.prefill = m.ewma(m.prefill, work/d.Seconds())
+}
+
+// recompute is the time recomputing span b would take at the current rate.
+func (m *CostModel) recompute(b Span) float64 {
+	k, p := float64(b.Tokens), float64(b.Pos)
+	return (k + m.cfg.AttendCost*(k*p+k*(k-1)/2)) / m.prefill
 }
 
 // ReadBandwidth returns the current estimate for tier in bytes/s (0 if
 // unknown: such a tier is never worth reading).
 func (m *CostModel) ReadBandwidth(tier kvtier.Tier) float64 { return m.bw[tier] }
 
-// PrefillRate returns the current estimate in tokens/s.
+// PrefillRate returns the current estimate in token-equivalents/s: tokens/s at position 0.
 func (m *CostModel) PrefillRate() float64 { return m.prefill }
 
 // Span is one block a restore could read.
@@ -129,6 +148,7 @@ type Span struct {
 	Tier   kvtier.Tier
 	Bytes  int64 // bytes to read
 	Tokens int   // tokens it saves from recompute
+	Pos    int   // position of its first token (deeper blocks cost more to recompute)
 }
 
 // Plan returns how many leading blocks to restore (0..len(blocks)) and the
@@ -148,7 +168,7 @@ func (m *CostModel) Plan(blocks []Span) (n int, saved time.Duration) {
 			used[b.Tier] = true
 			cur -= m.cfg.Overhead[b.Tier].Seconds()
 		}
-		cur += float64(b.Tokens)/m.prefill - float64(b.Bytes)/bw
+		cur += m.recompute(b) - float64(b.Bytes)/bw
 		if cur > best {
 			best, n = cur, i+1
 		}

@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -14,9 +15,9 @@ func TestPlan(t *testing.T) {
 		PrefillTokensPerSecond: 1000, // 16 tokens = 16 ms
 		Overhead:               map[kvtier.Tier]time.Duration{kvtier.Host: 0, kvtier.Disk: time.Millisecond, kvtier.Remote: 20 * time.Millisecond},
 	}
-	host := Span{kvtier.Host, mb, 16}     // 1 ms read vs 16 ms recompute
-	disk := Span{kvtier.Disk, mb, 16}     // 10 ms vs 16 ms
-	remote := Span{kvtier.Remote, mb, 16} // 100 ms vs 16 ms: never
+	host := Span{kvtier.Host, mb, 16, 0}     // 1 ms read vs 16 ms recompute
+	disk := Span{kvtier.Disk, mb, 16, 0}     // 10 ms vs 16 ms
+	remote := Span{kvtier.Remote, mb, 16, 0} // 100 ms vs 16 ms: never
 	tests := []struct {
 		name   string
 		blocks []Span
@@ -28,8 +29,8 @@ func TestPlan(t *testing.T) {
 		{"remote never pays", []Span{remote, remote}, 0},
 		{"stop before remote", []Span{host, host, remote, remote}, 2},
 		{"remote gap then host does not pay", []Span{host, remote, host}, 1},
-		{"one disk block does not pay its overhead", []Span{{kvtier.Disk, 16 * mb / 10, 16}}, 0}, // 16 ms + 1 ms > 16 ms
-		{"unknown tier stops", []Span{host, {kvtier.Tier(kvtier.Count), 1, 16}, host}, 1},
+		{"one disk block does not pay its overhead", []Span{{kvtier.Disk, 16 * mb / 10, 16, 0}}, 0}, // 16 ms + 1 ms > 16 ms
+		{"unknown tier stops", []Span{host, {kvtier.Tier(kvtier.Count), 1, 16, 0}, host}, 1},
 	}
 	for _, tt := range tests {
 		m, err := NewCostModel(cfg)
@@ -50,7 +51,7 @@ func TestObservationsMove(t *testing.T) {
 	if got := m.ReadBandwidth(kvtier.Disk); got != 200 {
 		t.Errorf("bandwidth = %v, want 200", got)
 	}
-	m.ObservePrefill(50, time.Second) // sample 50: ewma 75
+	m.ObservePrefill(50, 0, time.Second) // sample 50: ewma 75
 	if got := m.PrefillRate(); got != 75 {
 		t.Errorf("prefill = %v, want 75", got)
 	}
@@ -64,7 +65,7 @@ func TestObservationsMove(t *testing.T) {
 	}
 	// A tier that turns slow switches restores off.
 	m2, _ := NewCostModel(CostConfig{PrefillTokensPerSecond: 1000, Overhead: map[kvtier.Tier]time.Duration{kvtier.Disk: 0}})
-	blk := []Span{{kvtier.Disk, 1 << 20, 16}}
+	blk := []Span{{kvtier.Disk, 1 << 20, 16, 0}}
 	if n, _ := m2.Plan(blk); n != 1 {
 		t.Fatalf("fast disk: Plan = %d, want 1", n)
 	}
@@ -85,5 +86,38 @@ func TestCostConfigValidate(t *testing.T) {
 		if _, err := NewCostModel(cfg); err == nil {
 			t.Errorf("%s: accepted %+v", name, cfg)
 		}
+	}
+}
+
+// TestPlanAtDepth: with AttendCost, recomputing a block costs more the deeper it lies, so a
+// read that does not pay at the start of a prompt pays far into a long one, and a prefill
+// step's rate is measured in token-equivalents (its attended positions counted).
+func TestPlanAtDepth(t *testing.T) {
+	const q = 1.0 / 4096 // attending 4096 positions costs as much as a token's other work
+	cfg := CostConfig{PrefillTokensPerSecond: 1000, AttendCost: q,
+		ReadBandwidth: map[kvtier.Tier]float64{kvtier.Disk: 100e6}, Overhead: map[kvtier.Tier]time.Duration{kvtier.Disk: 0}}
+	m, err := NewCostModel(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 16 tokens at 1000/s: 16 ms to recompute at position 0; reading 2 MB at 100 MB/s: 20 ms.
+	blk := func(pos int) []Span { return []Span{{Tier: kvtier.Disk, Bytes: 2e6, Tokens: 16, Pos: pos}} }
+	for _, c := range []struct {
+		pos  int
+		want int
+	}{{0, 0}, {512, 0}, {4096, 1}, {131072, 1}} {
+		// at pos: 16·(1 + q·(pos + 7.5)) ms against 20 ms
+		if n, saved := m.Plan(blk(c.pos)); n != c.want {
+			t.Errorf("block at %d: Plan = %d (saves %v), want %d", c.pos, n, saved, c.want)
+		}
+	}
+	// A step of 512 tokens at positions 4096..4607 in 1 s: 512·(1 + q·4351.5) ≈ 1056 equivalents.
+	m.ObservePrefill(512, 512*4096+512*511/2, time.Second)
+	want := 1000 + 0.2*(512*(1+q*4351.5)-1000)
+	if got := m.PrefillRate(); math.Abs(got-want) > 1e-6 {
+		t.Errorf("rate %v, want %v", got, want)
+	}
+	if _, err := NewCostModel(CostConfig{AttendCost: -1}); err == nil {
+		t.Error("a negative attend cost was accepted")
 	}
 }

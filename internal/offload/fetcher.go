@@ -49,6 +49,7 @@ type Request struct {
 	Parent prefix.Hash   // parent of Hashes[0]: Root, or the last block on the device
 	Hashes []prefix.Hash // block hashes, in prefix order
 	Tokens []int32       // len(Hashes)*BlockSize tokens of those blocks
+	Pos    int           // position of Tokens[0] in the prompt (the blocks the device holds come before)
 	// Into, when set, holds one destination per block (Layout.BlockBytes() bytes each: the
 	// pool blocks reserved for the request): a block's K/V is copied into Into[i] in the same
 	// pass over its bytes as the checksum (tier.DecodeVerifyInto), and a usable Record's KV
@@ -147,10 +148,10 @@ func NewFetcher(cfg FetcherConfig, tiers []TierStore, metrics *Metrics) (*Fetche
 }
 
 // ObservePrefill feeds the cost model a measured prefill (the engine calls
-// it after each prefill step).
-func (f *Fetcher) ObservePrefill(tokens int, d time.Duration) {
+// it after each prefill step; engine.Config.OnStep).
+func (f *Fetcher) ObservePrefill(tokens int, attended int64, d time.Duration) {
 	f.mu.Lock()
-	f.mu.cost.ObservePrefill(tokens, d)
+	f.mu.cost.ObservePrefill(tokens, attended, d)
 	f.mu.Unlock()
 }
 
@@ -232,7 +233,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		recBytes += 4 + int64(f.cfg.StateBytes) // the checkpoint travels with the K/V
 	}
 	for i := range spans {
-		spans[i] = Span{Tier: f.tiers[loc[i]].Tier, Bytes: recBytes, Tokens: bs}
+		spans[i] = Span{Tier: f.tiers[loc[i]].Tier, Bytes: recBytes, Tokens: bs, Pos: req.Pos + i*bs}
 		res.Blocks[i].Found, res.Blocks[i].Tier = true, spans[i].Tier
 	}
 	f.mu.Lock()

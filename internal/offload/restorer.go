@@ -68,7 +68,7 @@ func (t *Tiers) PrefetchInto(root prefix.Hash, hashes []prefix.Hash, tokens []in
 		dst = dst[:len(hashes)-first]
 	}
 	job := prefetchJob{first: first, start: time.Now(), done: done,
-		req: Request{Root: root, Parent: parent, Hashes: hashes[first:], Tokens: tokens[first*r.block : len(hashes)*r.block], Into: dst}}
+		req: Request{Root: root, Parent: parent, Hashes: hashes[first:], Tokens: tokens[first*r.block : len(hashes)*r.block], Pos: first * r.block, Into: dst}}
 	queued := false
 	r.mu.RLock()
 	if !r.mu.closed {

@@ -64,6 +64,9 @@ type Config struct {
 	// it, a record is complete only with its checkpoint, and a restored prefix ends at the
 	// last block that has one (FetcherConfig.NeedState).
 	StateBytes int
+	// AttendCost is the model's attention work per earlier position as a fraction of its
+	// per-token work (model.Config.AttendCost), for the cost model (CostConfig.AttendCost).
+	AttendCost float64
 }
 
 // DefaultConfig returns the defaults behind `stockpot serve`: every tier off.
@@ -223,6 +226,7 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	fcfg := DefaultFetcherConfig()
 	fcfg.Identity, fcfg.Layout = cfg.Identity, cfg.Layout
 	fcfg.NeedState, fcfg.StateBytes = cfg.StateBytes > 0, cfg.StateBytes
+	fcfg.Cost.AttendCost = cfg.AttendCost
 	if t.fetcher, err = NewFetcher(fcfg, t.tiers, t.metrics); err != nil {
 		return err
 	}
