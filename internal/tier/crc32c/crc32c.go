@@ -6,7 +6,7 @@ import "hash/crc32"
 // and uses the SSE4.2 (amd64) or ARMv8 CRC instructions.
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// impl is a way of computing the CRC, the fastest one the CPU has chosen at start-up.
+// impl names a way of computing the CRC; active holds the fastest one this CPU runs.
 type impl int
 
 const (
