@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"stockpot/internal/kvtier"
@@ -13,13 +14,25 @@ import (
 
 // DropRoot deletes every block under root from each tier (tier.AllRoots: every block of this
 // identity), for the cache admin's DELETE /v1/cache, and reports how many it deleted per tier.
+// only, when given, limits the drop to those tiers (DELETE /v1/cache?tier=disk): the others
+// keep their copies, so a benchmark can make the next tier down the first that holds a prefix
+// and time a restore from it. A tier named in only that this Tiers lacks is an error
+// (ErrNoSuchTier), not a silent no-op: the caller asked to drop something that is not there.
 // A store that cannot list its keys (not a tier.Lister) is skipped with an error naming it;
 // the other tiers are still dropped. Blocks still queued for write-back when the drop runs may
 // land after it: a caller that must see nothing left drops again once the pool is idle.
-func (t *Tiers) DropRoot(ctx context.Context, root prefix.Hash) (kvtier.Counts, error) {
+func (t *Tiers) DropRoot(ctx context.Context, root prefix.Hash, only ...kvtier.Tier) (kvtier.Counts, error) {
 	var out kvtier.Counts
 	var errs []error
+	for _, o := range only {
+		if !t.Has(o) {
+			errs = append(errs, fmt.Errorf("%w: %s", ErrNoSuchTier, o))
+		}
+	}
 	for _, tr := range t.tiers {
+		if len(only) > 0 && !slices.Contains(only, tr.Tier) {
+			continue
+		}
 		l, ok := tr.Store.(tier.Lister)
 		if !ok {
 			errs = append(errs, fmt.Errorf("%s tier: cannot list its blocks", tr.Tier))
@@ -36,6 +49,20 @@ func (t *Tiers) DropRoot(ctx context.Context, root prefix.Hash) (kvtier.Counts, 
 		out[tr.Tier] += uint64(len(keys))
 	}
 	return out, errors.Join(errs...)
+}
+
+// ErrNoSuchTier: a drop named a tier this server was not started with.
+var ErrNoSuchTier = errors.New("no such tier on this server")
+
+// Has reports whether k is one of the lower tiers this Tiers opened (Device never is: the
+// working pool is the engine's).
+func (t *Tiers) Has(k kvtier.Tier) bool {
+	for _, tr := range t.tiers {
+		if tr.Tier == k {
+			return true
+		}
+	}
+	return false
 }
 
 // TierPin is one pin a lower tier holds (tier.Pinner stores only).

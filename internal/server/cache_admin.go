@@ -5,7 +5,10 @@ import (
 	"encoding/hex"
 	"fmt"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"stockpot/internal/api"
@@ -294,7 +297,8 @@ func (s *Server) handleCacheGet(w http.ResponseWriter, r *http.Request) {
 
 // CacheDropResponse is the answer of DELETE /v1/cache.
 type CacheDropResponse struct {
-	Object         string            `json:"object"` // "cache.dropped"
+	Object         string            `json:"object"`         // "cache.dropped"
+	Tier           string            `json:"tier,omitempty"` // the one tier dropped (?tier=); absent: the pool and every lower tier
 	DroppedBlocks  int               `json:"dropped_blocks"`
 	BusyBlocks     int               `json:"busy_blocks"`     // of those, still held by running requests (freed when they end)
 	UnpinnedBlocks int               `json:"unpinned_blocks"` // pinned blocks unpinned before the drop
@@ -316,6 +320,10 @@ func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
 	}
 	switch {
 	case q.Has("pin"):
+		if q.Has("tier") {
+			writeError(w, api.Invalid("tier", "?tier= goes with ?all=1 or ?salt=S, not ?pin=ID (a pin is unpinned in every tier)"))
+			return
+		}
 		s.handleUnpin(w, r, q.Get("pin"))
 		return
 	case q.Has("all"):
@@ -325,6 +333,10 @@ func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
 		}
 	case len(q.Get("salt")) > api.MaxCacheSaltBytes:
 		writeError(w, api.Invalid("salt", "salt is %d bytes, over the limit of %d", len(q.Get("salt")), api.MaxCacheSaltBytes))
+		return
+	}
+	only, ok := s.dropTier(w, q)
+	if !ok {
 		return
 	}
 	all := q.Has("all")
@@ -338,13 +350,30 @@ func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
 		salt = t.Salt(salt)
 	}
 	// Dropping a tenant (or everything) drops its pins first: a pinned block is held, so it
-	// would otherwise stay behind as busy. The tiers lose the pins with the blocks.
+	// would otherwise stay behind as busy. The tiers lose the pins with the blocks. A drop of
+	// the pool alone (?tier=device) unpins too, since a pinned block cannot leave the pool;
+	// the lower tiers then keep their copies, unpinned. A drop of one lower tier leaves the
+	// pool, and its pins, alone.
+	out := CacheDropResponse{Object: "cache.dropped", Tiers: map[string]uint64{}}
 	root := s.cfg.CacheAdmin.Root(salt)
-	unpinned := s.cfg.CacheAdmin.Unpin(func(p engine.PinInfo) bool { return all || p.Root == root })
-	d := s.cfg.CacheAdmin.DropCache(salt, all)
-	out := CacheDropResponse{Object: "cache.dropped", DroppedBlocks: d.Blocks, BusyBlocks: d.Busy, UnpinnedBlocks: unpinned, Tiers: map[string]uint64{}}
-	if s.cfg.TierDrop != nil {
-		counts, err := s.cfg.TierDrop(r.Context(), d.Root) // the zero root: every root
+	if all {
+		root = prefix.Hash{} // the zero root: every root
+	}
+	pool := !only.Valid() || only == kvtier.Device
+	if pool {
+		out.UnpinnedBlocks = s.cfg.CacheAdmin.Unpin(func(p engine.PinInfo) bool { return all || p.Root == root })
+		d := s.cfg.CacheAdmin.DropCache(salt, all)
+		out.DroppedBlocks, out.BusyBlocks, root = d.Blocks, d.Busy, d.Root
+	}
+	if only.Valid() {
+		out.Tier = only.String()
+	}
+	if s.cfg.TierDrop != nil && only != kvtier.Device {
+		var tiers []kvtier.Tier
+		if only.Valid() {
+			tiers = []kvtier.Tier{only}
+		}
+		counts, err := s.cfg.TierDrop(r.Context(), root, tiers...)
 		for t := range kvtier.Tier(kvtier.Count) {
 			if t != kvtier.Device && counts[t] > 0 {
 				out.Tiers[t.String()] = counts[t]
@@ -357,8 +386,37 @@ func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.cfg.Logger.Info("cache dropped", "all", all, "root", hex.EncodeToString(d.Root[:8]), "blocks", d.Blocks, "busy", d.Busy, "tiers", fmt.Sprint(out.Tiers))
+	s.cfg.Logger.Info("cache dropped", "all", all, "tier", out.Tier, "root", hex.EncodeToString(root[:8]), "blocks", out.DroppedBlocks, "busy", out.BusyBlocks, "tiers", fmt.Sprint(out.Tiers))
 	writeJSON(w, http.StatusOK, out)
+}
+
+// noTier is dropTier's answer for a drop of every tier: not a valid kvtier.Tier.
+const noTier = kvtier.Tier(kvtier.Count)
+
+// dropTier reads DELETE /v1/cache's ?tier=: absent, noTier (the pool and every lower tier);
+// "device", the working pool alone; "host", "disk" or "remote", that lower tier alone, which
+// this server must have. Anything else is answered with a 400 here (ok false).
+func (s *Server) dropTier(w http.ResponseWriter, q url.Values) (kvtier.Tier, bool) {
+	if !q.Has("tier") {
+		return noTier, true
+	}
+	v := q.Get("tier")
+	have := []string{kvtier.Device.String()}
+	if s.cfg.TierStats != nil {
+		for _, st := range s.cfg.TierStats() {
+			have = append(have, st.Tier.String())
+		}
+	}
+	t, err := kvtier.Parse(v)
+	if err != nil {
+		writeError(w, api.Invalid("tier", "tier must be one of device, host, disk and remote, got %q", v))
+		return noTier, false
+	}
+	if !slices.Contains(have, v) {
+		writeError(w, api.Invalid("tier", "this server has no %s tier (it has %s)", v, strings.Join(have, ", ")))
+		return noTier, false
+	}
+	return t, true
 }
 
 // unjoin splits an errors.Join result into its parts.
@@ -370,5 +428,6 @@ func unjoin(err error) []error {
 }
 
 // TierDropper is Config.TierDrop's type: drop every block under root (the zero root: every
-// root) from the lower tiers, reporting the count per tier (offload.Tiers.DropRoot).
-type TierDropper = func(ctx context.Context, root prefix.Hash) (kvtier.Counts, error)
+// root) from the lower tiers, or from those in only when it is given, reporting the count per
+// tier (offload.Tiers.DropRoot).
+type TierDropper = func(ctx context.Context, root prefix.Hash, only ...kvtier.Tier) (kvtier.Counts, error)

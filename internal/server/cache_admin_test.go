@@ -77,25 +77,39 @@ func (f *fakeCacheAdmin) PoolFits(n int) error {
 }
 
 func newAdminServer(t *testing.T, mod func(*Config)) (*Server, *fakeCacheAdmin, *[]prefix.Hash) {
+	s, fa, drops := newAdminServerTiers(t, mod)
+	return s, fa, &drops.roots
+}
+
+// tierDrops records the lower-tier drops the server asked for.
+type tierDrops struct {
+	roots []prefix.Hash
+	only  [][]kvtier.Tier // each call's tier filter (nil: every tier)
+}
+
+func newAdminServerTiers(t *testing.T, mod func(*Config)) (*Server, *fakeCacheAdmin, *tierDrops) {
 	t.Helper()
 	fa := &fakeCacheAdmin{poolBlocks: 4, blockSize: 16}
-	var tierDrops []prefix.Hash
+	drops := &tierDrops{}
 	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) {
 		c.AdminKeys, c.APIKeys, c.CacheAdmin, c.BlockSize = []string{"adm"}, []string{"api"}, fa, 16
 		c.TierStats = func() []kvtier.Stat {
 			return []kvtier.Stat{{Tier: kvtier.Host, UsedBytes: 4096, CapacityBytes: 1 << 20, Items: 4, Evictions: 7}}
 		}
-		c.TierDrop = func(_ context.Context, root prefix.Hash) (kvtier.Counts, error) {
-			tierDrops = append(tierDrops, root)
+		c.TierDrop = func(_ context.Context, root prefix.Hash, only ...kvtier.Tier) (kvtier.Counts, error) {
+			drops.roots = append(drops.roots, root)
+			drops.only = append(drops.only, only)
 			var c kvtier.Counts
-			c[kvtier.Host] = 3
+			if len(only) == 0 || slices.Contains(only, kvtier.Host) {
+				c[kvtier.Host] = 3
+			}
 			return c, errors.Join(errors.New("remote tier: down"))
 		}
 		if mod != nil {
 			mod(c)
 		}
 	})
-	return s, fa, &tierDrops
+	return s, fa, drops
 }
 
 const adminAuth = "Bearer adm"
@@ -256,5 +270,72 @@ func TestCacheDeleteEndpoint(t *testing.T) {
 	}
 	if len(fa.drops) != 2 {
 		t.Errorf("bad drops reached the engine: %v", fa.drops)
+	}
+}
+
+// TestCacheDeleteOneTier: ?tier=device drops the working pool alone (unpinning it, the lower
+// tiers untouched), ?tier=host that lower tier alone (the pool and its pins untouched), with
+// ?all=1 or ?salt=S; an unknown tier name, a tier the server lacks and ?tier= with ?pin= are
+// 400s in the API's error shape that reach neither the engine nor the tiers.
+func TestCacheDeleteOneTier(t *testing.T) {
+	s, fa, drops := newAdminServerTiers(t, nil)
+	fa.pins = []engine.PinInfo{{Root: prefix.Hash{9}, Hash: prefix.Hash{10}}}
+
+	rec := do(s.Handler(), "DELETE", "/v1/cache?all=1&tier=host", "", "Authorization", adminAuth)
+	got := decode[CacheDropResponse](t, rec)
+	if rec.Code != 200 || got.Tier != "host" || got.DroppedBlocks != 0 || got.UnpinnedBlocks != 0 || got.Tiers["host"] != 3 {
+		t.Errorf("drop host: HTTP %d %+v", rec.Code, got)
+	}
+	if len(fa.drops) != 0 || len(fa.pins) != 1 {
+		t.Errorf("a host drop touched the pool: drops %v, pins %v", fa.drops, fa.pins)
+	}
+	if len(drops.only) != 1 || !slices.Equal(drops.only[0], []kvtier.Tier{kvtier.Host}) || drops.roots[0] != (prefix.Hash{}) {
+		t.Errorf("tier drops %v under %v, want [host] under the zero root", drops.only, drops.roots)
+	}
+
+	rec = do(s.Handler(), "DELETE", "/v1/cache?all=1&tier=device", "", "Authorization", adminAuth)
+	got = decode[CacheDropResponse](t, rec)
+	if rec.Code != 200 || got.Tier != "device" || got.DroppedBlocks != 5 || got.UnpinnedBlocks != 1 || len(got.Tiers) != 0 {
+		t.Errorf("drop device: HTTP %d %+v", rec.Code, got)
+	}
+	if !slices.Equal(fa.drops, []string{"all"}) || len(drops.only) != 1 {
+		t.Errorf("a device drop: engine drops %v, tier drops %v (want the pool only)", fa.drops, drops.only)
+	}
+
+	rec = do(s.Handler(), "DELETE", "/v1/cache?salt=t1&tier=host", "", "Authorization", adminAuth)
+	if got := decode[CacheDropResponse](t, rec); rec.Code != 200 || got.Tiers["host"] != 3 || drops.roots[1] != prefix.Root([]byte("id"), "t1") {
+		t.Errorf("drop a salt's host blocks: HTTP %d %+v, root %x", rec.Code, got, drops.roots[1])
+	}
+
+	// Without tier= the pool and every lower tier go, as before.
+	rec = do(s.Handler(), "DELETE", "/v1/cache?all=1", "", "Authorization", adminAuth)
+	if got := decode[CacheDropResponse](t, rec); rec.Code != 200 || got.Tier != "" || got.DroppedBlocks != 5 || got.Tiers["host"] != 3 || drops.only[2] != nil {
+		t.Errorf("drop all: HTTP %d %+v, filter %v", rec.Code, got, drops.only[2])
+	}
+
+	before, beforeTiers := len(fa.drops), len(drops.only)
+	for _, c := range []struct{ q, want string }{
+		{"?all=1&tier=gpu", `tier must be one of device, host, disk and remote, got \"gpu\"`},
+		{"?all=1&tier=", `got \"\"`},
+		{"?all=1&tier=disk", "this server has no disk tier (it has device, host)"},
+		{"?pin=" + strings.Repeat("ab", 32) + "&tier=host", "not ?pin=ID"},
+	} {
+		rec := do(s.Handler(), "DELETE", "/v1/cache"+c.q, "", "Authorization", adminAuth)
+		body := rec.Body.String()
+		if rec.Code != 400 || !strings.Contains(body, c.want) || !strings.Contains(body, `"param":"tier"`) || !strings.Contains(body, `"type":"invalid_request_error"`) {
+			t.Errorf("DELETE /v1/cache%s: HTTP %d %s, want 400 with %s", c.q, rec.Code, body, c.want)
+		}
+	}
+	if len(fa.drops) != before || len(drops.only) != beforeTiers {
+		t.Errorf("a refused drop reached the engine or the tiers: %v %v", fa.drops, drops.only)
+	}
+
+	// A server without lower tiers knows only the device.
+	bare, fb, _ := newAdminServerTiers(t, func(c *Config) { c.TierStats, c.TierDrop = nil, nil })
+	if rec := do(bare.Handler(), "DELETE", "/v1/cache?all=1&tier=host", "", "Authorization", adminAuth); rec.Code != 400 || !strings.Contains(rec.Body.String(), "(it has device)") {
+		t.Errorf("host drop without tiers: HTTP %d %s", rec.Code, rec.Body)
+	}
+	if rec := do(bare.Handler(), "DELETE", "/v1/cache?all=1&tier=device", "", "Authorization", adminAuth); rec.Code != 200 || !slices.Equal(fb.drops, []string{"all"}) {
+		t.Errorf("device drop without tiers: HTTP %d %s, drops %v", rec.Code, rec.Body, fb.drops)
 	}
 }
