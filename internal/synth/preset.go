@@ -155,16 +155,18 @@ var presets = []Preset{
 			ResBlock: 3, SituBeta: 4, SituLinearBeta: 8, GateLowerBound: -5, ExpertLatent: 32},
 	},
 	{
-		// A small Kimi-K3 for long context: 8 layers (2 MLA), 256-wide, every
-		// matrix row a multiple of 256 where the shape allows (so Q4_K
-		// applies), compressed queries (q_lora_rank) on, a 128-wide latent
-		// for the experts. The cache is 2 MLA latent rows of 80 floats per
-		// token plus the 6 KDA layers' fixed state.
+		// A small Kimi-K3 for long context on a CPU: 256 wide, 8 layers of
+		// which the last is MLA (K3 interleaves KDA and MLA; one MLA layer of
+		// 2 heads keeps a 128K-token prefill to minutes on 2 cores, its
+		// attention still quadratic), compressed queries (q_lora_rank) on,
+		// a 128-wide latent for the experts. Its cache is one 80-float
+		// latent row per token (64 + 16) plus the 7 KDA layers' fixed state
+		// per checkpoint.
 		Name: "small-kimi-k3", Arch: "kimi-k3",
-		Embed: 256, Layers: 8, Heads: 4, KVHeads: 1, HeadDim: 64, FFN: 512, Context: 524288,
+		Embed: 256, Layers: 8, Heads: 2, KVHeads: 1, HeadDim: 128, FFN: 512, Context: 524288,
 		Tokenizer: TokenizerKimi, VocabSize: 4096, Template: tokenizer.TemplateKimiK3,
 		RopeBase: 10000, NormEps: 1e-5,
-		Kimi: Kimi{MLAInterval: 4, KDAHeadDim: 32, KDAConv: 4,
+		Kimi: Kimi{MLAInterval: 8, KDAHeadDim: 64, KDAConv: 4,
 			KVLoraRank: 64, QKRopeDim: 16, QKNopeDim: 32, VHeadDim: 32,
 			Experts: 16, ExpertsUsed: 2, SharedExperts: 1, ExpertFFN: 128, DenseLead: 1,
 			Gating: 2, WeightsScale: 2.5,
