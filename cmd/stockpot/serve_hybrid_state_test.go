@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"stockpot/internal/engine"
@@ -27,15 +28,16 @@ type hybridAnswer struct {
 	tokens   []int32
 	logprobs []float64
 	prompt   int
+	ttftMs   float64
 	cache    struct {
 		Device, Host, Disk, Remote, Computed, Discarded, StateBytes int
 		Miss                                                        *struct{ Cause string }
 	}
 }
 
-func hybridComplete(t *testing.T, url, prompt string) hybridAnswer {
+func hybridComplete(t testing.TB, url, prompt string) hybridAnswer {
 	t.Helper()
-	code, out := post(t, url+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 12, "temperature": 0,
+	code, out := postB(t, url+"/v1/completions", map[string]any{"prompt": prompt, "max_tokens": 12, "temperature": 0,
 		"ignore_eos": true, "return_token_ids": true, "logprobs": 1, "cache_report": true})
 	if code != 200 {
 		t.Fatalf("status %d: %s", code, out)
@@ -48,7 +50,8 @@ func hybridComplete(t *testing.T, url, prompt string) hybridAnswer {
 			}
 		}
 		Usage struct {
-			PromptTokens int `json:"prompt_tokens"`
+			PromptTokens int     `json:"prompt_tokens"`
+			Timings      timings `json:"timings"`
 			Cache        struct {
 				Device     int `json:"device_tokens"`
 				Host       int `json:"host_tokens"`
@@ -64,7 +67,7 @@ func hybridComplete(t *testing.T, url, prompt string) hybridAnswer {
 	if err := json.Unmarshal(out, &r); err != nil || len(r.Choices) != 1 {
 		t.Fatalf("reply %s: %v", out, err)
 	}
-	a := hybridAnswer{tokens: r.Choices[0].TokenIDs, logprobs: r.Choices[0].Logprobs.TokenLogprobs, prompt: r.Usage.PromptTokens}
+	a := hybridAnswer{tokens: r.Choices[0].TokenIDs, logprobs: r.Choices[0].Logprobs.TokenLogprobs, prompt: r.Usage.PromptTokens, ttftMs: r.Usage.Timings.TTFTMs}
 	c := r.Usage.Cache
 	a.cache.Device, a.cache.Host, a.cache.Disk, a.cache.Remote = c.Device, c.Host, c.Disk, c.Remote
 	a.cache.Computed, a.cache.Discarded, a.cache.StateBytes, a.cache.Miss = c.Computed, c.Discarded, c.StateBytes, c.Miss
@@ -85,7 +88,7 @@ func (a hybridAnswer) same(b hybridAnswer) bool {
 
 // diskRecords opens a stopped server's disk tier and returns the store and its records in
 // chain order (the prompt's blocks from the root on).
-func diskRecords(t *testing.T, dir string) (*disk.Store, []*tier.Record) {
+func diskRecords(t testing.TB, dir string) (*disk.Store, []*tier.Record) {
 	t.Helper()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -128,7 +131,7 @@ func diskRecords(t *testing.T, dir string) (*disk.Store, []*tier.Record) {
 }
 
 // rewrite replaces each record of chain (by index) with what change makes of a copy of it.
-func rewrite(t *testing.T, s *disk.Store, chain []*tier.Record, change func(i int, r *tier.Record) []byte) {
+func rewrite(t testing.TB, s *disk.Store, chain []*tier.Record, change func(i int, r *tier.Record) []byte) {
 	t.Helper()
 	ctx := context.Background()
 	for i, r := range chain {
@@ -147,7 +150,7 @@ func rewrite(t *testing.T, s *disk.Store, chain []*tier.Record, change func(i in
 	}
 }
 
-func encodeRecord(t *testing.T, r *tier.Record) []byte {
+func encodeRecord(t testing.TB, r *tier.Record) []byte {
 	b, err := r.Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -156,26 +159,65 @@ func encodeRecord(t *testing.T, r *tier.Record) []byte {
 }
 
 // TestHybridSeedsTrap is the seeds' Kimi-K3 story as a test: a long prompt to a hybrid model
-// (qwen35) fills the disk tier, the server stops gracefully (the pool is written back, each
-// block with its recurrent-state checkpoint) and starts again on the same directory.
+// (qwen35, checkpoints at every block) fills the disk tier, the server stops gracefully (the
+// pool is written back, each block with its recurrent-state checkpoint) and starts again on
+// the same directory.
 //   - Checkpoints intact: the prompt resumes from disk (every reusable block), and the answer
 //     equals the answer with no cache at all, bit for bit.
 //   - The K/V written without its state (the records re-written with the checkpoints cut
 //     out): the store still reports the hit, but the engine rightly discards all of it as
 //     incomplete_state (usage, metric, miss cause), recomputes, and answers the same.
-//   - Only the last checkpoints lost: the prefix ends at the last block with one; the K/V
-//     past it is discarded. A damaged checkpoint (state bytes flipped) fails the record's
-//     checksum: discarded too, never used.
+//   - The last checkpoints lost: the prefix ends at the last block with one; the K/V past it
+//     is discarded. A damaged checkpoint (state bytes flipped) fails the record's checksum:
+//     discarded too, never used.
 func TestHybridSeedsTrap(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "qwen35.gguf")
-	if err := synth.WriteFile("tiny-qwen35", synth.Options{Seed: 11, Type: gguf.TypeF32}, path); err != nil {
+	seedsTrap(t, trapCase{preset: "tiny-qwen35", chars: 2400, every: 1, kvBudget: 16 << 20, maxBatch: 40})
+}
+
+// TestKimiK3SeedsTrap is the same story on Kimi-K3 itself (KDA state, MLA latent rows, a
+// checkpoint every 4th block), at a few thousand tokens; BenchmarkKimiK3SeedsTrap128K runs
+// it at 128K tokens.
+func TestKimiK3SeedsTrap(t *testing.T) {
+	seedsTrap(t, trapCase{preset: "tiny-kimi-k3", chars: 9000, every: 4, kvBudget: 64 << 20, maxBatch: 256})
+}
+
+// BenchmarkKimiK3SeedsTrap128K: the seeds' trap at 128K tokens on small-kimi-k3 (a checkpoint
+// every 64 blocks of 16 tokens). The first run's cold prefill is the reference (its answer is
+// checked against no other, as a cache-off run would cost another cold 128K prefill); it
+// reports the cold prefill and each scenario's TTFT.
+func BenchmarkKimiK3SeedsTrap128K(b *testing.B) {
+	for b.Loop() {
+		seedsTrap(b, trapCase{preset: "small-kimi-k3", tokens: 131072, every: 64, kvBudget: 1 << 30, maxBatch: 512, noColdRun: true})
+	}
+}
+
+// trapCase sizes seedsTrap: the preset, the prompt (chars of longText, or about tokens
+// tokens), the checkpoint interval in blocks, the pool and the prefill chunk; noColdRun uses
+// the first (cache-filling, all computed) run as the cold reference.
+type trapCase struct {
+	preset        string
+	chars, tokens int
+	every         int
+	kvBudget      int64
+	maxBatch      int
+	noColdRun     bool
+}
+
+func seedsTrap(t testing.TB, tc trapCase) {
+	path := filepath.Join(t.TempDir(), tc.preset+".gguf")
+	if err := synth.WriteFile(tc.preset, synth.Options{Seed: 11, Type: gguf.TypeF32}, path); err != nil {
 		t.Fatal(err)
 	}
-	prompt := longText(2400)
+	chars := tc.chars
+	if tc.tokens > 0 {
+		chars = tc.tokens * 3 // about 3 characters a token on these vocabularies; the usage says
+	}
+	prompt := longText(chars)
 	const B = 16
 	start := func(to offload.Config, cache bool) (string, func()) {
-		o := serveOptions{model: path, threads: 2, blockSize: B, kvBudget: 16 << 20, kvType: kvcache.F32,
-			prefixCache: cache, dedup: cache, maxBatch: 40, maxRunning: 8, tiers: to, prefetch: engine.PrefetchWait}
+		o := serveOptions{model: path, threads: 2, blockSize: B, kvBudget: tc.kvBudget, kvType: kvcache.F32,
+			prefixCache: cache, dedup: cache, maxBatch: tc.maxBatch, maxRunning: 8, tiers: to, prefetch: engine.PrefetchWait,
+			stateEvery: tc.every}
 		inst, err := newInstance(o)
 		if err != nil {
 			t.Fatal(err)
@@ -183,31 +225,51 @@ func TestHybridSeedsTrap(t *testing.T) {
 		ts := newHTTPServer(inst)
 		return ts.URL, func() { ts.Close(); inst.Close() }
 	}
-	// The reference: no cache at all.
-	url, stop := start(offload.Config{}, false)
-	cold := hybridComplete(t, url, prompt)
-	stop()
-	if cold.cache.Computed != cold.prompt {
-		t.Fatalf("cache off: %+v", cold.cache)
+	var cold hybridAnswer
+	if !tc.noColdRun {
+		// The reference: no cache at all.
+		url, stop := start(offload.Config{}, false)
+		cold = hybridComplete(t, url, prompt)
+		stop()
+		if cold.cache.Computed != cold.prompt {
+			t.Fatalf("cache off: %+v", cold.cache)
+		}
 	}
-	full := (cold.prompt - 1) / B // blocks a warm request reuses
 
 	dir := t.TempDir()
-	to := offload.Config{DiskDir: dir, DiskBytes: 1 << 30}
-	url, stop = start(to, true)
+	to := offload.Config{DiskDir: dir, DiskBytes: 4 << 30}
+	url, stop := start(to, true)
 	first := hybridComplete(t, url, prompt)
-	stop() // graceful: every block goes to disk with its checkpoint
+	stop() // graceful: every block goes to disk, the checkpoint blocks with their state
+	if tc.noColdRun {
+		cold = first
+	}
 	if !first.same(cold) || first.cache.Computed != first.prompt {
 		t.Fatalf("first run: %v %+v, cold %v", first.tokens, first.cache, cold.tokens)
 	}
+	if b, ok := t.(*testing.B); ok {
+		b.ReportMetric(float64(first.prompt), "prompt-tokens")
+		b.ReportMetric(first.ttftMs, "cold-ttft-ms")
+	}
+	// The blocks a warm request can reuse end at the deepest checkpoint before its last token.
+	full := (first.prompt - 1) / B
+	usable := full / tc.every * tc.every
 	s, chain := diskRecords(t, dir)
 	if len(chain) < full {
 		t.Fatalf("disk holds a chain of %d blocks, want at least %d", len(chain), full)
 	}
+	var cps []int // the blocks (by index) whose record carries a checkpoint
 	for i, r := range chain[:full] {
-		if !r.StateComplete || len(r.Aux) != 1 || len(r.Aux[0]) == 0 {
-			t.Fatalf("block %d on disk: complete %v, %d state entries", i, r.StateComplete, len(r.Aux))
+		complete := r.StateComplete && len(r.Aux) == 1 && len(r.Aux[0]) > 0
+		if want := (i+1)%tc.every == 0; complete != want {
+			t.Fatalf("block %d on disk: complete %v, %d state entries; want a checkpoint %v (every %d blocks)", i, r.StateComplete, len(r.Aux), want, tc.every)
 		}
+		if complete {
+			cps = append(cps, i)
+		}
+	}
+	if len(cps) < 4 || (cps[len(cps)-1]+1) != usable {
+		t.Fatalf("checkpoints at blocks %v, want the last at %d and at least 4", cps, usable-1)
 	}
 	orig := make([][]byte, len(chain))
 	for i, r := range chain {
@@ -215,38 +277,46 @@ func TestHybridSeedsTrap(t *testing.T) {
 	}
 	s.Close()
 
+	// Every block the disk holds up to the prompt's last full block is found; those past the
+	// resume point are discarded, counted by reason. Intact checkpoints resume at the last
+	// one (a hybrid reuses whole checkpoint intervals: the blocks after it are incomplete_state).
+	// Losing the last two checkpoints moves the resume point back to the third-to-last. A
+	// flipped byte in the second-to-last checkpoint fails its record's checksum: the resume
+	// point is the one before it; the blocks up to the damaged one are incomplete_state, it
+	// and the chain after it checksum.
+	third, flipped := cps[len(cps)-3]+1, cps[len(cps)-2]
 	type scenario struct {
 		name        string
 		change      func(i int, r *tier.Record) []byte // nil return: keep the original
 		disk        int                                // blocks restored
-		discarded   int                                // blocks discarded
-		reason      string
+		reasons     map[string]int                     // blocks discarded, by reason
 		missCause   string
 		stateResume bool
 	}
+	inc := engine.ReasonIncompleteState
 	for _, sc := range []scenario{
-		{name: "checkpoints intact", disk: full, stateResume: true},
+		{name: "checkpoints intact", disk: usable, reasons: map[string]int{inc: full - usable}, stateResume: true},
 		{name: "K/V without state", change: func(i int, r *tier.Record) []byte {
 			r.Aux, r.StateComplete = nil, false
 			return encodeRecord(t, r)
-		}, disk: 0, discarded: full, reason: engine.ReasonIncompleteState, missCause: "incomplete_state"},
-		{name: "last 4 checkpoints lost", change: func(i int, r *tier.Record) []byte {
-			if i < full-4 {
+		}, disk: 0, reasons: map[string]int{inc: full}, missCause: "incomplete_state"},
+		{name: "last 2 checkpoints lost", change: func(i int, r *tier.Record) []byte {
+			if i < third {
 				return nil
 			}
 			r.Aux, r.StateComplete = nil, false
 			return encodeRecord(t, r)
-		}, disk: full - 4, discarded: 4, reason: engine.ReasonIncompleteState, missCause: "incomplete_state", stateResume: true},
+		}, disk: third, reasons: map[string]int{inc: full - third}, missCause: "incomplete_state", stateResume: true},
 		{name: "a checkpoint's bytes flipped", change: func(i int, r *tier.Record) []byte {
-			if i != full-2 {
+			if i != flipped {
 				return nil
 			}
 			b := encodeRecord(t, r)
 			b[len(b)-40] ^= 0x5a // inside the state, before the trailing checksum
 			return b
-		}, disk: full - 2, discarded: 2, reason: tier.ReasonChecksum, stateResume: true},
+		}, disk: third, reasons: map[string]int{inc: flipped - third, tier.ReasonChecksum: full - flipped}, stateResume: true},
 	} {
-		t.Run(sc.name, func(t *testing.T) {
+		run := func(t testing.TB) {
 			s, _ := diskRecords(t, dir)
 			rewrite(t, s, chain, func(i int, r *tier.Record) []byte {
 				if sc.change != nil {
@@ -258,16 +328,16 @@ func TestHybridSeedsTrap(t *testing.T) {
 			})
 			s.Close()
 			url, stop := start(to, true)
-			before := scrape(t, url)
+			before := scrapeB(t, url)
 			got := hybridComplete(t, url, prompt)
-			after := scrape(t, url)
+			after := scrapeB(t, url)
 			stop()
 			if !got.same(cold) {
-				t.Errorf("answer %v %v, cache off %v %v", got.tokens, got.logprobs, cold.tokens, cold.logprobs)
+				t.Errorf("answer %v %v, cold %v %v", got.tokens, got.logprobs, cold.tokens, cold.logprobs)
 			}
 			c := got.cache
-			if c.Disk != sc.disk*B || c.Discarded != sc.discarded*B || c.Device+c.Host+c.Disk+c.Remote+c.Computed != got.prompt {
-				t.Errorf("usage.cache %+v: want %d disk tokens, %d discarded", c, sc.disk*B, sc.discarded*B)
+			if c.Disk != sc.disk*B || c.Discarded != (full-sc.disk)*B || c.Device+c.Host+c.Disk+c.Remote+c.Computed != got.prompt {
+				t.Errorf("usage.cache %+v: want %d disk tokens, %d discarded", c, sc.disk*B, (full-sc.disk)*B)
 			}
 			if sc.stateResume != (c.StateBytes > 0) {
 				t.Errorf("state_bytes %d, resumed from a checkpoint: %v", c.StateBytes, sc.stateResume)
@@ -275,16 +345,24 @@ func TestHybridSeedsTrap(t *testing.T) {
 			if sc.missCause != "" && (c.Miss == nil || c.Miss.Cause != sc.missCause) {
 				t.Errorf("miss %+v, want cause %s", c.Miss, sc.missCause)
 			}
-			if sc.reason != "" {
-				series := `stockpot_kv_blocks_discarded_total{reason="` + sc.reason + `"}`
-				if d := after[series] - before[series]; d != float64(sc.discarded) {
-					t.Errorf("%s rose by %v, want %d", series, d, sc.discarded)
+			for reason, n := range sc.reasons {
+				series := `stockpot_kv_blocks_discarded_total{reason="` + reason + `"}`
+				if d := after[series] - before[series]; d != float64(n) {
+					t.Errorf("%s rose by %v, want %d", series, d, n)
 				}
 			}
-			if got := after["stockpot_prefix_cache_min_reusable_tokens"]; got != B {
-				t.Errorf("min reusable prefix gauge %v, want %d", got, B)
+			if got, want := after["stockpot_prefix_cache_min_reusable_tokens"], float64(B*tc.every); got != want {
+				t.Errorf("min reusable prefix gauge %v, want %v", got, want)
 			}
-		})
+			if b, ok := t.(*testing.B); ok {
+				b.ReportMetric(got.ttftMs, strings.ReplaceAll(sc.name, " ", "-")+"-ttft-ms")
+			}
+		}
+		if tt, ok := t.(*testing.T); ok {
+			tt.Run(sc.name, func(t *testing.T) { run(t) })
+		} else {
+			run(t)
+		}
 	}
 }
 
