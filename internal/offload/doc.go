@@ -144,12 +144,18 @@
 // (ObserveRead) and prefill rates (ObservePrefill), kept as EWMAs, and Plan
 // picks the restore length n maximising
 //
-//	sum over blocks i < n of (tokens_i / prefill rate − bytes_i / read bandwidth of tier_i)
+//	sum over blocks i < n of (work_i / prefill rate − bytes_i / read bandwidth of tier_i)
 //	  − sum over tiers used by the first n blocks of the tier's per-call overhead
 //
 // and restores nothing unless that saving is > 0: restore only where
 // recompute − restore − overhead > 0. Blocks beyond n are recomputed and
-// counted as slower_than_recompute.
+// counted as slower_than_recompute. A block's work is its tokens priced by depth:
+// a token at position p is 1 + AttendCost·p token-equivalents (CostConfig.AttendCost,
+// the model's attention work per earlier position over its other per-token work,
+// model.Config.AttendCost), and the prefill rate is measured in the same units (the
+// engine reports each step's attended positions with its tokens). Recomputing a
+// block at 128K tokens costs what attention makes it cost, so a tier that does not
+// pay for a short prompt's blocks can pay for a long prompt's deep ones.
 //
 // # Pins
 //
