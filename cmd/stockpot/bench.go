@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,7 +25,9 @@ func cmdBench(args []string) error {
 	target := fs.String("target", d.Target, "base URL of an OpenAI-compatible server")
 	var metricsURLs stringList
 	fs.Var(&metricsURLs, "metrics-url", "base URL whose /metrics gives the server-side numbers, summed (repeatable; default: the target). Behind a router: each replica")
-	workload := fs.String("workload", d.Workload, "agent|docqa|sysprompt|rag|random|trace")
+	workload := fs.String("workload", d.Workload, "agent|docqa|sysprompt|rag|random|trace|longctx")
+	lengths := fs.String("lengths", joinInts(bench.DefaultLengths), "longctx: prompt lengths in tokens, comma-separated, measured one after another")
+	adminKey := fs.String("admin-key", "", "the target's --admin-key: longctx drops the cache one tier at a time through DELETE /v1/cache (without it only cold and warm-from-pool are measured); also opens /metrics")
 	tools := fs.Int("tools", 0, fmt.Sprintf("agent: send N tool schemas (1-%d; 8-20 is typical) in every request and append synthetic tool calls and results; implies --chat (0: off)", bench.MaxTools))
 	toolResultTokens := fs.Int("tool-result-tokens", d.ToolResultTokens, "agent --tools: tokens of each synthetic tool result")
 	sessions := fs.Int("sessions", d.Sessions, "sessions (documents for docqa)")
@@ -42,7 +47,7 @@ func cmdBench(args []string) error {
 	chat := fs.Bool("chat", false, "use /v1/chat/completions instead of /v1/completions")
 	blockSize := fs.Int("block-size", 0, "the target's KV block size for the prediction (0: ask the target, else 16)")
 	prices := fs.String("prices", "", "price table replacing the built-in one: JSON (YAML for .yaml/.yml) of US dollars per million tokens for input, cache_read, cache_write_5m, cache_write_1h and output per provider model; see bench/prices.example.json")
-	timeout := fs.Duration("timeout", d.Timeout, "per-request timeout")
+	timeout := fs.Duration("timeout", d.Timeout, fmt.Sprintf("per-request timeout (longctx: %v unless set; a cold 128K prefill takes minutes)", longCtxTimeout))
 	quiet := fs.Bool("quiet", false, "no progress bar")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
@@ -55,7 +60,22 @@ func cmdBench(args []string) error {
 		Sessions: *sessions, Turns: *turns, Concurrency: *concurrency, Rate: *rate, TraceFile: *trace,
 		Seed: *seed, PrefixTokens: *prefixTokens, TurnTokens: *turnTokens, DocTokens: *docTokens,
 		QuestionTokens: *questionTokens, MaxTokens: *maxTokens, BlockSize: *blockSize, Timeout: *timeout,
-		Tools: *tools, ToolResultTokens: *toolResultTokens,
+		Tools: *tools, ToolResultTokens: *toolResultTokens, AdminKey: *adminKey,
+	}
+	if cfg.Workload == "longctx" {
+		ls, err := parseInts(*lengths)
+		if err != nil {
+			return fmt.Errorf("--lengths: %w", err)
+		}
+		cfg.Lengths = ls
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "timeout" })
+		if !set {
+			cfg.Timeout = longCtxTimeout
+		}
+		if !*quiet {
+			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+		}
 	}
 	if *prices != "" {
 		ps, err := bench.LoadPrices(*prices)
@@ -69,7 +89,7 @@ func cmdBench(args []string) error {
 		return err
 	}
 	var bar *progressbar.ProgressBar
-	if !*quiet {
+	if !*quiet && cfg.Workload != "longctx" { // longctx narrates its few long requests instead
 		bar = progressbar.NewOptions(n,
 			progressbar.OptionSetWriter(os.Stderr),
 			progressbar.OptionSetDescription(cfg.Workload),
@@ -101,4 +121,36 @@ func cmdBench(args []string) error {
 	}
 	fmt.Printf("wrote %s and %s\n", filepath.Join(*out, "report.json"), filepath.Join(*out, "report.html"))
 	return nil
+}
+
+// longCtxTimeout is the longctx workload's per-request timeout when --timeout is not given:
+// a cold prefill of 480K tokens on a few cores runs for an hour or more.
+const longCtxTimeout = 3 * time.Hour
+
+// parseInts reads a comma-separated list of whole numbers ("32768,131072").
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a whole number", f)
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no lengths in %q", s)
+	}
+	return out, nil
+}
+
+func joinInts(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, ",")
 }

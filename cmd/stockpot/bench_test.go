@@ -130,3 +130,50 @@ func TestCmdBenchBadFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestCmdBenchLongCtx: --workload longctx takes --lengths and --admin-key, writes the longctx
+// section, and refuses a malformed or out-of-range --lengths before sending anything.
+func TestCmdBenchLongCtx(t *testing.T) {
+	s := fakeCompletions(t) // no /v1/models, /tokenize, /metrics or cache API: cold and pool only
+	out := t.TempDir()
+	if err := cmdBench([]string{"--target", s.URL, "--workload", "longctx", "--lengths", "100, 200", "--quiet", "--out", out}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Workload string `json:"workload"`
+		Requests int    `json:"requests"`
+		LongCtx  *struct {
+			Lengths []struct {
+				Target int `json:"target_tokens"`
+				Steps  []struct {
+					Source string `json:"source"`
+				} `json:"steps"`
+			} `json:"lengths"`
+			Notes []string `json:"notes"`
+		} `json:"longctx"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Workload != "longctx" || rep.LongCtx == nil || len(rep.LongCtx.Lengths) != 2 || rep.LongCtx.Lengths[1].Target != 200 ||
+		len(rep.LongCtx.Lengths[0].Steps) != 2 || rep.Requests != 4 {
+		t.Errorf("report: %s", b)
+	}
+	if len(rep.LongCtx.Notes) == 0 || !strings.Contains(rep.LongCtx.Notes[0], "--admin-key") {
+		t.Errorf("notes %q: want the missing --admin-key said", rep.LongCtx.Notes)
+	}
+	for _, c := range []struct{ lengths, want string }{
+		{"32768,12x", `--lengths: "12x" is not a whole number`},
+		{",", "--lengths: no lengths"},
+		{"10", "--lengths: 10 tokens is outside"},
+	} {
+		err := cmdBench([]string{"--target", s.URL, "--workload", "longctx", "--lengths", c.lengths, "--quiet", "--out", t.TempDir()})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("--lengths %q: %v, want %q", c.lengths, err, c.want)
+		}
+	}
+}

@@ -150,6 +150,15 @@ func (t *target) calibrate(ctx context.Context, seed uint64) float64 {
 	return float64(len(ids)) / float64(words)
 }
 
+// Timings is usage.timings, Stockpot's server-side phases of one request in milliseconds:
+// the engine's own clock, free of the network and of the client's stream parsing.
+type Timings struct {
+	QueueMs   float64 `json:"queue_ms"`
+	RestoreMs float64 `json:"restore_ms"`
+	PrefillMs float64 `json:"prefill_ms"`
+	TTFTMs    float64 `json:"ttft_ms"`
+}
+
 // CacheUsage is usage.cache, Stockpot's per-tier split of the prompt.
 type CacheUsage struct {
 	DeviceTokens    int `json:"device_tokens"`
@@ -166,7 +175,8 @@ type usageWire struct {
 	PromptTokensDetails *struct {
 		CachedTokens *int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
-	Cache *CacheUsage `json:"cache"`
+	Cache   *CacheUsage `json:"cache"`
+	Timings *Timings    `json:"timings"`
 
 	// Anthropic's usage (/v1/messages: message_start's message.usage, message_delta's usage).
 	InputTokens              *int `json:"input_tokens"`
@@ -256,6 +266,7 @@ type Sample struct {
 	CachedTokens     *int        `json:"cached_tokens"` // nil: not reported (field absent)
 	Cache            *CacheUsage `json:"cache,omitempty"`
 	CacheSplit       *CacheSplit `json:"cache_split,omitempty"` // /v1/messages only
+	Timings          *Timings    `json:"timings,omitempty"`     // Stockpot's usage.timings; nil when absent
 	Chunks           int         `json:"chunks"`
 	FinishReason     string      `json:"finish_reason,omitempty"`
 
@@ -375,6 +386,7 @@ func (t *target) send(ctx context.Context, endpoint string, body map[string]any,
 				s.CachedTokens = &v
 			}
 			s.Cache = u.Cache
+			s.Timings = u.Timings
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -49,9 +49,32 @@ type Config struct {
 	// plot; 0 means 1s, negative means only before and after.
 	ScrapeInterval time.Duration
 
+	// Lengths are the longctx workload's prompt lengths in tokens, measured one after another;
+	// nil: DefaultLengths.
+	Lengths []int
+	// AdminKey opens the target's cache admin API (GET and DELETE /v1/cache, the prewarm) and
+	// its /metrics. The longctx workload needs it to drop tiers between its requests; without
+	// it only the cold and the warm-from-pool requests are measured.
+	AdminKey string
+
 	// Progress, when set, is called once per finished request (from several goroutines).
 	Progress func()
+	// Logf, when set, narrates a workload whose requests are few and long (longctx): one line
+	// per request and decision, as they happen.
+	Logf func(format string, args ...any)
 }
+
+// DefaultLengths are the longctx workload's prompt lengths: 32K, 128K and 480K tokens (the
+// last fits a 24 GiB machine only for a small model: its K/V latent and checkpoints grow
+// linearly, the prefill's time quadratically).
+var DefaultLengths = []int{32768, 131072, 491520}
+
+// Bounds of --lengths: below minLength a prompt is a few blocks, not long context; past
+// maxLength (4M tokens) the prompt text alone is tens of MiB, over any server's body limit.
+const (
+	minLength = 64
+	maxLength = 4 << 20
+)
 
 // DefaultConfig is a small agent run against a local Stockpot.
 func DefaultConfig() Config {
@@ -96,6 +119,20 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if !slices.Contains(Workloads, cfg.Workload) {
 		return cfg, fmt.Errorf("--workload %q: want one of %s", cfg.Workload, strings.Join(Workloads, ", "))
+	}
+	if cfg.Workload == "longctx" {
+		if cfg.Lengths == nil {
+			cfg.Lengths = DefaultLengths
+		}
+		if len(cfg.Lengths) == 0 {
+			return cfg, fmt.Errorf("--lengths: give at least one prompt length")
+		}
+		for _, n := range cfg.Lengths {
+			if n < minLength || n > maxLength {
+				return cfg, fmt.Errorf("--lengths: %d tokens is outside [%d, %d]", n, minLength, maxLength)
+			}
+		}
+		cfg.Lengths = slices.Clone(cfg.Lengths)
 	}
 	if cfg.Workload == "trace" && cfg.TraceFile == "" {
 		return cfg, fmt.Errorf("--workload trace needs --trace FILE.jsonl")

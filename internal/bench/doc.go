@@ -1,7 +1,13 @@
 // Package bench drives a workload against an OpenAI-compatible server and measures what the
-// prefix cache did for it. It owns the workloads (agent, docqa, sysprompt, rag, random, trace),
-// the runner (closed loop with a fixed concurrency, or open loop with Poisson arrivals), the
-// measurements and the report (terminal table, report.json, report.html).
+// prefix cache did for it. It owns the workloads (agent, docqa, sysprompt, rag, random, trace,
+// longctx), the runner (closed loop with a fixed concurrency, or open loop with Poisson
+// arrivals), the measurements and the report (terminal table, report.json, report.html).
+//
+// longctx (longctx.go) is not a script: it measures long prompts one at a time, cold, warm from
+// the pool and warm from each lower tier in turn, driving the cache admin API between requests
+// (DELETE /v1/cache?all=1&tier=T) so that each tier is in turn the first that holds the prefix,
+// and reads the cost model's decisions and the memory from the counters (report.json's longctx
+// section, two plots against prompt length).
 //
 // Key types:
 //   - Config: everything a run needs; DefaultConfig and validate as elsewhere in Stockpot.

@@ -26,9 +26,12 @@ var (
 // an HTML document.
 var svgProlog = regexp.MustCompile(`(?s)<\?xml.*?\?>|<!DOCTYPE[^>]*>`)
 
-// renderSVG draws p as an inline <svg> element.
-func renderSVG(p *plot.Plot) (template.HTML, error) {
-	c := vgsvg.New(6*vg.Inch, 3.5*vg.Inch)
+// renderSVG draws p as an inline <svg> element, 6 × 3.5 inches.
+func renderSVG(p *plot.Plot) (template.HTML, error) { return renderSVGSize(p, 6*vg.Inch, 3.5*vg.Inch) }
+
+// renderSVGSize draws p as an inline <svg> element of the given size.
+func renderSVGSize(p *plot.Plot, w, h vg.Length) (template.HTML, error) {
+	c := vgsvg.New(w, h)
 	p.Draw(draw.New(c))
 	var b bytes.Buffer
 	if _, err := c.WriteTo(&b); err != nil {
@@ -197,6 +200,8 @@ body { font-family: sans-serif; margin: 2em; color: #222; max-width: 70em; }
 table { border-collapse: collapse; margin-bottom: 2em; }
 td { padding: 0.2em 1em 0.2em 0; border-bottom: 1px solid #ddd; vertical-align: top; }
 td:first-child { color: #555; }
+th { text-align: left; padding: 0.2em 1em 0.2em 0; border-bottom: 2px solid #bbb; }
+h2 { font-size: 1.1em; margin-top: 1.5em; }
 figure { margin: 0 0 2em 0; }
 figure svg { max-width: 100%; height: auto; }
 </style>
@@ -209,27 +214,43 @@ figure svg { max-width: 100%; height: auto; }
 {{range .Figures}}<figure id="{{.ID}}" class="plot">
 {{.SVG}}
 </figure>
-{{end}}
-<p>Prices are list prices as of the dates shown, editable with <code>--prices FILE</code> (JSON or YAML).
+{{end}}{{range .Tables}}<h2>{{.Title}}</h2>
+<table id="{{.ID}}" class="data">
+<tr>{{range .Head}}<th>{{.}}</th>{{end}}</tr>
+{{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>
+{{end}}</table>
+{{end}}{{if .Prices}}<p>Prices are list prices as of the dates shown, editable with <code>--prices FILE</code> (JSON or YAML).
 "With breakpoints" prices cache reads at the read price, cache writes at the 5-minute or 1-hour
 write price and the rest as uncached input; "without" prices every prompt token as uncached input.
-Missing measurements read "not reported", never 0.</p>
+Missing measurements read "not reported", never 0.</p>{{else}}<p>Missing measurements read "not reported", never 0.</p>{{end}}
 </body>
 </html>
 `))
 
 // HTML renders the self-contained report page: the summary table and four inline SVG plots.
 // It loads nothing from the network: no scripts, stylesheets or fonts outside the page.
+// A longctx report has its own rows, tables and two plots (TTFT and cache bytes against
+// prompt length) in place of the four.
 func (r *Report) HTML() ([]byte, error) {
 	rows := append(r.summaryRows(), htmlRow{"prediction basis", r.PredictionBasis}, htmlRow{"cost basis", r.CostBasis})
-	plots := []struct {
+	type plotMaker struct {
 		id   string
 		make func() (*plot.Plot, error)
-	}{
+	}
+	plots := []plotMaker{
 		{"ttft-cdf", r.ttftPlot},
 		{"hit-rate-over-time", r.hitRatePlot},
 		{"tier-usage", r.tierPlot},
 		{"predicted-vs-measured", r.predictionPlot},
+	}
+	var tables []htmlTable
+	if r.LongCtx != nil {
+		rows, tables = r.longCtxRows(), r.longCtxTables()
+		plots = []plotMaker{{"longctx-ttft-vs-length", r.longTTFTPlot}, {"longctx-bytes-vs-length", r.longBytesPlot}}
+	}
+	w, h := 6*vg.Inch, 3.5*vg.Inch
+	if r.LongCtx != nil {
+		w, h = 8*vg.Inch, 4.5*vg.Inch // two plots, each with up to five lines and a legend
 	}
 	var figs []htmlFigure
 	for _, pl := range plots {
@@ -237,7 +258,7 @@ func (r *Report) HTML() ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("plot %s: %w", pl.id, err)
 		}
-		svg, err := renderSVG(p)
+		svg, err := renderSVGSize(p, w, h)
 		if err != nil {
 			return nil, fmt.Errorf("plot %s: %w", pl.id, err)
 		}
@@ -248,7 +269,9 @@ func (r *Report) HTML() ([]byte, error) {
 		Title   string
 		Rows    []htmlRow
 		Figures []htmlFigure
-	}{fmt.Sprintf("%s against %s", r.workloadTitle(), r.Target), rows, figs})
+		Tables  []htmlTable
+		Prices  bool
+	}{fmt.Sprintf("%s against %s", r.workloadTitle(), r.Target), rows, figs, tables, r.LongCtx == nil})
 	return out.Bytes(), err
 }
 

@@ -72,12 +72,13 @@ func freeAddr(t *testing.T) string {
 	return a
 }
 
-// startServer runs `stockpot serve` with the default model and waits for /health.
-func startServer(t *testing.T) string {
+// startServer runs `stockpot serve` (the default model unless args name another) and waits
+// for /health.
+func startServer(t *testing.T, args ...string) string {
 	t.Helper()
 	bin := stockpotBinary(t)
 	addr := freeAddr(t)
-	cmd := exec.Command(bin, "serve", "--addr", addr)
+	cmd := exec.Command(bin, append([]string{"serve", "--addr", addr}, args...)...)
 	var log strings.Builder
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
@@ -287,8 +288,9 @@ func checkReportJSON(t *testing.T, path string, notReported bool) {
 }
 
 // checkHTMLInChromium loads the report in headless Chromium and checks for console errors and
-// the four plots. Chromium is a declared test dependency: without it the test fails.
-func checkHTMLInChromium(t *testing.T, path string) {
+// the plots (the four of every workload unless others are named) as inline SVG. Chromium is a
+// declared test dependency: without it the test fails.
+func checkHTMLInChromium(t *testing.T, path string, plots ...string) {
 	t.Helper()
 	chromium := "/usr/bin/chromium"
 	if _, err := os.Stat(chromium); err != nil {
@@ -316,7 +318,10 @@ func checkHTMLInChromium(t *testing.T, path string) {
 		}
 	}
 	dom := stdout.String()
-	for _, id := range []string{"ttft-cdf", "hit-rate-over-time", "tier-usage", "predicted-vs-measured"} {
+	if plots == nil {
+		plots = []string{"ttft-cdf", "hit-rate-over-time", "tier-usage", "predicted-vs-measured"}
+	}
+	for _, id := range plots {
 		re := regexp.MustCompile(`(?s)<figure id="` + id + `" class="plot">\s*(?:<!--.*?-->\s*)?<svg[^>]*>.*?</svg>`)
 		if !re.MatchString(dom) {
 			t.Errorf("DOM lacks the %s plot as inline SVG", id)

@@ -86,6 +86,11 @@ type Report struct {
 
 	HitRateOverTime []TimePoint  `json:"hit_rate_over_time"`
 	PerRequest      []RequestRow `json:"per_request"`
+
+	// LongCtx is the longctx workload's measurements (per prompt length: cold and warm TTFT
+	// from each tier, the cost model's decisions, memory against a linear model); absent for
+	// the other workloads.
+	LongCtx *LongCtxReport `json:"longctx,omitempty"`
 }
 
 // Throughput is reused vs recomputed prompt tokens per second, from each source.
@@ -444,6 +449,9 @@ func fmtTPS(p *float64) string {
 
 // WriteTable prints the summary as an aligned table.
 func (r *Report) WriteTable(w io.Writer) error {
+	if r.LongCtx != nil {
+		return r.writeLongCtxTable(w)
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, row := range r.summaryRows() {
 		fmt.Fprintf(tw, "%s\t%s\n", row.Key, row.Value)

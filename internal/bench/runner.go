@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"stockpot/internal/kvtier"
 )
 
 func newRand(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed_b0a7)) }
@@ -30,6 +32,13 @@ type runResult struct {
 
 // Run drives cfg's workload against cfg.Target and returns the report.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.Workload == "longctx" {
+		c, err := cfg.validate()
+		if err != nil {
+			return nil, err
+		}
+		return runLongCtx(ctx, c)
+	}
 	res, err := run(ctx, cfg)
 	if err != nil {
 		return nil, err
@@ -42,6 +51,10 @@ func CountRequests(cfg Config) (int, error) {
 	c, err := cfg.validate()
 	if err != nil {
 		return 0, err
+	}
+	if c.Workload == "longctx" {
+		// At most: cold, the pool, and one request per lower tier a server can have.
+		return len(c.Lengths) * (2 + len(kvtier.Below)), nil
 	}
 	scripts, err := BuildScripts(c, defaultTokensPerWord)
 	if err != nil {

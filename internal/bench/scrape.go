@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 
 	"github.com/prometheus/common/expfmt"
@@ -79,6 +80,44 @@ func parseCounters(r io.Reader) (counterSnapshot, error) {
 		}
 	}
 	return s, nil
+}
+
+// parseSeries reads the Prometheus text format into a series: counters, gauges and untyped
+// samples keyed `name{a="x",b="y"}` (labels sorted by name, as the text format writes them).
+func parseSeries(r io.Reader) (series, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return nil, fmt.Errorf("parse metrics: %w", err)
+	}
+	out := series{}
+	for name, f := range fams {
+		for _, m := range f.GetMetric() {
+			var v float64
+			switch {
+			case m.Counter != nil:
+				v = m.GetCounter().GetValue()
+			case m.Gauge != nil:
+				v = m.GetGauge().GetValue()
+			case m.Untyped != nil:
+				v = m.GetUntyped().GetValue()
+			default:
+				continue
+			}
+			labels := m.GetLabel()
+			sort.Slice(labels, func(i, j int) bool { return labels[i].GetName() < labels[j].GetName() })
+			key := name
+			if len(labels) > 0 {
+				parts := make([]string, len(labels))
+				for i, l := range labels {
+					parts[i] = fmt.Sprintf("%s=%q", l.GetName(), l.GetValue())
+				}
+				key += "{" + strings.Join(parts, ",") + "}"
+			}
+			out[key] += v
+		}
+	}
+	return out, nil
 }
 
 // scrape fetches target/metrics. A target without /metrics (404, or not Prometheus text)

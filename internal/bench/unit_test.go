@@ -199,7 +199,7 @@ func testConfig(workload string) Config {
 
 func TestWorkloadsDeterministic(t *testing.T) {
 	for _, w := range Workloads {
-		if w == "trace" {
+		if w == "trace" || w == "longctx" { // a file's contents; sized against the target as it runs (TestLongTextDeterministic)
 			continue
 		}
 		t.Run(w, func(t *testing.T) {
@@ -272,6 +272,9 @@ func TestConfigValidate(t *testing.T) {
 		{func(c *Config) { c.Workload = "trace" }, "--trace"},
 		{func(c *Config) { c.Turns = -1 }, "--turns"},
 		{func(c *Config) { c.Rate = -1 }, "--rate"},
+		{func(c *Config) { c.Workload, c.Lengths = "longctx", []int{} }, "--lengths: give at least one"},
+		{func(c *Config) { c.Workload, c.Lengths = "longctx", []int{32768, 10} }, "--lengths: 10 tokens is outside [64, 4194304]"},
+		{func(c *Config) { c.Workload, c.Lengths = "longctx", []int{5 << 20} }, "outside"},
 	} {
 		c := DefaultConfig()
 		tc.mut(&c)
@@ -283,5 +286,9 @@ func TestConfigValidate(t *testing.T) {
 	v, err := c.validate()
 	if err != nil || v.Target != "http://x" || v.Sessions == 0 || c.Sessions != 0 {
 		t.Errorf("validate: have %+v, %v; want defaults filled in a copy", v, err)
+	}
+	l := Config{Target: "http://x", Workload: "longctx"}
+	if v, err := l.validate(); err != nil || !reflect.DeepEqual(v.Lengths, DefaultLengths) || l.Lengths != nil {
+		t.Errorf("longctx without lengths: have %v, %v; want DefaultLengths in a copy", v.Lengths, err)
 	}
 }

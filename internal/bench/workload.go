@@ -68,7 +68,7 @@ type TraceRecord struct {
 }
 
 // Workloads lists the workload names.
-var Workloads = []string{"agent", "docqa", "sysprompt", "rag", "random", "trace"}
+var Workloads = []string{"agent", "docqa", "sysprompt", "rag", "random", "trace", "longctx"}
 
 // textGen makes word-list text of a roughly controlled token length. tokensPerWord is
 // calibrated against the target's tokenizer when it has /tokenize.
@@ -190,6 +190,10 @@ func BuildScripts(cfg Config, tokensPerWord float64) ([]Script, error) {
 			}
 			out = append(out, sc)
 		}
+	case "longctx":
+		// Not scripts: runLongCtx drives the server's cache admin API between its requests,
+		// and each prompt's text is sized against the target's tokenizer as it goes.
+		return nil, fmt.Errorf("workload longctx has no scripts: bench.Run runs it step by step")
 	case "trace":
 		recs, err := readTrace(cfg.TraceFile)
 		if err != nil {
