@@ -424,7 +424,7 @@ func (lr *longRun) length(ctx context.Context, want int) LongCtxLength {
 	if cr, err := lr.cacheState(ctx); err == nil {
 		l.Memory.TierBytes = map[string]int64{}
 		for _, t := range cr.Tiers {
-			if t.Tier != "device" {
+			if t.Tier != "device" && t.CapacityBytes > 0 { // a shared store (Redis) reports no bytes of its own
 				l.Memory.TierBytes[t.Tier] = t.Bytes
 			}
 		}
@@ -630,8 +630,11 @@ func decide(st LongCtxStep, cold *LongCtxStep, blockSize int) (decision, verdict
 }
 
 // stage writes the prompt's blocks down to every lower tier with a pinned prewarm and waits
-// until each tier holds them (or stops gaining blocks). It returns the pinned tokens and the
-// blocks each tier held.
+// until each tier that counts its blocks holds them (or stops gaining blocks) and the offload
+// queues are empty. A shared store without a budget of its own (Redis: capacity_bytes 0 in
+// GET /v1/cache) does not count what it holds for this server, so it is waited on through the
+// queues only and left out of the returned counts (not reported, rather than 0). It returns
+// the pinned tokens and the blocks each counting tier held.
 func (lr *longRun) stage(ctx context.Context, text string) (int, map[string]int64, error) {
 	var pw struct {
 		PinnedTokens int `json:"pinned_tokens"`
@@ -651,13 +654,20 @@ func (lr *longRun) stage(ctx context.Context, text string) (int, map[string]int6
 		}
 		held, done := map[string]int64{}, true
 		for _, t := range cr.Tiers {
-			if t.Tier == "device" {
+			if t.Tier == "device" || t.CapacityBytes == 0 {
 				continue
 			}
 			held[t.Tier] = t.Blocks
 			done = done && t.Blocks >= want
 			if t.Blocks > prev[t.Tier] {
 				lastGain = time.Now()
+			}
+		}
+		if s, _ := lr.scrape(ctx); s != nil {
+			for _, q := range s.delta(nil, "stockpot_kv_offload_queue_depth", "tier") {
+				if q > 0 {
+					done, lastGain = false, time.Now() // still writing
+				}
 			}
 		}
 		prev = held

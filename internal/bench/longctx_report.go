@@ -165,6 +165,8 @@ func (r *Report) longCtxTables() []htmlTable {
 		for _, t := range lc.Tiers {
 			if b, ok := m.TierBytes[t]; ok {
 				tiers = append(tiers, fmt.Sprintf("%s %s (%d blocks)", t, mib(float64(b)), l.TierBlocks[t]))
+			} else if m.TierBytes != nil {
+				tiers = append(tiers, t+" not reported (a shared store)")
 			}
 		}
 		mem.Rows = append(mem.Rows, []string{fmt.Sprint(l.PromptTokens), fmt.Sprint(m.FullBlocks), mibPtr(m.PoolKVBytes),
