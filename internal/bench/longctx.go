@@ -442,6 +442,7 @@ func (lr *longRun) length(ctx context.Context, want int) LongCtxLength {
 			l.Steps = append(l.Steps, LongCtxStep{Source: tier, Error: err.Error()})
 			continue
 		}
+		lr.quiesce(ctx)
 		l.Steps = append(l.Steps, lr.step(ctx, tier, text, &cold))
 	}
 	return l
@@ -682,6 +683,33 @@ func (lr *longRun) stage(ctx context.Context, text string) (int, map[string]int6
 		time.Sleep(poll)
 	}
 }
+
+// quiesce lets the server settle after a drop before a timed request: the drop's unpins and
+// the last promotions reach the tiers off the request path, and on a machine of two cores that
+// work would otherwise be timed as the next request's queue wait. It waits until the offload
+// queues are empty (at most 30 s), then quietPause.
+func (lr *longRun) quiesce(ctx context.Context) {
+	const limit, poll = 30 * time.Second, 100 * time.Millisecond
+	for deadline := time.Now().Add(limit); time.Now().Before(deadline) && ctx.Err() == nil; {
+		s, _ := lr.scrape(ctx)
+		busy := false
+		for _, q := range s.delta(nil, "stockpot_kv_offload_queue_depth", "tier") {
+			busy = busy || q > 0
+		}
+		if !busy {
+			break
+		}
+		time.Sleep(poll)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(quietPause):
+	}
+}
+
+// quietPause is how long quiesce waits once the queues are empty: the pin worker's queue has
+// no gauge, and a second covers its unpin of a 128K-token prefix (8,192 keys) on 2 cores.
+var quietPause = time.Second
 
 // memory reads what the pool holds now, beside the linear prediction.
 func (lr *longRun) memory(ctx context.Context, prompt int) *LongCtxMemory {

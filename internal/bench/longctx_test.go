@@ -237,6 +237,14 @@ func firstWords(s string) string {
 	return strings.Join(f[:min(len(f), 12)], " ")
 }
 
+// noQuietPause drops quiesce's pause for a test against the fake, whose drops leave no work
+// behind.
+func noQuietPause(t *testing.T) {
+	old := quietPause
+	quietPause = 0
+	t.Cleanup(func() { quietPause = old })
+}
+
 func longConfig(target string, lengths ...int) Config {
 	c := DefaultConfig()
 	c.Target, c.Workload, c.Lengths, c.AdminKey = target, "longctx", lengths, "adm"
@@ -249,6 +257,7 @@ func longConfig(target string, lengths ...int) Config {
 // steps say where the cached tokens came from and what the cost model decided; a length past
 // the context is skipped; memory matches the linear model and grows with the length.
 func TestLongCtxAgainstFake(t *testing.T) {
+	noQuietPause(t)
 	f, s := newFakeLongServer(t, 8192, "host", "disk", "remote")
 	rep, err := Run(context.Background(), longConfig(s.URL, 1000, 2000, 16384))
 	if err != nil {
