@@ -79,6 +79,9 @@ type seq struct {
 
 	sampler   *sampler
 	generated int
+	// outTokens holds the Output.Tokens slots of s's next tokens (see slab): one per token,
+	// never reused, since the stream's consumer may keep what it was handed.
+	outTokens slab[Token]
 	usage     Usage
 	admitted  bool // usage cache split fixed at first admission
 	preempted int
@@ -168,8 +171,13 @@ type Core struct {
 	seqs    map[uint64]*seq
 	waiting []*seq // FCFS
 	running []*seq // admission order
-	outbox  []Delivery
-	stats   coreStats
+	// outbox queues outputs until Ready hands them out; readied is what the last Ready
+	// returned, which the caller reads until its next Ready call: then it becomes the
+	// outbox, so that a step's deliveries allocate nothing.
+	outbox, readied []Delivery
+	stats           coreStats
+	// plan is the Plan Schedule returns, reused: valid until the next Schedule.
+	plan Plan
 
 	pendingRestores []Restore // set by admit, handed out by Schedule
 	pins            *pinTable
@@ -191,10 +199,12 @@ type Core struct {
 	owners     map[kvcache.BlockID]string
 }
 
-// Ready returns the outputs queued since the last call, in order.
+// Ready returns the outputs queued since the last call, in order. The slice is valid until
+// the next call (the Outputs in it are values: they may be kept).
 func (c *Core) Ready() []Delivery {
 	out := c.outbox
-	c.outbox = nil
+	clear(c.readied) // the caller is done with the last batch: keep no Usage alive through it
+	c.outbox, c.readied = c.readied[:0], out
 	return out
 }
 
@@ -276,11 +286,15 @@ func newCore(cfg CoreConfig, cache blockCache) *Core {
 // root of the request's chain: root, or the public root when its prompt starts with a public
 // prefix it may read (tenant.go).
 func (c *Core) Add(id uint64, req *Request, root prefix.Hash, seed uint64, now time.Time) prefix.Hash {
+	// tokens has room for every token the request may generate, so that decoding never
+	// regrows it (its length is bounded by the context length and max_tokens).
+	gen := max(min(req.MaxTokens, c.cfg.ContextLength-len(req.Prompt)), 1)
 	s := &seq{
 		id: id, req: req, prompt: len(req.Prompt),
-		tokens:  append([]int32(nil), req.Prompt...),
+		tokens:  append(make([]int32, 0, len(req.Prompt)+gen), req.Prompt...),
 		sampler: newSampler(req.Sampling, seed),
 	}
+	s.sampler.room = gen
 	s.root, s.public, s.mark = c.splitChain(req, root)
 	s.enqueued = now
 	s.usage.PromptTokens = len(req.Prompt)
@@ -454,7 +468,9 @@ func (c *Core) admit(now time.Time) {
 		var hashes []prefix.Hash
 		pending := 0
 		if c.cfg.PrefixCache {
-			matched, hashes, pending = c.cache.match(s.root, c.seqHashes(s, s.tokens), s.tokens)
+			// With room for the hashes of every block s may fill: Advance appends them.
+			hashes = make([]prefix.Hash, 0, cap(s.tokens)/B)
+			matched, hashes, pending = c.cache.match(s.root, c.appendSeqHashes(hashes, s, s.tokens), s.tokens)
 			if pending > 0 && c.cfg.Dedup {
 				c.cache.release(matched)
 				c.stats.dedupWaits++
@@ -487,6 +503,10 @@ func (c *Core) admit(now time.Time) {
 			kept = append(kept, s)
 			blocked = true // FCFS: nobody overtakes a request waiting for memory
 			continue
+		}
+		if s.blocks == nil {
+			// Room for every block the request may fill, so that decoding never regrows it.
+			s.blocks = make([]kvcache.BlockID, 0, kvcache.BlocksForTokens(cap(s.tokens), B))
 		}
 		s.blocks = append(append(s.blocks[:0], matched...), rest...)
 		s.hashes = hashes
@@ -702,12 +722,15 @@ func (c *Core) reclaim(s *seq) bool {
 
 // Schedule admits what fits and plans the next forward step. Decode tokens go first so a long
 // prompt never stalls running streams; prefill chunks fill the rest of the token budget.
+// The plan is the core's, reused: it is valid until the next call.
 func (c *Core) Schedule(now time.Time) *Plan {
 	c.pins.expire(c.cache, now)
 	c.admit(now)
 	B := c.cfg.BlockSize
 	budget := c.cfg.MaxBatchTokens
-	plan := &Plan{Restores: c.pendingRestores}
+	plan := &c.plan
+	clear(plan.Items) // the last step's: hold no block tables or checkpoints through them
+	plan.Items, plan.Restores = plan.Items[:0], c.pendingRestores
 	c.pendingRestores = nil
 	// Decode: sequences whose prompt is computed have exactly one uncomputed token.
 	for i := 0; i < len(c.running); i++ {
@@ -844,7 +867,11 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 		s.tokens = append(s.tokens, tok.ID)
 		s.generated++
 		s.lastToken = now
-		c.outbox = append(c.outbox, Delivery{s.id, Output{Tokens: []Token{tok}}})
+		// The slots left for s: this token and every one after it that may come.
+		room := min(s.req.MaxTokens-s.generated+1, c.cfg.ContextLength-len(s.tokens)+1)
+		out := s.outTokens.take(1, room, slabTokens)
+		out[0] = tok
+		c.outbox = append(c.outbox, Delivery{s.id, Output{Tokens: out}})
 		switch {
 		case c.isStop(s, tok.ID):
 			c.finish(s, FinishStop, now)

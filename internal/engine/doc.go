@@ -58,6 +58,17 @@
 // Every state change that ends a request queues exactly one final Output (Done, with a
 // FinishReason and Usage); Usage keeps Device+Host+Disk+Remote+Computed == PromptTokens.
 //
+// # A decode step allocates nothing
+//
+// Once its requests run, a decode step makes no heap allocation, from Schedule to the
+// caller's receive (TestDecodeStepsAllocateNothing): the core reuses its Plan (valid until
+// the next Schedule) and its outbox (Ready's slice is valid until the next Ready); a
+// sequence's tokens, blocks and hashes have room for all it may generate from admission
+// on; an Output's Tokens (and Top) are cut from per-request chunks (slab.go), never reused
+// since the caller may keep them; a stream's queue is two arrays that take turns with its
+// forward goroutine; Stats is a value under a lock. What is left is outside the package: a
+// block started by decoding comes from prefix.Cache.Allocate, one slice a block.
+//
 // # Blocks
 //
 // A sequence's blocks[i] holds positions [i·B, (i+1)·B). Full blocks are committed to the

@@ -158,7 +158,11 @@ type Engine struct {
 	streams map[uint64]*stream // protected by mu
 	closed  bool               // protected by mu
 
-	stats   atomic.Pointer[Stats]
+	// stats is the snapshot Stats returns, rewritten in place by publishStats on every step:
+	// a value under a lock rather than a fresh pointer each step (that was an allocation per
+	// decoded token).
+	statsMu sync.Mutex
+	stats   Stats          // protected by statsMu
 	senders sync.WaitGroup // goroutines waiting to send on a full fetched (see sendFetched)
 
 	eventKV [][]byte // flushEvents' kv argument, reused; runner goroutine only
@@ -190,7 +194,15 @@ type stream struct {
 	mu     sync.Mutex
 	queue  []Output // protected by mu
 	notify chan struct{}
+	// spare is the queue forward took last, handed back as the next queue once forward has
+	// sent every output in it (two arrays taking turns: pushes allocate nothing once they
+	// are grown). forward goroutine only, outside mu.
+	spare []Output
 }
+
+// streamQueue is the outputs a stream's queue holds before it grows: the runner pushes one
+// a step, and forward takes them all at each wake-up, so a few cover a caller that keeps up.
+const streamQueue = 4
 
 // New builds an engine for m. The K/V pool is sized from cfg.KVMemory.
 func New(m *model.Model, cfg Config) (*Engine, error) {
@@ -302,6 +314,8 @@ func (e *Engine) Generate(ctx context.Context, req *Request) (<-chan Output, err
 		ch:     make(chan Output, 16),
 		notify: make(chan struct{}, 1),
 	}
+	qs := make([]Output, 2*streamQueue) // the two arrays queue and spare take turns with
+	s.queue, s.spare = qs[:0:streamQueue], qs[streamQueue:streamQueue:2*streamQueue]
 	if req.PinStrict && len(req.Pins) > 0 {
 		// Checked (and reserved) on the runner before the request is queued, so a refusal
 		// is an error here, before any stream or header, and a strict pin is never partial.
@@ -351,8 +365,9 @@ func (e *Engine) forward(s *stream) {
 		}
 		s.mu.Lock()
 		q := s.queue
-		s.queue = nil
+		s.queue = s.spare[:0]
 		s.mu.Unlock()
+		s.spare = q // forward's alone from here: the runner appends to the other array
 		for _, o := range q {
 			if gone && !o.Done {
 				continue
@@ -372,6 +387,7 @@ func (e *Engine) forward(s *stream) {
 				return
 			}
 		}
+		clear(q) // the outputs are the caller's now; the array holds none of them
 	}
 }
 
@@ -386,7 +402,11 @@ func (s *stream) push(o Output) {
 }
 
 // Stats implements Generator.
-func (e *Engine) Stats() Stats { return *e.stats.Load() }
+func (e *Engine) Stats() Stats {
+	e.statsMu.Lock()
+	defer e.statsMu.Unlock()
+	return e.stats
+}
 
 // DedupWaits and Preemptions are exposed for benchmarks and tests.
 func (e *Engine) SchedulerCounters() (dedupWaits, preemptions uint64) {
@@ -414,7 +434,9 @@ func (e *Engine) publishStats() {
 		st.Checkpoints, st.CheckpointBudget, st.CheckpointsDropped = len(e.ckpts.byHash), e.ckpts.max, e.ckpts.dropped
 		st.StateDiscardedBlocks = cs.StateDiscarded
 	}
-	e.stats.Store(&st)
+	e.statsMu.Lock()
+	e.stats = st
+	e.statsMu.Unlock()
 }
 
 // Close stops accepting requests, cancels the running ones and stops the runner.

@@ -34,3 +34,40 @@ func (e *Engine) PauseWhen(cond func(Stats) bool) (paused <-chan struct{}, resum
 	var once sync.Once
 	return stopped, func() { once.Do(func() { close(release) }) }
 }
+
+// StepGate makes the runner stop after every scheduling step: wait returns once it has
+// stopped after one (that step's outputs pushed to their streams), release lets it take the
+// next. stop lets it run freely again. Passes of an idle runner are not held. Tests use it to
+// measure what single steps cost.
+//
+// Call it while the runner is idle or not paused.
+func (e *Engine) StepGate() (wait, release, stop func()) {
+	stepped, next, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	e.do(func() {
+		e.afterStep = func() {
+			if e.core.Idle() {
+				return // the pass of an idle runner (nothing planned): not a step to hold
+			}
+			select {
+			case stepped <- struct{}{}:
+			case <-done:
+				e.afterStep = nil
+				return
+			}
+			select {
+			case <-next:
+			case <-done:
+				e.afterStep = nil
+			}
+		}
+	})
+	wait = func() { <-stepped }
+	release = func() {
+		select {
+		case next <- struct{}{}:
+		case <-done:
+		}
+	}
+	var once sync.Once
+	return wait, release, func() { once.Do(func() { close(done) }) }
+}

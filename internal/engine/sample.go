@@ -25,6 +25,10 @@ type sampler struct {
 	probs  []float64    // draw: candidate weights
 	mask   []uint64     // constrained requests: allowed tokens
 	masked []float32    // constrained requests: logits with disallowed tokens at -inf
+	// top holds the Token.Top slots of the tokens to come (see slab); room is how many
+	// tokens the request may still draw (0: unknown), to size its chunks.
+	top  slab[TokenLogprob]
+	room int
 }
 
 // sortScratch is the scratch of a draw over the whole list: about 4 MiB for Qwen's
@@ -120,7 +124,13 @@ func (s *sampler) sample(logits []float32, topN int) Token {
 	lse := s.logSumExp(logits)
 	tok := Token{ID: int32(id), Logprob: float32(float64(logits[id]) - lse)}
 	if topN > 0 {
-		tok.Top = topLogprobs(logits, lse, topN)
+		n := min(topN, len(logits))
+		room := slabTokens * n
+		if s.room > 0 {
+			room = s.room * n
+			s.room--
+		}
+		tok.Top = topLogprobs(s.top.take(n, room, slabTokens*n), logits, lse)
 	}
 	return tok
 }
@@ -407,11 +417,12 @@ func descKey(v float32) uint32 {
 	return ^b
 }
 
-// topLogprobs returns the n most likely tokens, best first (ties by id), with logprob(i) =
-// float64(logits[i]) - lse. One pass: a token enters only when it beats the current n-th.
-func topLogprobs(logits []float32, lse float64, n int) []TokenLogprob {
-	n = min(n, len(logits))
-	out := make([]TokenLogprob, 0, n+1)
+// topLogprobs returns the len(dst) most likely tokens (fewer when the rest are at -inf) in
+// dst, best first (ties by id), with logprob(i) = float64(logits[i]) - lse. One pass: a token
+// enters only when it beats the current n-th, and the n-th leaves.
+func topLogprobs(dst []TokenLogprob, logits []float32, lse float64) []TokenLogprob {
+	n := min(len(dst), len(logits))
+	out := dst[:0]
 	thr := math.Inf(-1) // a token must be above this to enter; -inf tokens never do
 	for i, l := range logits {
 		v := float64(l) - lse
@@ -424,12 +435,11 @@ func topLogprobs(logits []float32, lse float64, n int) []TokenLogprob {
 		for j > 0 && float64(out[j-1].Logprob) < v {
 			j--
 		}
-		out = append(out, TokenLogprob{})
-		copy(out[j+1:], out[j:])
-		out[j] = TokenLogprob{ID: int32(i), Logprob: float32(v)}
-		if len(out) > n {
-			out = out[:n]
+		if len(out) < n {
+			out = append(out, TokenLogprob{})
 		}
+		copy(out[j+1:], out[j:]) // the last one drops out when out is full
+		out[j] = TokenLogprob{ID: int32(i), Logprob: float32(v)}
 		if len(out) == n {
 			thr = float64(out[n-1].Logprob)
 		}

@@ -102,11 +102,15 @@ func (s *seq) blockHash(parent prefix.Hash, bi int, tokens []int32) prefix.Hash 
 
 // seqHashes returns the chain hashes of every full block of tokens in s's chain.
 func (c *Core) seqHashes(s *seq, tokens []int32) []prefix.Hash {
+	return c.appendSeqHashes(nil, s, tokens)
+}
+
+// appendSeqHashes appends seqHashes(s, tokens) to out.
+func (c *Core) appendSeqHashes(out []prefix.Hash, s *seq, tokens []int32) []prefix.Hash {
 	B := c.cfg.BlockSize
 	if s.mark == nil {
-		return prefix.BlockHashes(s.root, tokens, B)
+		return prefix.AppendBlockHashes(out, s.root, tokens, B)
 	}
-	out := make([]prefix.Hash, 0, len(tokens)/B)
 	parent := s.root
 	for bi := 0; (bi+1)*B <= len(tokens); bi++ {
 		h := s.blockHash(parent, bi, tokens[bi*B:(bi+1)*B])
