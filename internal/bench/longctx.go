@@ -103,6 +103,10 @@ type LongCtxStep struct {
 	ServerHitRate *float64           `json:"server_hit_rate"`
 	Restored      map[string]float64 `json:"restored_blocks,omitempty"`
 	Discarded     map[string]float64 `json:"discarded_blocks,omitempty"`
+	// RemoteFailedCalls is stockpot_kv_remote_failed_calls_total's delta: a remote read that
+	// failed (past --remote-call-timeout, say) leaves its blocks to be computed without
+	// counting them as discarded. Nil without a remote tier.
+	RemoteFailedCalls *float64 `json:"remote_failed_calls,omitempty"`
 	// Decision is the cost model's restore-or-recompute choice in words; Verdict sets it
 	// against what was measured.
 	Decision string       `json:"decision,omitempty"`
@@ -542,6 +546,9 @@ func (lr *longRun) step(ctx context.Context, source, text string, cold *LongCtxS
 		st.ServerTokens = after.delta(before, "stockpot_prompt_tokens_total", "source")
 		st.Restored = after.delta(before, "stockpot_engine_restored_blocks_total", "tier")
 		st.Discarded = after.delta(before, "stockpot_kv_blocks_discarded_total", "reason")
+		if v, ok := after.get("stockpot_kv_remote_failed_calls_total"); ok {
+			st.RemoteFailedCalls = ptr(v - before["stockpot_kv_remote_failed_calls_total"])
+		}
 		var all, hit float64
 		for k, v := range st.ServerTokens {
 			all += v
@@ -589,7 +596,16 @@ func decide(st LongCtxStep, cold *LongCtxStep, blockSize int) (decision, verdict
 	}
 	found := restored + other + slower + incomplete + bad
 	if found == 0 {
-		return fmt.Sprintf("no block of the prompt was found in %s: everything was computed", st.Source), ""
+		// The prefix was staged there, so nothing found means the read failed or the blocks
+		// were lost: either way it is computed, with no discard counted.
+		decision = fmt.Sprintf("nothing restored from %s (no block found, or its read failed): everything was computed", st.Source)
+		if f := st.RemoteFailedCalls; f != nil && *f > 0 {
+			decision += fmt.Sprintf("; %.0f remote calls failed (a batched read past --remote-call-timeout fails whole)", *f)
+		}
+		if cold != nil && cold.TTFTMs != nil && st.TTFTMs != nil {
+			verdict = fmt.Sprintf("missed: TTFT %.0f ms against %.0f ms cold, the prefix was in %s but not used", *st.TTFTMs, *cold.TTFTMs, st.Source)
+		}
+		return decision, verdict
 	}
 	parts := []string{fmt.Sprintf("restored %.0f of %.0f blocks found from %s", restored, found, st.Source)}
 	if other > 0 {

@@ -28,8 +28,9 @@ type fakeLongServer struct {
 	card     int      // the context its model card says
 	tiers    []string // lower tiers, fastest first
 	adminKey string
-	// slowRemote: the remote tier's blocks are discarded as slower than recompute.
-	slowRemote bool
+	// slowRemote: the remote tier's blocks are discarded as slower than recompute; failRemote:
+	// the remote read fails (a call timeout), so nothing is restored or discarded.
+	slowRemote, failRemote bool
 
 	mu       sync.Mutex
 	held     map[string]map[string]bool // tier → prompts it holds
@@ -51,6 +52,9 @@ func newFakeLongServer(t *testing.T, context int, tiers ...string) (*fakeLongSer
 		held: map[string]map[string]bool{}, counters: map[string]float64{}}
 	for _, tr := range append([]string{"device"}, tiers...) {
 		f.held[tr] = map[string]bool{}
+	}
+	if slices.Contains(tiers, "remote") {
+		f.counters["stockpot_kv_remote_failed_calls_total"] = 0 // Stockpot exports it from the start
 	}
 	s := httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(s.Close)
@@ -199,7 +203,10 @@ func (f *fakeLongServer) complete(w http.ResponseWriter, prompt string) {
 		cached = (p - 1) / fakeUnit * fakeUnit
 		found := full
 		if from != "device" {
-			if from == "remote" && f.slowRemote {
+			if from == "remote" && f.failRemote {
+				f.counters["stockpot_kv_remote_failed_calls_total"]++
+				cached, from = 0, "computed"
+			} else if from == "remote" && f.slowRemote {
 				f.counters[`stockpot_kv_blocks_discarded_total{reason="slower_than_recompute"}`] += float64(found)
 				cached, from = 0, "computed"
 			} else {
@@ -476,5 +483,28 @@ plain 9
 	}
 	if d := s.delta(before, "missing_total", "tier"); d != nil {
 		t.Errorf("delta of an absent counter: %v, want nil", d)
+	}
+}
+
+// TestLongCtxRemoteReadFails: a remote read that fails restores and discards nothing; the step
+// says the prefix was there but not used, and quotes the failed calls.
+func TestLongCtxRemoteReadFails(t *testing.T) {
+	noQuietPause(t)
+	f, s := newFakeLongServer(t, 8192, "host", "remote")
+	f.failRemote = true
+	rep, err := Run(context.Background(), longConfig(s.URL, 1000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rep.LongCtx.Lengths[0].step("remote")
+	if st == nil || st.From != "computed" || st.RemoteFailedCalls == nil || *st.RemoteFailedCalls != 1 {
+		t.Fatalf("remote step %+v", st)
+	}
+	if !strings.Contains(st.Decision, "nothing restored from remote") || !strings.Contains(st.Decision, "1 remote calls failed") ||
+		!strings.HasPrefix(st.Verdict, "missed: TTFT") {
+		t.Errorf("decision %q, verdict %q", st.Decision, st.Verdict)
+	}
+	if h := rep.LongCtx.Lengths[0].step("host"); h.RemoteFailedCalls == nil || *h.RemoteFailedCalls != 0 {
+		t.Errorf("host step remote failed calls %v, want 0", h.RemoteFailedCalls)
 	}
 }
