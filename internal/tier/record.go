@@ -35,7 +35,8 @@ const (
 // each field.
 //
 // Ownership: a Record returned by Decode aliases the decoded bytes (KV and
-// every Aux entry are sub-slices of them); Tokens is a fresh slice.
+// every Aux entry are sub-slices of them); Tokens is a fresh slice. One that
+// DecodeVerifyTo filled keeps the Tokens array it was given (see there).
 type Record struct {
 	Identity [32]byte    // identity.Descriptor digest: the model, before the salt
 	Root     prefix.Hash // chain root: identity + tenant salt
@@ -86,6 +87,12 @@ func (r *Record) EncodedSize() int {
 		n += 4 + len(a)
 	}
 	return n
+}
+
+// EncodedSizeOf is the EncodedSize of a record of layout l without Aux (each Aux entry of n
+// bytes adds 4+n).
+func EncodedSizeOf(l kvcache.Layout) int64 {
+	return int64(headerSize+4*l.BlockSize+trailer) + l.BlockBytes()
 }
 
 // Encode returns the record's encoding in a new slice. It validates the
@@ -155,18 +162,27 @@ func (r *Record) validate() error {
 // mismatch wraps ErrChecksum; anything else wraps ErrFormat. The returned
 // record aliases b (see Record).
 func Decode(b []byte) (*Record, error) {
+	r := new(Record)
+	if err := decodeTo(r, b); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// decodeTo is Decode into r (see decodeSummed for what of r it reuses).
+func decodeTo(r *Record, b []byte) error {
 	if len(b) < headerSize+trailer {
-		return nil, fmt.Errorf("%w: %d bytes, shorter than a header", ErrFormat, len(b))
+		return fmt.Errorf("%w: %d bytes, shorter than a header", ErrFormat, len(b))
 	}
 	if string(b[:4]) != magic {
-		return nil, fmt.Errorf("%w: bad magic %q", ErrFormat, b[:4])
+		return fmt.Errorf("%w: bad magic %q", ErrFormat, b[:4])
 	}
 	// The checksum comes first: a torn or flipped record is "checksum",
 	// whatever field the damage happens to hit.
 	if err := checkSum(crc32c.Checksum(b[:len(b)-trailer]), b); err != nil {
-		return nil, err
+		return err
 	}
-	return decodeSummed(b)
+	return decodeSummed(r, b)
 }
 
 // checkSum compares got, the CRC-32C of b's body, with b's trailer.
@@ -177,37 +193,39 @@ func checkSum(got uint32, b []byte) error {
 	return nil
 }
 
-// decodeSummed is Decode after the checksum matched.
+// decodeSummed is Decode after the checksum matched, into r: every field is overwritten, and
+// r's Tokens and Aux arrays are reused where they have room (a new Record has none: Decode's
+// Tokens are fresh). On error r holds garbage.
 //
 // REQUIRES: len(b) >= headerSize+trailer, magic checked, checksum checked.
-func decodeSummed(b []byte) (*Record, error) {
+func decodeSummed(r *Record, b []byte) error {
 	body := b[:len(b)-trailer]
 	if v := binary.LittleEndian.Uint16(b[4:]); v != FormatVersion {
-		return nil, fmt.Errorf("%w: version %d, this build reads %d", ErrFormat, v, FormatVersion)
+		return fmt.Errorf("%w: version %d, this build reads %d", ErrFormat, v, FormatVersion)
 	}
 	flags := binary.LittleEndian.Uint16(b[6:])
 	if flags&^knownFlags != 0 {
-		return nil, fmt.Errorf("%w: unknown flags %#x", ErrFormat, flags)
+		return fmt.Errorf("%w: unknown flags %#x", ErrFormat, flags)
 	}
-	r := &Record{StateComplete: flags&flagStateComplete != 0}
+	*r = Record{Tokens: r.Tokens, Aux: r.Aux, StateComplete: flags&flagStateComplete != 0}
 	copy(r.Identity[:], b[8:40])
 	copy(r.Root[:], b[40:72])
 	copy(r.Hash[:], b[72:104])
 	copy(r.Parent[:], b[104:136])
 	if b[137]|b[138]|b[139] != 0 {
-		return nil, fmt.Errorf("%w: nonzero padding", ErrFormat)
+		return fmt.Errorf("%w: nonzero padding", ErrFormat)
 	}
 	u32 := func(off int) uint32 { return binary.LittleEndian.Uint32(b[off:]) }
 	bs, layers, heads, dim, naux := u32(140), u32(144), u32(148), u32(152), u32(156)
 	if bs > maxBlockSize || layers > maxDim || heads > maxDim || dim > maxDim {
-		return nil, fmt.Errorf("%w: shape %dx%dx%dx%d over the decoder's limits", ErrFormat, bs, layers, heads, dim)
+		return fmt.Errorf("%w: shape %dx%dx%dx%d over the decoder's limits", ErrFormat, bs, layers, heads, dim)
 	}
 	r.Layout = kvcache.Layout{BlockSize: int(bs), Layers: int(layers), KVHeads: int(heads), HeadDim: int(dim), DType: kvcache.DType(b[136])}
 	if err := r.Layout.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrFormat, err)
+		return fmt.Errorf("%w: %v", ErrFormat, err)
 	}
 	if naux > maxAux {
-		return nil, fmt.Errorf("%w: %d aux entries, at most %d", ErrFormat, naux, maxAux)
+		return fmt.Errorf("%w: %d aux entries, at most %d", ErrFormat, naux, maxAux)
 	}
 	// Lengths in int64, checked against what is left before the last
 	// multiply: each factor is < 2^17, so row < 2^35 and perLayer < 2^52, and
@@ -215,16 +233,20 @@ func decodeSummed(b []byte) (*Record, error) {
 	rest := int64(len(body) - headerSize)
 	need := int64(bs) * 4
 	if need > rest {
-		return nil, fmt.Errorf("%w: %d tokens need %d bytes, %d left", ErrFormat, bs, need, rest)
+		return fmt.Errorf("%w: %d tokens need %d bytes, %d left", ErrFormat, bs, need, rest)
 	}
 	// Bytes per 32 elements (128, 64, or 34 for q8_0, whose head dim is a multiple of 32).
 	row := int64(heads) * int64(dim) * int64(r.Layout.DType.RowBytes(kvcache.Q8Block)) / kvcache.Q8Block // < 2^35
 	perLayer := row * 2 * int64(bs)                                                                      // < 2^52
 	if perLayer > rest || perLayer*int64(layers) > rest-need {
-		return nil, fmt.Errorf("%w: layout %v needs more than the %d bytes left", ErrFormat, r.Layout, rest-need)
+		return fmt.Errorf("%w: layout %v needs more than the %d bytes left", ErrFormat, r.Layout, rest-need)
 	}
 	off := headerSize
-	r.Tokens = make([]int32, bs)
+	if cap(r.Tokens) >= int(bs) {
+		r.Tokens = r.Tokens[:bs]
+	} else {
+		r.Tokens = make([]int32, bs)
+	}
 	for i := range r.Tokens {
 		r.Tokens[i] = int32(binary.LittleEndian.Uint32(b[off:]))
 		off += 4
@@ -232,26 +254,32 @@ func decodeSummed(b []byte) (*Record, error) {
 	kvBytes := int(r.Layout.BlockBytes())
 	r.KV = body[off : off+kvBytes : off+kvBytes]
 	off += kvBytes
-	if naux > 0 {
+	if naux == 0 {
+		r.Aux = nil
+	} else {
 		if int64(naux)*4 > int64(len(body)-off) { // each entry has at least its length
-			return nil, fmt.Errorf("%w: %d aux entries, %d bytes left", ErrFormat, naux, len(body)-off)
+			return fmt.Errorf("%w: %d aux entries, %d bytes left", ErrFormat, naux, len(body)-off)
 		}
-		r.Aux = make([][]byte, naux)
+		if cap(r.Aux) >= int(naux) {
+			r.Aux = r.Aux[:naux]
+		} else {
+			r.Aux = make([][]byte, naux)
+		}
 		for i := range r.Aux {
 			if len(body)-off < 4 {
-				return nil, fmt.Errorf("%w: aux %d: length cut off", ErrFormat, i)
+				return fmt.Errorf("%w: aux %d: length cut off", ErrFormat, i)
 			}
 			n := int64(binary.LittleEndian.Uint32(body[off:]))
 			off += 4
 			if n > int64(len(body)-off) {
-				return nil, fmt.Errorf("%w: aux %d: %d bytes, %d left", ErrFormat, i, n, len(body)-off)
+				return fmt.Errorf("%w: aux %d: %d bytes, %d left", ErrFormat, i, n, len(body)-off)
 			}
 			r.Aux[i] = body[off : off+int(n) : off+int(n)]
 			off += int(n)
 		}
 	}
 	if off != len(body) {
-		return nil, fmt.Errorf("%w: %d trailing bytes", ErrFormat, len(body)-off)
+		return fmt.Errorf("%w: %d trailing bytes", ErrFormat, len(body)-off)
 	}
-	return r, nil
+	return nil
 }

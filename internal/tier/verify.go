@@ -58,7 +58,9 @@ func Verify(r *Record, want Want) error {
 		return fmt.Errorf("%w: record %s/%s, want %s/%s", ErrIdentity, r.Root.Short(), r.Hash.Short(), want.Root.Short(), want.Hash.Short())
 	}
 	if want.Identity != ([32]byte{}) && r.Identity != want.Identity {
-		return fmt.Errorf("%w: identity digest %x, want %x", ErrIdentity, r.Identity[:4], want.Identity[:4])
+		// Copies, so that slicing them does not move want to the heap on every call.
+		got, exp := r.Identity, want.Identity
+		return fmt.Errorf("%w: identity digest %x, want %x", ErrIdentity, got[:4], exp[:4])
 	}
 	if !want.Parent.IsZero() && r.Parent != want.Parent {
 		return fmt.Errorf("%w: parent %s, want %s", ErrIdentity, r.Parent.Short(), want.Parent.Short())
@@ -82,14 +84,18 @@ func Verify(r *Record, want Want) error {
 
 // DecodeVerify decodes b and verifies it against want.
 func DecodeVerify(b []byte, want Want) (*Record, error) {
-	r, err := Decode(b)
-	if err != nil {
-		return nil, err
-	}
-	if err := Verify(r, want); err != nil {
+	r := new(Record)
+	if err := decodeVerify(r, b, want); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+func decodeVerify(r *Record, b []byte, want Want) error {
+	if err := decodeTo(r, b); err != nil {
+		return err
+	}
+	return Verify(r, want)
 }
 
 // DecodeVerifyInto is DecodeVerify that also copies the record's K/V into dst, in the same
@@ -101,36 +107,66 @@ func DecodeVerify(b []byte, want Want) (*Record, error) {
 //
 // REQUIRES: len(dst) == want.Layout.BlockBytes() (panics otherwise: a caller bug).
 func DecodeVerifyInto(b []byte, want Want, dst []byte) (*Record, error) {
-	l := want.Layout
-	if l.Validate() != nil || int64(len(dst)) != l.BlockBytes() {
+	checkInto(want, dst)
+	r := new(Record)
+	if err := decodeVerifyInto(r, b, want, dst); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// DecodeVerifyTo is DecodeVerifyInto (dst set) or DecodeVerify (dst nil) into r, a Record
+// the caller owns, instead of a new one: it allocates nothing, so a reader of many blocks
+// can give each a Record and Tokens cut from arrays of its own (one allocation each for a
+// whole fetch, not two a block). Every field of r is overwritten; r.Tokens' array is reused
+// when it has room for the block's tokens (its ids are then the record's), and so is r.Aux's.
+// On error r holds garbage, and so does dst. The errors are those of DecodeVerify.
+//
+// REQUIRES: dst nil or len(dst) == want.Layout.BlockBytes() (panics otherwise).
+func DecodeVerifyTo(r *Record, b []byte, want Want, dst []byte) error {
+	if dst == nil {
+		return decodeVerify(r, b, want)
+	}
+	checkInto(want, dst)
+	return decodeVerifyInto(r, b, want, dst)
+}
+
+// checkInto panics unless dst is one block of want's layout.
+func checkInto(want Want, dst []byte) {
+	if l := want.Layout; l.Validate() != nil || int64(len(dst)) != l.BlockBytes() {
 		panic(fmt.Sprintf("tier: DecodeVerifyInto: %d destination bytes for layout %v", len(dst), l))
 	}
+}
+
+// decodeVerifyInto is DecodeVerifyInto into r.
+//
+// REQUIRES: checkInto(want, dst) passed.
+func decodeVerifyInto(r *Record, b []byte, want Want, dst []byte) error {
+	l := want.Layout
 	kvOff := headerSize + 4*l.BlockSize
 	kvEnd := kvOff + len(dst)
 	if len(b) < kvEnd+trailer || string(b[:4]) != magic {
 		// Not a record of this shape: DecodeVerify says exactly why.
-		r, err := DecodeVerify(b, want)
-		if err != nil {
-			return nil, err
+		if err := decodeVerify(r, b, want); err != nil {
+			return err
 		}
 		copy(dst, r.KV)
 		r.KV = dst
-		return r, nil
+		return nil
 	}
 	sum := crc32c.Update(0, b[:kvOff])
 	sum = crc32c.UpdateCopy(sum, dst, b[kvOff:kvEnd])
 	sum = crc32c.Update(sum, b[kvEnd:len(b)-trailer])
 	if err := checkSum(sum, b); err != nil {
-		return nil, err
+		return err
 	}
-	r, err := decodeSummed(b)
-	if err != nil {
-		return nil, err
+	if err := decodeSummed(r, b); err != nil {
+		return err
 	}
 	// Verify checks r.Layout == want.Layout, so the K/V really was at [kvOff, kvEnd).
 	if err := Verify(r, want); err != nil {
-		return nil, err
+		return err
 	}
 	r.KV = dst
-	return r, nil
+	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 
@@ -39,22 +40,66 @@ func checkInto(t *testing.T, b []byte, want tier.Want) {
 	}
 }
 
+// checkTo asserts DecodeVerifyTo, into a Record used before (stale fields, Tokens and Aux
+// arrays with room), agrees with the oracle DecodeVerify on b, with and without dst: the same
+// outcome and error, and on success the same record (K/V in dst, or aliasing b), its tokens
+// in the array it was given.
+func checkTo(t *testing.T, b []byte, want tier.Want) {
+	t.Helper()
+	oracle, oerr := tier.DecodeVerify(b, want)
+	for _, into := range []bool{false, true} {
+		var dst []byte
+		if into {
+			dst = make([]byte, want.Layout.BlockBytes())
+		}
+		toks := make([]int32, want.Layout.BlockSize+3)
+		r := &tier.Record{Hash: want.Parent, Tokens: toks, Aux: make([][]byte, 4), KV: []byte{1}, StateComplete: true,
+			Layout: kvcache.Layout{BlockSize: 1}}
+		err := tier.DecodeVerifyTo(r, b, want, dst)
+		if (err == nil) != (oerr == nil) || err != nil && err.Error() != oerr.Error() {
+			t.Fatalf("DecodeVerifyTo (into %v) error %v, DecodeVerify %v", into, err, oerr)
+		}
+		if err != nil {
+			continue
+		}
+		if into && (&r.KV[0] != &dst[0] || len(r.KV) != len(dst)) {
+			t.Fatalf("record K/V does not alias dst")
+		}
+		if &r.Tokens[0] != &toks[0] {
+			t.Fatalf("tokens not decoded into the record's array")
+		}
+		o := oracle
+		if r.Identity != o.Identity || r.Root != o.Root || r.Hash != o.Hash || r.Parent != o.Parent || r.Layout != o.Layout ||
+			r.StateComplete != o.StateComplete || !slices.Equal(r.Tokens, o.Tokens) || !bytes.Equal(r.KV, o.KV) ||
+			len(r.Aux) != len(oracle.Aux) || (r.Aux == nil) != (oracle.Aux == nil) {
+			t.Fatalf("DecodeVerifyTo (into %v) decoded %+v, oracle %+v", into, r, oracle)
+		}
+		for i := range r.Aux {
+			if !bytes.Equal(r.Aux[i], oracle.Aux[i]) {
+				t.Fatalf("aux %d: %x, oracle %x", i, r.Aux[i], oracle.Aux[i])
+			}
+		}
+	}
+}
+
 // A small block and one of many 256-byte rounds of the checksum's kernel, with aux state,
-// round trip into dst.
+// round trip into dst (and into a used Record).
 func TestDecodeVerifyIntoRoundTrip(t *testing.T) {
 	big := kvcache.Layout{BlockSize: 16, Layers: 3, KVHeads: 2, HeadDim: 64, DType: kvcache.F16} // 24 KiB
 	for _, l := range []kvcache.Layout{tiertest.SmallLayout, big} {
 		r := tiertest.Chain(testIdentity, testRoot, l, 1, 11)[0]
 		checkInto(t, tiertest.Encode(r), tiertest.Want(r))
+		checkTo(t, tiertest.Encode(r), tiertest.Want(r))
 		r.Aux = make([][]byte, l.Layers)
 		r.Aux[0] = []byte{1, 2, 3}
 		r.StateComplete = true
 		checkInto(t, tiertest.Encode(r), tiertest.Want(r))
+		checkTo(t, tiertest.Encode(r), tiertest.Want(r))
 	}
 }
 
 // Every single-byte flip and every truncation fails as DecodeVerify fails (checksum), and
-// every mismatch against want gives DecodeVerify's reason.
+// every mismatch against want gives DecodeVerify's reason (DecodeVerifyInto and DecodeVerifyTo).
 func TestDecodeVerifyIntoDamage(t *testing.T) {
 	recs := tiertest.Chain(testIdentity, testRoot, tiertest.SmallLayout, 2, 12)
 	r := recs[1]
@@ -63,9 +108,11 @@ func TestDecodeVerifyIntoDamage(t *testing.T) {
 		c := bytes.Clone(b)
 		c[i] ^= 0x40
 		checkInto(t, c, tiertest.Want(r))
+		checkTo(t, c, tiertest.Want(r))
 	}
 	for n := range b {
 		checkInto(t, b[:n], tiertest.Want(r))
+		checkTo(t, b[:n], tiertest.Want(r))
 	}
 	bigger := tiertest.SmallLayout
 	bigger.DType = kvcache.F32
@@ -84,12 +131,13 @@ func TestDecodeVerifyIntoDamage(t *testing.T) {
 			w := tiertest.Want(r)
 			mod(&w)
 			checkInto(t, b, w)
+			checkTo(t, b, w)
 		})
 	}
 }
 
-// FuzzDecodeVerifyInto: on any bytes, DecodeVerifyInto agrees with DecodeVerify (the oracle)
-// for a want of the small layout, and never panics.
+// FuzzDecodeVerifyInto: on any bytes, DecodeVerifyInto and DecodeVerifyTo agree with
+// DecodeVerify (the oracle) for a want of the small layout, and never panic.
 func FuzzDecodeVerifyInto(f *testing.F) {
 	r := tiertest.Chain(testIdentity, testRoot, tiertest.SmallLayout, 1, 13)[0]
 	f.Add(tiertest.Encode(r))
@@ -100,6 +148,7 @@ func FuzzDecodeVerifyInto(f *testing.F) {
 	want := tiertest.Want(r)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkInto(t, b, want)
+		checkTo(t, b, want)
 	})
 }
 
