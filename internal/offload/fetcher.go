@@ -105,7 +105,7 @@ type flightKey struct {
 }
 
 type call struct {
-	done    chan struct{}
+	done    chan struct{} // closed when the Get that reads it ends (one for all the keys of that Get)
 	val     []byte
 	waiters int // fetches that joined this read; protected by Fetcher.mu
 }
@@ -175,21 +175,29 @@ func (f *Fetcher) Lookup(ctx context.Context, req Request) []int {
 	for i, h := range req.Hashes {
 		keys[i], loc[i] = tier.Key{Root: req.Root, Hash: h}, -1
 	}
-	idx := make([]int, len(keys)) // positions still unfound
-	for i := range idx {
-		idx[i] = i
-	}
+	probe := keys // the keys still unfound, at positions idx (nil: every position)
+	var idx []int
 	for ti, t := range f.tiers {
-		if len(idx) == 0 || ctx.Err() != nil {
+		if len(probe) == 0 || ctx.Err() != nil {
 			break
-		}
-		probe := make([]tier.Key, len(idx))
-		for j, i := range idx {
-			probe[j] = keys[i]
 		}
 		has, err := t.Store.Contains(ctx, probe)
 		if err != nil {
 			continue
+		}
+		if idx == nil && ti == len(f.tiers)-1 { // the one tier asked (the usual case)
+			for i, h := range has {
+				if h {
+					loc[i] = ti
+				}
+			}
+			break
+		}
+		if idx == nil {
+			idx = make([]int, len(keys))
+			for i := range idx {
+				idx[i] = i
+			}
 		}
 		rest := idx[:0]
 		for j, i := range idx {
@@ -200,6 +208,16 @@ func (f *Fetcher) Lookup(ctx context.Context, req Request) []int {
 			}
 		}
 		idx = rest
+		if ti == len(f.tiers)-1 {
+			break // no tier left to ask
+		}
+		if &probe[0] == &keys[0] {
+			probe = make([]tier.Key, 0, len(idx)) // keys stays whole: it is copied from here
+		}
+		probe = probe[:0]
+		for _, i := range idx {
+			probe = append(probe, keys[i])
+		}
 	}
 	return loc
 }
@@ -228,7 +246,7 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	}
 	// Cost: how many leading blocks are worth reading.
 	spans := make([]Span, found)
-	recBytes := int64((&tier.Record{Tokens: make([]int32, bs), KV: nil}).EncodedSize()) + f.cfg.Layout.BlockBytes()
+	recBytes := tier.EncodedSizeOf(f.cfg.Layout)
 	if f.cfg.NeedState {
 		recBytes += 4 + int64(f.cfg.StateBytes) // the checkpoint travels with the K/V
 	}
@@ -249,8 +267,14 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	// Decode and verify on all cores (the checksum pass is the costly part of a host-tier
 	// restore; with req.Into it is also the copy into the pool). A tier read in chunks
 	// (readChunk) verifies each chunk as it arrives, while the next ones are read.
+	//
+	// The blocks' Records and their tokens are cut from two arrays of the fetch's (a block is
+	// verified by one goroutine at a time, into its own Record; they are only read once the
+	// fetch returns), not allocated two a block.
 	vals := make([][]byte, n)
 	dec := make([]checked, n)
+	recs := make([]tier.Record, n)
+	toks := make([]int32, n*bs)
 	verify := func(i int, v []byte) {
 		parent := req.Parent
 		if i > 0 {
@@ -258,19 +282,23 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		}
 		want := tier.Want{Identity: f.cfg.Identity, Root: req.Root, Hash: req.Hashes[i],
 			Parent: parent, Tokens: req.Tokens[i*bs : (i+1)*bs], Layout: f.cfg.Layout}
+		var into []byte // nil: the K/V stays in v (DecodeVerify)
 		if req.Into != nil {
-			dec[i].rec, dec[i].err = tier.DecodeVerifyInto(v, want, req.Into[i])
-		} else {
-			dec[i].rec, dec[i].err = tier.DecodeVerify(v, want)
+			into = req.Into[i]
+		}
+		r := &recs[i]
+		r.Tokens = toks[i*bs : i*bs : (i+1)*bs]
+		dec[i].rec, dec[i].err = nil, tier.DecodeVerifyTo(r, v, want, into)
+		if dec[i].err == nil {
+			dec[i].rec = r
 		}
 	}
-	byTier := make(map[int][]int)
-	for i := range n {
-		byTier[loc[i]] = append(byTier[loc[i]], i)
-	}
 	var wg sync.WaitGroup
-	for ti, idx := range byTier {
-		if len(byTier) == 1 { // one tier (the usual case): no goroutine to wake
+	for ti, idx := range blocksByTier(loc[:n], len(f.tiers)) {
+		if len(idx) == 0 {
+			continue
+		}
+		if len(idx) == n { // one tier (the usual case): no goroutine to wake
 			f.readTier(ctx, ti, req, idx, vals, dec, verify)
 			break
 		}
@@ -291,6 +319,23 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	f.promoteUsable(req, &res, vals)
 	f.reportRemote(req, &res)
 	return res, nil
+}
+
+// blocksByTier returns, for each of tiers tiers, the blocks loc puts in it (loc[i] is block
+// i's tier), in chain order: slices of one array.
+func blocksByTier(loc []int, tiers int) [][]int {
+	by := make([][]int, tiers)
+	order := make([]int, 0, len(loc))
+	for t := range tiers { // a few tiers: a pass each
+		from := len(order)
+		for i, lt := range loc {
+			if lt == t {
+				order = append(order, i)
+			}
+		}
+		by[t] = order[from:len(order):len(order)]
+	}
+	return by
 }
 
 // checked is one fetched block after decoding and verification.
@@ -413,58 +458,58 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 		chunk = len(idx)
 	}
 	nchunks := (len(idx) + chunk - 1) / chunk
-	var bytes atomic.Int64
-	var failed atomic.Bool
-	var next, lastEnd atomic.Int64
-	var wg sync.WaitGroup
+	// What the readers share, in one allocation (they may run on goroutines of their own).
+	st := &struct {
+		bytes, next, lastEnd atomic.Int64
+		failed               atomic.Bool
+		wg                   sync.WaitGroup
+	}{}
 	start := time.Now()
-	for w := range min(chunksInFlight, nchunks) {
-		wg.Add(1)
-		run := func() {
-			defer wg.Done()
-			for c := int(next.Add(1) - 1); c < nchunks && ctx.Err() == nil; c = int(next.Add(1) - 1) {
-				part := idx[c*chunk : min((c+1)*chunk, len(idx))]
-				keys := make([]tier.Key, len(part))
-				for j, i := range part {
-					keys[j] = tier.Key{Root: req.Root, Hash: req.Hashes[i]}
-				}
-				check := func(j int, v []byte) error {
-					verify(part[j], v)
-					return dec[part[j]].err
-				}
-				got, own, ok, n, err := f.get(ctx, ti, keys, check)
-				for end := int64(time.Since(start)); ; {
-					if old := lastEnd.Load(); old >= end || lastEnd.CompareAndSwap(old, end) {
-						break
-					}
-				}
-				bytes.Add(n)
-				if err != nil {
-					failed.Store(true)
-				}
-				for j, i := range part {
-					vals[i] = got[j]
-				}
-				verifyAll(len(part), func(j int) {
-					if got[j] != nil && !ok[j] { // not verified by the store's check
-						verify(part[j], got[j])
-					}
-				})
-				if rc != nil && req.Into != nil && !f.promotes(t.Tier) {
-					f.recycle(rc, part, got, own, dec)
+	run := func() {
+		defer st.wg.Done()
+		for c := int(st.next.Add(1) - 1); c < nchunks && ctx.Err() == nil; c = int(st.next.Add(1) - 1) {
+			part := idx[c*chunk : min((c+1)*chunk, len(idx))]
+			keys := make([]tier.Key, len(part))
+			for j, i := range part {
+				keys[j] = tier.Key{Root: req.Root, Hash: req.Hashes[i]}
+			}
+			check := func(j int, v []byte) error {
+				verify(part[j], v)
+				return dec[part[j]].err
+			}
+			got, own, ok, n, err := f.get(ctx, ti, keys, check)
+			for end := int64(time.Since(start)); ; {
+				if old := st.lastEnd.Load(); old >= end || st.lastEnd.CompareAndSwap(old, end) {
+					break
 				}
 			}
-		}
-		if w == min(chunksInFlight, nchunks)-1 {
-			run() // the last reader is this goroutine: one wake-up fewer (all of them for one chunk)
-		} else {
-			go run()
+			st.bytes.Add(n)
+			if err != nil {
+				st.failed.Store(true)
+			}
+			for j, i := range part {
+				vals[i] = got[j]
+			}
+			verifyAll(len(part), func(j int) {
+				if got[j] != nil && !ok[j] { // not verified by the store's check
+					verify(part[j], got[j])
+				}
+			})
+			if rc != nil && req.Into != nil && !f.promotes(t.Tier) {
+				f.recycle(rc, part, got, own, dec)
+			}
 		}
 	}
-	wg.Wait()
-	if !failed.Load() && bytes.Load() > 0 {
+	readers := min(chunksInFlight, nchunks)
+	st.wg.Add(readers)
+	for range readers - 1 {
+		go run()
+	}
+	run() // the last reader is this goroutine: one wake-up fewer (all of them for one chunk)
+	st.wg.Wait()
+	if !st.failed.Load() && st.bytes.Load() > 0 {
 		f.mu.Lock()
-		f.mu.cost.ObserveRead(t.Tier, bytes.Load(), time.Duration(lastEnd.Load()))
+		f.mu.cost.ObserveRead(t.Tier, st.bytes.Load(), time.Duration(st.lastEnd.Load()))
 		f.mu.Unlock()
 	}
 }
@@ -492,59 +537,73 @@ func (f *Fetcher) recycle(rc tier.Recycler, part []int, got [][]byte, own []bool
 // verified value i inside the store's read (a tier.CheckedGetter, for the keys
 // this call led) and stood; the bytes its own Get read; and that Get's error.
 func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key, check func(i int, v []byte) error) (out [][]byte, own, checked []bool, bytes int64, getErr error) {
-	out, own, checked = make([][]byte, len(keys)), make([]bool, len(keys)), make([]bool, len(keys))
-	var lead []int
-	var leadCalls []*call
-	wait := make(map[int]*call)
+	out = make([][]byte, len(keys))
+	flags := make([]bool, 2*len(keys))
+	own, checked = flags[:len(keys):len(keys)], flags[len(keys):]
+	// calls[i] is key i's read when this call leads it; one channel, closed when the Get
+	// ends, tells every fetch that joined any of them.
+	calls := make([]call, len(keys))
+	done := make(chan struct{})
+	var joined []int // keys another fetch is reading, and its calls
+	var joinedCalls []*call
 	f.mu.Lock()
 	for i, k := range keys {
 		fk := flightKey{ti, k}
 		if c, ok := f.mu.flight[fk]; ok {
 			c.waiters++
-			wait[i] = c
+			joined, joinedCalls = append(joined, i), append(joinedCalls, c)
 			continue
 		}
-		c := &call{done: make(chan struct{})}
-		f.mu.flight[fk] = c
-		lead, leadCalls = append(lead, i), append(leadCalls, c)
+		calls[i].done = done
+		f.mu.flight[fk] = &calls[i]
 	}
 	f.mu.Unlock()
-	if len(lead) > 0 {
-		lk := make([]tier.Key, len(lead))
-		for j, i := range lead {
-			lk[j] = keys[i]
+	lead := func(j int) int { return j } // the key of the j-th key this call reads
+	lk := keys
+	if len(joined) > 0 {
+		var li []int
+		lk = make([]tier.Key, 0, len(keys)-len(joined))
+		for i := range keys {
+			if calls[i].done != nil {
+				lk, li = append(lk, keys[i]), append(li, i)
+			}
 		}
+		lead = func(j int) int { return li[j] }
+	}
+	if len(lk) > 0 {
 		t := f.tiers[ti]
 		start := time.Now()
 		var vals [][]byte
 		var ok []bool
 		var err error
 		if cg, is := t.Store.(tier.CheckedGetter); is && check != nil {
-			vals, ok, err = cg.GetChecked(ctx, lk, func(j int, v []byte) error { return check(lead[j], v) })
+			vals, ok, err = cg.GetChecked(ctx, lk, func(j int, v []byte) error { return check(lead(j), v) })
 		} else {
 			vals, err = t.Store.Get(ctx, lk)
 		}
 		d := time.Since(start)
 		f.metrics.ObserveRead(t.Tier.String(), d)
 		f.mu.Lock()
-		for j, i := range lead {
+		for j := range lk {
+			i := lead(j)
+			c := &calls[i]
 			if err == nil {
-				leadCalls[j].val = vals[j]
+				c.val = vals[j]
 				bytes += int64(len(vals[j]))
 				checked[i] = ok != nil && ok[j]
 			}
-			out[i] = leadCalls[j].val
-			own[i] = leadCalls[j].waiters == 0 // and none can join: the entry goes now
+			out[i] = c.val
+			own[i] = c.waiters == 0 // and none can join: the entry goes now
 			delete(f.mu.flight, flightKey{ti, keys[i]})
-			close(leadCalls[j].done)
 		}
+		close(done)
 		f.mu.Unlock()
 		getErr = err
 	}
-	for i, c := range wait {
+	for j, c := range joinedCalls {
 		select {
 		case <-c.done:
-			out[i] = c.val
+			out[joined[j]] = c.val
 		case <-ctx.Done():
 		}
 	}

@@ -113,7 +113,7 @@ func (r *restorer) do(job prefetchJob) {
 // counted by discard reason. A block's checkpoint, when it has one, goes with it (State,
 // aliasing the read: the engine decodes it when the result arrives).
 func prefetched(first int, res Result, inPlace bool, stateBytes int) engine.Prefetched {
-	p := engine.Prefetched{First: first, Discarded: map[string]int{}}
+	p := engine.Prefetched{First: first, Discarded: map[string]int{}, Blocks: make([]engine.RestoredBlock, 0, res.Usable)}
 	for i, b := range res.Blocks {
 		if i < res.Usable && b.Record != nil {
 			rb := engine.RestoredBlock{Tier: b.Tier, Data: b.Record.KV}
