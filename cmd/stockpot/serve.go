@@ -180,6 +180,7 @@ func newInstance(o serveOptions) (*instance, error) {
 		tcfg.Layout = kvcache.Layout{BlockSize: o.blockSize, Layers: lf.cfg.KVLayers(), KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: o.kvType}
 		tcfg.StateBytes = lf.cfg.StateEncodedBytes() // a hybrid's checkpoints travel with their blocks
 		tcfg.AttendCost = lf.cfg.AttendCost()        // deeper blocks cost more to recompute
+		tcfg.StateEvery = ecfg.StateCheckpointBlocks // only every N-th block carries a checkpoint
 		tcfg.Events = in.events.Publish              // host, disk and remote blocks on /v1/kv-events too
 		if in.tiers, err = offload.Open(tcfg, reg); err != nil {
 			return fail(err)

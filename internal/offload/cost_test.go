@@ -121,3 +121,23 @@ func TestPlanAtDepth(t *testing.T) {
 		t.Error("a negative attend cost was accepted")
 	}
 }
+
+// TestReadChunk: the disk tier is read a key per Get, host in one Get, and the remote tier in
+// calls of about 4 MiB whatever the record size, so that no call of a long prompt's restore
+// outlasts the per-call timeout.
+func TestReadChunk(t *testing.T) {
+	if got := readChunk(kvtier.Disk, 1<<20); got != 1 {
+		t.Errorf("disk chunk %d, want 1", got)
+	}
+	if got := readChunk(kvtier.Host, 1<<20); got != 0 {
+		t.Errorf("host chunk %d, want 0 (one Get)", got)
+	}
+	for _, c := range []struct {
+		rec  int64
+		want int
+	}{{10 << 10, 409}, {1 << 20, 4}, {8 << 20, 1}, {0, 4 << 20}} {
+		if got := readChunk(kvtier.Remote, c.rec); got != c.want {
+			t.Errorf("remote chunk for %d-byte records: %d keys, want %d", c.rec, got, c.want)
+		}
+	}
+}

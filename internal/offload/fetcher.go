@@ -26,6 +26,10 @@ type FetcherConfig struct {
 	// Aux entry); a record flagged complete whose state is another size counts as without
 	// one (a truncated or foreign state is never used). 0 skips the check.
 	StateBytes int
+	// StateEvery, with NeedState, is the checkpoint interval in blocks (the engine's
+	// StateCheckpointBlocks; 0 is 1): only every StateEvery-th block of a prompt carries a
+	// checkpoint, so only those pay its bytes in the cost model's read estimate.
+	StateEvery int
 	Cost       CostConfig
 }
 
@@ -247,11 +251,13 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	// Cost: how many leading blocks are worth reading.
 	spans := make([]Span, found)
 	recBytes := tier.EncodedSizeOf(f.cfg.Layout)
-	if f.cfg.NeedState {
-		recBytes += 4 + int64(f.cfg.StateBytes) // the checkpoint travels with the K/V
-	}
+	every := max(f.cfg.StateEvery, 1)
 	for i := range spans {
-		spans[i] = Span{Tier: f.tiers[loc[i]].Tier, Bytes: recBytes, Tokens: bs, Pos: req.Pos + i*bs}
+		b := recBytes
+		if f.cfg.NeedState && (req.Pos/bs+i+1)%every == 0 {
+			b += 4 + int64(f.cfg.StateBytes) // a checkpoint block's state travels with its K/V
+		}
+		spans[i] = Span{Tier: f.tiers[loc[i]].Tier, Bytes: b, Tokens: bs, Pos: req.Pos + i*bs}
 		res.Blocks[i].Found, res.Blocks[i].Tier = true, spans[i].Tier
 	}
 	f.mu.Lock()
@@ -429,14 +435,23 @@ func HasState(r *tier.Record, stateBytes int) bool {
 // of it and hand each block between goroutines twice (the store's reader, the verifier),
 // which a loaded machine makes pay in wake-ups: measured in the same run, 4x4 chunks reached
 // 0.53 GB/s at 634 ms of CPU per GB restored, one key per Get 0.66 GB/s at 544 ms/GB. The
-// host tier answers from memory (nothing to overlap), and the remote tier is batched for its
-// round trips.
-func readChunk(t kvtier.Tier) int {
-	if t == kvtier.Disk {
+// host tier answers from memory (nothing to overlap). The remote tier is batched for its
+// round trips, in calls of about remoteChunkBytes (recBytes is the largest record): one call
+// for a whole long prompt (82 MiB at 32K tokens of small-kimi-k3) outlasts the per-call
+// timeout (250 ms by default) and the restore is lost, while 4 MiB calls, chunksInFlight at
+// once, each finish well inside it and overlap their verification with the next reads.
+func readChunk(t kvtier.Tier, recBytes int64) int {
+	switch t {
+	case kvtier.Disk:
 		return 1
+	case kvtier.Remote:
+		return int(max(1, remoteChunkBytes/max(recBytes, 1)))
 	}
 	return 0
 }
+
+// remoteChunkBytes is the size of one remote read call (readChunk).
+const remoteChunkBytes = 4 << 20
 
 // chunksInFlight bounds the chunked Gets of one tier in flight: 8 reads at once, what the
 // disk store's own parallel Get uses (disk.readers), and past what the virtio disk measured
@@ -453,7 +468,11 @@ const chunksInFlight = 8
 func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, vals [][]byte, dec []checked, verify func(i int, v []byte)) {
 	t := f.tiers[ti]
 	rc, _ := t.Store.(tier.Recycler)
-	chunk := readChunk(t.Tier)
+	rec := tier.EncodedSizeOf(f.cfg.Layout)
+	if f.cfg.NeedState {
+		rec += 4 + int64(f.cfg.StateBytes)
+	}
+	chunk := readChunk(t.Tier, rec)
 	if chunk <= 0 || chunk >= len(idx) {
 		chunk = len(idx)
 	}

@@ -67,6 +67,8 @@ type Config struct {
 	// AttendCost is the model's attention work per earlier position as a fraction of its
 	// per-token work (model.Config.AttendCost), for the cost model (CostConfig.AttendCost).
 	AttendCost float64
+	// StateEvery is the engine's checkpoint interval in blocks (FetcherConfig.StateEvery).
+	StateEvery int
 }
 
 // DefaultConfig returns the defaults behind `stockpot serve`: every tier off.
@@ -227,6 +229,7 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	fcfg.Identity, fcfg.Layout = cfg.Identity, cfg.Layout
 	fcfg.NeedState, fcfg.StateBytes = cfg.StateBytes > 0, cfg.StateBytes
 	fcfg.Cost.AttendCost = cfg.AttendCost
+	fcfg.StateEvery = cfg.StateEvery
 	if t.fetcher, err = NewFetcher(fcfg, t.tiers, t.metrics); err != nil {
 		return err
 	}
