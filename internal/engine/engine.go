@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,7 +172,9 @@ type Engine struct {
 	states     *seqStates   // recurrent states of a hybrid model's sequences (state.go); runner only
 	ckpts      *checkpoints // a hybrid model's block checkpoints (state.go); runner only
 	eventState [][]byte     // flushEvents' state argument, reused; runner goroutine only
-	stateBuf   []byte       // the encoded checkpoints of one flushEvents; runner goroutine only
+	stateBuf   []byte       // the encoded checkpoints of one hook call; runner goroutine only
+	stateBytes int          // one encoded checkpoint's size (model.Config.StateEncodedBytes)
+	stateBatch int          // the most checkpoint bytes one hook call carries (stateBatchBytes; tests lower it)
 	discarded  uint64       // Core.Stats().StateDiscarded already reported to OnDiscard
 
 	// afterStep, when set, runs on the runner goroutine after every scheduling step, once its
@@ -242,8 +245,8 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	states := newSeqStates(m)
 	e := &Engine{
 		cfg: cfg, model: m, arena: arena, cache: pc, states: states,
-		ckpts: newCheckpoints(m, states, checkpointBudget(arena.NumBlocks(), cfg.StateCheckpointBlocks)),
-		in:    make(chan *stream, 1024), cancel: make(chan uint64, 1024), ctrl: make(chan func()), fetched: make(chan prefetchMsg, 1024),
+		ckpts: newCheckpoints(m, states, checkpointBudget(arena.NumBlocks(), cfg.StateCheckpointBlocks)), stateBytes: mc.StateEncodedBytes(), stateBatch: stateBatchBytes,
+		in: make(chan *stream, 1024), cancel: make(chan uint64, 1024), ctrl: make(chan func()), fetched: make(chan prefetchMsg, 1024),
 		quit: make(chan struct{}), done: make(chan struct{}),
 		streams: map[uint64]*stream{},
 	}
@@ -482,6 +485,7 @@ func (e *Engine) FlushCached(fn func(ev prefix.Event, kv, state []byte)) {
 			e.stateBuf = e.stateBuf[:0]
 			fn(ev, e.arena.BlockData(ev.Block), e.encodeState(ev.Hash))
 		})
+		e.trimStateBuf()
 	})
 }
 
@@ -499,6 +503,30 @@ func (e *Engine) encodeState(h prefix.Hash) []byte {
 	start := len(e.stateBuf)
 	e.stateBuf, _ = st.AppendBinary(e.stateBuf)
 	return e.stateBuf[start:len(e.stateBuf):len(e.stateBuf)]
+}
+
+// The checkpoints a hook call carries are encoded into e.stateBuf and are valid during the
+// call only, so the hooks are called in batches of at most stateBatchBytes of them: a pin or
+// a restore of a long prefix (7,679 checkpoints, 1.9 GiB, at 480K tokens of small-kimi-k3)
+// would otherwise encode every checkpoint into one buffer at once, doubling through its
+// reallocations, and keep that capacity for the life of the engine. After a flush a buffer
+// grown past stateKeepBytes is let go.
+const (
+	stateBatchBytes = 32 << 20
+	stateKeepBytes  = 4 << 20
+)
+
+// stateBatchFull reports whether e.stateBuf holds a batch's worth of checkpoints: the events
+// encoded so far go to the hook before the next one is encoded.
+func (e *Engine) stateBatchFull() bool {
+	return e.ckpts != nil && len(e.stateBuf) > 0 && len(e.stateBuf)+e.stateBytes > e.stateBatch
+}
+
+// trimStateBuf lets go of a state buffer a large flush grew.
+func (e *Engine) trimStateBuf() {
+	if cap(e.stateBuf) > stateKeepBytes {
+		e.stateBuf = nil
+	}
 }
 
 // Pause stops the runner between steps until the returned resume func is called. Requests
@@ -712,7 +740,15 @@ func (e *Engine) flushEvents(restores []Restore) {
 	}
 	if e.cfg.OnBlockEvents != nil {
 		e.eventKV, e.eventState, e.stateBuf = e.eventKV[:0], e.eventState[:0], e.stateBuf[:0]
-		for _, ev := range evs {
+		lo := 0
+		for i, ev := range evs {
+			if e.stateBatchFull() {
+				e.cfg.OnBlockEvents(evs[lo:i], e.eventKV, e.eventState)
+				clear(e.eventKV)
+				clear(e.eventState)
+				e.eventKV, e.eventState, e.stateBuf = e.eventKV[:0], e.eventState[:0], e.stateBuf[:0]
+				lo = i
+			}
 			var kv, state []byte
 			switch ev.Kind {
 			case prefix.Stored, prefix.Reused:
@@ -723,9 +759,10 @@ func (e *Engine) flushEvents(restores []Restore) {
 			e.eventKV = append(e.eventKV, kv)
 			e.eventState = append(e.eventState, state)
 		}
-		e.cfg.OnBlockEvents(evs, e.eventKV, e.eventState)
+		e.cfg.OnBlockEvents(evs[lo:], e.eventKV, e.eventState)
 		clear(e.eventKV) // hold no views of the arena between steps
 		clear(e.eventState)
+		e.trimStateBuf()
 	}
 	if e.ckpts != nil {
 		for _, ev := range evs {
@@ -767,7 +804,14 @@ func (e *Engine) flushPinEvents(restores []Restore) {
 		return
 	}
 	e.pinKV, e.stateBuf = e.pinKV[:0], e.stateBuf[:0]
+	lo := 0
 	for i, ev := range evs {
+		if e.stateBatchFull() {
+			e.cfg.OnPins(evs[lo:i], e.pinKV)
+			clear(e.pinKV)
+			e.pinKV, e.stateBuf = e.pinKV[:0], e.stateBuf[:0]
+			lo = i
+		}
 		var kv []byte
 		if ev.Kind == PinCreated {
 			kv = e.blockKV(ev.Block, restores)
@@ -775,8 +819,12 @@ func (e *Engine) flushPinEvents(restores []Restore) {
 		}
 		e.pinKV = append(e.pinKV, kv)
 	}
-	e.cfg.OnPins(evs, e.pinKV)
+	e.cfg.OnPins(evs[lo:], e.pinKV)
 	clear(e.pinKV)
+	for i := range evs {
+		evs[i].State = nil // the bytes are reused: hold no views of them
+	}
+	e.trimStateBuf()
 }
 
 // Pins lists the blocks pins hold in the working pool, by root, then depth (for the cache
@@ -849,7 +897,12 @@ func (e *Engine) add(s *stream) {
 		return
 	}
 	id := s.id
-	done := func(p Prefetched) { e.sendFetched(prefetchMsg{id, p}) }
+	done := func(p Prefetched) {
+		start := time.Now()
+		e.decodeCheckpoints(&p)
+		p.Elapsed += time.Since(start) // decoding is part of the restore (usage restore_ms)
+		e.sendFetched(prefetchMsg{id, p})
+	}
 	if ir, ok := e.cfg.Restorer.(IntoRestorer); ok {
 		// Reserve the blocks the prefetch may restore, so it verifies straight into them.
 		if ids := e.core.Reserve(id, have, limit-have); ids != nil {
@@ -889,22 +942,49 @@ func (e *Engine) sendFetched(m prefetchMsg) {
 	}()
 }
 
-// prefetched hands a prefetch result to the core and reports any stall it ended. A hybrid
-// model's restored checkpoints are decoded and checked here first (DecodeState: the format,
-// finite values; and the position must be the block's end): a block whose checkpoint fails
-// is kept as K/V without one, and the core's reuse rule ends the prefix before it.
-func (e *Engine) prefetched(m prefetchMsg) {
-	if e.ckpts != nil {
-		for i := range m.p.Blocks {
-			rb := &m.p.Blocks[i]
-			if rb.State != nil {
-				if st, err := e.model.DecodeState(rb.State); err == nil && st.Pos == (m.p.First+i+1)*e.cfg.BlockSize {
-					rb.Checkpoint = st
-				}
-			}
-			rb.State = nil // the tier's bytes are not kept
+// decodeCheckpoints decodes and checks a hybrid model's restored checkpoints
+// (DecodeState: the format, finite values; and the position must be the block's end) into
+// Checkpoint, on the Restorer's goroutine that delivers p and on up to GOMAXPROCS goroutines
+// beside it, not on the runner's: at 480K tokens of small-kimi-k3 that is 1.9 GiB, seconds of
+// work that would stall every running request. A block whose checkpoint fails is kept as
+// K/V without one, and the core's reuse rule ends the prefix before it. The tier's bytes are
+// not kept.
+func (e *Engine) decodeCheckpoints(p *Prefetched) {
+	if e.ckpts == nil {
+		return
+	}
+	var idx []int
+	for i := range p.Blocks {
+		if p.Blocks[i].State != nil {
+			idx = append(idx, i)
 		}
 	}
+	decode := func(i int) {
+		rb := &p.Blocks[i]
+		if st, err := e.model.DecodeState(rb.State); err == nil && st.Pos == (p.First+i+1)*e.cfg.BlockSize {
+			rb.Checkpoint = st
+		}
+	}
+	var next atomic.Int64
+	work := func() {
+		for k := int(next.Add(1) - 1); k < len(idx); k = int(next.Add(1) - 1) {
+			decode(idx[k])
+		}
+	}
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(idx)/8+1) - 1 {
+		wg.Go(work)
+	}
+	work()
+	wg.Wait()
+	for i := range p.Blocks {
+		p.Blocks[i].State = nil
+	}
+}
+
+// prefetched hands a prefetch result (its checkpoints decoded: decodeCheckpoints) to the core
+// and reports any stall it ended.
+func (e *Engine) prefetched(m prefetchMsg) {
 	before := e.core.Stats().PrefetchStall
 	e.core.Prefetched(m.id, m.p, e.cfg.Now())
 	if d := e.core.Stats().PrefetchStall - before; d > 0 && e.cfg.OnRestoreStall != nil {

@@ -71,3 +71,7 @@ func (e *Engine) StepGate() (wait, release, stop func()) {
 	var once sync.Once
 	return wait, release, func() { once.Do(func() { close(done) }) }
 }
+
+// SetStateBatch sets the most checkpoint bytes one OnPins or OnBlockEvents call carries
+// (stateBatchBytes by default). Call it before the first request.
+func (e *Engine) SetStateBatch(n int) { e.do(func() { e.stateBatch = n }) }

@@ -35,10 +35,13 @@ import (
 // pinned again with its remaining time. The flush at shutdown writes pinned blocks with
 // their TTL (FlushBlock), so the disk keeps them pinned whichever write lands first.
 
-// pinQueueLen is the pin worker's queue, in jobs (one job is the events of one engine step
-// with the same kind and TTL; a job of PinCreated events holds their encoded blocks). 64
-// steps of pins in flight is far above what a pool pins at once.
-const pinQueueLen = 64
+// pinQueueLen is the pin worker's queue, in jobs (one job is the events of one engine hook
+// call with the same kind and TTL; a job of PinCreated events holds their encoded blocks). The
+// engine calls the hook with at most 32 MiB of checkpoints at a time, so one pin of a long
+// hybrid prefix is many jobs at once: about 60 for 480K tokens of small-kimi-k3. 1,024 is far
+// above what a pool pins at once; the jobs' bytes are the encoded blocks themselves, which
+// the host tier keeps once written.
+const pinQueueLen = 1024
 
 // pinJob is one Pin call (and, for new pins, the Puts of what a store lacks) on every Pinner
 // tier. ttl 0 unpins. items[i].Value is nil for a refresh or an unpin.
