@@ -48,12 +48,12 @@ type RestoredBlock struct {
 	// InPlace: the K/V is already in the block reserved for this prompt block (PrefetchInto).
 	InPlace bool
 	// State, for a hybrid model, is the block's recurrent-state checkpoint as the tier holds
-	// it (model.State.AppendBinary bytes; nil when the record has none). The runner decodes
-	// and checks it when the result arrives (Checkpoint); the Restorer may alias its read
-	// buffers here, read only.
+	// it (model.State.AppendBinary bytes; nil when the record has none). The engine decodes
+	// and checks it when the result is delivered, before the runner sees it (Checkpoint); the
+	// Restorer may alias its read buffers here, read only, until it calls done.
 	State []byte
 	// Checkpoint is State decoded and verified (its position is this block's end), set by
-	// the runner; nil when the block has no usable checkpoint. A hybrid prefix is restored
+	// the engine; nil when the block has no usable checkpoint. A hybrid prefix is restored
 	// only up to the last block that has one.
 	Checkpoint *model.State
 }

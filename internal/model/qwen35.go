@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 
 	"stockpot/internal/gguf"
 	"stockpot/internal/kernels"
@@ -115,21 +116,46 @@ const stateMagic = "SPST"
 // DeltaNet layer's conv then delta floats, little-endian f32. The layout is Config.StateFormat;
 // integrity (checksums) is the container's business.
 func (s *State) AppendBinary(b []byte) ([]byte, error) {
+	b = slices.Grow(b, len(stateMagic)+8+s.Bytes())
 	b = append(b, stateMagic...)
 	b = binary.LittleEndian.AppendUint64(b, uint64(s.Pos))
 	for i := range s.conv {
-		for _, v := range s.conv[i] {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-		}
-		for _, v := range s.delta[i] {
-			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(v))
-		}
+		b = appendF32s(b, s.conv[i])
+		b = appendF32s(b, s.delta[i])
 	}
 	return b, nil
 }
 
+// appendF32s appends v's values, little-endian. REQUIRES: cap(b)-len(b) >= 4*len(v).
+func appendF32s(b []byte, v []float32) []byte {
+	n := len(b)
+	b = b[:n+4*len(v)]
+	out := b[n:]
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(out[4*i:4*i+4], math.Float32bits(x))
+	}
+	return b
+}
+
+// readF32s fills dst from src's little-endian values (4·len(dst) bytes) and reports whether
+// all of them are finite. The 7,679 checkpoints of a 480K-token restore of small-kimi-k3 are
+// 1.9 GiB to decode, so this is one pass with no branch on the values: each value's
+// all-ones exponent (NaN or ±Inf) is turned into a bit, the bits ORed, and checked once.
+func readF32s(dst []float32, src []byte) bool {
+	src = src[:4*len(dst)]
+	var bad uint32
+	for i := range dst {
+		u := binary.LittleEndian.Uint32(src[4*i : 4*i+4])
+		// 1 when the exponent is all ones: (u & exp) + 1<<23 carries into bit 31 only then.
+		bad |= ((u & 0x7f800000) + 0x00800000) >> 31
+		dst[i] = math.Float32frombits(u)
+	}
+	return bad == 0
+}
+
 // DecodeState reads bytes written by AppendBinary for this model into a new State. Bytes of
-// another length or without the header are refused; NaN or infinite values too.
+// another length or without the header are refused; NaN or infinite values too. It reads
+// only m's configuration, so several goroutines may decode at once.
 func (m *Model) DecodeState(b []byte) (*State, error) {
 	c := m.cfg
 	want := len(stateMagic) + 8 + c.StateBytes()
@@ -146,23 +172,12 @@ func (m *Model) DecodeState(b []byte) (*State, error) {
 	s := m.NewState()
 	s.Pos = int(pos)
 	b = b[len(stateMagic)+8:]
-	read := func(dst []float32) error {
-		for i := range dst {
-			v := math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-			if math.IsNaN(float64(v)) || math.IsInf(float64(v), 0) {
-				return fmt.Errorf("model: state holds a non-finite value")
-			}
-			dst[i] = v
-		}
-		b = b[4*len(dst):]
-		return nil
-	}
 	for i := range s.conv {
-		if err := read(s.conv[i]); err != nil {
-			return nil, err
-		}
-		if err := read(s.delta[i]); err != nil {
-			return nil, err
+		for _, dst := range [2][]float32{s.conv[i], s.delta[i]} {
+			if !readF32s(dst, b) {
+				return nil, fmt.Errorf("model: state holds a non-finite value")
+			}
+			b = b[4*len(dst):]
 		}
 	}
 	return s, nil
