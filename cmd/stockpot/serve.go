@@ -311,6 +311,7 @@ func cmdServe(args []string) error {
 	prefetchTimeout := fs.Duration("prefetch-timeout", ed.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
 	pinBudget := fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
 	stateEvery := fs.Int("state-checkpoint-blocks", ed.StateCheckpointBlocks, "hybrid models (qwen35, kimi-linear): keep the recurrent state at the end of every N-th block; a cached prefix is reused only up to a checkpoint, so N blocks are the hit granularity, and each checkpoint's memory comes out of --kv-memory")
+	memLimit := fs.String("memory-limit", "auto", "soft limit of the Go heap: the collector runs harder near it rather than let the heap reach twice its live size (e.g. 20GiB); auto = 90% of the machine's or the cgroup's memory unless GOMEMLIMIT is set; off = none")
 	tenantOpts := addTenantFlags(fs, true)
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
@@ -318,6 +319,11 @@ func cmdServe(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
+	memLine, err := applyMemoryLimit(*memLimit)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "stockpot: "+memLine)
 	if *readTimeout <= 0 || *idleTimeout <= 0 || *maxConns <= 0 {
 		return fmt.Errorf("serve: --read-timeout, --idle-timeout and --max-connections must be positive")
 	}
