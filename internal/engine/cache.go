@@ -22,6 +22,10 @@ func (a cacheAdapter) reused(blocks []kvcache.BlockID, allow int) {
 
 func (a cacheAdapter) allocate(n int) ([]kvcache.BlockID, error) { return a.c.Allocate(n) }
 
+func (a cacheAdapter) appendAllocate(dst []kvcache.BlockID, n int) ([]kvcache.BlockID, error) {
+	return a.c.AppendAllocate(dst, n)
+}
+
 func (a cacheAdapter) available() int { return a.c.Available() }
 
 func (a cacheAdapter) markPending(owner uint64, hashes []prefix.Hash) {

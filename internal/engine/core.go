@@ -24,6 +24,9 @@ type blockCache interface {
 	reused(blocks []kvcache.BlockID, allow int)
 	// allocate takes n fresh blocks (ref 1 each), evicting cached ones if it must.
 	allocate(n int) ([]kvcache.BlockID, error)
+	// appendAllocate is allocate appending to dst (dst as it was on error): a decode step's
+	// next block goes into the sequence's table without a slice of its own.
+	appendAllocate(dst []kvcache.BlockID, n int) ([]kvcache.BlockID, error)
 	// available says how many blocks allocate could hand out now (free plus evictable).
 	available() int
 	// markPending says owner is computing the blocks with these hashes.
@@ -740,12 +743,12 @@ func (c *Core) Schedule(now time.Time) *Plan {
 		}
 		pos := s.computed
 		if pos/B >= len(s.blocks) {
-			got, err := c.cache.allocate(1)
+			blocks, err := c.cache.appendAllocate(s.blocks, 1)
 			if err != nil && c.reclaim(nil) {
-				got, err = c.cache.allocate(1)
+				blocks, err = c.cache.appendAllocate(s.blocks, 1)
 			}
 			for err != nil && c.shedPins() {
-				got, err = c.cache.allocate(1)
+				blocks, err = c.cache.appendAllocate(s.blocks, 1)
 			}
 			if err != nil {
 				if !c.preemptFor(s, now) {
@@ -766,7 +769,7 @@ func (c *Core) Schedule(now time.Time) *Plan {
 				budget = c.cfg.MaxBatchTokens
 				continue
 			}
-			s.blocks = append(s.blocks, got...)
+			s.blocks = blocks
 		}
 		plan.Items = append(plan.Items, PlanItem{Seq: s.id, Tokens: s.tokens[pos : pos+1], Pos: pos, Blocks: s.blocks, WantLogits: true,
 			Checkpoints: c.checkpointsIn(s, pos, pos+1)})

@@ -14,9 +14,8 @@ import (
 // (scheduler, runner, sampler, delivery, the forward pass) at 1 and 4 streams on the
 // default model: the difference between requests of long and short generation, divided by
 // the extra tokens, so that per-request costs (admission, prefill, the final output) cancel.
-// A decode step itself allocates nothing (TestDecodeStepsAllocateNothing); what this still
-// counts is the slice prefix.Cache.Allocate returns for each block decoding starts (1/16 a
-// token with 16-token blocks), and noise: a stream queue that grows when its reader lags.
+// A decode step itself allocates nothing, new blocks included (TestDecodeStepsAllocateNothing);
+// what this can still count is noise: a stream queue that grows when its reader lags.
 func BenchmarkEngineDecodeAllocs(b *testing.B) {
 	e := servedEngine(b, func(c *engine.Config) { c.PrefixCache = false; c.Dedup = false })
 	for _, streams := range []int{1, 4} {

@@ -19,9 +19,8 @@ import (
 // step (StepGate) and the caller takes each step's outputs before the next, so every
 // measured window is the same work: a count, not a time.
 //
-// The blocks are 256 tokens, so that no step of the window starts a block: a new block's
-// id comes from prefix.Cache.Allocate, which returns a fresh slice (one allocation per block
-// per stream, outside this package; BenchmarkEngineDecodeAllocs counts it).
+// The blocks are 16 tokens, so each window of 24 steps fills and commits blocks and starts
+// new ones (prefix.Cache.AppendAllocate, into the sequence's block table).
 //
 // Not under -race: the race detector's instrumentation allocates.
 func TestDecodeStepsAllocateNothing(t *testing.T) {
@@ -35,9 +34,8 @@ func TestDecodeStepsAllocateNothing(t *testing.T) {
 	for _, name := range []string{"greedy", "logprobs", "sampled"} {
 		for _, streams := range []int{1, 4} {
 			t.Run(fmt.Sprintf("%s/streams%d", name, streams), func(t *testing.T) {
-				e := newEngine(t, func(c *engine.Config) { c.BlockSize = 256 })
-				// 1 + warm-up + 3·2 windows (AllocsPerRun runs each twice) < maxTokens, and
-				// 8 + maxTokens < 256: the prompt and the output fit the first block.
+				e := newEngine(t, func(c *engine.Config) { c.BlockSize = 16 })
+				// 1 + warm-up + 3·2 windows (AllocsPerRun runs each twice) < maxTokens.
 				const window, maxTokens = 24, 200
 				wait, release, stop := e.StepGate()
 				defer stop()

@@ -391,12 +391,22 @@ func (c *Cache) Allocate(n int) ([]BlockID, error) {
 	if n <= 0 {
 		return nil, nil
 	}
+	return c.AppendAllocate(make([]BlockID, 0, n), n)
+}
+
+// AppendAllocate is Allocate appending the blocks to dst: a decoding sequence whose block
+// table has room takes its next block without allocating. On ErrNoSpace it returns dst as
+// it was.
+func (c *Cache) AppendAllocate(dst []BlockID, n int) ([]BlockID, error) {
+	if n <= 0 {
+		return dst, nil
+	}
 	if n > c.Available() {
-		return nil, fmt.Errorf("%w: need %d blocks, %d free, %d evictable (%d referenced, %d cached, %d total)",
+		return dst, fmt.Errorf("%w: need %d blocks, %d free, %d evictable (%d referenced, %d cached, %d total)",
 			ErrNoSpace, n, c.pool.Free(), c.evictable, c.pool.Referenced(), c.pool.Cached(), c.pool.NumBlocks())
 	}
-	out := make([]BlockID, 0, n)
-	for len(out) < n {
+	out, want := dst, len(dst)+n
+	for len(out) < want {
 		if b, ok := c.pool.Alloc(); ok {
 			out = append(out, b)
 			continue

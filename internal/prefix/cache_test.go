@@ -1,6 +1,7 @@
 package prefix
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -308,4 +309,49 @@ func TestCache(t *testing.T) {
 			return s.out.String()
 		})
 	})
+}
+
+// TestAppendAllocate: AppendAllocate appends to the caller's slice (allocating nothing when
+// it has room), takes blocks from the free list and then by eviction as Allocate does, and on
+// ErrNoSpace hands dst back as it was, taking nothing.
+func TestAppendAllocate(t *testing.T) {
+	c, err := New(Config{NumBlocks: 4, BlockSize: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dst := make([]BlockID, 1, 8)
+	dst[0] = 99 // the caller's own entry stays
+	dst, err = c.AppendAllocate(dst, 2)
+	if err != nil || len(dst) != 3 || dst[0] != 99 || c.Available() != 2 {
+		t.Fatalf("AppendAllocate(2): %v %v, %d available", dst, err, c.Available())
+	}
+	before := dst
+	if got, err := c.AppendAllocate(dst, 3); !errors.Is(err, ErrNoSpace) || len(got) != len(before) || c.Available() != 2 {
+		t.Fatalf("AppendAllocate(3) of 2: %v %v, %d available; want ErrNoSpace, dst unchanged, nothing taken", got, err, c.Available())
+	}
+	if n := testing.AllocsPerRun(1, func() {
+		var err error
+		if dst, err = c.AppendAllocate(dst, 1); err != nil {
+			t.Fatal(err)
+		}
+		c.Release(dst[len(dst)-1:])
+		dst = dst[:len(dst)-1]
+	}); n != 0 {
+		t.Errorf("AppendAllocate into room: %v allocations, want 0", n)
+	}
+	// Cache a block, free it, and take the whole pool: the cached one is evicted with its event.
+	root := Root([]byte("id"), "")
+	h := BlockHashes(root, []int32{5, 6}, 2)[0]
+	if got, ok := c.Commit(h, root, []int32{5, 6}, dst[1]); got != dst[1] || !ok {
+		t.Fatalf("committed into %d (%v), want %d", got, ok, dst[1])
+	}
+	c.Release(dst[1:])
+	c.Events()
+	all, err := c.AppendAllocate(nil, 4)
+	if err != nil || len(all) != 4 {
+		t.Fatalf("AppendAllocate(4) of 4: %v %v", all, err)
+	}
+	if evs := c.Events(); len(evs) != 1 || evs[0].Kind != Evicted || evs[0].Hash != h {
+		t.Errorf("events %+v, want the cached block evicted", evs)
+	}
 }
