@@ -4,7 +4,9 @@
 //	make bench-vs-llama   # builds native llama.cpp when missing, then runs BenchmarkVsLlamaCpp
 //
 // For the 135M preset (dim 576, 30 layers, 9 heads, 3 KV heads, ffn 1536) in f32, f16, Q8_0,
-// Q4_K_M (synth's Q4_K: llama-quantize's mix) and Q6_K it prints one table: prefill tokens/s
+// Q4_K_M (synth's Q4_K: llama-quantize's mix) and Q6_K, and for kquant-80m (dim 768, 12
+// layers, ffn 2048: every row a multiple of 256, so its Q4_K_M mix is Q4_K and Q6_K, not the
+// Q5_0 and Q8_0 fallbacks of smollm-135m's 576-wide rows) in Q4_K_M, it prints one table: prefill tokens/s
 // at 512 and 2048 tokens and decode over 64 tokens (llama-bench's pp and tg tests), decode of
 // 4 streams in lockstep after a 128-token prompt each (llama-batched-bench's S_TG), and the
 // decode bandwidth (weight bytes per forward pass × passes per second) as a share of a

@@ -64,15 +64,38 @@ func benchTests() (map[string]bool, int) {
 
 // weightKinds are the table's rows: the synth type and the name llama.cpp gives the mix.
 // synth's Q4_K is llama-quantize's Q4_K_M mix (Q6_K, Q8_0 and Q5_0 where it puts them).
-var weightKinds = []struct {
+type weightKind struct {
 	name string
 	t    gguf.Type
-}{
+}
+
+var weightKinds = []weightKind{
 	{"f32", gguf.TypeF32},
 	{"f16", gguf.TypeF16},
 	{"Q8_0", gguf.TypeQ8_0},
 	{"Q4_K_M", gguf.TypeQ4_K},
 	{"Q6_K", gguf.TypeQ6_K},
+}
+
+// kquantPreset is the K-quant row's model: every matrix row length a multiple of 256, so its
+// Q4_K_M mix is Q4_K and Q6_K throughout (smollm-135m's 576-wide rows fall back to Q5_0 and
+// Q8_0 in most tensors).
+const kquantPreset = "kquant-80m"
+
+// tableModel is one model of BenchmarkVsLlamaCpp's table: a preset in one weight kind.
+type tableModel struct {
+	preset string
+	kind   weightKind
+}
+
+// tableModels are the table's rows: preset in every weight kind, then kquantPreset in the
+// Q4_K_M mix.
+func tableModels() []tableModel {
+	var out []tableModel
+	for _, k := range weightKinds {
+		out = append(out, tableModel{preset, k})
+	}
+	return append(out, tableModel{kquantPreset, weightKind{"Q4_K_M", gguf.TypeQ4_K}})
 }
 
 // modelFile writes the preset in type t to a temporary file. It is rebuilt every run (a few
@@ -296,6 +319,7 @@ type cell struct {
 }
 
 type tableRow struct {
+	preset    string
 	kind      string
 	bytesStep float64
 	cells     []cell
@@ -317,15 +341,16 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 	on, nRounds := benchTests()
 	memcpy := memcpyGBs()
 	var rows []tableRow
-	for _, k := range weightKinds {
-		b.Run(preset+"/"+k.name, func(b *testing.B) {
-			path := modelFile(b, preset, k.t)
+	for _, m := range tableModels() {
+		k := m.kind
+		b.Run(m.preset+"/"+k.name, func(b *testing.B) {
+			path := modelFile(b, m.preset, k.t)
 			pool := kernels.NewPool(threads)
 			defer pool.Close()
 			o, done := load(b, path, pool, 2048+decodeTokens, streams)
 			defer done()
 			o.prefill(b, 64, 0) // warm up: page the mapping in, size the scratch buffers
-			row := tableRow{kind: k.name, bytesStep: weightBytes(b, path)}
+			row := tableRow{preset: m.preset, kind: k.name, bytesStep: weightBytes(b, path)}
 			tgKey := fmt.Sprintf("tg%d", decodeTokens)
 			best := map[string]float64{}
 			keep := func(k string, v float64) { best[k] = max(best[k], v) }
@@ -406,7 +431,7 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 			rows = append(rows, row)
 		})
 	}
-	fmt.Printf("\nStockpot vs native llama.cpp, preset %s, %d threads, K/V f16, flash attention off.\n", preset, threads)
+	fmt.Printf("\nStockpot vs native llama.cpp, presets %s and %s (Q4_K_M: every row a multiple of 256), %d threads, K/V f16, flash attention off.\n", preset, kquantPreset, threads)
 	fmt.Printf("Measured alternately in one run, best of %d rounds each; load average %s at start, %s at end (other processes share the CPU).\n", nRounds, start, loadAvg())
 	fmt.Printf("memcpy: %.1f GB/s read+written (%d threads). BW = weight bytes per forward pass × passes/s, and its share of memcpy.\n\n", memcpy, threads)
 	fmt.Printf("| weights | test | Stockpot tok/s | llama.cpp tok/s | ratio | Stockpot BW | llama.cpp BW |\n")
@@ -420,7 +445,7 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 				gbs := r.bytesStep * tps * c.steps / 1e9
 				return fmt.Sprintf("%.1f GB/s (%.0f%%)", gbs, 100*gbs/memcpy)
 			}
-			fmt.Printf("| %s (%.0f MB) | %s | %.1f | %.1f | %.2f× | %s | %s |\n", r.kind, r.bytesStep/1e6, c.test, c.ours, c.ref, c.ours/c.ref, bw(c.ours), bw(c.ref))
+			fmt.Printf("| %s %s (%.0f MB) | %s | %.1f | %.1f | %.2f× | %s | %s |\n", r.preset, r.kind, r.bytesStep/1e6, c.test, c.ours, c.ref, c.ours/c.ref, bw(c.ours), bw(c.ref))
 		}
 	}
 }

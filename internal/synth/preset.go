@@ -196,6 +196,15 @@ var presets = []Preset{
 		RopeBase: 100000, NormEps: 1e-5, Tied: true,
 	},
 	{
+		// A GPT-2-small width (768) whose every matrix row length is a multiple of
+		// 256 (768, 2048), so the Q4_K_M mix is Q4_K and Q6_K throughout, not the
+		// Q5_0 and Q8_0 fallbacks smollm-135m's 576 forces: the bench's K-quant row.
+		Name: "kquant-80m", Arch: "llama",
+		Embed: 768, Layers: 12, Heads: 12, KVHeads: 4, HeadDim: 64, FFN: 2048, Context: 8192,
+		Tokenizer: TokenizerSmolLM, VocabSize: 8192, Template: tokenizer.TemplateSmolLM,
+		RopeBase: 100000, NormEps: 1e-5, Tied: true,
+	},
+	{
 		// SmolLM2-135M's shape. The vocabulary is smaller than its 49152:
 		// the shipped corpus supports about 10k merges.
 		Name: "smollm-135m", Arch: "llama",
