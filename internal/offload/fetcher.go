@@ -497,6 +497,15 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 				return dec[part[j]].err
 			}
 			got, own, ok, n, err := f.get(ctx, ti, keys, check)
+			if err != nil && t.Tier == kvtier.Remote && ctx.Err() == nil {
+				// Once more: the blocks are a chain, so one failed call would end the
+				// restored prefix at its first block and every block after it would be
+				// recomputed (at 480K tokens beside a CI run, 4 calls of 629 past the
+				// 250 ms call timeout cost 8,000 blocks, minutes of prefill). The failed
+				// call counts toward the breaker, which refuses the retry at once when
+				// the remote is down rather than slow.
+				got, own, ok, n, err = f.get(ctx, ti, keys, check)
+			}
 			for end := int64(time.Since(start)); ; {
 				if old := st.lastEnd.Load(); old >= end || st.lastEnd.CompareAndSwap(old, end) {
 					break

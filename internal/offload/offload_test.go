@@ -2,6 +2,7 @@ package offload
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -370,4 +371,47 @@ func TestTierStatsAndMetricsNames(t *testing.T) {
 	var nilMetrics *Metrics
 	nilMetrics.Discarded("checksum", 1) // no panic
 	_ = sync.Mutex{}
+}
+
+// flakyGetStore fails the first fails Gets, then reads its store.
+type flakyGetStore struct {
+	tier.Store
+	fails atomic.Int64
+	gets  atomic.Int64
+}
+
+func (f *flakyGetStore) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
+	f.gets.Add(1)
+	if f.fails.Add(-1) >= 0 {
+		return nil, errors.New("flaky: call timed out")
+	}
+	return f.Store.Get(ctx, keys)
+}
+
+// TestFetchRetriesARemoteCall: a remote read call that fails is made once more, so one slow
+// call of a chunked read does not end the restored chain there; a remote that fails twice
+// gives up (a gap: everything is recomputed), after two calls, not more. Host and disk reads
+// are not retried.
+func TestFetchRetriesARemoteCall(t *testing.T) {
+	recs := tiertest.Chain(identity, root, layout, 6, 8)
+	for _, c := range []struct {
+		tier        kvtier.Tier
+		fails       int64
+		usable      int
+		wantGets    int64
+		description string
+	}{
+		{kvtier.Remote, 1, 6, 2, "one failed call, retried"},
+		{kvtier.Remote, 2, 0, 2, "failed twice: a gap"},
+		{kvtier.Host, 1, 0, 1, "host: no retry"},
+	} {
+		st := &flakyGetStore{Store: memstore.New()}
+		st.Store.Put(ctx, tiertest.Items(recs))
+		st.fails.Store(c.fails)
+		f := newFetcher(t, []TierStore{{c.tier, st}}, nil, nil)
+		res, err := f.Fetch(ctx, request(recs)).Wait(ctx)
+		if err != nil || res.Usable != c.usable || st.gets.Load() != c.wantGets {
+			t.Errorf("%s: %d usable, %d Gets, %v; want %d usable, %d Gets", c.description, res.Usable, st.gets.Load(), err, c.usable, c.wantGets)
+		}
+	}
 }
