@@ -183,6 +183,9 @@ type Core struct {
 	plan Plan
 
 	pendingRestores []Restore // set by admit, handed out by Schedule
+	// restored marks the blocks admit committed from a restore since the last
+	// TakeRestored: their Stored events are tagged Restored (Engine.flushEvents).
+	restored map[kvcache.BlockID]struct{}
 	pins            *pinTable
 	// states holds a hybrid model's block checkpoints (state.go); nil for other models.
 	// With it, a prefix is reused only up to the deepest block end it has a checkpoint of.
@@ -521,6 +524,10 @@ func (c *Core) admit(now time.Time) {
 			if !rb.InPlace {
 				c.pendingRestores = append(c.pendingRestores, Restore{Block: int32(s.blocks[bi]), Data: rb.Data})
 			}
+			if c.restored == nil {
+				c.restored = map[kvcache.BlockID]struct{}{}
+			}
+			c.restored[s.blocks[bi]] = struct{}{}
 			c.stats.restored[rb.Tier]++
 			if rb.Tier != kvtier.Device {
 				if n := s.usage.tierTokens(rb.Tier); n != nil {
@@ -959,6 +966,16 @@ func (c *Core) commitFull(s *seq, share bool, now time.Time) {
 		s.committed++
 	}
 }
+
+// WasRestored reports whether block b was committed from a restore since the last
+// ClearRestored.
+func (c *Core) WasRestored(b kvcache.BlockID) bool {
+	_, ok := c.restored[b]
+	return ok
+}
+
+// ClearRestored forgets the restored blocks WasRestored reports (their events are drained).
+func (c *Core) ClearRestored() { clear(c.restored) }
 
 // offloadBlocks is how many leading blocks of s the tiers may keep: those that end within its
 // max_offload_tokens (all of them without a cap).

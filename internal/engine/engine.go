@@ -730,6 +730,7 @@ func (e *Engine) stepDone() {
 // checkpoints go with their blocks: to the hook beside the K/V, then out of the pool when the
 // block leaves it.
 func (e *Engine) flushEvents(restores []Restore) {
+	defer e.core.ClearRestored() // the events of the blocks it marked are drained here
 	e.flushPinEvents(restores)
 	if e.cfg.OnBlockEvents == nil && e.ckpts == nil {
 		return
@@ -737,6 +738,11 @@ func (e *Engine) flushEvents(restores []Restore) {
 	evs := e.cache.Events()
 	if len(evs) == 0 {
 		return
+	}
+	for i := range evs {
+		if evs[i].Kind == prefix.Stored && e.core.WasRestored(evs[i].Block) {
+			evs[i].Restored = true
+		}
 	}
 	if e.cfg.OnBlockEvents != nil {
 		e.eventKV, e.eventState, e.stateBuf = e.eventKV[:0], e.eventState[:0], e.stateBuf[:0]

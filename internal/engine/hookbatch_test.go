@@ -110,3 +110,54 @@ func TestHybridHookBatches(t *testing.T) {
 		t.Errorf("pin calls: %v with the bound of 3, %v with the default; want 5 or more, and one of 15", got.pinCalls, want.pinCalls)
 	}
 }
+
+// TestRestoredBlocksTagged: the Stored events of blocks an admission restored from a tier carry
+// Restored (write-through skips them); the blocks the request computes do not.
+func TestRestoredBlocksTagged(t *testing.T) {
+	m := hybridModel(t)
+	const B = 16
+	tr := &stateTier{kv: map[prefix.Hash][]byte{}, state: map[prefix.Hash][]byte{}}
+	var mu sync.Mutex
+	var restored, computed int
+	tag := func(evs []prefix.Event, kv, state [][]byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, ev := range evs {
+			if ev.Kind != prefix.Stored {
+				continue
+			}
+			if ev.Restored {
+				restored++
+			} else {
+				computed++
+			}
+		}
+	}
+	newEngine := func(r engine.Restorer, hook func([]prefix.Event, [][]byte, [][]byte)) *engine.Engine {
+		cfg := engine.DefaultConfig()
+		cfg.Identity = []byte("hybrid")
+		cfg.KVMemory = 8 << 20
+		cfg.Restorer, cfg.Prefetch = r, engine.PrefetchWait
+		cfg.OnBlockEvents = hook
+		e, err := engine.New(m, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(e.Close)
+		return e
+	}
+	p := seqPrompt(41, 150)
+	req := engine.Request{Prompt: p, MaxTokens: 20, IgnoreEOS: true}
+	collect(t, newEngine(nil, tr.store), req)
+	got := collect(t, newEngine(tr, tag), req)
+	full := (len(p) - 1) / B // restorable blocks: 9
+	if got.usage.DiskTokens != full*B {
+		t.Fatalf("restored %d tokens, want %d", got.usage.DiskTokens, full*B)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The computed blocks: the prompt's tail and the output, (150+20-1)/16 - 9 = 1.
+	if restored != full || computed != (len(p)+20-1)/B-full {
+		t.Errorf("%d Stored events tagged Restored, %d not; want %d and %d", restored, computed, full, (len(p)+20-1)/B-full)
+	}
+}

@@ -302,6 +302,11 @@ func (t *Tiers) BlockEvents(evs []prefix.Event, kv, state [][]byte) {
 		case !t.offloadable(ev):
 		case ev.Kind == prefix.Evicted:
 			t.writer.Enqueue(t.evicted(ev, st), kv[i])
+		case ev.Kind == prefix.Stored && ev.Restored:
+			// Restored from a tier, not computed: the tiers have it (written when it was
+			// computed). Writing it through again would encode every block of a long
+			// restore on the engine's goroutine (8 s at 480K tokens) for a queue that
+			// drops most of them.
 		case ev.Kind == prefix.Stored && (pol == WriteThrough || pol == WriteSelective && minHits == 0):
 			t.writer.Through(t.evicted(ev, st), kv[i])
 		case ev.Kind == prefix.Reused && pol == WriteSelective && minHits > 0 && ev.Hits == uint32(minHits):

@@ -251,3 +251,24 @@ func BenchmarkWriteThroughCommit(b *testing.B) {
 		b.ReportMetric(float64(w.Stats().Dropped[0])/float64(b.N), "drops/op")
 	})
 }
+
+// TestRestoredNotWrittenThrough: a Stored event of a block the engine restored from a tier
+// (prefix.Event.Restored) is not written through: only computed blocks are. Under the through
+// policy, of a chain of 4 committed blocks of which the first 3 were restored, only the
+// fourth reaches the remote tier.
+func TestRestoredNotWrittenThrough(t *testing.T) {
+	recs := tiertest.Chain(identity, root, layout, 4, 9)
+	ts, _, remote := startTiers(t, func(c *Config) { c.RemoteWrite = WriteThrough })
+	var evs []prefix.Event
+	var kv [][]byte
+	for d, r := range recs {
+		ev := blockEvent(prefix.Stored, r, d, 0)
+		ev.Restored = d < 3
+		evs, kv = append(evs, ev), append(kv, r.KV)
+	}
+	ts.BlockEvents(evs, kv, nil)
+	ts.writer.Close()
+	if got, st := held(t, remote, recs), ts.writer.Stats(); got != "[3]" || st.Through != 1 {
+		t.Fatalf("remote holds %s after %d write-throughs; want [3] after 1", got, st.Through)
+	}
+}

@@ -59,6 +59,10 @@ type Event struct {
 	// Owner is the block's owner tag (SetOwner; 0: none) on Evicted events and on the
 	// Stored events Live replays, so the tiers can keep per-owner budgets (quota.go).
 	Owner uint16
+	// Restored, on a Stored event, says the block's K/V was restored from a lower tier, not
+	// computed: write-through, which takes computed blocks down, skips it. The Cache never
+	// sets it; the engine does, before handing the events on.
+	Restored bool
 }
 
 // queue appends an event; tokens are copied.
