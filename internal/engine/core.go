@@ -186,7 +186,7 @@ type Core struct {
 	// restored marks the blocks admit committed from a restore since the last
 	// TakeRestored: their Stored events are tagged Restored (Engine.flushEvents).
 	restored map[kvcache.BlockID]struct{}
-	pins            *pinTable
+	pins     *pinTable
 	// states holds a hybrid model's block checkpoints (state.go); nil for other models.
 	// With it, a prefix is reused only up to the deepest block end it has a checkpoint of.
 	states stateIndex
