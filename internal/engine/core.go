@@ -184,7 +184,7 @@ type Core struct {
 
 	pendingRestores []Restore // set by admit, handed out by Schedule
 	// restored marks the blocks admit committed from a restore since the last
-	// TakeRestored: their Stored events are tagged Restored (Engine.flushEvents).
+	// ClearRestored: their Stored events are tagged Restored (Engine.flushEvents).
 	restored map[kvcache.BlockID]struct{}
 	pins     *pinTable
 	// states holds a hybrid model's block checkpoints (state.go); nil for other models.
