@@ -33,7 +33,8 @@ type Config struct {
 	// Stored, Evicted or Reused event (nil for the others): an Evicted block's bytes are still intact
 	// during the call, the copy-out window of the write-back tiers. state[i], for a hybrid
 	// model, is the recurrent-state checkpoint at the end of that block
-	// (model.State.AppendBinary bytes), nil when the pool holds none for it. The slices,
+	// (model.State.AppendBinary bytes), nil when the pool holds none for it, and nil for a
+	// Stored event tagged Restored (nothing writes a restored block down again). The slices,
 	// their token slices and the bytes are only valid during the call. It must be quick and
 	// must not call back into the engine.
 	OnBlockEvents func(evs []prefix.Event, kv, state [][]byte)
@@ -758,7 +759,10 @@ func (e *Engine) flushEvents(restores []Restore) {
 			var kv, state []byte
 			switch ev.Kind {
 			case prefix.Stored, prefix.Reused:
-				kv, state = e.blockKV(ev.Block, restores), e.encodeState(ev.Hash)
+				kv = e.blockKV(ev.Block, restores)
+				if !ev.Restored { // a restored block is not written down again: no state
+					state = e.encodeState(ev.Hash)
+				}
 			case prefix.Evicted:
 				kv, state = e.arena.BlockData(ev.Block), e.encodeState(ev.Hash)
 			}
