@@ -975,7 +975,17 @@ func (c *Core) WasRestored(b kvcache.BlockID) bool {
 }
 
 // ClearRestored forgets the restored blocks WasRestored reports (their events are drained).
-func (c *Core) ClearRestored() { clear(c.restored) }
+// It runs after every step: an empty set costs nothing, and a set a long restore grew is let
+// go rather than cleared (clearing costs its capacity, on every step after).
+func (c *Core) ClearRestored() {
+	switch {
+	case len(c.restored) == 0:
+	case len(c.restored) > 1024:
+		c.restored = nil
+	default:
+		clear(c.restored)
+	}
+}
 
 // offloadBlocks is how many leading blocks of s the tiers may keep: those that end within its
 // max_offload_tokens (all of them without a cap).

@@ -68,16 +68,11 @@ func TestHybridHookBatches(t *testing.T) {
 	sb := m.Config().StateEncodedBytes()
 	run := func(batch int) *hookLog {
 		l := &hookLog{stored: map[prefix.Hash][]byte{}, pinState: map[prefix.Hash][]byte{}}
-		cfg := engine.DefaultConfig()
-		cfg.Identity = []byte("hybrid")
-		cfg.KVMemory = 8 << 20
-		cfg.MaxBatchTokens = 512 // the whole prompt in one step
-		cfg.OnBlockEvents, cfg.OnPins = l.blocks, l.pins
-		e, err := engine.New(m, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer e.Close()
+		e := hybridEngine(t, m, func(cfg *engine.Config) {
+			cfg.MaxBatchTokens = 512 // the whole prompt in one step
+			cfg.OnBlockEvents, cfg.OnPins = l.blocks, l.pins
+		})
+		defer e.Close() // no hook call after run returns its log
 		if batch > 0 {
 			e.SetStateBatch(batch)
 		}
@@ -134,17 +129,10 @@ func TestRestoredBlocksTagged(t *testing.T) {
 		}
 	}
 	newEngine := func(r engine.Restorer, hook func([]prefix.Event, [][]byte, [][]byte)) *engine.Engine {
-		cfg := engine.DefaultConfig()
-		cfg.Identity = []byte("hybrid")
-		cfg.KVMemory = 8 << 20
-		cfg.Restorer, cfg.Prefetch = r, engine.PrefetchWait
-		cfg.OnBlockEvents = hook
-		e, err := engine.New(m, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(e.Close)
-		return e
+		return hybridEngine(t, m, func(cfg *engine.Config) {
+			cfg.Restorer, cfg.Prefetch = r, engine.PrefetchWait
+			cfg.OnBlockEvents = hook
+		})
 	}
 	p := seqPrompt(41, 150)
 	req := engine.Request{Prompt: p, MaxTokens: 20, IgnoreEOS: true}

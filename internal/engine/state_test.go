@@ -39,6 +39,23 @@ func hybridModel(t *testing.T) *model.Model {
 	return m
 }
 
+// hybridEngine serves m (a hybrid model) with an 8 MiB pool; mutate adjusts the config.
+func hybridEngine(t *testing.T, m *model.Model, mutate func(*engine.Config)) *engine.Engine {
+	t.Helper()
+	cfg := engine.DefaultConfig()
+	cfg.Identity = []byte("hybrid")
+	cfg.KVMemory = 8 << 20
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	e, err := engine.New(m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return e
+}
+
 // greedyDirect runs one sequence through the model alone (whole prompt, then token by token).
 func greedyDirect(t *testing.T, m *model.Model, prompt []int32, n int) []int32 {
 	t.Helper()
@@ -286,18 +303,11 @@ func TestHybridRestoreCheckpoints(t *testing.T) {
 	m := hybridModel(t)
 	const B = 16
 	newEngine := func(r engine.Restorer, hook func([]prefix.Event, [][]byte, [][]byte)) *engine.Engine {
-		cfg := engine.DefaultConfig()
-		cfg.Identity = []byte("hybrid")
-		cfg.KVMemory = 8 << 20
-		cfg.MaxBatchTokens = 37
-		cfg.Restorer, cfg.Prefetch = r, engine.PrefetchWait
-		cfg.OnBlockEvents = hook
-		e, err := engine.New(m, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(e.Close)
-		return e
+		return hybridEngine(t, m, func(cfg *engine.Config) {
+			cfg.MaxBatchTokens = 37
+			cfg.Restorer, cfg.Prefetch = r, engine.PrefetchWait
+			cfg.OnBlockEvents = hook
+		})
 	}
 	tr := &stateTier{kv: map[prefix.Hash][]byte{}, state: map[prefix.Hash][]byte{}}
 	p := seqPrompt(21, 150)
