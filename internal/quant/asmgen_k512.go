@@ -105,6 +105,29 @@ func hsum(a string) {
 	p("	VEXTRACTF32X4 $2, Z1, X3")
 }
 
+// prefetchBytes is how far ahead of the rows being read the kernels prefetch
+// weight rows (as asmgen_pair.go's kernels: see there for the measurements).
+// Prefetching never changes a value.
+const prefetchBytes = 8192
+
+// prefetchDistance sets R14 to the prefetch distance in bytes: rowBytes
+// (R13) times group, doubled until it reaches prefetchBytes, so that it is a
+// whole number of row groups and R14 added to a row pointer lands on the
+// same column of a later group. A zero rowBytes leaves R14 zero.
+func prefetchDistance(name string, group int) {
+	p("\t// R14: the prefetch distance, whole groups of rows, at least %d bytes.", prefetchBytes)
+	p("\tMOVQ R13, R14")
+	p("\tIMULQ $%d, R14", group)
+	p("\tTESTQ R14, R14")
+	p("\tJZ %s_pfok", name)
+	p("%s_pf:", name)
+	p("\tCMPQ R14, $%d", prefetchBytes)
+	p("\tJAE %s_pfok", name)
+	p("\tSHLQ $1, R14")
+	p("\tJMP %s_pf", name)
+	p("%s_pfok:", name)
+}
+
 func kernel(t ktype, R int) {
 	name := fmt.Sprintf("%sRows2x%d", t.name, R)
 	p("// func %s(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)", name)
@@ -128,6 +151,7 @@ func kernel(t ktype, R int) {
 		p("	MOVL $0x30303030, AX")
 		p("	VPBROADCASTD AX, Z14")
 	}
+	prefetchDistance(name, 2)
 	p("	TESTQ BX, BX")
 	p("	JZ %s_done", name)
 	p("%s_outer:", name)
@@ -139,10 +163,10 @@ func kernel(t ktype, R int) {
 		p("	VPXOR Y%d, Y%d, Y%d", 4+r, 4+r, 4+r)
 	}
 	p("%s_inner:", name)
-	p("	// the next two rows' block, prefetched while these are read (never changes a value)")
+	p("	// the block R14 ahead in both rows, prefetched while these are read")
 	for l := range t.lines {
-		p("	PREFETCHT0 %d(SI)(R13*2)", 64*l)
-		p("	PREFETCHT0 %d(DI)(R13*2)", 64*l)
+		p("	PREFETCHT0 %d(SI)(R14*1)", 64*l)
+		p("	PREFETCHT0 %d(DI)(R14*1)", 64*l)
 	}
 	if t.name == "q6_K" {
 		q6Block(R)

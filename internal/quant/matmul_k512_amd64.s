@@ -156,6 +156,17 @@ TEXT ·q4_KRows2x1(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Z15
 	MOVL $0x80000000, AX
 	VPBROADCASTD AX, Y26
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q4_KRows2x1_pfok
+q4_KRows2x1_pf:
+	CMPQ R14, $8192
+	JAE q4_KRows2x1_pfok
+	SHLQ $1, R14
+	JMP q4_KRows2x1_pf
+q4_KRows2x1_pfok:
 	TESTQ BX, BX
 	JZ q4_KRows2x1_done
 q4_KRows2x1_outer:
@@ -165,13 +176,13 @@ q4_KRows2x1_outer:
 	VPXORD Z20, Z20, Z20
 	VPXOR Y4, Y4, Y4
 q4_KRows2x1_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
 	// scales [a, a, b, b] (int16 per 128-bit lane) in Z14, mins [a | b] in Y12
 	MOVL 4(SI), AX
 	MOVL 8(SI), R9
@@ -360,6 +371,17 @@ TEXT ·q4_KRows2x2(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Z15
 	MOVL $0x80000000, AX
 	VPBROADCASTD AX, Y26
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q4_KRows2x2_pfok
+q4_KRows2x2_pf:
+	CMPQ R14, $8192
+	JAE q4_KRows2x2_pfok
+	SHLQ $1, R14
+	JMP q4_KRows2x2_pf
+q4_KRows2x2_pfok:
 	TESTQ BX, BX
 	JZ q4_KRows2x2_done
 q4_KRows2x2_outer:
@@ -371,13 +393,13 @@ q4_KRows2x2_outer:
 	VPXORD Z21, Z21, Z21
 	VPXOR Y5, Y5, Y5
 q4_KRows2x2_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
 	// scales [a, a, b, b] (int16 per 128-bit lane) in Z14, mins [a | b] in Y12
 	MOVL 4(SI), AX
 	MOVL 8(SI), R9
@@ -628,6 +650,17 @@ TEXT ·q4_KRows2x3(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Z15
 	MOVL $0x80000000, AX
 	VPBROADCASTD AX, Y26
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q4_KRows2x3_pfok
+q4_KRows2x3_pf:
+	CMPQ R14, $8192
+	JAE q4_KRows2x3_pfok
+	SHLQ $1, R14
+	JMP q4_KRows2x3_pf
+q4_KRows2x3_pfok:
 	TESTQ BX, BX
 	JZ q4_KRows2x3_done
 q4_KRows2x3_outer:
@@ -641,13 +674,13 @@ q4_KRows2x3_outer:
 	VPXORD Z22, Z22, Z22
 	VPXOR Y6, Y6, Y6
 q4_KRows2x3_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
 	// scales [a, a, b, b] (int16 per 128-bit lane) in Z14, mins [a | b] in Y12
 	MOVL 4(SI), AX
 	MOVL 8(SI), R9
@@ -959,6 +992,17 @@ TEXT ·q4_KRows2x4(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Z15
 	MOVL $0x80000000, AX
 	VPBROADCASTD AX, Y26
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q4_KRows2x4_pfok
+q4_KRows2x4_pf:
+	CMPQ R14, $8192
+	JAE q4_KRows2x4_pfok
+	SHLQ $1, R14
+	JMP q4_KRows2x4_pf
+q4_KRows2x4_pfok:
 	TESTQ BX, BX
 	JZ q4_KRows2x4_done
 q4_KRows2x4_outer:
@@ -974,13 +1018,13 @@ q4_KRows2x4_outer:
 	VPXORD Z23, Z23, Z23
 	VPXOR Y7, Y7, Y7
 q4_KRows2x4_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
 	// scales [a, a, b, b] (int16 per 128-bit lane) in Z14, mins [a | b] in Y12
 	MOVL 4(SI), AX
 	MOVL 8(SI), R9
@@ -1355,6 +1399,17 @@ TEXT ·q5_KRows2x1(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x10101010, AX
 	VPBROADCASTD AX, Z16
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q5_KRows2x1_pfok
+q5_KRows2x1_pf:
+	CMPQ R14, $8192
+	JAE q5_KRows2x1_pfok
+	SHLQ $1, R14
+	JMP q5_KRows2x1_pf
+q5_KRows2x1_pfok:
 	TESTQ BX, BX
 	JZ q5_KRows2x1_done
 q5_KRows2x1_outer:
@@ -1364,13 +1419,13 @@ q5_KRows2x1_outer:
 	VPXORD Z20, Z20, Z20
 	VPXOR Y4, Y4, Y4
 q5_KRows2x1_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
 	// scales [a, a, b, b] (int16 per 128-bit lane) in Z14, mins [a | b] in Y12
 	MOVL 4(SI), AX
 	MOVL 8(SI), R9
@@ -1584,6 +1639,17 @@ TEXT ·q5_KRows2x2(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x10101010, AX
 	VPBROADCASTD AX, Z16
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q5_KRows2x2_pfok
+q5_KRows2x2_pf:
+	CMPQ R14, $8192
+	JAE q5_KRows2x2_pfok
+	SHLQ $1, R14
+	JMP q5_KRows2x2_pf
+q5_KRows2x2_pfok:
 	TESTQ BX, BX
 	JZ q5_KRows2x2_done
 q5_KRows2x2_outer:
@@ -1595,13 +1661,13 @@ q5_KRows2x2_outer:
 	VPXORD Z21, Z21, Z21
 	VPXOR Y5, Y5, Y5
 q5_KRows2x2_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
 	// scales [a, a, b, b] (int16 per 128-bit lane) in Z14, mins [a | b] in Y12
 	MOVL 4(SI), AX
 	MOVL 8(SI), R9
@@ -1874,6 +1940,17 @@ TEXT ·q5_KRows2x3(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x10101010, AX
 	VPBROADCASTD AX, Z16
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q5_KRows2x3_pfok
+q5_KRows2x3_pf:
+	CMPQ R14, $8192
+	JAE q5_KRows2x3_pfok
+	SHLQ $1, R14
+	JMP q5_KRows2x3_pf
+q5_KRows2x3_pfok:
 	TESTQ BX, BX
 	JZ q5_KRows2x3_done
 q5_KRows2x3_outer:
@@ -1887,13 +1964,13 @@ q5_KRows2x3_outer:
 	VPXORD Z22, Z22, Z22
 	VPXOR Y6, Y6, Y6
 q5_KRows2x3_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
 	// scales [a, a, b, b] (int16 per 128-bit lane) in Z14, mins [a | b] in Y12
 	MOVL 4(SI), AX
 	MOVL 8(SI), R9
@@ -2224,6 +2301,17 @@ TEXT ·q5_KRows2x4(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x10101010, AX
 	VPBROADCASTD AX, Z16
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q5_KRows2x4_pfok
+q5_KRows2x4_pf:
+	CMPQ R14, $8192
+	JAE q5_KRows2x4_pfok
+	SHLQ $1, R14
+	JMP q5_KRows2x4_pf
+q5_KRows2x4_pfok:
 	TESTQ BX, BX
 	JZ q5_KRows2x4_done
 q5_KRows2x4_outer:
@@ -2239,13 +2327,13 @@ q5_KRows2x4_outer:
 	VPXORD Z23, Z23, Z23
 	VPXOR Y7, Y7, Y7
 q5_KRows2x4_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
 	// scales [a, a, b, b] (int16 per 128-bit lane) in Z14, mins [a | b] in Y12
 	MOVL 4(SI), AX
 	MOVL 8(SI), R9
@@ -2634,6 +2722,17 @@ TEXT ·q6_KRows2x1(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x30303030, AX
 	VPBROADCASTD AX, Z14
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q6_KRows2x1_pfok
+q6_KRows2x1_pf:
+	CMPQ R14, $8192
+	JAE q6_KRows2x1_pfok
+	SHLQ $1, R14
+	JMP q6_KRows2x1_pf
+q6_KRows2x1_pfok:
 	TESTQ BX, BX
 	JZ q6_KRows2x1_done
 q6_KRows2x1_outer:
@@ -2643,15 +2742,15 @@ q6_KRows2x1_outer:
 	VPXORD Z20, Z20, Z20
 	VPXOR Y4, Y4, Y4
 q6_KRows2x1_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
-	PREFETCHT0 192(SI)(R13*2)
-	PREFETCHT0 192(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
+	PREFETCHT0 192(SI)(R14*1)
+	PREFETCHT0 192(DI)(R14*1)
 	// scales [a | b] as int16 in Z13; sumi starts at -32*madd(bsums, scales)
 	VPMOVSXBW 192(SI), Y13
 	VPMOVSXBW 192(DI), Y12
@@ -2817,6 +2916,17 @@ TEXT ·q6_KRows2x2(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x30303030, AX
 	VPBROADCASTD AX, Z14
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q6_KRows2x2_pfok
+q6_KRows2x2_pf:
+	CMPQ R14, $8192
+	JAE q6_KRows2x2_pfok
+	SHLQ $1, R14
+	JMP q6_KRows2x2_pf
+q6_KRows2x2_pfok:
 	TESTQ BX, BX
 	JZ q6_KRows2x2_done
 q6_KRows2x2_outer:
@@ -2828,15 +2938,15 @@ q6_KRows2x2_outer:
 	VPXORD Z21, Z21, Z21
 	VPXOR Y5, Y5, Y5
 q6_KRows2x2_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
-	PREFETCHT0 192(SI)(R13*2)
-	PREFETCHT0 192(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
+	PREFETCHT0 192(SI)(R14*1)
+	PREFETCHT0 192(DI)(R14*1)
 	MOVQ xstride+32(FP), R11
 	LEAQ (R8)(R11*1), AX
 	// scales [a | b] as int16 in Z13; sumi starts at -32*madd(bsums, scales)
@@ -3049,6 +3159,17 @@ TEXT ·q6_KRows2x3(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x30303030, AX
 	VPBROADCASTD AX, Z14
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q6_KRows2x3_pfok
+q6_KRows2x3_pf:
+	CMPQ R14, $8192
+	JAE q6_KRows2x3_pfok
+	SHLQ $1, R14
+	JMP q6_KRows2x3_pf
+q6_KRows2x3_pfok:
 	TESTQ BX, BX
 	JZ q6_KRows2x3_done
 q6_KRows2x3_outer:
@@ -3062,15 +3183,15 @@ q6_KRows2x3_outer:
 	VPXORD Z22, Z22, Z22
 	VPXOR Y6, Y6, Y6
 q6_KRows2x3_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
-	PREFETCHT0 192(SI)(R13*2)
-	PREFETCHT0 192(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
+	PREFETCHT0 192(SI)(R14*1)
+	PREFETCHT0 192(DI)(R14*1)
 	MOVQ xstride+32(FP), R11
 	LEAQ (R8)(R11*1), AX
 	LEAQ (AX)(R11*1), R9
@@ -3329,6 +3450,17 @@ TEXT ·q6_KRows2x4(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x30303030, AX
 	VPBROADCASTD AX, Z14
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q6_KRows2x4_pfok
+q6_KRows2x4_pf:
+	CMPQ R14, $8192
+	JAE q6_KRows2x4_pfok
+	SHLQ $1, R14
+	JMP q6_KRows2x4_pf
+q6_KRows2x4_pfok:
 	TESTQ BX, BX
 	JZ q6_KRows2x4_done
 q6_KRows2x4_outer:
@@ -3344,15 +3476,15 @@ q6_KRows2x4_outer:
 	VPXORD Z23, Z23, Z23
 	VPXOR Y7, Y7, Y7
 q6_KRows2x4_inner:
-	// the next two rows' block, prefetched while these are read (never changes a value)
-	PREFETCHT0 0(SI)(R13*2)
-	PREFETCHT0 0(DI)(R13*2)
-	PREFETCHT0 64(SI)(R13*2)
-	PREFETCHT0 64(DI)(R13*2)
-	PREFETCHT0 128(SI)(R13*2)
-	PREFETCHT0 128(DI)(R13*2)
-	PREFETCHT0 192(SI)(R13*2)
-	PREFETCHT0 192(DI)(R13*2)
+	// the block R14 ahead in both rows, prefetched while these are read
+	PREFETCHT0 0(SI)(R14*1)
+	PREFETCHT0 0(DI)(R14*1)
+	PREFETCHT0 64(SI)(R14*1)
+	PREFETCHT0 64(DI)(R14*1)
+	PREFETCHT0 128(SI)(R14*1)
+	PREFETCHT0 128(DI)(R14*1)
+	PREFETCHT0 192(SI)(R14*1)
+	PREFETCHT0 192(DI)(R14*1)
 	MOVQ xstride+32(FP), R11
 	LEAQ (R8)(R11*1), AX
 	LEAQ (AX)(R11*1), R9

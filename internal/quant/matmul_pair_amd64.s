@@ -59,13 +59,24 @@ TEXT ·q8_0Pairs1(SB), NOSPLIT, $0-56
 	MOVQ outs+48(FP), DX
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z16
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q8_0Pairs1_pfok
+q8_0Pairs1_pf:
+	CMPQ R14, $8192
+	JAE q8_0Pairs1_pfok
+	SHLQ $1, R14
+	JMP q8_0Pairs1_pf
+q8_0Pairs1_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q8_0Pairs1_done
 q8_0Pairs1_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -139,13 +150,24 @@ TEXT ·q8_0Pairs2(SB), NOSPLIT, $0-56
 	MOVQ outs+48(FP), DX
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z16
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q8_0Pairs2_pfok
+q8_0Pairs2_pf:
+	CMPQ R14, $8192
+	JAE q8_0Pairs2_pfok
+	SHLQ $1, R14
+	JMP q8_0Pairs2_pf
+q8_0Pairs2_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q8_0Pairs2_done
 q8_0Pairs2_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	MOVQ R8, R9
 	ADDQ stride+32(FP), R9
@@ -256,13 +278,24 @@ TEXT ·q8_0Pairs3(SB), NOSPLIT, $0-56
 	MOVQ outs+48(FP), DX
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z16
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q8_0Pairs3_pfok
+q8_0Pairs3_pf:
+	CMPQ R14, $8192
+	JAE q8_0Pairs3_pfok
+	SHLQ $1, R14
+	JMP q8_0Pairs3_pf
+q8_0Pairs3_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q8_0Pairs3_done
 q8_0Pairs3_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	MOVQ R8, R9
 	ADDQ stride+32(FP), R9
@@ -410,13 +443,24 @@ TEXT ·q8_0Pairs4(SB), NOSPLIT, $0-56
 	MOVQ outs+48(FP), DX
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z16
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q8_0Pairs4_pfok
+q8_0Pairs4_pf:
+	CMPQ R14, $8192
+	JAE q8_0Pairs4_pfok
+	SHLQ $1, R14
+	JMP q8_0Pairs4_pf
+q8_0Pairs4_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q8_0Pairs4_done
 q8_0Pairs4_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	MOVQ R8, R9
 	ADDQ stride+32(FP), R9
@@ -602,6 +646,17 @@ TEXT ·q8_0Rows4(SB), NOSPLIT, $0-48
 	MOVQ out+40(FP), DX
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z16
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $4, R14
+	TESTQ R14, R14
+	JZ q8_0Rows4_pfok
+q8_0Rows4_pf:
+	CMPQ R14, $8192
+	JAE q8_0Rows4_pfok
+	SHLQ $1, R14
+	JMP q8_0Rows4_pf
+q8_0Rows4_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q8_0Rows4_done
@@ -609,8 +664,8 @@ q8_0Rows4_outer:
 	LEAQ (SI)(R13*1), DI
 	LEAQ (SI)(R13*2), R10
 	LEAQ (DI)(R13*2), R11
-	// R12: the next four rows, prefetched while these are read.
-	LEAQ (R10)(R13*2), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -691,13 +746,24 @@ TEXT ·q4_0Pairs1(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z16
 	MOVL $0xcc, AX
 	KMOVW AX, K1
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q4_0Pairs1_pfok
+q4_0Pairs1_pf:
+	CMPQ R14, $8192
+	JAE q4_0Pairs1_pfok
+	SHLQ $1, R14
+	JMP q4_0Pairs1_pf
+q4_0Pairs1_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q4_0Pairs1_done
 q4_0Pairs1_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -777,13 +843,24 @@ TEXT ·q4_0Pairs2(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z16
 	MOVL $0xcc, AX
 	KMOVW AX, K1
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q4_0Pairs2_pfok
+q4_0Pairs2_pf:
+	CMPQ R14, $8192
+	JAE q4_0Pairs2_pfok
+	SHLQ $1, R14
+	JMP q4_0Pairs2_pf
+q4_0Pairs2_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q4_0Pairs2_done
 q4_0Pairs2_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	MOVQ R8, R9
 	ADDQ stride+32(FP), R9
@@ -900,13 +977,24 @@ TEXT ·q4_0Pairs3(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z16
 	MOVL $0xcc, AX
 	KMOVW AX, K1
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q4_0Pairs3_pfok
+q4_0Pairs3_pf:
+	CMPQ R14, $8192
+	JAE q4_0Pairs3_pfok
+	SHLQ $1, R14
+	JMP q4_0Pairs3_pf
+q4_0Pairs3_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q4_0Pairs3_done
 q4_0Pairs3_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	MOVQ R8, R9
 	ADDQ stride+32(FP), R9
@@ -1060,13 +1148,24 @@ TEXT ·q4_0Pairs4(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z16
 	MOVL $0xcc, AX
 	KMOVW AX, K1
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q4_0Pairs4_pfok
+q4_0Pairs4_pf:
+	CMPQ R14, $8192
+	JAE q4_0Pairs4_pfok
+	SHLQ $1, R14
+	JMP q4_0Pairs4_pf
+q4_0Pairs4_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q4_0Pairs4_done
 q4_0Pairs4_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	MOVQ R8, R9
 	ADDQ stride+32(FP), R9
@@ -1258,6 +1357,17 @@ TEXT ·q4_0Rows4(SB), NOSPLIT, $0-48
 	VPBROADCASTD AX, Z16
 	MOVL $0xcc, AX
 	KMOVW AX, K1
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $4, R14
+	TESTQ R14, R14
+	JZ q4_0Rows4_pfok
+q4_0Rows4_pf:
+	CMPQ R14, $8192
+	JAE q4_0Rows4_pfok
+	SHLQ $1, R14
+	JMP q4_0Rows4_pf
+q4_0Rows4_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q4_0Rows4_done
@@ -1265,8 +1375,8 @@ q4_0Rows4_outer:
 	LEAQ (SI)(R13*1), DI
 	LEAQ (SI)(R13*2), R10
 	LEAQ (DI)(R13*2), R11
-	// R12: the next four rows, prefetched while these are read.
-	LEAQ (R10)(R13*2), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1355,13 +1465,24 @@ TEXT ·q5_0Pairs1(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z17
 	MOVL $0xcc, AX
 	KMOVW AX, K1
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q5_0Pairs1_pfok
+q5_0Pairs1_pf:
+	CMPQ R14, $8192
+	JAE q5_0Pairs1_pfok
+	SHLQ $1, R14
+	JMP q5_0Pairs1_pf
+q5_0Pairs1_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q5_0Pairs1_done
 q5_0Pairs1_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
@@ -1449,13 +1570,24 @@ TEXT ·q5_0Pairs2(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z17
 	MOVL $0xcc, AX
 	KMOVW AX, K1
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q5_0Pairs2_pfok
+q5_0Pairs2_pf:
+	CMPQ R14, $8192
+	JAE q5_0Pairs2_pfok
+	SHLQ $1, R14
+	JMP q5_0Pairs2_pf
+q5_0Pairs2_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q5_0Pairs2_done
 q5_0Pairs2_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	MOVQ R8, R9
 	ADDQ stride+32(FP), R9
@@ -1580,13 +1712,24 @@ TEXT ·q5_0Pairs3(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z17
 	MOVL $0xcc, AX
 	KMOVW AX, K1
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q5_0Pairs3_pfok
+q5_0Pairs3_pf:
+	CMPQ R14, $8192
+	JAE q5_0Pairs3_pfok
+	SHLQ $1, R14
+	JMP q5_0Pairs3_pf
+q5_0Pairs3_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q5_0Pairs3_done
 q5_0Pairs3_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	MOVQ R8, R9
 	ADDQ stride+32(FP), R9
@@ -1748,13 +1891,24 @@ TEXT ·q5_0Pairs4(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z17
 	MOVL $0xcc, AX
 	KMOVW AX, K1
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $2, R14
+	TESTQ R14, R14
+	JZ q5_0Pairs4_pfok
+q5_0Pairs4_pf:
+	CMPQ R14, $8192
+	JAE q5_0Pairs4_pfok
+	SHLQ $1, R14
+	JMP q5_0Pairs4_pf
+q5_0Pairs4_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q5_0Pairs4_done
 q5_0Pairs4_outer:
 	LEAQ (SI)(R13*1), DI
-	// R12: the next two rows, prefetched while these are read (never changes a value).
-	LEAQ (DI)(R13*1), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	MOVQ R8, R9
 	ADDQ stride+32(FP), R9
@@ -1954,6 +2108,17 @@ TEXT ·q5_0Rows4(SB), NOSPLIT, $0-48
 	VPBROADCASTD AX, Z17
 	MOVL $0xcc, AX
 	KMOVW AX, K1
+	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	MOVQ R13, R14
+	IMULQ $4, R14
+	TESTQ R14, R14
+	JZ q5_0Rows4_pfok
+q5_0Rows4_pf:
+	CMPQ R14, $8192
+	JAE q5_0Rows4_pfok
+	SHLQ $1, R14
+	JMP q5_0Rows4_pf
+q5_0Rows4_pfok:
 	XORQ AX, AX
 	TESTQ BX, BX
 	JZ q5_0Rows4_done
@@ -1961,8 +2126,8 @@ q5_0Rows4_outer:
 	LEAQ (SI)(R13*1), DI
 	LEAQ (SI)(R13*2), R10
 	LEAQ (DI)(R13*2), R11
-	// R12: the next four rows, prefetched while these are read.
-	LEAQ (R10)(R13*2), R12
+	// R12: the rows R14 ahead, prefetched while these are read.
+	LEAQ (SI)(R14*1), R12
 	MOVQ xp+24(FP), R8
 	VPXORD Z0, Z0, Z0
 	VPXORD Z1, Z1, Z1
