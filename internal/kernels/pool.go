@@ -27,11 +27,16 @@ import (
 //     waiting; nobody waits for it. On a machine with more runnable threads
 //     than cores a woken worker may not run for milliseconds, and a wait for
 //     every worker stalled each loop that long.
-//   - Waiting spins for up to spinFor before parking: a worker that finishes
-//     watches the claim word for the next job, and the caller watches the
-//     finished count, so back-to-back loops pass from one to the next in
-//     about a cache-line transfer instead of a scheduler wake-up (several
-//     microseconds, a futex). An idle pool still sleeps.
+//   - Waiting spins before parking: a worker that finishes watches the claim
+//     word for the next job, and the caller watches the finished count, so
+//     back-to-back loops pass from one to the next in about a cache-line
+//     transfer instead of a scheduler wake-up (tens of microseconds on a VM,
+//     and the work waits for it). How long each waiter spins adapts to how
+//     long its recent waits took (spinPolicy): up to spinMax while nearly
+//     all of them end within it (a quiet machine, a decode step's loops),
+//     spinMin when they do not (more runnable threads than cores, where a
+//     spinning thread takes time from the one it waits for). An idle pool
+//     still sleeps.
 //
 // Neither decides which chunks exist or what a chunk computes, so every
 // value is as it would be on one thread.
@@ -67,8 +72,12 @@ type Pool struct {
 	waiting atomic.Uint64
 	quit    atomic.Bool
 	wake    []chan struct{} // one per worker (index 1..threads-1), buffered 1
-	done    chan struct{}   // signalled by whoever finishes a waited-for job's last chunk
-	closed  bool
+	spins   []spinPolicy    // one per waiter: the caller (0) and the workers
+	// sentAt[w] is when waiter w's wake-up was sent (0: the caller's done),
+	// written before the send and read after the receive.
+	sentAt []time.Time
+	done   chan struct{} // signalled by whoever finishes a waited-for job's last chunk
+	closed bool
 
 	matMu sync.Mutex // held for a whole MatMul; protects mat and quant
 	mat   *matJob
@@ -81,24 +90,123 @@ type Pool struct {
 	attn attnScratch // Attention's buffers (its own lock)
 
 	stats poolStats
+
+	// busy is set while the machine has more runnable threads than the
+	// process has cores: every waiter then spins spinMin. checkLoops,
+	// checkedAt and runnable are the caller's sampling state (under mu;
+	// loadCheck).
+	busy       atomic.Bool
+	checkLoops int
+	checkedAt  time.Time
+	runnable   int
 }
 
 const (
 	claimSeqShift = 40
 	claimField    = 1<<20 - 1 // chunks and next are 20-bit fields of claim
-	// defaultSpinFor is how long a worker waits for the next job, and the
-	// caller for the job's last chunks, before parking (spinFor).
-	defaultSpinFor = 2 * time.Microsecond
 )
 
-// spinFor is the spin budget: a few polls, enough for the short gaps inside
-// a decode step (an inline norm, one row's quantization) and the last chunk
-// of the other thread, short against a step. It is short because on a
-// machine with more runnable threads than cores a spinning thread takes
-// time from the one it waits for: at a load of 16 on 2 cores, 10 µs cost
-// about 5% more CPU per decoded token than 2 µs, for no gain (and the Go
-// scheduler spins a little itself before it sleeps an idle thread).
-var spinFor = defaultSpinFor
+// spinMin and spinMax bound how long a worker waits for the next job, and
+// the caller for the job's last chunks, before parking (spinPolicy).
+//
+// spinMax covers the gaps inside a decode step: the caller's inline work
+// between loops (norms, one row's quantization, RoPE and the K/V store) and
+// the other thread's last chunk, which at 4 streams can take 100 µs. On the
+// project's 2-core VM a 2 µs budget parked 66 of a step's 121 hand-offs
+// and the single-stream Q8_0 decode of smollm-135m ran at 133 tok/s; 50 µs
+// parked 1.5 and it ran at 209 tok/s; at 4 streams 50 µs still parked 70
+// hand-offs a step (299 tok/s) and 200 µs 0.5 (366 tok/s)
+// (BenchmarkOursDecode; a parked thread takes 60-130 µs to run again).
+//
+// spinMin is what a waiter spins when its waits are long: at a load of 16
+// on 2 cores, 10 µs cost about 5% more CPU per decoded token than 2 µs for
+// no gain (and the Go scheduler spins a little itself before it sleeps an
+// idle thread).
+const (
+	spinMin = 2 * time.Microsecond
+	spinMax = 200 * time.Microsecond
+)
+
+// The caller samples how many threads the machine has runnable
+// (/proc/loadavg's running count, which counts the pool's own busy or
+// spinning threads) at most every loadCheckEvery, every loadCheckLoops
+// parallel loops, and keeps a moving average of it in 1/16ths. While that
+// is more than the cores the process may use, the machine has more
+// runnable threads than cores and the pool spins spinMin. On the project's
+// 2-core VM a decode reads about 2 (its own two threads); at a load of 8
+// about 8, and there the long budget made the single-stream decode
+// 10-30% slower and take 10% more CPU than spinMin. Where the count is not
+// to be had, the budget follows the waits alone.
+const (
+	loadCheckLoops = 64
+	loadCheckEvery = 5 * time.Millisecond
+)
+
+// loadCheck is run by the caller for every parallel loop (under mu).
+func (p *Pool) loadCheck() {
+	if p.checkLoops++; p.checkLoops < loadCheckLoops {
+		return
+	}
+	p.checkLoops = 0
+	now := time.Now()
+	if now.Sub(p.checkedAt) < loadCheckEvery {
+		return
+	}
+	p.checkedAt = now
+	n, ok := runnableThreads()
+	if !ok {
+		return
+	}
+	if p.runnable == 0 {
+		p.runnable = 16 * n
+	}
+	p.runnable += n - p.runnable/16
+	p.busy.Store(oversubscribed(p.runnable, runtime.NumCPU()))
+}
+
+// oversubscribed reports whether a moving average of runnable threads (in
+// 1/16ths) is more than half a thread past cpus.
+func oversubscribed(runnable16, cpus int) bool {
+	return runnable16 > 16*cpus+8
+}
+
+// spinPolicy is one waiter's spin budget, from how its recent waits went
+// (Pool.busy overrides it). short is a moving average, in 1/1024ths, of
+// whether a wait's hand-off came within spinMax of its start. For a wait
+// that parked, that is when the other side sent the wake-up (Pool.sentAt),
+// not when the parked thread ran again: a wake-up takes 60-130 µs to run
+// on the project's VM, and a wait parked because the budget was spinMin
+// must still count as short when the hand-off came soon after, or a
+// machine that quiets down would never get the long budget back. The
+// budget is spinMax while at least spinShortShare of the waits are short
+// (an idle pool's long waits between requests are few), else spinMin. Each
+// Pool waiter has its own (the caller's is used under Pool.mu, a worker's
+// by that worker only), on its own cache line.
+type spinPolicy struct {
+	short int32
+	_     [60]byte
+}
+
+const (
+	spinShortShare = 768 // of 1024: three waits in four
+	spinSmoothing  = 16  // each wait moves short by 1/16 of the difference
+)
+
+func (s *spinPolicy) budget() time.Duration {
+	if s.short >= spinShortShare {
+		return spinMax
+	}
+	return spinMin
+}
+
+// note records a wait of d.
+func (s *spinPolicy) note(d time.Duration) {
+	v := int32(0)
+	if d <= spinMax {
+		v = 1024
+	}
+	s.short += (v - s.short) / spinSmoothing
+}
 
 // poolStats counts hand-offs, for tests and benchmarks (PoolStats).
 type poolStats struct {
@@ -137,6 +245,8 @@ func NewPool(threads int) *Pool {
 	p.quant = newQuantJob()
 	p.wake = make([]chan struct{}, threads)
 	p.parked = make([]atomic.Int32, threads)
+	p.spins = make([]spinPolicy, threads)
+	p.sentAt = make([]time.Time, threads)
 	for w := 1; w < threads; w++ {
 		p.wake[w] = make(chan struct{}, 1)
 		go p.worker(w)
@@ -214,6 +324,7 @@ func (p *Pool) run(n int, fn func(lo, hi int), wfn func(worker, lo, hi int)) {
 	j.chunk = (n + chunks - 1) / chunks
 	chunks = (n + j.chunk - 1) / j.chunk
 	p.stats.loops.Add(1)
+	p.loadCheck()
 	p.finished.Store(0)
 	p.seq++
 	seq := p.seq & (1<<(64-claimSeqShift) - 1)
@@ -224,6 +335,7 @@ func (p *Pool) run(n int, fn func(lo, hi int), wfn func(worker, lo, hi int)) {
 	p.claim.Store(seq<<claimSeqShift | uint64(chunks)<<20)
 	for w := 1; w < min(p.threads, chunks); w++ {
 		if p.parked[w].Load() == 1 && p.parked[w].CompareAndSwap(1, 0) {
+			p.sentAt[w] = time.Now()
 			p.wake[w] <- struct{}{}
 		}
 	}
@@ -234,30 +346,45 @@ func (p *Pool) run(n int, fn func(lo, hi int), wfn func(worker, lo, hi int)) {
 
 // waitJob returns when all chunks of job seq have finished.
 func (p *Pool) waitJob(seq uint64, chunks int64) {
-	if spinUntil(func() bool { return p.finished.Load() == chunks }) {
+	s := &p.spins[0]
+	ok, began := s.spin(p.busy.Load(), func() bool { return p.finished.Load() == chunks })
+	if ok {
 		return
 	}
 	p.waiting.Store(seq)
 	if p.finished.Load() == chunks && p.waiting.CompareAndSwap(seq, 0) {
+		s.note(time.Since(began))
 		return
 	}
 	// Whoever finished the last chunk swapped waiting to 0 and sends.
 	p.stats.parks.Add(1)
 	<-p.done
+	s.note(p.sentAt[0].Sub(began))
 }
 
-// spinUntil polls cond for up to spinFor and reports whether it held.
-func spinUntil(cond func() bool) bool {
-	var start time.Time
+// spin polls cond for up to s's budget (spinMin when busy) and reports
+// whether it held, and when the wait began (zero when cond held within the
+// first polls). A wait that ends here is noted; one that goes on to park is
+// noted by the caller when it ends.
+func (s *spinPolicy) spin(busy bool, cond func() bool) (ok bool, began time.Time) {
+	budget := s.budget()
+	if busy {
+		budget = spinMin
+	}
 	for i := 0; ; i++ {
 		if cond() {
-			return true
+			if began.IsZero() {
+				s.note(0)
+			} else {
+				s.note(time.Since(began))
+			}
+			return true, began
 		}
 		if i&15 == 15 {
-			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) > spinFor {
-				return false
+			if began.IsZero() {
+				began = time.Now()
+			} else if time.Since(began) > budget {
+				return false, began
 			}
 		}
 		spinPause()
@@ -288,6 +415,7 @@ func (p *Pool) runChunks(worker int) uint64 {
 		}
 		if p.finished.Add(1) == int64(chunks) {
 			if seq := c >> claimSeqShift; p.waiting.Load() == seq && p.waiting.CompareAndSwap(seq, 0) {
+				p.sentAt[0] = time.Now()
 				p.done <- struct{}{}
 			}
 		}
@@ -309,14 +437,18 @@ func (p *Pool) worker(w int) {
 // Close), spinning on it and then parking on wake[w]. A wake-up may find
 // the job's chunks all claimed already.
 func (p *Pool) await(w int, seen uint64) {
-	if spinUntil(func() bool { return p.claim.Load() != seen }) {
+	s := &p.spins[w]
+	ok, began := s.spin(p.busy.Load(), func() bool { return p.claim.Load() != seen })
+	if ok {
 		return
 	}
 	p.parked[w].Store(1)
 	if p.claim.Load() != seen && p.parked[w].CompareAndSwap(1, 0) {
+		s.note(time.Since(began))
 		return
 	}
 	// Either nothing new yet, or the caller swapped parked to 0 and sends.
 	p.stats.parks.Add(1)
 	<-p.wake[w]
+	s.note(p.sentAt[w].Sub(began))
 }

@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -10,14 +12,14 @@ import (
 // TestPoolForCoversRange checks that For runs every index exactly once, for
 // sizes around the chunking's edges and several thread counts, with the pool
 // used back to back (workers catch jobs while spinning) and after idling
-// past spinFor (workers park and are woken).
+// past spinMax (workers park and are woken).
 func TestPoolForCoversRange(t *testing.T) {
 	for _, threads := range []int{1, 2, 3, 5} {
 		p := NewPool(threads)
 		for _, idle := range []bool{false, true} {
 			for _, n := range []int{1, 2, 3, 7, 8, 9, 16, 17, 100, 1000} {
 				if idle {
-					time.Sleep(2 * spinFor)
+					time.Sleep(2 * spinMax)
 				}
 				hits := make([]atomic.Int32, n)
 				p.For(n, func(lo, hi int) {
@@ -86,7 +88,7 @@ func TestPoolConcurrentCallers(t *testing.T) {
 					return
 				}
 				if it%50 == 0 {
-					time.Sleep(2 * spinFor)
+					time.Sleep(2 * spinMax)
 				}
 			}
 		}()
@@ -114,7 +116,103 @@ func TestPoolStatsCount(t *testing.T) {
 func TestPoolCloseWithParkedWorkers(t *testing.T) {
 	p := NewPool(4)
 	p.For(100, func(lo, hi int) {})
-	time.Sleep(3 * spinFor)
+	time.Sleep(3 * spinMax)
 	p.Close()
 	p.Close() // idempotent
+}
+
+// TestSpinPolicy checks how a waiter's spin budget follows its waits: the
+// short budget until most waits end within spinMax, the long one while they
+// do, back to the short one when a share of them run long (a loaded machine),
+// and the long one again when they end soon after parking (a machine that
+// quieted down: the short budget must not lock itself in).
+func TestSpinPolicy(t *testing.T) {
+	var s spinPolicy
+	if s.budget() != spinMin {
+		t.Fatalf("new policy spins %v, want %v", s.budget(), spinMin)
+	}
+	steps := []struct {
+		waits []time.Duration // one round of waits, repeated
+		want  time.Duration
+	}{
+		{[]time.Duration{0, 3 * time.Microsecond, 20 * time.Microsecond}, spinMax},
+		// one wait in two is long: a peer descheduled by other processes
+		{[]time.Duration{0, 2 * time.Millisecond}, spinMin},
+		// parked (budget spinMin) but the hand-off came 10 µs later
+		{[]time.Duration{10 * time.Microsecond}, spinMax},
+		// one long wait in ten (an idle pool between requests) keeps the long budget
+		{[]time.Duration{0, 0, 0, 0, 0, 0, 0, 0, 0, time.Second}, spinMax},
+		// one in three does not
+		{[]time.Duration{0, 0, spinMax + time.Microsecond}, spinMin},
+	}
+	for i, st := range steps {
+		for range 40 {
+			for _, d := range st.waits {
+				s.note(d)
+			}
+		}
+		if got := s.budget(); got != st.want {
+			t.Fatalf("step %d (waits %v): budget %v, want %v (short %d/1024)", i, st.waits, got, st.want, s.short)
+		}
+	}
+}
+
+// TestOversubscribed checks the load signal: the pool's own threads busy
+// on all cores is not load; more runnable threads than cores is.
+func TestOversubscribed(t *testing.T) {
+	for _, c := range []struct {
+		runnable16, cpus int
+		want             bool
+	}{
+		{16 * 2, 2, false},
+		{16*2 + 8, 2, false},
+		{16*2 + 9, 2, true},
+		{16 * 8, 2, true},
+		{16 * 17, 16, true},
+		{16 * 12, 16, false},
+	} {
+		if got := oversubscribed(c.runnable16, c.cpus); got != c.want {
+			t.Errorf("oversubscribed(%d/16, %d cpus) = %v, want %v", c.runnable16, c.cpus, got, c.want)
+		}
+	}
+}
+
+// TestParseRunnable reads /proc/loadavg lines, and refuses what is not one.
+func TestParseRunnable(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		n    int
+		ok   bool
+	}{
+		{"0.53 1.41 2.30 3/345 12345\n", 3, true},
+		{"12.00 8.00 4.00 17/1200 99", 17, true},
+		{"0.00 0.00 0.00 1/1 1", 1, true},
+		{"0.53 1.41 2.30 /345 12345", 0, false},
+		{"0.53 1.41 2.30 3", 0, false},
+		{"0.53 1.41", 0, false},
+		{"", 0, false},
+		{"0.53 1.41 2.30 99999999999/3 1", 0, false},
+	} {
+		n, ok := parseRunnable([]byte(c.line))
+		if n != c.n || ok != c.ok {
+			t.Errorf("parseRunnable(%q) = %d, %v; want %d, %v", c.line, n, ok, c.n, c.ok)
+		}
+	}
+	if _, err := os.Stat("/proc/loadavg"); err == nil {
+		n, ok := runnableThreads()
+		if !ok || n < 1 {
+			t.Fatalf("runnableThreads() = %d, %v on a machine with /proc/loadavg (this test runs, so at least 1)", n, ok)
+		}
+	}
+}
+
+// FuzzParseRunnable: any bytes, no panic, and a count only when a "/" ends it.
+func FuzzParseRunnable(f *testing.F) {
+	f.Add([]byte("0.53 1.41 2.30 3/345 12345\n"))
+	f.Add([]byte("   /"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if n, ok := parseRunnable(b); ok && (n < 0 || !strings.Contains(string(b), "/")) {
+			t.Fatalf("parseRunnable(%q) = %d, true", b, n)
+		}
+	})
 }
