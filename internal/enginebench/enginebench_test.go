@@ -452,7 +452,9 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 
 // BenchmarkOursDecode runs only Stockpot's decode (1 and 4 streams, as in the table) for
 // profiling one engine: go test -run '^$' -bench BenchmarkOursDecode/Q8_0/streams=4
-// -cpuprofile cpu.out ./internal/enginebench. Each op is one step (one Forward).
+// -cpuprofile cpu.out ./internal/enginebench. Each op is one step (one Forward), at
+// contexts of streamPrompt to streamPrompt+decodeTokens tokens, near the table's (its
+// single-stream decode starts at 0, its batched one at streamPrompt).
 func BenchmarkOursDecode(b *testing.B) {
 	for _, k := range weightKinds {
 		b.Run(k.name, func(b *testing.B) {
@@ -469,7 +471,7 @@ func BenchmarkOursDecode(b *testing.B) {
 					steps := 0
 					st0 := pool.Stats()
 					for b.Loop() {
-						o.decode(b, n, streamPrompt+steps%4096, 1)
+						o.decode(b, n, streamPrompt+steps%decodeTokens, 1)
 						steps++
 					}
 					st := pool.Stats()
