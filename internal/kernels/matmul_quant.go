@@ -53,6 +53,10 @@ func matMulQuant(p *Pool, dst, x []float32, M int, w *Weight) {
 	j.matMul(p, dst, x, M, w, false)
 }
 
+// gemvRows is the most activation rows for which a product runs as a
+// decode step's (Pool.forGEMV's chunks).
+const gemvRows = 8
+
 // prepInline is the activation count (M × K) up to which the caller
 // quantizes (and pairs) the activations itself: for a decode step's few
 // rows, a hand-off to the pool's workers costs more than the work. Every
@@ -108,14 +112,17 @@ func (j *quantJob) matMul(p *Pool, dst, x []float32, M int, w *Weight, reuse boo
 		paired = true
 		j.usePairs = true
 	}
+	n, fn := w.Rows, j.run
 	if len(j.gws) > 0 {
-		total := 0
+		n, fn = 0, j.runGroup
 		for _, gw := range j.gws {
-			total += gw.Rows
+			n += gw.Rows
 		}
-		p.For(total, j.runGroup)
+	}
+	if M <= gemvRows {
+		p.forGEMV(n, fn)
 	} else {
-		p.For(w.Rows, j.run)
+		p.For(n, fn)
 	}
 	*j = quantJob{run: j.run, quantize: j.quantize, pair: j.pair, runGroup: j.runGroup, xq: j.xq, xp: j.xp, paired: paired}
 }
