@@ -56,6 +56,8 @@ func BenchmarkPoolFor(b *testing.B) {
 // bytes in the same run: the ceiling the forward pass's decode can reach
 // with these kernels. GB/s counts weight bytes read; memcpy-GB/s counts bytes
 // read plus written (as enginebench's share does), and share is their ratio.
+// The "read" row is the same size read by a loop that does nothing else
+// (readStream): the ceiling of the kernels' weight reads on these threads.
 func BenchmarkDecodeBandwidth(b *testing.B) {
 	const size = 96 << 20
 	p := NewPool(2)
@@ -79,6 +81,29 @@ func BenchmarkDecodeBandwidth(b *testing.B) {
 		}
 		return best
 	}
+	// The ceiling: the same bytes read by a loop that only reads them, with
+	// the kernels' prefetch distance, on the same two threads.
+	b.Run("read", func(b *testing.B) {
+		buf := make([]byte, size)
+		for i := range buf {
+			buf[i] = byte(i)
+		}
+		var sink [2]uint64
+		read := func(lo, hi int) {
+			for h := lo; h < hi; h++ {
+				sink[h] = readStream(buf[h*size/2 : (h+1)*size/2])
+			}
+		}
+		p.For(2, read) // page in
+		mc := memcpy()
+		for b.Loop() {
+			p.For(2, read)
+		}
+		gbs := float64(size) * float64(b.N) / b.Elapsed().Seconds() / 1e9
+		b.ReportMetric(gbs, "GB/s")
+		b.ReportMetric(mc, "memcpy-GB/s")
+		b.ReportMetric(gbs/mc, "share")
+	})
 	for _, c := range []struct {
 		typ gguf.Type
 		K   int
