@@ -5,7 +5,7 @@
 // activation rows (decode, batched decode and the bands of prefill), two
 // weight rows per 512-bit register.
 //
-//	go run asmgen_k512.go [-o matmul_k512_amd64.s]
+//	go run asmgen_k512.go asmgen_prefetch.go [-o matmul_k512_amd64.s]
 //
 // TestAsmgenK512 checks that the committed file is this program's output.
 //
@@ -103,29 +103,6 @@ func hsum(a string) {
 	p("	VMOVSHDUP Z1, Z3")
 	p("	VADDPS Z3, Z1, Z1")
 	p("	VEXTRACTF32X4 $2, Z1, X3")
-}
-
-// prefetchBytes is how far ahead of the rows being read the kernels prefetch
-// weight rows (as asmgen_pair.go's kernels: see there for the measurements).
-// Prefetching never changes a value.
-const prefetchBytes = 8192
-
-// prefetchDistance sets R14 to the prefetch distance in bytes: rowBytes
-// (R13) times group, doubled until it reaches prefetchBytes, so that it is a
-// whole number of row groups and R14 added to a row pointer lands on the
-// same column of a later group. A zero rowBytes leaves R14 zero.
-func prefetchDistance(name string, group int) {
-	p("\t// R14: the prefetch distance, whole groups of rows, at least %d bytes.", prefetchBytes)
-	p("\tMOVQ R13, R14")
-	p("\tIMULQ $%d, R14", group)
-	p("\tTESTQ R14, R14")
-	p("\tJZ %s_pfok", name)
-	p("%s_pf:", name)
-	p("\tCMPQ R14, $%d", prefetchBytes)
-	p("\tJAE %s_pfok", name)
-	p("\tSHLQ $1, R14")
-	p("\tJMP %s_pf", name)
-	p("%s_pfok:", name)
 }
 
 func kernel(t ktype, R int) {

@@ -9,7 +9,7 @@ import (
 )
 
 //go:generate go run asmgen_k.go
-//go:generate go run asmgen_k512.go
+//go:generate go run asmgen_k512.go asmgen_prefetch.go
 
 //go:noescape
 func q4_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)

@@ -8,7 +8,7 @@ import (
 	"stockpot/internal/gguf"
 )
 
-//go:generate go run asmgen_pair.go
+//go:generate go run asmgen_pair.go asmgen_prefetch.go
 
 //go:noescape
 func preparePair(xa, xb *byte, nb int, dst *byte)
