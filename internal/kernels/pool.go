@@ -32,8 +32,8 @@ import (
 //     back-to-back loops pass from one to the next in about a cache-line
 //     transfer instead of a scheduler wake-up (tens of microseconds on a VM,
 //     and the work waits for it). How long each waiter spins adapts to how
-//     long its recent waits took (spinPolicy): up to spinMax while nearly
-//     all of them end within it (a quiet machine, a decode step's loops),
+//     long its recent waits took (spinPolicy): up to spinMax while three in
+//     four of them end within it (a quiet machine, a decode step's loops),
 //     spinMin when they do not (more runnable threads than cores, where a
 //     spinning thread takes time from the one it waits for). An idle pool
 //     still sleeps.
