@@ -181,6 +181,14 @@ func Open(cfg Config, reg prometheus.Registerer) (*Tiers, error) {
 		}
 		t.tiers = append(t.tiers, TierStore{Tier: kvtier.Disk, Store: s})
 		t.closers = append(t.closers, s.Close)
+		if reg != nil {
+			// Its start-up drops (stockpot_kv_disk_startup_dropped_total{reason}).
+			if err := reg.Register(s); err != nil {
+				if _, dup := err.(prometheus.AlreadyRegisteredError); !dup {
+					return fail(fmt.Errorf("disk tier metrics: %w", err))
+				}
+			}
+		}
 	}
 	if cfg.RemoteURL != "" {
 		rcfg := cfg.Remote // zero fields: the defaults (redis validates)

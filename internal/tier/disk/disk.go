@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -139,6 +140,9 @@ type Store struct {
 	directReads atomic.Uint64
 	// bufs holds read buffers handed back by Recycle (*[]byte, aligned; read.go).
 	bufs sync.Pool
+	// drops counts the directory entries rebuild did not index, by reason (startup.go).
+	// Written only by Open, read-only after.
+	drops map[string]uint64
 }
 
 var (
@@ -258,25 +262,47 @@ func (s *Store) rebuild() error {
 	}
 	var files []found
 	pinFiles := map[tier.Key]bool{}
+	s.drops = map[string]uint64{}
+	// e.Type() comes from the listing (lstat semantics): a symlink is seen as one, never
+	// followed, and only its own name would ever be unlinked (it is not).
 	for _, e := range ents {
 		path := filepath.Join(s.dir, e.Name())
-		if key, ok := parsePinName(e.Name()); ok && e.Type().IsRegular() {
+		switch t := e.Type(); {
+		case t&fs.ModeSymlink != 0:
+			s.drops[DropSymlink]++
+			continue
+		case !t.IsRegular():
+			s.drops[DropNotRegular]++
+			continue
+		}
+		if key, ok := parsePinName(e.Name()); ok {
 			pinFiles[key] = true
 			continue
 		}
 		key, ok := parseName(e.Name())
-		if !ok || !e.Type().IsRegular() {
+		if !ok {
 			// Partial temp files of a crash, and anything we did not write.
-			if e.Type().IsRegular() || strings.HasPrefix(e.Name(), tempPrefix) {
-				os.Remove(path)
+			if strings.HasPrefix(e.Name(), tempPrefix) {
+				s.drops[DropTemp]++
+			} else {
+				s.drops[DropBadName]++
 			}
+			os.Remove(path)
 			continue
 		}
 		info, err := e.Info()
 		if err != nil {
-			continue // removed meanwhile
+			if !errors.Is(err, fs.ErrNotExist) { // else removed meanwhile
+				s.drops[DropUnreadable]++
+			}
+			continue
 		}
 		if info.Size() < headerSize+trailerSize {
+			if info.Size() == 0 {
+				s.drops[DropEmpty]++
+			} else {
+				s.drops[DropTruncated]++
+			}
 			os.Remove(path)
 			continue
 		}

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier"
 	"stockpot/internal/tier/tiertest"
@@ -547,4 +549,112 @@ func crashChild() {
 		fmt.Println("ok") // acknowledged: renamed into place
 	}
 	time.Sleep(time.Minute)
+}
+
+// Start-up drops: a zero-length record file, a symlink to a real record elsewhere (under a
+// record's name and under a temp name), a truncated record and a stray file beside good
+// records. Open indexes the good ones alone, removes what it wrote or cannot use, never
+// follows a link (the target is neither read, indexed nor removed), and counts each drop by
+// reason, on the store and in its metric.
+func TestStartupDropsCounted(t *testing.T) {
+	dir := t.TempDir()
+	s := open(t, dir, digestA, 1<<20)
+	recs := tiertest.Chain(digestA, rootA, tiertest.SmallLayout, 3, 5)
+	items := tiertest.Items(recs)
+	if err := s.Put(ctx, items[:2]); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+
+	// A real record elsewhere: item 2, written by another store of the same identity.
+	elsewhere := open(t, t.TempDir(), digestA, 1<<20)
+	if err := elsewhere.Put(ctx, items[2:3]); err != nil {
+		t.Fatal(err)
+	}
+	elsewhere.Close()
+	target := filepath.Join(elsewhere.Dir(), fileName(items[2].Key))
+	want, err := os.ReadFile(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	empty := filepath.Join(s.Dir(), fileName(tier.Key{Root: rootA, Hash: prefix.Hash{1}}))
+	short := filepath.Join(s.Dir(), fileName(tier.Key{Root: rootA, Hash: prefix.Hash{2}}))
+	stray := filepath.Join(s.Dir(), "notes.txt")
+	link := filepath.Join(s.Dir(), fileName(items[2].Key))
+	tmpLink := filepath.Join(s.Dir(), tempPrefix+"link")
+	for p, b := range map[string][]byte{empty: nil, short: []byte("SPDF"), stray: []byte("hello")} {
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range []string{link, tmpLink} {
+		if err := os.Symlink(target, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	reg := prometheus.NewPedanticRegistry()
+	s = open(t, dir, digestA, 1<<20)
+	defer s.Close()
+	reg.MustRegister(s)
+
+	has, _ := s.Contains(ctx, tiertest.Keys(recs))
+	if w := []bool{true, true, false}; !equal(has, w) {
+		t.Errorf("indexed %v, want %v (the linked record must not be indexed)", has, w)
+	}
+	if st := s.Stats(); st.Items != 2 {
+		t.Errorf("items %d, want 2", st.Items)
+	}
+	for _, p := range []string{empty, short, stray} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("%s survived Open (err %v)", filepath.Base(p), err)
+		}
+	}
+	for _, l := range []string{link, tmpLink} {
+		if fi, err := os.Lstat(l); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s: link not left in place: %v %v", filepath.Base(l), fi, err)
+		}
+	}
+	if got, err := os.ReadFile(target); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("link target changed or removed: err %v, %d bytes, want %d", err, len(got), len(want))
+	}
+	vals := get(t, s, []tier.Key{items[2].Key})
+	if vals[0] != nil {
+		t.Errorf("Get of the linked key returned %d bytes, want a miss", len(vals[0]))
+	}
+
+	wantDrops := map[string]uint64{DropEmpty: 1, DropTruncated: 1, DropSymlink: 2, DropNotRegular: 0,
+		DropBadName: 1, DropTemp: 0, DropUnreadable: 0}
+	got := s.StartupDrops()
+	for r, n := range wantDrops {
+		if got[r] != n {
+			t.Errorf("StartupDrops[%s] = %d, want %d (all: %v)", r, got[r], n, got)
+		}
+	}
+	if len(got) != len(wantDrops) {
+		t.Errorf("StartupDrops has %d reasons, want %d: %v", len(got), len(wantDrops), got)
+	}
+	if got := gatherDrops(t, reg); fmt.Sprint(got) != fmt.Sprint(wantDrops) {
+		t.Errorf("stockpot_kv_disk_startup_dropped_total %v, want %v", got, wantDrops)
+	}
+}
+
+// gatherDrops reads stockpot_kv_disk_startup_dropped_total from g, by reason.
+func gatherDrops(t *testing.T, g prometheus.Gatherer) map[string]uint64 {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "stockpot_kv_disk_startup_dropped_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			out[m.GetLabel()[0].GetValue()] = uint64(m.GetCounter().GetValue())
+		}
+	}
+	return out
 }

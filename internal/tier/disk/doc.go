@@ -36,7 +36,10 @@
 //	value, u32 CRC-32C of all the bytes before it
 //
 // Partial ".tmp-*" files (a crash mid-write) are removed at Open and never
-// indexed. A file whose length, header, key or checksum is wrong (a torn
+// indexed; so are empty or truncated record files and files of names this store
+// never writes, while symlinks and other non-regular entries are left alone and
+// never followed (the listing's lstat types). Each is counted by reason
+// (StartupDrops, stockpot_kv_disk_startup_dropped_total{reason}: startup.go). A file whose length, header, key or checksum is wrong (a torn
 // write that reached the final name through a crash of the file system, or
 // bit rot) is never served: Get counts it (Corrupt), deletes it and reports
 // a miss. With Config.Sync, data and the directory are fsynced before a
