@@ -477,6 +477,11 @@ func (c *Core) admit(now time.Time) {
 			// With room for the hashes of every block s may fill: Advance appends them.
 			hashes = make([]prefix.Hash, 0, cap(s.tokens)/B)
 			matched, hashes, pending = c.cache.match(s.root, c.appendSeqHashes(hashes, s, s.tokens), s.tokens)
+			if n := s.reuseCap(B); n >= 0 && len(matched) >= n {
+				// MaxReuseTokens: computed past the cap as a miss, never waited for.
+				c.cache.release(reverse(matched[n:]))
+				matched, pending = matched[:n], 0
+			}
 			if pending > 0 && c.cfg.Dedup {
 				c.cache.release(matched)
 				c.stats.dedupWaits++
@@ -656,6 +661,9 @@ func (c *Core) restorable(s *seq, matched int) []RestoredBlock {
 		return nil
 	}
 	limit := prefix.MaxMatchBlocks(len(s.tokens), c.cfg.BlockSize)
+	if n := s.reuseCap(c.cfg.BlockSize); n >= 0 {
+		limit = min(limit, n)
+	}
 	if matched < p.First || matched >= p.First+len(p.Blocks) || matched >= limit {
 		return nil
 	}
@@ -1052,6 +1060,15 @@ func (c *Core) finish(s *seq, reason string, now time.Time) {
 	}
 	c.outbox = append(c.outbox, Delivery{s.id, Output{Done: true, FinishReason: reason, Usage: &u}})
 	delete(c.seqs, s.id)
+}
+
+// reuseCap is how many leading prompt blocks s may take from a cache at its first admission
+// (Request.MaxReuseTokens), or -1 for no cap.
+func (s *seq) reuseCap(B int) int {
+	if s.req.MaxReuseTokens == nil || s.admitted {
+		return -1
+	}
+	return max(*s.req.MaxReuseTokens, 0) / B
 }
 
 // reverse returns a reversed copy, so a sequence's tail (leaf) blocks are released first and

@@ -236,6 +236,10 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			n := argOr(t, d, "max-offload", 0)
 			req.MaxOffloadTokens = &n
 		}
+		if d.HasArg("max-reuse") {
+			n := argOr(t, d, "max-reuse", 0)
+			req.MaxReuseTokens = &n
+		}
 		req.PinStrict = d.HasArg("strict")
 		root := prefix.Root(nil, req.CacheSalt)
 		if req.PinStrict {

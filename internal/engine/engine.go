@@ -903,6 +903,9 @@ func (e *Engine) add(s *stream) {
 	}
 	have, hashes := e.core.PeekQueued(s.id)
 	limit := prefix.MaxMatchBlocks(len(s.req.Prompt), e.cfg.BlockSize)
+	if n := s.req.MaxReuseTokens; n != nil {
+		limit = min(limit, max(*n, 0)/e.cfg.BlockSize) // nothing past the cap is fetched
+	}
 	if have >= limit {
 		return
 	}

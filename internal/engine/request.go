@@ -55,6 +55,14 @@ type Request struct {
 	// the lower tiers (its block events say NoOffload), unless a later request whose cap
 	// covers it reuses it. nil: no cap. 0 offloads nothing this request computes.
 	MaxOffloadTokens *int
+	// MaxReuseTokens, when set, caps the prompt prefix this request may take from a cache at
+	// its first admission (rounded down to whole blocks): the working pool, a tier's restore
+	// and another request's in-flight blocks alike. Past it the prompt is computed even where
+	// the cache holds it, so the request costs the schedule what a miss would (the TTFT
+	// floor's charge for blocks its principal did not send: other streams' decode steps wait
+	// for the same prefill). A re-admission after a preemption is not capped (its own blocks).
+	// nil: no cap.
+	MaxReuseTokens *int
 }
 
 // MaxPins is the most pins one request may ask for (Anthropic allows 4 breakpoints).
