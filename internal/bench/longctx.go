@@ -588,13 +588,14 @@ func decide(st LongCtxStep, cold *LongCtxStep, blockSize int) (decision, verdict
 	slower := st.Discarded["slower_than_recompute"]
 	incomplete := st.Discarded["incomplete_state"]
 	bad := st.Discarded["checksum"] + st.Discarded["identity"]
+	afterBreak := st.Discarded["after_break"] // sound, but after a block that failed
 	var other float64
 	for t, v := range st.Restored {
 		if t != st.Source {
 			other += v
 		}
 	}
-	found := restored + other + slower + incomplete + bad
+	found := restored + other + slower + incomplete + bad + afterBreak
 	if found == 0 {
 		// The prefix was staged there, so nothing found means the read failed or the blocks
 		// were lost: either way it is computed, with no discard counted.
@@ -621,6 +622,9 @@ func decide(st LongCtxStep, cold *LongCtxStep, blockSize int) (decision, verdict
 	}
 	if bad > 0 {
 		parts = append(parts, fmt.Sprintf("%.0f failed verification", bad))
+	}
+	if afterBreak > 0 {
+		parts = append(parts, fmt.Sprintf("%.0f sound but after a broken link of the chain (after_break)", afterBreak))
 	}
 	decision = strings.Join(parts, "; ")
 	if cold == nil || cold.TTFTMs == nil || st.TTFTMs == nil {

@@ -36,7 +36,7 @@ type Prefetched struct {
 	First  int             // index of Blocks[0] in the prompt's blocks
 	Blocks []RestoredBlock // contiguous from First, verified, worth restoring
 	// Discarded counts blocks found in some tier but not used, by reason (checksum, identity,
-	// incomplete_state, slower_than_recompute).
+	// incomplete_state, slower_than_recompute, after_break).
 	Discarded map[string]int
 	Elapsed   time.Duration
 }

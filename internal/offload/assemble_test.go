@@ -13,6 +13,7 @@ import (
 func TestAssemble(t *testing.T) {
 	ok := func(complete bool) checked { return checked{rec: &tier.Record{StateComplete: complete}} }
 	bad := checked{err: fmt.Errorf("x: %w", tier.ErrChecksum)}
+	foreign := checked{err: fmt.Errorf("x: %w", tier.ErrTokens)}
 	data := []byte{1}
 	for _, tc := range []struct {
 		name      string
@@ -27,10 +28,16 @@ func TestAssemble(t *testing.T) {
 	}{
 		{name: "all good", vals: [][]byte{data, data, data}, dec: []checked{ok(true), ok(true), ok(true)}, found: 3,
 			usable: 3, blocks: 3, reasons: ",,", discarded: map[string]int{}},
-		{name: "checksum in the middle breaks the rest", vals: [][]byte{data, data, data}, dec: []checked{ok(true), bad, ok(true)}, found: 3,
-			usable: 1, blocks: 3, reasons: ",checksum,checksum", discarded: map[string]int{"checksum": 2}},
-		{name: "gap is a plain miss, not a discard", vals: [][]byte{data, nil, data}, dec: []checked{ok(true), {}, ok(true)}, found: 3,
-			usable: 1, blocks: 3, reasons: ",,", discarded: map[string]int{}},
+		{name: "checksum in the middle: its cause, then after_break", vals: [][]byte{data, data, data}, dec: []checked{ok(true), bad, ok(true)}, found: 3,
+			usable: 1, blocks: 3, reasons: ",checksum,after_break", discarded: map[string]int{"after_break": 1, "checksum": 1}},
+		{name: "first block fails: the rest after_break", vals: [][]byte{data, data, data}, dec: []checked{bad, ok(true), ok(true)}, found: 3,
+			usable: 0, blocks: 3, reasons: "checksum,after_break,after_break", discarded: map[string]int{"after_break": 2, "checksum": 1}},
+		{name: "each damaged block keeps its own cause after the break", vals: [][]byte{data, data, data, data, data},
+			dec: []checked{ok(true), foreign, ok(true), bad, ok(true)}, found: 5,
+			usable: 1, blocks: 5, reasons: ",identity,after_break,checksum,after_break",
+			discarded: map[string]int{"after_break": 2, "checksum": 1, "identity": 1}},
+		{name: "gap is a plain miss; a sound block after it is after_break", vals: [][]byte{data, nil, data}, dec: []checked{ok(true), {}, ok(true)}, found: 3,
+			usable: 1, blocks: 3, reasons: ",,after_break", discarded: map[string]int{"after_break": 1}},
 		{name: "gap at the end is trimmed", vals: [][]byte{data, nil}, dec: []checked{ok(true), {}}, found: 2,
 			usable: 1, blocks: 1, reasons: "", discarded: map[string]int{}},
 		{name: "incomplete state ends the prefix", vals: [][]byte{data, data, data}, dec: []checked{ok(true), ok(false), ok(false)}, found: 3, needState: true,

@@ -102,7 +102,8 @@
 // leading blocks are worth restoring; fetches them with one batched Get per
 // tier, deduplicating keys other fetches are already reading (singleflight);
 // and decodes and verifies every record (checksum, identity, parent, tokens,
-// shape). The usable prefix stops at the first block that fails, and, for a
+// shape). The usable prefix stops at the first block that fails (counted under
+// its cause; the sound blocks after it as after_break), and, for a
 // model with recurrent state (FetcherConfig.NeedState), at the last block
 // whose record carries a complete checkpoint of the model's size (HasState):
 // blocks found past it are discarded as incomplete_state. The Result says, per

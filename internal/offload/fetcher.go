@@ -71,6 +71,13 @@ type Restored struct {
 	Err    error        // the verification error behind Reason, if any
 }
 
+// ReasonAfterBreak is the discard reason of a block that was read and verified but follows a
+// broken link of its chain (a block that failed verification, or one lost since the lookup):
+// it is fine, but its parent cannot be restored, so neither can it. The block that broke the
+// chain is counted under its own reason (tier.Reason*), each later damaged block under its
+// own too; only the sound ones after the break are after_break.
+const ReasonAfterBreak = "after_break"
+
 // Result of a Fetch.
 type Result struct {
 	// Blocks has one entry per block found in some tier, for the longest
@@ -352,8 +359,9 @@ type checked struct {
 
 // assemble walks the fetched blocks in chain order and decides what is usable, in place in
 // res: the usable prefix (res.Usable) stops at the first gap (a block lost since the lookup,
-// vals[i] nil) or failure; a valid block after a failure is discarded with that failure's
-// reason (its parent cannot be restored); with needState the prefix also ends at the last
+// vals[i] nil: a plain miss, not a discard) or failure (discarded under its own reason); a
+// valid block after either is discarded as ReasonAfterBreak (its parent cannot be restored),
+// a damaged one under its own reason; with needState the prefix also ends at the last
 // block whose recurrent state is complete (and, stateBytes > 0, of that size: see HasState).
 // Blocks never found at the end are trimmed. It
 // returns the discarded blocks by reason. Pure: no I/O, no metrics.
@@ -362,13 +370,11 @@ type checked struct {
 // the blocks that were read.
 func assemble(res *Result, vals [][]byte, dec []checked, needState bool, stateBytes int) map[string]int {
 	discarded := map[string]int{}
-	var brk string // the reason the chain broke, for the blocks after it
+	broken := false // a block before this one was lost or failed: the chain is broken
 	for i := range vals {
 		b := &res.Blocks[i]
 		if vals[i] == nil { // lost since Contains: a plain miss
-			if brk == "" {
-				brk = "gap"
-			}
+			broken = true
 			b.Found, b.Tier = false, 0
 			continue
 		}
@@ -376,14 +382,10 @@ func assemble(res *Result, vals [][]byte, dec []checked, needState bool, stateBy
 		switch {
 		case err != nil:
 			b.Reason, b.Err = tier.Reason(err), err
-			if brk == "" {
-				brk = b.Reason
-			}
-		case brk != "":
+			broken = true
+		case broken:
 			// Valid, but its parent is not restorable.
-			if brk != "gap" {
-				b.Reason = brk
-			}
+			b.Reason = ReasonAfterBreak
 		default:
 			b.Record = rec
 			res.Usable = i + 1

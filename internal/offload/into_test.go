@@ -41,8 +41,8 @@ func TestFetchIntoDiscards(t *testing.T) {
 	req := request(recs)
 	req.Into = destinations(4)
 	res := fetch(t, f, req)
-	if res.Usable != 2 || res.Blocks[2].Reason != tier.ReasonChecksum || res.Blocks[3].Reason != tier.ReasonChecksum {
-		t.Fatalf("usable %d, reasons %q %q; want 2, checksum, checksum", res.Usable, res.Blocks[2].Reason, res.Blocks[3].Reason)
+	if res.Usable != 2 || res.Blocks[2].Reason != tier.ReasonChecksum || res.Blocks[3].Reason != ReasonAfterBreak {
+		t.Fatalf("usable %d, reasons %q %q; want 2, checksum, after_break", res.Usable, res.Blocks[2].Reason, res.Blocks[3].Reason)
 	}
 	for i := range 2 {
 		if !bytes.Equal(req.Into[i], recs[i].KV) || &res.Blocks[i].Record.KV[0] != &req.Into[i][0] {
@@ -50,8 +50,8 @@ func TestFetchIntoDiscards(t *testing.T) {
 				bytes.Equal(req.Into[i], recs[i].KV), &res.Blocks[i].Record.KV[0] == &req.Into[i][0])
 		}
 	}
-	if got := counterValue(m.discarded.WithLabelValues("checksum")); got != 2 {
-		t.Fatalf("checksum discards %v, want 2", got)
+	if got, after := counterValue(m.discarded.WithLabelValues("checksum")), counterValue(m.discarded.WithLabelValues(ReasonAfterBreak)); got != 1 || after != 1 {
+		t.Fatalf("checksum discards %v, after_break %v; want 1 and 1", got, after)
 	}
 	bad := request(recs)
 	bad.Into = destinations(3)
@@ -206,8 +206,8 @@ func TestFetchIntoFromDiskChecked(t *testing.T) {
 	req := request(recs)
 	req.Into = destinations(len(recs))
 	res := fetch(t, f, req)
-	if res.Usable != 3 || res.Blocks[3].Reason != tier.ReasonChecksum || res.Blocks[4].Reason != tier.ReasonChecksum {
-		t.Fatalf("usable %d, reasons %q %q; want 3, checksum, checksum", res.Usable, res.Blocks[3].Reason, res.Blocks[4].Reason)
+	if res.Usable != 3 || res.Blocks[3].Reason != tier.ReasonChecksum || res.Blocks[4].Reason != tier.ReasonChecksum || res.Blocks[5].Reason != ReasonAfterBreak {
+		t.Fatalf("usable %d, reasons %q %q %q; want 3, checksum, checksum, after_break", res.Usable, res.Blocks[3].Reason, res.Blocks[4].Reason, res.Blocks[5].Reason)
 	}
 	for i := range 3 {
 		if !bytes.Equal(req.Into[i], recs[i].KV) {

@@ -224,8 +224,9 @@ func TestFetchDiscards(t *testing.T) {
 	if r := res.Blocks[1].Reason; r != tier.ReasonChecksum {
 		t.Fatalf("block 1 reason %q, want checksum", r)
 	}
-	if got := counterValue(m.discarded.WithLabelValues("checksum")); got != 3 {
-		t.Fatalf("checksum discards %v, want 3 (the bad block and the 2 after it)", got)
+	// The bad block under its cause; the 2 sound ones after it under after_break.
+	if got, after := counterValue(m.discarded.WithLabelValues("checksum")), counterValue(m.discarded.WithLabelValues(ReasonAfterBreak)); got != 1 || after != 2 {
+		t.Fatalf("checksum discards %v, after_break %v; want 1 (the bad block) and 2 (the sound ones after it)", got, after)
 	}
 
 	// Another model's record stored under this key.
@@ -234,8 +235,12 @@ func TestFetchDiscards(t *testing.T) {
 	foreign.Identity = other
 	host.Put(ctx, []tier.Item{{Key: recs[0].Key(), Value: tiertest.Encode(&foreign)}})
 	res = fetch(t, f, request(recs))
-	if res.Usable != 0 || res.Blocks[0].Reason != tier.ReasonIdentity {
-		t.Fatalf("foreign record: usable %d, reason %q; want 0, identity", res.Usable, res.Blocks[0].Reason)
+	// Block 1 is still torn: each block under its own first cause, the sound ones after_break.
+	if res.Usable != 0 || res.Blocks[0].Reason != tier.ReasonIdentity || res.Blocks[1].Reason != tier.ReasonChecksum || res.Blocks[2].Reason != ReasonAfterBreak {
+		t.Fatalf("foreign record: usable %d, reasons %q %q %q; want 0, identity, checksum, after_break", res.Usable, res.Blocks[0].Reason, res.Blocks[1].Reason, res.Blocks[2].Reason)
+	}
+	if got := counterValue(m.discarded.WithLabelValues(tier.ReasonIdentity)); got != 1 {
+		t.Fatalf("identity discards %v, want 1 (the foreign block alone)", got)
 	}
 	// Wrong tokens asked for: identity.
 	host.Put(ctx, tiertest.Items(recs[:1]))

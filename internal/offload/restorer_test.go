@@ -2,6 +2,7 @@ package offload
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -224,5 +225,28 @@ func TestPrefetched(t *testing.T) {
 		if got := p.Blocks[0].State != nil; got != tc.want {
 			t.Errorf("aux %v complete %v: state passed %v, want %v", tc.aux, tc.complete, got, tc.want)
 		}
+	}
+}
+
+// After a damaged block the engine is handed each discard under its first cause: the torn
+// block as checksum, the foreign one as identity, and the sound blocks after the break as
+// after_break, never under the break's reason.
+func TestRestorerDiscardsPerBlock(t *testing.T) {
+	host := memstore.New()
+	recs := tiertest.Chain(identity, root, layout, 6, 33)
+	items := tiertest.Items(recs)
+	items[2].Value[200] ^= 1 // torn block 2
+	foreign := *recs[4]
+	foreign.Identity = [32]byte{0x22}
+	items[4].Value = tiertest.Encode(&foreign) // another model's record under block 4's key
+	host.Put(ctx, items)
+	ts := newTestTiers(t, []TierStore{{kvtier.Host, host}}, func(*Config) {})
+	p := <-prefetch(ts, recs)
+	if len(p.Blocks) != 2 {
+		t.Fatalf("restored %d blocks, want 2 (the chain breaks at block 2)", len(p.Blocks))
+	}
+	want := map[string]int{tier.ReasonChecksum: 1, tier.ReasonIdentity: 1, ReasonAfterBreak: 2}
+	if fmt.Sprint(p.Discarded) != fmt.Sprint(want) {
+		t.Fatalf("discarded %v, want %v", p.Discarded, want)
 	}
 }
