@@ -479,6 +479,9 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 			if bl.ID == "" || bl.Name == "" {
 				return nil, nil, Invalid(bw, "%s: tool_use needs an id and a name", bw)
 			}
+			if err := CheckID(bw+".id", bl.ID); err != nil {
+				return nil, nil, err
+			}
 			in := bytes.TrimSpace(bl.Input)
 			if len(in) == 0 || in[0] != '{' || !json.Valid(in) {
 				return nil, nil, Invalid(bw+".input", "%s.input must be a JSON object", bw)
@@ -497,6 +500,9 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 			}
 			if bl.ToolUseID == "" {
 				return nil, nil, Invalid(bw+".tool_use_id", "%s.tool_use_id is required", bw)
+			}
+			if err := CheckID(bw+".tool_use_id", bl.ToolUseID); err != nil {
+				return nil, nil, err
 			}
 			res, err := toolResultText(bl.Content, bw)
 			if err != nil {

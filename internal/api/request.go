@@ -533,6 +533,9 @@ func (m *ChatRequestMessage) parse(i int) error {
 	if role == "tool" && m.ToolCallID == "" {
 		return Invalid(param+".tool_call_id", "%s.tool_call_id is required on tool messages", param)
 	}
+	if err := CheckID(param+".tool_call_id", m.ToolCallID); err != nil {
+		return err
+	}
 	switch {
 	case m.ReasoningContent != nil:
 		m.Reasoned = *m.ReasoningContent

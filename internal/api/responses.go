@@ -86,6 +86,9 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	if err := CheckMaxOffloadTokens(r.MaxOffloadTokens); err != nil {
 		return nil, err
 	}
+	if err := CheckID("previous_response_id", r.PreviousResponseID); err != nil {
+		return nil, err
+	}
 	items, err := parseResponsesInput(r.Input)
 	if err != nil {
 		return nil, err
@@ -169,6 +172,9 @@ func parseResponsesItem(raw json.RawMessage, param string) (ResponsesItem, bool,
 		if it.CallID == "" {
 			return ResponsesItem{}, false, Invalid(param+".call_id", "%s.call_id is required", param)
 		}
+		if err := CheckID(param+".call_id", it.CallID); err != nil {
+			return ResponsesItem{}, false, err
+		}
 		if !toolNameRE.MatchString(it.Name) {
 			return ResponsesItem{}, false, Invalid(param+".name", "%s.name must match [a-zA-Z0-9_.-]{1,64}", param)
 		}
@@ -183,6 +189,9 @@ func parseResponsesItem(raw json.RawMessage, param string) (ResponsesItem, bool,
 	case ItemFunctionCallOutput:
 		if it.CallID == "" {
 			return ResponsesItem{}, false, Invalid(param+".call_id", "%s.call_id is required", param)
+		}
+		if err := CheckID(param+".call_id", it.CallID); err != nil {
+			return ResponsesItem{}, false, err
 		}
 		out, err := responsesText(it.Output, param+".output", false)
 		if err != nil {

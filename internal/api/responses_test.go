@@ -140,6 +140,9 @@ func FuzzResponsesRequest(f *testing.F) {
 			checkParsed(t, nil, err)
 			return
 		}
+		if len(r.PreviousResponseID) > MaxIDBytes {
+			t.Fatalf("previous_response_id of %d bytes accepted", len(r.PreviousResponseID))
+		}
 		for _, it := range r.Items {
 			switch it.Type {
 			case ItemMessage:
@@ -147,12 +150,12 @@ func FuzzResponsesRequest(f *testing.F) {
 					t.Fatalf("role %q accepted", it.Role)
 				}
 			case ItemFunctionCall:
-				if it.CallID == "" || !json.Valid([]byte(it.Arguments)) {
+				if it.CallID == "" || len(it.CallID) > MaxIDBytes || !json.Valid([]byte(it.Arguments)) {
 					t.Fatalf("call %+v accepted", it)
 				}
 			case ItemFunctionCallOutput:
-				if it.CallID == "" {
-					t.Fatal("output without call_id accepted")
+				if it.CallID == "" || len(it.CallID) > MaxIDBytes {
+					t.Fatalf("output with call_id of %d bytes accepted", len(it.CallID))
 				}
 			default:
 				t.Fatalf("item type %q kept", it.Type)

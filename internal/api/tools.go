@@ -443,6 +443,9 @@ func parseToolCalls(raw json.RawMessage, param string) ([]ToolCall, error) {
 		if c.Type != "" && c.Type != "function" {
 			return nil, Invalid(p+".type", "%s.type must be \"function\", got %q", p, c.Type)
 		}
+		if err := CheckID(p+".id", c.ID); err != nil {
+			return nil, err
+		}
 		if c.Function == nil || c.Function.Name == nil || *c.Function.Name == "" {
 			return nil, Invalid(p+".function.name", "%s.function.name is required", p)
 		}

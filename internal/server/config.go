@@ -30,6 +30,11 @@ type Config struct {
 	MaxPromptTokens int
 	// MaxBodyBytes refuses larger request bodies with a 413.
 	MaxBodyBytes int64
+	// RequestMemoryBytes is the request memory budget (--request-memory; reqmem.go): every
+	// request with a body reserves its length times 4, plus 64 KiB, before it is read, and
+	// waits (up to ReadTimeout, then a 503) while the requests in flight hold the rest. At
+	// least the cost of one body of MaxBodyBytes.
+	RequestMemoryBytes int64
 	// APIKeys, when non-empty, are required as "Authorization: Bearer KEY" or "x-api-key: KEY"
 	// on the API (the operator endpoints take their own keys: endpoint_auth.go).
 	APIKeys []string
@@ -64,6 +69,11 @@ type Config struct {
 	// Principal, when set, names each API request's principal and its floor (a tenants layer:
 	// per-tenant floors); nil: the presented key's SHA-256 with TTFTFloor.
 	Principal PrincipalFunc
+	// KeyIsolation gives every API key its own cache namespace inside its tenant's
+	// (--cache-isolation key; principal.go): no key reuses a block another key computed, so
+	// no key learns by any channel what another sent. Behind a router the replica sees the
+	// router's key, so keys are told apart only where clients reach the replica directly.
+	KeyIsolation bool
 	// TLS, when set, serves HTTPS (with TLS.ClientCAs and RequireAndVerifyClientCert: mutual
 	// TLS); build it with internal/tlsconfig.
 	TLS *tls.Config
@@ -82,6 +92,10 @@ type Config struct {
 	MaxConnections int
 	// MaxHeaderBytes bounds request headers (larger are answered 431).
 	MaxHeaderBytes int
+	// ResponsesStoreBytes bounds the memory of the responses kept for /v1/responses'
+	// previous_response_id (beside their count, 1024); a response larger than it on its own
+	// is not kept. 0: the default; negative: none is kept.
+	ResponsesStoreBytes int64
 	// HitRateWindow and HitRateMaxAge define stockpot_prefix_cache_hit_rate's sliding window: the
 	// last HitRateWindow requests that finished within HitRateMaxAge.
 	HitRateWindow int
@@ -111,9 +125,13 @@ func DefaultConfig() Config {
 		Addr:      "127.0.0.1:8080",
 		BlockSize: 16,
 		// 16 MiB holds a 128k-token prompt as a token-id array with room to spare.
-		MaxBodyBytes:      16 << 20,
-		DrainTimeout:      30 * time.Second,
-		ReadHeaderTimeout: 10 * time.Second,
+		MaxBodyBytes: 16 << 20,
+		// 1 GiB lets 15 bodies of the largest size be parsed at once, or thousands of
+		// ordinary ones (a 10 KB chat body reserves 104 KB), while a flood of 16 MiB bodies
+		// cannot take the server past it.
+		RequestMemoryBytes: 1 << 30,
+		DrainTimeout:       30 * time.Second,
+		ReadHeaderTimeout:  10 * time.Second,
 		// A 16 MiB body at 1 MB/s arrives in 16 s; a client slower than that is holding a
 		// connection, not sending a prompt.
 		ReadTimeout: 30 * time.Second,
@@ -124,6 +142,10 @@ func DefaultConfig() Config {
 		// enough to stay clear of the usual 65536 open-files limit with room for tier files.
 		MaxConnections: 4096,
 		MaxHeaderBytes: 1 << 20, // net/http's default
+		// 64 MiB keeps the last 1024 responses of an agent's conversations of up to 64 KiB
+		// each (some 16k tokens of text), or fewer longer ones, at a small share of the memory
+		// a model's KV pool takes; a client's store cannot grow past it.
+		ResponsesStoreBytes: 64 << 20,
 		// vLLM reports its prefix-cache hit rate over the last 1000 requests; the age bound
 		// keeps an idle server from showing an hour-old rate.
 		HitRateWindow: 1000,
@@ -158,6 +180,13 @@ func (c Config) validate() (Config, error) {
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes
 	}
+	if c.RequestMemoryBytes <= 0 {
+		c.RequestMemoryBytes = max(d.RequestMemoryBytes, requestCost(c.MaxBodyBytes, c.MaxBodyBytes))
+	}
+	if need := requestCost(c.MaxBodyBytes, c.MaxBodyBytes); c.RequestMemoryBytes < need {
+		return c, fmt.Errorf("server: the request memory budget (%d bytes) is below one largest body's cost (%d bytes: --max-body-bytes %d times %d, plus %d)",
+			c.RequestMemoryBytes, need, c.MaxBodyBytes, requestExpansion, requestBase)
+	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = d.DrainTimeout
 	}
@@ -175,6 +204,12 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.MaxHeaderBytes <= 0 {
 		c.MaxHeaderBytes = d.MaxHeaderBytes
+	}
+	switch {
+	case c.ResponsesStoreBytes == 0:
+		c.ResponsesStoreBytes = d.ResponsesStoreBytes
+	case c.ResponsesStoreBytes < 0:
+		c.ResponsesStoreBytes = 0
 	}
 	if c.HitRateWindow <= 0 {
 		c.HitRateWindow = d.HitRateWindow

@@ -40,7 +40,10 @@
 //     context. The engine handles stop tokens and max_tokens.
 //   - /v1/responses (OpenAI's Responses API): converted into the chat request it means and
 //     served by the chat path (same rendering, tool-call parsing and constrained decoding);
-//     previous_response_id reads a bounded in-memory LRU of recent responses' items.
+//     previous_response_id reads an in-memory LRU of recent responses' items, bounded by
+//     count and by bytes (Config.ResponsesStoreBytes; strings counted by length), which keeps
+//     no response larger than its whole budget; ids the prompt does not hold (call_id, ...)
+//     are refused over api.MaxIDBytes.
 //   - /v1/messages and /v1/messages/count_tokens (Anthropic's Messages API): converted into
 //     the chat request it means and served by the chat path; responses, SSE events (with
 //     event: lines) and errors ({"type":"error",...}, 529 for unavailable) in Anthropic's

@@ -57,7 +57,7 @@ type Server struct {
 	// out), listed by controlMarkup on first use.
 	controlOnce   sync.Once
 	controlPieces []string
-	responses     responseStore // for /v1/responses' previous_response_id
+	responses     *responseStore // for /v1/responses' previous_response_id
 
 	apiKeys     keySet // Config.APIKeys
 	adminKeys   keySet // Config.AdminKeys: the cache admin API
@@ -110,7 +110,8 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, misses: misses, started: c.Now(), bos: -1,
 		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey), adminKeys: newKeySet(c.AdminKeys...),
 		eventsKeys: newKeySet(c.EventsKeys...), dashboardKeys: newKeySet(c.DashboardKeys...), backendKeys: newKeySet(c.BackendKey),
-		tenants: c.Tenants, limiter: tenant.NewLimiter(), replay: tenant.NewReplayGuard(0), tenantMetrics: tm}
+		tenants: c.Tenants, limiter: tenant.NewLimiter(), replay: tenant.NewReplayGuard(0), tenantMetrics: tm,
+		responses: newResponseStore(responseStoreSize, c.ResponsesStoreBytes)}
 	if s.tenants == nil {
 		s.tenants = tenant.Single(c.APIKeys)
 	}
