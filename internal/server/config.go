@@ -64,6 +64,11 @@ type Config struct {
 	// Principal, when set, names each API request's principal and its floor (a tenants layer:
 	// per-tenant floors); nil: the presented key's SHA-256 with TTFTFloor.
 	Principal PrincipalFunc
+	// KeyIsolation gives every API key its own cache namespace inside its tenant's
+	// (--cache-isolation key; principal.go): no key reuses a block another key computed, so
+	// no key learns by any channel what another sent. Behind a router the replica sees the
+	// router's key, so keys are told apart only where clients reach the replica directly.
+	KeyIsolation bool
 	// TLS, when set, serves HTTPS (with TLS.ClientCAs and RequireAndVerifyClientCert: mutual
 	// TLS); build it with internal/tlsconfig.
 	TLS *tls.Config

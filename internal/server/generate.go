@@ -145,6 +145,7 @@ func (s *Server) generate(ctx context.Context, spec *genSpec, started func() err
 	onDelta func(text string, toks []genToken) error) (*genResult, error) {
 	t := tenant.FromContext(ctx)
 	tenantRequest(t, &spec.req)
+	s.isolateKey(ctx, &spec.req) // principal.go: --cache-isolation key
 	res, err := s.generateRun(ctx, spec, started, onDelta)
 	s.tenantMetrics.observe(t, res, err)
 	return res, err

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	"stockpot/internal/engine"
 	"stockpot/internal/tenant"
 )
 
@@ -34,6 +35,13 @@ type PrincipalFunc func(r *http.Request) Principal
 // from the client, the key: behind the router, whose own key is on every forwarded request,
 // the floor tells tenants apart, not the keys inside one tenant.
 func (s *Server) keyPrincipal(r *http.Request) Principal {
+	sum := keyIdentity(r)
+	return Principal{ID: hex.EncodeToString(sum[:]), TTFTFloor: s.cfg.TTFTFloor}
+}
+
+// keyIdentity is the SHA-256 of who presented r's key, as keyPrincipal says: the tenant's
+// namespace and the client's key (none behind the router).
+func keyIdentity(r *http.Request) [sha256.Size]byte {
 	key := presentedKey(r, false)
 	if t := tenant.FromContext(r.Context()); t != nil {
 		if r.Header.Get(tenant.Header) != "" {
@@ -41,8 +49,32 @@ func (s *Server) keyPrincipal(r *http.Request) Principal {
 		}
 		key = "tenant\x00" + t.Namespace + "\x00" + key
 	}
-	sum := sha256.Sum256([]byte(key))
-	return Principal{ID: hex.EncodeToString(sum[:]), TTFTFloor: s.cfg.TTFTFloor}
+	return sha256.Sum256([]byte(key))
+}
+
+// keyTag starts every salt under Config.KeyIsolation; its NUL bytes and its name keep it
+// apart from the tenant and public tags (internal/tenant).
+const keyTag = "\x00stockpot/key\x00"
+
+// isolatedSalt is salt under Config.KeyIsolation for the key identity id: keyTag || id ||
+// salt. Every generation's salt then starts with a fixed-length prefix that only the key
+// decides, so no salt a client sends with one key equals a salt of another key: keys share
+// no block (but public prefixes, which the engine finds by its public root, not the salt).
+func isolatedSalt(id [sha256.Size]byte, salt string) string {
+	return keyTag + string(id[:]) + salt
+}
+
+type isolationKey struct{}
+
+// isolateKey puts spec's request in its key's own cache namespace (Config.KeyIsolation),
+// after its tenant's salt was derived. A request that came without withPrincipal's identity
+// (none: every API request passes it) takes the empty key's.
+func (s *Server) isolateKey(ctx context.Context, req *engine.Request) {
+	if !s.cfg.KeyIsolation {
+		return
+	}
+	id, _ := ctx.Value(isolationKey{}).([sha256.Size]byte)
+	req.CacheSalt = isolatedSalt(id, req.CacheSalt)
 }
 
 // principalFunc is the configured PrincipalFunc, or nil when no request can have a floor.
@@ -58,13 +90,20 @@ func (s *Server) principalFunc() PrincipalFunc {
 
 type principalKey struct{}
 
-// withPrincipal returns r with its principal on the context, for generate.
+// withPrincipal returns r with its principal (the TTFT floor's) and, under
+// Config.KeyIsolation, its key identity on the context, for generate.
 func (s *Server) withPrincipal(r *http.Request) *http.Request {
-	f := s.principalFunc()
-	if f == nil {
+	ctx := r.Context()
+	if s.cfg.KeyIsolation {
+		ctx = context.WithValue(ctx, isolationKey{}, keyIdentity(r))
+	}
+	if f := s.principalFunc(); f != nil {
+		ctx = context.WithValue(ctx, principalKey{}, f(r))
+	}
+	if ctx == r.Context() {
 		return r
 	}
-	return r.WithContext(context.WithValue(r.Context(), principalKey{}, f(r)))
+	return r.WithContext(ctx)
 }
 
 // principalOf returns the principal withPrincipal put on ctx.

@@ -2,10 +2,14 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,7 +38,15 @@ import (
 //     known blocks, and estimate a high quantile (missQuantile) of this server's observed time
 //     to first token for that many computed tokens (missEstimator: a linear fit of TTFT on
 //     computed tokens, times the quantile of the observed/fitted ratios). The floor is the
-//     estimate's lower bound, and the whole target while the estimate warms up.
+//     estimate's lower bound. CalibrateFloor seeds the estimate at start from a few misses
+//     of the engine's own, so it holds from the first request; without it the floor alone
+//     is the target until estimatorMinSamples requests were seen.
+//   - The engine computes it as that miss (Request.MaxReuseTokens = known, the charge): it
+//     takes nothing past the known prefix from any cache, device, tier or another request's
+//     in-flight blocks. A hit cut short by the cache would otherwise show in the schedule:
+//     other streams' decode steps wait for a miss's prefill and not for a hit's, so a
+//     concurrent stream's token gaps told them apart where the TTFT did not. Computed, the
+//     hit costs what the miss costs, in its own time and in everyone else's.
 //   - Every later output is shifted by the same pad (deliverShifted), so the gaps between
 //     tokens stay what they were: a burst of tokens made during the pad would tell a hit.
 //   - The usage the client gets reads like that miss: reuse past the known prefix is reported
@@ -47,7 +59,8 @@ import (
 //
 // Cost: a principal's own repeats and continuations are not padded; new prompts pay the
 // difference between their TTFT and the estimate's quantile (small: the quantile's tail), and
-// hits on blocks the principal does not know pay the whole miss.
+// hits on blocks the principal does not know pay the whole miss, in compute too. The threat
+// model, and what stays open, is in docs/tenants.md.
 
 // missQuantile is the quantile of observed/fitted TTFT ratios the target uses: a hit padded to
 // the p95 of misses looks like 95% of misses, so a threshold on TTFT separates at most the 5%
@@ -274,6 +287,109 @@ func (e *missEstimator) estimate(x int) time.Duration {
 	return time.Duration(max(a+b*float64(x)+max(q, 0), 0) * float64(time.Second))
 }
 
+// seed feeds samples (computed tokens, TTFT) round and round until the estimator has its
+// estimatorMinSamples, so that its estimate is used from the next request on. The first
+// rounds' residuals, against a fit of fewer points, are wide: the seeded estimate errs long
+// until real requests outweigh it. Samples without a time are ignored.
+func (e *missEstimator) seed(samples []floorSample) {
+	samples = slices.DeleteFunc(slices.Clone(samples), func(f floorSample) bool { return f.ttft <= 0 })
+	if len(samples) == 0 {
+		return
+	}
+	for i := 0; e.samples() < estimatorMinSamples; i++ {
+		f := samples[i%len(samples)]
+		e.observe(f.computed, f.ttft)
+	}
+}
+
+// samples is how many observations the estimator has seen.
+func (e *missEstimator) samples() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.mu.n
+}
+
+// floorSample is one observed miss: computed tokens and the time to the first token.
+type floorSample struct {
+	computed int
+	ttft     time.Duration
+}
+
+const (
+	// calibrationTokens is the longer of CalibrateFloor's two prompts: long enough that the
+	// line's slope is the prefill's, short enough to cost a CPU-served 8B model a few seconds
+	// at start. Longer prompts are extrapolated (attention makes them cost more: real misses
+	// correct the line as they come).
+	calibrationTokens = 256
+	// calibrationRounds: each length twice, the first of each paying any warm-up.
+	calibrationRounds = 2
+)
+
+// CalibrateFloor seeds the TTFT floor's miss estimator from misses the engine computes now:
+// prompts of one block and calibrationTokens (within MaxPromptTokens), each under a salt of
+// its own that nobody else can name and with MaxReuseTokens 0, so each is a miss, and with
+// nothing offloaded. Their first-token times (the engine's own Usage.TTFTMs) seed the
+// estimate (missEstimator.seed), so the floor protects from the first request, not from the
+// estimatorMinSamples-th. It does nothing when no request can have a floor. Call it once, at
+// start, before serving; it returns the first engine error.
+func (s *Server) CalibrateFloor(ctx context.Context) error {
+	if s.principalFunc() == nil {
+		return nil
+	}
+	long := min(calibrationTokens, s.cfg.MaxPromptTokens)
+	ids := s.tok.Encode(strings.Repeat("calibrating the time to a first token. ", long/4+1), true, false)
+	if len(ids) == 0 {
+		return nil
+	}
+	prompt := make([]int32, long)
+	for i := range prompt {
+		prompt[i] = ids[i%len(ids)]
+	}
+	var samples []floorSample
+	for range calibrationRounds {
+		for _, n := range []int{min(s.cfg.BlockSize+1, long), long} {
+			u, err := s.calibrationMiss(ctx, prompt[:n])
+			if err != nil {
+				return fmt.Errorf("server: calibrating the TTFT floor: %w", err)
+			}
+			samples = append(samples, floorSample{u.ComputedTokens, time.Duration(u.TTFTMs * float64(time.Millisecond))})
+		}
+	}
+	s.floor.est.seed(samples)
+	return nil
+}
+
+// calibrationMiss runs prompt as a one-token miss and returns its usage.
+func (s *Server) calibrationMiss(ctx context.Context, prompt []int32) (engine.Usage, error) {
+	var salt [16]byte
+	if _, err := rand.Read(salt[:]); err != nil {
+		return engine.Usage{}, err
+	}
+	zero := 0
+	req := &engine.Request{Prompt: prompt, MaxTokens: 1, IgnoreEOS: true, Logprobs: -1,
+		CacheSalt: "\x00stockpot/calibration\x00" + string(salt[:]), MaxReuseTokens: &zero, MaxOffloadTokens: &zero}
+	out, err := s.gen.Generate(ctx, req)
+	if err != nil {
+		return engine.Usage{}, err
+	}
+	var u *engine.Usage
+	for o := range out {
+		if o.Err != nil && err == nil {
+			err = o.Err
+		}
+		if o.Done && o.Usage != nil {
+			u = o.Usage
+		}
+	}
+	if err == nil && u == nil {
+		err = errors.New("the engine ended without usage")
+	}
+	if err != nil {
+		return engine.Usage{}, err
+	}
+	return *u, nil
+}
+
 // floorState is the server's part of the floor.
 type floorState struct {
 	ledger *ledger
@@ -333,6 +449,8 @@ func (s *Server) planFloor(ctx context.Context, spec *genSpec) *floorPlan {
 	if known < len(matchable) {
 		plan.padded = true
 		plan.target = max(p.TTFTFloor, s.floor.est.estimate(len(prompt)-plan.knownTokens))
+		// The charge: computed past the known prefix, as the miss it is told as.
+		spec.req.MaxReuseTokens = &plan.knownTokens
 	}
 	s.floor.padded.WithLabelValues(map[bool]string{true: "true", false: "false"}[plan.padded]).Inc()
 	if s.floor.onPlan != nil {

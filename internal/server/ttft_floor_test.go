@@ -80,6 +80,14 @@ func TestTTFTFloorMechanism(t *testing.T) {
 		if pl.padded != st.padded || pl.knownTokens != st.known {
 			t.Errorf("step %d (%s): padded %v known %d, want %v %d", i, st.key, pl.padded, pl.knownTokens, st.padded, st.known)
 		}
+		// The charge: a padded request reuses nothing past its known prefix (the engine
+		// computes the rest, as the miss it is told as); an unpadded one is not capped.
+		switch capped := s.gen.(*fakeGen).lastRequest().MaxReuseTokens; {
+		case st.padded && (capped == nil || *capped != st.known):
+			t.Errorf("step %d: padded request's MaxReuseTokens %v, want %d", i, capped, st.known)
+		case !st.padded && capped != nil:
+			t.Errorf("step %d: unpadded request capped at %d", i, *capped)
+		}
 		real := fakeUsage(u.PromptTokens)
 		switch {
 		case st.padded:
@@ -229,6 +237,115 @@ func TestMissEstimator(t *testing.T) {
 	fit := 5*time.Millisecond + 256*100*time.Microsecond
 	if got < fit+time.Millisecond || got > fit+3*time.Millisecond {
 		t.Errorf("estimate(256) %v, want about the fit %v + 2ms (the p95 residual)", got, fit)
+	}
+}
+
+// TestMissEstimatorSeed: seeded with a few misses on a line, the estimator has its
+// estimatorMinSamples at once and its estimate is at least the line's.
+func TestMissEstimatorSeed(t *testing.T) {
+	var e missEstimator
+	line := func(x int) time.Duration { return 2*time.Millisecond + time.Duration(x)*500*time.Microsecond }
+	e.seed([]floorSample{{17, line(17)}, {256, line(256)}, {0, 0}}) // the timeless one is ignored
+	if n := e.samples(); n != estimatorMinSamples {
+		t.Fatalf("seeded with %d samples, want %d", n, estimatorMinSamples)
+	}
+	for _, x := range []int{17, 100, 256, 1000} {
+		if got := e.estimate(x); got < line(x) {
+			t.Errorf("estimate(%d) %v under the seeded line's %v", x, got, line(x))
+		}
+	}
+	var none missEstimator
+	none.seed([]floorSample{{5, 0}})
+	if none.samples() != 0 {
+		t.Error("a seed without times counted")
+	}
+}
+
+// TestTTFTFloorCalibrated: the floor protects from the first request. Without calibration the
+// first padded request's target is the bare floor (the estimate needs estimatorMinSamples
+// requests: a hit answered at once); after CalibrateFloor it is the engine's miss TTFT (the
+// fake engine reports 3.125ms for every prompt). The calibration's prompts are misses that
+// nobody can hit: capped at 0 reuse, each under its own salt, nothing offloaded.
+func TestTTFTFloorCalibrated(t *testing.T) {
+	const floor = time.Microsecond
+	want := time.Duration(fakeUsage(1).TTFTMs * float64(time.Millisecond))
+	prompt := strings.Repeat("first request after a start. ", 3)
+	for _, calibrate := range []bool{false, true} {
+		s, _, plans := floorServer(t, floor, "x")
+		g := s.gen.(*fakeGen)
+		if calibrate {
+			if err := s.CalibrateFloor(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			salts := map[string]bool{}
+			for _, r := range g.reqs {
+				if r.MaxReuseTokens == nil || *r.MaxReuseTokens != 0 || r.MaxOffloadTokens == nil || *r.MaxOffloadTokens != 0 || r.MaxTokens != 1 {
+					t.Errorf("calibration request %+v: want reuse 0, offload 0, one token", r)
+				}
+				salts[r.CacheSalt] = true
+			}
+			if len(g.reqs) != 2*calibrationRounds || len(salts) != len(g.reqs) {
+				t.Errorf("%d calibration requests under %d salts, want %d, each its own", len(g.reqs), len(salts), 2*calibrationRounds)
+			}
+			if len(plans()) != 0 {
+				t.Error("the calibration went through the floor's plans")
+			}
+		}
+		complete(t, s, "a", prompt, "")
+		ps := plans()
+		if len(ps) != 1 || !ps[0].padded {
+			t.Fatalf("plans %+v, want one padded", ps)
+		}
+		switch got := ps[0].target; {
+		case calibrate && got < want:
+			t.Errorf("calibrated: the first request's target %v, want at least the engine's miss TTFT %v", got, want)
+		case !calibrate && got != floor:
+			t.Errorf("uncalibrated: the first request's target %v, want the bare floor %v", got, floor)
+		}
+	}
+	// Without a floor there is nothing to calibrate and the engine is not called.
+	s, _, _ := floorServer(t, 0, "x")
+	if err := s.CalibrateFloor(t.Context()); err != nil || len(s.gen.(*fakeGen).reqs) != 0 {
+		t.Errorf("calibration without a floor: %v, %d requests", err, len(s.gen.(*fakeGen).reqs))
+	}
+}
+
+// TestKeyIsolation: under Config.KeyIsolation each key's requests carry a salt of its own,
+// the same for its repeats, whatever cache_salt the other key sends; without it two keys of
+// one tenant share the salt (and so the blocks).
+func TestKeyIsolation(t *testing.T) {
+	for _, isolate := range []bool{false, true} {
+		g := newFakeGen("x")
+		s, _ := newTestServer(t, g, func(c *Config) {
+			c.APIKeys, c.KeyIsolation = []string{"a", "b"}, isolate
+		})
+		salt := func(key, client string) string {
+			t.Helper()
+			body, _ := json.Marshal(map[string]any{"prompt": "the same prompt", "max_tokens": 1, "cache_salt": client})
+			if rec := do(s.Handler(), "POST", "/v1/completions", string(body), "Authorization", "Bearer "+key); rec.Code != 200 {
+				t.Fatalf("as %s: %d %s", key, rec.Code, rec.Body)
+			}
+			return g.lastRequest().CacheSalt
+		}
+		a, a2, b := salt("a", ""), salt("a", ""), salt("b", "")
+		if a != a2 {
+			t.Errorf("isolate %v: a's repeat changed its salt", isolate)
+		}
+		if !isolate {
+			if a != b {
+				t.Errorf("without isolation two keys' salts differ: %q %q", a, b)
+			}
+			continue
+		}
+		if a == b || !strings.HasPrefix(a, keyTag) || !strings.HasPrefix(b, keyTag) {
+			t.Errorf("isolated salts %q %q: want distinct, each under the key tag", a, b)
+		}
+		// b cannot name a's namespace with any cache_salt: its salts all start with its own.
+		for _, try := range []string{a, a[len(keyTag):], keyTag, "\x00", strings.Repeat("\x00", 49)} {
+			if got := salt("b", try); got == a || !strings.HasPrefix(got, b) {
+				t.Errorf("b with cache_salt %q got salt %q: not under b's own prefix", try, got)
+			}
+		}
 	}
 }
 
