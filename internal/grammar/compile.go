@@ -55,10 +55,15 @@ type Grammar struct {
 // ErrGrammar is wrapped by every error Compile returns.
 var ErrGrammar = errors.New("grammar")
 
-// Limits on compiled size, so that a hostile schema cannot make the server build huge tables.
+// Hard limits on compiled size, whatever the Limits: pcs and rule ids are int32, and a
+// grammar this large is far past any budget worth granting.
 const (
 	maxOps   = 1 << 20
 	maxRules = 1 << 18
+	// maxNesting bounds how deep compileRule recurses (rules inside rules: a long chain of
+	// $refs, an object with thousands of optional properties). Each level is a few hundred
+	// bytes of goroutine stack, which no budget would otherwise see.
+	maxNesting = 1 << 14
 )
 
 type compiler struct {
@@ -67,29 +72,43 @@ type compiler struct {
 	refs  map[*node]int // how many times each node is used (for inlining)
 	err   error
 	stack []int32
+	b     *budget
+	depth int // compileRule's recursion depth
 }
 
-// Compile turns root into a Grammar. It fails for construction errors carried by nodes, a
-// Repeat whose item can match the empty string, left recursion, or a grammar that matches
-// nothing.
-func Compile(root Node) (*Grammar, error) {
+// Compile turns root into a Grammar under DefaultLimits. It fails for construction errors
+// carried by nodes, a Repeat whose item can match the empty string, left recursion, a
+// grammar that matches nothing, or a grammar over the limits (a *BudgetError).
+func Compile(root Node) (*Grammar, error) { return CompileWith(root, DefaultLimits()) }
+
+// CompileWith is Compile under lim: the compiler counts the bytes of what it allocates (its
+// ops, rules, maps and temporaries) and its steps, and stops with a *BudgetError as soon as
+// either passes its bound, so a grammar too large costs at most about its bound.
+func CompileWith(root Node, lim Limits) (*Grammar, error) {
 	if root.n != nil && root.n.compiled != nil {
 		return root.n.compiled, nil
 	}
-	c := &compiler{g: &Grammar{tables: map[*Vocab]*table{}}, rule: map[*node]int32{}, refs: map[*node]int{}}
+	g, _, err := compile(root, lim)
+	return g, err
+}
+
+// compile is CompileWith, returning what it spent too (tests compare it to estimates).
+func compile(root Node, lim Limits) (*Grammar, *budget, error) {
+	c := &compiler{g: &Grammar{tables: map[*Vocab]*table{}}, rule: map[*node]int32{}, refs: map[*node]int{},
+		b: &budget{lim: lim.withDefaults()}}
 	r := root.get()
 	if err := c.count(r); err != nil {
-		return nil, err
+		return nil, c.b, err
 	}
 	c.g.start = c.compileRule(r)
 	if c.err != nil {
-		return nil, c.err
+		return nil, c.b, c.err
 	}
-	if err := c.g.check(); err != nil {
-		return nil, err
+	if err := c.g.check(c.b); err != nil {
+		return nil, c.b, err
 	}
 	c.g.computeClasses()
-	return c.g, nil
+	return c.g, c.b, nil
 }
 
 // count records use counts and surfaces construction errors (iteratively: graphs may be deep).
@@ -100,7 +119,14 @@ func (c *compiler) count(root *node) error {
 		work = work[:len(work)-1]
 		c.refs[n]++
 		if c.refs[n] > 1 {
+			if err := c.b.step(1); err != nil {
+				return err
+			}
 			continue
+		}
+		// a map entry (key, value, bucket share) and the node's place on the work list
+		if err := c.b.spend(1, mapEntryBytes+8*int64(len(n.kids))); err != nil {
+			return err
 		}
 		if n.err != nil {
 			return fmt.Errorf("%w: %v", ErrGrammar, n.err)
@@ -119,6 +145,18 @@ func (c *compiler) fail(format string, args ...any) {
 	}
 }
 
+// charge spends steps and bytes of c's budget, recording the first overrun as c.err.
+func (c *compiler) charge(steps, bytes int64) bool {
+	if c.err != nil {
+		return false
+	}
+	if err := c.b.spend(steps, bytes); err != nil {
+		c.err = err
+		return false
+	}
+	return true
+}
+
 // compileRule returns the rule of n, compiling it on first use.
 func (c *compiler) compileRule(n *node) int32 {
 	for hops := 0; n.kind == kindRef; hops++ {
@@ -131,10 +169,27 @@ func (c *compiler) compileRule(n *node) int32 {
 	if id, ok := c.rule[n]; ok {
 		return id
 	}
+	if c.err != nil {
+		return 0
+	}
 	g := c.g
 	id := int32(len(g.rules))
 	if id >= maxRules {
 		c.fail("more than %d rules", maxRules)
+		return 0
+	}
+	if c.depth >= maxNesting {
+		c.fail("rules nest deeper than %d", maxNesting)
+		return 0
+	}
+	c.depth++
+	defer func() { c.depth-- }()
+	// the rule map's entry, and the rules slice's growth when it reallocates
+	grow := int64(0)
+	if len(g.rules) == cap(g.rules) {
+		grow = int64(2*cap(g.rules)+1) * sliceHeaderBytes
+	}
+	if !c.charge(1, mapEntryBytes+grow) {
 		return 0
 	}
 	c.rule[n] = id
@@ -147,7 +202,11 @@ func (c *compiler) compileRule(n *node) int32 {
 			alts = c.appendAlts(alts, k)
 		}
 	case kindChar:
-		for _, s := range utf8Seqs(n.ranges) {
+		seqs := utf8Seqs(n.ranges)
+		if !c.charge(int64(len(seqs)), int64(len(seqs))*(sliceHeaderBytes+4*opBytes)) {
+			return 0
+		}
+		for _, s := range seqs {
 			var seq []op
 			for i := 0; i < s.n; i++ {
 				seq = append(seq, op{kind: opByte, lo: s.lo[i], hi: s.hi[i]})
@@ -157,10 +216,21 @@ func (c *compiler) compileRule(n *node) int32 {
 	default:
 		alts = [][]op{c.elems(nil, n)}
 	}
+	if c.err != nil {
+		return 0
+	}
 	pcs := make([]int32, 0, len(alts))
 	for _, a := range alts {
 		if len(g.ops)+len(a)+1 > maxOps {
 			c.fail("more than %d ops", maxOps)
+			return 0
+		}
+		// g.ops reallocates as append does: the new array is what is allocated
+		grow := int64(0)
+		if need := len(g.ops) + len(a) + 1; need > cap(g.ops) {
+			grow = int64(max(need, 2*cap(g.ops))) * opBytes
+		}
+		if !c.charge(int64(len(a)+1), 4+grow) {
 			return 0
 		}
 		pcs = append(pcs, int32(len(g.ops)))
@@ -182,6 +252,9 @@ func (c *compiler) appendAlts(alts [][]op, n *node) [][]op {
 	if n.kind == kindNever {
 		return alts
 	}
+	if !c.charge(1, sliceHeaderBytes) {
+		return alts
+	}
 	return append(alts, c.elems(nil, n))
 }
 
@@ -192,6 +265,10 @@ func (c *compiler) elems(seq []op, n *node) []op {
 	}
 	switch n.kind {
 	case kindLiteral:
+		// the alternative's ops, twice over for its growth by doubling
+		if !c.charge(int64(len(n.lit)), 2*opBytes*int64(len(n.lit))) {
+			return seq
+		}
 		for _, b := range n.lit {
 			seq = append(seq, op{kind: opByte, lo: b, hi: b})
 		}
@@ -208,6 +285,9 @@ func (c *compiler) elems(seq []op, n *node) []op {
 		r := c.compileRule(n.kids[0])
 		seq = append(seq, op{kind: opRepeat, arg: r, min: int32(clampInt(n.min)), max: int32(clampInt(n.max))})
 	case kindUntil:
+		if !c.charge(int64(len(n.stop)), 2*opBytes+untilBytes+9*int64(len(n.stop))) {
+			return seq
+		}
 		seq = append(seq, op{kind: opUntil, arg: int32(len(c.g.untils))})
 		c.g.untils = append(c.g.untils, newUntil(n.stop, n.max))
 	default:
@@ -267,12 +347,20 @@ func (u *until) step(j int32, b byte) int32 {
 // check runs the static analyses: nullable rules, productive rules (unproductive alternatives
 // are dropped, so every live matcher state can still complete), Repeat items that can match
 // the empty string, and left recursion (which would make closure loop).
-func (g *Grammar) check() error {
+func (g *Grammar) check(b *budget) error {
 	nr := len(g.rules)
+	// nullable, productive, first's headers and color
+	if err := b.spend(int64(nr), int64(nr)*(3+sliceHeaderBytes)); err != nil {
+		return err
+	}
 	nullable := make([]bool, nr)
 	productive := make([]bool, nr)
+	// steps counts the ops the analyses scan: the fixpoint below makes a pass per level of
+	// a chain of rules, so its work is not linear in the grammar's size.
+	var steps int64
 	altNullable := func(pc int32) bool {
 		for ; g.ops[pc].kind != opEnd; pc++ {
+			steps++
 			o := g.ops[pc]
 			switch o.kind {
 			case opCall:
@@ -291,6 +379,7 @@ func (g *Grammar) check() error {
 	}
 	altProductive := func(pc int32) bool {
 		for ; g.ops[pc].kind != opEnd; pc++ {
+			steps++
 			o := g.ops[pc]
 			switch o.kind {
 			case opCall:
@@ -317,6 +406,10 @@ func (g *Grammar) check() error {
 				}
 			}
 		}
+		if err := b.step(steps); err != nil {
+			return err
+		}
+		steps = 0
 	}
 	if !productive[g.start] {
 		return fmt.Errorf("%w: the grammar matches nothing", ErrGrammar)
@@ -334,6 +427,9 @@ func (g *Grammar) check() error {
 		if o.kind == opRepeat && nullable[o.arg] {
 			return fmt.Errorf("%w: a Repeat item can match the empty string", ErrGrammar)
 		}
+	}
+	if err := b.step(int64(len(g.ops))); err != nil {
+		return err
 	}
 	// Left recursion: rule r reaches rule s without consuming a byte.
 	first := make([][]int32, nr)

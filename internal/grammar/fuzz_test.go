@@ -29,7 +29,8 @@ func FuzzJSONSchema(f *testing.F) {
 		if err != nil {
 			var ue *UnsupportedError
 			var se *SchemaError
-			if !errors.As(err, &ue) && !errors.As(err, &se) {
+			var be *BudgetError
+			if !errors.As(err, &ue) && !errors.As(err, &se) && !errors.As(err, &be) {
 				t.Fatalf("untyped error %T: %v", err, err)
 			}
 			return

@@ -37,17 +37,30 @@ type SchemaOptions struct {
 	// Strict is OpenAI's json_schema "strict": true: objects never get properties beyond those
 	// listed, whatever additionalProperties says.
 	Strict bool
+	// Limits bound the grammar's cost: its estimate (EstimateSchema) is checked before it is
+	// built, and it is compiled under them. Zero fields: DefaultLimits'.
+	Limits Limits
 }
 
 // JSONSchema builds the grammar of the JSON values valid under schema (non-strict). Errors
-// are *UnsupportedError or *SchemaError.
+// are *UnsupportedError, *SchemaError or *BudgetError.
 func JSONSchema(schema []byte) (Node, error) { return JSONSchemaWith(schema, SchemaOptions{}) }
 
-// JSONSchemaWith is JSONSchema with options.
+// JSONSchemaWith is JSONSchema with options. The schema is sized first (EstimateSchema's
+// walk of the parsed document) and refused with a *BudgetError when its estimate is over
+// opt.Limits; what passes is built and compiled under them.
 func JSONSchemaWith(schema []byte, opt SchemaOptions) (Node, error) {
 	root, err := parseJSON(schema)
 	if err != nil {
 		return Node{}, &SchemaError{Msg: "not JSON: " + err.Error()}
+	}
+	opt.Limits = opt.Limits.withDefaults()
+	est, err := estimateTree(root, opt)
+	if err != nil {
+		return Node{}, err
+	}
+	if err := opt.Limits.Admit(est); err != nil {
+		return Node{}, err
 	}
 	c := &schemaCompiler{root: root, opt: opt, refs: map[string]Node{}}
 	n, err := c.schema(root, "")
@@ -56,8 +69,11 @@ func JSONSchemaWith(schema []byte, opt SchemaOptions) (Node, error) {
 	}
 	// Compile once here so that grammar-level problems (a reference cycle that consumes
 	// nothing) come back as a SchemaError; Compile reuses the result.
-	g, err := Compile(n)
+	g, err := CompileWith(n, opt.Limits)
 	if err != nil {
+		if _, ok := err.(*BudgetError); ok {
+			return Node{}, err
+		}
 		return Node{}, &SchemaError{Msg: strings.TrimPrefix(err.Error(), "grammar: ")}
 	}
 	n.n.compiled = g
@@ -68,6 +84,10 @@ type schemaCompiler struct {
 	root *jv
 	opt  SchemaOptions
 	refs map[string]Node // resolved $ref pointer -> placeholder
+	// depth is schema's recursion depth (references followed included); visits counts its
+	// calls against opt.Limits.MaxSteps: each spelling of a $ref builds its target anew.
+	depth  int
+	visits int64
 }
 
 // annotations are keywords that do not constrain a value.
@@ -91,6 +111,15 @@ func escapePointer(s string) string {
 }
 
 func (c *schemaCompiler) schema(v *jv, path string) (Node, error) {
+	if c.depth >= maxSchemaNesting {
+		return Node{}, &SchemaError{path, "schemas nest deeper than " + strconv.Itoa(maxSchemaNesting) + " (through $ref)"}
+	}
+	c.visits++
+	if lim := c.opt.Limits.withDefaults(); c.visits > lim.MaxSteps {
+		return Node{}, &BudgetError{Resource: "steps", Amount: c.visits, Limit: lim.MaxSteps}
+	}
+	c.depth++
+	defer func() { c.depth-- }()
 	switch v.kind {
 	case jBool:
 		if v.b {
