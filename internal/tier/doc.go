@@ -28,7 +28,28 @@
 //
 // Every failure of Decode or Verify maps to one discard reason (Reason):
 // checksum (malformed or torn bytes), identity (another model, tenant,
-// prefix, tokens or shape), incomplete_state.
+// prefix, tokens or shape), incomplete_state, forged (see Authentication).
+//
+// # Authentication
+//
+// The checks above stop damage and mix-ups, not a writer: whoever can write to the disk
+// directory or the Redis can store another prompt's block under a victim's key with the
+// hash, parent, tokens and CRC rewritten to match, and it would be restored as a hit. With a
+// Keyring (--tier-key-file) every record a writer encodes is signed (EncodeSigned: flag bit
+// 1, then key id, a random 96-bit nonce and a 16-byte GMAC tag over every byte before the
+// tag, then the CRC as always), and a reader given Want.Keys refuses (ErrForged, reason
+// forged) a record that is unsigned, signed by a key it does not hold, or whose tag does not
+// match; the MAC is checked before the identity, so a forgery counts as forged whatever it
+// claims. The first key signs and every key verifies, so a key is rotated by putting a new
+// one in front: records signed by the old one keep restoring until it is removed. The key id
+// (KeyID) is derived from the secret, so it is the same in every process and file order.
+//
+// Why GMAC (AES-256-GCM with no plaintext, the AES key derived from the secret by HKDF): with
+// AES-NI and carry-less multiplication it runs at many GB/s, several times HMAC-SHA256 even
+// with SHA-NI (BenchmarkVerifyMAC measures both against a copy of the same bytes), so a
+// restore stays within a small factor of memcpy. Its one hazard, a nonce used twice under one
+// key, is kept out of reach by random nonces (odds under 2^-32 at 2^32 records a key). The
+// host tier's records never leave the process and are read without the MAC check.
 //
 // # Store
 //

@@ -12,13 +12,16 @@ import (
 
 // FormatVersion is the record encoding's version. A decoder refuses any
 // other version (ErrFormat): records written by another encoding are
-// recomputed, never guessed at.
+// recomputed, never guessed at. Signing (flagSigned) did not change it: an
+// unsigned record is byte for byte what version 1 always was, and a build
+// from before signing refuses a signed one by its unknown flag.
 const FormatVersion = 1
 
 // Flag bits of the record header. Unknown bits are refused.
 const (
 	flagStateComplete = 1 << 0
-	knownFlags        = flagStateComplete
+	flagSigned        = 1 << 1 // a MAC trailer (Signature) precedes the CRC
+	knownFlags        = flagStateComplete | flagSigned
 )
 
 // Decoder limits. They bound what a hostile or torn header can make Decode
@@ -55,6 +58,21 @@ type Record struct {
 	// recurrent state, for hybrids only when Aux holds the checkpoint.
 	Aux           [][]byte
 	StateComplete bool
+
+	// Signed says the record carries a MAC trailer, Sig. Decode sets both from the bytes
+	// and checks no MAC (the DecodeVerify functions do, given Want.Keys); Encode writes
+	// them back as they are, so a decoded record re-encodes to its bytes; EncodeSigned
+	// ignores them and signs afresh.
+	Signed bool
+	Sig    Signature
+}
+
+// Signature is a signed record's MAC trailer: the id of the key that signed it (KeyID), the
+// GMAC nonce, and the tag over every byte of the record before the tag.
+type Signature struct {
+	KeyID uint32
+	Nonce [nonceSize]byte
+	Tag   [tagSize]byte
 }
 
 // Key returns the record's store key.
@@ -70,11 +88,19 @@ func (r *Record) Key() Key { return Key{Root: r.Root, Hash: r.Hash} }
 //	160 tokens: block size x i32
 //	    KV: BlockBytes bytes
 //	    aux: n aux x (u32 len, len bytes)
+//	    signed (flag bit 1) only: u32 key id, nonce [12], tag [16] (Signature)
 //	    u32 CRC-32C (Castagnoli) of every byte before it
+//
+// The CRC stays last and covers the signature, so a signed record is still "bytes whose last
+// four are their CRC-32C" (the disk tier checks its files by that residue), and a torn or
+// flipped record is checksum damage, not a forgery.
 const (
 	magic      = "SPKV"
 	headerSize = 160
 	trailer    = 4
+	nonceSize  = 12
+	tagSize    = 16
+	sigSize    = 4 + nonceSize + tagSize
 )
 
 // ErrFormat is wrapped by every Decode error about the shape of the bytes.
@@ -82,6 +108,15 @@ var ErrFormat = errors.New("tier: malformed record")
 
 // EncodedSize returns len(r.Encode()).
 func (r *Record) EncodedSize() int {
+	n := r.encodedSize()
+	if r.Signed {
+		n += sigSize
+	}
+	return n
+}
+
+// encodedSize is EncodedSize of the unsigned encoding.
+func (r *Record) encodedSize() int {
 	n := headerSize + 4*len(r.Tokens) + len(r.KV) + trailer
 	for _, a := range r.Aux {
 		n += 4 + len(a)
@@ -89,8 +124,8 @@ func (r *Record) EncodedSize() int {
 	return n
 }
 
-// EncodedSizeOf is the EncodedSize of a record of layout l without Aux (each Aux entry of n
-// bytes adds 4+n).
+// EncodedSizeOf is the EncodedSize of an unsigned record of layout l without Aux (each Aux
+// entry of n bytes adds 4+n, a signature SignatureSize).
 func EncodedSizeOf(l kvcache.Layout) int64 {
 	return int64(headerSize+4*l.BlockSize+trailer) + l.BlockBytes()
 }
@@ -102,16 +137,65 @@ func (r *Record) Encode() ([]byte, error) {
 	return r.AppendEncode(make([]byte, 0, r.EncodedSize()))
 }
 
-// AppendEncode appends the record's encoding to dst.
+// SignatureSize is what signing adds to a record's encoding.
+const SignatureSize = sigSize
+
+// AppendEncode appends the record's encoding to dst: signed with r.Sig as it is when r.Signed
+// (a decoded record's own), unsigned otherwise. Writers sign with AppendSigned.
 func (r *Record) AppendEncode(dst []byte) ([]byte, error) {
 	if err := r.validate(); err != nil {
 		return dst, err
 	}
 	start := len(dst)
+	dst = r.appendBody(dst, r.Signed)
+	if r.Signed {
+		dst = binary.LittleEndian.AppendUint32(dst, r.Sig.KeyID)
+		dst = append(dst, r.Sig.Nonce[:]...)
+		dst = append(dst, r.Sig.Tag[:]...)
+	}
+	return binary.LittleEndian.AppendUint32(dst, crc32c.Checksum(dst[start:])), nil
+}
+
+// EncodeSigned returns the record's encoding signed by k's signing key, in a new slice; with
+// k nil, the unsigned encoding. r.Signed and r.Sig are ignored (and left as they are).
+func (r *Record) EncodeSigned(k *Keyring) ([]byte, error) {
+	n := r.encodedSize()
+	if k != nil {
+		n += sigSize
+	}
+	return r.AppendSigned(make([]byte, 0, n), k)
+}
+
+// AppendSigned appends the record's encoding signed by k's signing key (a fresh nonce, the
+// GMAC tag of every byte before the tag) to dst; with k nil, the unsigned encoding.
+func (r *Record) AppendSigned(dst []byte, k *Keyring) ([]byte, error) {
+	if k == nil {
+		u := *r
+		u.Signed = false
+		return u.AppendEncode(dst)
+	}
+	if err := r.validate(); err != nil {
+		return dst, err
+	}
+	start := len(dst)
+	dst = r.appendBody(dst, true)
+	id, nonce := k.newNonce()
+	dst = binary.LittleEndian.AppendUint32(dst, id)
+	dst = append(dst, nonce[:]...)
+	var tag [tagSize]byte // GCM's Seal must not write over its additional data: the tag goes here first
+	dst = append(dst, k.seal(tag[:0], nonce[:], dst[start:])...)
+	return binary.LittleEndian.AppendUint32(dst, crc32c.Checksum(dst[start:])), nil
+}
+
+// appendBody appends the header, tokens, K/V and aux: everything before the signature.
+func (r *Record) appendBody(dst []byte, signed bool) []byte {
 	dst = append(dst, magic...)
 	var flags uint16
 	if r.StateComplete {
 		flags |= flagStateComplete
+	}
+	if signed {
+		flags |= flagSigned
 	}
 	dst = binary.LittleEndian.AppendUint16(dst, FormatVersion)
 	dst = binary.LittleEndian.AppendUint16(dst, flags)
@@ -133,7 +217,7 @@ func (r *Record) AppendEncode(dst []byte) ([]byte, error) {
 		dst = binary.LittleEndian.AppendUint32(dst, uint32(len(a)))
 		dst = append(dst, a...)
 	}
-	return binary.LittleEndian.AppendUint32(dst, crc32c.Checksum(dst[start:])), nil
+	return dst
 }
 
 func (r *Record) validate() error {
@@ -193,6 +277,22 @@ func checkSum(got uint32, b []byte) error {
 	return nil
 }
 
+// checkMAC checks the signature of r, decoded from b, against keys: nothing to check with no
+// keys; with keys, an unsigned record, one signed by a key keys does not hold, and one whose
+// tag does not match are ErrForged.
+//
+// REQUIRES: decodeSummed(r, b) succeeded.
+func checkMAC(r *Record, b []byte, keys *Keyring) error {
+	if keys == nil {
+		return nil
+	}
+	if !r.Signed {
+		return fmt.Errorf("%w: unsigned record, and a key is configured", ErrForged)
+	}
+	msg := b[:len(b)-trailer-tagSize] // everything before the tag, the key id and nonce included
+	return keys.check(r.Sig.KeyID, r.Sig.Nonce[:], r.Sig.Tag[:], msg)
+}
+
 // decodeSummed is Decode after the checksum matched, into r: every field is overwritten, and
 // r's Tokens and Aux arrays are reused where they have room (a new Record has none: Decode's
 // Tokens are fresh). On error r holds garbage.
@@ -207,7 +307,17 @@ func decodeSummed(r *Record, b []byte) error {
 	if flags&^knownFlags != 0 {
 		return fmt.Errorf("%w: unknown flags %#x", ErrFormat, flags)
 	}
-	*r = Record{Tokens: r.Tokens, Aux: r.Aux, StateComplete: flags&flagStateComplete != 0}
+	*r = Record{Tokens: r.Tokens, Aux: r.Aux, StateComplete: flags&flagStateComplete != 0, Signed: flags&flagSigned != 0}
+	if r.Signed {
+		if len(body) < headerSize+sigSize {
+			return fmt.Errorf("%w: signed, %d bytes, shorter than a header and a signature", ErrFormat, len(b))
+		}
+		sig := body[len(body)-sigSize:]
+		body = body[:len(body)-sigSize]
+		r.Sig.KeyID = binary.LittleEndian.Uint32(sig)
+		copy(r.Sig.Nonce[:], sig[4:])
+		copy(r.Sig.Tag[:], sig[4+nonceSize:])
+	}
 	copy(r.Identity[:], b[8:40])
 	copy(r.Root[:], b[40:72])
 	copy(r.Hash[:], b[72:104])

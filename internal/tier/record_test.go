@@ -153,6 +153,11 @@ func FuzzDecode(f *testing.F) {
 	r.Aux = [][]byte{bytes.Repeat([]byte("SPST"), 9)} // a hybrid's one checkpoint
 	f.Add(tiertest.Encode(r))
 	f.Add([]byte("SPKV"))
+	keys := fuzzKeyring(f)
+	for _, r := range tiertest.Chain(testIdentity, testRoot, tiertest.SmallLayout, 2, 5) {
+		b, _ := r.EncodeSigned(keys)
+		f.Add(b)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		rec, err := tier.Decode(b)
 		if err != nil {
@@ -166,7 +171,41 @@ func FuzzDecode(f *testing.F) {
 		if !bytes.Equal(again, b) {
 			t.Fatalf("re-encoding differs")
 		}
+		// With the keys, only a record one of them signed is authentic: any other is forged,
+		// and so is any change to an authentic one, whatever its CRC says.
+		w := tiertest.Want(rec)
+		w.Keys = keys
+		_, err = tier.DecodeVerify(b, w)
+		if !rec.Signed || rec.Sig.KeyID != keys.SigningID() {
+			if tier.Reason(err) != tier.ReasonForged {
+				t.Fatalf("a record the keys did not sign: %v, want forged", err)
+			}
+			return
+		}
+		if err != nil {
+			if tier.Reason(err) != tier.ReasonForged {
+				t.Fatalf("signed by the key: %v (reason %q)", err, tier.Reason(err))
+			}
+			return
+		}
+		c := bytes.Clone(b)
+		i := int(binary.LittleEndian.Uint32(c[len(c)-4:])) % (len(c) - 4)
+		c[i] ^= 0x80
+		binary.LittleEndian.PutUint32(c[len(c)-4:], crc32.Checksum(c[:len(c)-4], crc32.MakeTable(crc32.Castagnoli)))
+		if _, err := tier.DecodeVerify(c, w); err == nil {
+			t.Fatalf("byte %d of an authentic record changed, CRC rewritten: accepted", i)
+		}
 	})
+}
+
+// fuzzKeyring is the fuzz targets' keys: one, fixed, so the checked-in corpus's signed
+// records verify.
+func fuzzKeyring(t testing.TB) *tier.Keyring {
+	k, err := tier.NewKeyring([][]byte{[]byte("stockpot fuzz corpus tier key 01")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }
 
 // TestFuzzCorpusPresent keeps the checked-in corpus from silently vanishing.
@@ -196,7 +235,12 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	r.StateComplete = true
 	aux := tiertest.Encode(r)
 	torn := bytes.Clone(plain[:len(plain)-5])
-	for name, b := range map[string][]byte{"plain": plain, "aux": aux, "torn": torn, "header": plain[:160]} {
+	r.Aux, r.StateComplete = nil, false
+	sig, err := r.EncodeSigned(fuzzKeyring(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"plain": plain, "aux": aux, "torn": torn, "header": plain[:160], "signed": sig} {
 		s := "go test fuzz v1\n[]byte(" + strconv.Quote(string(b)) + ")\n"
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
 			t.Fatal(err)

@@ -16,6 +16,9 @@ var (
 	ErrTokens          = errors.New("tier: record tokens differ")
 	ErrShape           = errors.New("tier: record shape differs")
 	ErrIncompleteState = errors.New("tier: record's auxiliary state incomplete")
+	// ErrForged: a key is configured (Want.Keys) and the record's MAC does not prove that
+	// a holder of one of its keys wrote it (unsigned, an unknown key, a wrong tag).
+	ErrForged = errors.New("tier: record not authenticated")
 )
 
 // Discard reasons, the label values of stockpot_kv_blocks_discarded_total.
@@ -24,13 +27,17 @@ const (
 	ReasonIdentity            = "identity"
 	ReasonIncompleteState     = "incomplete_state"
 	ReasonSlowerThanRecompute = "slower_than_recompute"
+	ReasonForged              = "forged"
 )
 
 // Reason maps a Decode or Verify error to its discard reason. Malformed bytes
 // count as checksum (they are damaged data); tokens and shape mismatches count
-// as identity (the record is not the block the caller asked for).
+// as identity (the record is not the block the caller asked for); a MAC that
+// fails counts as forged.
 func Reason(err error) string {
 	switch {
+	case errors.Is(err, ErrForged):
+		return ReasonForged
 	case errors.Is(err, ErrIncompleteState):
 		return ReasonIncompleteState
 	case errors.Is(err, ErrIdentity), errors.Is(err, ErrTokens), errors.Is(err, ErrShape):
@@ -49,10 +56,16 @@ type Want struct {
 	Tokens    []int32
 	Layout    kvcache.Layout
 	NeedState bool // the model keeps recurrent state: the record must be StateComplete
+	// Keys, when set, authenticate the record (DecodeVerify*, not Verify, which has no
+	// bytes to check): it must be signed by one of them, or it is ErrForged. Nil checks no
+	// MAC: no key is configured, or the bytes never left this process (the host tier).
+	Keys *Keyring
 }
 
 // Verify checks a decoded record against want. Checksum and format were
-// checked by Decode; DecodeVerify does both.
+// checked by Decode; DecodeVerify does both, and the MAC (want.Keys) before
+// Verify's checks, so a record that is not authentic is forged whatever it
+// claims to be.
 func Verify(r *Record, want Want) error {
 	if r.Root != want.Root || r.Hash != want.Hash {
 		return fmt.Errorf("%w: record %s/%s, want %s/%s", ErrIdentity, r.Root.Short(), r.Hash.Short(), want.Root.Short(), want.Hash.Short())
@@ -93,6 +106,9 @@ func DecodeVerify(b []byte, want Want) (*Record, error) {
 
 func decodeVerify(r *Record, b []byte, want Want) error {
 	if err := decodeTo(r, b); err != nil {
+		return err
+	}
+	if err := checkMAC(r, b, want.Keys); err != nil {
 		return err
 	}
 	return Verify(r, want)
@@ -161,6 +177,9 @@ func decodeVerifyInto(r *Record, b []byte, want Want, dst []byte) error {
 		return err
 	}
 	if err := decodeSummed(r, b); err != nil {
+		return err
+	}
+	if err := checkMAC(r, b, want.Keys); err != nil {
 		return err
 	}
 	// Verify checks r.Layout == want.Layout, so the K/V really was at [kvOff, kvEnd).

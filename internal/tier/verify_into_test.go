@@ -145,10 +145,17 @@ func FuzzDecodeVerifyInto(f *testing.F) {
 	r.StateComplete = true
 	f.Add(tiertest.Encode(r))
 	f.Add([]byte("SPKV"))
+	keys := fuzzKeyring(f)
+	sig, _ := r.EncodeSigned(keys)
+	f.Add(sig)
 	want := tiertest.Want(r)
+	keyed := want
+	keyed.Keys = keys
 	f.Fuzz(func(t *testing.T, b []byte) {
 		checkInto(t, b, want)
 		checkTo(t, b, want)
+		checkInto(t, b, keyed)
+		checkTo(t, b, keyed)
 	})
 }
 
@@ -173,7 +180,11 @@ func TestWriteIntoFuzzCorpus(t *testing.T) {
 	plain := tiertest.Encode(r)
 	flipped := bytes.Clone(plain)
 	flipped[200] ^= 1
-	for name, b := range map[string][]byte{"plain": plain, "flipped": flipped, "torn": plain[:len(plain)-3], "header": plain[:160]} {
+	sig, err := r.EncodeSigned(fuzzKeyring(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"plain": plain, "flipped": flipped, "torn": plain[:len(plain)-3], "header": plain[:160], "signed": sig} {
 		s := "go test fuzz v1\n[]byte(" + strconv.Quote(string(b)) + ")\n"
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(s), 0o644); err != nil {
 			t.Fatal(err)
