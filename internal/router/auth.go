@@ -162,9 +162,10 @@ func (s *statusRecorder) Write(p []byte) (int, error) {
 // When the router checks client keys it terminates auth: the client's key
 // never leaves the router, and the backend key (if any) takes its place.
 // Without client keys the router is transparent and the client's headers
-// pass through as they came.
-func (r *Router) setUpstreamAuth(req *http.Request, h http.Header) {
-	r.setTenantHeader(req, h) // tenants.go: a client's is dropped, the router's signed
+// pass through as they came. body is up's body (the tenant header signs it).
+func (r *Router) setUpstreamAuth(req, up *http.Request, body []byte) {
+	h := up.Header
+	r.setTenantHeader(req, up, body) // tenants.go: a client's is dropped, the router's signed
 	if !r.clientKeys.enabled() && r.tenants == nil {
 		return
 	}

@@ -173,7 +173,9 @@
 // (so the index, the affinity keys and X-Session-ID affinity are per
 // namespace: one tenant's prefix never steers another's traffic), and
 // forwards the identity in tenant.Header, HMAC-signed with the backend key,
-// fresh per attempt. A tenant.Header a client sends is always dropped. An
+// fresh per attempt and bound to the upstream request's method, target and
+// body (tenant.Binding: the body is buffered, so its SHA-256 is one pass).
+// A tenant.Header a client sends is always dropped. An
 // admin prewarm with "public": true goes to every replica (each marks its
 // own blocks public); one with "tenant" is routed by that tenant's salt. The
 // router does not know the replicas' public blocks: a public prefix's

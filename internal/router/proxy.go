@@ -284,7 +284,7 @@ func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, 
 		return false, nil, err
 	}
 	copyHeader(up.Header, req.Header)
-	r.setUpstreamAuth(req, up.Header)
+	r.setUpstreamAuth(req, up, body)
 	up.ContentLength = int64(len(body))
 	resp, err := r.client.Do(up)
 	if err != nil {

@@ -93,12 +93,15 @@ func cmpStatus(s int) int {
 }
 
 // setTenantHeader drops any tenant.Header the client sent and, for a tenant's request, signs
-// a fresh one (a fresh nonce per attempt: a retry is a new statement, the replica's replay
-// guard accepts each once).
-func (r *Router) setTenantHeader(req *http.Request, h http.Header) {
-	h.Del(tenant.Header)
+// a fresh one for the upstream request up, whose body is body (a fresh nonce per attempt: a
+// retry is a new statement, the replica's replay guard accepts each once). The signature
+// binds the header to up's method, target (path and query, as up writes them on the wire)
+// and body: the body was buffered whole to be routed, so its digest costs one pass.
+func (r *Router) setTenantHeader(req, up *http.Request, body []byte) {
+	up.Header.Del(tenant.Header)
 	if t := tenantOf(req); t != nil && r.cfg.BackendKey != "" {
-		h.Set(tenant.Header, tenant.Sign(r.cfg.BackendKey, t, time.Now()))
+		b := tenant.Binding{Method: up.Method, Target: up.URL.RequestURI(), Body: tenant.BodyDigest(body)}
+		up.Header.Set(tenant.Header, tenant.Sign(r.cfg.BackendKey, t, b, time.Now()))
 	}
 }
 

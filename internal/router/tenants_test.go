@@ -1,6 +1,7 @@
 package router
 
 import (
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -12,21 +13,24 @@ import (
 	"stockpot/internal/tenant"
 )
 
-// headerBackend answers a canned completion and records each request's headers.
+// headerBackend answers a canned completion and records each request's headers, and the
+// binding a signed identity on it must verify for (method, target, body digest).
 type headerBackend struct {
 	*httptest.Server
-	mu   sync.Mutex
-	hdrs []http.Header
+	mu    sync.Mutex
+	hdrs  []http.Header
+	binds []tenant.Binding
 }
 
 func newHeaderBackend(t *testing.T) *headerBackend {
 	t.Helper()
 	hb := &headerBackend{}
 	hb.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+		body, _ := io.ReadAll(r.Body)
 		if r.URL.Path != "/health" {
 			hb.mu.Lock()
 			hb.hdrs = append(hb.hdrs, r.Header.Clone())
+			hb.binds = append(hb.binds, tenant.Binding{Method: r.Method, Target: r.URL.RequestURI(), Body: tenant.BodyDigest(body)})
 			hb.mu.Unlock()
 		}
 		w.Header().Set("Content-Type", "application/json")
@@ -44,6 +48,13 @@ func (hb *headerBackend) last(t *testing.T) http.Header {
 		t.Fatal("the backend got no request")
 	}
 	return hb.hdrs[len(hb.hdrs)-1]
+}
+
+// lastBinding is the method, target and body digest of the last request.
+func (hb *headerBackend) lastBinding() tenant.Binding {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.binds[len(hb.binds)-1]
 }
 
 func routerTenants(t *testing.T) *tenant.Set {
@@ -81,7 +92,7 @@ func TestRouterTenants(t *testing.T) {
 		{"/v1/completions", []string{"Authorization", "Bearer nope"}, 401, `"authentication_error"`},
 		{"/v1/messages", []string{"X-Api-Key", "nope"}, 401, `{"type":"error","error":{"type":"authentication_error"`},
 		// A client claiming an identity gets nothing for it.
-		{"/v1/completions", []string{tenant.Header, tenant.Sign("bk", ts.Lookup("acme"), time.Now())}, 401, ""},
+		{"/v1/completions", []string{tenant.Header, tenant.Sign("bk", ts.Lookup("acme"), tenant.Binding{Method: "POST", Target: "/v1/completions", Body: tenant.BodyDigest([]byte(tenantCompletion))}, time.Now())}, 401, ""},
 	} {
 		code, body := call(t, "POST", url+tc.path, tenantCompletion, tc.hdr...)
 		if code != tc.status || !strings.Contains(body, tc.want) {
@@ -96,9 +107,25 @@ func TestRouterTenants(t *testing.T) {
 	if got := h.Get("Authorization"); got != "Bearer bk" {
 		t.Errorf("forwarded Authorization %q, want the backend key", got)
 	}
-	c, err := tenant.Verify("bk", h.Get(tenant.Header), time.Now(), nil)
+	bind := hb.lastBinding()
+	c, err := tenant.Verify("bk", h.Get(tenant.Header), bind, time.Now(), nil)
 	if err != nil || c.Name != "acme" || c.Namespace != "acme" || !c.PublicReads {
 		t.Errorf("forwarded identity %q: %+v %v, want acme's, signed", h.Get(tenant.Header), c, err)
+	}
+	// Bound to the request as the replica got it: method, path and body.
+	if bind.Method != "POST" || bind.Target != "/v1/completions" || c.Body != bind.Body || bind.Body != tenant.BodyDigest([]byte(tenantCompletion)) {
+		t.Errorf("forwarded identity signed for body %x, the replica got %+v", c.Body, bind)
+	}
+	if _, err := tenant.Verify("bk", h.Get(tenant.Header), tenant.RequestBinding("POST", "/v1/chat/completions"), time.Now(), nil); !errors.Is(err, tenant.ErrHeaderSignature) {
+		t.Errorf("forwarded identity on another path: %v, want ErrHeaderSignature", err)
+	}
+	// A query travels with the path and is signed with it.
+	if code, body := call(t, "POST", url+"/v1/completions?trace=1", tenantCompletion, "Authorization", "Bearer key-a"); code != 200 {
+		t.Fatalf("acme with a query: %d %s", code, body)
+	}
+	bind = hb.lastBinding()
+	if _, err := tenant.Verify("bk", hb.last(t).Get(tenant.Header), bind, time.Now(), nil); err != nil || bind.Target != "/v1/completions?trace=1" {
+		t.Errorf("forwarded identity with a query (%+v): %v", bind, err)
 	}
 	if vs := h.Values(tenant.Header); len(vs) != 1 {
 		t.Errorf("forwarded %d identity headers, want 1", len(vs))
@@ -136,7 +163,7 @@ func TestRouterTenants(t *testing.T) {
 func TestRouterDropsClientIdentity(t *testing.T) {
 	hb := newHeaderBackend(t)
 	_, url, _ := authRouter(t, nil, hb.URL)
-	if code, body := call(t, "POST", url+"/v1/completions", tenantCompletion, tenant.Header, tenant.Sign("guess", &tenant.Tenant{Name: "a", Namespace: "a"}, time.Now())); code != 200 {
+	if code, body := call(t, "POST", url+"/v1/completions", tenantCompletion, tenant.Header, tenant.Sign("guess", &tenant.Tenant{Name: "a", Namespace: "a"}, tenant.Binding{}, time.Now())); code != 200 {
 		t.Fatalf("%d %s", code, body)
 	}
 	if got := hb.last(t).Get(tenant.Header); got != "" {

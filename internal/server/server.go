@@ -323,6 +323,9 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 		if errors.As(err, &mbe) {
 			return nil, api.TooLarge(mbe.Limit)
 		}
+		if errors.Is(err, tenant.ErrHeaderBody) {
+			return nil, api.Unauthorized("the " + tenant.Header + " header does not verify (" + err.Error() + "); only the router, holding --backend-key, may send it")
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			return nil, &api.Error{Status: http.StatusRequestTimeout, Type: api.TypeInvalidRequest, Code: "request_timeout",
 				Message: fmt.Sprintf("the request body did not arrive within %v (--read-timeout)", s.cfg.ReadTimeout)}

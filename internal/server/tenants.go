@@ -20,9 +20,11 @@ import (
 //
 //   - With Config.Tenants, a request's key (Bearer or x-api-key) names its tenant; a request
 //     from the router names it in the signed tenant.Header instead, which is trusted only when
-//     it verifies with Config.BackendKey (a header that does not verify is a 401, never a
-//     fallback to the key). The backend key alone authenticates the router's own calls
-//     (/tokenize, the block events) but no generation: those need a tenant.
+//     it verifies with Config.BackendKey for this request's method, target and body (a header
+//     that does not verify is a 401, never a fallback to the key; a body other than the
+//     signed one is a 401 when readBody reaches its end). The backend key alone
+//     authenticates the router's own calls (/tokenize, the block events) but no generation:
+//     those need a tenant.
 //   - Without a tenants file, Config.APIKeys are the single tenant "default" in the legacy
 //     namespace (tenant.Single): salts as the client sends them, as before tenants existed.
 //   - The tenant rides on the request's context (tenant.FromContext); generate derives the
@@ -38,10 +40,15 @@ var errNeedsTenant = &api.Error{Status: http.StatusForbidden, Type: permissionEr
 // identity header that does not verify.
 func (s *Server) authenticate(r *http.Request) (*tenant.Tenant, error) {
 	if h := r.Header.Get(tenant.Header); h != "" {
-		c, err := tenant.Verify(s.cfg.BackendKey, h, s.cfg.Now(), s.replay)
+		c, err := tenant.Verify(s.cfg.BackendKey, h, tenant.RequestBinding(r.Method, r.URL.RequestURI()), s.cfg.Now(), s.replay)
+		if err == nil && r.ContentLength == 0 && c.Body != tenant.BodyDigest(nil) {
+			err = tenant.ErrHeaderBody // no body, signed with one: refused before any handler runs
+		}
 		if err != nil {
 			return nil, api.Unauthorized("the " + tenant.Header + " header does not verify (" + err.Error() + "); only the router, holding --backend-key, may send it")
 		}
+		// The body is checked against the signed digest as it is read (readBody: a 401).
+		r.Body = c.CheckBody(r.Body)
 		if s.tenants == nil {
 			return c.Tenant(), nil
 		}

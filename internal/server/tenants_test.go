@@ -111,7 +111,11 @@ func TestTenantForwardedIdentity(t *testing.T) {
 	s, _ := newTestServer(t, gen, func(c *Config) { c.Tenants, c.BackendKey, c.Now = ts, "bk", func() time.Time { return now } })
 	h := s.Handler()
 	acme := ts.Lookup("acme")
-	good := tenant.Sign("bk", acme, now)
+	// sign is the router's header for a POST of body to path.
+	sign := func(key string, t *tenant.Tenant, path, body string, at time.Time) string {
+		return tenant.Sign(key, t, tenant.Binding{Method: "POST", Target: path, Body: tenant.BodyDigest([]byte(body))}, at)
+	}
+	good := sign("bk", acme, "/v1/completions", completionWithSalt("s"), now)
 	if rec := do(h, "POST", "/v1/completions", completionWithSalt("s"), tenant.Header, good); rec.Code != 200 {
 		t.Fatalf("signed identity: %d %s", rec.Code, rec.Body)
 	}
@@ -119,32 +123,58 @@ func TestTenantForwardedIdentity(t *testing.T) {
 		t.Fatalf("signed identity: salt %q tenant %q", r.CacheSalt, r.Tenant)
 	}
 	stranger := &tenant.Tenant{Name: "initech", Namespace: "initech"}
+	chat := `{"model":"test-model","messages":[{"role":"user","content":"hi"}],"max_tokens":2}`
 	for name, tc := range map[string]struct {
-		hdr    []string
-		status int
+		method, path, body string
+		hdr                []string
+		status             int
 	}{
-		"replayed":         {[]string{tenant.Header, good}, 401},
-		"wrong key":        {[]string{tenant.Header, tenant.Sign("guess", acme, now)}, 401},
-		"stale":            {[]string{tenant.Header, tenant.Sign("bk", acme, now.Add(-time.Minute))}, 401},
-		"forged namespace": {[]string{tenant.Header, strings.Replace(tenant.Sign("bk", acme, now), "ns=acme", "ns=globex", 1)}, 401},
+		"replayed":         {"POST", "/v1/completions", completionWithSalt("s"), []string{tenant.Header, good}, 401},
+		"wrong key":        {"POST", "/v1/completions", completionBody, []string{tenant.Header, sign("guess", acme, "/v1/completions", completionBody, now)}, 401},
+		"stale":            {"POST", "/v1/completions", completionBody, []string{tenant.Header, sign("bk", acme, "/v1/completions", completionBody, now.Add(-time.Minute))}, 401},
+		"forged namespace": {"POST", "/v1/completions", completionBody, []string{tenant.Header, strings.Replace(sign("bk", acme, "/v1/completions", completionBody, now), "ns=acme", "ns=globex", 1)}, 401},
 		// A client's own header is refused even with a good key beside it.
-		"client header":  {[]string{"Authorization", "Bearer key-b", tenant.Header, "v1 name=acme ns=acme pub=1 iat=0 nonce=x sig=y"}, 401},
-		"unknown tenant": {[]string{tenant.Header, tenant.Sign("bk", stranger, now)}, 403},
+		"client header":  {"POST", "/v1/completions", completionBody, []string{"Authorization", "Bearer key-b", tenant.Header, "v2 name=acme ns=acme pub=1 iat=0 nonce=x body=y sig=z"}, 401},
+		"unknown tenant": {"POST", "/v1/completions", completionBody, []string{tenant.Header, sign("bk", stranger, "/v1/completions", completionBody, now)}, 403},
+		// The binding: a header signed for one request is refused on any other (each header
+		// is fresh here, so the replay guard is not what refuses it).
+		"other path":               {"POST", "/v1/chat/completions", completionBody, []string{tenant.Header, sign("bk", acme, "/v1/completions", completionBody, now)}, 401},
+		"other query":              {"POST", "/v1/completions?x=1", completionBody, []string{tenant.Header, sign("bk", acme, "/v1/completions", completionBody, now)}, 401},
+		"other method":             {"PUT", "/v1/completions", completionBody, []string{tenant.Header, sign("bk", acme, "/v1/completions", completionBody, now)}, 401},
+		"other body":               {"POST", "/v1/completions", completionWithSalt("acme"), []string{tenant.Header, sign("bk", acme, "/v1/completions", completionBody, now)}, 401},
+		"no body":                  {"POST", "/v1/completions", "", []string{tenant.Header, sign("bk", acme, "/v1/completions", completionBody, now)}, 401},
+		"chat body on completions": {"POST", "/v1/completions", chat, []string{tenant.Header, sign("bk", acme, "/v1/chat/completions", chat, now)}, 401},
+		// An old router's header says so.
+		"v1 header": {"POST", "/v1/completions", completionBody, []string{tenant.Header, "v1 name=acme ns=acme pub=1 iat=0 nonce=00000000000000000000000000000000 sig=00"}, 401},
 	} {
-		rec := do(h, "POST", "/v1/completions", completionBody, tc.hdr...)
+		rec := do(h, tc.method, tc.path, tc.body, tc.hdr...)
 		if rec.Code != tc.status {
 			t.Errorf("%s: %d %s, want %d", name, rec.Code, rec.Body, tc.status)
 		}
+		if tc.status == 401 && !strings.Contains(rec.Body.String(), `"authentication_error"`) && !strings.Contains(rec.Body.String(), `"invalid_api_key"`) {
+			t.Errorf("%s: %s, want the API's 401 shape", name, rec.Body)
+		}
+	}
+	if rec := do(h, "POST", "/v1/completions", completionBody, tenant.Header, "v1 name=acme ns=acme pub=1 iat=0 nonce=00000000000000000000000000000000 sig=00"); !strings.Contains(rec.Body.String(), "another version") {
+		t.Errorf("v1 header: %s, want the version named", rec.Body)
+	}
+	if rec := do(h, "POST", "/v1/completions", completionWithSalt("acme"), tenant.Header, sign("bk", acme, "/v1/completions", completionBody, now)); !strings.Contains(rec.Body.String(), "body differs") {
+		t.Errorf("other body: %s, want the body named", rec.Body)
+	}
+	// The same header on the Anthropic route is refused in Anthropic's shape.
+	msg := `{"model":"test-model","max_tokens":2,"messages":[{"role":"user","content":"hi"}]}`
+	if rec := do(h, "POST", "/v1/messages", msg, tenant.Header, sign("bk", acme, "/v1/messages", completionBody, now)); rec.Code != 401 || !strings.HasPrefix(rec.Body.String(), `{"type":"error"`) {
+		t.Errorf("messages with another body: %d %s, want 401 in Anthropic's shape", rec.Code, rec.Body)
 	}
 	// Without --backend-key no header is trusted at all.
 	s2, _ := newTestServer(t, newFakeGen("x"), func(c *Config) { c.Tenants, c.Now = ts, func() time.Time { return now } })
-	if rec := do(s2.Handler(), "POST", "/v1/completions", completionBody, tenant.Header, tenant.Sign("", acme, now)); rec.Code != 401 {
+	if rec := do(s2.Handler(), "POST", "/v1/completions", completionBody, tenant.Header, sign("", acme, "/v1/completions", completionBody, now)); rec.Code != 401 {
 		t.Errorf("header without a backend key: %d, want 401", rec.Code)
 	}
 	// A replica without a tenants file takes the signed identity as it is.
 	gen3 := newFakeGen("x")
 	s3, _ := newTestServer(t, gen3, func(c *Config) { c.BackendKey, c.Now = "bk", func() time.Time { return now } })
-	if rec := do(s3.Handler(), "POST", "/v1/completions", completionWithSalt("s"), tenant.Header, tenant.Sign("bk", stranger, now)); rec.Code != 200 {
+	if rec := do(s3.Handler(), "POST", "/v1/completions", completionWithSalt("s"), tenant.Header, sign("bk", stranger, "/v1/completions", completionWithSalt("s"), now)); rec.Code != 200 {
 		t.Fatalf("fileless replica: %d %s", rec.Code, rec.Body)
 	}
 	if r := gen3.lastRequest(); r.CacheSalt != stranger.Salt("s") {

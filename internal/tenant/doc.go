@@ -44,8 +44,13 @@
 //
 // Behind a router with --tenants, the router terminates client authentication and forwards the
 // tenant in the X-Stockpot-Tenant header, HMAC-SHA256-signed with the --backend-key it shares
-// with its replicas over (name, namespace, public_reads, issue time, nonce). A replica trusts
-// the header only when the signature verifies, the issue time is within MaxSkew of its clock
-// and the nonce was not seen within that window (ReplayGuard); the router drops any header of
-// that name a client sent.
+// with its replicas over (name, namespace, public_reads, issue time, nonce, the body's SHA-256)
+// and the request it rides on: its method and target (path and query), which the replica
+// takes from the request itself (Binding). A replica trusts the header only when the
+// signature verifies for the request it came with, the issue time is within MaxSkew of its
+// clock, the nonce was not seen within that window (ReplayGuard), and the body it reads
+// hashes to the signed digest (Claims.CheckBody, checked as the bounded body streams in): a
+// captured header is good for one request, once, and for nothing else. The router drops any
+// header of that name a client sent. The header starts with its version (v2); a v1 header is
+// refused as ErrHeaderVersion.
 package tenant
