@@ -31,6 +31,9 @@ type FetcherConfig struct {
 	// checkpoint, so only those pay its bytes in the cost model's read estimate.
 	StateEvery int
 	Cost       CostConfig
+	// Keys, when set, authenticate every record read from a tier other than host
+	// (tier.Want.Keys): one its MAC does not authenticate is discarded as forged.
+	Keys *tier.Keyring
 }
 
 // DefaultFetcherConfig returns the defaults; Identity and Layout must be set.
@@ -295,6 +298,9 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 		}
 		want := tier.Want{Identity: f.cfg.Identity, Root: req.Root, Hash: req.Hashes[i],
 			Parent: parent, Tokens: req.Tokens[i*bs : (i+1)*bs], Layout: f.cfg.Layout}
+		if f.tiers[loc[i]].Tier != kvtier.Host {
+			want.Keys = f.cfg.Keys // the host tier's bytes never left this process
+		}
 		var into []byte // nil: the K/V stays in v (DecodeVerify)
 		if req.Into != nil {
 			into = req.Into[i]

@@ -73,7 +73,7 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		}
 	}
 	// Every reason reads 0 from the start, so a dashboard's rate() has a series.
-	for _, r := range []string{tier.ReasonChecksum, tier.ReasonIdentity, tier.ReasonIncompleteState, tier.ReasonSlowerThanRecompute, ReasonAfterBreak} {
+	for _, r := range []string{tier.ReasonChecksum, tier.ReasonIdentity, tier.ReasonIncompleteState, tier.ReasonSlowerThanRecompute, tier.ReasonForged, ReasonAfterBreak} {
 		m.discarded.WithLabelValues(r)
 	}
 	return m, nil

@@ -67,6 +67,7 @@ type pinWriter struct {
 	// stateBytes, for a hybrid model, is a checkpoint's size: a pinned block is written
 	// complete only with its checkpoint (PinEvent.State), as the write-back does.
 	stateBytes int
+	keys       *tier.Keyring // sign the records (WriterConfig.Keys); nil: unsigned
 	jobs       chan pinJob
 	done       chan struct{}
 	once       sync.Once
@@ -128,7 +129,7 @@ func (w *pinWriter) events(evs []engine.PinEvent, kv [][]byte) {
 			if w.stateBytes > 0 && len(ev.State) == w.stateBytes {
 				rec.Aux, rec.StateComplete = [][]byte{ev.State}, true // its checkpoint goes with it
 			}
-			b, err := rec.Encode() // the copy out of the arena
+			b, err := rec.EncodeSigned(w.keys) // the copy out of the arena
 			if err != nil {
 				panic(fmt.Sprintf("offload: pinned block does not encode: %v", err)) // the engine passed a wrong block
 			}

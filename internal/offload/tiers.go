@@ -27,10 +27,15 @@ type Config struct {
 	DiskDir   string // disk tier directory; "" = off
 	DiskBytes int64  // disk tier budget. Default 10 GiB (disk.DefaultConfig)
 	RemoteURL string // redis://host:port/db; "" = off
-	// Remote is the remote store's settings beyond its URL (call timeout, breaker, TTL);
-	// zero fields take redis.DefaultConfig's, and IdentityDigest is always Identity. serve
-	// leaves it zero; tests shorten the breaker's cool-down.
-	Remote    redis.Config
+	// Remote is the remote store's settings beyond its URL (call timeout, breaker, TTL,
+	// password, CA); zero fields take redis.DefaultConfig's, and IdentityDigest is always
+	// Identity. serve sets the call timeout and the credentials; tests shorten the breaker's
+	// cool-down.
+	Remote redis.Config
+	// Keys, when set (--tier-key-file), sign every record written to the disk and remote
+	// tiers, and a record read from them that its MAC does not authenticate is discarded as
+	// forged (tier.Keyring). The host tier's records never leave the process: read unchecked.
+	Keys      *tier.Keyring
 	Admission Admission
 	// RemoteWrite is when the remote tier is written (`--remote-write`; see WritePolicy).
 	// Default WriteSelective. Host and disk are written back.
@@ -224,6 +229,9 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	wcfg := DefaultWriterConfig()
 	wcfg.Identity, wcfg.Layout, wcfg.Admission, wcfg.Remote = cfg.Identity, cfg.Layout, cfg.Admission, cfg.RemoteWrite
+	if slices.ContainsFunc(t.tiers, func(ts TierStore) bool { return ts.Tier != kvtier.Host }) {
+		wcfg.Keys = cfg.Keys // with the host tier alone nothing leaves the process: nothing to sign
+	}
 	if t.events = newTierEvents(cfg.Events, t.tiers); t.events != nil {
 		wcfg.OnPut = t.events.put
 	}
@@ -234,7 +242,7 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 		return err
 	}
 	fcfg := DefaultFetcherConfig()
-	fcfg.Identity, fcfg.Layout = cfg.Identity, cfg.Layout
+	fcfg.Identity, fcfg.Layout, fcfg.Keys = cfg.Identity, cfg.Layout, cfg.Keys
 	fcfg.NeedState, fcfg.StateBytes = cfg.StateBytes > 0, cfg.StateBytes
 	fcfg.Cost.AttendCost = cfg.AttendCost
 	fcfg.StateEvery = cfg.StateEvery
@@ -249,7 +257,7 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	t.restorer = newRestorer(t.fetcher, cfg)
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
-	t.pins.stateBytes = cfg.StateBytes
+	t.pins.stateBytes, t.pins.keys = cfg.StateBytes, wcfg.Keys
 	if t.events != nil {
 		t.pins.onPut = t.events.put // before any job: jobs come from the engine, after Hook
 	}

@@ -44,6 +44,9 @@ type WriterConfig struct {
 	// OnPut, when set, is called on the tier's worker after each Put with its items and
 	// error (the tier events: events.go).
 	OnPut func(t TierStore, items []tier.Item, err error)
+	// Keys, when set, sign every record (tier.Record.EncodeSigned): one encoding, shared by
+	// every tier, so the host tier holds signed records too (read there unchecked).
+	Keys *tier.Keyring
 }
 
 // DefaultWriterConfig returns the defaults; Identity and Layout must be set.
@@ -254,7 +257,7 @@ func (e encoded) item(ev Evicted) tier.Item {
 func (w *Writer) encode(ev Evicted, kv []byte) encoded {
 	rec := tier.Record{Identity: w.cfg.Identity, Root: ev.Root, Hash: ev.Hash, Parent: ev.Parent,
 		Tokens: ev.Tokens, Layout: w.cfg.Layout, KV: kv, Aux: ev.Aux, StateComplete: ev.StateComplete}
-	b, err := rec.Encode() // the copy out of the arena
+	b, err := rec.EncodeSigned(w.cfg.Keys) // the copy out of the arena
 	if err != nil {
 		panic(fmt.Sprintf("offload: block does not encode: %v", err)) // the engine passed a wrong block
 	}

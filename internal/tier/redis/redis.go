@@ -2,6 +2,8 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -34,6 +36,13 @@ type Config struct {
 	// Now is the clock of this process's view of the pins (Pins) and of the breakers'
 	// cool-downs; nil is time.Now. Redis expires keys by its own clock.
 	Now func() time.Time
+	// Password, when set, is what Open AUTHs with (--remote-cache-password-file), in place
+	// of any password in the URL: a secret kept out of the command line.
+	Password string
+	// RootCAs, when set, are the CAs a rediss:// server's certificate is checked against
+	// (--remote-cache-ca-file), in place of the system's: a Redis with its own CA. Open
+	// refuses it for a redis:// URL (there is no TLS to apply it to).
+	RootCAs *x509.CertPool
 }
 
 // DefaultConfig returns the defaults above; IdentityDigest must be set.
@@ -135,6 +144,9 @@ func Open(url string, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
+	if opts.TLSConfig, opts.Password, err = credentials(opts.TLSConfig, opts.Password, vcfg); err != nil {
+		return nil, err
+	}
 	opts.MaxRetries = -1
 	opts.DialerRetries = 1 // one dial attempt per call: the breaker decides about retrying
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = vcfg.CallTimeout, vcfg.CallTimeout, vcfg.CallTimeout
@@ -153,6 +165,9 @@ func openCluster(url string, cfg, vcfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("redis: %w", err)
 	}
+	if opts.TLSConfig, opts.Password, err = credentials(opts.TLSConfig, opts.Password, vcfg); err != nil {
+		return nil, err
+	}
 	opts.MaxRetries = -1
 	opts.DialerRetries = 1
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = vcfg.CallTimeout, vcfg.CallTimeout, vcfg.CallTimeout
@@ -164,6 +179,22 @@ func openCluster(url string, cfg, vcfg Config) (*Store, error) {
 	}
 	s.owned = true
 	return s, nil
+}
+
+// credentials applies cfg's Password and RootCAs to what the URL gave (its TLS config, nil
+// for redis://, and its password).
+func credentials(tc *tls.Config, password string, cfg Config) (*tls.Config, string, error) {
+	if cfg.Password != "" {
+		password = cfg.Password
+	}
+	if cfg.RootCAs != nil {
+		if tc == nil {
+			return nil, "", errors.New("redis: a CA file is set but the URL is redis://, without TLS: use rediss://")
+		}
+		tc = tc.Clone()
+		tc.RootCAs = cfg.RootCAs
+	}
+	return tc, password, nil
 }
 
 // Close closes the client if Open made it.

@@ -90,7 +90,7 @@ func (s *server) start() {
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		err := c.Ping(context.Background()).Err()
-		if err == nil {
+		if err == nil || strings.HasPrefix(err.Error(), "NOAUTH") { // up, and asking for a password
 			return
 		}
 		if time.Now().After(deadline) {
