@@ -55,6 +55,7 @@ type serveOptions struct {
 	publicMetrics        bool
 	tls                  *tls.Config    // nil: plain HTTP
 	ttftFloor            time.Duration  // server.Config.TTFTFloor
+	keyIsolation         bool           // server.Config.KeyIsolation (--cache-isolation key)
 	tenants              *tenant.Set    // --tenants (nil: keys, if any, are the single tenant)
 	backendKey           string         // --backend-key: verifies the router's tenant header
 	readTimeout          time.Duration  // request bodies; 0 = server default
@@ -239,6 +240,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	scfg.EventsKeys, scfg.DashboardKeys, scfg.PublicMetrics = o.eventsKeys, o.dashboardKeys, o.publicMetrics
 	scfg.TLS = o.tls
 	scfg.TTFTFloor = o.ttftFloor
+	scfg.KeyIsolation = o.keyIsolation
 	scfg.AdminKeys, scfg.CacheAdmin = o.adminKeys, in.engine
 	scfg.ReadTimeout = o.readTimeout
 	scfg.IdleTimeout = o.idleTimeout
@@ -258,6 +260,10 @@ func newInstance(o serveOptions) (*instance, error) {
 		scfg.TierUnpin = in.tiers.Unpin
 	}
 	if in.server, err = server.New(scfg, in.engine, server.FromTokenizer(lf.tok), reg); err != nil {
+		return fail(err)
+	}
+	// The TTFT floor's estimate, from a few misses now: it holds from the first request.
+	if err := in.server.CalibrateFloor(context.Background()); err != nil {
 		return fail(err)
 	}
 	return in, nil
@@ -298,6 +304,7 @@ func cmdServe(args []string) error {
 	fs.Var(&dashboardKeys, "dashboard-key", "key for /dashboard, /dashboard/events and /dashboard/state (repeatable; also as ?key=; an admin key also works)")
 	dashboardKeyFile := fs.String("dashboard-key-file", "", "file with dashboard keys, one per line")
 	ttftFloor := fs.Duration("ttft-floor", 0, "timing safety: a request whose prompt holds blocks its key did not send gets its first token no sooner than max(this, the estimated miss TTFT) and a miss's usage, so a hit on another key's prompt looks like a miss (0: off)")
+	cacheIsolation := fs.String("cache-isolation", "tenant", "who may reuse whose cached blocks: tenant (every key of a tenant shares its cache) or key (each API key has its own cache inside its tenant's: no key learns what another sent, by any timing)")
 	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate chain (needs --tls-key)")
 	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert")
 	tlsClientCA := fs.String("tls-client-ca", "", "mutual TLS: require client certificates signed by this PEM CA (the router's --backend-tls-cert)")
@@ -380,6 +387,9 @@ func cmdServe(args []string) error {
 		}
 		*kf.into = append(*kf.into, ks...)
 	}
+	if *cacheIsolation != "tenant" && *cacheIsolation != "key" {
+		return fmt.Errorf("serve: --cache-isolation %q: want tenant or key", *cacheIsolation)
+	}
 	if *ttftFloor < 0 {
 		return fmt.Errorf("serve: --ttft-floor %v must be >= 0", *ttftFloor)
 	}
@@ -427,7 +437,7 @@ func cmdServe(args []string) error {
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
 		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey,
-		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, ttftFloor: *ttftFloor, logger: logger, progress: os.Stderr,
+		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, ttftFloor: *ttftFloor, keyIsolation: *cacheIsolation == "key", logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns, responsesStoreBytes: storeBytes,
 		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins, stateEvery: *stateEvery,
 		tenants: tenants, backendKey: backendKey,

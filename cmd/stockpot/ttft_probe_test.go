@@ -6,9 +6,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -191,6 +193,189 @@ func TestServeTTFTFloor(t *testing.T) {
 			t.Errorf("without a floor the attacker's probe reported %d cached, want the hit's %d", attacker, victim)
 		case floor > 0 && attacker != 0:
 			t.Errorf("with a floor the attacker's probe reported %d cached tokens, want 0 (a miss)", attacker)
+		}
+	}
+}
+
+// gapProbe is one probe of the other-streams channel: an observer key streams a long answer;
+// once it decodes steadily, the attacker sends prompt (one token, not streamed); the result is
+// the observer's largest gap between two token events from the probe's send until 5ms after
+// its answer. A prefill in the engine's schedule holds every decode step behind it, so a miss
+// shows as a long gap, a hit (a short prefill) as none.
+func gapProbe(tb testing.TB, url, prompt string) time.Duration {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	body, _ := json.Marshal(map[string]any{"prompt": "observer " + fmt.Sprint(time.Now().UnixNano()), "max_tokens": 1500,
+		"temperature": 0, "ignore_eos": true, "stream": true})
+	req, _ := http.NewRequestWithContext(ctx, "POST", url+"/v1/completions", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer observer")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		tb.Fatalf("observer: HTTP %d", resp.StatusCode)
+	}
+	arrivals := make(chan time.Time, 4096)
+	go func() {
+		defer close(arrivals)
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if strings.HasPrefix(sc.Text(), "data: {") {
+				arrivals <- time.Now()
+			}
+		}
+	}()
+	for range 20 { // steady decoding first
+		if _, ok := <-arrivals; !ok {
+			tb.Fatal("observer ended early")
+		}
+	}
+	done := make(chan time.Time, 1)
+	sent := time.Now()
+	go func() {
+		pb, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 1, "temperature": 0})
+		preq, _ := http.NewRequest("POST", url+"/v1/completions", bytes.NewReader(pb))
+		preq.Header.Set("Authorization", "Bearer attacker")
+		if presp, err := http.DefaultClient.Do(preq); err == nil {
+			_, _ = io.Copy(io.Discard, presp.Body)
+			presp.Body.Close()
+		}
+		done <- time.Now()
+		time.Sleep(5 * time.Millisecond) // the observer's tokens just after the answer count
+		cancel()
+	}()
+	var gap time.Duration
+	last := sent
+	for at := range arrivals {
+		gap = max(gap, at.Sub(last))
+		last = at
+	}
+	<-done
+	return gap
+}
+
+// BenchmarkTTFTFloorGapProbe is the probe of issue 32's other-streams channel: in each of 12
+// trials a victim key sends 4 secret prompts, and the attacker probes 4 of them (hits) and 4
+// fresh prompts of the same length (misses), interleaved, while an observer key's stream
+// measures its largest token gap around each probe (gapProbe). A trial is separable when its
+// hit gaps' range and its miss gaps' range are disjoint (by chance, with the two alike, 2 of
+// the 70 orders of 4+4: about 0.3 of 12 trials). It reports the separable trials and the
+// median gaps, with the floor off, on (the charge: a hit computes as a miss), and off with
+// --cache-isolation key. Timing-based, so a benchmark, never a test:
+//
+//	go test -run '^$' -bench TTFTFloorGapProbe -benchtime 1x ./cmd/stockpot/
+//
+// STOCKPOT_PROBE_MODEL picks another model (a GGUF path; default synthetic:tiny-llama-spm,
+// whose 1,000-token prefill is a few ms: the gaps are small, their separation is what counts).
+func BenchmarkTTFTFloorGapProbe(b *testing.B) {
+	const trials, perKind, prefixWords, suffixWords = 12, 4, 450, 20
+	model := "synthetic:tiny-llama-spm"
+	if m := os.Getenv("STOCKPOT_PROBE_MODEL"); m != "" {
+		model = m
+	}
+	for _, mode := range []struct {
+		name    string
+		floor   time.Duration
+		isolate bool
+	}{{"off", 0, false}, {"floor", time.Millisecond, false}, {"isolation", 0, true}} {
+		b.Run(mode.name, func(b *testing.B) {
+			var separable int
+			var hitMed, missMed time.Duration
+			for range b.N {
+				o := serveOptions{model: model, threads: 2, blockSize: 16, kvBudget: 256 << 20, kvType: kvcache.F32,
+					prefixCache: true, dedup: true, maxBatch: 512, maxRunning: 8, keys: []string{"victim", "attacker", "observer"},
+					ttftFloor: mode.floor, keyIsolation: mode.isolate}
+				inst, err := newInstance(o)
+				if err != nil {
+					b.Fatal(err)
+				}
+				ts := httptest.NewServer(inst.handler(context.Background()))
+				rng := rand.New(rand.NewPCG(32, 2))
+				separable = 0
+				var allHits, allMisses []time.Duration
+				for range trials {
+					var probes []string
+					var isHit []bool
+					for range perKind {
+						secret := probeText(rng, prefixWords)
+						streamTTFT(b, ts.URL, "victim", secret+" "+probeText(rng, suffixWords))
+						probes = append(probes, secret+" "+probeText(rng, suffixWords), probeText(rng, prefixWords)+" "+probeText(rng, suffixWords))
+						isHit = append(isHit, true, false)
+					}
+					var hits, misses []time.Duration
+					for i, p := range probes {
+						g := gapProbe(b, ts.URL, p)
+						if isHit[i] {
+							hits = append(hits, g)
+						} else {
+							misses = append(misses, g)
+						}
+					}
+					if slices.Max(hits) < slices.Min(misses) || slices.Min(hits) > slices.Max(misses) {
+						separable++
+					}
+					allHits, allMisses = append(allHits, hits...), append(allMisses, misses...)
+				}
+				ts.Close()
+				inst.Close()
+				slices.Sort(allHits)
+				slices.Sort(allMisses)
+				hitMed, missMed = allHits[len(allHits)/2], allMisses[len(allMisses)/2]
+				if testing.Verbose() {
+					fmt.Printf("%s: %d of %d trials separable; hit gaps %v..%v (median %v), miss gaps %v..%v (median %v)\n", mode.name, separable, trials,
+						allHits[0], allHits[len(allHits)-1], hitMed, allMisses[0], allMisses[len(allMisses)-1], missMed)
+				}
+			}
+			b.ReportMetric(float64(separable), "separable_of_12")
+			b.ReportMetric(float64(hitMed)/1e6, "hit_gap_ms")
+			b.ReportMetric(float64(missMed)/1e6, "miss_gap_ms")
+		})
+	}
+}
+
+// TestServeKeyIsolation: on the real engine, under --cache-isolation key an attacker key that
+// sends a victim key's prompt reuses nothing (cached 0 in the engine's own usage: no floor
+// masks it here), while the victim's repeat reuses its blocks; and under the floor alone the
+// attacker's probe is computed, not reused (the charge: the engine's computed-token evidence
+// grows by the whole prompt), though the victim's blocks are cached.
+func TestServeKeyIsolation(t *testing.T) {
+	prompt := probeText(rand.New(rand.NewPCG(3, 4)), 120)
+	for _, mode := range []struct {
+		name    string
+		floor   time.Duration
+		isolate bool
+	}{{"isolation", 0, true}, {"floor-charge", time.Millisecond, false}} {
+		inst, ts := newTestInstance(t, func(o *serveOptions) {
+			o.keys, o.ttftFloor, o.keyIsolation = []string{"victim", "attacker"}, mode.floor, mode.isolate
+		})
+		send := func(key string) (cached, prompts int) {
+			t.Helper()
+			body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 2, "temperature": 0})
+			req, _ := http.NewRequest("POST", ts.URL+"/v1/completions", bytes.NewReader(body))
+			req.Header.Set("Authorization", "Bearer "+key)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			var out struct{ Usage apiUsage }
+			if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("%s: HTTP %d: %v", mode.name, resp.StatusCode, err)
+			}
+			return *out.Usage.PromptTokensDetails.CachedTokens, out.Usage.PromptTokens
+		}
+		send("victim")
+		if c, _ := send("victim"); c == 0 {
+			t.Fatalf("%s: the victim's repeat reused nothing: the test proves nothing", mode.name)
+		}
+		before := inst.engine.Stats().Evidence.ComputedTokens
+		c, n := send("attacker")
+		computed := inst.engine.Stats().Evidence.ComputedTokens - before
+		if c != 0 || computed != uint64(n) {
+			t.Errorf("%s: the attacker's probe reported %d cached and the engine computed %d of its %d tokens, want 0 and all", mode.name, c, computed, n)
 		}
 	}
 }
