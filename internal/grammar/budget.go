@@ -59,18 +59,19 @@ type BudgetError struct {
 
 func (e *BudgetError) Error() string {
 	if e.Estimated {
-		return fmt.Sprintf("grammar: the grammar is estimated at %s to compile, over the bound of %s", formatBytes(e.Amount), formatBytes(e.Limit))
+		return fmt.Sprintf("grammar: the grammar is estimated at %s to compile, over the bound of %s", FormatBytes(e.Amount), FormatBytes(e.Limit))
 	}
 	if e.Resource == "steps" {
 		return fmt.Sprintf("grammar: compiling the grammar took more than %d steps (the bound) and was stopped", e.Limit)
 	}
-	return fmt.Sprintf("grammar: compiling the grammar took more than %s (the bound) and was stopped", formatBytes(e.Limit))
+	return fmt.Sprintf("grammar: compiling the grammar took more than %s (the bound) and was stopped", FormatBytes(e.Limit))
 }
 
 // Is makes errors.Is(err, ErrBudget) and errors.Is(err, ErrGrammar) hold.
 func (e *BudgetError) Is(target error) bool { return target == ErrBudget || target == ErrGrammar }
 
-func formatBytes(n int64) string {
+// FormatBytes writes n in binary units, as the errors here do.
+func FormatBytes(n int64) string {
 	switch {
 	case n >= 1<<30:
 		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
@@ -111,3 +112,26 @@ func (b *budget) spend(steps, bytes int64) error {
 }
 
 func (b *budget) step(n int64) error { return b.spend(n, 0) }
+
+// Bytes is about what g holds: its ops, rules and stop strings, and the tables built for
+// each vocabulary so far (states, transitions, remembered masks), which grow as matchers
+// run. Caches bound themselves by it.
+func (g *Grammar) Bytes() int64 {
+	n := int64(len(g.ops))*opBytes + int64(len(g.rules))*sliceHeaderBytes + int64(len(g.untils))*untilBytes
+	for _, pcs := range g.rules {
+		n += 4 * int64(len(pcs))
+	}
+	for _, u := range g.untils {
+		n += 9 * int64(len(u.stop))
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, t := range g.tables {
+		t.mu.Lock()
+		// a state: its struct, its stack list and its key in stateID (a few stacks each)
+		n += int64(len(t.states))*(int64(unsafe.Sizeof(state{}))+64) + int64(len(t.next))*4 +
+			int64(len(t.frames))*(int64(unsafe.Sizeof(frame{}))+4+mapEntryBytes) + int64(t.memoBytes)
+		t.mu.Unlock()
+	}
+	return n
+}
