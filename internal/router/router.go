@@ -346,7 +346,7 @@ func (r *Router) RemoveBackend(idOrURL string) error {
 		i = slices.IndexFunc(cur, func(b *Backend) bool { return b.ID == nb.ID })
 	}
 	if i < 0 {
-		return fmt.Errorf("%w %q", ErrUnknownBackend, idOrURL)
+		return fmt.Errorf("%w %s", ErrUnknownBackend, api.Quote(idOrURL))
 	}
 	b := cur[i]
 	next := slices.Delete(slices.Clone(cur), i, i+1)

@@ -260,7 +260,7 @@ func (s *Server) handleCacheGet(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxCacheLimit {
-			writeError(w, api.Invalid("limit", "limit must be a whole number from 1 to %d, got %q", maxCacheLimit, v))
+			writeError(w, api.Invalid("limit", "limit must be a whole number from 1 to %d, got %s", maxCacheLimit, api.Quote(v)))
 			return
 		}
 		limit = n
@@ -328,7 +328,7 @@ func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
 		return
 	case q.Has("all"):
 		if v := q.Get("all"); v != "1" && v != "true" {
-			writeError(w, api.Invalid("all", "all must be 1 or true, got %q", v))
+			writeError(w, api.Invalid("all", "all must be 1 or true, got %s", api.Quote(v)))
 			return
 		}
 	case len(q.Get("salt")) > api.MaxCacheSaltBytes:
@@ -344,7 +344,7 @@ func (s *Server) handleCacheDelete(w http.ResponseWriter, r *http.Request) {
 	if name := q.Get("tenant"); name != "" && q.Has("salt") { // ?tenant=NAME&salt=S: S within NAME's namespace
 		t := s.cfg.Tenants.Lookup(name)
 		if t == nil {
-			writeError(w, api.Invalid("tenant", "no tenant %q in this server's --tenants file", name))
+			writeError(w, api.Invalid("tenant", "no tenant %s in this server's --tenants file", api.Quote(name)))
 			return
 		}
 		salt = t.Salt(salt)
@@ -409,7 +409,7 @@ func (s *Server) dropTier(w http.ResponseWriter, q url.Values) (kvtier.Tier, boo
 	}
 	t, err := kvtier.Parse(v)
 	if err != nil {
-		writeError(w, api.Invalid("tier", "tier must be one of device, host, disk and remote, got %q", v))
+		writeError(w, api.Invalid("tier", "tier must be one of device, host, disk and remote, got %s", api.Quote(v)))
 		return noTier, false
 	}
 	if !slices.Contains(have, v) {

@@ -149,7 +149,7 @@ func (s *Server) handleUnpin(w http.ResponseWriter, r *http.Request, id string) 
 	var h prefix.Hash
 	b, err := hex.DecodeString(id)
 	if err != nil || len(b) != len(h) {
-		writeError(w, api.Invalid("pin", "pin must be a pin id from GET /v1/cache (%d hex digits), got %q", 2*len(h), id))
+		writeError(w, api.Invalid("pin", "pin must be a pin id from GET /v1/cache (%d hex digits), got %s", 2*len(h), api.Quote(id)))
 		return
 	}
 	copy(h[:], b)

@@ -105,7 +105,7 @@ func (s *Server) handleRecentRequests(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxRecentRequests {
-			writeError(w, api.Invalid("limit", "limit must be a whole number from 1 to %d, got %q", maxRecentRequests, v))
+			writeError(w, api.Invalid("limit", "limit must be a whole number from 1 to %d, got %s", maxRecentRequests, api.Quote(v)))
 			return
 		}
 		limit = n

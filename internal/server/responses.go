@@ -177,9 +177,9 @@ func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *genS
 		var ok bool
 		if prior, ok = s.responses.get(responseKey(r, id)); !ok { // another tenant's is not found
 			return nil, nil, nil, nil, &api.Error{Status: http.StatusNotFound, Type: api.TypeInvalidRequest, Code: "previous_response_not_found",
-				Param: "previous_response_id", Message: fmt.Sprintf("previous response with id '%s' not found: it was not stored (store was false, "+
+				Param: "previous_response_id", Message: fmt.Sprintf("previous response with id %s not found: it was not stored (store was false, "+
 					"or it was over this server's whole store of %d bytes, --responses-store-bytes), or it was dropped to keep the last %d responses within that budget",
-					id, s.responses.maxBytes, s.responses.maxCount)}
+					api.Quote(id), s.responses.maxBytes, s.responses.maxCount)}
 		}
 	}
 	req, err := rr.ChatRequest(prior)

@@ -229,7 +229,7 @@ func (s *Server) prewarmNamespace(req *api.PrewarmRequest, ereq *engine.Request)
 	case req.Tenant != "":
 		t := s.cfg.Tenants.Lookup(req.Tenant)
 		if t == nil {
-			return api.Invalid("tenant", "no tenant %q in this server's --tenants file", req.Tenant)
+			return api.Invalid("tenant", "no tenant %s in this server's --tenants file", api.Quote(req.Tenant))
 		}
 		tenantRequest(t, ereq)
 	}
