@@ -222,14 +222,14 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 			return -1, Invalid(where+".cache_control", "%s.cache_control must be {\"type\":\"ephemeral\",\"ttl\":\"5m\"|\"1h\"}", where)
 		}
 		if cc.Type != "ephemeral" {
-			return -1, Invalid(where+".cache_control.type", "%s.cache_control.type must be \"ephemeral\", got %q", where, cc.Type)
+			return -1, Invalid(where+".cache_control.type", "%s.cache_control.type must be \"ephemeral\", got %s", where, Quote(cc.Type))
 		}
 		switch cc.TTL {
 		case "":
 			cc.TTL = "5m"
 		case "5m", "1h":
 		default:
-			return -1, Invalid(where+".cache_control.ttl", "%s.cache_control.ttl must be \"5m\" or \"1h\", got %q", where, cc.TTL)
+			return -1, Invalid(where+".cache_control.ttl", "%s.cache_control.ttl must be \"5m\" or \"1h\", got %s", where, Quote(cc.TTL))
 		}
 		if empty {
 			return -1, Invalid(where+".cache_control", "%s: cache_control cannot be set for empty text blocks", where)
@@ -277,7 +277,7 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	for i, t := range b.Tools {
 		where := fmt.Sprintf("tools[%d]", i)
 		if t.Type != "" && t.Type != "custom" {
-			return nil, Unsupported(where+".type", "%s.type %q is not supported; only custom tools (name, description, input_schema)", where, t.Type)
+			return nil, Unsupported(where+".type", "%s.type %s is not supported; only custom tools (name, description, input_schema)", where, Quote(t.Type))
 		}
 		if t.Name == "" {
 			return nil, Invalid(where+".name", "%s.name is required", where)
@@ -328,14 +328,14 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 				found = found || t.Name == c.Name
 			}
 			if !found {
-				return nil, Invalid("tool_choice.name", "tool_choice names the tool %q, which is not in tools", c.Name)
+				return nil, Invalid("tool_choice.name", "tool_choice names the tool %s, which is not in tools", Quote(c.Name))
 			}
 			out.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": c.Name}}
 		default:
-			return nil, Invalid("tool_choice.type", "tool_choice.type must be auto, any, tool or none, got %q", c.Type)
+			return nil, Invalid("tool_choice.type", "tool_choice.type must be auto, any, tool or none, got %s", Quote(c.Type))
 		}
 		if len(b.Tools) == 0 && c.Type != "none" && c.Type != "auto" {
-			return nil, Invalid("tool_choice", "tool_choice %q needs tools", c.Type)
+			return nil, Invalid("tool_choice", "tool_choice %s needs tools", Quote(c.Type))
 		}
 	}
 
@@ -420,7 +420,7 @@ type messageCut struct {
 // where each breakpoint in the message cuts them.
 func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage, string, bool) (int, error)) ([]chatOutMsg, []messageCut, error) {
 	if m.Role != "user" && m.Role != "assistant" {
-		return nil, nil, Invalid(where+".role", "%s.role must be \"user\" or \"assistant\", got %q", where, m.Role)
+		return nil, nil, Invalid(where+".role", "%s.role must be \"user\" or \"assistant\", got %s", where, Quote(m.Role))
 	}
 	raw := bytes.TrimSpace(m.Content)
 	if isNull(raw) {
@@ -528,9 +528,9 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 		case "redacted_thinking":
 			// Opaque to us: nothing to render.
 		case "image", "document", "search_result":
-			return nil, nil, Unsupported(bw+".type", "%s: %q blocks are not supported by this server (text-only model)", bw, bl.Type)
+			return nil, nil, Unsupported(bw+".type", "%s: %s blocks are not supported by this server (text-only model)", bw, Quote(bl.Type))
 		default:
-			return nil, nil, Invalid(bw+".type", "%s.type %q is not a known content block type", bw, bl.Type)
+			return nil, nil, Invalid(bw+".type", "%s.type %s is not a known content block type", bw, Quote(bl.Type))
 		}
 	}
 	if m.Role == "user" {
@@ -624,7 +624,7 @@ func AnthropicError(e *Error) (int, AnthropicErrorBody) {
 	case e.Status >= 500:
 		typ = AnthropicAPI
 	}
-	return status, AnthropicErrorBody{Type: "error", Error: AnthropicErrorDetail{Type: typ, Message: e.Message}}
+	return status, AnthropicErrorBody{Type: "error", Error: AnthropicErrorDetail{Type: typ, Message: cutLong(e.Message, maxErrorMessageBytes)}}
 }
 
 // MessagesUsage is Anthropic's usage object. InputTokens counts the prompt tokens neither

@@ -45,11 +45,12 @@ type ErrorDetail struct {
 	Code    *string `json:"code"`
 }
 
-// Body returns the JSON body for e.
+// Body returns the JSON body for e, its message and param cut to a few KiB at most (see
+// Quote: client strings are quoted by prefix where the message is built).
 func (e *Error) Body() ErrorBody {
-	d := ErrorDetail{Message: e.Message, Type: e.Type}
+	d := ErrorDetail{Message: cutLong(e.Message, maxErrorMessageBytes), Type: e.Type}
 	if e.Param != "" {
-		p := e.Param
+		p := cutLong(e.Param, maxErrorParamBytes)
 		d.Param = &p
 	}
 	if e.Code != "" {
@@ -78,19 +79,19 @@ func Unsupported(param, format string, args ...any) *Error {
 // ModelNotFound returns the 404 OpenAI gives for an unknown model.
 func ModelNotFound(model, served string) *Error {
 	return &Error{Status: http.StatusNotFound, Type: TypeInvalidRequest, Code: "model_not_found", Param: "model",
-		Message: fmt.Sprintf("the model %q does not exist; this server serves %q", model, served)}
+		Message: fmt.Sprintf("the model %s does not exist; this server serves %q", Quote(model), served)}
 }
 
 // NotFound returns a 404 for an unknown route.
 func NotFound(method, path string) *Error {
 	return &Error{Status: http.StatusNotFound, Type: TypeNotFound, Code: "not_found",
-		Message: fmt.Sprintf("no route for %s %s", method, path)}
+		Message: fmt.Sprintf("no route for %s %s", cutLong(method, QuotePrefixBytes), Quote(path))}
 }
 
 // MethodNotAllowed returns a 405.
 func MethodNotAllowed(method, path, allowed string) *Error {
 	return &Error{Status: http.StatusMethodNotAllowed, Type: TypeInvalidRequest, Code: "method_not_allowed",
-		Message: fmt.Sprintf("method %s is not allowed on %s; use %s", method, path, allowed)}
+		Message: fmt.Sprintf("method %s is not allowed on %s; use %s", Quote(method), path, allowed)}
 }
 
 // Unauthorized returns a 401 for a missing or wrong API key.

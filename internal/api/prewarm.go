@@ -134,7 +134,7 @@ func parsePinTTL(ttl json.RawMessage) (time.Duration, error) {
 		}
 		d, ok := pinTTLs[s]
 		if !ok {
-			return 0, Invalid("pin.ttl", `unknown pin.ttl %q: want "5m", "1h", "24h" or a number of seconds`, s)
+			return 0, Invalid("pin.ttl", `unknown pin.ttl %s: want "5m", "1h", "24h" or a number of seconds`, Quote(s))
 		}
 		return d, nil
 	}

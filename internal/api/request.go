@@ -261,7 +261,7 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 		// As OpenAI: a tool result answers a call made earlier in the conversation.
 		if m.Role == "tool" && !ids[m.ToolCallID] {
 			p := fmt.Sprintf("messages[%d].tool_call_id", i)
-			return nil, Invalid(p, "%s %q answers no tool call of an earlier assistant message", p, m.ToolCallID)
+			return nil, Invalid(p, "%s %s answers no tool call of an earlier assistant message", p, Quote(m.ToolCallID))
 		}
 	}
 	return &r, nil
@@ -291,7 +291,7 @@ func decodeObject(body []byte, v any) error {
 		if field == "" {
 			return Invalid("", "request body must be a JSON object")
 		}
-		return Invalid(field, "field %q has the wrong type: got JSON %s, want %s", field, te.Value, jsonTypeName(te.Type.String()))
+		return Invalid(field, "field %s has the wrong type: got JSON %s, want %s", Quote(field), te.Value, jsonTypeName(te.Type.String()))
 	default:
 		return Invalid("", "malformed JSON: %v", err)
 	}
@@ -369,7 +369,7 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 	switch p.PromptCacheRetention {
 	case "", RetentionInMemoryName, Retention24hName:
 	default:
-		return Invalid("prompt_cache_retention", "prompt_cache_retention must be %q or %q, got %q", RetentionInMemoryName, Retention24hName, p.PromptCacheRetention)
+		return Invalid("prompt_cache_retention", "prompt_cache_retention must be %q or %q, got %s", RetentionInMemoryName, Retention24hName, Quote(p.PromptCacheRetention))
 	}
 	if err := checkPromptCacheKey(p.PromptCacheKey); err != nil {
 		return err
@@ -517,7 +517,7 @@ func (m *ChatRequestMessage) parse(i int) error {
 		if m.Role == "" {
 			return Invalid(param+".role", "%s.role is required (system, user, assistant or tool)", param)
 		}
-		return Unsupported(param+".role", "%s.role %q is not supported; use system, user, assistant or tool", param, m.Role)
+		return Unsupported(param+".role", "%s.role %s is not supported; use system, user, assistant or tool", param, Quote(m.Role))
 	}
 	m.Role = role
 	if !isNull(m.ToolCalls) {
@@ -564,7 +564,7 @@ func (m *ChatRequestMessage) parse(i int) error {
 		texts := make([]string, 0, len(parts))
 		for j, p := range parts {
 			if p.Type != "text" {
-				return Unsupported(fmt.Sprintf("%s.content[%d].type", param, j), "%s.content[%d] has type %q; only \"text\" parts are supported", param, j, p.Type)
+				return Unsupported(fmt.Sprintf("%s.content[%d].type", param, j), "%s.content[%d] has type %s; only \"text\" parts are supported", param, j, Quote(p.Type))
 			}
 			if p.Text == nil {
 				return Invalid(fmt.Sprintf("%s.content[%d].text", param, j), "%s.content[%d].text is required", param, j)

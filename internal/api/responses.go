@@ -161,7 +161,7 @@ func parseResponsesItem(raw json.RawMessage, param string) (ResponsesItem, bool,
 			if it.Role == "" {
 				return ResponsesItem{}, false, Invalid(param+".role", "%s.role is required (system, developer, user or assistant)", param)
 			}
-			return ResponsesItem{}, false, Unsupported(param+".role", "%s.role %q is not supported; use system, developer, user or assistant", param, it.Role)
+			return ResponsesItem{}, false, Unsupported(param+".role", "%s.role %s is not supported; use system, developer, user or assistant", param, Quote(it.Role))
 		}
 		text, err := responsesText(it.Content, param+".content", true)
 		if err != nil {
@@ -202,7 +202,7 @@ func parseResponsesItem(raw json.RawMessage, param string) (ResponsesItem, bool,
 		// Clients send reasoning items back; the template decides whether history keeps it.
 		return ResponsesItem{}, true, nil
 	default:
-		return ResponsesItem{}, false, Unsupported(param+".type", "%s.type %q is not supported; use message, function_call or function_call_output", param, it.Type)
+		return ResponsesItem{}, false, Unsupported(param+".type", "%s.type %s is not supported; use message, function_call or function_call_output", param, Quote(it.Type))
 	}
 }
 
@@ -236,7 +236,7 @@ func responsesText(raw json.RawMessage, param string, required bool) (string, er
 			switch p.Type {
 			case "input_text", "output_text", "text":
 			default:
-				return "", Unsupported(fmt.Sprintf("%s[%d].type", param, j), "%s[%d] has type %q; only input_text and output_text parts are supported", param, j, p.Type)
+				return "", Unsupported(fmt.Sprintf("%s[%d].type", param, j), "%s[%d] has type %s; only input_text and output_text parts are supported", param, j, Quote(p.Type))
 			}
 			if p.Text == nil {
 				return "", Invalid(fmt.Sprintf("%s[%d].text", param, j), "%s[%d].text is required", param, j)
@@ -388,7 +388,7 @@ func responsesTools(raw json.RawMessage) (json.RawMessage, error) {
 		var typ string
 		_ = json.Unmarshal(t["type"], &typ)
 		if typ != "function" {
-			return nil, Unsupported(fmt.Sprintf("tools[%d].type", i), "tools[%d].type %q is not supported; only function tools are", i, typ)
+			return nil, Unsupported(fmt.Sprintf("tools[%d].type", i), "tools[%d].type %s is not supported; only function tools are", i, Quote(typ))
 		}
 		fn := map[string]json.RawMessage{}
 		for _, k := range []string{"name", "description", "parameters", "strict"} {

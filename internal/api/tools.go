@@ -116,7 +116,7 @@ func parseTools(raw json.RawMessage) ([]Tool, error) {
 		if t.Type == nil || *t.Type != "function" {
 			got := "missing"
 			if t.Type != nil {
-				got = fmt.Sprintf("%q", *t.Type)
+				got = Quote(*t.Type)
 			}
 			return nil, Invalid(p+".type", "%s.type must be \"function\" (got %s); only function tools are supported", p, got)
 		}
@@ -136,10 +136,10 @@ func parseTools(raw json.RawMessage) ([]Tool, error) {
 			return nil, Invalid(p+".function.name", "%s.function.name is required", p)
 		}
 		if !toolNameRE.MatchString(*f.Name) {
-			return nil, Invalid(p+".function.name", "%s.function.name %q must be 1 to 64 characters of a-z, A-Z, 0-9, '_', '.' or '-'", p, *f.Name)
+			return nil, Invalid(p+".function.name", "%s.function.name %s must be 1 to 64 characters of a-z, A-Z, 0-9, '_', '.' or '-'", p, Quote(*f.Name))
 		}
 		if seen[*f.Name] {
-			return nil, Invalid(p+".function.name", "%s.function.name %q is given twice", p, *f.Name)
+			return nil, Invalid(p+".function.name", "%s.function.name %s is given twice", p, Quote(*f.Name))
 		}
 		seen[*f.Name] = true
 		tool := Tool{Name: *f.Name, Raw: append(json.RawMessage(nil), bytes.TrimSpace(it)...)}
@@ -200,7 +200,7 @@ func checkSchemaValue(v any, param string, depth int) error {
 		switch t := t.(type) {
 		case string:
 			if !jsonSchemaTypes[t] {
-				return Invalid(param+".type", "%s.type %q is not a JSON schema type", param, t)
+				return Invalid(param+".type", "%s.type %s is not a JSON schema type", param, Quote(t))
 			}
 		case []any:
 			for _, e := range t {
@@ -298,11 +298,11 @@ func parseToolChoice(raw json.RawMessage, tools []Tool) (ToolChoice, error) {
 			return ToolChoice{Mode: s}, nil
 		case ToolChoiceAuto, ToolChoiceRequired:
 			if len(tools) == 0 {
-				return ToolChoice{}, Invalid("tool_choice", "tool_choice %q needs tools", s)
+				return ToolChoice{}, Invalid("tool_choice", "tool_choice %s needs tools", Quote(s))
 			}
 			return ToolChoice{Mode: s}, nil
 		}
-		return ToolChoice{}, Invalid("tool_choice", "tool_choice %q is not one of \"none\", \"auto\", \"required\"", s)
+		return ToolChoice{}, Invalid("tool_choice", "tool_choice %s is not one of \"none\", \"auto\", \"required\"", Quote(s))
 	}
 	var o struct {
 		Type     string `json:"type"`
@@ -330,7 +330,7 @@ func parseToolChoice(raw json.RawMessage, tools []Tool) (ToolChoice, error) {
 			return ToolChoice{Mode: ToolChoiceFunction, Name: t.Name}, nil
 		}
 	}
-	return ToolChoice{}, Invalid("tool_choice", "tool_choice names function %q, which is not among the request's tools", o.Function.Name)
+	return ToolChoice{}, Invalid("tool_choice", "tool_choice names function %s, which is not among the request's tools", Quote(o.Function.Name))
 }
 
 // parseAllowedTools decodes tool_choice {"type": "allowed_tools", "allowed_tools": {"mode":
@@ -349,7 +349,7 @@ func parseAllowedTools(a *struct {
 		return ToolChoice{}, Invalid(p, "%s is required when tool_choice.type is \"allowed_tools\"", p)
 	}
 	if a.Mode != ToolChoiceAuto && a.Mode != ToolChoiceRequired {
-		return ToolChoice{}, Invalid(p+".mode", "%s.mode must be \"auto\" or \"required\", got %q", p, a.Mode)
+		return ToolChoice{}, Invalid(p+".mode", "%s.mode must be \"auto\" or \"required\", got %s", p, Quote(a.Mode))
 	}
 	if len(a.Tools) == 0 {
 		return ToolChoice{}, Invalid(p+".tools", "%s.tools must name at least one tool", p)
@@ -365,7 +365,7 @@ func parseAllowedTools(a *struct {
 			found = found || tool.Name == t.Function.Name
 		}
 		if !found {
-			return ToolChoice{}, Invalid(q, "%s names function %q, which is not among the request's tools", q, t.Function.Name)
+			return ToolChoice{}, Invalid(q, "%s names function %s, which is not among the request's tools", q, Quote(t.Function.Name))
 		}
 		c.Allowed = append(c.Allowed, t.Function.Name)
 	}
@@ -398,7 +398,7 @@ func parseResponseFormat(raw json.RawMessage) (*ResponseFormat, error) {
 			return nil, Invalid("response_format.json_schema", "response_format.json_schema is required when type is \"json_schema\"")
 		}
 		if o.JSONSchema.Name != "" && !toolNameRE.MatchString(o.JSONSchema.Name) {
-			return nil, Invalid("response_format.json_schema.name", "response_format.json_schema.name %q must be 1 to 64 characters of a-z, A-Z, 0-9, '_', '.' or '-'", o.JSONSchema.Name)
+			return nil, Invalid("response_format.json_schema.name", "response_format.json_schema.name %s must be 1 to 64 characters of a-z, A-Z, 0-9, '_', '.' or '-'", Quote(o.JSONSchema.Name))
 		}
 		f := &ResponseFormat{Type: FormatJSONSchema, Name: o.JSONSchema.Name}
 		if o.JSONSchema.Strict != nil {
@@ -414,7 +414,7 @@ func parseResponseFormat(raw json.RawMessage) (*ResponseFormat, error) {
 		f.Schema = append(json.RawMessage(nil), bytes.TrimSpace(o.JSONSchema.Schema)...)
 		return f, nil
 	}
-	return nil, Invalid("response_format.type", "response_format.type %q is not one of \"text\", \"json_object\", \"json_schema\"", o.Type)
+	return nil, Invalid("response_format.type", "response_format.type %s is not one of \"text\", \"json_object\", \"json_schema\"", Quote(o.Type))
 }
 
 // parseToolCalls decodes an assistant message's tool_calls.
@@ -441,7 +441,7 @@ func parseToolCalls(raw json.RawMessage, param string) ([]ToolCall, error) {
 			return nil, Invalid(p, "%s must be an object {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}", p)
 		}
 		if c.Type != "" && c.Type != "function" {
-			return nil, Invalid(p+".type", "%s.type must be \"function\", got %q", p, c.Type)
+			return nil, Invalid(p+".type", "%s.type must be \"function\", got %s", p, Quote(c.Type))
 		}
 		if err := CheckID(p+".id", c.ID); err != nil {
 			return nil, err
