@@ -31,6 +31,9 @@ func cmdRoute(args []string) error {
 	threshold := fs.Int("concurrency-threshold", 0, "in-flight requests past which a backend is busy and the next candidate is tried (0: none)")
 	loadBound := fs.Float64("load-bound", def.LoadBound, "bounded-load factor c: a backend takes at most c × mean load before affinity spills")
 	healthEvery := fs.Duration("health-interval", time.Second, "period of backend health checks")
+	odef := router.DefaultOutlierConfig()
+	outlierFailures := fs.Int("outlier-failures", odef.Consecutive, "passive health: failed requests in a row (5xx, connection errors, timeouts; not 4xx) that eject a backend; 0: off")
+	outlierEjection := fs.Duration("outlier-ejection", odef.BaseEjection, "passive health: first ejection's length, longer on each ejection in a row (capped at 5m or this); then one probe request decides")
 	var apiKeys, adminKeys, metricsKeys stringList
 	fs.Var(&apiKeys, "api-key", "key clients must send (Authorization: Bearer or x-api-key; repeatable); the router then never forwards a client's key")
 	apiKeyFile := fs.String("api-key-file", "", "file with client keys, one per line")
@@ -111,6 +114,10 @@ func cmdRoute(args []string) error {
 	cfg.ConcurrencyThreshold = *threshold
 	cfg.LoadBound = *loadBound
 	cfg.HealthInterval = *healthEvery
+	cfg.Outlier.Consecutive, cfg.Outlier.BaseEjection = *outlierFailures, *outlierEjection
+	if *outlierFailures <= 0 {
+		cfg.Outlier.Consecutive = -1 // off (0 is the default in Config)
+	}
 	cfg.Registerer, cfg.Gatherer = reg, reg
 	cfg.Logger = logger
 	cfg.APIKeys, cfg.AdminKeys, cfg.MetricsKeys, cfg.BackendKey = apiKeys, adminKeys, metricsKeys, *backendKey

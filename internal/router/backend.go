@@ -74,8 +74,9 @@ func (b *Backend) Healthy() bool { return b.healthy.Load() }
 type BackendStatus struct {
 	ID          string `json:"id"`
 	URL         string `json:"url"`
-	State       string `json:"state"` // healthy | down
-	Load        int    `json:"load"`  // requests in flight through this router
+	State       string `json:"state"`   // healthy | down
+	Passive     string `json:"passive"` // passive health (outlier.go): in-service | ejected | half-open | probing
+	Load        int    `json:"load"`    // requests in flight through this router
 	Requests    uint64 `json:"requests"`
 	Errors      uint64 `json:"errors"`
 	LastError   string `json:"last_error,omitempty"`

@@ -81,7 +81,7 @@ func (r *Router) servePrewarm(w http.ResponseWriter, req *http.Request) {
 	var last *failedResp
 	var lastErr error
 	for attempt := 0; attempt < r.cfg.MaxAttempts; attempt++ {
-		cands := r.candidates(tried)
+		cands := r.serving(tried) // never an ejected backend (passive health)
 		if len(cands) == 0 {
 			break
 		}

@@ -24,6 +24,13 @@
 //     offers events).
 //   - Router: membership (add/remove at run time), health checks, the
 //     reverse proxy with retries, and metrics.
+//   - outliers: passive health (outlier.go), a pure state machine fed each
+//     attempt's outcome: a backend whose requests fail N times in a row
+//     (5xx, connection errors, timeouts, broken streams; never 4xx or a client
+//     that left) is ejected for a base time × its ejections in a row, capped;
+//     ejected, it gets no routed request and no /tokenize (nor prewarm), then
+//     one probe request decides its return. At most MaxEjectedPercent of the
+//     fleet is out at once. testdata/outlier scripts step it.
 //
 // A new policy is a type with Name and Pick in policy.go (plus NeedsTokens
 // when it wants the prompt's tokens), a case in NewPolicy and its name in
@@ -106,7 +113,8 @@
 // status, a non-streamed body cut short (non-streamed answers are buffered
 // whole), or a stream that ends before its first complete event. A
 // connection error takes the backend out at once; the health checker brings
-// it back.
+// it back. Every failure also counts toward passive health (outliers), which
+// ejects a backend that keeps answering 5xx while its /health passes.
 //
 // Streams are relayed event by event (up to each blank line), so a client
 // never holds half an event. A stream that breaks after its first event
@@ -223,6 +231,8 @@
 //	stockpot_router_unauthorized_total{scope}             refused keys (client, admin, metrics)
 //	stockpot_router_connections                           open client connections
 //	stockpot_router_connection_waits_total                accepts that waited for MaxConnections
+//	stockpot_router_backend_ejections_total{backend}      passive-health ejections (outlier.go)
+//	stockpot_router_backends_ejected                      backends out by passive health now
 //
 // Hit rate as the router saw it is cached_tokens_total / prompt_tokens_total;
 // prediction quality is predicted_tokens_total against cached_tokens_total.

@@ -25,6 +25,7 @@ type metrics struct {
 	unauthorized   *prometheus.CounterVec // scope: client, admin, metrics
 	connections    prometheus.Gauge       // open client connections
 	connWaits      prometheus.Counter     // accepts that waited for a free connection slot
+	ejections      *prometheus.CounterVec // backend: passive-health ejections (outlier.go)
 }
 
 var tokenBuckets = prometheus.ExponentialBuckets(16, 2, 14) // 16 .. 131072 tokens
@@ -65,10 +66,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Client connections open on the router (see --max-connections)."}),
 		connWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "stockpot_router_connection_waits_total",
 			Help: "Times the router stopped accepting because --max-connections were open."}),
+		ejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stockpot_router_backend_ejections_total",
+			Help: "Backends ejected by passive health (--outlier-failures failed requests in a row, or a failed probe), by backend."},
+			[]string{"backend"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.decisions, m.load, m.predicted, m.cached, m.prompt, m.predHist, m.cacheHist,
-			m.retries, m.failed, m.overhead, m.tokenize, m.streamFailures, m.unauthorized, m.connections, m.connWaits)
+			m.retries, m.failed, m.overhead, m.tokenize, m.streamFailures, m.unauthorized, m.connections, m.connWaits, m.ejections)
 	}
 	return m
 }
@@ -78,7 +82,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 type backendCollector struct {
 	r                                                      *Router
 	up, inflight, blocks, lag, resyncs, gaps, restarts, ev *prometheus.Desc
-	garbage, remote                                        *prometheus.Desc
+	garbage, remote, ejected                               *prometheus.Desc
 }
 
 func newBackendCollector(r *Router) *backendCollector {
@@ -95,13 +99,15 @@ func newBackendCollector(r *Router) *backendCollector {
 		restarts: d("stockpot_router_replica_restarts_total", "Epoch changes (backend restarts) seen on the event stream."),
 		ev:       d("stockpot_router_events_total", "Block events applied from the backend."),
 		garbage:  d("stockpot_router_event_garbage_total", "Streams or snapshots from the backend that did not parse; each dropped its index until a clean resync."),
+		ejected: prometheus.NewDesc("stockpot_router_backends_ejected",
+			"Backends out by passive health now (ejected, half-open or probing).", nil, nil),
 		remote: prometheus.NewDesc("stockpot_router_remote_index_blocks",
 			"Blocks of the shared remote tier the router knows of, from every replica's announcements (kept after their writer is gone).", nil, nil),
 	}
 }
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.up, c.inflight, c.blocks, c.lag, c.resyncs, c.gaps, c.restarts, c.ev, c.garbage, c.remote} {
+	for _, d := range []*prometheus.Desc{c.up, c.inflight, c.blocks, c.lag, c.resyncs, c.gaps, c.restarts, c.ev, c.garbage, c.remote, c.ejected} {
 		ch <- d
 	}
 }
@@ -127,6 +133,7 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.remote, prometheus.GaugeValue, float64(c.r.remote.Len()))
+	ch <- prometheus.MustNewConstMetric(c.ejected, prometheus.GaugeValue, float64(c.r.outliers.ejectedCount()))
 }
 
 func since(t time.Time) float64 { return time.Since(t).Seconds() }

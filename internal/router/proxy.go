@@ -140,21 +140,31 @@ func (r *Router) promptTokens(ctx context.Context, gb *generateBody) (ids []int3
 		return ids, nil
 	}
 	start := time.Now()
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.TokenizeTimeout)
 	defer cancel()
 	var tried []*Backend
 	for range 2 {
-		c := r.candidates(tried)
+		c := r.serving(tried) // never an ejected backend, nor a half-open one's probe
 		if len(c) == 0 {
 			break
 		}
 		b := pickLeastLoaded(c)
 		tried = append(tried, b)
 		toks, err := r.tokenizeOn(ctx, b, tb)
-		if err == nil {
+		var bf *backendFailure
+		switch {
+		case err == nil:
+			r.passiveSuccess(b)
 			r.m.tokenize.WithLabelValues("ok").Observe(since(start))
 			r.toks.put(tb, toks)
 			return toks, nil
+		case parent.Err() != nil:
+			// The client left: no verdict on the backend.
+		case errors.As(err, &bf) || !errors.Is(err, errClientStatus):
+			r.passiveFailure(b, "tokenize: "+err.Error()) // 5xx, connection error, timeout, garbage
+		default:
+			r.passiveSuccess(b) // a 4xx: it answered
 		}
 		r.cfg.Logger.Debug("router: tokenize failed", "backend", b.ID, "err", err)
 	}
@@ -173,8 +183,11 @@ func (r *Router) tokenizeOn(ctx context.Context, b *Backend, body []byte) ([]int
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("tokenize: %s", resp.Status)
+	switch {
+	case resp.StatusCode >= 500:
+		return nil, &backendFailure{what: "tokenize: " + resp.Status}
+	case resp.StatusCode != http.StatusOK:
+		return nil, fmt.Errorf("%w: tokenize: %s", errClientStatus, resp.Status)
 	}
 	rb, err := io.ReadAll(resp.Body)
 	if err != nil {
@@ -191,6 +204,15 @@ func (r *Router) tokenizeOn(ctx context.Context, b *Backend, body []byte) ([]int
 	}
 	return out.Tokens, nil
 }
+
+// backendFailure is an answer that counts against the backend's passive health (a 5xx).
+type backendFailure struct{ what string }
+
+func (e *backendFailure) Error() string { return e.what }
+
+// errClientStatus marks a non-200 answer below 500: the backend answered (passive health
+// counts it a success), the request was refused.
+var errClientStatus = errors.New("refused")
 
 // failedResp is a 5xx answer kept in case every backend fails.
 type failedResp struct {
@@ -216,6 +238,12 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte, 
 		d := pick(cands)
 		b := d.Backend
 		tried = append(tried, b)
+		if !r.outliers.start(b.ID, time.Now()) {
+			// A half-open backend whose one probe another request took meanwhile: pick
+			// again without it (tried grows, so this ends), at no attempt's cost.
+			attempt--
+			continue
+		}
 		load := b.inflight.Add(1) - 1
 		if attempt == 0 && generate {
 			d := time.Since(start)
@@ -227,9 +255,15 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte, 
 		done, fr, err := r.attempt(w, req, body, b, d, load, generate)
 		b.inflight.Add(-1)
 		if done {
+			if err != nil {
+				r.passiveFailure(b, err.Error()) // a stream the backend broke after it started
+			} else {
+				r.passiveSuccess(b) // an answer below 500, or a client that left mid-answer
+			}
 			return
 		}
 		if ctx.Err() != nil {
+			r.outliers.abandon(b.ID)
 			return // the client left; nobody to answer
 		}
 		b.errors.Add(1)
@@ -238,10 +272,12 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte, 
 			r.m.retries.WithLabelValues("5xx").Inc()
 			msg := "HTTP " + strconv.Itoa(fr.code)
 			b.lastErr.Store(&msg)
+			r.passiveFailure(b, msg)
 		} else {
 			lastErr = err
 			r.m.retries.WithLabelValues("connect").Inc()
 			r.markDown(b, err.Error())
+			r.passiveFailure(b, err.Error())
 		}
 	}
 	r.m.failed.Inc()
@@ -268,7 +304,8 @@ func copyHeader(dst, src http.Header) {
 }
 
 // attempt tries one backend. done: the client got an answer (success, a
-// 4xx, or a stream that broke after it started: those cannot be retried).
+// 4xx, or a stream that broke after it started: those cannot be retried;
+// then err says how the backend broke it, for passive health).
 // Otherwise fr holds a 5xx answer or err the transport error.
 func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, b *Backend, d Decision, load int64, generate bool) (done bool, fr *failedResp, err error) {
 	u := b.URL.String() + req.URL.Path
@@ -316,6 +353,7 @@ func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, 
 			return false, nil, err
 		}
 	}
+	broke := err // relayStream: a stream the backend cut or left without [DONE]
 	code := strconv.Itoa(resp.StatusCode)
 	r.m.requests.WithLabelValues(b.ID, code).Inc()
 	if usage.ok {
@@ -326,7 +364,7 @@ func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, 
 	if generate {
 		r.dash.record(b, d, resp.StatusCode, usage)
 	}
-	return true, nil, nil
+	return true, nil, broke
 }
 
 // maxPendingEvent bounds how much of one SSE event the router holds back
@@ -338,7 +376,8 @@ const maxPendingEvent = 1 << 20
 // complete events (up to a blank line) go out, so a backend that dies
 // mid-event never leaves half an event at the client. ok=false means
 // nothing reached the client (the stream failed before its first complete
-// event) and the caller retries elsewhere; err says why. A stream that
+// event) and the caller retries elsewhere; err says why. With ok, err is
+// the break of a stream the backend cut or ended without [DONE]. A stream that
 // breaks later cannot be resumed: the client gets an error event and
 // [DONE], as serve sends when it fails mid-stream, and
 // stockpot_router_stream_failures_total counts it.
@@ -407,6 +446,7 @@ func (r *Router) relayStream(w http.ResponseWriter, req *http.Request, resp *htt
 	}
 	if reason != "" {
 		r.streamFailed(w, rc, b, reason, rerr)
+		return true, usage, fmt.Errorf("stream %s: %v", reason, rerr)
 	}
 	return true, usage, nil
 }

@@ -39,6 +39,9 @@ type Config struct {
 	// DownAfter consecutive failed checks take a backend out. Default 2.
 	// A connection error while proxying takes it out at once.
 	DownAfter int
+	// Outlier is passive health: backends whose proxied requests keep failing are ejected
+	// for a while (outlier.go).
+	Outlier OutlierConfig
 	// MaxAttempts bounds the backends one request is tried on. Default 3.
 	MaxAttempts int
 	// MaxBodyBytes caps request bodies (the router buffers them to retry
@@ -97,7 +100,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Policy: "kv-aware", PolicyConfig: DefaultPolicyConfig(), HealthInterval: time.Second,
+	return Config{Policy: "kv-aware", PolicyConfig: DefaultPolicyConfig(), Outlier: DefaultOutlierConfig(), HealthInterval: time.Second,
 		HealthTimeout: time.Second, DownAfter: 2, MaxAttempts: 3, MaxBodyBytes: 16 << 20, TokenizeTimeout: 2 * time.Second,
 		BodyReadTimeout: 60 * time.Second}
 }
@@ -115,6 +118,9 @@ func (c Config) validate() (Config, error) {
 		return c, err
 	}
 	c.PolicyConfig = pc
+	if c.Outlier, err = c.Outlier.validate(); err != nil {
+		return c, err
+	}
 	for _, f := range []struct {
 		name string
 		v    *time.Duration
@@ -191,6 +197,8 @@ type Router struct {
 	policy Policy
 	needs  tokenNeeder // nil when the policy never needs tokens
 	toks   *tokenCache // /tokenize answers by request bytes
+	// outliers is passive health: which backends are ejected for failing (outlier.go).
+	outliers *outliers
 	// client forwards requests (credentials set per request); own makes the
 	// router's own calls and always carries the backend key.
 	client, own *http.Client
@@ -241,7 +249,7 @@ func New(cfg Config) (*Router, error) {
 		events:     &http.Client{Transport: keyTransport{base: cfg.Transport, key: cfg.BackendEventsKey}},
 		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys),
 		dashboardKeys: newKeySet(cfg.DashboardKeys),
-		toks:          newTokenCache(), remote: sharedRemote(cfg.IndexMaxBlocks), tenants: cfg.Tenants, limiter: tenant.NewLimiter()}
+		toks:          newTokenCache(), outliers: newOutliers(cfg.Outlier), remote: sharedRemote(cfg.IndexMaxBlocks), tenants: cfg.Tenants, limiter: tenant.NewLimiter()}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
 	r.keys = newKeyMetrics(cfg.Registerer)
@@ -280,8 +288,11 @@ func (r *Router) backends() []*Backend { return *r.list.Load() }
 func (r *Router) Backends() []BackendStatus {
 	bs := r.backends()
 	out := make([]BackendStatus, len(bs))
+	now := time.Now()
 	for i, b := range bs {
 		out[i] = b.status()
+		st, _ := r.outliers.state(b.ID, now)
+		out[i].Passive = st.String()
 	}
 	return out
 }
@@ -351,6 +362,7 @@ func (r *Router) RemoveBackend(idOrURL string) error {
 	b := cur[i]
 	next := slices.Delete(slices.Clone(cur), i, i+1)
 	r.list.Store(&next)
+	r.outliers.remove(b.ID)
 	if b.cancel != nil {
 		b.cancel()
 	}
@@ -401,6 +413,7 @@ func (r *Router) check(b *Backend) {
 		if !b.healthy.Swap(true) {
 			r.cfg.Logger.Info("router: backend up", "id", b.ID)
 		}
+		r.outliers.healthPass(b.ID, time.Now())
 	} else if int(b.failures.Add(1)) >= r.cfg.DownAfter {
 		r.markDown(b, fmt.Sprintf("health check: %v", errOrStatus(err, resp)))
 	}
@@ -420,16 +433,50 @@ func (r *Router) markDown(b *Backend, why string) {
 	}
 }
 
-// healthy returns the healthy backends not in tried.
+// candidates returns the backends not in tried that may take a routed request: healthy
+// (active health) and in service or half-open (passive health: an ejected backend is left
+// out; a half-open one takes a probe once forward's outliers.start says it may).
 func (r *Router) candidates(tried []*Backend) []*Backend {
 	all := r.backends()
 	out := make([]*Backend, 0, len(all))
+	now := time.Now()
 	for _, b := range all {
-		if b.Healthy() && !slices.Contains(tried, b) {
+		if b.Healthy() && !slices.Contains(tried, b) && r.outliers.candidate(b.ID, now) {
 			out = append(out, b)
 		}
 	}
 	return out
+}
+
+// serving returns the healthy backends not in tried that are in service: the router's own
+// calls (/tokenize, prewarm) never go to an ejected backend, nor take a half-open one's probe.
+func (r *Router) serving(tried []*Backend) []*Backend {
+	all := r.backends()
+	out := make([]*Backend, 0, len(all))
+	now := time.Now()
+	for _, b := range all {
+		if b.Healthy() && !slices.Contains(tried, b) && r.outliers.serving(b.ID, now) {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// passiveFailure counts a failed answer of b toward its ejection (outlier.go).
+func (r *Router) passiveFailure(b *Backend, why string) {
+	if r.outliers.failure(b.ID, time.Now(), len(r.backends())) == ejectedNow {
+		r.m.ejections.WithLabelValues(b.ID).Inc()
+		msg := "ejected (passive health): " + why
+		b.lastErr.Store(&msg)
+		r.cfg.Logger.Warn("router: backend ejected", "id", b.ID, "why", why)
+	}
+}
+
+// passiveSuccess records an answer of b that was not a failure.
+func (r *Router) passiveSuccess(b *Backend) {
+	if r.outliers.success(b.ID, time.Now()) == returnedNow {
+		r.cfg.Logger.Info("router: backend returned from ejection", "id", b.ID)
+	}
 }
 
 // routes lists every path the router serves and its methods, for the JSON
