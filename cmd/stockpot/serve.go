@@ -312,6 +312,10 @@ func cmdServe(args []string) error {
 	diskCache := fs.String("disk-cache", td.DiskDir, "disk tier directory; empty = off")
 	diskSize := fs.String("disk-cache-size", bytesize.Format(td.DiskBytes), "disk tier budget")
 	remoteCache := fs.String("remote-cache", td.RemoteURL, "remote tier, redis://host:port/db; empty = off")
+	var tierKeyFiles stringList
+	fs.Var(&tierKeyFiles, "tier-key-file", "file of keys that sign and check the records of the disk and remote tiers, one a line, hex or base64, 16+ bytes (repeatable); the first key signs, every key verifies (rotation: put the new key first); a record they do not authenticate is discarded as forged")
+	remotePasswordFile := fs.String("remote-cache-password-file", "", "file holding the remote tier's Redis password (AUTH), in place of one in the --remote-cache URL")
+	remoteCAFile := fs.String("remote-cache-ca-file", "", "PEM CA that a rediss:// --remote-cache server's certificate must chain to, in place of the system's")
 	remoteTimeout := fs.Duration("remote-call-timeout", redis.DefaultConfig().CallTimeout, "bound on each remote tier call (a batched read or write); a call past it fails, counts toward the breaker, and its blocks are computed instead")
 	minHits := fs.Int("offload-min-hits", td.Admission.MinHits, "offload only blocks that at least this many requests reused")
 	minPrefix := fs.Int("offload-min-prefix-tokens", td.Admission.MinPrefixTokens, "write back only blocks ending at least this many tokens into their prompt")
@@ -408,6 +412,9 @@ func cmdServe(args []string) error {
 		return fmt.Errorf("--remote-call-timeout %v: must be positive", *remoteTimeout)
 	}
 	to.Remote.CallTimeout = *remoteTimeout
+	if err := tierSecurity(&to, tierKeyFiles, *remotePasswordFile, *remoteCAFile, logger); err != nil {
+		return err
+	}
 	to.Admission = offload.Admission{MinHits: *minHits, MinPrefixTokens: *minPrefix}
 	if to.RemoteWrite, err = offload.ParseWritePolicy(*remoteWrite); err != nil {
 		return fmt.Errorf("--remote-write: %w", err)

@@ -18,6 +18,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -36,6 +37,16 @@ type objects struct {
 	secrets      []*corev1.Secret
 	claims       []*corev1.PersistentVolumeClaim
 	pdbs         []*policyv1.PodDisruptionBudget
+	netpols      []*networkingv1.NetworkPolicy
+}
+
+func (o *objects) secret(name string) *corev1.Secret {
+	for _, s := range o.secrets {
+		if s.Name == name {
+			return s
+		}
+	}
+	return nil
 }
 
 // splitDocs splits a YAML stream at its "---" lines, dropping documents with nothing but
@@ -95,6 +106,9 @@ func load(t *testing.T) *objects {
 			case "PodDisruptionBudget":
 				v := &policyv1.PodDisruptionBudget{}
 				obj, wantVersion, o.pdbs = v, "policy/v1", append(o.pdbs, v)
+			case "NetworkPolicy":
+				v := &networkingv1.NetworkPolicy{}
+				obj, wantVersion, o.netpols = v, "networking.k8s.io/v1", append(o.netpols, v)
 			default:
 				t.Fatalf("%s: kind %q has no check here; add it to the test", where, tm.Kind)
 			}
@@ -185,9 +199,9 @@ func port(t *testing.T, c *corev1.Container, name string) int32 {
 
 func TestManifestsDecodeStrictly(t *testing.T) {
 	o := load(t)
-	if len(o.statefulSets) != 2 || len(o.deployments) != 1 || len(o.pdbs) < 2 || len(o.secrets) != 1 {
-		t.Fatalf("objects: %d StatefulSets, %d Deployments, %d PDBs, %d Secrets; want serve and redis, the router, a PDB each for serve and router, one Secret",
-			len(o.statefulSets), len(o.deployments), len(o.pdbs), len(o.secrets))
+	if len(o.statefulSets) != 2 || len(o.deployments) != 1 || len(o.pdbs) < 2 || len(o.secrets) != 2 || len(o.netpols) != 1 {
+		t.Fatalf("objects: %d StatefulSets, %d Deployments, %d PDBs, %d Secrets, %d NetworkPolicies; want serve and redis, the router, a PDB each for serve and router, the keys' and Redis TLS's Secrets, Redis's NetworkPolicy",
+			len(o.statefulSets), len(o.deployments), len(o.pdbs), len(o.secrets), len(o.netpols))
 	}
 	// Strictness itself: an unknown field and a misspelt one are refused.
 	for bad, into := range map[string]any{
@@ -360,7 +374,6 @@ func TestRouterBackendsMatchReplicas(t *testing.T) {
 // mount has a volume; every claim referenced exists.
 func TestVolumesKeysAndTiers(t *testing.T) {
 	o := load(t)
-	secret := o.secrets[0]
 	for _, w := range o.workloads() {
 		c, _, flags := stockpot(t, w.pod.Spec)
 		if c == nil {
@@ -397,10 +410,11 @@ func TestVolumesKeysAndTiers(t *testing.T) {
 			for _, path := range values {
 				dir, key := filepath.Dir(path), filepath.Base(path)
 				v, ok := vols[mountAt[dir]]
-				if !ok || v.Secret == nil || v.Secret.SecretName != secret.Name {
-					t.Errorf("%s --%s=%s: %s is not a mount of Secret %s", w.name, name, path, dir, secret.Name)
+				if !ok || v.Secret == nil || o.secret(v.Secret.SecretName) == nil {
+					t.Errorf("%s --%s=%s: %s is not a mount of a Secret of the manifests", w.name, name, path, dir)
 					continue
 				}
+				secret := o.secret(v.Secret.SecretName)
 				file := key
 				if len(v.Secret.Items) > 0 {
 					file = ""
@@ -478,5 +492,131 @@ func TestGracefulTermination(t *testing.T) {
 	const routerDrain = 30 * time.Second // cmd/stockpot route's Shutdown timeout
 	if g := time.Duration(*rt.TerminationGracePeriodSeconds) * time.Second; pre == 0 || g < pre+routerDrain {
 		t.Errorf("router: grace %v, preStop sleep %v; want a preStop and grace >= preStop + %v", g, pre, routerDrain)
+	}
+}
+
+// args returns a container's arguments as name → values, for "--name value" pairs.
+func args(c corev1.Container) map[string][]string {
+	out := map[string][]string{}
+	for i := 0; i+1 < len(c.Args); i++ {
+		if name, ok := strings.CutPrefix(c.Args[i], "--"); ok {
+			out[name] = append(out[name], c.Args[i+1])
+			i++
+		}
+	}
+	return out
+}
+
+// Redis is locked down: TLS only (port 0, tls-port its container port, certificate files from
+// a mounted Secret that holds them), requirepass from a Secret key the replicas read as their
+// password file; the replicas reach it over rediss://, checked against that Secret's CA, and
+// sign their records (--tier-key-file); a NetworkPolicy selects the Redis pods and admits only
+// the replicas, on the Redis port.
+func TestRedisAuthTLSAndNetworkPolicy(t *testing.T) {
+	o := load(t)
+	rs := o.statefulSet(t, "stockpot-redis")
+	rpod := rs.Spec.Template
+	rc := rpod.Spec.Containers[0]
+	ra := args(rc)
+	tlsPort := port(t, &rc, "redis")
+	if ra["port"][0] != "0" || ra["tls-port"][0] != strconv.Itoa(int(tlsPort)) || ra["tls-auth-clients"][0] != "no" {
+		t.Errorf("redis: --port %q --tls-port %q, want 0 and its container port %d (TLS only)", ra["port"], ra["tls-port"], tlsPort)
+	}
+	mounts := map[string]string{}
+	for _, m := range rc.VolumeMounts {
+		mounts[m.MountPath] = m.Name
+	}
+	var tlsSecret *corev1.Secret
+	for _, flag := range []string{"tls-cert-file", "tls-key-file", "tls-ca-cert-file"} {
+		path := ra[flag][0]
+		var vol *corev1.Volume
+		for i, v := range rpod.Spec.Volumes {
+			if v.Name == mounts[filepath.Dir(path)] {
+				vol = &rpod.Spec.Volumes[i]
+			}
+		}
+		if vol == nil || vol.Secret == nil || o.secret(vol.Secret.SecretName) == nil {
+			t.Fatalf("redis --%s %s: not on a mounted Secret of the manifests", flag, path)
+		}
+		tlsSecret = o.secret(vol.Secret.SecretName)
+		if _, ok := tlsSecret.StringData[filepath.Base(path)]; !ok {
+			t.Errorf("redis --%s %s: Secret %s has no key %s", flag, path, tlsSecret.Name, filepath.Base(path))
+		}
+	}
+	var pwRef *corev1.SecretKeySelector
+	for _, e := range rc.Env {
+		if ra["requirepass"][0] == "$("+e.Name+")" && e.ValueFrom != nil {
+			pwRef = e.ValueFrom.SecretKeyRef
+		}
+	}
+	if pwRef == nil || o.secret(pwRef.Name) == nil || o.secret(pwRef.Name).StringData[pwRef.Key] == "" {
+		t.Fatalf("redis --requirepass %q: not an environment variable from a Secret key of the manifests", ra["requirepass"])
+	}
+
+	st := o.statefulSet(t, "stockpot-serve")
+	_, _, flags := stockpot(t, st.Spec.Template.Spec)
+	u, err := url.Parse(flags["remote-cache"][0])
+	if err != nil || u.Scheme != "rediss" || u.User != nil {
+		t.Errorf("serve --remote-cache %s: want rediss:// and no password in the URL", flags["remote-cache"][0])
+	}
+	secretKey := func(flag string) (string, string) { // the Secret and key a --flag file reads
+		path := flags[flag][0]
+		for _, m := range st.Spec.Template.Spec.Containers[0].VolumeMounts {
+			if m.MountPath != filepath.Dir(path) {
+				continue
+			}
+			for _, v := range st.Spec.Template.Spec.Volumes {
+				if v.Name == m.Name && v.Secret != nil {
+					for _, it := range v.Secret.Items {
+						if it.Path == filepath.Base(path) {
+							return v.Secret.SecretName, it.Key
+						}
+					}
+					return v.Secret.SecretName, filepath.Base(path)
+				}
+			}
+		}
+		t.Fatalf("serve --%s %s: not a Secret mount", flag, path)
+		return "", ""
+	}
+	if s, k := secretKey("remote-cache-password-file"); s != pwRef.Name || k != pwRef.Key {
+		t.Errorf("serve's Redis password is %s/%s, Redis's requirepass %s/%s", s, k, pwRef.Name, pwRef.Key)
+	}
+	if s, k := secretKey("remote-cache-ca-file"); s != tlsSecret.Name || k != filepath.Base(ra["tls-ca-cert-file"][0]) {
+		t.Errorf("serve checks Redis against %s/%s, Redis's CA is %s/%s", s, k, tlsSecret.Name, filepath.Base(ra["tls-ca-cert-file"][0]))
+	}
+	if len(flags["tier-key-file"]) == 0 {
+		t.Error("serve has a remote tier but no --tier-key-file: its records are not authenticated")
+	}
+
+	np := o.netpols[0]
+	sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	if err != nil || sel.Empty() {
+		t.Fatalf("NetworkPolicy %s: selector %v (%v)", np.Name, np.Spec.PodSelector, err)
+	}
+	for _, w := range o.workloads() {
+		if sel.Matches(labels.Set(w.pod.Labels)) != (w.name == rs.Name) {
+			t.Errorf("NetworkPolicy %s: selects %s %v, want only the Redis pods", np.Name, w.name, sel.Matches(labels.Set(w.pod.Labels)))
+		}
+	}
+	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Ingress) != 1 {
+		t.Fatalf("NetworkPolicy %s: policyTypes %v, %d ingress rules; want Ingress and one rule", np.Name, np.Spec.PolicyTypes, len(np.Spec.Ingress))
+	}
+	rule := np.Spec.Ingress[0]
+	if len(rule.Ports) != 1 || rule.Ports[0].Port.IntValue() != int(tlsPort) {
+		t.Errorf("NetworkPolicy %s: ports %v, want only %d", np.Name, rule.Ports, tlsPort)
+	}
+	if len(rule.From) != 1 || rule.From[0].PodSelector == nil || rule.From[0].NamespaceSelector != nil || rule.From[0].IPBlock != nil {
+		t.Fatalf("NetworkPolicy %s: from %v, want one pod selector of this namespace", np.Name, rule.From)
+	}
+	from, err := metav1.LabelSelectorAsSelector(rule.From[0].PodSelector)
+	if err != nil || from.Empty() {
+		t.Fatalf("NetworkPolicy %s: from selector %v (%v)", np.Name, rule.From[0].PodSelector, err)
+	}
+	for _, w := range o.workloads() {
+		_, _, f := stockpot(t, w.pod.Spec)
+		if uses := len(f["remote-cache"]) > 0; from.Matches(labels.Set(w.pod.Labels)) != uses {
+			t.Errorf("NetworkPolicy %s: admits %s %v, want exactly the pods with --remote-cache", np.Name, w.name, !uses)
+		}
 	}
 }

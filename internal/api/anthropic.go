@@ -109,6 +109,10 @@ type anthropicBlock struct {
 type anthropicMessage struct {
 	Role    string          `json:"role"`
 	Content json.RawMessage `json:"content"`
+	// CacheControl is refused: Anthropic takes cache_control on content blocks only, and
+	// answers one on a message with a 400 (messages.N.cache_control: Extra inputs are not
+	// permitted); ignoring it would cache less than the client believes it asked for.
+	CacheControl json.RawMessage `json:"cache_control"`
 }
 
 type anthropicTool struct {
@@ -422,6 +426,9 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 	if m.Role != "user" && m.Role != "assistant" {
 		return nil, nil, Invalid(where+".role", "%s.role must be \"user\" or \"assistant\", got %s", where, Quote(m.Role))
 	}
+	if len(m.CacheControl) > 0 {
+		return nil, nil, Invalid(where+".cache_control", "%s.cache_control: Extra inputs are not permitted (cache_control goes on a content block: put the message's content in blocks and mark the last one)", where)
+	}
 	raw := bytes.TrimSpace(m.Content)
 	if isNull(raw) {
 		return nil, nil, Invalid(where+".content", "%s.content is required", where)
@@ -517,7 +524,15 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 			if k >= 0 {
 				cuts = append(cuts, messageCut{bp: k, msg: len(out) - 1})
 			}
-		case "thinking":
+		case "thinking", "redacted_thinking":
+			// As Anthropic: thinking blocks take no cache_control (they are cached as part of
+			// the turn, by a breakpoint on a later block).
+			if len(bl.CacheControl) > 0 {
+				return nil, nil, Invalid(bw+".cache_control", "%s.%s.cache_control: Extra inputs are not permitted (thinking blocks cannot be marked; mark a later block of the turn)", bw, bl.Type)
+			}
+			if bl.Type == "redacted_thinking" {
+				continue // opaque to us: nothing to render
+			}
 			if m.Role != "assistant" {
 				return nil, nil, Invalid(bw+".type", "%s: thinking blocks are only allowed in assistant messages", bw)
 			}
@@ -525,8 +540,6 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 				return nil, nil, Invalid(bw+".thinking", "%s.thinking is required", bw)
 			}
 			thinking = append(thinking, *bl.Thinking)
-		case "redacted_thinking":
-			// Opaque to us: nothing to render.
 		case "image", "document", "search_result":
 			return nil, nil, Unsupported(bw+".type", "%s: %s blocks are not supported by this server (text-only model)", bw, Quote(bl.Type))
 		default:

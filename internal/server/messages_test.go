@@ -244,6 +244,10 @@ func TestMessagesErrors(t *testing.T) {
 		{"role", `{"max_tokens":5,"messages":[{"role":"system","content":"q"}]}`, 400, "invalid_request_error", "role"},
 		{"model", `{"model":"claude-x","max_tokens":5,"messages":[{"role":"user","content":"q"}]}`, 404, "not_found_error", "claude-x"},
 		{"not json", `{`, 400, "invalid_request_error", "not a valid"},
+		// As Anthropic: cache_control on a message object, or on a thinking block, is refused.
+		{"message cache_control", `{"max_tokens":5,"messages":[{"role":"user","content":"q"` + cc + `}]}`, 400, "invalid_request_error", "messages[0].cache_control: Extra inputs are not permitted"},
+		{"thinking cache_control", `{"max_tokens":5,"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"thinking","thinking":"t","signature":"s"` + cc + `},{"type":"text","text":"a"}]},{"role":"user","content":"r"}]}`, 400, "invalid_request_error", "messages[1].content[0].thinking.cache_control: Extra inputs are not permitted"},
+		{"redacted_thinking cache_control", `{"max_tokens":5,"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[{"type":"redacted_thinking","data":"d"` + cc + `},{"type":"text","text":"a"}]},{"role":"user","content":"r"}]}`, 400, "invalid_request_error", "messages[1].content[0].redacted_thinking.cache_control"},
 		{"too large", `{"max_tokens":5,"messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<16) + `"}]}`, 413, "request_too_large", "limit"},
 	} {
 		rec := do(s.Handler(), "POST", "/v1/messages", tc.body, "x-api-key", "k", "anthropic-version", "2023-06-01")
