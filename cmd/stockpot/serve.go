@@ -47,6 +47,7 @@ type serveOptions struct {
 	maxBatch, maxRunning int
 	maxPrompt            int
 	maxBody              int64
+	requestMemory        int64 // server.Config.RequestMemoryBytes (--request-memory)
 	keys                 []string
 	adminKeys            []string // the cache admin API (--admin-key)
 	metricsKey           string
@@ -234,6 +235,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	if o.maxBody > 0 {
 		scfg.MaxBodyBytes = o.maxBody
 	}
+	scfg.RequestMemoryBytes = o.requestMemory
 	scfg.APIKeys = o.keys
 	scfg.Tenants, scfg.BackendKey = o.tenants, o.backendKey
 	scfg.MetricsKey = o.metricsKey
@@ -286,6 +288,7 @@ func cmdServe(args []string) error {
 	maxRunning := fs.Int("max-running", ed.MaxRunning, "requests running at once")
 	maxPrompt := fs.Int("max-prompt-tokens", 0, "refuse longer prompts (0: context length - 1)")
 	maxBody := fs.String("max-body-bytes", bytesize.Format(sd.MaxBodyBytes), "refuse larger request bodies")
+	reqMemory := fs.String("request-memory", bytesize.Format(sd.RequestMemoryBytes), "budget for request bodies being read and parsed: each reserves 4x its length + 64KiB before it is read, and waits up to --read-timeout (then 503) while others hold it; at least one --max-body-bytes body's cost")
 	var keys stringList
 	fs.Var(&keys, "api-key", "required API key (repeatable)")
 	keyFile := fs.String("api-key-file", "", "file with one API key per line")
@@ -325,7 +328,7 @@ func cmdServe(args []string) error {
 	prefetchTimeout := fs.Duration("prefetch-timeout", ed.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
 	pinBudget := fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
 	stateEvery := fs.Int("state-checkpoint-blocks", ed.StateCheckpointBlocks, "hybrid models (qwen35, kimi-linear, kimi-k3): keep the recurrent state at the end of every N-th block; a cached prefix is reused only up to a checkpoint, so N blocks are the hit granularity, and each checkpoint's memory comes out of --kv-memory")
-	memLimit := fs.String("memory-limit", "auto", "soft limit of the Go heap: the collector runs harder near it rather than let the heap reach twice its live size (e.g. 20GiB); auto = 90% of the machine's or the cgroup's memory unless GOMEMLIMIT is set; off = none")
+	memLimit := fs.String("memory-limit", "auto", "soft limit of the Go heap: the collector runs harder near it rather than let the heap reach twice its live size (e.g. 20GiB); auto = 90% of the cgroup's limit (followed as it changes), or on a host without one the smaller of 75% of its memory and 90% of what is available at start, unless GOMEMLIMIT is set; off = none")
 	tenantOpts := addTenantFlags(fs, true)
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
@@ -333,7 +336,7 @@ func cmdServe(args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
-	memLine, err := applyMemoryLimit(*memLimit)
+	memLine, followMem, err := applyMemoryLimit(*memLimit)
 	if err != nil {
 		return err
 	}
@@ -353,6 +356,10 @@ func cmdServe(args []string) error {
 	bodyLimit, err := bytesize.Parse(*maxBody)
 	if err != nil {
 		return fmt.Errorf("--max-body-bytes: %w", err)
+	}
+	reqMemBytes, err := bytesize.Parse(*reqMemory)
+	if err != nil || reqMemBytes <= 0 {
+		return fmt.Errorf("--request-memory %q: a positive size (e.g. 1GiB)", *reqMemory)
 	}
 	storeBytes, err := bytesize.Parse(*responsesStore)
 	if err != nil {
@@ -443,7 +450,7 @@ func cmdServe(args []string) error {
 	opts := serveOptions{
 		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
-		maxPrompt: *maxPrompt, maxBody: bodyLimit, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey,
+		maxPrompt: *maxPrompt, maxBody: bodyLimit, requestMemory: reqMemBytes, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey,
 		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, ttftFloor: *ttftFloor, keyIsolation: *cacheIsolation == "key", logger: logger, progress: os.Stderr,
 		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns, responsesStoreBytes: storeBytes,
 		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins, stateEvery: *stateEvery,
@@ -479,6 +486,9 @@ func cmdServe(args []string) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if followMem != nil {
+		go followMem(ctx, func(line string) { fmt.Fprintln(os.Stderr, "stockpot: "+line) })
+	}
 	if err := srv.ServeHandler(ctx, ln, inst.handler(ctx)); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

@@ -30,6 +30,11 @@ type Config struct {
 	MaxPromptTokens int
 	// MaxBodyBytes refuses larger request bodies with a 413.
 	MaxBodyBytes int64
+	// RequestMemoryBytes is the request memory budget (--request-memory; reqmem.go): every
+	// request with a body reserves its length times 4, plus 64 KiB, before it is read, and
+	// waits (up to ReadTimeout, then a 503) while the requests in flight hold the rest. At
+	// least the cost of one body of MaxBodyBytes.
+	RequestMemoryBytes int64
 	// APIKeys, when non-empty, are required as "Authorization: Bearer KEY" or "x-api-key: KEY"
 	// on the API (the operator endpoints take their own keys: endpoint_auth.go).
 	APIKeys []string
@@ -120,9 +125,13 @@ func DefaultConfig() Config {
 		Addr:      "127.0.0.1:8080",
 		BlockSize: 16,
 		// 16 MiB holds a 128k-token prompt as a token-id array with room to spare.
-		MaxBodyBytes:      16 << 20,
-		DrainTimeout:      30 * time.Second,
-		ReadHeaderTimeout: 10 * time.Second,
+		MaxBodyBytes: 16 << 20,
+		// 1 GiB lets 15 bodies of the largest size be parsed at once, or thousands of
+		// ordinary ones (a 10 KB chat body reserves 104 KB), while a flood of 16 MiB bodies
+		// cannot take the server past it.
+		RequestMemoryBytes: 1 << 30,
+		DrainTimeout:       30 * time.Second,
+		ReadHeaderTimeout:  10 * time.Second,
 		// A 16 MiB body at 1 MB/s arrives in 16 s; a client slower than that is holding a
 		// connection, not sending a prompt.
 		ReadTimeout: 30 * time.Second,
@@ -170,6 +179,13 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = d.MaxBodyBytes
+	}
+	if c.RequestMemoryBytes <= 0 {
+		c.RequestMemoryBytes = max(d.RequestMemoryBytes, requestCost(c.MaxBodyBytes, c.MaxBodyBytes))
+	}
+	if need := requestCost(c.MaxBodyBytes, c.MaxBodyBytes); c.RequestMemoryBytes < need {
+		return c, fmt.Errorf("server: the request memory budget (%d bytes) is below one largest body's cost (%d bytes: --max-body-bytes %d times %d, plus %d)",
+			c.RequestMemoryBytes, need, c.MaxBodyBytes, requestExpansion, requestBase)
 	}
 	if c.DrainTimeout <= 0 {
 		c.DrainTimeout = d.DrainTimeout

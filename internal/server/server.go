@@ -26,6 +26,7 @@ import (
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
 	"stockpot/internal/grammar"
+	"stockpot/internal/membudget"
 	"stockpot/internal/tenant"
 )
 
@@ -77,6 +78,11 @@ type Server struct {
 	dash   *dashboardState // GET /dashboard (dashboard.go)
 	recent recentRing      // GET /v1/requests/recent (recent.go)
 
+	// reqmem is the request memory budget every request with a body reserves from before it
+	// is read (reqmem.go).
+	reqmem        *membudget.Budget
+	reqmemMetrics *reqmemMetrics
+
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
 }
@@ -114,6 +120,10 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		responses: newResponseStore(responseStoreSize, c.ResponsesStoreBytes)}
 	if s.tenants == nil {
 		s.tenants = tenant.Single(c.APIKeys)
+	}
+	s.reqmem = membudget.New(c.RequestMemoryBytes)
+	if s.reqmemMetrics, err = newReqmemMetrics(reg, s.reqmem); err != nil {
+		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
 	if s.floor, err = newFloorState(reg); err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
@@ -284,6 +294,13 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(rw, r.Body, s.cfg.MaxBodyBytes)
+	release, e := s.reserveRequest(r) // reqmem.go
+	if e != nil {
+		rw.Header().Set("Retry-After", retryAfterSeconds)
+		writeError(rw, e)
+		return
+	}
+	defer release()
 	h(rw, r)
 }
 

@@ -1,0 +1,99 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"stockpot/internal/api"
+	"stockpot/internal/bytesize"
+	"stockpot/internal/membudget"
+)
+
+// The request memory budget (--request-memory; package membudget says why). Every request with
+// a body reserves, before a byte of it is read, what reading and parsing it may cost: its
+// length (Content-Length, or --max-body-bytes when it is sent chunked) times
+// requestExpansion, plus requestBase. The reservation is held until its handler returns, so
+// the sum over the requests in flight of what their bodies may cost stays within the budget,
+// however many connections are open. A request that cannot get its share within --read-timeout
+// is answered 503 with Retry-After, in its dialect's error shape, and nothing else is lost.
+
+const (
+	// requestExpansion is how many times its length a body may occupy while it is read and
+	// planned: the raw bytes, the strings json.Unmarshal copies out of them and the prompt
+	// rendered from the messages are three copies of its text; the token ids are cut at the
+	// prompt limit (EncodeLimit stops there), and 4 leaves a copy's room for a template that
+	// repeats a field. The hostile soak (README, "Memory") checks the sum against the RSS.
+	requestExpansion = 4
+	// requestBase is what a request costs whatever its length: its structs, headers and the
+	// small buffers of the handler.
+	requestBase = 64 << 10
+	// retryAfterSeconds is the Retry-After sent with a refusal: bodies of the requests in
+	// flight are done with in about the time of a prefill.
+	retryAfterSeconds = "1"
+)
+
+// requestCost is the reservation for a body of declared length n (-1: unknown), given the
+// body limit. Pure.
+func requestCost(n, maxBody int64) int64 {
+	if n < 0 || n > maxBody {
+		n = maxBody
+	}
+	return n*requestExpansion + requestBase
+}
+
+// reqmemMetrics are stockpot_request_memory_*.
+type reqmemMetrics struct {
+	refused prometheus.Counter
+}
+
+func newReqmemMetrics(reg prometheus.Registerer, b *membudget.Budget) (*reqmemMetrics, error) {
+	m := &reqmemMetrics{refused: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "stockpot_request_memory_refused_total",
+		Help: "Requests answered 503 because the request memory budget (--request-memory) stayed full for --read-timeout.",
+	})}
+	for _, c := range []prometheus.Collector{m.refused,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "stockpot_request_memory_bytes",
+			Help: "Bytes of the request memory budget reserved by requests in flight (their bodies times the parse expansion).",
+		}, func() float64 { return float64(b.InUse()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "stockpot_request_memory_capacity_bytes",
+			Help: "The request memory budget (--request-memory).",
+		}, func() float64 { return float64(b.Capacity()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "stockpot_request_memory_waiting",
+			Help: "Requests waiting for the request memory budget.",
+		}, func() float64 { return float64(b.Waiting()) }),
+	} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// reserveRequest reserves r's share of the request memory budget; release gives it back. A
+// request without a body reserves nothing.
+func (s *Server) reserveRequest(r *http.Request) (release func(), e *api.Error) {
+	if r.Body == nil || r.Body == http.NoBody || s.reqmem == nil {
+		return func() {}, nil
+	}
+	n := requestCost(r.ContentLength, s.cfg.MaxBodyBytes)
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadTimeout)
+	defer cancel()
+	if err := s.reqmem.Acquire(ctx, n); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			s.reqmemMetrics.refused.Inc()
+		}
+		// ErrTooLarge cannot happen: validate keeps the budget above the largest body's cost.
+		return nil, &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeUnavailable, Code: "overloaded",
+			Message: fmt.Sprintf("the server's request memory (--request-memory %s) stayed held by other requests for %v; retry shortly",
+				bytesize.Format(s.reqmem.Capacity()), s.cfg.ReadTimeout.Round(time.Millisecond))}
+	}
+	return func() { s.reqmem.Release(n) }, nil
+}

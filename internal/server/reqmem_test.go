@@ -1,0 +1,100 @@
+package server
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// TestRequestMemoryBudget: requests whose bodies are still arriving hold their reservation;
+// while they hold the whole budget the next request waits, then gets a 503 with Retry-After in
+// its dialect's shape; once they finish, the budget is whole again and requests are served.
+func TestRequestMemoryBudget(t *testing.T) {
+	s, reg := newTestServer(t, newFakeGen("ok"), func(c *Config) {
+		c.RequestMemoryBytes = 2 * requestCost(-1, c.MaxBodyBytes)
+		c.ReadTimeout = 50 * time.Millisecond // how long the third request waits: no assertion on it
+	})
+	body := `{"model":"` + testModel + `","prompt":"hi","max_tokens":1}`
+	type held struct {
+		w    *io.PipeWriter
+		done chan int
+	}
+	var hold []held
+	for range 2 { // two chunked bodies (no Content-Length): each reserves the largest body's cost
+		pr, pw := io.Pipe()
+		req := httptest.NewRequest(http.MethodPost, "/v1/completions", pr)
+		req.ContentLength = -1
+		req.Header.Set("Content-Type", "application/json")
+		h := held{w: pw, done: make(chan int, 1)}
+		go func() {
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, req)
+			h.done <- rec.Code
+		}()
+		hold = append(hold, h)
+	}
+	for s.reqmem.InUse() != s.reqmem.Capacity() {
+		runtime.Gosched()
+	}
+	for _, path := range []string{"/v1/completions", "/v1/messages"} {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		want503 := http.StatusServiceUnavailable
+		if path == "/v1/messages" {
+			want503 = 529 // Anthropic's overloaded_error
+		}
+		if rec.Code != want503 || rec.Header().Get("Retry-After") == "" {
+			t.Fatalf("%s while the budget is held: %d %q (Retry-After %q)", path, rec.Code, rec.Body, rec.Header().Get("Retry-After"))
+		}
+		want := `"code":"overloaded"`
+		if path == "/v1/messages" {
+			want = `"type":"overloaded_error"`
+		}
+		if !strings.Contains(rec.Body.String(), want) || !strings.Contains(rec.Body.String(), "--request-memory") {
+			t.Fatalf("%s: body %s, want %s and the flag named", path, rec.Body, want)
+		}
+	}
+	if got := testutil.ToFloat64(s.reqmemMetrics.refused); got != 2 {
+		t.Fatalf("refused counter %v, want 2", got)
+	}
+	for _, h := range hold {
+		_, _ = io.WriteString(h.w, body)
+		_ = h.w.Close()
+		if code := <-h.done; code != http.StatusOK {
+			t.Fatalf("held request: %d", code)
+		}
+	}
+	if s.reqmem.InUse() != 0 {
+		t.Fatalf("budget not returned: %d in use", s.reqmem.InUse())
+	}
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(body)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("after release: %d %s", rec.Code, rec.Body)
+	}
+	if n, err := testutil.GatherAndCount(reg, "stockpot_request_memory_bytes", "stockpot_request_memory_capacity_bytes"); err != nil || n != 2 {
+		t.Fatalf("gauges: %d %v", n, err)
+	}
+}
+
+func TestRequestCost(t *testing.T) {
+	for _, c := range []struct{ n, max, want int64 }{
+		{0, 4096, requestBase},
+		{100, 4096, 400 + requestBase},
+		{-1, 4096, 4096*requestExpansion + requestBase},
+		{1 << 30, 4096, 4096*requestExpansion + requestBase}, // a lying Content-Length is cut by MaxBytesReader
+	} {
+		if got := requestCost(c.n, c.max); got != c.want {
+			t.Errorf("requestCost(%d, %d) = %d, want %d", c.n, c.max, got, c.want)
+		}
+	}
+	if _, err := (Config{ModelName: "m", ContextLength: 8, MaxBodyBytes: 1 << 20, RequestMemoryBytes: 1 << 20}).validate(); err == nil {
+		t.Fatal("a budget below one body's cost was accepted")
+	}
+}
