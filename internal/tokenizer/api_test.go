@@ -138,14 +138,7 @@ func TestDigest(t *testing.T) {
 }
 
 func TestPreTokenizerSplits(t *testing.T) {
-	split := func(p preType, s string) string {
-		cpts := decodeCodepoints(s)
-		var parts []string
-		for _, w := range p.preSplit(cpts) {
-			parts = append(parts, string(cpts[w.lo:w.hi]))
-		}
-		return strings.Join(parts, "|")
-	}
+	split := func(p preType, s string) string { return strings.Join(wordTexts(p, s), "|") }
 	cases := []struct {
 		p        preType
 		in, want string

@@ -23,11 +23,7 @@ func TestSplitKimiK2Words(t *testing.T) {
 		{"豈𠀀a", []string{"豈𠀀", "a"}},
 		{"(abc) !!\n\nx  y", []string{"(abc", ")", " !!\n\n", "x", " ", " y"}},
 	} {
-		cpts := []rune(c.in)
-		var got []string
-		for _, w := range preKimiK2.preSplit(cpts) {
-			got = append(got, string(cpts[w.lo:w.hi]))
-		}
+		got := wordTexts(preKimiK2, c.in)
 		if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", c.want) {
 			t.Errorf("%q: have %q, want %q", c.in, got, c.want)
 		}

@@ -1,9 +1,6 @@
 package tokenizer
 
-import (
-	"strings"
-	"sync"
-)
+import "sync"
 
 // tokenBytesBound caches MaxTokenBytes (a pass over the vocabulary and the merges).
 type tokenBytesBound struct {
@@ -62,48 +59,11 @@ func (t *Tokenizer) maxTokenBytes() (int, bool) {
 
 // EncodeLimit is Encode for a caller with a budget: it returns Encode's tokens and true when
 // there are at most limit of them, else nil and false, and stops early on the way. A text
-// sure to be too long by MaxTokenBytes is refused before any tokenizing; otherwise byte-level
-// BPE stops at the first word past the limit and SPM at the first special-token fragment past
-// it. The work is then in proportion to limit, not to the text.
+// sure to be too long by MaxTokenBytes is refused before any tokenizing; otherwise the
+// special-token partition stops past limit special tokens, SPM refuses a fragment and
+// byte-level BPE a word that the same bound says cannot fit before merging it, and BPE
+// stops at the first word past the limit (the pre-tokenizer streams: no word after it is
+// even found). The work is then in proportion to limit, not to the text.
 func (t *Tokenizer) EncodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool) {
-	if per, ok := t.MaxTokenBytes(); ok && (len(text)+per-1)/per > limit {
-		return nil, false
-	}
-	var out []int32
-	if addSpecial && t.addBOS {
-		out = append(out, t.bos)
-	}
-	prevSpecial := true // SPM: the first raw fragment gets the space prefix
-	for _, f := range t.partition(text, parseSpecial) {
-		switch {
-		case f.token != NoToken:
-			out = append(out, f.token)
-			prevSpecial = true
-		case t.kind == KindSPM:
-			s := f.text
-			if t.addSpacePrefix && prevSpecial {
-				s = " " + s
-			}
-			out = t.encodeSPM(strings.ReplaceAll(s, " ", "\u2581"), out)
-			prevSpecial = false
-		case t.kind == KindBPE:
-			cpts := decodeCodepoints(f.text)
-			for _, w := range t.pre.preSplit(cpts) {
-				out = t.mergeWord(byteEncodeWord(cpts[w.lo:w.hi]), out)
-				if len(out) > limit {
-					return nil, false
-				}
-			}
-		}
-		if len(out) > limit {
-			return nil, false
-		}
-	}
-	if addSpecial && t.addEOS {
-		out = append(out, t.eos)
-	}
-	if len(out) > limit {
-		return nil, false
-	}
-	return out, true
+	return t.encode(text, addSpecial, parseSpecial, limit)
 }

@@ -39,10 +39,10 @@ func trainBPE(t testing.TB, corpus string, nMerges int, pre string, specials ...
 		panic("unknown pre " + pre)
 	}
 	counts := map[string]int{}
-	cpts := decodeCodepoints(corpus)
-	for _, w := range pt.preSplit(cpts) {
-		counts[byteEncodeWord(cpts[w.lo:w.hi])]++
-	}
+	pt.words(corpus, func(lo, hi int) bool {
+		counts[string(appendWordBytes(nil, corpus[lo:hi]))]++
+		return true
+	})
 	type word struct {
 		syms []string
 		n    int
