@@ -162,6 +162,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	ecfg.Prefetch = o.prefetch
 	ecfg.PrefetchMaxWait = o.prefetchMaxWait
 	ecfg.PinBudget = o.pinBudget
+	ecfg.PinOwnerBytes = tenantPinOwners(o.tenants) // each tenant's pins: its cache_bytes, and a share of the budget
 	ecfg.StateCheckpointBlocks = o.stateEvery
 	ecfg.Identity = idDigest[:]
 	ecfg.EOG = lf.tok.EOGs()

@@ -67,3 +67,20 @@ func tenantTierQuotas(t *offload.Tiers, set *tenant.Set) {
 		}
 	}
 }
+
+// tenantPinOwners is engine.Config.PinOwnerBytes for the tenants file: each tenant's pins are
+// capped by its device cache_bytes and guaranteed a share of the pin budget (engine pins.go).
+// nil without a file: one budget, first come.
+func tenantPinOwners(set *tenant.Set) []int64 {
+	ts := set.Tenants()
+	if len(ts) == 0 {
+		return nil
+	}
+	out := make([]int64, len(ts))
+	for _, t := range ts {
+		if o := int(t.Owner()); o > 0 && o <= len(out) {
+			out[o-1] = t.Quotas.CacheBytes[kvtier.Device]
+		}
+	}
+	return out
+}

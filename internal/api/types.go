@@ -48,6 +48,11 @@ type CacheUsage struct {
 	// Both are absent when the request asked for no pin.
 	PinnedTokens       *int `json:"pinned_tokens,omitempty"`
 	PinRequestedTokens *int `json:"pin_requested_tokens,omitempty"`
+	// PinLimit says why pinned_tokens is less than pin_requested_tokens when a limit did
+	// it: "pin_budget" (the server's --pin-budget is full), "tenant_quota" (the tenant's pins
+	// hold its cache_bytes quota), "other_tenants_shares" (what is free is other tenants'
+	// guaranteed shares); absent when all was pinned (Stockpot extension).
+	PinLimit string `json:"pin_limit,omitempty"`
 }
 
 // Timings are per-request phase durations in milliseconds (Stockpot extension).

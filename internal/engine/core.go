@@ -154,6 +154,10 @@ type CoreConfig struct {
 	PrefetchMaxWait time.Duration // for PrefetchTimeout
 
 	PinBudget int // the most blocks pins may hold (see pins.go); 0 = no pins
+	// PinOwners divides the pin budget among owners 1..len (tenants, Request.Owner) and the
+	// operator (0): PinOwners[i] caps owner i+1's pinned blocks (0: no cap, < 0: none), and
+	// each owner has a share no other can take (pins.go). nil: one budget for all.
+	PinOwners []int
 
 	// CheckpointEvery, for a hybrid model (Core.states set), keeps the recurrent state at
 	// the end of every CheckpointEvery-th block of a chain (blocks b with (b+1) % N == 0):
@@ -284,7 +288,7 @@ func (c *Core) Stats() CoreStats {
 }
 
 func newCore(cfg CoreConfig, cache blockCache) *Core {
-	return &Core{cfg: cfg, cache: cache, seqs: map[uint64]*seq{}, pins: newPinTable(cfg.PinBudget, cfg.BlockSize),
+	return &Core{cfg: cfg, cache: cache, seqs: map[uint64]*seq{}, pins: newPinTable(cfg.PinBudget, cfg.BlockSize, cfg.PinOwners),
 		orphans: map[uint64][]kvcache.BlockID{}}
 }
 

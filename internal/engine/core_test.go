@@ -25,7 +25,10 @@ import (
 //
 //	new blocks=N [block-size=B] [batch=T] [running=R] [ctx=L] [eog=(…)] [prefix=false]
 //	    [dedup=false] [prefetch=wait|timeout|best-effort] [prefetch-timeout=D] [pin-budget=N]
-//	    [checkpoint=N [checkpoint-budget=K]]
+//	    [pin-owners=(CAP,…)] [checkpoint=N [checkpoint-budget=K]]
+//	                                     pin-owners: CoreConfig.PinOwners (owner i+1's cap in
+//	                                     blocks, 0 none); the owners' pin use then prints after
+//	                                     each command as pin-use=USE/SHARE,… from owner 0
 //	                                     checkpoint: a hybrid model, its recurrent state kept
 //	                                     at every N-th block end (a fake stateIndex of at most
 //	                                     K checkpoints); plans print their checkpoints (ckpt=),
@@ -33,7 +36,7 @@ import (
 //	add id=I tokens=(…) [max=N] [stop=(…)] [ignore-eos] [salt=S] [allow=TOK done-after=K]
 //	    [pin=(TOKENS:TTL,…)] [strict] [max-offload=N]
 //	                                     (a done request prints its pins as
-//	                                     pinned/requested@TTL+created)
+//	                                     pinned/requested@TTL+created [refused] [limit=WHY])
 //	                                     Core.Add at the current time; allow: a constraint that
 //	                                     allows only TOK and is done after K of them; pin: the
 //	                                     request's PinSpecs; strict: PinStrict, reserved first
@@ -196,6 +199,7 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			Dedup:          argOr(t, d, "dedup", true),
 			EOG:            tokenList(t, d, "eog"),
 			PinBudget:      argOr(t, d, "pin-budget", 0),
+			PinOwners:      intList(tokenList(t, d, "pin-owners")),
 			BlockBytes:     int64(argOr(t, d, "block-bytes", 0)),
 		}
 		switch p := argOr(t, d, "prefetch", "wait"); p {
@@ -474,6 +478,9 @@ func (s *coreScenario) printReady() {
 					if p.Refused {
 						refused = " refused"
 					}
+					if p.Limit != "" {
+						refused += " limit=" + p.Limit
+					}
 					s.printf(" %d/%d@%v+%d%s", p.Pinned, p.Requested, p.TTL, p.Created, refused)
 				}
 				s.printf("\n")
@@ -503,6 +510,9 @@ func TestCoreScripts(t *testing.T) {
 				if err := s.cache.CheckInvariants(); err != nil {
 					t.Fatalf("%s: %v", d.Pos, err)
 				}
+				if err := s.core.pins.checkOwners(); err != nil {
+					t.Fatalf("%s: %v", d.Pos, err)
+				}
 				if s.core.Idle() {
 					// Only pins and reservations whose prefetch is still running may outlive
 					// their request.
@@ -515,6 +525,16 @@ func TestCoreScripts(t *testing.T) {
 				pinned := ""
 				if n := s.core.PinnedBlocks(); n > 0 {
 					pinned = fmt.Sprintf(" pinned=%d", n)
+				}
+				if len(s.core.cfg.PinOwners) > 0 {
+					use, share := s.core.PinOwnerUse()
+					pinned += " pin-use="
+					for o := range use {
+						if o > 0 {
+							pinned += ","
+						}
+						pinned += fmt.Sprintf("%d/%d", use[o], share[o])
+					}
 				}
 				s.printf("running=%d waiting=%d | blocks free=%d used=%d cached=%d%s\n", r, w, st.Free, st.Referenced, st.Cached, pinned)
 			}

@@ -72,6 +72,12 @@ type Config struct {
 	// rounded down to whole blocks. 0 = half the pool; < 0 = no pins (every pin is refused).
 	// Past it a pin is partial, or refused for Request.PinStrict (see pins.go).
 	PinBudget int64
+	// PinOwnerBytes divides the pin budget among tenants: entry i is for Request.Owner i+1
+	// (tenant.Tenant.Owner), the most bytes of pinned blocks it may hold (its cache_bytes
+	// quota for the device; 0: no cap), and every tenant, with the operator's pins (owner 0)
+	// as one more, is guaranteed min(cap, budget/(tenants+1)) that no other's pins can take
+	// (pins.go). nil: one budget for all, first come.
+	PinOwnerBytes []int64
 	// OnPins, when set, receives the pin events (created, refreshed, removed) on the runner
 	// goroutine after each step, as OnBlockEvents does: kv[i] is the K/V of evs[i].Block for a
 	// PinCreated event (nil for the others); the slices, tokens and bytes are valid only
@@ -243,6 +249,14 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	case cfg.PinBudget > 0:
 		pinBlocks = int(min(cfg.PinBudget/layout.BlockBytes(), int64(arena.NumBlocks())))
 	}
+	var pinOwners []int
+	for _, b := range cfg.PinOwnerBytes {
+		n := int(min(b/layout.BlockBytes(), int64(arena.NumBlocks())))
+		if b > 0 && n == 0 {
+			n = -1 // a cap under one block allows none (0 would be no cap)
+		}
+		pinOwners = append(pinOwners, n)
+	}
 	states := newSeqStates(m)
 	e := &Engine{
 		cfg: cfg, model: m, arena: arena, cache: pc, states: states,
@@ -256,7 +270,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		MaxBatchTokens: cfg.MaxBatchTokens, MaxRunning: cfg.MaxRunning,
 		PrefixCache: cfg.PrefixCache, Dedup: cfg.Dedup, EOG: cfg.EOG,
 		Prefetch: cfg.Prefetch, PrefetchMaxWait: cfg.PrefetchMaxWait,
-		PinBudget: pinBlocks, CheckpointEvery: cfg.StateCheckpointBlocks, StateBytes: mc.StateBytes(), BlockBytes: layout.BlockBytes(),
+		PinBudget: pinBlocks, PinOwners: pinOwners, CheckpointEvery: cfg.StateCheckpointBlocks, StateBytes: mc.StateBytes(), BlockBytes: layout.BlockBytes(),
 	}, cacheAdapter{pc})
 	if e.ckpts != nil {
 		e.core.states = e.ckpts

@@ -25,9 +25,26 @@ import (
 //
 // Budget: pins hold at most budget blocks in all. A pin whose blocks do not all fit is
 // partial: its leading blocks up to the budget (a prefix, so what is held is reachable),
-// reported in Usage.Pins. A strict request reserves its new blocks when it is queued
-// (Engine.Generate, on the runner) and is refused with ErrPinBudget if they do not fit, so a
-// strict pin is never partial for want of budget.
+// reported in Usage.Pins with the limit that stopped it (PinResult.Limit). A strict request
+// reserves its new blocks when it is queued (Engine.Generate, on the runner) and is refused
+// with ErrPinBudget if they do not fit, so a strict pin is never partial for want of budget.
+//
+// Owners (CoreConfig.PinOwners: the tenants of a tenants file): each pinned or reserved block
+// is charged to the owner of the request that pinned it first (Request.Owner; 0 is the
+// operator's: public prefixes, prewarms for no tenant). Owner o >= 1 may hold at most
+// limit[o] blocks (its cache_bytes quota), and every owner, 0 included, is guaranteed
+// share[o] = min(limit[o], budget / (owners + 1)) blocks that no other owner's pins can take.
+// The table keeps
+//
+//	held = Σ_o max(use[o], share[o]) <= budget      (use: pinned + reserved blocks of o)
+//
+// and admits one more block of owner o when use[o] < limit[o] and either use[o] < share[o]
+// (within its share: held does not grow) or held < budget (borrowing what no share holds).
+// So a tenant that pins all it can still leaves every other tenant its share, and what the
+// caps leave of the budget is borrowed first come. A share is held, not lent: an idle
+// tenant's share stays free (lending it would mean taking pins back from the borrower, which
+// a client told "pinned for 24h" would not expect). Without owners there is one share, the
+// whole budget: the table behaves as a plain budget.
 //
 // Events: each pin created, upgraded to a longer TTL, refreshed (at most once per
 // pinRefreshEvery of its TTL, so a hot prefix does not flood the tiers) or unpinned is
@@ -98,9 +115,21 @@ type KnownPin struct {
 // refresh per few seconds of a 5-minute TTL, not one per request.
 const pinRefreshEvery = 16
 
+// Why a pin holds less than it asked (PinResult.Limit, usage.cache.pin_limit, the
+// stockpot_tenant_pins_limited_total reason label).
+const (
+	// PinLimitBudget: the pin budget is full (--pin-budget).
+	PinLimitBudget = "pin_budget"
+	// PinLimitTenantQuota: the request's tenant holds all its cache_bytes quota allows.
+	PinLimitTenantQuota = "tenant_quota"
+	// PinLimitOtherShares: what the budget has free is other tenants' guaranteed shares.
+	PinLimitOtherShares = "other_tenants_shares"
+)
+
 // pinEntry is one pinned block. The table holds one reference on block.
 type pinEntry struct {
 	root, hash, parent prefix.Hash
+	owner              uint16 // charged for the block (the request that pinned it first)
 	depth              int
 	tokens             []int32 // the block's tokens (a view of the pinning request's prompt)
 	block              kvcache.BlockID
@@ -114,21 +143,90 @@ type pinTable struct {
 	budget     int // most blocks pinned + reserved
 	blockSize  int
 	entries    map[prefix.Hash]*pinEntry
-	reserved   map[uint64]int // strict requests' reserved blocks, by seq id
-	reservedN  int            // sum of reserved
+	reserved   map[uint64]pinReservation // strict requests' reserved blocks, by seq id
+	reservedN  int                       // sum of reserved
 	known      map[prefix.Hash]KnownPin
 	events     []PinEvent
 	nextExpiry time.Time // earliest expiry among entries (zero when none); a lower bound
+
+	// Owners (see the type's doc above): limit and share by owner (index 0 the operator's),
+	// use the blocks each holds pinned or reserved, held = Σ max(use, share) <= budget.
+	// Owners past len(limit) (none configured, or a number the table does not know) are
+	// charged as owner 0.
+	limit, share, use []int
+	held              int
 }
 
-func newPinTable(budget, blockSize int) *pinTable {
-	return &pinTable{budget: max(budget, 0), blockSize: blockSize,
-		entries: map[prefix.Hash]*pinEntry{}, reserved: map[uint64]int{}, known: map[prefix.Hash]KnownPin{}}
+// pinReservation is what a strict request reserved, and for whom.
+type pinReservation struct {
+	n     int
+	owner uint16
 }
 
-// free is how many more blocks pins may take, not counting reservations other than id's.
-func (p *pinTable) free(id uint64) int {
-	return p.budget - len(p.entries) - p.reservedN + p.reserved[id]
+// newPinTable returns a table of budget blocks shared by len(limits) owners (1..len) and the
+// operator (0); limits[i] caps owner i+1's blocks (0: the budget; < 0: no block).
+func newPinTable(budget, blockSize int, limits []int) *pinTable {
+	p := &pinTable{budget: max(budget, 0), blockSize: blockSize,
+		entries: map[prefix.Hash]*pinEntry{}, reserved: map[uint64]pinReservation{}, known: map[prefix.Hash]KnownPin{}}
+	n := len(limits) + 1
+	p.limit, p.share, p.use = make([]int, n), make([]int, n), make([]int, n)
+	for o := range n {
+		p.limit[o] = p.budget
+		if o > 0 && limits[o-1] != 0 {
+			p.limit[o] = min(max(limits[o-1], 0), p.budget)
+		}
+		p.share[o] = min(p.limit[o], p.budget/n)
+		p.held += p.share[o]
+	}
+	return p
+}
+
+// slot is the table's index for owner o.
+func (p *pinTable) slot(o uint16) int {
+	if int(o) >= len(p.use) {
+		return 0
+	}
+	return int(o)
+}
+
+// charge adds d blocks (d < 0: gives them back) to owner o's use, keeping held.
+func (p *pinTable) charge(o uint16, d int) {
+	i := p.slot(o)
+	p.held -= max(p.use[i], p.share[i])
+	p.use[i] += d
+	p.held += max(p.use[i], p.share[i])
+}
+
+// room is why owner o may not take n more blocks now ("" when it may).
+func (p *pinTable) room(o uint16, n int) string {
+	if n <= 0 {
+		return ""
+	}
+	i := p.slot(o)
+	u := p.use[i]
+	switch {
+	case u+n > p.limit[i] && p.limit[i] < p.budget:
+		return PinLimitTenantQuota
+	case p.held-max(u, p.share[i])+max(u+n, p.share[i]) <= p.budget:
+		return ""
+	case len(p.entries)+p.reservedN+n <= p.budget:
+		return PinLimitOtherShares // the blocks are free, but held for other owners' shares
+	}
+	return PinLimitBudget
+}
+
+// free is how many more blocks owner o may pin now (for messages).
+func (p *pinTable) free(o uint16) int {
+	lo, hi := 0, p.budget
+	for lo < hi { // the largest n with room(o, n) == ""
+		mid := (lo + hi + 1) / 2
+		if p.room(o, mid) == "" {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return lo
 }
 
 // pinBlocks is how many leading blocks of a prompt of n tokens spec pins.
@@ -149,18 +247,44 @@ func (p *pinTable) reserve(id uint64, req *Request, hashes []prefix.Hash) error 
 			need++
 		}
 	}
-	if need > p.free(id) {
-		return fmt.Errorf("%w: %d new blocks (%d tokens) to pin, %d of the pin budget's %d blocks free",
-			ErrPinBudget, need, need*p.blockSize, max(p.free(id), 0), p.budget)
-	}
+	old, had := p.reserved[id]
 	p.unreserve(id)
-	p.reserved[id] = need
-	p.reservedN += need
+	if why := p.room(req.Owner, need); why != "" {
+		free := p.free(req.Owner)
+		if had {
+			p.reserveFor(id, old)
+		}
+		return fmt.Errorf("%w: %d new blocks (%d tokens) to pin, %d free to this request of the pin budget's %d blocks (%s)",
+			ErrPinBudget, need, need*p.blockSize, free, p.budget, pinLimitText(why))
+	}
+	p.reserveFor(id, pinReservation{n: need, owner: req.Owner})
 	return nil
 }
 
+// pinLimitText says what a PinResult.Limit means, for an error message.
+func pinLimitText(why string) string {
+	switch why {
+	case PinLimitTenantQuota:
+		return "the tenant's pins are at its cache_bytes quota"
+	case PinLimitOtherShares:
+		return "what is free is held for other tenants' shares"
+	}
+	return "the pin budget is full"
+}
+
+func (p *pinTable) reserveFor(id uint64, r pinReservation) {
+	p.reserved[id] = r
+	p.reservedN += r.n
+	p.charge(r.owner, r.n)
+}
+
 func (p *pinTable) unreserve(id uint64) {
-	p.reservedN -= p.reserved[id]
+	r, ok := p.reserved[id]
+	if !ok {
+		return
+	}
+	p.reservedN -= r.n
+	p.charge(r.owner, -r.n)
 	delete(p.reserved, id)
 }
 
@@ -176,9 +300,8 @@ func (p *pinTable) pinSeq(c blockCache, s *seq, now time.Time) []PinResult {
 		res[i] = PinResult{TTL: ps.TTL, Requested: n * p.blockSize}
 		want = max(want, n)
 	}
-	avail := p.free(s.id)
-	p.unreserve(s.id)
-	got := 0
+	p.unreserve(s.id) // a strict request's blocks are its own again: room admits them below
+	got, limit := 0, ""
 	reused := s.usage.CachedTokens() / p.blockSize // leading blocks this request did not compute
 	var created []int                              // indexes of the blocks newly pinned and computed here
 	for bi := 0; bi < want && bi < len(s.hashes) && bi < len(s.blocks); bi++ {
@@ -195,16 +318,15 @@ func (p *pinTable) pinSeq(c blockCache, s *seq, now time.Time) []PinResult {
 		if e, ok := p.entries[h]; ok {
 			p.extend(e, ttl, now)
 		} else {
-			if avail <= 0 {
+			if limit = p.room(req.Owner, 1); limit != "" {
 				break
 			}
-			avail--
 			parent := s.root
 			if bi > 0 {
 				parent = s.hashes[bi-1]
 			}
 			B := p.blockSize
-			p.add(c, &pinEntry{root: s.root, hash: h, parent: parent, depth: bi,
+			p.add(c, &pinEntry{root: s.root, hash: h, parent: parent, owner: req.Owner, depth: bi,
 				tokens: s.tokens[bi*B : (bi+1)*B : (bi+1)*B], block: b, ttl: ttl, expires: now.Add(ttl)})
 			if bi >= reused {
 				created = append(created, bi)
@@ -215,6 +337,9 @@ func (p *pinTable) pinSeq(c blockCache, s *seq, now time.Time) []PinResult {
 	for i := range res {
 		res[i].Pinned = min(res[i].Requested, got*p.blockSize)
 		res[i].Refused = res[i].Requested > 0 && res[i].Pinned == 0
+		if res[i].Pinned < res[i].Requested {
+			res[i].Limit = limit
+		}
 		for _, bi := range created {
 			if (bi+1)*p.blockSize <= res[i].Pinned {
 				res[i].Created += p.blockSize
@@ -228,6 +353,7 @@ func (p *pinTable) pinSeq(c blockCache, s *seq, now time.Time) []PinResult {
 func (p *pinTable) add(c blockCache, e *pinEntry) {
 	c.ref(e.block)
 	p.entries[e.hash] = e
+	p.charge(e.owner, 1)
 	e.notified = e.expires
 	p.noteExpiry(e.expires)
 	p.queue(PinCreated, e)
@@ -279,7 +405,7 @@ func (p *pinTable) adopt(c blockCache, s *seq, bi int, now time.Time) {
 		return
 	}
 	delete(p.known, h)
-	if _, pinned := p.entries[h]; pinned || !k.Expires.After(now) || p.free(0) <= 0 || !c.holds(h, s.blocks[bi]) {
+	if _, pinned := p.entries[h]; pinned || !k.Expires.After(now) || p.room(s.req.Owner, 1) != "" || !c.holds(h, s.blocks[bi]) {
 		return
 	}
 	parent := s.root
@@ -287,10 +413,11 @@ func (p *pinTable) adopt(c blockCache, s *seq, bi int, now time.Time) {
 		parent = s.hashes[bi-1]
 	}
 	B := p.blockSize
-	e := &pinEntry{root: s.root, hash: h, parent: parent, depth: bi,
+	e := &pinEntry{root: s.root, hash: h, parent: parent, owner: s.req.Owner, depth: bi,
 		tokens: s.tokens[bi*B : (bi+1)*B : (bi+1)*B], block: s.blocks[bi], ttl: k.TTL, expires: k.Expires}
 	c.ref(e.block)
 	p.entries[h] = e
+	p.charge(e.owner, 1)
 	e.notified = e.expires // the tiers hold it pinned already
 	p.noteExpiry(e.expires)
 }
@@ -388,6 +515,7 @@ func (p *pinTable) drop(c blockCache, gone []*pinEntry, events bool) {
 	blocks := make([]kvcache.BlockID, len(gone))
 	for i, e := range gone {
 		blocks[i] = e.block
+		p.charge(e.owner, -1)
 		if events {
 			p.queue(PinRemoved, e)
 		}
@@ -506,3 +634,32 @@ func (c *Core) PinnedBlocks() int { return len(c.pins.entries) }
 
 // HasPins reports whether any pin is held (the runner then sweeps while idle).
 func (c *Core) HasPins() bool { return len(c.pins.entries) > 0 }
+
+// checkOwners recomputes the owners' accounting from the entries and reservations and
+// reports where it differs from the kept one, or where held is over the budget (tests).
+func (p *pinTable) checkOwners() error {
+	use := make([]int, len(p.use))
+	for _, e := range p.entries {
+		use[p.slot(e.owner)]++
+	}
+	for _, r := range p.reserved {
+		use[p.slot(r.owner)] += r.n
+	}
+	held := 0
+	for o := range use {
+		held += max(use[o], p.share[o])
+		if use[o] != p.use[o] {
+			return fmt.Errorf("pins: owner %d uses %d blocks, the table says %d", o, use[o], p.use[o])
+		}
+	}
+	if held != p.held || held > p.budget {
+		return fmt.Errorf("pins: held %d (the table says %d), budget %d", held, p.held, p.budget)
+	}
+	return nil
+}
+
+// PinOwnerUse is how many blocks each owner's pins hold or reserve, by owner number (index 0:
+// the operator's, and owners the table does not know), and the share each is guaranteed.
+func (c *Core) PinOwnerUse() (use, share []int) {
+	return slices.Clone(c.pins.use), slices.Clone(c.pins.share)
+}

@@ -82,12 +82,16 @@ type PinSpec struct {
 // budget ran out, or when a block could not be cached). Created counts the pinned tokens this
 // request both computed (or restored: not reused from the pool) and pinned first: Anthropic's
 // cache writes. Refused is set when nothing could be pinned although something was asked.
+// Limit says why Pinned is less than Requested when a limit did it (PinLimitBudget,
+// PinLimitTenantQuota, PinLimitOtherShares); "" when all was pinned, or a block could not be
+// cached.
 type PinResult struct {
 	TTL       time.Duration
 	Requested int
 	Pinned    int
 	Created   int
 	Refused   bool
+	Limit     string
 }
 
 // TokenLogprob is a token id with its log-probability under the model (before sampling filters).

@@ -15,6 +15,7 @@ import (
 	"stockpot/internal/engine"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
+	"stockpot/internal/tenant"
 )
 
 // The cache admin API: POST /v1/cache/prewarm, GET /v1/cache, DELETE /v1/cache.
@@ -99,10 +100,11 @@ func (s *Server) adminAllowed(w http.ResponseWriter, r *http.Request) bool {
 type PrewarmResponse struct {
 	Object         string `json:"object"` // "cache.prewarm"
 	PromptTokens   int    `json:"prompt_tokens"`
-	CachedTokens   int    `json:"cached_tokens"`   // found cached (any tier)
-	ComputedTokens int    `json:"computed_tokens"` // prefilled by this call
-	Blocks         int    `json:"blocks"`          // full blocks of the prompt now in the pool
-	PinnedTokens   int    `json:"pinned_tokens"`   // held by the pin ("pin"), whole blocks; less than asked when over the pin budget
+	CachedTokens   int    `json:"cached_tokens"`       // found cached (any tier)
+	ComputedTokens int    `json:"computed_tokens"`     // prefilled by this call
+	Blocks         int    `json:"blocks"`              // full blocks of the prompt now in the pool
+	PinnedTokens   int    `json:"pinned_tokens"`       // held by the pin ("pin"), whole blocks; less than asked when over the pin budget
+	PinLimit       string `json:"pin_limit,omitempty"` // why pinned_tokens is less than asked (usage.cache.pin_limit's values)
 }
 
 func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
@@ -161,6 +163,13 @@ func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
 		ComputedTokens: u.ComputedTokens, Blocks: len(prompt) / s.cfg.BlockSize}
 	for _, p := range u.Pins {
 		out.PinnedTokens = max(out.PinnedTokens, p.Pinned)
+	}
+	if out.PinLimit = pinLimit(u.Pins); out.PinLimit != "" {
+		name := ereq.Tenant
+		if name == "" {
+			name = tenant.DefaultName
+		}
+		s.tenantMetrics.pinsLimited.WithLabelValues(name, out.PinLimit).Inc()
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -67,6 +67,18 @@ func commonPrefix(a, b []int32) int {
 	return n
 }
 
+// pinLimit is why the longest of a request's pins holds less than it asked ("" when it holds
+// all, or no limit was the cause): engine.PinLimit*.
+func pinLimit(pins []engine.PinResult) string {
+	why, longest := "", -1
+	for _, p := range pins {
+		if p.Requested > longest {
+			why, longest = p.Limit, p.Requested
+		}
+	}
+	return why
+}
+
 // pinTotals is what a request's pins hold: the longest pin's pinned and requested tokens
 // (pins are prefixes of one prompt, so the longest covers the others).
 func pinTotals(pins []engine.PinResult) (pinned, requested int) {
@@ -87,6 +99,7 @@ func cacheUsage(u engine.Usage) api.CacheUsage {
 	if len(u.Pins) > 0 {
 		pinned, requested := pinTotals(u.Pins)
 		c.PinnedTokens, c.PinRequestedTokens = &pinned, &requested
+		c.PinLimit = pinLimit(u.Pins)
 	}
 	c.Miss = missReport(u) // miss.go: when the request set cache_report
 	return c

@@ -147,6 +147,9 @@ type tenantMetrics struct {
 	tokens   *prometheus.CounterVec // stockpot_tenant_prompt_tokens_total{tenant,source="reused|computed"}
 	rejected *prometheus.CounterVec // stockpot_tenant_quota_rejections_total{tenant,quota}
 	cross    *prometheus.CounterVec // stockpot_tenant_cross_reuse_tokens_total{tenant}
+	// stockpot_tenant_pins_limited_total{tenant,reason}: requests whose pin held less than
+	// asked, by the limit (engine.PinLimit*).
+	pinsLimited *prometheus.CounterVec
 }
 
 func newTenantMetrics(reg prometheus.Registerer) (*tenantMetrics, error) {
@@ -163,8 +166,11 @@ func newTenantMetrics(reg prometheus.Registerer) (*tenantMetrics, error) {
 		cross: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "stockpot_tenant_cross_reuse_tokens_total", Help: "Prompt tokens a tenant reused from blocks another tenant's request committed to the working pool (only public blocks can be: the audit of isolation)."},
 			[]string{"tenant"}),
+		pinsLimited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockpot_tenant_pins_limited_total", Help: "Requests (and prewarms) whose pin held less than asked, by tenant and the limit: pin_budget, tenant_quota (its cache_bytes), other_tenants_shares (what was free is other tenants' guaranteed shares)."},
+			[]string{"tenant", "reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.tokens, m.rejected, m.cross} {
+	for _, c := range []prometheus.Collector{m.requests, m.tokens, m.rejected, m.cross, m.pinsLimited} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -183,6 +189,9 @@ func (m *tenantMetrics) observe(t *tenant.Tenant, res *genResult, err error) {
 		if n := res.usage.CrossTenantTokens; n > 0 {
 			m.cross.WithLabelValues(name).Add(float64(n))
 		}
+		if why := pinLimit(res.usage.Pins); why != "" {
+			m.pinsLimited.WithLabelValues(name, why).Inc()
+		}
 	case errors.Is(err, errClientGone):
 		m.requests.WithLabelValues(name, "499").Inc()
 	default:
@@ -198,7 +207,7 @@ func tenantRequest(t *tenant.Tenant, req *engine.Request) {
 	if t != nil {
 		req.Tenant = t.Name
 		req.PublicReads = t.PublicReads && t.Namespace != ""
-		req.Owner, req.DeviceQuotaBytes = t.Owner(), t.Quotas.CacheBytes[kvtier.Device]
+		req.Owner, req.DeviceQuotaBytes = t.Owner(), t.Quotas.CacheBytes[kvtier.Device] // and its pins' cap and share (the engine's PinOwnerBytes)
 	}
 }
 
