@@ -30,6 +30,9 @@ type chatPlan struct {
 	// forcedCalls: the output is constrained to calls (tool_choice required or named), so
 	// text the parser leaves over can only be a call cut short by max_tokens, never content.
 	forcedCalls bool
+	// callsBefore is the family's markup ahead of forced calls (toolcall.Frame), where a
+	// forced answer's text starts (cutCalls).
+	callsBefore string
 	reasoning   bool // the template knows think blocks
 	// controlText: the model's control tokens reach the parser as text (genSpec.controlText),
 	// since calls are parsed or the family's reasoning markup is made of them.
@@ -112,7 +115,7 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 			return n, nil
 		}
 	case req.ParsedToolChoice.Mode == api.ToolChoiceRequired || req.ParsedToolChoice.Mode == api.ToolChoiceFunction:
-		plan.forcedCalls = true
+		plan.forcedCalls, plan.callsBefore = true, frame.CallsBefore
 		var b strings.Builder
 		fmt.Fprintf(&b, "%v", req.ParallelCalls())
 		for _, t := range req.ParsedTools {

@@ -3,6 +3,7 @@ package server
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"stockpot/internal/api"
@@ -164,8 +165,12 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 		parser = toolcall.NewParser(c.plan.outputFamily(), c.plan.opts)
 	}
 	calls := 0
+	var forced strings.Builder // a forced answer's text, for the call a cut leaves (cutDeltas)
 	res, err := c.s.generate(r.Context(), spec, started, func(text string, toks []genToken) error {
 		if parser != nil {
+			if c.plan.forcedCalls {
+				forced.WriteString(text)
+			}
 			ds := parser.Feed(text)
 			if c.plan.forcedCalls {
 				ds = withoutContent(ds) // constrained to calls: any content is a call not yet whole
@@ -184,6 +189,7 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 		rest := parser.Finish()
 		if c.plan.forcedCalls {
 			rest = withoutContent(rest) // a call cut short: not content, and not a call
+			rest = append(rest, c.plan.cutDeltas(forced.String(), res.finish, calls, rest)...)
 		}
 		n, serr := c.sendDeltas(sse, rest, nil)
 		calls += n
@@ -236,7 +242,10 @@ func (c *chatWriter) message(text, finish string) (api.ChatMessage, string) {
 	}
 	r := toolcall.Parse(c.plan.outputFamily(), text, c.plan.opts)
 	if c.plan.forcedCalls {
-		r.Content = "" // a call cut short (finish "length"): not content, and not a call
+		// A forced answer cut short (finish "length") has no content: its text is the call
+		// it was writing, which goes out as far as it got (cutcall.go).
+		r.Content = ""
+		r.Calls = c.plan.withCutCalls(r.Calls, text, finish)
 	}
 	m := api.ChatMessage{Role: "assistant"}
 	if r.Content != "" || len(r.Calls) == 0 {

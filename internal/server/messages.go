@@ -103,13 +103,15 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-// toolInput is a call's arguments as a JSON object (an empty one when they are not).
+// toolInput is a call's arguments as a JSON object. Arguments cut short by max_tokens give
+// the members that were whole, as Anthropic's tool_use input (cutcall.go); arguments that
+// are no object give an empty one.
 func toolInput(args string) string {
 	a := strings.TrimSpace(args)
-	if a == "" || a[0] != '{' || !json.Valid([]byte(a)) {
-		return "{}"
+	if a != "" && a[0] == '{' && json.Valid([]byte(a)) {
+		return a
 	}
-	return a
+	return toolcall.WholeMembers(a)
 }
 
 // messagesWriter writes one /v1/messages answer.
@@ -319,9 +321,13 @@ func (m *messagesWriter) stream(w http.ResponseWriter, r *http.Request) (*genRes
 		parser = toolcall.NewParser(m.plan.outputFamily(), m.plan.opts)
 	}
 	blocks := &blockStream{sse: sse}
+	var forced strings.Builder // a forced answer's text, for the call a cut leaves (cutDeltas)
 	res, err := m.s.generate(r.Context(), m.spec, started, func(text string, _ []genToken) error {
 		if parser == nil {
 			return blocks.text(text)
+		}
+		if m.plan.forcedCalls {
+			forced.WriteString(text)
 		}
 		ds := parser.Feed(text)
 		if m.plan.forcedCalls {
@@ -333,6 +339,7 @@ func (m *messagesWriter) stream(w http.ResponseWriter, r *http.Request) (*genRes
 		rest := parser.Finish()
 		if m.plan.forcedCalls {
 			rest = withoutContent(rest)
+			rest = append(rest, m.plan.cutDeltas(forced.String(), res.finish, blocks.calls, rest)...)
 		}
 		if blocks.feed(rest) != nil {
 			return nil, errClientGone

@@ -261,6 +261,11 @@ func (rw *responsesWriter) response(out []api.ResponseItem, finish string, res *
 	if finish == "length" {
 		resp.Status = "incomplete"
 		resp.IncompleteDetails = &api.IncompleteDetails{Reason: "max_output_tokens"}
+		// The item being written when the answer was cut (a message, or a function call
+		// with its arguments so far) is incomplete too, never "completed".
+		if n := len(out); n > 0 && out[n-1].Status == "completed" {
+			out[n-1].Status = "incomplete"
+		}
 	}
 	var text strings.Builder
 	for _, o := range out {
@@ -307,6 +312,7 @@ type streamState struct {
 	out  []api.ResponseItem
 	open string // "", message, reasoning or function_call
 	text strings.Builder
+	cut  bool // the answer was cut (finish "length"): the open item closes incomplete
 }
 
 func (rw *responsesWriter) openItem(st *streamState, it api.ResponseItem) error {
@@ -333,10 +339,14 @@ func (rw *responsesWriter) closeItem(st *streamState) error {
 	i := len(st.out) - 1
 	it := &st.out[i]
 	text := st.text.String()
+	status := "completed"
+	if st.cut {
+		status = "incomplete"
+	}
 	var err error
 	switch st.open {
 	case api.ItemMessage:
-		*it = messageItem(it.ID, text, "completed")
+		*it = messageItem(it.ID, text, status)
 		if err = rw.event("response.output_text.done", map[string]any{"item_id": it.ID, "output_index": i, "content_index": 0, "text": text}); err == nil {
 			err = rw.event("response.content_part.done", map[string]any{"item_id": it.ID, "output_index": i, "content_index": 0, "part": it.Content[0]})
 		}
@@ -344,7 +354,7 @@ func (rw *responsesWriter) closeItem(st *streamState) error {
 		*it = reasoningItem(it.ID, text)
 		err = rw.event("response.reasoning_text.done", map[string]any{"item_id": it.ID, "output_index": i, "content_index": 0, "text": text})
 	case api.ItemFunctionCall:
-		*it = callItem(it.ID, it.CallID, it.Name, text, "completed")
+		*it = callItem(it.ID, it.CallID, it.Name, text, status)
 		err = rw.event("response.function_call_arguments.done", map[string]any{"item_id": it.ID, "output_index": i, "arguments": text})
 	}
 	st.open = ""
@@ -392,6 +402,17 @@ func (rw *responsesWriter) feed(st *streamState, ds []toolcall.Delta) error {
 	return nil
 }
 
+// calls is how many function calls st has streamed.
+func (st *streamState) calls() int {
+	n := 0
+	for _, it := range st.out {
+		if it.Type == api.ItemFunctionCall {
+			n++
+		}
+	}
+	return n
+}
+
 func (rw *responsesWriter) content(st *streamState, text string) error {
 	if st.open != api.ItemMessage {
 		if err := rw.openItem(st, messageItem(newID("msg_"), "", "in_progress")); err != nil {
@@ -419,12 +440,16 @@ func (rw *responsesWriter) stream(w http.ResponseWriter, r *http.Request, spec *
 		parser = toolcall.NewParser(rw.plan.outputFamily(), rw.plan.opts)
 	}
 	st := &streamState{}
+	var forced strings.Builder // a forced answer's text, for the call a cut leaves (cutDeltas)
 	res, err := rw.s.generate(r.Context(), spec, started, func(text string, _ []genToken) error {
 		if parser == nil {
 			if text == "" {
 				return nil
 			}
 			return rw.content(st, text)
+		}
+		if rw.plan.forcedCalls {
+			forced.WriteString(text)
 		}
 		ds := parser.Feed(text)
 		if rw.plan.forcedCalls {
@@ -436,6 +461,7 @@ func (rw *responsesWriter) stream(w http.ResponseWriter, r *http.Request, spec *
 		rest := parser.Finish()
 		if rw.plan.forcedCalls {
 			rest = withoutContent(rest)
+			rest = append(rest, rw.plan.cutDeltas(forced.String(), res.finish, st.calls(), rest)...)
 		}
 		if rw.feed(st, rest) != nil {
 			err = errClientGone
@@ -459,6 +485,7 @@ func (rw *responsesWriter) stream(w http.ResponseWriter, r *http.Request, spec *
 			return nil, nil, errClientGone
 		}
 	}
+	st.cut = res.finish == "length"
 	if err := rw.closeItem(st); err != nil {
 		return nil, nil, errClientGone
 	}

@@ -79,6 +79,10 @@
 // JSON), so that attribute comes first and the schema only where it fails; its attribute
 // values are unescaped (&quot; and &amp;), and a call may instead carry one JSON block.
 //
+// A forced answer (constrained to calls by a grammar written from the family's Envelope)
+// that max_tokens stops is a prefix of that envelope: CutCalls reads the call it was
+// writing, with the arguments so far, which Parse leaves as text (cut.go).
+//
 // Ids are the model's own where it writes one (Kimi's functions.f:0, Mistral's
 // [CALL_ID] and "id"), else Options.NewID's, by default "call_" and 24 random letters.
 //
