@@ -105,3 +105,39 @@ func soakFaultNames() []string {
 	}
 	return names
 }
+
+// runHostile is soak --hostile: soak.RunHostile against one serve started with serveArgs.
+func runHostile(bin, model, dir string, scale float64, jsonOut string, serveArgs []string) error {
+	var err error
+	if bin == "" {
+		if bin, err = os.Executable(); err != nil {
+			return fmt.Errorf("soak: %w", err)
+		}
+	}
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "stockpot-hostile-"); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	fmt.Fprintf(os.Stderr, "soak --hostile: serve %s, scale %g; log in %s\n", strings.Join(serveArgs, " "), scale, dir)
+	rep, err := soak.RunHostile(ctx, soak.HostileConfig{Bin: bin, Model: model, Dir: dir, Args: serveArgs, Scale: scale, Progress: os.Stderr})
+	if err != nil {
+		return fmt.Errorf("soak --hostile: %w", err)
+	}
+	fmt.Print(rep.String())
+	if jsonOut != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := os.WriteFile(jsonOut, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if !rep.OK() {
+		return fmt.Errorf("soak --hostile failed: peak RSS %d bytes against a bound of %d, alive %v %s", rep.PeakRSS, rep.Bound, rep.Alive, rep.AliveDetail)
+	}
+	return nil
+}

@@ -53,6 +53,10 @@ type CacheUsage struct {
 	// hold its cache_bytes quota), "other_tenants_shares" (what is free is other tenants'
 	// guaranteed shares); absent when all was pinned (Stockpot extension).
 	PinLimit string `json:"pin_limit,omitempty"`
+	// StoppedBy says why the server stopped the generation where the finish reason does
+	// not: "kv_pool_exhausted" when the decode outgrew the KV pool (the finish reason is
+	// then "length", or Anthropic's "max_tokens"); absent otherwise (Stockpot extension).
+	StoppedBy string `json:"stopped_by,omitempty"`
 }
 
 // Timings are per-request phase durations in milliseconds (Stockpot extension).

@@ -780,7 +780,8 @@ func (c *Core) Schedule(now time.Time) *Plan {
 					}
 					// s alone holds the whole pool and can never get another block: it has
 					// reached the longest generation this pool allows, as if it were the
-					// context length. Left running, it would wait forever.
+					// context length. Left running, it would wait forever. Its usage says so.
+					s.usage.StoppedBy = StopPoolExhausted
 					c.finish(s, FinishLength, now)
 				}
 				i = -1 // the running list changed; rescan

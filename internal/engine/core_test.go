@@ -459,6 +459,9 @@ func (s *coreScenario) printReady() {
 			if u.CrossTenantTokens > 0 {
 				s.printf("out %d: cross-tenant=%d\n", dl.Seq, u.CrossTenantTokens)
 			}
+			if u.StoppedBy != "" {
+				s.printf("out %d: stopped by %s\n", dl.Seq, u.StoppedBy)
+			}
 			if s.states != nil && (u.DiscardedTokens > 0 || u.Miss != nil && u.Miss.Cause == miss.IncompleteState) {
 				var reasons []string
 				for r, n := range u.DiscardedBy {

@@ -129,3 +129,24 @@ func TestPreemptedConstrainedOutputsUnchanged(t *testing.T) {
 	}
 	t.Logf("%d preemptions", small.Stats().Preemptions)
 }
+
+// TestPoolExhaustedStopSays: a lone decode that outgrows a small pool ends with length, and
+// its usage says the pool stopped it; one stopped by its max_tokens says nothing.
+func TestPoolExhaustedStopSays(t *testing.T) {
+	e := newEngine(t, func(c *engine.Config) { c.KVMemory = 64 * 8192 })
+	st := e.Stats()
+	poolTokens := st.KVBlocksTotal * 16
+	ctx := tinyModel(t).Config().ContextLength
+	if ctx <= poolTokens {
+		t.Fatalf("context %d fits the pool's %d tokens: no decode can outgrow it", ctx, poolTokens)
+	}
+	prompt := seqPrompt(3, 40)
+	r := collect(t, e, engine.Request{Prompt: prompt, MaxTokens: ctx - len(prompt), IgnoreEOS: true})
+	if r.finish != engine.FinishLength || r.usage.StoppedBy != engine.StopPoolExhausted || len(prompt)+len(r.tokens) > poolTokens+1 {
+		t.Errorf("outgrew the pool (%d tokens): finish %q, stopped by %q, %d tokens", poolTokens, r.finish, r.usage.StoppedBy, len(r.tokens))
+	}
+	r = collect(t, e, engine.Request{Prompt: prompt, MaxTokens: 8, IgnoreEOS: true})
+	if r.finish != engine.FinishLength || r.usage.StoppedBy != "" {
+		t.Errorf("max_tokens: finish %q, stopped by %q", r.finish, r.usage.StoppedBy)
+	}
+}

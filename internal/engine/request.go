@@ -132,6 +132,9 @@ type Usage struct {
 	StateBytes int
 	// Pins reports each of Request.Pins (nil when none was asked).
 	Pins []PinResult
+	// StoppedBy says why the engine stopped the generation where FinishReason does not:
+	// StopPoolExhausted, or "" when the request's own limits or tokens ended it.
+	StoppedBy string
 
 	QueueMs   float64
 	RestoreMs float64
@@ -215,6 +218,11 @@ const (
 	FinishLength    = "length"    // max_tokens or the context length
 	FinishCancelled = "cancelled" // the caller's context ended
 )
+
+// StopPoolExhausted is Usage.StoppedBy for a decode that found no free KV block and no
+// other request to preempt: it holds the whole pool, reached the longest generation the
+// pool allows, and finishes with FinishLength (what clients understand).
+const StopPoolExhausted = "kv_pool_exhausted"
 
 // Output is one message on a request's stream. Tokens may be empty on the final message.
 // The final message has Done set, a FinishReason and Usage; the channel is closed after it.

@@ -154,6 +154,7 @@ type fakeGen struct {
 	ids       []int32 // when set, emitted instead of text's ids
 	genErr    error   // returned by Generate
 	streamErr error   // sent as Output.Err after the text
+	stoppedBy string  // Usage.StoppedBy of a generation that ends with length
 
 	mu        sync.Mutex
 	reqs      []engine.Request
@@ -210,6 +211,9 @@ func (g *fakeGen) Generate(ctx context.Context, req *engine.Request) (<-chan eng
 		emitted := 0
 		finish := func(reason string) {
 			u.CompletionTokens = emitted
+			if reason == engine.FinishLength {
+				u.StoppedBy = g.stoppedBy
+			}
 			ch <- engine.Output{Done: true, FinishReason: reason, Usage: &u}
 		}
 		for i := 0; ; {

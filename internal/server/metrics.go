@@ -42,6 +42,7 @@ type metrics struct {
 	tpot         prometheus.Histogram
 	e2e          prometheus.Histogram
 	requests     *prometheus.CounterVec // {status}
+	stopped      *prometheus.CounterVec // {reason}: generations the server stopped (Usage.StoppedBy)
 	keyed        prometheus.Counter     // requests carrying prompt_cache_key
 	window       *hitWindow
 	byHit        hitHistograms
@@ -83,6 +84,10 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 			Name: "stockpot_requests_total",
 			Help: "Generation requests by HTTP status (499: the client went away).",
 		}, []string{"status"}),
+		stopped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockpot_requests_stopped_total",
+			Help: "Generations the server stopped on its own, by reason (kv_pool_exhausted: the decode outgrew the KV pool; its finish reason is length).",
+		}, []string{"reason"}),
 		keyed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stockpot_prompt_cache_key_requests_total",
 			Help: "Generation requests that carried prompt_cache_key (the router's affinity key; per-key counts live on the router).",
@@ -96,12 +101,13 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 	for t := range kvtier.Tier(kvtier.Count) {
 		m.hits.WithLabelValues(t.String())
 	}
+	m.stopped.WithLabelValues(engine.StopPoolExhausted)
 	hitRate := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "stockpot_prefix_cache_hit_rate",
 		Help: "Prefix-cache hit rate (hit tokens / queried tokens) over a sliding window of recent requests; NaN with no queries.",
 	}, m.window.rate)
 	for _, c := range []prometheus.Collector{m.promptTokens, m.queries, m.hits, m.discarded, m.generated,
-		m.ttft, m.tpot, m.e2e, m.requests, m.keyed, hitRate, &engineCollector{gen: gen, tiers: cfg.TierStats},
+		m.ttft, m.tpot, m.e2e, m.requests, m.stopped, m.keyed, hitRate, &engineCollector{gen: gen, tiers: cfg.TierStats},
 		m.byHit.ttft, m.byHit.tpot, evidenceCollector{gen}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -122,6 +128,9 @@ func (m *metrics) observe(u engine.Usage, e2e time.Duration) {
 	}
 	m.discarded.Add(float64(u.DiscardedTokens))
 	m.generated.Add(float64(u.CompletionTokens))
+	if u.StoppedBy != "" {
+		m.stopped.WithLabelValues(u.StoppedBy).Inc()
+	}
 	m.window.add(u.PromptTokens, u.CachedTokens())
 	if u.CompletionTokens > 0 {
 		m.ttft.Observe(u.TTFTMs / 1000)

@@ -94,7 +94,7 @@ func cacheUsage(u engine.Usage) api.CacheUsage {
 	c := api.CacheUsage{
 		DeviceTokens: u.DeviceTokens, HostTokens: u.HostTokens, DiskTokens: u.DiskTokens,
 		RemoteTokens: u.RemoteTokens, ComputedTokens: u.ComputedTokens, DiscardedTokens: u.DiscardedTokens,
-		StateBytes: u.StateBytes,
+		StateBytes: u.StateBytes, StoppedBy: u.StoppedBy,
 	}
 	if len(u.Pins) > 0 {
 		pinned, requested := pinTotals(u.Pins)
