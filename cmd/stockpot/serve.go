@@ -63,6 +63,7 @@ type serveOptions struct {
 	idleTimeout          time.Duration  // keep-alive connections; 0 = server default
 	maxConns             int            // 0 = server default
 	responsesStoreBytes  int64          // server.Config.ResponsesStoreBytes: 0 = server default, < 0 = none
+	maxConnsPerClient    int            // server.Config.MaxConnectionsPerClient: 0 = server default
 	tiers                offload.Config // lower tiers; Identity and Layout are filled from the model
 	prefetch             engine.PrefetchPolicy
 	prefetchMaxWait      time.Duration // 0 = the engine's default
@@ -249,6 +250,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	scfg.IdleTimeout = o.idleTimeout
 	scfg.MaxConnections = o.maxConns
 	scfg.ResponsesStoreBytes = o.responsesStoreBytes
+	scfg.MaxConnectionsPerClient = o.maxConnsPerClient
 	scfg.Logger = o.logger
 	if in.tiers != nil {
 		scfg.TierStats = in.tiers.Stats
@@ -299,6 +301,7 @@ func cmdServe(args []string) error {
 	readTimeout := fs.Duration("read-timeout", sd.ReadTimeout, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
 	idleTimeout := fs.Duration("idle-timeout", sd.IdleTimeout, "close keep-alive connections idle this long")
 	maxConns := fs.Int("max-connections", sd.MaxConnections, "connections held open at once; more wait in the listen backlog")
+	maxConnsPerClient := fs.Int("max-connections-per-client", 0, "connections held open at once from one IP, loopback included (more are answered 429); 0 = an eighth of --max-connections")
 	responsesStore := fs.String("responses-store-bytes", bytesize.Format(sd.ResponsesStoreBytes), "memory for the responses kept for /v1/responses' previous_response_id (at most 1024; the least recently used go first; a larger response is not kept); 0 = keep none")
 	metricsKey := fs.String("metrics-key", "", "key for /metrics (an admin key also works); without one /metrics is open only while no key of any kind is configured")
 	publicMetrics := fs.Bool("public-metrics", false, "leave /metrics open even with keys configured (its counters show every tenant's cache hits)")
@@ -453,7 +456,7 @@ func cmdServe(args []string) error {
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
 		maxPrompt: *maxPrompt, maxBody: bodyLimit, requestMemory: reqMemBytes, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey,
 		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, ttftFloor: *ttftFloor, keyIsolation: *cacheIsolation == "key", logger: logger, progress: os.Stderr,
-		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns, responsesStoreBytes: storeBytes,
+		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns, responsesStoreBytes: storeBytes, maxConnsPerClient: *maxConnsPerClient,
 		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins, stateEvery: *stateEvery,
 		tenants: tenants, backendKey: backendKey,
 	}

@@ -88,8 +88,17 @@ type Config struct {
 	// IdleTimeout closes keep-alive connections idle between requests for this long.
 	IdleTimeout time.Duration
 	// MaxConnections caps the connections Serve holds open at once; more wait in the
-	// listener's backlog until one closes.
+	// listener's backlog until one closes. Beyond it, 16 more (healthReserve) serve only
+	// GET /health and /ready, so probes are answered while clients hold all the others; and
+	// the wait for a request's head (ReadHeaderTimeout, IdleTimeout between requests) falls
+	// from all of it at half full to 1 s when full (listener.go).
 	MaxConnections int
+	// MaxConnectionsPerClient caps the connections open at once from one remote IP (loopback
+	// too: a router or proxy, whose connections all come from its address, should raise it to
+	// the streams it sends one replica); more are answered 429 and closed. 0: an eighth of
+	// MaxConnections, so that it takes eight addresses to fill the server, but at least 64
+	// (all of them, if fewer), so a small cap does not starve one ordinary client.
+	MaxConnectionsPerClient int
 	// MaxHeaderBytes bounds request headers (larger are answered 431).
 	MaxHeaderBytes int
 	// ResponsesStoreBytes bounds the memory of the responses kept for /v1/responses'
@@ -201,6 +210,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.MaxConnections <= 0 {
 		c.MaxConnections = d.MaxConnections
+	}
+	if c.MaxConnectionsPerClient <= 0 {
+		c.MaxConnectionsPerClient = max(c.MaxConnections/8, min(c.MaxConnections, 64))
 	}
 	if c.MaxHeaderBytes <= 0 {
 		c.MaxHeaderBytes = d.MaxHeaderBytes

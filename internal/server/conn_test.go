@@ -191,9 +191,10 @@ func TestSlowBodyCut(t *testing.T) {
 
 // TestConnectionCap: connections over MaxConnections wait until one closes.
 func TestConnectionCap(t *testing.T) {
-	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) { c.MaxConnections = 2 })
+	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) { c.MaxConnections = 2; c.MaxConnectionsPerClient = 100 })
 	addr := serveLoopback(t, s)
-	held := make([]net.Conn, 2)
+	// The cap and the health reserve held: the next connection waits in the backlog.
+	held := make([]net.Conn, 2+healthReserve)
 	for i := range held {
 		held[i] = dial(t, addr)
 		resp := roundTrip(t, held[i], bufio.NewReader(held[i]), getHealth)
@@ -272,7 +273,7 @@ func TestLimitListenerClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln := newLimitListener(inner, 1, 1<<20)
+	ln := newLimitListener(inner, connLimits{max: 1, perClient: 1, maxHeaderBytes: 1 << 20})
 	dial(t, inner.Addr().String())
 	sc, err := ln.Accept()
 	if err != nil {

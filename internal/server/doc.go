@@ -28,7 +28,9 @@
 //     Per-tenant series: stockpot_tenant_requests_total, _prompt_tokens_total,
 //     _quota_rejections_total and _cross_reuse_tokens_total (the engine's audit).
 //   - Connection limits, applied by Serve: at most MaxConnections open connections (a
-//     listener wrapper; more wait in the backlog), keep-alive connections closed after
+//     listener wrapper; more wait in the backlog), 16 more that serve only /health and
+//     /ready, at most MaxConnectionsPerClient from one IP (more get a 429), waits for a
+//     request's head that shrink to 1 s as the listener fills, keep-alive connections closed after
 //     IdleTimeout, request bodies bounded by ReadTimeout (a read deadline armed when the
 //     handler starts and cleared at the body's end, so streams have no time limit; a slow body
 //     gets a 408 and its connection closed). net/http's own plain-text answers to requests it

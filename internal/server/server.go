@@ -59,6 +59,7 @@ type Server struct {
 	controlOnce   sync.Once
 	controlPieces []string
 	responses     *responseStore // for /v1/responses' previous_response_id
+	listener      atomic.Pointer[limitListener] // the one Serve accepts on, once it runs
 
 	apiKeys     keySet // Config.APIKeys
 	adminKeys   keySet // Config.AdminKeys: the cache admin API
@@ -191,9 +192,12 @@ func (s *Server) ServeHandler(ctx context.Context, ln net.Listener, h http.Handl
 		// certificate (mutual TLS) fails there and its connection closes.
 		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
-	ln = newLimitListener(ln, s.cfg.MaxConnections, s.cfg.MaxHeaderBytes)
+	ln = newLimitListener(ln, connLimits{max: s.cfg.MaxConnections, perClient: s.cfg.MaxConnectionsPerClient, reserve: healthReserve,
+		headerTimeout: s.cfg.ReadHeaderTimeout, idleTimeout: s.cfg.IdleTimeout, maxHeaderBytes: s.cfg.MaxHeaderBytes})
+	s.listener.Store(ln.(*limitListener))
 	hs := &http.Server{
-		Handler:           h,
+		Handler:           healthGate(h),
+		ConnContext:       connContext,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
