@@ -22,8 +22,8 @@ func TestHeaderBudget(t *testing.T) {
 		{10 * s, 2048, 4096, 10 * s}, // half full: all of it
 		{10 * s, 3072, 4096, 5500 * time.Millisecond},
 		{10 * s, 4095, 4096, s + 9*s/2048},
-		{10 * s, 4096, 4096, s}, // full: the floor
-		{10 * s, 4112, 4096, s}, // the reserve: the floor
+		{10 * s, 4096, 4096, s},                                      // full: the floor
+		{10 * s, 4112, 4096, s},                                      // the reserve: the floor
 		{500 * time.Millisecond, 4096, 4096, 500 * time.Millisecond}, // never above the configured wait
 		{10 * s, 1, 1, s},
 		{10 * s, 0, 1, 10 * s},

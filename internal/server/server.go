@@ -58,7 +58,7 @@ type Server struct {
 	// out), listed by controlMarkup on first use.
 	controlOnce   sync.Once
 	controlPieces []string
-	responses     *responseStore // for /v1/responses' previous_response_id
+	responses     *responseStore                // for /v1/responses' previous_response_id
 	listener      atomic.Pointer[limitListener] // the one Serve accepts on, once it runs
 
 	apiKeys     keySet // Config.APIKeys
