@@ -3,10 +3,12 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +41,8 @@ func cmdSoak(args []string) error {
 	jsonOut := fs.String("json", "", "also write the report as JSON to this file")
 	retryBudget := fs.Duration("retry-budget", time.Minute, "how long one request may spend retrying before it counts as lost")
 	settle := fs.Duration("settle-timeout", 20*time.Second, "how long the servers get to settle after the traffic before the leak checks")
+	hostile := fs.Bool("hostile", false, "instead: one serve (no key) under every hostile shape of the 2026-12-07 probe at once (huge call_ids in the Responses store, 800 KB anyOf grammars, 4 MiB of spaces to /tokenize, 15 MiB bodies, 4,110 half-sent headers); exits 1 unless its peak RSS (VmHWM) stays within the stated bound and it serves afterwards; serve flags follow --")
+	scale := fs.Float64("scale", 1, "with --hostile: multiplies the probe's request counts")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "usage: stockpot soak [flags]\n\n"+
 			"Starts a fleet (replicas with host, disk and Redis tiers, a router, and a cache-off oracle server), sends a\n"+
@@ -49,6 +53,15 @@ func cmdSoak(args []string) error {
 	}
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
+	}
+	if *hostile {
+		kv := *kvMemory
+		set := false
+		fs.Visit(func(f *flag.Flag) { set = set || f.Name == "kv-memory" })
+		if !set {
+			kv = "256MiB" // the probe's
+		}
+		return runHostile(*bin, *modelSpec, *dir, *scale, *jsonOut, append([]string{"--kv-memory", kv, "--threads", strconv.Itoa(*threads)}, fs.Args()...))
 	}
 	if fs.NArg() != 0 {
 		fs.Usage()
