@@ -2,6 +2,7 @@ package tokenizer
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"unsafe"
 )
@@ -82,7 +83,7 @@ func (t *Tokenizer) partition(text string, parseSpecial bool, maxSpecial int) ([
 // them; parseSpecial lets control-token texts in the input become those
 // tokens. Invalid UTF-8 is accepted (and treated as llama.cpp treats it).
 func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
-	out, _ := t.encode(text, addSpecial, parseSpecial, math.MaxInt)
+	out, _ := t.encode(text, addSpecial, parseSpecial, math.MaxInt, nil)
 	return out
 }
 
@@ -92,7 +93,8 @@ func (t *Tokenizer) Encode(text string, addSpecial, parseSpecial bool) []int32 {
 // MaxTokenBytes says whether it could still fit: a word of w bytes is at
 // least ⌈w/MaxTokenBytes⌉ tokens, so a huge word past the budget is refused
 // without merging it (and the whole text, first, before partitioning it).
-func (t *Tokenizer) encode(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool) {
+// stats, when not nil, counts the merges' work (tests).
+func (t *Tokenizer) encode(text string, addSpecial, parseSpecial bool, limit int, stats *mergeStats) ([]int32, bool) {
 	per, perOK := t.MaxTokenBytes()
 	// fits reports whether n tokens, then at least bytes/per more, stay within limit.
 	fits := func(n, bytes int) bool {
@@ -113,7 +115,7 @@ func (t *Tokenizer) encode(text string, addSpecial, parseSpecial bool, limit int
 		return nil, false
 	}
 	prevSpecial := true // SPM: the first raw fragment gets the space prefix
-	var m merger
+	m := merger{stats: stats}
 	for _, f := range frags {
 		switch {
 		case f.token != NoToken:
@@ -159,26 +161,21 @@ func (t *Tokenizer) encode(text string, addSpecial, parseSpecial bool, limit int
 // symbol is a run of bytes of the text being merged, linked to its live
 // neighbours. n == 0 marks a symbol merged into its left neighbour. The
 // fields are int32 to halve the memory of a long word (one symbol per
-// character); merge refuses a text of 2 GiB or more.
+// character); run takes no text of 2 GiB or more.
 type symbol struct {
 	prev, next int32 // -1 at either end
 	start, n   int32 // byte range in the text
 }
 
-// maxMergeBytes is the longest text merge takes: its offsets must fit a symbol's int32.
+// maxMergeBytes is the longest text run takes: its offsets must fit a symbol's int32.
 const maxMergeBytes = math.MaxInt32
 
-// bigram is a candidate merge of the live symbol left with the one after it, which
-// together had size bytes when it was queued. key orders the queue: the lowest first
-// (byte-level BPE: the merge rank; SPM: the negated score), ties to the leftmost.
-//
-// A queued bigram is current exactly when left is live and its length plus its right
-// neighbour's is still size: a symbol only grows (by taking in its right neighbour) and
-// only dies (taken in by its left one), so any merge that touched either side since the
-// bigram was queued made that sum larger or killed left. No text is kept per entry.
+// bigram is the pair of the live symbol left and the one after it, queued for merging.
+// key orders the queue: the lowest first (byte-level BPE: the merge rank; SPM: the score's
+// order reversed), ties to the leftmost.
 type bigram struct {
-	key        uint32
-	left, size int32
+	key  uint32
+	left int32
 }
 
 // scoreOrder maps a float32 to a uint32 in the same order (for every value but NaN): the
@@ -191,135 +188,207 @@ func scoreOrder(f float32) uint32 {
 	return b | 1<<31
 }
 
-// mergeQueue is a binary min-heap of bigrams on (key, left), written out rather than
-// through container/heap, whose interface boxes every pushed value (an allocation each).
-type mergeQueue []bigram
+// merger holds the buffers of one Encode call, reused from word to word so that a text of
+// many short words costs no allocation per word. Not safe for concurrent use.
+//
+// The queue is an indexed binary min-heap on (key, left) holding exactly the current
+// pairs that are candidates: at[i] is where symbol i's pair with its right neighbour sits
+// in it, or -1. A join updates the pairs it changed in place rather than queueing new ones
+// beside stale ones, so the heap never holds more entries than there are characters, and
+// the memory of a merge is 28 bytes per character (symbol 16, heap entry 8, index 4),
+// allocated once at the exact size. Written out rather than through container/heap, whose
+// interface boxes every pushed value (an allocation each).
+type merger struct {
+	syms  []symbol
+	heap  []bigram
+	at    []int32
+	word  []byte      // mergeWord: the word's byte-level form
+	stats *mergeStats // tests only: counts the steps (nil: not counted)
 
-func (q mergeQueue) less(i, j int) bool {
-	if q[i].key != q[j].key {
-		return q[i].key < q[j].key
-	}
-	return q[i].left < q[j].left
+	// What run is merging (a field rather than a closure, which would cost an allocation
+	// per word): text, with BPE ranks, or SPM scores when spm is set.
+	t        *Tokenizer
+	text     string
+	spm      bool
+	revMerge map[string][2]int32 // SPM: merged text -> the symbols it came from (last writer wins)
 }
 
-func (q *mergeQueue) push(b bigram) {
-	*q = append(*q, b)
-	h := *q
-	for i := len(h) - 1; i > 0; {
+// rank returns the key of the pair (left, right) and whether it is a merge candidate at
+// all. Byte-level BPE: the merge rank of the two symbols' texts. SPM: the score of the
+// token their concatenation is, in reverse (the highest score merges first); every
+// candidate is recorded in revMerge, as llama.cpp's try_add does.
+func (m *merger) rank(left, right int32) (uint32, bool) {
+	l, r := m.syms[left], m.syms[right]
+	if !m.spm {
+		rank, ok := m.t.ranks[mergePair{m.text[l.start : l.start+l.n], m.text[r.start : r.start+r.n]}]
+		return uint32(rank), ok // ranks are merge-list indexes, never negative
+	}
+	piece := m.text[l.start : l.start+l.n+r.n]
+	id, ok := m.t.toID[piece]
+	if !ok {
+		return 0, false
+	}
+	m.revMerge[piece] = [2]int32{left, right}
+	return ^scoreOrder(m.t.scores[id]), true
+}
+
+// mergeStats counts a merger's work, for the tests that check it is linear.
+type mergeStats struct{ chars, heapOps int }
+
+func (m *merger) less(i, j int) bool {
+	if m.heap[i].key != m.heap[j].key {
+		return m.heap[i].key < m.heap[j].key
+	}
+	return m.heap[i].left < m.heap[j].left
+}
+
+func (m *merger) swap(i, j int) {
+	m.heap[i], m.heap[j] = m.heap[j], m.heap[i]
+	m.at[m.heap[i].left] = int32(i)
+	m.at[m.heap[j].left] = int32(j)
+}
+
+func (m *merger) up(i int) {
+	for i > 0 {
 		p := (i - 1) / 2
-		if !h.less(i, p) {
-			break
+		if !m.less(i, p) {
+			return
 		}
-		h[i], h[p] = h[p], h[i]
+		m.swap(i, p)
 		i = p
 	}
 }
 
-// init orders a queue filled without push, in linear time.
-func (q mergeQueue) init() {
-	for i := len(q)/2 - 1; i >= 0; i-- {
-		q.down(i)
-	}
-}
-
-func (q mergeQueue) down(i int) {
+func (m *merger) down(i int) {
 	for {
 		l := 2*i + 1
-		if l >= len(q) {
+		if l >= len(m.heap) {
 			return
 		}
-		m := l
-		if r := l + 1; r < len(q) && q.less(r, l) {
-			m = r
+		c := l
+		if r := l + 1; r < len(m.heap) && m.less(r, l) {
+			c = r
 		}
-		if !q.less(m, i) {
+		if !m.less(c, i) {
 			return
 		}
-		q[i], q[m] = q[m], q[i]
-		i = m
+		m.swap(i, c)
+		i = c
 	}
 }
 
-func (q *mergeQueue) pop() bigram {
-	h := *q
-	b := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	*q = h[:n]
-	q.down(0)
-	return b
+// remove takes symbol left's pair out of the heap, if it is there.
+func (m *merger) remove(left int32) {
+	i := int(m.at[left])
+	if i < 0 {
+		return
+	}
+	if m.stats != nil {
+		m.stats.heapOps++
+	}
+	m.at[left] = -1
+	last := len(m.heap) - 1
+	if i != last {
+		m.heap[i] = m.heap[last]
+		m.at[m.heap[i].left] = int32(i)
+	}
+	m.heap = m.heap[:last]
+	if i != last {
+		m.down(i)
+		m.up(i)
+	}
 }
 
-// merger holds the buffers of one Encode call, reused from word to word so that a text of
-// many short words costs no allocation per word. Not safe for concurrent use.
-type merger struct {
-	syms  []symbol
-	queue mergeQueue
-	word  []byte // mergeWord: the word's byte-level form
+// set queues, re-keys or removes symbol left's pair with its right neighbour, whichever
+// the pair now is.
+func (m *merger) set(left int32) {
+	if left < 0 {
+		return
+	}
+	right := m.syms[left].next
+	key, ok := uint32(0), false
+	if right >= 0 {
+		key, ok = m.rank(left, right)
+	}
+	if !ok {
+		m.remove(left)
+		return
+	}
+	if m.stats != nil {
+		m.stats.heapOps++
+	}
+	if i := int(m.at[left]); i >= 0 {
+		m.heap[i].key = key
+		m.down(i)
+		m.up(i)
+		return
+	}
+	m.at[left] = int32(len(m.heap))
+	m.heap = append(m.heap, bigram{key: key, left: left})
+	m.up(len(m.heap) - 1)
 }
 
-// split fills m.syms with one symbol per character of text (a lead byte and the
-// continuation bytes it announces) and empties the queue.
-func (m *merger) split(text string) {
-	m.syms = m.syms[:0]
-	m.queue = m.queue[:0]
+// run splits text into characters (a lead byte and the continuation bytes it announces),
+// queues every adjacent pair rank accepts, and merges to the end: take the best pair, join
+// its right symbol into its left, and re-queue the pairs the join changed. rank is called
+// for the initial pairs left to right, then after each join for (prev, joined) and
+// (joined, next), the order llama.cpp's try_add calls come in. Each join takes at most three heap updates,
+// so n characters cost O(n log n) time and 28n bytes, whatever they are.
+// REQUIRES: len(text) <= maxMergeBytes.
+func (m *merger) run(t *Tokenizer, text string, spm bool) {
+	n := 0
+	for off := 0; off < len(text); n++ {
+		off += utf8Len(text[off])
+	}
+	if cap(m.syms) < n {
+		m.syms = make([]symbol, 0, n)
+		m.heap = make([]bigram, 0, n)
+		m.at = make([]int32, 0, n)
+	}
+	m.syms, m.heap, m.at = m.syms[:0], m.heap[:0], m.at[:n]
+	m.t, m.text, m.spm = t, text, spm
 	for off := 0; off < len(text); {
-		n := min(utf8Len(text[off]), len(text)-off)
+		w := min(utf8Len(text[off]), len(text)-off)
 		next := int32(len(m.syms) + 1)
-		if off+n == len(text) {
+		if off+w == len(text) {
 			next = -1
 		}
-		m.syms = append(m.syms, symbol{prev: int32(len(m.syms) - 1), next: next, start: int32(off), n: int32(n)})
-		off += n
+		m.syms = append(m.syms, symbol{prev: int32(len(m.syms) - 1), next: next, start: int32(off), n: int32(w)})
+		off += w
 	}
-}
-
-// merge runs the queue to the end: pop the best bigram, skip it when stale, else join its
-// two symbols and queue the new symbol's bigrams with its neighbours. rank returns the key
-// of the pair (left, right) and whether it is a candidate at all. Each join queues at
-// most two bigrams, so the queue never holds more than 3× the characters, and the work is
-// O(n log n) for n characters whatever they are.
-// REQUIRES: m.split(text) and the initial bigrams queued (m.queue.init after appends).
-func (m *merger) merge(text string, rank func(left, right int32) (uint32, bool)) {
-	add := func(left, right int32) {
-		if left < 0 || right < 0 {
-			return
-		}
-		if key, ok := rank(left, right); ok {
-			m.queue.push(bigram{key: key, left: left, size: m.syms[left].n + m.syms[right].n})
+	if m.stats != nil {
+		m.stats.chars += n
+	}
+	// The initial pairs, in order, then heapified in linear time.
+	for i := range m.at {
+		m.at[i] = -1
+	}
+	for i := int32(1); i < int32(n); i++ {
+		if key, ok := m.rank(i-1, i); ok {
+			m.at[i-1] = int32(len(m.heap))
+			m.heap = append(m.heap, bigram{key: key, left: i - 1})
 		}
 	}
-	for len(m.queue) > 0 {
-		b := m.queue.pop()
-		l := &m.syms[b.left]
-		if l.n == 0 || l.next < 0 {
-			continue
-		}
+	for i := len(m.heap)/2 - 1; i >= 0; i-- {
+		m.down(i)
+	}
+	for len(m.heap) > 0 {
+		left := m.heap[0].left
+		m.remove(left)
+		l := &m.syms[left]
 		right := l.next
 		r := &m.syms[right]
-		if l.n+r.n != b.size {
-			continue // stale: one side changed since it was queued
-		}
 		l.n += r.n
 		r.n = 0
 		l.next = r.next
 		if r.next >= 0 {
-			m.syms[r.next].prev = b.left
+			m.syms[r.next].prev = left
 		}
-		add(l.prev, b.left)
-		add(b.left, l.next)
+		m.remove(right)
+		m.set(l.prev)
+		m.set(left)
 	}
-}
-
-// queueInitial queues the bigram of every adjacent pair of the fresh split, ordered in
-// linear time.
-func (m *merger) queueInitial(rank func(left, right int32) (uint32, bool)) {
-	for i := int32(1); i < int32(len(m.syms)); i++ {
-		if key, ok := rank(i-1, i); ok {
-			m.queue = append(m.queue, bigram{key: key, left: i - 1, size: m.syms[i-1].n + m.syms[i].n})
-		}
-	}
-	m.queue.init()
+	m.t, m.text = nil, ""
 }
 
 func (m *merger) symText(text string, i int32) string {
@@ -328,13 +397,6 @@ func (m *merger) symText(text string, i int32) string {
 }
 
 // --- SentencePiece -------------------------------------------------------
-
-type spmSession struct {
-	t        *Tokenizer
-	m        *merger
-	text     string
-	revMerge map[string][2]int32 // merged text -> the symbols it came from (last writer wins)
-}
 
 // encodeSPM runs llama.cpp's SPM merge: start from UTF-8 characters, merge
 // the adjacent pair whose concatenation is the highest-scoring token until
@@ -349,23 +411,13 @@ func (m *merger) encodeSPM(t *Tokenizer, text string, out []int32) []int32 {
 		}
 		return out
 	}
-	s := spmSession{t: t, m: m, text: text, revMerge: map[string][2]int32{}}
-	m.split(text)
-	// The queue pops the highest score first: its key is the score's order reversed.
-	rank := func(left, right int32) (uint32, bool) {
-		l, r := m.syms[left], m.syms[right]
-		piece := text[l.start : l.start+l.n+r.n]
-		id, ok := t.toID[piece]
-		if !ok {
-			return 0, false
-		}
-		s.revMerge[piece] = [2]int32{left, right}
-		return ^scoreOrder(t.scores[id]), true
+	if m.revMerge == nil {
+		m.revMerge = map[string][2]int32{}
 	}
-	m.queueInitial(rank)
-	m.merge(text, rank)
+	clear(m.revMerge)
+	m.run(t, text, true)
 	for i := int32(0); i != -1; i = m.syms[i].next {
-		out = s.resegment(i, out, 0)
+		out = m.resegment(t, text, i, out, 0)
 	}
 	return out
 }
@@ -375,17 +427,17 @@ func (m *merger) encodeSPM(t *Tokenizer, text string, out []int32) []int32 {
 // tokens are short) and only guards pathological vocabularies.
 const maxResegmentDepth = 64
 
-func (s *spmSession) resegment(i int32, out []int32, depth int) []int32 {
-	text := s.m.symText(s.text, i)
-	if id, ok := s.t.toID[text]; ok {
+func (m *merger) resegment(t *Tokenizer, whole string, i int32, out []int32, depth int) []int32 {
+	text := m.symText(whole, i)
+	if id, ok := t.toID[text]; ok {
 		return append(out, id)
 	}
-	if p, ok := s.revMerge[text]; ok && depth < maxResegmentDepth {
-		out = s.resegment(p[0], out, depth+1)
-		return s.resegment(p[1], out, depth+1)
+	if p, ok := m.revMerge[text]; ok && depth < maxResegmentDepth {
+		out = m.resegment(t, whole, p[0], out, depth+1)
+		return m.resegment(t, whole, p[1], out, depth+1)
 	}
 	for j := 0; j < len(text); j++ {
-		out = s.t.appendByteToken(text[j], out)
+		out = t.appendByteToken(text[j], out)
 	}
 	return out
 }
@@ -415,7 +467,7 @@ func (t *Tokenizer) appendByteToken(b byte, out []int32) []int32 {
 // rank. A final symbol that is not a token falls back to its single bytes,
 // and a byte that is not a token is dropped (as llama.cpp does).
 func (m *merger) mergeWord(t *Tokenizer, raw string, out []int32) []int32 {
-	m.word = appendWordBytes(m.word[:0], raw)
+	m.word = appendWordBytes(slices.Grow(m.word[:0], 2*len(raw)), raw) // 2: most bytes map to 2-byte characters
 	// word is a view of m.word, which nothing writes until the next call: the map lookups
 	// below need strings, and a copy per word would be an allocation per word. No string
 	// derived from it outlives this call (only ids are returned).
@@ -428,13 +480,7 @@ func (m *merger) mergeWord(t *Tokenizer, raw string, out []int32) []int32 {
 	if len(word) > maxMergeBytes {
 		return t.appendWordBytesTokens(word, out)
 	}
-	m.split(word)
-	rank := func(left, right int32) (uint32, bool) {
-		rank, ok := t.ranks[mergePair{m.symText(word, left), m.symText(word, right)}]
-		return uint32(rank), ok // ranks are merge-list indexes, never negative
-	}
-	m.queueInitial(rank)
-	m.merge(word, rank)
+	m.run(t, word, false)
 	for i := int32(0); i != -1; i = m.syms[i].next {
 		str := m.symText(word, i)
 		if id, ok := t.toID[str]; ok {

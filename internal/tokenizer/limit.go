@@ -65,5 +65,5 @@ func (t *Tokenizer) maxTokenBytes() (int, bool) {
 // stops at the first word past the limit (the pre-tokenizer streams: no word after it is
 // even found). The work is then in proportion to limit, not to the text.
 func (t *Tokenizer) EncodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool) {
-	return t.encode(text, addSpecial, parseSpecial, limit)
+	return t.encode(text, addSpecial, parseSpecial, limit, nil)
 }
