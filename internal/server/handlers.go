@@ -46,6 +46,17 @@ func (s *Server) checkModel(model string) error {
 	return nil
 }
 
+// handleTokenize serves POST /tokenize (vLLM's): a prompt or a chat, tokenized.
+//
+// Auth: it takes the API's right (endpointRight), like /v1/completions, and no other: it
+// reveals nothing of other tenants (only the vocabulary, which the model card's clients
+// hold anyway) and costs no more than a completion's prompt, which the same key may send.
+// So with --admin-key alone it is open exactly as the completions are; an operator who
+// wants it closed sets --api-key, which closes both. What bounds it is cost, as for every
+// prompt: the body is at most --max-body-bytes, tokenizing is linear in it (every
+// pre-tokenizer streams, merges take O(n log n) time and a fixed number of bytes per
+// character: internal/tokenizer's EncodeBytesPerByte), and encodeLimit stops at the context
+// length, refusing a text the byte bound says cannot fit before tokenizing any of it.
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 	body, err := s.readBody(r)
 	if err != nil {

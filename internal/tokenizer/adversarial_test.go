@@ -116,6 +116,10 @@ func TestEncodeLinear(t *testing.T) {
 					t.Errorf("%s %s %d bytes: %d characters merged, %d heap updates; want at most 6 per byte and 4 per character",
 						pv.pre, sh.name, len(text), work.Chars, work.HeapOps)
 				}
+				if alloc[i] > uint64(tokenizer.EncodeBytesPerByte*len(text)+(256<<10)) {
+					t.Errorf("%s %s: %d bytes allocated for %d bytes of text, over EncodeBytesPerByte (%d)",
+						pv.pre, sh.name, alloc[i], len(text), tokenizer.EncodeBytesPerByte)
+				}
 				if alloc[i] > uint64(perChar*work.Chars+perByte*len(text)+(256<<10)) {
 					t.Errorf("%s %s: %d bytes allocated for %d bytes of text, %d characters merged (%.1f per byte), want at most %d per character and %d per byte",
 						pv.pre, sh.name, alloc[i], len(text), work.Chars, float64(alloc[i])/float64(len(text)), perChar, perByte)

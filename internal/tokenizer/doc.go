@@ -32,8 +32,8 @@
 //
 // A pre-tokenizer chosen by tokenizer.ggml.pre splits the text into words
 // (pretokenize.go: llama3/llama-bpe, qwen2, qwen35, kimi-k2, smollm, gpt-2
-// and default). The regexes llama.cpp names are implemented as scanners over
-// codepoints, with
+// and default). The regexes llama.cpp names are implemented as streaming
+// scanners over the text's bytes, decoding a codepoint where they stand, with
 // llama.cpp's Unicode categories (Go's tables, patched to Unicode 15.1
 // where llama.cpp's differ). Each word's UTF-8 bytes are mapped to printable
 // codepoints (GPT-2's bytes_to_unicode) and merged pairwise by merge rank
@@ -49,8 +49,19 @@
 // A server refuses prompts over the context length, and should not tokenize 15 MiB to learn
 // that. EncodeLimit(text, ..., limit) returns Encode's tokens when there are at most limit,
 // and stops early otherwise: a text of more than limit×MaxTokenBytes bytes is refused without
-// tokenizing (no token stands for more input bytes than its own text has), byte-level BPE
-// stops at the first word past the limit, SPM at the first special-token fragment past it.
+// tokenizing (no token stands for more input bytes than its own text has); the special-token
+// partition stops past limit special tokens; byte-level BPE refuses a word the same bound
+// says cannot fit before merging it and stops at the first word past the limit, and, since
+// the pre-tokenizers stream (pretokenize.go), no word after it is even found; SPM, whose
+// merge is global over a raw fragment, stops between fragments.
+//
+// Whatever the limit, the work is linear: each pre-tokenizer reads each byte a bounded
+// number of times and holds only its position, and a merge (BPE word or SPM fragment) of n
+// characters takes O(n log n) time on an indexed heap and 28 bytes a character, allocated
+// once. EncodeBytesPerByte bounds the bytes allocated per byte of text; the tests count
+// allocations and heap updates at n and 4n for every pre-tokenizer on runs of spaces,
+// letters, digits, newlines, punctuation and one multi-byte rune, alternating classes and
+// invalid UTF-8 (adversarial_test.go), never time.
 //
 // # Decoding
 //

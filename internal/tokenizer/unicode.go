@@ -192,16 +192,3 @@ var byteToRune, runeToByte = func() (b2r [256]rune, r2b map[rune]byte) {
 	}
 	return b2r, r2b
 }()
-
-// byteEncodeWord maps the UTF-8 bytes of cpts through byteToRune.
-func byteEncodeWord(cpts []rune) string {
-	var raw []byte
-	for _, r := range cpts {
-		raw = appendCodepoint(raw, r)
-	}
-	out := make([]byte, 0, 2*len(raw))
-	for _, b := range raw {
-		out = appendCodepoint(out, byteToRune[b])
-	}
-	return string(out)
-}
