@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -76,7 +77,7 @@ func chatOptions(req *api.ChatRequest) ChatOptions {
 
 // planChat decides how the output of req is parsed and constrained. prompt is the rendered
 // template text.
-func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engine.Constraint, error) {
+func (s *Server) planChat(ctx context.Context, req *api.ChatRequest, prompt string) (*chatPlan, engine.Constraint, error) {
 	tmpl := inspectTemplate(s.tok.ChatTemplate(len(req.ParsedTools) > 0))
 	plan := &chatPlan{family: tmpl.Family}
 	if plan.family == toolcall.None {
@@ -97,6 +98,9 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 	}
 
 	var build func() (grammar.Node, error)
+	admit := func() error { return nil } // sizes the schemas before anything is built (grammars.go)
+	gcfg := s.cfg.Grammar.withDefaults()
+	lim := gcfg.limits()
 	frame := toolcall.FrameOf(plan.family, prompt, plan.opts.StartsInReasoning)
 	key := grammarKey{family: plan.family}
 	switch {
@@ -107,10 +111,19 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 	case req.Format != nil && req.Format.Type == api.FormatJSONSchema:
 		key.kind, key.spec = "json_schema", fmt.Sprintf("%v|%s", req.Format.Strict, req.Format.Schema)
 		key.before, key.after = frame.ContentBefore, frame.ContentAfter
+		const param = "response_format.json_schema.schema"
+		opt := grammar.SchemaOptions{Strict: req.Format.Strict, Limits: lim}
+		admit = func() error {
+			est, err := grammar.EstimateSchema(req.Format.Schema, opt)
+			if err == nil {
+				err = lim.Admit(est + grammar.EstimateLiteral(len(key.before)+len(key.after)))
+			}
+			return schemaError(param, err)
+		}
 		build = func() (grammar.Node, error) {
-			n, err := grammar.JSONSchemaWith(req.Format.Schema, grammar.SchemaOptions{Strict: req.Format.Strict})
+			n, err := grammar.JSONSchemaWith(req.Format.Schema, opt)
 			if err != nil {
-				return grammar.Node{}, schemaError("response_format.json_schema.schema", err)
+				return grammar.Node{}, schemaError(param, err)
 			}
 			return n, nil
 		}
@@ -123,13 +136,16 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 		}
 		key.kind, key.spec = "tools", b.String()
 		key.before, key.after = frame.CallsBefore, frame.CallsAfter
+		admit = func() error {
+			return admitTools(req.ParsedTools, req.ParsedToolChoice, lim, len(key.before)+len(key.after))
+		}
 		build = func() (grammar.Node, error) {
-			return callsGrammar(plan.family, req.ParsedTools, req.ParsedToolChoice, req.ParallelCalls())
+			return callsGrammar(plan.family, req.ParsedTools, req.ParsedToolChoice, req.ParallelCalls(), lim)
 		}
 	default:
 		return plan, nil, nil
 	}
-	g, err := s.grammars.get(key, func() (*grammar.Grammar, error) {
+	g, err := s.grammars.get(ctx, gcfg, key, admit, func() (*grammar.Grammar, error) {
 		root, err := build()
 		if err != nil {
 			return nil, err
@@ -138,7 +154,10 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 		// opened is closed at once, so that the constrained answer is the answer and not
 		// the reasoning; Kimi K3's answer sits in its response channel.
 		root = grammar.Seq(grammar.Literal(key.before), root, grammar.Literal(key.after))
-		g, err := grammar.Compile(root)
+		g, err := grammar.CompileWith(root, lim)
+		if be, ok := err.(*grammar.BudgetError); ok {
+			return nil, grammarBudgetError(grammarParam(key.kind), be)
+		}
 		if err != nil {
 			return nil, api.Invalid("", "cannot build the grammar for constrained decoding: %v", err)
 		}
@@ -150,68 +169,14 @@ func (s *Server) planChat(req *api.ChatRequest, prompt string) (*chatPlan, engin
 	return plan, g.NewMatcher(s.grammarVocab()), nil
 }
 
-// grammarKey names a compiled grammar: what it constrains and how the family writes it.
-type grammarKey struct {
-	family        toolcall.Family
-	before, after string // the family's markup around the answer (toolcall.Frame)
-	kind          string // json_object, json_schema or tools
-	spec          string // the schema, or the tools and choice
-}
-
-// grammarCacheSize bounds the compiled grammars kept. Agents send the same schemas turn
-// after turn; keeping their grammars keeps their remembered masks, which are what make a
-// constrained step cheap (a new mask state scans the vocabulary).
-const grammarCacheSize = 128
-
-// grammarCache keeps compiled grammars by key, dropping the least recently used.
-type grammarCache struct {
-	mu struct {
-		sync.Mutex
-		byKey map[grammarKey]*grammarEntry
-		clock uint64
-	}
-}
-
-type grammarEntry struct {
-	g    *grammar.Grammar
-	used uint64
-}
-
-// get returns the grammar for key, compiling it with build on a miss. Errors are not kept.
-func (c *grammarCache) get(key grammarKey, build func() (*grammar.Grammar, error)) (*grammar.Grammar, error) {
-	c.mu.Lock()
-	if c.mu.byKey == nil {
-		c.mu.byKey = make(map[grammarKey]*grammarEntry)
-	}
-	c.mu.clock++
-	if e, ok := c.mu.byKey[key]; ok {
-		e.used = c.mu.clock
-		c.mu.Unlock()
-		return e.g, nil
-	}
-	c.mu.Unlock()
-	g, err := build()
-	if err != nil {
-		return nil, err
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.mu.byKey) >= grammarCacheSize {
-		var oldest grammarKey
-		least := ^uint64(0)
-		for k, e := range c.mu.byKey {
-			if e.used < least {
-				oldest, least = k, e.used
-			}
-		}
-		delete(c.mu.byKey, oldest)
-	}
-	c.mu.byKey[key] = &grammarEntry{g: g, used: c.mu.clock}
-	return g, nil
-}
-
-// schemaError turns a grammar error about a schema into a 400 naming param.
+// schemaError turns a grammar error about a schema into a 400 naming param (nil stays nil).
 func schemaError(param string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if be, ok := err.(*grammar.BudgetError); ok {
+		return grammarBudgetError(param, be)
+	}
 	var ue *grammar.UnsupportedError
 	if errors.As(err, &ue) {
 		e := api.Unsupported(param, "%s: %v (constrained decoding does not support it)", param, err)
@@ -223,7 +188,7 @@ func schemaError(param string, err error) error {
 // callsGrammar is the grammar of a tool-call answer in family's syntax: one call (of a tool
 // the choice allows), or up to maxParallelCalls when parallel calls are allowed and the choice
 // does not name one function, each with arguments valid against the tool's parameters.
-func callsGrammar(family toolcall.Family, tools []api.Tool, choice api.ToolChoice, parallel bool) (grammar.Node, error) {
+func callsGrammar(family toolcall.Family, tools []api.Tool, choice api.ToolChoice, parallel bool, lim grammar.Limits) (grammar.Node, error) {
 	env, ok := toolcall.EnvelopeOf(family)
 	if !ok {
 		env, _ = toolcall.EnvelopeOf(toolcall.Hermes)
@@ -240,7 +205,7 @@ func callsGrammar(family toolcall.Family, tools []api.Tool, choice api.ToolChoic
 	}
 	args := make([]grammar.Node, len(tools))
 	for _, i := range chosen {
-		n, err := argumentsGrammar(env, tools[i])
+		n, err := argumentsGrammar(env, tools[i], lim)
 		if err != nil {
 			return grammar.Node{}, schemaError(fmt.Sprintf("tools[%d].function.parameters", i), err)
 		}
@@ -270,12 +235,12 @@ func callsGrammar(family toolcall.Family, tools []api.Tool, choice api.ToolChoic
 // argumentsGrammar is the grammar of one call's arguments: a JSON object valid against the
 // tool's parameters, or, for families that write arguments as tagged parameters
 // (Qwen3-Coder's <parameter=name>value</parameter>), those tags in schema order.
-func argumentsGrammar(env toolcall.Envelope, t api.Tool) (grammar.Node, error) {
+func argumentsGrammar(env toolcall.Envelope, t api.Tool, lim grammar.Limits) (grammar.Node, error) {
 	if env.ArgsAreJSON {
 		if t.Parameters == nil {
 			return grammar.JSONObject(), nil
 		}
-		return grammar.JSONSchemaWith(t.Parameters, grammar.SchemaOptions{Strict: t.Strict})
+		return grammar.JSONSchemaWith(t.Parameters, grammar.SchemaOptions{Strict: t.Strict, Limits: lim})
 	}
 	props, err := schemaProperties(t.Parameters)
 	if err != nil {
@@ -287,7 +252,7 @@ func argumentsGrammar(env toolcall.Envelope, t api.Tool) (grammar.Node, error) {
 		if p.isString {
 			value = grammar.CharsExcept("<", 1, p.maxLength)
 		} else {
-			v, err := grammar.JSONSchema(p.schema)
+			v, err := grammar.JSONSchemaWith(p.schema, grammar.SchemaOptions{Limits: lim})
 			if err != nil {
 				return grammar.Node{}, err
 			}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -66,7 +67,7 @@ func (s *Server) prepareChat(r *http.Request, start time.Time) (*genSpec, *api.C
 	if req.WantLogprobs() {
 		logprobs = req.NumTopLogprobs()
 	}
-	spec, plan, err := s.chatSpec(req, req.RequestedMaxTokens(), logprobs, start)
+	spec, plan, err := s.chatSpec(r.Context(), req, req.RequestedMaxTokens(), logprobs, start)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -77,12 +78,12 @@ func (s *Server) prepareChat(r *http.Request, start time.Time) (*genSpec, *api.C
 // chatSpec is what every dialect that is a chat underneath (chat completions, Responses,
 // Anthropic Messages) does once its request is a ChatRequest: render the prompt with the
 // template, plan how the output is parsed and constrained, and build the engine request.
-func (s *Server) chatSpec(req *api.ChatRequest, maxTokens *int, logprobs int, start time.Time) (*genSpec, *chatPlan, error) {
+func (s *Server) chatSpec(ctx context.Context, req *api.ChatRequest, maxTokens *int, logprobs int, start time.Time) (*genSpec, *chatPlan, error) {
 	text, prompt, err := s.chatPrompt(req)
 	if err != nil {
 		return nil, nil, err
 	}
-	plan, constraint, err := s.planChat(req, text)
+	plan, constraint, err := s.planChat(ctx, req, text)
 	if err != nil {
 		return nil, nil, err
 	}

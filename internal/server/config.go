@@ -105,6 +105,10 @@ type Config struct {
 	// previous_response_id (beside their count, 1024); a response larger than it on its own
 	// is not kept. 0: the default; negative: none is kept.
 	ResponsesStoreBytes int64
+	// Grammar bounds constrained decoding's grammars: their estimated and compiled size, how
+	// many compile at once, and the cache of compiled ones (grammars.go). Zero fields take
+	// DefaultGrammarConfig's.
+	Grammar GrammarConfig
 	// HitRateWindow and HitRateMaxAge define stockpot_prefix_cache_hit_rate's sliding window: the
 	// last HitRateWindow requests that finished within HitRateMaxAge.
 	HitRateWindow int

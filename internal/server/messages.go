@@ -44,9 +44,9 @@ func (s *Server) prepareMessages(r *http.Request, start time.Time) (*genSpec, *a
 		return nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
 	}
 	mt := req.MaxTokens
-	spec, plan, err := s.chatSpec(req.Chat, &mt, -1, start) // no logprobs in this API
+	spec, plan, err := s.chatSpec(r.Context(), req.Chat, &mt, -1, start) // no logprobs in this API
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, renameParams(err, messagesParams)
 	}
 	spec.req.Pins, spec.req.PinStrict = s.breakpointPins(req, spec.req.Prompt), req.PinStrict
 	// Anthropic names tool_use blocks toolu_…; a call that carries its own id keeps it.

@@ -186,9 +186,9 @@ func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *genS
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	spec, plan, err := s.chatSpec(req, req.RequestedMaxTokens(), -1, start) // no logprobs in this API
+	spec, plan, err := s.chatSpec(r.Context(), req, req.RequestedMaxTokens(), -1, start) // no logprobs in this API
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, nil, nil, nil, renameParams(err, responsesParams)
 	}
 	c := &chatWriter{s: s, req: req, plan: plan, prompt: spec.req.Prompt, id: newID("resp_"), created: start.Unix()}
 	s.recordRequest(r, body)
