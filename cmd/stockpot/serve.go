@@ -47,6 +47,7 @@ type serveOptions struct {
 	maxBatch, maxRunning int
 	maxPrompt            int
 	maxBody              int64
+	grammar              server.GrammarConfig
 	requestMemory        int64 // server.Config.RequestMemoryBytes (--request-memory)
 	keys                 []string
 	adminKeys            []string // the cache admin API (--admin-key)
@@ -250,6 +251,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	scfg.IdleTimeout = o.idleTimeout
 	scfg.MaxConnections = o.maxConns
 	scfg.ResponsesStoreBytes = o.responsesStoreBytes
+	scfg.Grammar = o.grammar
 	scfg.MaxConnectionsPerClient = o.maxConnsPerClient
 	scfg.Logger = o.logger
 	if in.tiers != nil {
@@ -302,6 +304,8 @@ func cmdServe(args []string) error {
 	idleTimeout := fs.Duration("idle-timeout", sd.IdleTimeout, "close keep-alive connections idle this long")
 	maxConns := fs.Int("max-connections", sd.MaxConnections, "connections held open at once; more wait in the listen backlog")
 	maxConnsPerClient := fs.Int("max-connections-per-client", 0, "connections held open at once from one IP, loopback included (more are answered 429); 0 = an eighth of --max-connections")
+	grammarMaxBytes := fs.String("grammar-max-bytes", bytesize.Format(server.DefaultGrammarConfig().MaxBytes), "bound on one request's constrained-decoding grammar: its schemas' estimate (refused with a 400 before anything is built) and what its compile may allocate")
+	grammarMemory := fs.String("grammar-memory", bytesize.Format(server.DefaultGrammarConfig().Memory), "memory for grammars in all: half caches compiled ones, half runs compiles (each up to 2x --grammar-max-bytes; more wait, or get a 429)")
 	responsesStore := fs.String("responses-store-bytes", bytesize.Format(sd.ResponsesStoreBytes), "memory for the responses kept for /v1/responses' previous_response_id (at most 1024; the least recently used go first; a larger response is not kept); 0 = keep none")
 	metricsKey := fs.String("metrics-key", "", "key for /metrics (an admin key also works); without one /metrics is open only while no key of any kind is configured")
 	publicMetrics := fs.Bool("public-metrics", false, "leave /metrics open even with keys configured (its counters show every tenant's cache hits)")
@@ -364,6 +368,13 @@ func cmdServe(args []string) error {
 	reqMemBytes, err := bytesize.Parse(*reqMemory)
 	if err != nil || reqMemBytes <= 0 {
 		return fmt.Errorf("--request-memory %q: a positive size (e.g. 1GiB)", *reqMemory)
+	}
+	var gcfg server.GrammarConfig
+	if gcfg.MaxBytes, err = bytesize.Parse(*grammarMaxBytes); err != nil || gcfg.MaxBytes <= 0 {
+		return fmt.Errorf("--grammar-max-bytes: must be a positive size (%v)", err)
+	}
+	if gcfg.Memory, err = bytesize.Parse(*grammarMemory); err != nil || gcfg.Memory < 2*gcfg.MaxBytes {
+		return fmt.Errorf("--grammar-memory: must be a size of at least twice --grammar-max-bytes (%v)", err)
 	}
 	storeBytes, err := bytesize.Parse(*responsesStore)
 	if err != nil {
@@ -456,7 +467,7 @@ func cmdServe(args []string) error {
 		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
 		maxPrompt: *maxPrompt, maxBody: bodyLimit, requestMemory: reqMemBytes, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey,
 		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, ttftFloor: *ttftFloor, keyIsolation: *cacheIsolation == "key", logger: logger, progress: os.Stderr,
-		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns, responsesStoreBytes: storeBytes, maxConnsPerClient: *maxConnsPerClient,
+		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns, responsesStoreBytes: storeBytes, grammar: gcfg, maxConnsPerClient: *maxConnsPerClient,
 		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins, stateEvery: *stateEvery,
 		tenants: tenants, backendKey: backendKey,
 	}

@@ -45,7 +45,12 @@ type GrammarConfig struct {
 	MaxBytes int64
 	// MaxSteps bounds one compile's work (grammar.Limits.MaxSteps).
 	MaxSteps int64
-	// Compiles is how many grammars compile at once. --grammar-compiles.
+	// Memory is what grammars may hold in all (--grammar-memory): half for the cache of
+	// compiled grammars (CacheBytes, unless set), half for compiles in progress, each of
+	// which may take about twice MaxBytes (its node graph, then its ops), which sets
+	// Compiles unless it is set.
+	Memory int64
+	// Compiles is how many grammars compile at once.
 	Compiles int
 	// MaxWaiting is how many requests may wait for a compile slot; more are answered 429.
 	MaxWaiting int
@@ -59,13 +64,10 @@ func DefaultGrammarConfig() GrammarConfig {
 	return GrammarConfig{
 		MaxBytes: d.MaxBytes,
 		MaxSteps: d.MaxSteps,
-		// A compile is a CPU-bound burst of up to MaxBytes: a quarter of the cores keeps the
-		// decode loop's share, and bounds their memory at Compiles*MaxBytes.
-		Compiles:   max(1, runtime.GOMAXPROCS(0)/4),
+		// 256 MiB: a cache of 128 MiB, room for dozens of ordinary grammars with their mask
+		// memos, and one compile of the largest grammar admitted at a time.
+		Memory:     256 << 20,
 		MaxWaiting: 64,
-		// Room for a few hundred ordinary grammars with their mask memos (a memo alone may
-		// reach 64 MiB on a 152K vocabulary, grammar's maxMemoBytes).
-		CacheBytes: 512 << 20,
 	}
 }
 
@@ -78,14 +80,19 @@ func (c GrammarConfig) withDefaults() GrammarConfig {
 	if c.MaxSteps <= 0 {
 		c.MaxSteps = d.MaxSteps
 	}
+	if c.Memory <= 0 {
+		c.Memory = d.Memory
+	}
 	if c.Compiles <= 0 {
-		c.Compiles = d.Compiles
+		// A compile is a CPU-bound burst: at most a quarter of the cores, so decoding keeps
+		// its share, and as many as half of Memory holds.
+		c.Compiles = int(max(1, min(int64(runtime.GOMAXPROCS(0)/4), c.Memory/2/(2*c.MaxBytes))))
 	}
 	if c.MaxWaiting <= 0 {
 		c.MaxWaiting = d.MaxWaiting
 	}
 	if c.CacheBytes <= 0 {
-		c.CacheBytes = d.CacheBytes
+		c.CacheBytes = c.Memory / 2
 	}
 	return c
 }
@@ -224,7 +231,7 @@ func (c *grammarCache) compile(ctx context.Context, build func() (*grammar.Gramm
 		if c.mu.waiting >= c.cfg.MaxWaiting {
 			c.mu.Unlock()
 			return nil, &api.Error{Status: http.StatusTooManyRequests, Type: api.TypeInvalidRequest, Code: "rate_limit_exceeded",
-				Message: fmt.Sprintf("too many requests are waiting to compile a grammar for constrained decoding (%d compile at once, --grammar-compiles, and %d wait); retry shortly",
+				Message: fmt.Sprintf("too many requests are waiting to compile a grammar for constrained decoding (%d compile at once within --grammar-memory, and %d wait); retry shortly",
 					c.cfg.Compiles, c.cfg.MaxWaiting)}
 		}
 		c.mu.waiting++
