@@ -36,6 +36,18 @@
 // for single bytes), a Repeat whose item can match the empty string is refused (counts would
 // not mean anything), and left recursion is refused (closure would not end).
 //
+// # What a grammar may cost
+//
+// A schema's grammar grows with it, and an anyOf of a few hundred KB is a million ops; so
+// JSONSchemaWith first sizes the parsed schema (EstimateSchema: one walk, each $ref target
+// priced once, nothing built) and refuses one over Limits.MaxBytes with a *BudgetError, and
+// what passes is compiled under Limits: the compiler counts the bytes it allocates and its
+// steps and stops at either bound (budget.go). The estimate leans high, so what it admits
+// compiles within the bound; the step bound catches analyses that are not linear (a long
+// chain of references makes the productivity fixpoint a pass per link). A compiled Grammar is
+// immutable and shared: its tables are per vocabulary, under their own locks, and
+// Grammar.Bytes says what it holds for caches to bound themselves by.
+//
 // # Whitespace is bounded
 //
 // JSON allows any amount of whitespace between tokens, and a weak model (random weights
