@@ -7,9 +7,10 @@ import (
 )
 
 // The pre-tokenizers as they were before they streamed over bytes: each splitter refines a
-// list of codepoint ranges of the whole decoded text. Slow and memory-hungry on purpose
-// (every stage holds every segment), and kept as the oracle the streaming scanners of
-// pretokenize.go are checked against (TestWordsMatchReference, FuzzWords).
+// list of codepoint ranges of the whole decoded text, so every stage holds every segment
+// (memory in proportion to the text, and no early stop). Kept unchanged, a line-by-line
+// reading of llama.cpp's scanners, as the oracle the streaming scanners of pretokenize.go
+// are checked against (TestWordsMatchReference, FuzzWords).
 
 // refSplitter refines segments of cpts. Segments are half-open [lo, hi) ranges.
 type refSplitter func(cpts []rune, segs []refSpan) []refSpan
