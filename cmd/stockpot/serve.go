@@ -293,7 +293,7 @@ func cmdServe(args []string) error {
 	maxRunning := fs.Int("max-running", ed.MaxRunning, "requests running at once")
 	maxPrompt := fs.Int("max-prompt-tokens", 0, "refuse longer prompts (0: context length - 1)")
 	maxBody := fs.String("max-body-bytes", bytesize.Format(sd.MaxBodyBytes), "refuse larger request bodies")
-	reqMemory := fs.String("request-memory", bytesize.Format(sd.RequestMemoryBytes), "budget for request bodies being read and parsed: each reserves 4x its length + 64KiB before it is read, and waits up to --read-timeout (then 503) while others hold it; at least one --max-body-bytes body's cost")
+	reqMemory := fs.String("request-memory", bytesize.Format(sd.RequestMemoryBytes), "budget for request bodies being read and parsed: each reserves 32x its length + 64KiB (its copies, tokens and tokenizer buffers) before it is read, and waits up to --read-timeout (then 503) while others hold it; at least one --max-body-bytes body's cost")
 	var keys stringList
 	fs.Var(&keys, "api-key", "required API key (repeatable)")
 	keyFile := fs.String("api-key-file", "", "file with one API key per line")

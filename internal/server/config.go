@@ -31,7 +31,7 @@ type Config struct {
 	// MaxBodyBytes refuses larger request bodies with a 413.
 	MaxBodyBytes int64
 	// RequestMemoryBytes is the request memory budget (--request-memory; reqmem.go): every
-	// request with a body reserves its length times 4, plus 64 KiB, before it is read, and
+	// request with a body reserves its length times 32, plus 64 KiB, before it is read, and
 	// waits (up to ReadTimeout, then a 503) while the requests in flight hold the rest. At
 	// least the cost of one body of MaxBodyBytes.
 	RequestMemoryBytes int64
@@ -139,9 +139,9 @@ func DefaultConfig() Config {
 		BlockSize: 16,
 		// 16 MiB holds a 128k-token prompt as a token-id array with room to spare.
 		MaxBodyBytes: 16 << 20,
-		// 1 GiB lets 15 bodies of the largest size be parsed at once, or thousands of
-		// ordinary ones (a 10 KB chat body reserves 104 KB), while a flood of 16 MiB bodies
-		// cannot take the server past it.
+		// 1 GiB lets one body of the largest size be parsed and tokenized beside thousands
+		// of ordinary ones (a 10 KB chat body reserves 384 KB), while a flood of 16 MiB
+		// bodies cannot take the server past it.
 		RequestMemoryBytes: 1 << 30,
 		DrainTimeout:       30 * time.Second,
 		ReadHeaderTimeout:  10 * time.Second,

@@ -24,11 +24,14 @@ import (
 
 const (
 	// requestExpansion is how many times its length a body may occupy while it is read and
-	// planned: the raw bytes, the strings json.Unmarshal copies out of them and the prompt
-	// rendered from the messages are three copies of its text; the token ids are cut at the
-	// prompt limit (EncodeLimit stops there), and 4 leaves a copy's room for a template that
-	// repeats a field. The hostile soak (README, "Memory") checks the sum against the RSS.
-	requestExpansion = 4
+	// planned: the raw bytes (read into one buffer of the declared length), the strings
+	// json.Unmarshal copies out of them, the prompt rendered from the messages and its token
+	// ids (at most 4 bytes a byte) are 4 copies; tokenizing adds 28 bytes a character of the
+	// longest word it merges (internal/tokenizer's EncodeBytesPerByte comment), and a
+	// character is at most a byte of the text, since readBody refuses a body that is not
+	// UTF-8. A body of ordinary words costs far less; this is the bound for one word of
+	// spaces as long as the body, on a model whose context would take it all.
+	requestExpansion = 32
 	// requestBase is what a request costs whatever its length: its structs, headers and the
 	// small buffers of the handler.
 	requestBase = 64 << 10

@@ -86,7 +86,7 @@ func TestRequestMemoryBudget(t *testing.T) {
 func TestRequestCost(t *testing.T) {
 	for _, c := range []struct{ n, max, want int64 }{
 		{0, 4096, requestBase},
-		{100, 4096, 400 + requestBase},
+		{100, 4096, 100*requestExpansion + requestBase},
 		{-1, 4096, 4096*requestExpansion + requestBase},
 		{1 << 30, 4096, 4096*requestExpansion + requestBase}, // a lying Content-Length is cut by MaxBytesReader
 	} {
@@ -96,5 +96,26 @@ func TestRequestCost(t *testing.T) {
 	}
 	if _, err := (Config{ModelName: "m", ContextLength: 8, MaxBodyBytes: 1 << 20, RequestMemoryBytes: 1 << 20}).validate(); err == nil {
 		t.Fatal("a budget below one body's cost was accepted")
+	}
+}
+
+// TestBodyNotUTF8: a body that is not UTF-8 is a 400 in each dialect's shape (json.Unmarshal
+// would make each bad byte a U+FFFD of three byte-level characters), and the server goes on
+// serving.
+func TestBodyNotUTF8(t *testing.T) {
+	s, _ := newTestServer(t, newFakeGen("ok"), nil)
+	bad := "{\"model\":\"" + testModel + "\",\"prompt\":\"a\xffb\",\"max_tokens\":1}"
+	for _, path := range []string{"/v1/completions", "/v1/messages", "/tokenize"} {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(bad)))
+		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "UTF-8") {
+			t.Fatalf("%s: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+	rec := httptest.NewRecorder()
+	good := strings.Replace(bad, "\xff", "\u00ff", 1)
+	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(good)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("valid body after: %d %s", rec.Code, rec.Body)
 	}
 }
