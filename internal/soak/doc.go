@@ -30,4 +30,10 @@
 //     can drop the router's event streams, the retrying client and the scraper.
 //
 // `stockpot soak` is the command; cmd/stockpot's TestSoak runs a short seeded run in CI.
+//
+// hostile.go is the other soak (`stockpot soak --hostile`): not faults but clients, every
+// hostile shape of the 2026-12-07 probe sent at once to one serve with no key, judged by the
+// kernel's high-water mark of the server's memory (VmHWM) against the bound README states (the
+// sum of the server's configured budgets and a fixed base), by /health answering throughout,
+// and by the server serving afterwards. TestSoakHostile runs a tenth of it in CI.
 package soak
