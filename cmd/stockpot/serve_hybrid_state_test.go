@@ -314,7 +314,9 @@ func seedsTrap(t testing.TB, tc trapCase) {
 			b := encodeRecord(t, r)
 			b[len(b)-40] ^= 0x5a // inside the state, before the trailing checksum
 			return b
-		}, disk: third, reasons: map[string]int{inc: flipped - third, tier.ReasonChecksum: full - flipped}, stateResume: true},
+			// The flipped block is the one counted under checksum; the sound blocks after it
+			// cannot be used once the chain has broken, and are counted apart.
+		}, disk: third, reasons: map[string]int{inc: flipped - third, tier.ReasonChecksum: 1, offload.ReasonAfterBreak: full - flipped - 1}, stateResume: true},
 	} {
 		run := func(t testing.TB) {
 			s, _ := diskRecords(t, dir)
