@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -117,5 +118,75 @@ func TestBodyNotUTF8(t *testing.T) {
 	s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(good)))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("valid body after: %d %s", rec.Code, rec.Body)
+	}
+}
+
+// countingTok is fakeTok that records how many Encode calls run at once, holding each big one
+// until released, so the test sees every concurrent caller that got past the server's slots.
+type countingTok struct {
+	fakeTok
+	mu       *sync.Mutex
+	running  *int
+	worst    *int
+	entered  chan struct{}
+	proceeds chan struct{}
+}
+
+func (c countingTok) Encode(text string, addSpecial, parseSpecial bool) []int32 {
+	if len(text) >= bigTokenizeBytes {
+		c.mu.Lock()
+		*c.running++
+		*c.worst = max(*c.worst, *c.running)
+		c.mu.Unlock()
+		c.entered <- struct{}{}
+		<-c.proceeds
+		c.mu.Lock()
+		*c.running--
+		c.mu.Unlock()
+	}
+	return c.fakeTok.Encode(text[:min(len(text), 8)], addSpecial, parseSpecial)
+}
+
+// TestBigTokenizeSlots: big texts are tokenized at most bigTokenizeSlots() at a time, the
+// others waiting their turn (not refused), and every request is answered.
+func TestBigTokenizeSlots(t *testing.T) {
+	var mu sync.Mutex
+	var running, worst int
+	tok := countingTok{mu: &mu, running: &running, worst: &worst, entered: make(chan struct{}, 64), proceeds: make(chan struct{})}
+	s, _ := newTestServerTok(t, newFakeGen("ok"), tok, func(c *Config) { c.MaxBodyBytes = 1 << 20 })
+	body := `{"prompt":"` + strings.Repeat("a", bigTokenizeBytes) + `"}`
+	const n = 6
+	codes := make(chan int, n)
+	for range n {
+		go func() {
+			rec := httptest.NewRecorder()
+			s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/tokenize", strings.NewReader(body)))
+			codes <- rec.Code
+		}()
+	}
+	slots := bigTokenizeSlots()
+	for done := 0; done < n; {
+		// Let in the callers that hold a slot, then check nobody else got past.
+		for range min(slots, n-done) {
+			<-tok.entered
+		}
+		mu.Lock()
+		if running > slots {
+			mu.Unlock()
+			t.Fatalf("%d big texts tokenized at once, %d slots", running, slots)
+		}
+		mu.Unlock()
+		for range min(slots, n-done) {
+			tok.proceeds <- struct{}{}
+			done++
+		}
+	}
+	for range n {
+		if c := <-codes; c != http.StatusOK {
+			t.Fatalf("tokenize answered %d", c)
+		}
+	}
+	if worst > slots {
+		t.Fatalf("at worst %d at once, %d slots", worst, slots)
 	}
 }

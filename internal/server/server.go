@@ -85,6 +85,8 @@ type Server struct {
 	// is read (reqmem.go).
 	reqmem        *membudget.Budget
 	reqmemMetrics *reqmemMetrics
+	// bigTokenize holds one value per big text being tokenized (tokenizer.go's encodeLimit).
+	bigTokenize chan struct{}
 
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
@@ -125,6 +127,7 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		s.tenants = tenant.Single(c.APIKeys)
 	}
 	s.reqmem = membudget.New(c.RequestMemoryBytes)
+	s.bigTokenize = make(chan struct{}, bigTokenizeSlots())
 	if s.reqmemMetrics, err = newReqmemMetrics(reg, s.reqmem); err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"runtime"
 
 	"stockpot/internal/api"
 )
@@ -68,6 +69,15 @@ type ChatOptions struct {
 	Kwargs map[string]any
 }
 
+// bigTokenizeBytes is the size from which a text takes a big-tokenize slot: 256 KiB is some 64K
+// tokens of prose, a prompt whose tokenizing takes tens of milliseconds, where a slot's
+// hand-off costs nothing by comparison.
+const bigTokenizeBytes = 256 << 10
+
+// bigTokenizeSlots is how many big texts are tokenized at once: half the cores the runtime
+// uses, at least one, so that the other half stays free for the network and the engine.
+func bigTokenizeSlots() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+
 // limitedEncoder is the optional ability to tokenize within a budget, stopping early once the
 // text is known to be over it (*tokenizer.Tokenizer has it). Without it the server encodes
 // everything and counts.
@@ -78,7 +88,18 @@ type limitedEncoder interface {
 // encodeLimit tokenizes text, or reports false once it has more than limit tokens. When it
 // had to count them all (a Tokenizer without EncodeLimit) the ids come back anyway, so the
 // caller can say how many there were.
+//
+// A text of bigTokenizeBytes or more first takes one of the server's big-tokenize slots
+// (bigTokenizeSlots): tokenizing 4 MiB takes seconds of one core and 28 bytes a character of
+// its longest word, and ten of them at once on two cores left no core for the network, so
+// /health waited up to 14 s behind them (the hostile soak, small-kimi-k3). The wait needs no
+// context: each holder is done in time linear in a text the body limit bounds, and the
+// waiters are bounded by the request memory budget their bodies hold.
 func (s *Server) encodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool) {
+	if len(text) >= bigTokenizeBytes && s.bigTokenize != nil { // nil: a Server not made by New (lint's)
+		s.bigTokenize <- struct{}{}
+		defer func() { <-s.bigTokenize }()
+	}
 	if le, ok := s.tok.(limitedEncoder); ok {
 		return le.EncodeLimit(text, addSpecial, parseSpecial, limit)
 	}
