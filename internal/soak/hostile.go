@@ -80,6 +80,7 @@ type HostileReport struct {
 	HealthAsked   int           `json:"health_asked"`
 	HealthFailed  int           `json:"health_failed"`
 	HealthMaxWait time.Duration `json:"health_max_wait_ns"`
+	HealthP50     time.Duration `json:"health_p50_ns"`
 	Alive         bool          `json:"alive"` // /health and a completion answered after the run
 	AliveDetail   string        `json:"alive_detail,omitempty"`
 }
@@ -109,7 +110,7 @@ func (r HostileReport) String() string {
 			}
 		}
 	}
-	fmt.Fprintf(&b, "  /health during the flood: %d asked, %d failed, slowest %v\n", r.HealthAsked, r.HealthFailed, r.HealthMaxWait.Round(time.Millisecond))
+	fmt.Fprintf(&b, "  /health during the flood: %d asked, %d failed, median %v, slowest %v\n", r.HealthAsked, r.HealthFailed, r.HealthP50.Round(time.Millisecond), r.HealthMaxWait.Round(time.Millisecond))
 	fmt.Fprintf(&b, "  peak RSS (VmHWM) %s, at the end %s; bound %s = %s\n", mib(float64(r.PeakRSS)), mib(float64(r.EndRSS)), mib(float64(r.Bound)), strings.Join(r.BoundTerms, " + "))
 	verdict := "within the bound"
 	if r.PeakRSS > r.Bound {
@@ -292,6 +293,7 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (HostileReport, error) {
 	}()
 	// /health every 100 ms from the legitimate address.
 	healthDone := make(chan struct{})
+	var waits []time.Duration
 	go func() {
 		defer close(healthDone)
 		hc := &http.Client{Timeout: 30 * time.Second}
@@ -314,6 +316,7 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (HostileReport, error) {
 				resp.Body.Close()
 			}
 			rep.HealthMaxWait = max(rep.HealthMaxWait, wait)
+			waits = append(waits, wait)
 		}
 	}()
 	shapes := hostileShapes(cfg.Scale, servedModel(ctx, client, base))
@@ -354,6 +357,10 @@ func RunHostile(ctx context.Context, cfg HostileConfig) (HostileReport, error) {
 	stopFlood()
 	wg.Wait()
 	<-healthDone
+	if len(waits) > 0 {
+		slices.Sort(waits)
+		rep.HealthP50 = waits[len(waits)/2]
+	}
 	rep.Shapes = append(rep.Shapes, results...)
 	rep.Shapes = append(rep.Shapes, ShapeResult{Name: "half-headers", Sent: halfN, Statuses: map[string]int{"held": halfN}})
 	pid := p.Pid()
@@ -415,7 +422,7 @@ func errClass(err error) string {
 }
 
 // halfHeaders opens n connections from 127.0.0.66 that each send half a request header and
-// wait; a connection the server closes is opened again, until ctx ends.
+// wait; a connection the server closes is opened again a second later, until ctx ends.
 func halfHeaders(ctx context.Context, addr string, n int) {
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 66)}, Timeout: 5 * time.Second}
 	var wg sync.WaitGroup
@@ -441,9 +448,14 @@ func halfHeaders(ctx context.Context, addr string, n int) {
 				go func() { _, _ = io.Copy(io.Discard, c); close(done) }()
 				select {
 				case <-ctx.Done():
-				case <-done: // the server closed it: open another
+				case <-done: // the server closed it (refused, or its header time ran out)
 				}
 				c.Close()
+				select { // and open another a second later, as the probe's attack repeated
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
 			}
 		}()
 	}
