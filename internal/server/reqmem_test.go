@@ -61,8 +61,30 @@ func TestRequestMemoryBudget(t *testing.T) {
 			t.Fatalf("%s: body %s, want %s and the flag named", path, rec.Body, want)
 		}
 	}
-	if got := testutil.ToFloat64(s.reqmemMetrics.refused); got != 2 {
-		t.Fatalf("refused counter %v, want 2", got)
+	// Requests without a body reserve nothing, so they never queue behind the bodies: with
+	// the budget held and a waiter queued, /health and /v1/models answer at once (a GET that
+	// waited would time out into a 503 here).
+	waiting := make(chan int, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/v1/completions", strings.NewReader(body)))
+		waiting <- rec.Code
+	}()
+	for s.reqmem.Waiting() == 0 {
+		runtime.Gosched()
+	}
+	for _, path := range []string{"/health", "/v1/models"} {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("GET %s while bodies wait for the budget: %d %s", path, rec.Code, rec.Body)
+		}
+	}
+	if code := <-waiting; code != http.StatusServiceUnavailable {
+		t.Fatalf("the queued body: %d", code)
+	}
+	if got := testutil.ToFloat64(s.reqmemMetrics.refused); got != 3 {
+		t.Fatalf("refused counter %v, want 3", got)
 	}
 	for _, h := range hold {
 		_, _ = io.WriteString(h.w, body)
