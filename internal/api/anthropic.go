@@ -179,31 +179,8 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 		return nil, Invalid("", "the request body is not a valid Messages request: %v", err)
 	}
 	r := &MessagesRequest{Model: b.Model, Stream: b.Stream, StopSequences: b.StopSequences, Metadata: b.Metadata, PinStrict: b.PinStrict}
-	if !countOnly {
-		if b.MaxTokens == nil {
-			return nil, Invalid("max_tokens", "max_tokens: Field required")
-		}
-		if *b.MaxTokens < 1 {
-			return nil, Invalid("max_tokens", "max_tokens must be at least 1, got %d", *b.MaxTokens)
-		}
-		r.MaxTokens = *b.MaxTokens
-	}
-	if len(b.Messages) == 0 {
-		return nil, Invalid("messages", "messages: at least one message is required")
-	}
-	if err := CheckMaxOffloadTokens(b.MaxOffloadTokens); err != nil {
+	if err := r.checkLimits(&b, countOnly); err != nil {
 		return nil, err
-	}
-	if b.Temperature != nil && (*b.Temperature < 0 || *b.Temperature > 1) {
-		return nil, Invalid("temperature", "temperature must be between 0 and 1, got %v", *b.Temperature)
-	}
-	if len(b.StopSequences) > MaxStopSequences {
-		return nil, Invalid("stop_sequences", "stop_sequences has %d entries, over this server's limit of %d", len(b.StopSequences), MaxStopSequences)
-	}
-	for i, s := range b.StopSequences {
-		if s == "" {
-			return nil, Invalid(fmt.Sprintf("stop_sequences[%d]", i), "stop_sequences[%d] is empty", i)
-		}
 	}
 	out := chatOut{Model: b.Model, Temperature: b.Temperature, TopP: b.TopP, TopK: b.TopK, Stream: b.Stream}
 	if !countOnly {
@@ -212,86 +189,167 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	if b.Stream {
 		out.Options = &StreamOptions{IncludeUsage: true}
 	}
-	// mark records a block's cache_control, if any, and returns its index in r.Breakpoints
-	// (-1 for none); the caller then sets where the breakpoint cuts the conversation.
-	mark := func(raw json.RawMessage, where string, empty bool) (int, error) {
-		if isNull(raw) {
-			return -1, nil
-		}
-		var cc struct {
-			Type string `json:"type"`
-			TTL  string `json:"ttl"`
-		}
-		if err := json.Unmarshal(raw, &cc); err != nil {
-			return -1, Invalid(where+".cache_control", "%s.cache_control must be {\"type\":\"ephemeral\",\"ttl\":\"5m\"|\"1h\"}", where)
-		}
-		if cc.Type != "ephemeral" {
-			return -1, Invalid(where+".cache_control.type", "%s.cache_control.type must be \"ephemeral\", got %s", where, Quote(cc.Type))
-		}
-		switch cc.TTL {
-		case "":
-			cc.TTL = "5m"
-		case "5m", "1h":
-		default:
-			return -1, Invalid(where+".cache_control.ttl", "%s.cache_control.ttl must be \"5m\" or \"1h\", got %s", where, Quote(cc.TTL))
-		}
-		if empty {
-			return -1, Invalid(where+".cache_control", "%s: cache_control cannot be set for empty text blocks", where)
-		}
-		r.Breakpoints = append(r.Breakpoints, CacheControl{Where: where, TTL: cc.TTL})
-		if len(r.Breakpoints) > MaxCacheBreakpoints {
-			return -1, Invalid(where+".cache_control", "A maximum of %d blocks with cache_control may be provided. Found %d.", MaxCacheBreakpoints, len(r.Breakpoints))
-		}
-		return len(r.Breakpoints) - 1, nil
+	if err := r.foldSystem(&b, &out); err != nil {
+		return nil, err
 	}
-
-	// system: a string or text blocks.
-	if sys := bytes.TrimSpace(b.System); !isNull(sys) {
-		var text string
-		if sys[0] == '"' {
-			if err := json.Unmarshal(sys, &text); err != nil {
-				return nil, Invalid("system", "system must be a string or a list of text blocks")
-			}
-		} else {
-			var blocks []anthropicBlock
-			if err := json.Unmarshal(sys, &blocks); err != nil {
-				return nil, Invalid("system", "system must be a string or a list of text blocks")
-			}
-			parts := make([]string, 0, len(blocks))
-			for i, bl := range blocks {
-				where := fmt.Sprintf("system[%d]", i)
-				if bl.Type != "text" || bl.Text == nil {
-					return nil, Invalid(where, "%s must be a text block ({\"type\":\"text\",\"text\":...})", where)
-				}
-				k, err := mark(bl.CacheControl, where, *bl.Text == "")
-				if err != nil {
-					return nil, err
-				}
-				parts = append(parts, *bl.Text)
-				if k >= 0 {
-					// Tools come before the system prompt in Anthropic's prefix order.
-					r.Breakpoints[k].cut = breakpointCut{tools: len(b.Tools), tail: textMessage("system", strings.Join(parts, "\n"))}
-				}
-			}
-			text = strings.Join(parts, "\n")
-		}
-		out.Messages = append(out.Messages, chatOutMsg{Role: "system", Content: &text})
+	if err := r.foldTools(&b, &out); err != nil {
+		return nil, err
 	}
+	if err := foldToolChoice(&b, &out); err != nil {
+		return nil, err
+	}
+	if err := r.foldMessages(&b, &out); err != nil {
+		return nil, err
+	}
+	if last := b.Messages[len(b.Messages)-1]; last.Role == "assistant" {
+		// Continuing a final assistant message needs the template to leave it open, which
+		// chat templates do not do; Anthropic answers such models with a 400 too.
+		return nil, Invalid(fmt.Sprintf("messages[%d]", len(b.Messages)-1),
+			"the last message is from the assistant (prefill), which this server does not support; end with a user message")
+	}
+	k, err := r.mark(b.CacheControl, "request", false)
+	if err != nil {
+		return nil, err
+	}
+	if k >= 0 {
+		r.Breakpoints[k].cut = breakpointCut{whole: true}
+	}
+	chatBody, err := json.Marshal(out)
+	if err != nil {
+		return nil, Invalid("", "cannot translate the request: %v", err)
+	}
+	chat, err := ParseChatRequest(chatBody)
+	if err != nil {
+		return nil, err
+	}
+	chat.StopStrings = b.StopSequences // validated in checkLimits; more than chat's 4 are allowed
+	r.Chat = chat
+	r.Chat.CacheReport = b.CacheReport
+	r.Chat.MaxOffloadTokens = b.MaxOffloadTokens
+	return r, nil
+}
 
+// checkLimits checks the body's scalar fields (max_tokens unless countOnly, a non-empty
+// messages list, max_offload_tokens, temperature, stop_sequences) and sets r.MaxTokens.
+func (r *MessagesRequest) checkLimits(b *anthropicBody, countOnly bool) error {
+	if !countOnly {
+		if b.MaxTokens == nil {
+			return Invalid("max_tokens", "max_tokens: Field required")
+		}
+		if *b.MaxTokens < 1 {
+			return Invalid("max_tokens", "max_tokens must be at least 1, got %d", *b.MaxTokens)
+		}
+		r.MaxTokens = *b.MaxTokens
+	}
+	if len(b.Messages) == 0 {
+		return Invalid("messages", "messages: at least one message is required")
+	}
+	if err := CheckMaxOffloadTokens(b.MaxOffloadTokens); err != nil {
+		return err
+	}
+	if b.Temperature != nil && (*b.Temperature < 0 || *b.Temperature > 1) {
+		return Invalid("temperature", "temperature must be between 0 and 1, got %v", *b.Temperature)
+	}
+	if len(b.StopSequences) > MaxStopSequences {
+		return Invalid("stop_sequences", "stop_sequences has %d entries, over this server's limit of %d", len(b.StopSequences), MaxStopSequences)
+	}
+	for i, s := range b.StopSequences {
+		if s == "" {
+			return Invalid(fmt.Sprintf("stop_sequences[%d]", i), "stop_sequences[%d] is empty", i)
+		}
+	}
+	return nil
+}
+
+// mark records a block's cache_control, if any, and returns its index in r.Breakpoints
+// (-1 for none); the caller then sets where the breakpoint cuts the conversation.
+func (r *MessagesRequest) mark(raw json.RawMessage, where string, empty bool) (int, error) {
+	if isNull(raw) {
+		return -1, nil
+	}
+	var cc struct {
+		Type string `json:"type"`
+		TTL  string `json:"ttl"`
+	}
+	if err := json.Unmarshal(raw, &cc); err != nil {
+		return -1, Invalid(where+".cache_control", "%s.cache_control must be {\"type\":\"ephemeral\",\"ttl\":\"5m\"|\"1h\"}", where)
+	}
+	if cc.Type != "ephemeral" {
+		return -1, Invalid(where+".cache_control.type", "%s.cache_control.type must be \"ephemeral\", got %s", where, Quote(cc.Type))
+	}
+	switch cc.TTL {
+	case "":
+		cc.TTL = "5m"
+	case "5m", "1h":
+	default:
+		return -1, Invalid(where+".cache_control.ttl", "%s.cache_control.ttl must be \"5m\" or \"1h\", got %s", where, Quote(cc.TTL))
+	}
+	if empty {
+		return -1, Invalid(where+".cache_control", "%s: cache_control cannot be set for empty text blocks", where)
+	}
+	r.Breakpoints = append(r.Breakpoints, CacheControl{Where: where, TTL: cc.TTL})
+	if len(r.Breakpoints) > MaxCacheBreakpoints {
+		return -1, Invalid(where+".cache_control", "A maximum of %d blocks with cache_control may be provided. Found %d.", MaxCacheBreakpoints, len(r.Breakpoints))
+	}
+	return len(r.Breakpoints) - 1, nil
+}
+
+// foldSystem appends the body's system prompt (a string or text blocks, joined by "\n") to
+// out as one system message, marking its blocks' breakpoints.
+func (r *MessagesRequest) foldSystem(b *anthropicBody, out *chatOut) error {
+	sys := bytes.TrimSpace(b.System)
+	if isNull(sys) {
+		return nil
+	}
+	var text string
+	if sys[0] == '"' {
+		if err := json.Unmarshal(sys, &text); err != nil {
+			return Invalid("system", "system must be a string or a list of text blocks")
+		}
+	} else {
+		var blocks []anthropicBlock
+		if err := json.Unmarshal(sys, &blocks); err != nil {
+			return Invalid("system", "system must be a string or a list of text blocks")
+		}
+		parts := make([]string, 0, len(blocks))
+		for i, bl := range blocks {
+			where := fmt.Sprintf("system[%d]", i)
+			if bl.Type != "text" || bl.Text == nil {
+				return Invalid(where, "%s must be a text block ({\"type\":\"text\",\"text\":...})", where)
+			}
+			k, err := r.mark(bl.CacheControl, where, *bl.Text == "")
+			if err != nil {
+				return err
+			}
+			parts = append(parts, *bl.Text)
+			if k >= 0 {
+				// Tools come before the system prompt in Anthropic's prefix order.
+				r.Breakpoints[k].cut = breakpointCut{tools: len(b.Tools), tail: textMessage("system", strings.Join(parts, "\n"))}
+			}
+		}
+		text = strings.Join(parts, "\n")
+	}
+	out.Messages = append(out.Messages, chatOutMsg{Role: "system", Content: &text})
+	return nil
+}
+
+// foldTools checks the body's custom tools and appends them to out as chat function tools,
+// marking their breakpoints.
+func (r *MessagesRequest) foldTools(b *anthropicBody, out *chatOut) error {
 	for i, t := range b.Tools {
 		where := fmt.Sprintf("tools[%d]", i)
 		if t.Type != "" && t.Type != "custom" {
-			return nil, Unsupported(where+".type", "%s.type %s is not supported; only custom tools (name, description, input_schema)", where, Quote(t.Type))
+			return Unsupported(where+".type", "%s.type %s is not supported; only custom tools (name, description, input_schema)", where, Quote(t.Type))
 		}
 		if t.Name == "" {
-			return nil, Invalid(where+".name", "%s.name is required", where)
+			return Invalid(where+".name", "%s.name is required", where)
 		}
 		if isNull(t.InputSchema) {
-			return nil, Invalid(where+".input_schema", "%s.input_schema is required", where)
+			return Invalid(where+".input_schema", "%s.input_schema is required", where)
 		}
-		k, err := mark(t.CacheControl, where, false)
+		k, err := r.mark(t.CacheControl, where, false)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if k >= 0 {
 			r.Breakpoints[k].cut = breakpointCut{tools: i + 1}
@@ -302,51 +360,63 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 		}
 		out.Tools = append(out.Tools, map[string]any{"type": "function", "function": fn})
 	}
+	return nil
+}
 
-	if tc := bytes.TrimSpace(b.ToolChoice); !isNull(tc) {
-		var c struct {
-			Type                   string `json:"type"`
-			Name                   string `json:"name"`
-			DisableParallelToolUse *bool  `json:"disable_parallel_tool_use"`
-		}
-		if err := json.Unmarshal(tc, &c); err != nil {
-			return nil, Invalid("tool_choice", "tool_choice must be an object with a type (auto, any, tool or none)")
-		}
-		if c.DisableParallelToolUse != nil {
-			p := !*c.DisableParallelToolUse
-			out.Parallel = &p
-		}
-		switch c.Type {
-		case "auto":
-			out.ToolChoice = "auto"
-		case "any":
-			out.ToolChoice = "required"
-		case "none":
-			out.ToolChoice = "none"
-		case "tool":
-			if c.Name == "" {
-				return nil, Invalid("tool_choice.name", "tool_choice.name is required when tool_choice.type is \"tool\"")
-			}
-			found := false
-			for _, t := range b.Tools {
-				found = found || t.Name == c.Name
-			}
-			if !found {
-				return nil, Invalid("tool_choice.name", "tool_choice names the tool %s, which is not in tools", Quote(c.Name))
-			}
-			out.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": c.Name}}
-		default:
-			return nil, Invalid("tool_choice.type", "tool_choice.type must be auto, any, tool or none, got %s", Quote(c.Type))
-		}
-		if len(b.Tools) == 0 && c.Type != "none" && c.Type != "auto" {
-			return nil, Invalid("tool_choice", "tool_choice %s needs tools", Quote(c.Type))
-		}
+// foldToolChoice translates the body's tool_choice into chat's: any as required, tool as a
+// named function, disable_parallel_tool_use as parallel_tool_calls.
+func foldToolChoice(b *anthropicBody, out *chatOut) error {
+	tc := bytes.TrimSpace(b.ToolChoice)
+	if isNull(tc) {
+		return nil
 	}
+	var c struct {
+		Type                   string `json:"type"`
+		Name                   string `json:"name"`
+		DisableParallelToolUse *bool  `json:"disable_parallel_tool_use"`
+	}
+	if err := json.Unmarshal(tc, &c); err != nil {
+		return Invalid("tool_choice", "tool_choice must be an object with a type (auto, any, tool or none)")
+	}
+	if c.DisableParallelToolUse != nil {
+		p := !*c.DisableParallelToolUse
+		out.Parallel = &p
+	}
+	switch c.Type {
+	case "auto":
+		out.ToolChoice = "auto"
+	case "any":
+		out.ToolChoice = "required"
+	case "none":
+		out.ToolChoice = "none"
+	case "tool":
+		if c.Name == "" {
+			return Invalid("tool_choice.name", "tool_choice.name is required when tool_choice.type is \"tool\"")
+		}
+		found := false
+		for _, t := range b.Tools {
+			found = found || t.Name == c.Name
+		}
+		if !found {
+			return Invalid("tool_choice.name", "tool_choice names the tool %s, which is not in tools", Quote(c.Name))
+		}
+		out.ToolChoice = map[string]any{"type": "function", "function": map[string]string{"name": c.Name}}
+	default:
+		return Invalid("tool_choice.type", "tool_choice.type must be auto, any, tool or none, got %s", Quote(c.Type))
+	}
+	if len(b.Tools) == 0 && c.Type != "none" && c.Type != "auto" {
+		return Invalid("tool_choice", "tool_choice %s needs tools", Quote(c.Type))
+	}
+	return nil
+}
 
+// foldMessages converts the body's messages into chat messages appended to out, merging
+// consecutive user turns, and sets where each breakpoint inside them cuts the conversation.
+func (r *MessagesRequest) foldMessages(b *anthropicBody, out *chatOut) error {
 	for i, m := range b.Messages {
-		msgs, cuts, err := convertMessage(m, fmt.Sprintf("messages[%d]", i), mark)
+		msgs, cuts, err := convertMessage(m, fmt.Sprintf("messages[%d]", i), r.mark)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		for j, cm := range msgs {
 			// Consecutive user turns are combined into one, as Anthropic does: many chat
@@ -378,32 +448,7 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 			}
 		}
 	}
-	if last := b.Messages[len(b.Messages)-1]; last.Role == "assistant" {
-		// Continuing a final assistant message needs the template to leave it open, which
-		// chat templates do not do; Anthropic answers such models with a 400 too.
-		return nil, Invalid(fmt.Sprintf("messages[%d]", len(b.Messages)-1),
-			"the last message is from the assistant (prefill), which this server does not support; end with a user message")
-	}
-	k, err := mark(b.CacheControl, "request", false)
-	if err != nil {
-		return nil, err
-	}
-	if k >= 0 {
-		r.Breakpoints[k].cut = breakpointCut{whole: true}
-	}
-	chatBody, err := json.Marshal(out)
-	if err != nil {
-		return nil, Invalid("", "cannot translate the request: %v", err)
-	}
-	chat, err := ParseChatRequest(chatBody)
-	if err != nil {
-		return nil, err
-	}
-	chat.StopStrings = b.StopSequences // validated above; more than chat's 4 are allowed
-	r.Chat = chat
-	r.Chat.CacheReport = b.CacheReport
-	r.Chat.MaxOffloadTokens = b.MaxOffloadTokens
-	return r, nil
+	return nil
 }
 
 // messageCut is where a breakpoint inside one Anthropic message cuts the chat messages it
