@@ -130,11 +130,25 @@ func summarizeRun(res *runResult) *Report {
 	cfg, tgt := res.cfg, res.tgt
 	samples := append([]Sample(nil), res.samples...)
 	sort.SliceStable(samples, func(i, j int) bool { return samples[i].Start < samples[j].Start })
+	r := newRunReport(res, len(samples))
+	wall := res.wall.Seconds()
+	t := r.tallyClient(samples, wall)
+	d := counterDelta(res.before, res.after)
+	r.setServerCounters(d, wall)
+	r.setPrediction(samples, tgt, cfg)
+	r.setCost(t, d, cfg.Prices)
+	r.HitRateOverTime = hitRateOverTime(res, samples)
+	return r
+}
+
+// newRunReport is the report's header: what ran, against what, for how long.
+func newRunReport(res *runResult, requests int) *Report {
+	cfg, tgt := res.cfg, res.tgt
 	r := &Report{
 		Workload: cfg.Workload, Target: cfg.Target, Model: tgt.model, Endpoint: "/v1/completions",
 		Seed: cfg.Seed, Sessions: cfg.Sessions, Turns: cfg.Turns, Concurrency: cfg.Concurrency, Rate: cfg.Rate,
 		BlockSize: tgt.blockSize, TokensPerWord: res.tokensPerWord, DurationS: res.wall.Seconds(),
-		Requests: len(samples),
+		Requests: requests,
 	}
 	if cfg.Chat {
 		r.Endpoint = "/v1/chat/completions"
@@ -145,16 +159,26 @@ func summarizeRun(res *runResult) *Report {
 	}
 	if cfg.Workload == "trace" {
 		r.Endpoint = "from trace"
-		r.Sessions, r.Turns = len(samples), 1
+		r.Sessions, r.Turns = requests, 1
 	}
-	wall := res.wall.Seconds()
+	return r
+}
 
-	// Latencies.
+// clientTally is the token counts the client saw over the successful samples, which the
+// cost estimate prices.
+type clientTally struct {
+	prompt, completion, cached  int64
+	reported                    int   // samples with usage cached_tokens
+	split                       int   // samples with Anthropic's cache usage
+	splitRead, split5m, split1h int64 // Anthropic's usage, from /v1/messages answers
+}
+
+// tallyClient fills the client-side half of r from samples (sorted by start): errors,
+// latencies, token counts, the cached tokens the usage reported and the per-tier split.
+func (r *Report) tallyClient(samples []Sample, wall float64) clientTally {
+	var t clientTally
 	var ttft, tpot, e2e, cold, warm []float64
-	var prompt, completion, cached, computed int64
-	var splitRead, split5m, split1h int64 // Anthropic's usage, from /v1/messages answers
-	split := 0
-	reported := 0
+	var computed int64
 	tiers := map[string]int64{}
 	tiersSeen := false
 	for _, s := range samples {
@@ -170,12 +194,12 @@ func summarizeRun(res *runResult) *Report {
 		}
 		e2e = append(e2e, ms(s.End-s.Start))
 		if s.FirstToken > 0 {
-			t := ms(s.FirstToken - s.Start)
-			ttft = append(ttft, t)
+			first := ms(s.FirstToken - s.Start)
+			ttft = append(ttft, first)
 			if s.Turn == 0 {
-				cold = append(cold, t)
+				cold = append(cold, first)
 			} else {
-				warm = append(warm, t)
+				warm = append(warm, first)
 			}
 			n := s.CompletionTokens
 			if !s.UsageReported {
@@ -185,18 +209,18 @@ func summarizeRun(res *runResult) *Report {
 				tpot = append(tpot, ms(s.End-s.FirstToken)/float64(n-1))
 			}
 		}
-		prompt += int64(s.PromptTokens)
-		completion += int64(s.CompletionTokens)
+		t.prompt += int64(s.PromptTokens)
+		t.completion += int64(s.CompletionTokens)
 		if s.CachedTokens != nil {
-			reported++
-			cached += int64(*s.CachedTokens)
+			t.reported++
+			t.cached += int64(*s.CachedTokens)
 			computed += int64(s.PromptTokens - *s.CachedTokens)
 		}
 		if sp := s.CacheSplit; sp != nil {
-			split++
-			splitRead += int64(sp.Read)
-			split5m += int64(sp.Write5m)
-			split1h += int64(sp.Write1h)
+			t.split++
+			t.splitRead += int64(sp.Read)
+			t.split5m += int64(sp.Write5m)
+			t.split1h += int64(sp.Write1h)
 		}
 		if c := s.Cache; c != nil {
 			tiersSeen = true
@@ -208,22 +232,22 @@ func summarizeRun(res *runResult) *Report {
 		}
 	}
 	r.TTFT, r.TPOT, r.E2E, r.TTFTCold, r.TTFTWarm = summarize(ttft), summarize(tpot), summarize(e2e), summarize(cold), summarize(warm)
-	r.PromptTokens, r.CompletionTokens = prompt, completion
+	r.PromptTokens, r.CompletionTokens = t.prompt, t.completion
 	if wall > 0 {
-		r.Throughput.Output = float64(completion) / wall
+		r.Throughput.Output = float64(t.completion) / wall
 	}
 	ok := r.Requests - r.Errors
-	r.ClientCachedReported = reported
+	r.ClientCachedReported = t.reported
 	switch {
-	case reported == 0:
+	case t.reported == 0:
 		r.ClientCached = "not reported"
-	case reported < ok:
+	case t.reported < ok:
 		r.ClientCached = "partly reported"
 	default:
 		r.ClientCached = "reported"
 	}
-	if reported > 0 {
-		r.CachedTokens = ptr(cached)
+	if t.reported > 0 {
+		r.CachedTokens = ptr(t.cached)
 		var reportedPrompt int64
 		for _, s := range samples {
 			if s.OK && s.CachedTokens != nil {
@@ -231,36 +255,43 @@ func summarizeRun(res *runResult) *Report {
 			}
 		}
 		if reportedPrompt > 0 {
-			r.ClientCachedRatio = ptr(float64(cached) / float64(reportedPrompt))
+			r.ClientCachedRatio = ptr(float64(t.cached) / float64(reportedPrompt))
 		}
 		if wall > 0 {
-			r.Throughput.ReusedClient = ptr(float64(cached) / wall)
+			r.Throughput.ReusedClient = ptr(float64(t.cached) / wall)
 			r.Throughput.RecomputedClient = ptr(float64(computed) / wall)
 		}
 	}
 	if tiersSeen {
 		r.PerTierClient = tiers
 	}
+	return t
+}
 
-	// Server counters.
-	d := counterDelta(res.before, res.after)
+// setServerCounters fills the server-side half of r from the difference d of the /metrics
+// counters scraped before and after the run.
+func (r *Report) setServerCounters(d counterSnapshot, wall float64) {
 	r.ServerMetrics = "not reported"
-	if d.Present {
-		r.ServerMetrics = "reported"
-		r.ServerQueries, r.ServerHits = ptr(d.Queries), ptr(d.Hits)
-		if d.Queries > 0 {
-			r.ServerHitRate = ptr(d.Hits / d.Queries)
-		}
-		if d.Tiers != nil {
-			r.PerTier = d.Tiers
-		}
-		if wall > 0 {
-			r.Throughput.ReusedServer = ptr(d.Hits / wall)
-			r.Throughput.RecomputedServer = ptr((d.Queries - d.Hits) / wall)
-		}
+	if !d.Present {
+		return
 	}
+	r.ServerMetrics = "reported"
+	r.ServerQueries, r.ServerHits = ptr(d.Queries), ptr(d.Hits)
+	if d.Queries > 0 {
+		r.ServerHitRate = ptr(d.Hits / d.Queries)
+	}
+	if d.Tiers != nil {
+		r.PerTier = d.Tiers
+	}
+	if wall > 0 {
+		r.Throughput.ReusedServer = ptr(d.Hits / wall)
+		r.Throughput.RecomputedServer = ptr((d.Queries - d.Hits) / wall)
+	}
+}
 
-	// Prediction.
+// setPrediction fills the per-request rows with the predictor's reusable tokens, and the
+// predicted (and, for the agent workload, naive) hit rates.
+func (r *Report) setPrediction(samples []Sample, tgt *target, cfg Config) {
 	rows := make([]RequestRow, len(samples))
 	pred := predictSamples(samples, tgt, r)
 	var predSum, predDen int64
@@ -284,31 +315,31 @@ func summarizeRun(res *runResult) *Report {
 	if cfg.Workload == "agent" {
 		r.NaiveHitRate = ptr(naiveAgentRate(cfg.Turns))
 	}
+}
 
-	// Cost: the usage the server reported. On /v1/messages its cache reads and writes; on the
-	// OpenAI endpoints cached_tokens as reads and no writes; without usage, the server's
-	// counters; else every prompt token uncached.
+// setCost prices the run's tokens: the usage the server reported. On /v1/messages its cache
+// reads and writes; on the OpenAI endpoints cached_tokens as reads and no writes; without
+// usage, the server's counters d; else every prompt token uncached.
+func (r *Report) setCost(t clientTally, d counterSnapshot, prices []Price) {
 	switch {
-	case split > 0:
+	case t.split > 0:
 		// Answers without Anthropic's usage (a mixed trace) count their cached_tokens as reads.
-		other := cached - splitRead
-		r.CostTokens = costTokens(prompt, splitRead+max(other, 0), split5m, split1h, completion)
+		other := t.cached - t.splitRead
+		r.CostTokens = costTokens(t.prompt, t.splitRead+max(other, 0), t.split5m, t.split1h, t.completion)
 		r.CostBasis = "usage cache_read_input_tokens / cache_creation_input_tokens (/v1/messages)"
-	case reported > 0:
-		r.CostTokens = costTokens(prompt, cached, 0, 0, completion)
+	case t.reported > 0:
+		r.CostTokens = costTokens(t.prompt, t.cached, 0, 0, t.completion)
 		r.CostBasis = "usage cached_tokens as cache reads, no cache writes"
 	case d.Present:
-		r.CostTokens = costTokens(int64(d.Queries), int64(d.Hits), 0, 0, completion)
+		r.CostTokens = costTokens(int64(d.Queries), int64(d.Hits), 0, 0, t.completion)
 		r.CostBasis = "server counters as cache reads, no cache writes"
 	default:
-		r.CostTokens = costTokens(prompt, 0, 0, 0, completion)
+		r.CostTokens = costTokens(t.prompt, 0, 0, 0, t.completion)
 		r.CostBasis = "no cache reported: all prompt tokens priced as uncached"
 	}
-	for _, p := range cfg.Prices {
+	for _, p := range prices {
 		r.Cost = append(r.Cost, estimateCost(p, r.CostTokens))
 	}
-	r.HitRateOverTime = hitRateOverTime(res, samples)
-	return r
 }
 
 type predicted struct{ reuse, tokens int }
