@@ -353,176 +353,217 @@ func (p *Parser) emitCalls(cs []rawCall) {
 }
 
 // advance decides as much of buf[pos:] as it can. With final, it decides all of it.
+// Each step reads at its mode and reports whether it moved on (true: look again) or must
+// wait for more text (false).
 func (p *Parser) advance(final bool) {
-	syn := p.syn
 	for {
-		rest := p.buf[p.pos:]
+		var more bool
 		switch p.mode {
 		case modeBegin:
-			t := strings.TrimLeft(rest, wsChars)
-			if m, full := matchAny(t, syn.thinkOpen); full {
-				p.pos += len(rest) - len(t) + len(m)
-				p.mode = modeReasoning
-				continue
-			} else if m != "" && !final {
-				return // may still be the opening marker
-			}
-			// A closer first: the prompt opened the block and the model closed it at once.
-			if m, full := matchAny(t, syn.thinkClose); full {
-				p.pos += len(rest) - len(t) + len(m)
-				p.mode = modeContentStart
-				p.boundary()
-				continue
-			} else if m != "" && !final {
-				return
-			}
-			if t == "" && !final {
-				return
-			}
-			if p.opts.StartsInReasoning {
-				p.mode = modeReasoning
-			} else {
-				p.mode = modeContentStart
-			}
-
+			more = p.stepBegin(final)
 		case modeReasoning:
-			i, m := indexAny(rest, syn.reasoningEnds)
-			if i >= 0 {
-				p.reasoning(rest[:i])
-				p.rPendingWS = ""
-				p.pos += i
-				if !syn.callEndsReasoning[m] {
-					p.pos += len(m) // a closer, not a call marker: consumed
-				}
-				p.mode = modeContentStart
-				p.boundary()
-				continue
-			}
-			if final {
-				p.reasoning(rest)
-				p.rPendingWS = ""
-				p.pos = len(p.buf)
-				return
-			}
-			k := len(rest) - partialSuffix(rest, syn.reasoningEnds)
-			k -= partialRune(rest[:k])
-			p.reasoning(rest[:k])
-			p.pos += k
-			return
-
+			more = p.stepReasoning(final)
 		case modeContentStart:
-			if syn.whole != nil {
-				t := strings.TrimLeft(rest, wsChars)
-				if t == "" && !final {
-					return
-				}
-				if t != "" && syn.whole.starts(t) {
-					if p.wait(p.pos, rest, "", "", final) {
-						return
-					}
-					cs, n, st := syn.whole.parse(rest, final, p)
-					st = p.parsed(p.pos, rest, st, final)
-					switch st {
-					case needMore:
-						return
-					case complete:
-						p.emitCalls(cs)
-						p.pos += n
-						p.mode = modeContent
-						continue
-					}
-				}
-			}
-			p.mode = modeContent
-
+			more = p.stepContentStart(final)
 		case modeContent:
-			i, mk := p.nextMarker(rest)
-			if i < 0 {
-				k := len(rest)
-				if !final {
-					k -= syn.partial(rest)
-					k -= partialRune(rest[:k])
-				}
-				p.content(rest[:k])
-				p.pos += k
-				return
-			}
-			p.content(rest[:i])
-			p.pos += i
-			switch mk.kind {
-			case markDrop:
-				p.pos += len(mk.text)
-				p.boundary() // the marker separates content the way a call does
-			case markSection:
-				p.mode = modeSection
-				p.sectionStart = p.pos
-				p.sectionCalls = 0
-				p.section = mk
-				p.pos += len(mk.text)
-			case markCall:
-				if p.wait(p.pos, p.buf[p.pos:], mk.closer, mk.closerAny, final) {
-					return
-				}
-				cs, n, st := mk.parse(p.buf[p.pos:], final, p)
-				st = p.parsed(p.pos, p.buf[p.pos:], st, final)
-				switch st {
-				case needMore:
-					return
-				case complete:
-					p.emitCalls(cs)
-					p.pos += n
-				default:
-					p.content(mk.text)
-					p.pos += len(mk.text)
-				}
-			}
-
+			more = p.stepContent(final)
 		case modeSection:
-			t := strings.TrimLeft(rest, wsChars)
-			skip := len(rest) - len(t)
-			if m, full := matchAny(t, p.section.sectionEnd); full {
-				p.pos += skip + len(m)
-				p.mode = modeContent
-				p.boundary()
-				continue
-			} else if m != "" && !final {
-				return
-			}
-			if t == "" {
-				if !final {
-					return
-				}
-				if p.sectionCalls > 0 {
-					p.pos = len(p.buf) // an unclosed section after whole calls
-					return
-				}
-				p.sectionInvalid()
-				continue
-			}
-			if p.wait(p.pos+skip, t, p.section.closer, p.section.closerAny, final) {
-				return
-			}
-			cs, n, st := p.section.parse(t, final, p)
-			st = p.parsed(p.pos+skip, t, st, final)
-			switch st {
-			case needMore:
-				return
-			case complete:
-				p.emitCalls(cs)
-				p.sectionCalls += len(cs)
-				p.pos += skip + n
-			default:
-				if p.sectionCalls == 0 {
-					p.sectionInvalid()
-				} else {
-					p.mode = modeContent
-				}
-			}
-
+			more = p.stepSection(final)
 		case modeDone:
 			return
 		}
+		if !more {
+			return
+		}
 	}
+}
+
+// stepBegin skips leading whitespace and looks for a reasoning block's opener, or a closer
+// the prompt's opener left to the model; without either, reasoning or content starts.
+func (p *Parser) stepBegin(final bool) bool {
+	syn := p.syn
+	rest := p.buf[p.pos:]
+	t := strings.TrimLeft(rest, wsChars)
+	if m, full := matchAny(t, syn.thinkOpen); full {
+		p.pos += len(rest) - len(t) + len(m)
+		p.mode = modeReasoning
+		return true
+	} else if m != "" && !final {
+		return false // may still be the opening marker
+	}
+	// A closer first: the prompt opened the block and the model closed it at once.
+	if m, full := matchAny(t, syn.thinkClose); full {
+		p.pos += len(rest) - len(t) + len(m)
+		p.mode = modeContentStart
+		p.boundary()
+		return true
+	} else if m != "" && !final {
+		return false
+	}
+	if t == "" && !final {
+		return false
+	}
+	if p.opts.StartsInReasoning {
+		p.mode = modeReasoning
+	} else {
+		p.mode = modeContentStart
+	}
+	return true
+}
+
+// stepReasoning passes reasoning text on up to the marker that ends it (a closer, consumed,
+// or a call marker, left for content), holding back what may be the start of one.
+func (p *Parser) stepReasoning(final bool) bool {
+	syn := p.syn
+	rest := p.buf[p.pos:]
+	i, m := indexAny(rest, syn.reasoningEnds)
+	if i >= 0 {
+		p.reasoning(rest[:i])
+		p.rPendingWS = ""
+		p.pos += i
+		if !syn.callEndsReasoning[m] {
+			p.pos += len(m) // a closer, not a call marker: consumed
+		}
+		p.mode = modeContentStart
+		p.boundary()
+		return true
+	}
+	if final {
+		p.reasoning(rest)
+		p.rPendingWS = ""
+		p.pos = len(p.buf)
+		return false
+	}
+	k := len(rest) - partialSuffix(rest, syn.reasoningEnds)
+	k -= partialRune(rest[:k])
+	p.reasoning(rest[:k])
+	p.pos += k
+	return false
+}
+
+// stepContentStart parses a call written with no marker (Llama 3's JSON) at the start of the
+// content when the syntax has one; else content starts.
+func (p *Parser) stepContentStart(final bool) bool {
+	syn := p.syn
+	rest := p.buf[p.pos:]
+	if syn.whole != nil {
+		t := strings.TrimLeft(rest, wsChars)
+		if t == "" && !final {
+			return false
+		}
+		if t != "" && syn.whole.starts(t) {
+			if p.wait(p.pos, rest, "", "", final) {
+				return false
+			}
+			cs, n, st := syn.whole.parse(rest, final, p)
+			st = p.parsed(p.pos, rest, st, final)
+			switch st {
+			case needMore:
+				return false
+			case complete:
+				p.emitCalls(cs)
+				p.pos += n
+				p.mode = modeContent
+				return true
+			}
+		}
+	}
+	p.mode = modeContent
+	return true
+}
+
+// stepContent passes content on up to the next marker and acts on it: a dropped marker, a
+// call section, or a call to parse.
+func (p *Parser) stepContent(final bool) bool {
+	syn := p.syn
+	rest := p.buf[p.pos:]
+	i, mk := p.nextMarker(rest)
+	if i < 0 {
+		k := len(rest)
+		if !final {
+			k -= syn.partial(rest)
+			k -= partialRune(rest[:k])
+		}
+		p.content(rest[:k])
+		p.pos += k
+		return false
+	}
+	p.content(rest[:i])
+	p.pos += i
+	switch mk.kind {
+	case markDrop:
+		p.pos += len(mk.text)
+		p.boundary() // the marker separates content the way a call does
+	case markSection:
+		p.mode = modeSection
+		p.sectionStart = p.pos
+		p.sectionCalls = 0
+		p.section = mk
+		p.pos += len(mk.text)
+	case markCall:
+		if p.wait(p.pos, p.buf[p.pos:], mk.closer, mk.closerAny, final) {
+			return false
+		}
+		cs, n, st := mk.parse(p.buf[p.pos:], final, p)
+		st = p.parsed(p.pos, p.buf[p.pos:], st, final)
+		switch st {
+		case needMore:
+			return false
+		case complete:
+			p.emitCalls(cs)
+			p.pos += n
+		default:
+			p.content(mk.text)
+			p.pos += len(mk.text)
+		}
+	}
+	return true
+}
+
+// stepSection parses the calls of a section one at a time until its end marker.
+func (p *Parser) stepSection(final bool) bool {
+	rest := p.buf[p.pos:]
+	t := strings.TrimLeft(rest, wsChars)
+	skip := len(rest) - len(t)
+	if m, full := matchAny(t, p.section.sectionEnd); full {
+		p.pos += skip + len(m)
+		p.mode = modeContent
+		p.boundary()
+		return true
+	} else if m != "" && !final {
+		return false
+	}
+	if t == "" {
+		if !final {
+			return false
+		}
+		if p.sectionCalls > 0 {
+			p.pos = len(p.buf) // an unclosed section after whole calls
+			return false
+		}
+		p.sectionInvalid()
+		return true
+	}
+	if p.wait(p.pos+skip, t, p.section.closer, p.section.closerAny, final) {
+		return false
+	}
+	cs, n, st := p.section.parse(t, final, p)
+	st = p.parsed(p.pos+skip, t, st, final)
+	switch st {
+	case needMore:
+		return false
+	case complete:
+		p.emitCalls(cs)
+		p.sectionCalls += len(cs)
+		p.pos += skip + n
+	default:
+		if p.sectionCalls == 0 {
+			p.sectionInvalid()
+		} else {
+			p.mode = modeContent
+		}
+	}
+	return true
 }
 
 // wait reports whether the call starting at buf offset at, whose text so far is s, can
