@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"stockpot/internal/api"
+	"stockpot/internal/apikey"
 )
 
 // Endpoint keys. Besides the API (APIKeys), four kinds of endpoint show what every tenant
@@ -54,18 +55,18 @@ var rightNames = [...]struct{ name, flags string }{
 }
 
 // grants returns the key sets that grant need.
-func (s *Server) grants(need right) []keySet {
+func (s *Server) grants(need right) []apikey.Set {
 	switch need {
 	case rightAPI:
-		return []keySet{s.apiKeys}
+		return []apikey.Set{s.apiKeys}
 	case rightAdmin:
-		return []keySet{s.adminKeys}
+		return []apikey.Set{s.adminKeys}
 	case rightEvents:
-		return []keySet{s.eventsKeys, s.adminKeys, s.backendKeys}
+		return []apikey.Set{s.eventsKeys, s.adminKeys, s.backendKeys}
 	case rightDashboard:
-		return []keySet{s.dashboardKeys, s.adminKeys}
+		return []apikey.Set{s.dashboardKeys, s.adminKeys}
 	case rightMetrics:
-		return []keySet{s.metricsKeys, s.adminKeys}
+		return []apikey.Set{s.metricsKeys, s.adminKeys}
 	}
 	return nil
 }
@@ -73,28 +74,21 @@ func (s *Server) grants(need right) []keySet {
 // anyKeys reports whether the server holds a key of any kind: then no operator endpoint is
 // open unless its right is granted (or /metrics is public on purpose).
 func (s *Server) anyKeys() bool {
-	return s.cfg.TenantKey != nil || s.cfg.Tenants != nil || len(s.apiKeys)+len(s.adminKeys)+len(s.eventsKeys)+len(s.dashboardKeys)+len(s.metricsKeys)+len(s.backendKeys) > 0
+	return s.cfg.TenantKey != nil || s.cfg.Tenants != nil || s.apiKeys.Len()+s.adminKeys.Len()+s.eventsKeys.Len()+s.dashboardKeys.Len()+s.metricsKeys.Len()+s.backendKeys.Len() > 0
 }
 
 // presentedKey is the key r carries: a bearer token, else x-api-key, else (query: the
 // dashboard's paths) ?key=. "" when none.
 func presentedKey(r *http.Request, query bool) string {
-	key, ok := bearer(r)
-	if !ok {
-		key = strings.TrimSpace(r.Header.Get("X-Api-Key"))
-	}
-	if key == "" && query {
-		key = r.URL.Query().Get("key")
-	}
-	return key
+	return apikey.FromRequest(r, apikey.Rule{Query: query})
 }
 
 // knownKey reports whether key is any key this server holds (it then deserves a 403, not a
 // 401, on an endpoint it does not grant). Every set is compared, in constant time per key.
 func (s *Server) knownKey(key string) bool {
 	m := false
-	for _, ks := range []keySet{s.apiKeys, s.adminKeys, s.eventsKeys, s.dashboardKeys, s.metricsKeys, s.backendKeys} {
-		m = ks.match(key) || m
+	for _, ks := range []apikey.Set{s.apiKeys, s.adminKeys, s.eventsKeys, s.dashboardKeys, s.metricsKeys, s.backendKeys} {
+		m = ks.Match(key) || m
 	}
 	if s.cfg.Tenants != nil && s.cfg.Tenants.Authenticate(key) != nil {
 		m = true
@@ -111,7 +105,7 @@ func (s *Server) checkRight(r *http.Request, need right, query bool) *api.Error 
 	sets := s.grants(need)
 	configured := false
 	for _, ks := range sets {
-		configured = configured || len(ks) > 0
+		configured = configured || ks.Len() > 0
 	}
 	n := rightNames[need]
 	if need == rightMetrics && s.cfg.PublicMetrics {
@@ -133,7 +127,7 @@ func (s *Server) checkRight(r *http.Request, need right, query bool) *api.Error 
 	if key != "" {
 		ok := false
 		for _, ks := range sets {
-			ok = ks.match(key) || ok
+			ok = ks.Match(key) || ok
 		}
 		if ok {
 			return nil

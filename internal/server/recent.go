@@ -89,7 +89,7 @@ func (rr *recentRing) last(n int) []RecentRequest {
 
 // recordRequest is the hook of the generation handlers, called once a request is accepted.
 func (s *Server) recordRequest(r *http.Request, body []byte) {
-	if len(s.adminKeys) == 0 {
+	if s.adminKeys.Len() == 0 {
 		return // nobody could read it
 	}
 	s.recent.add(RecentRequest{Path: r.URL.Path, SessionID: r.Header.Get("X-Session-ID"), At: s.cfg.Now(), Body: body})

@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"stockpot/internal/api"
+	"stockpot/internal/apikey"
 	"stockpot/internal/engine"
 	"stockpot/internal/grammar"
 	"stockpot/internal/membudget"
@@ -63,12 +64,12 @@ type Server struct {
 	responses     *responseStore                // for /v1/responses' previous_response_id
 	listener      atomic.Pointer[limitListener] // the one Serve accepts on, once it runs
 
-	apiKeys     keySet // Config.APIKeys
-	adminKeys   keySet // Config.AdminKeys: the cache admin API
-	metricsKeys keySet // Config.MetricsKey
+	apiKeys     apikey.Set // Config.APIKeys
+	adminKeys   apikey.Set // Config.AdminKeys: the cache admin API
+	metricsKeys apikey.Set // Config.MetricsKey
 	// eventsKeys, dashboardKeys: Config.EventsKeys, Config.DashboardKeys (endpoint_auth.go);
 	// backendKeys: Config.BackendKey (the router's: it grants the block events too).
-	eventsKeys, dashboardKeys, backendKeys keySet
+	eventsKeys, dashboardKeys, backendKeys apikey.Set
 	// tenants authenticates requests (Config.Tenants, or Config.APIKeys as tenant.Single;
 	// nil: open); limiter holds their quotas; replay remembers the router's signed
 	// identities (tenants.go).
@@ -119,8 +120,8 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
 	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, misses: misses, started: c.Now(), bos: -1,
-		apiKeys: newKeySet(c.APIKeys...), metricsKeys: newKeySet(c.MetricsKey), adminKeys: newKeySet(c.AdminKeys...),
-		eventsKeys: newKeySet(c.EventsKeys...), dashboardKeys: newKeySet(c.DashboardKeys...), backendKeys: newKeySet(c.BackendKey),
+		apiKeys: apikey.NewSet(c.APIKeys...), metricsKeys: apikey.NewSet(c.MetricsKey), adminKeys: apikey.NewSet(c.AdminKeys...),
+		eventsKeys: apikey.NewSet(c.EventsKeys...), dashboardKeys: apikey.NewSet(c.DashboardKeys...), backendKeys: apikey.NewSet(c.BackendKey),
 		tenants: c.Tenants, limiter: tenant.NewLimiter(), replay: tenant.NewReplayGuard(0), tenantMetrics: tm,
 		responses: newResponseStore(responseStoreSize, c.ResponsesStoreBytes)}
 	if s.tenants == nil {
