@@ -452,26 +452,15 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	if err := f.start(ctx); err != nil {
 		return Report{}, err
 	}
-	judge := NewJudge()
-	var jmu sync.Mutex
 	client := &Client{HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: cfg.Workers * 2}}, Budget: cfg.RetryBudget}
 	defer client.HTTP.CloseIdleConnections()
-	oracle := newOracle(&Client{HTTP: client.HTTP, Budget: cfg.RetryBudget}, "http://"+f.oracle.Addr)
+	s := &soakRun{cfg: &cfg, f: f, client: client, judge: NewJudge(),
+		oracle: newOracle(&Client{HTTP: client.HTTP, Budget: cfg.RetryBudget}, "http://"+f.oracle.Addr)}
 
 	// Baselines: goroutines of each server once up and idle.
 	base := map[string]float64{}
-	servers := func() map[string]string {
-		s := map[string]string{}
-		for i, p := range f.replicas {
-			s[p.Name] = f.direct[i]
-		}
-		if f.router != nil {
-			s["router"] = "http://" + f.router.Addr
-		}
-		return s
-	}
 	time.Sleep(500 * time.Millisecond)
-	for name, url := range servers() {
+	for name, url := range f.servers() {
 		if m, err := scrape(url); err == nil {
 			base[name] = m["go_goroutines"]
 		}
@@ -483,51 +472,108 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	scrapeWG.Add(1)
 	go func() {
 		defer scrapeWG.Done()
-		t := time.NewTicker(300 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-stopScrape:
-				return
-			case <-t.C:
-			}
-			for i, p := range f.replicas {
-				if m, err := scrape(f.direct[i]); err == nil {
-					bud.sample(p.Name, m)
-				}
+		bud.watch(f, stopScrape)
+	}()
+	s.drive(ctx)
+	close(stopScrape)
+	scrapeWG.Wait()
+	elapsed := time.Since(s.start)
+
+	// After the drain: nothing referenced, nothing running, goroutines back down.
+	client.HTTP.CloseIdleConnections()
+	for name, url := range f.servers() {
+		checkDrained(s.judge, name, url, base[name], strings.HasPrefix(name, "replica"), cfg.SettleTimeout)
+	}
+	rss := bud.check(s.judge)
+	r := s.judge.Report()
+	r.Notes = append(r.Notes, fmt.Sprintf("%d requests in %s (%.1f req/s), %d workers; most resident memory: %s",
+		r.Requests, elapsed.Round(time.Second), float64(r.Requests)/elapsed.Seconds(), cfg.Workers, strings.Join(rss, ", ")))
+	for i, m := range f.mounted {
+		if !m && cfg.Disk {
+			r.Notes = append(r.Notes, fmt.Sprintf("replica%d's disk tier is not on its own volume: disk_full is not injected there", i))
+		}
+	}
+	return r, nil
+}
+
+// servers is each server's base URL by name: the replicas, and the router if any.
+func (f *fleet) servers() map[string]string {
+	s := map[string]string{}
+	for i, p := range f.replicas {
+		s[p.Name] = f.direct[i]
+	}
+	if f.router != nil {
+		s["router"] = "http://" + f.router.Addr
+	}
+	return s
+}
+
+// watch samples the replicas' gauges every 300 ms until stop is closed.
+func (b *budgets) watch(f *fleet, stop <-chan struct{}) {
+	t := time.NewTicker(300 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		for i, p := range f.replicas {
+			if m, err := scrape(f.direct[i]); err == nil {
+				b.sample(p.Name, m)
 			}
 		}
-	}()
+	}
+}
 
+// check records a budget check per tier of each replica (the most held within its capacity)
+// and returns each server's most resident memory, for the report's notes.
+func (b *budgets) check(j *Judge) (rss []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, k := range sortedKeys(b.max) {
+		j.AddCheck(Check{Name: "budget " + k, OK: b.max[k] <= b.caps[k],
+			Detail: fmt.Sprintf("held at most %s of %s", mib(b.max[k]), mib(b.caps[k]))})
+	}
+	for _, k := range sortedKeys(b.rss) {
+		rss = append(rss, fmt.Sprintf("%s %s", k, mib(b.rss[k])))
+	}
+	return rss
+}
+
+// soakRun is the traffic half of a run: the clients, the oracle they check answers against,
+// and the judge that records the outcomes.
+type soakRun struct {
+	cfg    *Config
+	f      *fleet
+	client *Client
+	oracle *oracle
+	start  time.Time // when the traffic began
+
+	jmu   sync.Mutex // protects judge while the traffic and the faults run
+	judge *Judge
+	done  atomic.Int64 // requests finished
+}
+
+// faultEv is a fault to inject, or with end, a lasting fault to end.
+type faultEv struct {
+	f   Fault
+	end bool
+}
+
+// drive sends cfg.Requests operations from cfg.Workers clients, with the fault schedule's
+// faults injected one at a time, in order, beside the traffic; it returns when every request
+// and every fault is done.
+func (s *soakRun) drive(ctx context.Context) {
+	cfg := s.cfg
 	// Faults run one at a time, in order, beside the traffic.
 	sched := Schedule(cfg.Seed, cfg.Requests, cfg.Replicas, cfg.Rounds, cfg.Faults)
-	type faultEv struct {
-		f   Fault
-		end bool
-	}
 	faultC := make(chan faultEv, len(sched)*2+1)
 	var faultWG sync.WaitGroup
 	faultWG.Add(1)
 	go func() {
 		defer faultWG.Done()
-		rng := rand.New(rand.NewPCG(cfg.Seed, 0xc0ffee))
-		for ev := range faultC {
-			var err error
-			if ev.end {
-				err = f.end(ctx, ev.f)
-				if err != nil {
-					jmu.Lock()
-					judge.Fault(ev.f, fmt.Errorf("ending it: %w", err))
-					jmu.Unlock()
-				}
-				continue
-			}
-			err = f.inject(ctx, ev.f, rng)
-			jmu.Lock()
-			judge.Fault(ev.f, err)
-			jmu.Unlock()
-			fmt.Fprintf(cfg.Progress, "soak: fault %s%s\n", ev.f, errSuffix(err))
-		}
+		s.applyFaults(ctx, faultC)
 	}()
 	// Lasting faults end at their Until, in op order.
 	type ending struct {
@@ -543,46 +589,14 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 
 	gen := NewGenerator(DefaultMix(cfg.Seed, cfg.Replicas, cfg.Router))
 	opC := make(chan *Op, cfg.Workers)
-	var done atomic.Int64
 	var wg sync.WaitGroup
-	start := time.Now()
+	s.start = time.Now()
 	for range cfg.Workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for op := range opC {
-				url := "http://" + f.oracle.Addr // placeholder, replaced below
-				if op.Via < 0 {
-					url = "http://" + f.router.Addr
-				} else {
-					url = f.direct[op.Via]
-				}
-				out := client.Do(ctx, op, url)
-				want := ""
-				if out.Status == Answered && op.OracleBody != nil {
-					w, err := oracle.answer(ctx, op)
-					if err != nil {
-						out.Status, out.Errors = Lost, append(out.Errors, "oracle: "+err.Error())
-					}
-					want = w
-				}
-				if out.Status == Answered && op.OracleBody != nil && out.Answer != want {
-					// Keep what it takes to replay a wrong answer: the request, where it went, both answers.
-					b, _ := json.MarshalIndent(map[string]any{"op": op.ID, "kind": op.Kind.String(), "url": url + op.Path,
-						"body": json.RawMessage(op.Body), "got": out.Answer, "finish": out.Finish, "oracle": want}, "", "  ")
-					os.WriteFile(filepath.Join(cfg.Dir, fmt.Sprintf("wrong-%d.json", op.ID)), b, 0o644)
-				}
-				jmu.Lock()
-				judge.Record(out, want)
-				jmu.Unlock()
-				n := done.Add(1)
-				if step := max(int64(cfg.Requests)/20, 1); n%step == 0 {
-					jmu.Lock()
-					r := judge.Report()
-					jmu.Unlock()
-					fmt.Fprintf(cfg.Progress, "soak: %d/%d done, wrong %d, lost %d, %d retried, %.1f req/s\n",
-						n, cfg.Requests, r.Wrong, r.Lost, r.Retried, float64(n)/time.Since(start).Seconds())
-				}
+				s.do(ctx, op)
 			}
 		}()
 	}
@@ -611,34 +625,66 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 	}
 	close(faultC)
 	faultWG.Wait()
-	close(stopScrape)
-	scrapeWG.Wait()
-	elapsed := time.Since(start)
+}
 
-	// After the drain: nothing referenced, nothing running, goroutines back down.
-	client.HTTP.CloseIdleConnections()
-	for name, url := range servers() {
-		checkDrained(judge, name, url, base[name], strings.HasPrefix(name, "replica"), cfg.SettleTimeout)
-	}
-	bud.mu.Lock()
-	for _, k := range sortedKeys(bud.max) {
-		judge.AddCheck(Check{Name: "budget " + k, OK: bud.max[k] <= bud.caps[k],
-			Detail: fmt.Sprintf("held at most %s of %s", mib(bud.max[k]), mib(bud.caps[k]))})
-	}
-	var rss []string
-	for _, k := range sortedKeys(bud.rss) {
-		rss = append(rss, fmt.Sprintf("%s %s", k, mib(bud.rss[k])))
-	}
-	bud.mu.Unlock()
-	r := judge.Report()
-	r.Notes = append(r.Notes, fmt.Sprintf("%d requests in %s (%.1f req/s), %d workers; most resident memory: %s",
-		r.Requests, elapsed.Round(time.Second), float64(r.Requests)/elapsed.Seconds(), cfg.Workers, strings.Join(rss, ", ")))
-	for i, m := range f.mounted {
-		if !m && cfg.Disk {
-			r.Notes = append(r.Notes, fmt.Sprintf("replica%d's disk tier is not on its own volume: disk_full is not injected there", i))
+// applyFaults injects (or ends) each fault from faultC in turn and records it with the judge.
+func (s *soakRun) applyFaults(ctx context.Context, faultC <-chan faultEv) {
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, 0xc0ffee))
+	for ev := range faultC {
+		var err error
+		if ev.end {
+			err = s.f.end(ctx, ev.f)
+			if err != nil {
+				s.jmu.Lock()
+				s.judge.Fault(ev.f, fmt.Errorf("ending it: %w", err))
+				s.jmu.Unlock()
+			}
+			continue
 		}
+		err = s.f.inject(ctx, ev.f, rng)
+		s.jmu.Lock()
+		s.judge.Fault(ev.f, err)
+		s.jmu.Unlock()
+		fmt.Fprintf(s.cfg.Progress, "soak: fault %s%s\n", ev.f, errSuffix(err))
 	}
-	return r, nil
+}
+
+// do sends one operation to its server (a replica, or the router when op.Via < 0), checks an
+// answer against the oracle's, and records the outcome.
+func (s *soakRun) do(ctx context.Context, op *Op) {
+	cfg := s.cfg
+	var url string
+	if op.Via < 0 {
+		url = "http://" + s.f.router.Addr
+	} else {
+		url = s.f.direct[op.Via]
+	}
+	out := s.client.Do(ctx, op, url)
+	want := ""
+	if out.Status == Answered && op.OracleBody != nil {
+		w, err := s.oracle.answer(ctx, op)
+		if err != nil {
+			out.Status, out.Errors = Lost, append(out.Errors, "oracle: "+err.Error())
+		}
+		want = w
+	}
+	if out.Status == Answered && op.OracleBody != nil && out.Answer != want {
+		// Keep what it takes to replay a wrong answer: the request, where it went, both answers.
+		b, _ := json.MarshalIndent(map[string]any{"op": op.ID, "kind": op.Kind.String(), "url": url + op.Path,
+			"body": json.RawMessage(op.Body), "got": out.Answer, "finish": out.Finish, "oracle": want}, "", "  ")
+		os.WriteFile(filepath.Join(cfg.Dir, fmt.Sprintf("wrong-%d.json", op.ID)), b, 0o644)
+	}
+	s.jmu.Lock()
+	s.judge.Record(out, want)
+	s.jmu.Unlock()
+	n := s.done.Add(1)
+	if step := max(int64(cfg.Requests)/20, 1); n%step == 0 {
+		s.jmu.Lock()
+		r := s.judge.Report()
+		s.jmu.Unlock()
+		fmt.Fprintf(cfg.Progress, "soak: %d/%d done, wrong %d, lost %d, %d retried, %.1f req/s\n",
+			n, cfg.Requests, r.Wrong, r.Lost, r.Retried, float64(n)/time.Since(s.start).Seconds())
+	}
 }
 
 // checkDrained waits (up to settle) for a server to settle after the traffic and records the
