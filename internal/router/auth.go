@@ -1,63 +1,38 @@
 package router
 
 import (
-	"crypto/subtle"
 	"net/http"
 	"strings"
 
 	"stockpot/internal/api"
+	"stockpot/internal/apikey"
 )
 
-// keySet is a set of accepted keys. match compares against every key in
-// constant time per key, so timing says neither which key is close nor how
-// many bytes of one matched.
-type keySet []string
-
-func newKeySet(keys []string) keySet {
-	var ks keySet
+// newKeySet is the set of keys, each trimmed of spaces, empty ones skipped. Keys are
+// compared by digest, in constant time whatever their length (internal/apikey).
+func newKeySet(keys []string) apikey.Set {
+	var trimmed []string
 	for _, k := range keys {
-		if k = strings.TrimSpace(k); k != "" {
-			ks = append(ks, k)
-		}
+		trimmed = append(trimmed, strings.TrimSpace(k))
 	}
-	return ks
-}
-
-func (ks keySet) enabled() bool { return len(ks) > 0 }
-
-func (ks keySet) match(key string) bool {
-	if key == "" {
-		return false
-	}
-	m := 0
-	for _, k := range ks {
-		m |= subtle.ConstantTimeCompare([]byte(key), []byte(k))
-	}
-	return m == 1
+	return apikey.NewSet(trimmed...)
 }
 
 // requestKey returns the key a request presents: "Authorization: Bearer K"
 // (OpenAI clients) or, without an Authorization header, "x-api-key: K"
 // (Anthropic clients). "" when it presents none.
 func requestKey(req *http.Request) string {
-	if auth := req.Header.Get("Authorization"); auth != "" {
-		scheme, key, ok := strings.Cut(auth, " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") {
-			return ""
-		}
-		return strings.TrimSpace(key)
-	}
-	return strings.TrimSpace(req.Header.Get("X-Api-Key"))
+	return apikey.FromRequest(req, apikey.Rule{AuthorizationDecides: true})
 }
 
 // keyVerdict names what a request presented, for logs (never the key).
-func keyVerdict(ks keySet, req *http.Request) (ok bool, verdict string) {
+func keyVerdict(ks apikey.Set, req *http.Request) (ok bool, verdict string) {
 	switch key := requestKey(req); {
-	case !ks.enabled():
+	case ks.Len() == 0:
 		return false, "not-configured"
 	case key == "":
 		return false, "missing"
-	case ks.match(key):
+	case ks.Match(key):
 		return true, "matched"
 	default:
 		return false, "wrong"
@@ -73,11 +48,11 @@ func (r *Router) requireClient(h http.HandlerFunc) http.HandlerFunc {
 	if r.tenants != nil {
 		return r.requireTenant(h)
 	}
-	if !r.clientKeys.enabled() {
+	if r.clientKeys.Len() == 0 {
 		return h
 	}
 	return func(w http.ResponseWriter, req *http.Request) {
-		if !r.clientKeys.match(requestKey(req)) {
+		if !r.clientKeys.Match(requestKey(req)) {
 			r.m.unauthorized.WithLabelValues("client").Inc()
 			writeAPIError(w, api.Unauthorized(`missing or invalid API key; send "Authorization: Bearer <key>" or "x-api-key: <key>"`))
 			return
@@ -91,7 +66,7 @@ func (r *Router) requireClient(h http.HandlerFunc) http.HandlerFunc {
 func (r *Router) requireMetrics(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		open := !r.anyKeys() || r.cfg.PublicMetrics
-		if e := r.operatorCheck(requestKey(req), []keySet{r.metricsKeys, r.adminKeys}, "/metrics", "--metrics-key or --admin-key (or --public-metrics)", open); e != nil {
+		if e := r.operatorCheck(requestKey(req), []apikey.Set{r.metricsKeys, r.adminKeys}, "/metrics", "--metrics-key or --admin-key (or --public-metrics)", open); e != nil {
 			r.m.unauthorized.WithLabelValues("metrics").Inc()
 			writeAPIError(w, e)
 			return
@@ -166,7 +141,7 @@ func (s *statusRecorder) Write(p []byte) (int, error) {
 func (r *Router) setUpstreamAuth(req, up *http.Request, body []byte) {
 	h := up.Header
 	r.setTenantHeader(req, up, body) // tenants.go: a client's is dropped, the router's signed
-	if !r.clientKeys.enabled() && r.tenants == nil {
+	if r.clientKeys.Len() == 0 && r.tenants == nil {
 		return
 	}
 	h.Del("Authorization")

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"stockpot/internal/apikey"
 	"stockpot/internal/dashboard"
 )
 
@@ -109,11 +110,8 @@ func (r *Router) dashboardSnapshot() RouterSnapshot {
 // own on).
 func (r *Router) requireDashboard(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, req *http.Request) {
-		key := requestKey(req)
-		if key == "" {
-			key = req.URL.Query().Get("key")
-		}
-		if e := r.operatorCheck(key, []keySet{r.dashboardKeys, r.adminKeys}, "the dashboard", "--dashboard-key or --admin-key", !r.anyKeys()); e != nil {
+		key := apikey.FromRequest(req, apikey.Rule{AuthorizationDecides: true, Query: true})
+		if e := r.operatorCheck(key, []apikey.Set{r.dashboardKeys, r.adminKeys}, "the dashboard", "--dashboard-key or --admin-key", !r.anyKeys()); e != nil {
 			r.m.unauthorized.WithLabelValues("admin").Inc()
 			writeAPIError(w, e)
 			return

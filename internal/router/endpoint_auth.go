@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"stockpot/internal/api"
+	"stockpot/internal/apikey"
 )
 
 // The router's operator endpoints and who may call them (as serve's, internal/server's
@@ -21,7 +22,7 @@ import (
 
 // anyKeys reports whether the router holds a key of any kind.
 func (r *Router) anyKeys() bool {
-	return r.clientKeys.enabled() || r.adminKeys.enabled() || r.metricsKeys.enabled() || r.dashboardKeys.enabled() || r.tenants != nil
+	return r.clientKeys.Len()+r.adminKeys.Len()+r.metricsKeys.Len()+r.dashboardKeys.Len() > 0 || r.tenants != nil
 }
 
 // knownKey reports whether key is any key the router holds.
@@ -30,8 +31,8 @@ func (r *Router) knownKey(key string) bool {
 	if r.tenants != nil && r.tenants.Authenticate(key) != nil {
 		m = true
 	}
-	for _, ks := range []keySet{r.clientKeys, r.adminKeys, r.metricsKeys, r.dashboardKeys} {
-		m = ks.match(key) || m
+	for _, ks := range []apikey.Set{r.clientKeys, r.adminKeys, r.metricsKeys, r.dashboardKeys} {
+		m = ks.Match(key) || m
 	}
 	return m
 }
@@ -39,10 +40,10 @@ func (r *Router) knownKey(key string) bool {
 // operatorCheck returns nil when key may call an endpoint granted by sets, else the refusal.
 // name and flags word the messages; open says whether the endpoint is open while no key
 // grants it.
-func (r *Router) operatorCheck(key string, sets []keySet, name, flags string, open bool) *api.Error {
+func (r *Router) operatorCheck(key string, sets []apikey.Set, name, flags string, open bool) *api.Error {
 	configured := false
 	for _, ks := range sets {
-		configured = configured || ks.enabled()
+		configured = configured || ks.Len() > 0
 	}
 	if !configured {
 		if open {
@@ -53,7 +54,7 @@ func (r *Router) operatorCheck(key string, sets []keySet, name, flags string, op
 	}
 	ok := false
 	for _, ks := range sets {
-		ok = ks.match(key) || ok
+		ok = ks.Match(key) || ok
 	}
 	switch {
 	case ok:

@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"stockpot/internal/api"
+	"stockpot/internal/apikey"
 	"stockpot/internal/kvevents"
 	"stockpot/internal/tenant"
 )
@@ -156,7 +157,7 @@ func (c Config) validate() (Config, error) {
 		c.BackendEventsKey = c.BackendKey
 	}
 	if c.Tenants != nil {
-		if len(newKeySet(c.APIKeys)) > 0 {
+		if newKeySet(c.APIKeys).Len() > 0 {
 			return c, fmt.Errorf("router: Tenants and APIKeys are exclusive (--api-key is the single-tenant shorthand of --tenants)")
 		}
 		if c.BackendKey == "" {
@@ -216,7 +217,7 @@ type Router struct {
 	wg         sync.WaitGroup
 
 	// clientKeys, adminKeys, metricsKeys: see Config.
-	clientKeys, adminKeys, metricsKeys, dashboardKeys keySet
+	clientKeys, adminKeys, metricsKeys, dashboardKeys apikey.Set
 
 	// remote is the shared remote tier's blocks as every replica announced them
 	// (sharedRemote): kv-aware scores them for each replica with the tier, including after
