@@ -5,15 +5,16 @@
 // Why a package of its own: the server (which authenticates clients and derives cache salts)
 // and the router (which authenticates clients itself, routes by namespace and signs the
 // identity it forwards) must agree byte for byte on keys, namespaces and the header. Both
-// import this package; it imports nothing of Stockpot's but kvtier and bytesize, does no I/O
-// (Load reads one file, the rest is pure) and starts no goroutine.
+// import this package; it imports nothing of Stockpot's but apikey, kvtier and bytesize,
+// does no I/O (Load reads one file, the rest is pure) and starts no goroutine.
 //
 // # Keys
 //
 // The file stores only SHA-256 digests of bearer keys ("sha256:<64 hex digits>"), so a leaked
 // file leaks no key. Authenticate hashes the presented key once and compares the digest with
 // every stored digest in constant time, selecting the tenant with constant-time operations:
-// the time taken says neither which tenant matched nor how close a wrong key came.
+// the time taken says neither which tenant matched nor how close a wrong key came. The
+// comparison is internal/apikey's Set, the one that serve's and the router's other keys use.
 //
 // # Namespaces and salts
 //

@@ -148,7 +148,7 @@ func Parse(data []byte) (*Set, error) {
 				return nil, errAt(keyNodes[j], "this key is already listed on line %d (a key names one tenant)", line)
 			}
 			keyLine[d] = keyNodes[j].Line
-			s.digests = append(s.digests, d)
+			s.digests.AddDigest(d)
 			s.owners = append(s.owners, i)
 		}
 		s.tenants = append(s.tenants, t)

@@ -3,9 +3,9 @@ package tenant
 import (
 	"context"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/binary"
 
+	"stockpot/internal/apikey"
 	"stockpot/internal/kvtier"
 )
 
@@ -87,9 +87,9 @@ func PublicSalt() string { return publicTag }
 type Set struct {
 	tenants []*Tenant
 	byName  map[string]*Tenant
-	// digests[i] is a key digest of tenant owners[i]; every digest is compared on each
-	// Authenticate.
-	digests [][sha256.Size]byte
+	// entry i of digests is a key digest of tenant owners[i]; every digest is compared on
+	// each Authenticate (internal/apikey).
+	digests apikey.Set
 	owners  []int
 }
 
@@ -119,22 +119,16 @@ func (s *Set) Len() int {
 
 // Authenticate returns the tenant whose key is key, or nil. It hashes key once and compares
 // the digest with every stored digest in constant time; which tenant matched is selected
-// without a data-dependent branch.
+// without a data-dependent branch (apikey.Set.Index).
 func (s *Set) Authenticate(key string) *Tenant {
 	if s == nil || key == "" {
 		return nil
 	}
-	d := sha256.Sum256([]byte(key))
-	found, idx := 0, 0
-	for i := range s.digests {
-		eq := subtle.ConstantTimeCompare(d[:], s.digests[i][:])
-		idx = subtle.ConstantTimeSelect(eq, s.owners[i], idx)
-		found |= eq
-	}
-	if found == 0 {
+	i, ok := s.digests.Index(key)
+	if !ok {
 		return nil
 	}
-	return s.tenants[idx]
+	return s.tenants[s.owners[i]]
 }
 
 // Single is the --api-key shorthand: one tenant, "default", in the legacy namespace (salts as
@@ -149,10 +143,10 @@ func Single(keys []string) *Set {
 		}
 		d := sha256.Sum256([]byte(k))
 		t.keys = append(t.keys, d)
-		s.digests = append(s.digests, d)
+		s.digests.AddDigest(d)
 		s.owners = append(s.owners, 0)
 	}
-	if len(s.digests) == 0 {
+	if s.digests.Len() == 0 {
 		return nil
 	}
 	return s
