@@ -1,6 +1,8 @@
-// Package api owns Stockpot's OpenAI-compatible wire format: request types with their parsing
-// and validation, response and streaming-chunk types, the usage object, and errors in OpenAI
-// shape.
+// Package api owns Stockpot's wire formats in three dialects: OpenAI's completions and chat
+// completions, OpenAI's Responses, and Anthropic's Messages. For each it holds the request
+// types with their parsing and validation, and the response, streaming-chunk and usage types;
+// beside them the bodies of /tokenize, /detokenize and the cache admin API (prewarm), and the
+// errors, in OpenAI's shape and translated to Anthropic's (AnthropicError).
 //
 // It does no I/O. The HTTP layer (internal/server) reads bodies, calls ParseCompletionRequest or
 // ParseChatRequest, tokenizes, talks to the engine and writes the types defined here.
@@ -27,5 +29,5 @@
 //     broken text gets the replacement character's tokens, not a 400.
 //
 // Every error returned by this package is an *Error carrying the HTTP status, OpenAI type,
-// code and param, so the server writes it as-is.
+// code and param, so the server writes it as-is (through AnthropicError on /v1/messages).
 package api

@@ -31,7 +31,7 @@ func (c *Cache) SetOwner(b BlockID, owner uint16) {
 	if c.ownerBlocks == nil {
 		c.ownerBlocks = map[uint16]int{}
 	}
-	was := c.overLocked(owner)
+	was := c.overQuota(owner)
 	e.owner = owner
 	c.ownerBlocks[owner]++
 	c.noteOver(owner, was)
@@ -45,7 +45,7 @@ func (c *Cache) SetOwnerLimit(owner uint16, blocks int) {
 	if c.ownerLimit == nil {
 		c.ownerLimit = map[uint16]int{}
 	}
-	was := c.overLocked(owner)
+	was := c.overQuota(owner)
 	if blocks <= 0 {
 		delete(c.ownerLimit, owner)
 	} else {
@@ -57,15 +57,15 @@ func (c *Cache) SetOwnerLimit(owner uint16, blocks int) {
 // OwnerBlocks is how many live blocks carry owner's tag.
 func (c *Cache) OwnerBlocks(owner uint16) int { return c.ownerBlocks[owner] }
 
-// overLocked reports whether owner holds more than its limit.
-func (c *Cache) overLocked(owner uint16) bool {
+// overQuota reports whether owner holds more than its limit.
+func (c *Cache) overQuota(owner uint16) bool {
 	l, ok := c.ownerLimit[owner]
 	return ok && c.ownerBlocks[owner] > l
 }
 
 // noteOver updates overOwners after owner's count or limit changed (was: over before).
 func (c *Cache) noteOver(owner uint16, was bool) {
-	switch now := c.overLocked(owner); {
+	switch now := c.overQuota(owner); {
 	case now && !was:
 		c.overOwners++
 	case !now && was:
@@ -78,7 +78,7 @@ func (c *Cache) disown(e *entry) {
 	if e.owner == 0 {
 		return
 	}
-	was := c.overLocked(e.owner)
+	was := c.overQuota(e.owner)
 	c.ownerBlocks[e.owner]--
 	if c.ownerBlocks[e.owner] == 0 {
 		delete(c.ownerBlocks, e.owner)
@@ -93,7 +93,7 @@ func (c *Cache) disown(e *entry) {
 func (c *Cache) overQuotaVictim(first BlockID) BlockID {
 	best := BlockID(-1)
 	for _, b := range c.heap {
-		if o := c.meta[b].owner; o != 0 && c.overLocked(o) && (best < 0 || c.evictBefore(b, best)) {
+		if o := c.meta[b].owner; o != 0 && c.overQuota(o) && (best < 0 || c.evictBefore(b, best)) {
 			best = b
 		}
 	}
@@ -121,7 +121,7 @@ func (c *Cache) checkOwners() error {
 		if c.ownerBlocks[o] != n {
 			return fmt.Errorf("prefix: owner %d holds %d live blocks, counted %d", o, n, c.ownerBlocks[o])
 		}
-		if c.overLocked(o) {
+		if c.overQuota(o) {
 			over++
 		}
 	}

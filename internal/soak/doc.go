@@ -1,6 +1,6 @@
 // Package soak runs one seeded, randomized mixture of requests against a Stockpot fleet with
-// every fault injected at once, and judges every completed greedy answer against a cache-off
-// oracle server.
+// every kind of fault injected during the same run (one at a time, in a seeded order, beside
+// the traffic), and judges every completed greedy answer against a cache-off oracle server.
 //
 // Why: the separate fault tests (a corrupted tier file, a kill -9, a full disk, Redis going
 // away) each show one path recovering. Production meets them together, under load, while
