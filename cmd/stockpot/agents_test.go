@@ -38,9 +38,9 @@ type chatAnswer struct {
 func agentInstance(t *testing.T, prefixCache bool) string {
 	_, ts := newTestInstance(t, func(o *serveOptions) {
 		o.model = "synthetic:default"
-		o.kvBudget = 64 << 20
-		o.prefixCache = prefixCache
-		o.dedup = prefixCache
+		o.engine.KVMemory = 64 << 20
+		o.engine.PrefixCache = prefixCache
+		o.engine.Dedup = prefixCache
 	})
 	return ts.URL
 }

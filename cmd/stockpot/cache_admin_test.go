@@ -10,6 +10,7 @@ import (
 
 	"stockpot/internal/engine"
 	"stockpot/internal/offload"
+	"stockpot/internal/server"
 )
 
 // adminCall sends an admin request with key and decodes the JSON answer into out.
@@ -46,9 +47,7 @@ func adminCall(t *testing.T, method, url, key string, body any, out any) int {
 // and the chain, and DELETE /v1/cache by salt empties the pool and the host tier of that
 // tenant, so the same prompt then computes everything again.
 func TestServeCacheAdmin(t *testing.T) {
-	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: 16, kvBudget: 70 * 8192, prefixCache: true,
-		maxBatch: 256, maxRunning: 4, tiers: offload.Config{HostBytes: 64 << 20}, prefetch: engine.PrefetchWait,
-		adminKeys: []string{"adm"}}
+	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, tiers: offload.Config{HostBytes: 64 << 20}, engine: engine.Config{BlockSize: 16, KVMemory: 70 * 8192, PrefixCache: true, MaxBatchTokens: 256, MaxRunning: 4, Prefetch: engine.PrefetchWait}, server: server.Config{AdminKeys: []string{"adm"}}}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)

@@ -164,9 +164,9 @@ func TestDashboardInChromium(t *testing.T) {
 	// A small pool over a host tier: the workload evicts, writes back and restores, so every
 	// panel has something to show.
 	_, serve := newTestInstance(t, func(o *serveOptions) {
-		o.kvBudget = 96 * 8192
+		o.engine.KVMemory = 96 * 8192
 		o.tiers = offload.Config{HostBytes: 64 << 20}
-		o.prefetch = engine.PrefetchWait
+		o.engine.Prefetch = engine.PrefetchWait
 	})
 	reg := prometheus.NewRegistry()
 	rcfg := router.DefaultConfig()

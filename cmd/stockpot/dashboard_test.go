@@ -156,7 +156,7 @@ func dashboardState(t testing.TB, base, key string) dashState {
 // as ?key= (what the page's EventSource sends), and the API key gets a 403; the page is
 // self-contained HTML.
 func TestDashboardAuth(t *testing.T) {
-	_, ts := newTestInstance(t, func(o *serveOptions) { o.keys, o.dashboardKeys = []string{"sekrit"}, []string{"dash"} })
+	_, ts := newTestInstance(t, func(o *serveOptions) { o.server.APIKeys, o.server.DashboardKeys = []string{"sekrit"}, []string{"dash"} })
 	for _, p := range []string{"/dashboard", "/dashboard/events", "/dashboard/state"} {
 		resp, err := http.Get(ts.URL + p)
 		if err != nil {
@@ -215,7 +215,7 @@ func TestDashboardAuth(t *testing.T) {
 
 	// An admin key opens the dashboard (every tenant's traffic and cache contents) too; the
 	// client API key never does.
-	_, ats := newTestInstance(t, func(o *serveOptions) { o.keys, o.adminKeys = []string{"sekrit"}, []string{"adm"} })
+	_, ats := newTestInstance(t, func(o *serveOptions) { o.server.APIKeys, o.server.AdminKeys = []string{"sekrit"}, []string{"adm"} })
 	for key, want := range map[string]int{"sekrit": http.StatusForbidden, "adm": http.StatusOK, "": http.StatusUnauthorized} {
 		resp, err := http.Get(ats.URL + "/dashboard/state?key=" + key)
 		if err != nil {

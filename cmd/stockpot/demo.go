@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"stockpot/internal/dashboard"
+	"stockpot/internal/engine"
 	"stockpot/internal/identity"
 	"stockpot/internal/kvcache"
 	"stockpot/internal/prefix"
@@ -142,8 +143,7 @@ func runDemo(ctx context.Context, o demoOptions) (*demoSummary, error) {
 		o.out = io.Discard
 	}
 	const blockSize = 16
-	inst, err := newInstance(serveOptions{model: o.model, threads: o.threads, blockSize: blockSize, kvBudget: 64 << 20, kvType: kvcache.F32,
-		prefixCache: true, dedup: true, maxBatch: 512, maxRunning: 16, progress: o.progress})
+	inst, err := newInstance(serveOptions{model: o.model, threads: o.threads, progress: o.progress, engine: engine.Config{BlockSize: blockSize, KVMemory: 64 << 20, KVType: kvcache.F32, PrefixCache: true, Dedup: true, MaxBatchTokens: 512, MaxRunning: 16}})
 	if err != nil {
 		return nil, err
 	}

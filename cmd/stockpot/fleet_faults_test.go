@@ -100,9 +100,7 @@ func slowProxy(t *testing.T, upstream string, delay time.Duration) string {
 // given prefetch policy.
 func faultReplica(t *testing.T, url string, rc redis.Config, policy engine.PrefetchPolicy, maxWait time.Duration) (*instance, string) {
 	t.Helper()
-	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: 16, kvBudget: 16 << 20,
-		prefixCache: true, dedup: true, maxBatch: 256, maxRunning: 16, prefetch: policy, prefetchMaxWait: maxWait,
-		tiers: offload.Config{RemoteURL: url, RemoteWrite: offload.WriteThrough, Remote: rc}}
+	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, tiers: offload.Config{RemoteURL: url, RemoteWrite: offload.WriteThrough, Remote: rc}, engine: engine.Config{BlockSize: 16, KVMemory: 16 << 20, PrefixCache: true, Dedup: true, MaxBatchTokens: 256, MaxRunning: 16, Prefetch: policy, PrefetchMaxWait: maxWait}}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +113,7 @@ func faultReplica(t *testing.T, url string, rc redis.Config, policy engine.Prefe
 // referenceAnswers are a server's greedy answers with no cache at all: the oracle.
 func referenceAnswers(t *testing.T, prompts []string) []string {
 	t.Helper()
-	_, ts := newTestInstance(t, func(o *serveOptions) { o.prefixCache = false })
+	_, ts := newTestInstance(t, func(o *serveOptions) { o.engine.PrefixCache = false })
 	out := make([]string, len(prompts))
 	for i, p := range prompts {
 		out[i] = completeText(t, ts.URL, p).text

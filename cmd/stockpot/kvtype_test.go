@@ -12,8 +12,7 @@ import (
 
 func kvInstance(t *testing.T, model string, dt kvcache.DType, to offload.Config) (string, func()) {
 	t.Helper()
-	o := serveOptions{model: model, threads: 2, blockSize: 16, kvBudget: 16 << 20, kvType: dt,
-		prefixCache: true, dedup: true, maxBatch: 256, maxRunning: 16, tiers: to, prefetch: engine.PrefetchWait}
+	o := serveOptions{model: model, threads: 2, tiers: to, engine: engine.Config{BlockSize: 16, KVMemory: 16 << 20, KVType: dt, PrefixCache: true, Dedup: true, MaxBatchTokens: 256, MaxRunning: 16, Prefetch: engine.PrefetchWait}}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)
@@ -72,8 +71,7 @@ func TestKVTypeFlag(t *testing.T) {
 		t.Fatalf("--kv-type bf16: %v", err)
 	}
 	// q8_0 needs head rows of whole 32-value blocks; tiny-llama-spm has head dim 16.
-	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 1, blockSize: 16, kvBudget: 16 << 20, kvType: kvcache.Q8_0,
-		maxBatch: 256, maxRunning: 4}
+	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 1, engine: engine.Config{BlockSize: 16, KVMemory: 16 << 20, KVType: kvcache.Q8_0, MaxBatchTokens: 256, MaxRunning: 4}}
 	if inst, err := newInstance(o); err == nil {
 		inst.Close()
 		t.Fatal("q8_0 K/V on head dim 16 accepted")
@@ -86,8 +84,7 @@ func TestKVTypeFlag(t *testing.T) {
 // with the same output.
 func TestKVTypeQ8HostTier(t *testing.T) {
 	l := kvcache.Layout{BlockSize: 16, Layers: 2, KVHeads: 2, HeadDim: 64, DType: kvcache.Q8_0} // tiny-kquant
-	o := serveOptions{model: "synthetic:tiny-kquant", threads: 2, blockSize: 16, kvBudget: 70 * l.BlockBytes(), kvType: kvcache.Q8_0,
-		prefixCache: true, maxBatch: 256, maxRunning: 4, tiers: offload.Config{HostBytes: 64 << 20}, prefetch: engine.PrefetchWait}
+	o := serveOptions{model: "synthetic:tiny-kquant", threads: 2, tiers: offload.Config{HostBytes: 64 << 20}, engine: engine.Config{BlockSize: 16, KVMemory: 70 * l.BlockBytes(), KVType: kvcache.Q8_0, PrefixCache: true, MaxBatchTokens: 256, MaxRunning: 4, Prefetch: engine.PrefetchWait}}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)

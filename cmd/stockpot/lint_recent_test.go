@@ -56,7 +56,7 @@ func sendEntries(t *testing.T, url, key string, entries []lint.Entry) {
 // causes, sessions and divergences.
 func TestLintRecent(t *testing.T) {
 	_, ts := newTestInstance(t, func(o *serveOptions) {
-		o.model, o.adminKeys = defaultModel, []string{"adm"}
+		o.model, o.server.AdminKeys = defaultModel, []string{"adm"}
 	})
 	log := filepath.Join("..", "..", "examples", "lint", "agent.jsonl")
 	f, err := os.Open(log)
@@ -120,7 +120,7 @@ func TestLintRecent(t *testing.T) {
 // TestLintRecentErrors: a wrong or missing key, or a serve without --admin-key, is a clear
 // error naming the flag to pass; no LOG and no --target is a usage error.
 func TestLintRecentErrors(t *testing.T) {
-	_, on := newTestInstance(t, func(o *serveOptions) { o.adminKeys = []string{"adm"} })
+	_, on := newTestInstance(t, func(o *serveOptions) { o.server.AdminKeys = []string{"adm"} })
 	_, off := newTestInstance(t, nil)
 	for _, c := range []struct {
 		args []string

@@ -205,7 +205,7 @@ func TestLintMatchesServe(t *testing.T) {
 	}{{"now", entries, rep.HitRate}, {"all fixed", lint.FixAll(entries), rep.AllFixed}} {
 		_, ts := newTestInstance(t, func(o *serveOptions) {
 			o.model = defaultModel
-			o.kvBudget = 512 << 20 // nothing evicted: lint's cache is unbounded
+			o.engine.KVMemory = 512 << 20 // nothing evicted: lint's cache is unbounded
 		})
 		got := replayRate(t, ts.URL, run.entries)
 		t.Logf("%s: lint %.1f%%, serve %.1f%%", run.name, 100*run.estimate, 100*got)

@@ -114,7 +114,7 @@ func TestMessagesEndToEnd(t *testing.T) {
 // write), and pin_strict turns that into Anthropic's 400 invalid_request_error.
 func TestMessagesPinBudget(t *testing.T) {
 	_, ts := newTestInstance(t, func(o *serveOptions) {
-		o.model, o.kvBudget, o.pinBudget = "synthetic:default", 64<<20, -1 // Qwen2.5's template: a system prompt renders first
+		o.model, o.engine.KVMemory, o.engine.PinBudget = "synthetic:default", 64<<20, -1 // Qwen2.5's template: a system prompt renders first
 	})
 	c := anthropic.NewClient(option.WithBaseURL(ts.URL), option.WithAPIKey("unused"), option.WithMaxRetries(0))
 	ctx := context.Background()

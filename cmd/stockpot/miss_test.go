@@ -105,7 +105,7 @@ func TestServeMissReport(t *testing.T) {
 // TestServeMissEvicted: a small pool evicts a prompt's blocks under other traffic; the next
 // request with that prompt is told they were evicted.
 func TestServeMissEvicted(t *testing.T) {
-	inst, ts := newTestInstance(t, func(o *serveOptions) { o.kvBudget = 2 << 20 })
+	inst, ts := newTestInstance(t, func(o *serveOptions) { o.engine.KVMemory = 2 << 20 })
 	total := inst.engine.Stats().KVBlocksTotal
 	prompt := func(i int) map[string]any {
 		return map[string]any{"prompt": strings.Repeat(fmt.Sprintf("document %d says: the harbour extension was filed in spring. ", i), 12),

@@ -20,7 +20,7 @@ import (
 func TestRouteHybridReuseUnit(t *testing.T) {
 	const B = 16
 	_, fineTS := newTestInstance(t, func(o *serveOptions) { o.model = "synthetic:tiny-qwen35" })
-	_, coarseTS := newTestInstance(t, func(o *serveOptions) { o.model = "synthetic:tiny-qwen35"; o.stateEvery = 4 })
+	_, coarseTS := newTestInstance(t, func(o *serveOptions) { o.model = "synthetic:tiny-qwen35"; o.engine.StateCheckpointBlocks = 4 })
 
 	cfg := router.DefaultConfig()
 	cfg.Backends = []string{fineTS.URL, coarseTS.URL}

@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -18,7 +18,6 @@ import (
 	"stockpot/internal/prefix"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -31,47 +30,23 @@ import (
 	"stockpot/internal/model"
 	"stockpot/internal/offload"
 	"stockpot/internal/server"
-	"stockpot/internal/tenant"
 	"stockpot/internal/tier/redis"
 	"stockpot/internal/tlsconfig"
 )
 
-// serveOptions are the resolved flags of `stockpot serve`.
+// serveOptions are the resolved flags of `stockpot serve`: the packages' own configs, which
+// the flags write into, and what newInstance needs beside them. newInstance fills the fields
+// that come from the model (engine.Config's Identity and EOG, server.Config's ModelName,
+// Fingerprint, ContextLength and BlockSize, the tier layout) and from the wiring (the cache
+// admin, the tier hooks, the tenants' pin and tier quotas from server.Config.Tenants).
 type serveOptions struct {
-	model                string
-	addr                 string
-	threads, blockSize   int
-	kvBudget             int64
-	kvType               kvcache.DType
-	prefixCache, dedup   bool
-	maxBatch, maxRunning int
-	maxPrompt            int
-	maxBody              int64
-	grammar              server.GrammarConfig
-	requestMemory        int64 // server.Config.RequestMemoryBytes (--request-memory)
-	keys                 []string
-	adminKeys            []string // the cache admin API (--admin-key)
-	metricsKey           string
-	eventsKeys           []string // the block events (--events-key)
-	dashboardKeys        []string // the dashboard (--dashboard-key)
-	publicMetrics        bool
-	tls                  *tls.Config    // nil: plain HTTP
-	ttftFloor            time.Duration  // server.Config.TTFTFloor
-	keyIsolation         bool           // server.Config.KeyIsolation (--cache-isolation key)
-	tenants              *tenant.Set    // --tenants (nil: keys, if any, are the single tenant)
-	backendKey           string         // --backend-key: verifies the router's tenant header
-	readTimeout          time.Duration  // request bodies; 0 = server default
-	idleTimeout          time.Duration  // keep-alive connections; 0 = server default
-	maxConns             int            // 0 = server default
-	responsesStoreBytes  int64          // server.Config.ResponsesStoreBytes: 0 = server default, < 0 = none
-	maxConnsPerClient    int            // server.Config.MaxConnectionsPerClient: 0 = server default
-	tiers                offload.Config // lower tiers; Identity and Layout are filled from the model
-	prefetch             engine.PrefetchPolicy
-	prefetchMaxWait      time.Duration // 0 = the engine's default
-	pinBudget            int64         // engine.Config.PinBudget: 0 = half the pool, < 0 = no pins
-	stateEvery           int           // engine.Config.StateCheckpointBlocks: 0 = the engine's default
-	logger               *slog.Logger
-	progress             io.Writer
+	model    string
+	threads  int            // 0 = one per CPU
+	engine   engine.Config  // zero fields are the engine's defaults
+	server   server.Config  // zero fields are the server's defaults
+	tiers    offload.Config // lower tiers; Identity and Layout are filled from the model
+	logger   *slog.Logger
+	progress io.Writer
 }
 
 // instance is a wired server: model, engine and HTTP handlers, not yet listening.
@@ -150,22 +125,12 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	reg := in.reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	desc := identity.Descriptor{Model: lf.fingerprint, Tokenizer: lf.tok.Digest(), KVType: o.kvType.String(), BlockSize: o.blockSize,
+	ecfg, tenants := o.engine, o.server.Tenants
+	blockSize, kvType := ecfg.BlockSize, ecfg.KVType
+	desc := identity.Descriptor{Model: lf.fingerprint, Tokenizer: lf.tok.Digest(), KVType: kvType.String(), BlockSize: blockSize,
 		StateFormat: lf.cfg.StateFormat()}
 	idDigest := desc.Digest()
-	ecfg := engine.DefaultConfig()
-	ecfg.BlockSize = o.blockSize
-	ecfg.KVMemory = o.kvBudget
-	ecfg.KVType = o.kvType
-	ecfg.PrefixCache = o.prefixCache
-	ecfg.Dedup = o.dedup
-	ecfg.MaxBatchTokens = o.maxBatch
-	ecfg.MaxRunning = o.maxRunning
-	ecfg.Prefetch = o.prefetch
-	ecfg.PrefetchMaxWait = o.prefetchMaxWait
-	ecfg.PinBudget = o.pinBudget
-	ecfg.PinOwnerBytes = tenantPinOwners(o.tenants) // each tenant's pins: its cache_bytes, and a share of the budget
-	ecfg.StateCheckpointBlocks = o.stateEvery
+	ecfg.PinOwnerBytes = tenantPinOwners(tenants) // each tenant's pins: its cache_bytes, and a share of the budget
 	ecfg.Identity = idDigest[:]
 	ecfg.EOG = lf.tok.EOGs()
 	ecfg.Logger = o.logger
@@ -174,7 +139,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	if in.events, err = kvevents.NewPublisher(kvevents.DefaultConfig()); err != nil {
 		return fail(err)
 	}
-	in.events.SetIdentity(hex.EncodeToString(idDigest[:]), o.blockSize)
+	in.events.SetIdentity(hex.EncodeToString(idDigest[:]), blockSize)
 	var evBuf []kvevents.Event
 	ecfg.OnBlockEvents = func(evs []prefix.Event, _, _ [][]byte) {
 		evBuf = kvevents.FromPrefix(evBuf[:0], kvtier.Device, evs)
@@ -183,7 +148,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	if o.tiers.Enabled() {
 		tcfg := o.tiers
 		tcfg.Identity = idDigest
-		tcfg.Layout = kvcache.Layout{BlockSize: o.blockSize, Layers: lf.cfg.KVLayers(), KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: o.kvType}
+		tcfg.Layout = kvcache.Layout{BlockSize: blockSize, Layers: lf.cfg.KVLayers(), KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: kvType}
 		tcfg.StateBytes = lf.cfg.StateEncodedBytes() // a hybrid's checkpoints travel with their blocks
 		tcfg.AttendCost = lf.cfg.AttendCost()        // deeper blocks cost more to recompute
 		tcfg.StateEvery = ecfg.StateCheckpointBlocks // only every N-th block carries a checkpoint
@@ -191,7 +156,7 @@ func newInstance(o serveOptions) (*instance, error) {
 		if in.tiers, err = offload.Open(tcfg, reg); err != nil {
 			return fail(err)
 		}
-		tenantTierQuotas(in.tiers, o.tenants)
+		tenantTierQuotas(in.tiers, tenants)
 		// The cost model's figures weigh the router's tiers.
 		in.events.SetCosts(in.tiers.Costs)
 		in.tiers.Hook(&ecfg) // restore, cost model feed, and write-back after the publisher
@@ -210,17 +175,17 @@ func newInstance(o serveOptions) (*instance, error) {
 	st := in.engine.Stats()
 	// The router rounds a replica's match down to its reuse unit: a hybrid resumes only at a
 	// state checkpoint (every --state-checkpoint-blocks blocks), any other model at any block.
-	if err := in.events.SetReuseBlocks(max(1, st.MinReusableTokens/o.blockSize)); err != nil {
+	if err := in.events.SetReuseBlocks(max(1, st.MinReusableTokens/blockSize)); err != nil {
 		return fail(err)
 	}
 	fmt.Fprintf(o.progress, "stockpot: KV pool %d blocks × %d tokens (%s, %s), prefix cache %v, %d threads\n",
-		st.KVBlocksTotal, o.blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), o.kvType, o.prefixCache, in.pool.Threads())
+		st.KVBlocksTotal, blockSize, bytesize.Format(int64(st.KVBlocksTotal)*st.KVBlockBytes), kvType, ecfg.PrefixCache, in.pool.Threads())
 	if st.StateBytes > 0 {
 		fmt.Fprintf(o.progress, "stockpot: hybrid %s: a state checkpoint (%s) every %d blocks, at most %d (%s); a prefix is reusable in units of %d tokens\n",
-			lf.cfg.Arch, bytesize.Format(int64(st.StateBytes)), st.MinReusableTokens/o.blockSize, st.CheckpointBudget,
+			lf.cfg.Arch, bytesize.Format(int64(st.StateBytes)), st.MinReusableTokens/blockSize, st.CheckpointBudget,
 			bytesize.Format(int64(st.CheckpointBudget)*int64(st.StateBytes)), st.MinReusableTokens)
 	}
-	if o.prefixCache && st.MinReusableTokens >= lf.cfg.ContextLength {
+	if ecfg.PrefixCache && st.MinReusableTokens >= lf.cfg.ContextLength {
 		// Never a silent zero: no prompt fits before the first resume point.
 		o.logger.Warn("no prompt can reuse the cache: the reusable unit is not shorter than the context",
 			"min_reusable_tokens", st.MinReusableTokens, "context_length", lf.cfg.ContextLength)
@@ -228,31 +193,12 @@ func newInstance(o serveOptions) (*instance, error) {
 			st.MinReusableTokens, lf.cfg.ContextLength)
 	}
 
-	scfg := server.DefaultConfig()
-	scfg.Addr = o.addr
+	scfg := o.server
 	scfg.ModelName = lf.name
 	scfg.Fingerprint = lf.fingerprint.String()
 	scfg.ContextLength = lf.cfg.ContextLength
-	scfg.BlockSize = o.blockSize
-	scfg.MaxPromptTokens = o.maxPrompt
-	if o.maxBody > 0 {
-		scfg.MaxBodyBytes = o.maxBody
-	}
-	scfg.RequestMemoryBytes = o.requestMemory
-	scfg.APIKeys = o.keys
-	scfg.Tenants, scfg.BackendKey = o.tenants, o.backendKey
-	scfg.MetricsKey = o.metricsKey
-	scfg.EventsKeys, scfg.DashboardKeys, scfg.PublicMetrics = o.eventsKeys, o.dashboardKeys, o.publicMetrics
-	scfg.TLS = o.tls
-	scfg.TTFTFloor = o.ttftFloor
-	scfg.KeyIsolation = o.keyIsolation
-	scfg.AdminKeys, scfg.CacheAdmin = o.adminKeys, in.engine
-	scfg.ReadTimeout = o.readTimeout
-	scfg.IdleTimeout = o.idleTimeout
-	scfg.MaxConnections = o.maxConns
-	scfg.ResponsesStoreBytes = o.responsesStoreBytes
-	scfg.Grammar = o.grammar
-	scfg.MaxConnectionsPerClient = o.maxConnsPerClient
+	scfg.BlockSize = blockSize
+	scfg.CacheAdmin = in.engine
 	scfg.Logger = o.logger
 	if in.tiers != nil {
 		scfg.TierStats = in.tiers.Stats
@@ -276,209 +222,224 @@ func newInstance(o serveOptions) (*instance, error) {
 	return in, nil
 }
 
-func cmdServe(args []string) error {
-	// Defaults come from the packages' DefaultConfig, so a flag cannot drift from the default
-	// the package documents and tests.
-	ed, sd, td := engine.DefaultConfig(), server.DefaultConfig(), offload.DefaultConfig()
-	fs := newFlagSet("serve")
-	modelSpec := fs.String("model", defaultModel, "GGUF file, or synthetic:PRESET")
-	addr := fs.String("addr", sd.Addr, "listen address")
-	threads := fs.Int("threads", runtime.NumCPU(), "compute threads")
-	blockSize := fs.Int("block-size", ed.BlockSize, "tokens per KV block")
-	kvMemory := fs.String("kv-memory", "auto", "working KV block pool size (e.g. 512MiB), or auto")
-	kvType := fs.String("kv-type", ed.KVType.String(), "K/V element type: f32, f16 or q8_0 (ggml's block_q8_0, 34 bytes per 32 values; needs a head dim that is a multiple of 32)")
-	prefixCache := fs.Bool("prefix-cache", ed.PrefixCache, "reuse cached prompt prefixes")
-	dedup := fs.Bool("prefix-dedup", ed.Dedup, "wait for prefix blocks another request is computing instead of computing them twice")
-	maxBatch := fs.Int("max-batch-tokens", ed.MaxBatchTokens, "tokens per forward step (prefill chunk + decodes)")
-	maxRunning := fs.Int("max-running", ed.MaxRunning, "requests running at once")
-	maxPrompt := fs.Int("max-prompt-tokens", 0, "refuse longer prompts (0: context length - 1)")
-	maxBody := fs.String("max-body-bytes", bytesize.Format(sd.MaxBodyBytes), "refuse larger request bodies")
-	reqMemory := fs.String("request-memory", bytesize.Format(sd.RequestMemoryBytes), "budget for request bodies being read and parsed: each reserves 32x its length + 64KiB (its copies, tokens and tokenizer buffers) before it is read, and waits up to --read-timeout (then 503) while others hold it; at least one --max-body-bytes body's cost")
-	var keys stringList
-	fs.Var(&keys, "api-key", "required API key (repeatable)")
-	keyFile := fs.String("api-key-file", "", "file with one API key per line")
-	var adminKeys stringList
-	fs.Var(&adminKeys, "admin-key", "key for the admin API: /v1/cache, /v1/cache/prewarm and /v1/requests/recent (repeatable); without one it is off (403). Behind a router, include the router's --backend-key")
-	adminKeyFile := fs.String("admin-key-file", "", "file with admin keys, one per line")
-	readTimeout := fs.Duration("read-timeout", sd.ReadTimeout, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
-	idleTimeout := fs.Duration("idle-timeout", sd.IdleTimeout, "close keep-alive connections idle this long")
-	maxConns := fs.Int("max-connections", sd.MaxConnections, "connections held open at once; more wait in the listen backlog")
-	maxConnsPerClient := fs.Int("max-connections-per-client", 0, "connections held open at once from one IP, loopback included (more are answered 429); 0 = an eighth of --max-connections")
-	grammarMaxBytes := fs.String("grammar-max-bytes", bytesize.Format(server.DefaultGrammarConfig().MaxBytes), "bound on one request's constrained-decoding grammar: its schemas' estimate (refused with a 400 before anything is built) and what its compile may allocate")
-	grammarMemory := fs.String("grammar-memory", bytesize.Format(server.DefaultGrammarConfig().Memory), "memory for grammars in all: half caches compiled ones, half runs compiles (each up to 2x --grammar-max-bytes; more wait, or get a 429)")
-	responsesStore := fs.String("responses-store-bytes", bytesize.Format(sd.ResponsesStoreBytes), "memory for the responses kept for /v1/responses' previous_response_id (at most 1024; the least recently used go first; a larger response is not kept); 0 = keep none")
-	metricsKey := fs.String("metrics-key", "", "key for /metrics (an admin key also works); without one /metrics is open only while no key of any kind is configured")
-	publicMetrics := fs.Bool("public-metrics", false, "leave /metrics open even with keys configured (its counters show every tenant's cache hits)")
-	var eventsKeys, dashboardKeys stringList
-	fs.Var(&eventsKeys, "events-key", "key for /v1/kv-events and its snapshot (repeatable; the router's --backend-events-key; an admin key also works)")
-	eventsKeyFile := fs.String("events-key-file", "", "file with events keys, one per line")
-	fs.Var(&dashboardKeys, "dashboard-key", "key for /dashboard, /dashboard/events and /dashboard/state (repeatable; also as ?key=; an admin key also works)")
-	dashboardKeyFile := fs.String("dashboard-key-file", "", "file with dashboard keys, one per line")
-	ttftFloor := fs.Duration("ttft-floor", 0, "timing safety: a request whose prompt holds blocks its key did not send gets its first token no sooner than max(this, the estimated miss TTFT) and a miss's usage, so a hit on another key's prompt looks like a miss (0: off)")
-	cacheIsolation := fs.String("cache-isolation", "tenant", "who may reuse whose cached blocks: tenant (every key of a tenant shares its cache) or key (each API key has its own cache inside its tenant's: no key learns what another sent, by any timing)")
-	tlsCert := fs.String("tls-cert", "", "serve HTTPS with this PEM certificate chain (needs --tls-key)")
-	tlsKey := fs.String("tls-key", "", "the PEM private key of --tls-cert")
-	tlsClientCA := fs.String("tls-client-ca", "", "mutual TLS: require client certificates signed by this PEM CA (the router's --backend-tls-cert)")
-	hostCache := fs.String("host-cache", bytesize.Format(td.HostBytes), "host RAM tier budget (e.g. 4GiB); 0 = off")
-	diskCache := fs.String("disk-cache", td.DiskDir, "disk tier directory; empty = off")
-	diskSize := fs.String("disk-cache-size", bytesize.Format(td.DiskBytes), "disk tier budget")
-	remoteCache := fs.String("remote-cache", td.RemoteURL, "remote tier, redis://host:port/db; empty = off")
-	var tierKeyFiles stringList
-	fs.Var(&tierKeyFiles, "tier-key-file", "file of keys that sign and check the records of the disk and remote tiers, one a line, hex or base64, 16+ bytes (repeatable); the first key signs, every key verifies (rotation: put the new key first); a record they do not authenticate is discarded as forged")
-	remotePasswordFile := fs.String("remote-cache-password-file", "", "file holding the remote tier's Redis password (AUTH), in place of one in the --remote-cache URL")
-	remoteCAFile := fs.String("remote-cache-ca-file", "", "PEM CA that a rediss:// --remote-cache server's certificate must chain to, in place of the system's")
-	remoteTimeout := fs.Duration("remote-call-timeout", redis.DefaultConfig().CallTimeout, "bound on each remote tier call (a batched read or write); a call past it fails, counts toward the breaker, and its blocks are computed instead")
-	minHits := fs.Int("offload-min-hits", td.Admission.MinHits, "offload only blocks that at least this many requests reused")
-	minPrefix := fs.Int("offload-min-prefix-tokens", td.Admission.MinPrefixTokens, "write back only blocks ending at least this many tokens into their prompt")
-	remoteWrite := fs.String("remote-write", td.RemoteWrite.String(), "when the remote tier is written: through (every computed block at once), selective (at once, the blocks that pass --offload-min-*), back (on eviction and shutdown, as host and disk)")
-	maxOffload := fs.Int("max-offload-tokens", td.MaxOffloadTokens, "offload no block ending past this many tokens into its prompt (a request's max_offload_tokens caps further); 0 = no cap")
-	prefetch := fs.String("prefetch", ed.Prefetch.String(), "queued requests vs their tier prefetch: wait, timeout or best-effort")
-	prefetchTimeout := fs.Duration("prefetch-timeout", ed.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
-	pinBudget := fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
-	stateEvery := fs.Int("state-checkpoint-blocks", ed.StateCheckpointBlocks, "hybrid models (qwen35, kimi-linear, kimi-k3): keep the recurrent state at the end of every N-th block; a cached prefix is reused only up to a checkpoint, so N blocks are the hit granularity, and each checkpoint's memory comes out of --kv-memory")
-	memLimit := fs.String("memory-limit", "auto", "soft limit of the Go heap: the collector runs harder near it rather than let the heap reach twice its live size (e.g. 20GiB); auto = 90% of the cgroup's limit (followed as it changes), or on a host without one the smaller of 75% of its memory and 90% of what is available at start, unless GOMEMLIMIT is set; off = none")
-	tenantOpts := addTenantFlags(fs, true)
-	if err := parseWithEnv(fs, args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
-	}
-	memLine, followMem, err := applyMemoryLimit(*memLimit)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintln(os.Stderr, "stockpot: "+memLine)
-	if *readTimeout <= 0 || *idleTimeout <= 0 || *maxConns <= 0 {
+// serveFlags are the flags of `stockpot serve` that are read before they reach a Config
+// (sizes, names of kinds, files of keys, certificates and tier secrets). The others write
+// straight into serveOptions' configs.
+type serveFlags struct {
+	kvMemory, kvType, maxBody, reqMemory, grammarMaxBytes, grammarMemory, responsesStore *string
+	keyFile, adminKeyFile, eventsKeyFile, dashboardKeyFile, cacheIsolation               *string
+	tlsCert, tlsKey, tlsClientCA, hostCache, diskSize, remoteWrite                       *string
+	remotePasswordFile, remoteCAFile, prefetch, pinBudget, memLimit                      *string
+	tierKeyFiles                                                                         stringList
+	tenants                                                                              tenantFlags
+}
+
+// addServeFlags registers serve's flags on fs. Their defaults are o's: the packages'
+// DefaultConfig, so a flag cannot drift from the default the package documents and tests.
+func addServeFlags(fs *flag.FlagSet, o *serveOptions) *serveFlags {
+	ec, sc, tc := &o.engine, &o.server, &o.tiers
+	f := &serveFlags{}
+	fs.StringVar(&o.model, "model", defaultModel, "GGUF file, or synthetic:PRESET")
+	fs.StringVar(&sc.Addr, "addr", sc.Addr, "listen address")
+	fs.IntVar(&o.threads, "threads", runtime.NumCPU(), "compute threads")
+	fs.IntVar(&ec.BlockSize, "block-size", ec.BlockSize, "tokens per KV block")
+	f.kvMemory = fs.String("kv-memory", "auto", "working KV block pool size (e.g. 512MiB), or auto")
+	f.kvType = fs.String("kv-type", ec.KVType.String(), "K/V element type: f32, f16 or q8_0 (ggml's block_q8_0, 34 bytes per 32 values; needs a head dim that is a multiple of 32)")
+	fs.BoolVar(&ec.PrefixCache, "prefix-cache", ec.PrefixCache, "reuse cached prompt prefixes")
+	fs.BoolVar(&ec.Dedup, "prefix-dedup", ec.Dedup, "wait for prefix blocks another request is computing instead of computing them twice")
+	fs.IntVar(&ec.MaxBatchTokens, "max-batch-tokens", ec.MaxBatchTokens, "tokens per forward step (prefill chunk + decodes)")
+	fs.IntVar(&ec.MaxRunning, "max-running", ec.MaxRunning, "requests running at once")
+	fs.IntVar(&sc.MaxPromptTokens, "max-prompt-tokens", 0, "refuse longer prompts (0: context length - 1)")
+	f.maxBody = fs.String("max-body-bytes", bytesize.Format(sc.MaxBodyBytes), "refuse larger request bodies")
+	f.reqMemory = fs.String("request-memory", bytesize.Format(sc.RequestMemoryBytes), "budget for request bodies being read and parsed: each reserves 32x its length + 64KiB (its copies, tokens and tokenizer buffers) before it is read, and waits up to --read-timeout (then 503) while others hold it; at least one --max-body-bytes body's cost")
+	fs.Var((*stringList)(&sc.APIKeys), "api-key", "required API key (repeatable)")
+	f.keyFile = fs.String("api-key-file", "", "file with one API key per line")
+	fs.Var((*stringList)(&sc.AdminKeys), "admin-key", "key for the admin API: /v1/cache, /v1/cache/prewarm and /v1/requests/recent (repeatable); without one it is off (403). Behind a router, include the router's --backend-key")
+	f.adminKeyFile = fs.String("admin-key-file", "", "file with admin keys, one per line")
+	fs.DurationVar(&sc.ReadTimeout, "read-timeout", sc.ReadTimeout, "longest time to read a request body (slower bodies get a 408); streams are not bounded")
+	fs.DurationVar(&sc.IdleTimeout, "idle-timeout", sc.IdleTimeout, "close keep-alive connections idle this long")
+	fs.IntVar(&sc.MaxConnections, "max-connections", sc.MaxConnections, "connections held open at once; more wait in the listen backlog")
+	fs.IntVar(&sc.MaxConnectionsPerClient, "max-connections-per-client", 0, "connections held open at once from one IP, loopback included (more are answered 429); 0 = an eighth of --max-connections")
+	f.grammarMaxBytes = fs.String("grammar-max-bytes", bytesize.Format(server.DefaultGrammarConfig().MaxBytes), "bound on one request's constrained-decoding grammar: its schemas' estimate (refused with a 400 before anything is built) and what its compile may allocate")
+	f.grammarMemory = fs.String("grammar-memory", bytesize.Format(server.DefaultGrammarConfig().Memory), "memory for grammars in all: half caches compiled ones, half runs compiles (each up to 2x --grammar-max-bytes; more wait, or get a 429)")
+	f.responsesStore = fs.String("responses-store-bytes", bytesize.Format(sc.ResponsesStoreBytes), "memory for the responses kept for /v1/responses' previous_response_id (at most 1024; the least recently used go first; a larger response is not kept); 0 = keep none")
+	fs.StringVar(&sc.MetricsKey, "metrics-key", "", "key for /metrics (an admin key also works); without one /metrics is open only while no key of any kind is configured")
+	fs.BoolVar(&sc.PublicMetrics, "public-metrics", false, "leave /metrics open even with keys configured (its counters show every tenant's cache hits)")
+	fs.Var((*stringList)(&sc.EventsKeys), "events-key", "key for /v1/kv-events and its snapshot (repeatable; the router's --backend-events-key; an admin key also works)")
+	f.eventsKeyFile = fs.String("events-key-file", "", "file with events keys, one per line")
+	fs.Var((*stringList)(&sc.DashboardKeys), "dashboard-key", "key for /dashboard, /dashboard/events and /dashboard/state (repeatable; also as ?key=; an admin key also works)")
+	f.dashboardKeyFile = fs.String("dashboard-key-file", "", "file with dashboard keys, one per line")
+	fs.DurationVar(&sc.TTFTFloor, "ttft-floor", 0, "timing safety: a request whose prompt holds blocks its key did not send gets its first token no sooner than max(this, the estimated miss TTFT) and a miss's usage, so a hit on another key's prompt looks like a miss (0: off)")
+	f.cacheIsolation = fs.String("cache-isolation", "tenant", "who may reuse whose cached blocks: tenant (every key of a tenant shares its cache) or key (each API key has its own cache inside its tenant's: no key learns what another sent, by any timing)")
+	f.tlsCert = fs.String("tls-cert", "", "serve HTTPS with this PEM certificate chain (needs --tls-key)")
+	f.tlsKey = fs.String("tls-key", "", "the PEM private key of --tls-cert")
+	f.tlsClientCA = fs.String("tls-client-ca", "", "mutual TLS: require client certificates signed by this PEM CA (the router's --backend-tls-cert)")
+	f.hostCache = fs.String("host-cache", bytesize.Format(tc.HostBytes), "host RAM tier budget (e.g. 4GiB); 0 = off")
+	fs.StringVar(&tc.DiskDir, "disk-cache", tc.DiskDir, "disk tier directory; empty = off")
+	f.diskSize = fs.String("disk-cache-size", bytesize.Format(tc.DiskBytes), "disk tier budget")
+	fs.StringVar(&tc.RemoteURL, "remote-cache", tc.RemoteURL, "remote tier, redis://host:port/db; empty = off")
+	fs.Var(&f.tierKeyFiles, "tier-key-file", "file of keys that sign and check the records of the disk and remote tiers, one a line, hex or base64, 16+ bytes (repeatable); the first key signs, every key verifies (rotation: put the new key first); a record they do not authenticate is discarded as forged")
+	f.remotePasswordFile = fs.String("remote-cache-password-file", "", "file holding the remote tier's Redis password (AUTH), in place of one in the --remote-cache URL")
+	f.remoteCAFile = fs.String("remote-cache-ca-file", "", "PEM CA that a rediss:// --remote-cache server's certificate must chain to, in place of the system's")
+	fs.DurationVar(&tc.Remote.CallTimeout, "remote-call-timeout", redis.DefaultConfig().CallTimeout, "bound on each remote tier call (a batched read or write); a call past it fails, counts toward the breaker, and its blocks are computed instead")
+	fs.IntVar(&tc.Admission.MinHits, "offload-min-hits", tc.Admission.MinHits, "offload only blocks that at least this many requests reused")
+	fs.IntVar(&tc.Admission.MinPrefixTokens, "offload-min-prefix-tokens", tc.Admission.MinPrefixTokens, "write back only blocks ending at least this many tokens into their prompt")
+	f.remoteWrite = fs.String("remote-write", tc.RemoteWrite.String(), "when the remote tier is written: through (every computed block at once), selective (at once, the blocks that pass --offload-min-*), back (on eviction and shutdown, as host and disk)")
+	fs.IntVar(&tc.MaxOffloadTokens, "max-offload-tokens", tc.MaxOffloadTokens, "offload no block ending past this many tokens into its prompt (a request's max_offload_tokens caps further); 0 = no cap")
+	f.prefetch = fs.String("prefetch", ec.Prefetch.String(), "queued requests vs their tier prefetch: wait, timeout or best-effort")
+	fs.DurationVar(&ec.PrefetchMaxWait, "prefetch-timeout", ec.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
+	f.pinBudget = fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
+	fs.IntVar(&ec.StateCheckpointBlocks, "state-checkpoint-blocks", ec.StateCheckpointBlocks, "hybrid models (qwen35, kimi-linear, kimi-k3): keep the recurrent state at the end of every N-th block; a cached prefix is reused only up to a checkpoint, so N blocks are the hit granularity, and each checkpoint's memory comes out of --kv-memory")
+	f.memLimit = fs.String("memory-limit", "auto", "soft limit of the Go heap: the collector runs harder near it rather than let the heap reach twice its live size (e.g. 20GiB); auto = 90% of the cgroup's limit (followed as it changes), or on a host without one the smaller of 75% of its memory and 90% of what is available at start, unless GOMEMLIMIT is set; off = none")
+	f.tenants = addTenantFlags(fs, true)
+	return f
+}
+
+// resolve reads the flags that are not a Config field as they stand into o, checking each,
+// in the order `stockpot serve` always reported them.
+func (f *serveFlags) resolve(o *serveOptions) error {
+	ec, sc, tc := &o.engine, &o.server, &o.tiers
+	if sc.ReadTimeout <= 0 || sc.IdleTimeout <= 0 || sc.MaxConnections <= 0 {
 		return fmt.Errorf("serve: --read-timeout, --idle-timeout and --max-connections must be positive")
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	var kvBudget int64
-	if *kvMemory != "auto" {
-		n, err := bytesize.Parse(*kvMemory)
+	if *f.kvMemory != "auto" {
+		n, err := bytesize.Parse(*f.kvMemory)
 		if err != nil {
 			return fmt.Errorf("--kv-memory: %w", err)
 		}
-		kvBudget = n
+		ec.KVMemory = n
 	}
-	bodyLimit, err := bytesize.Parse(*maxBody)
+	bodyLimit, err := bytesize.Parse(*f.maxBody)
 	if err != nil {
 		return fmt.Errorf("--max-body-bytes: %w", err)
 	}
-	reqMemBytes, err := bytesize.Parse(*reqMemory)
-	if err != nil || reqMemBytes <= 0 {
-		return fmt.Errorf("--request-memory %q: a positive size (e.g. 1GiB)", *reqMemory)
+	if bodyLimit > 0 {
+		sc.MaxBodyBytes = bodyLimit
 	}
-	var gcfg server.GrammarConfig
-	if gcfg.MaxBytes, err = bytesize.Parse(*grammarMaxBytes); err != nil || gcfg.MaxBytes <= 0 {
+	if sc.RequestMemoryBytes, err = bytesize.Parse(*f.reqMemory); err != nil || sc.RequestMemoryBytes <= 0 {
+		return fmt.Errorf("--request-memory %q: a positive size (e.g. 1GiB)", *f.reqMemory)
+	}
+	g := &sc.Grammar
+	if g.MaxBytes, err = bytesize.Parse(*f.grammarMaxBytes); err != nil || g.MaxBytes <= 0 {
 		return fmt.Errorf("--grammar-max-bytes: must be a positive size (%v)", err)
 	}
-	if gcfg.Memory, err = bytesize.Parse(*grammarMemory); err != nil || gcfg.Memory < 2*gcfg.MaxBytes {
+	if g.Memory, err = bytesize.Parse(*f.grammarMemory); err != nil || g.Memory < 2*g.MaxBytes {
 		return fmt.Errorf("--grammar-memory: must be a size of at least twice --grammar-max-bytes (%v)", err)
 	}
-	storeBytes, err := bytesize.Parse(*responsesStore)
-	if err != nil {
+	if sc.ResponsesStoreBytes, err = bytesize.Parse(*f.responsesStore); err != nil {
 		return fmt.Errorf("--responses-store-bytes: %w", err)
 	}
-	if storeBytes == 0 {
-		storeBytes = -1 // server.Config: negative keeps none
+	if sc.ResponsesStoreBytes == 0 {
+		sc.ResponsesStoreBytes = -1 // server.Config: negative keeps none
 	}
-	dt, err := kvcache.ParseDType(*kvType)
-	if err != nil {
-		return fmt.Errorf("--kv-type %q: want f32, f16 or q8_0", *kvType)
+	if ec.KVType, err = kvcache.ParseDType(*f.kvType); err != nil {
+		return fmt.Errorf("--kv-type %q: want f32, f16 or q8_0", *f.kvType)
 	}
-	if *keyFile != "" {
-		b, err := os.ReadFile(*keyFile)
+	if err := f.readKeyFiles(sc); err != nil {
+		return err
+	}
+	if *f.cacheIsolation != "tenant" && *f.cacheIsolation != "key" {
+		return fmt.Errorf("serve: --cache-isolation %q: want tenant or key", *f.cacheIsolation)
+	}
+	sc.KeyIsolation = *f.cacheIsolation == "key"
+	if sc.TTFTFloor < 0 {
+		return fmt.Errorf("serve: --ttft-floor %v must be >= 0", sc.TTFTFloor)
+	}
+	if sc.TLS, err = tlsconfig.Server(tlsconfig.ServerFiles{Cert: *f.tlsCert, Key: *f.tlsKey, ClientCA: *f.tlsClientCA}); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
+	if sc.Tenants, sc.BackendKey, err = f.tenants.load(sc.APIKeys); err != nil {
+		return err
+	}
+	if tc.Remote.CallTimeout <= 0 {
+		return fmt.Errorf("--remote-call-timeout %v: must be positive", tc.Remote.CallTimeout)
+	}
+	if err := tierSecurity(tc, f.tierKeyFiles, *f.remotePasswordFile, *f.remoteCAFile, o.logger); err != nil {
+		return err
+	}
+	if tc.RemoteWrite, err = offload.ParseWritePolicy(*f.remoteWrite); err != nil {
+		return fmt.Errorf("--remote-write: %w", err)
+	}
+	if ec.StateCheckpointBlocks < 1 {
+		return fmt.Errorf("--state-checkpoint-blocks %d must be at least 1", ec.StateCheckpointBlocks)
+	}
+	if tc.MaxOffloadTokens < 0 {
+		return fmt.Errorf("--max-offload-tokens %d must be >= 0", tc.MaxOffloadTokens)
+	}
+	if tc.HostBytes, err = bytesize.Parse(*f.hostCache); err != nil {
+		return fmt.Errorf("--host-cache: %w", err)
+	}
+	if tc.DiskBytes, err = bytesize.Parse(*f.diskSize); err != nil {
+		return fmt.Errorf("--disk-cache-size: %w", err)
+	}
+	if ec.PinBudget, err = parsePinBudget(*f.pinBudget); err != nil {
+		return err
+	}
+	if ec.Prefetch, err = engine.ParsePrefetchPolicy(*f.prefetch); err != nil {
+		return fmt.Errorf("--prefetch %w", err)
+	}
+	return nil
+}
+
+// readKeyFiles adds the keys of the --*-key-file flags to those given one by one.
+func (f *serveFlags) readKeyFiles(sc *server.Config) error {
+	if *f.keyFile != "" {
+		b, err := os.ReadFile(*f.keyFile)
 		if err != nil {
 			return fmt.Errorf("--api-key-file: %w", err)
 		}
 		for _, l := range strings.Split(string(b), "\n") {
 			if l = strings.TrimSpace(l); l != "" {
-				keys = append(keys, l)
+				sc.APIKeys = append(sc.APIKeys, l)
 			}
 		}
 	}
-	fileAdmin, err := readKeyFile(*adminKeyFile)
+	fileAdmin, err := readKeyFile(*f.adminKeyFile)
 	if err != nil {
 		return fmt.Errorf("--admin-key-file: %w", err)
 	}
-	adminKeys = append(adminKeys, fileAdmin...)
+	sc.AdminKeys = append(sc.AdminKeys, fileAdmin...)
 	for _, kf := range []struct {
 		flag, path string
-		into       *stringList
-	}{{"--events-key-file", *eventsKeyFile, &eventsKeys}, {"--dashboard-key-file", *dashboardKeyFile, &dashboardKeys}} {
+		into       *[]string
+	}{{"--events-key-file", *f.eventsKeyFile, &sc.EventsKeys}, {"--dashboard-key-file", *f.dashboardKeyFile, &sc.DashboardKeys}} {
 		ks, err := readKeyFile(kf.path)
 		if err != nil {
 			return fmt.Errorf("%s: %w", kf.flag, err)
 		}
 		*kf.into = append(*kf.into, ks...)
 	}
-	if *cacheIsolation != "tenant" && *cacheIsolation != "key" {
-		return fmt.Errorf("serve: --cache-isolation %q: want tenant or key", *cacheIsolation)
-	}
-	if *ttftFloor < 0 {
-		return fmt.Errorf("serve: --ttft-floor %v must be >= 0", *ttftFloor)
-	}
-	tlsCfg, err := tlsconfig.Server(tlsconfig.ServerFiles{Cert: *tlsCert, Key: *tlsKey, ClientCA: *tlsClientCA})
-	if err != nil {
-		return fmt.Errorf("serve: %w", err)
-	}
-	tenants, backendKey, err := tenantOpts.load(keys)
-	if err != nil {
-		return err
-	}
+	return nil
+}
 
-	to := td
-	to.DiskDir, to.RemoteURL = *diskCache, *remoteCache
-	if *remoteTimeout <= 0 {
-		return fmt.Errorf("--remote-call-timeout %v: must be positive", *remoteTimeout)
-	}
-	to.Remote.CallTimeout = *remoteTimeout
-	if err := tierSecurity(&to, tierKeyFiles, *remotePasswordFile, *remoteCAFile, logger); err != nil {
+func cmdServe(args []string) error {
+	o := serveOptions{engine: engine.DefaultConfig(), server: server.DefaultConfig(), tiers: offload.DefaultConfig(), progress: os.Stderr}
+	fs := newFlagSet("serve")
+	f := addServeFlags(fs, &o)
+	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
-	to.Admission = offload.Admission{MinHits: *minHits, MinPrefixTokens: *minPrefix}
-	if to.RemoteWrite, err = offload.ParseWritePolicy(*remoteWrite); err != nil {
-		return fmt.Errorf("--remote-write: %w", err)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("serve: unexpected arguments %q", fs.Args())
 	}
-	if *stateEvery < 1 {
-		return fmt.Errorf("--state-checkpoint-blocks %d must be at least 1", *stateEvery)
-	}
-	if *maxOffload < 0 {
-		return fmt.Errorf("--max-offload-tokens %d must be >= 0", *maxOffload)
-	}
-	to.MaxOffloadTokens = *maxOffload
-	if to.HostBytes, err = bytesize.Parse(*hostCache); err != nil {
-		return fmt.Errorf("--host-cache: %w", err)
-	}
-	if to.DiskBytes, err = bytesize.Parse(*diskSize); err != nil {
-		return fmt.Errorf("--disk-cache-size: %w", err)
-	}
-	pins, err := parsePinBudget(*pinBudget)
+	memLine, followMem, err := applyMemoryLimit(*f.memLimit)
 	if err != nil {
 		return err
 	}
-	policy, err := engine.ParsePrefetchPolicy(*prefetch)
-	if err != nil {
-		return fmt.Errorf("--prefetch %w", err)
+	fmt.Fprintln(os.Stderr, "stockpot: "+memLine)
+	o.logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := f.resolve(&o); err != nil {
+		return err
 	}
-	opts := serveOptions{
-		model: *modelSpec, addr: *addr, threads: *threads, blockSize: *blockSize, kvBudget: kvBudget,
-		kvType: dt, prefixCache: *prefixCache, dedup: *dedup, maxBatch: *maxBatch, maxRunning: *maxRunning,
-		maxPrompt: *maxPrompt, maxBody: bodyLimit, requestMemory: reqMemBytes, keys: keys, adminKeys: adminKeys, metricsKey: *metricsKey,
-		eventsKeys: eventsKeys, dashboardKeys: dashboardKeys, publicMetrics: *publicMetrics, tls: tlsCfg, ttftFloor: *ttftFloor, keyIsolation: *cacheIsolation == "key", logger: logger, progress: os.Stderr,
-		readTimeout: *readTimeout, idleTimeout: *idleTimeout, maxConns: *maxConns, responsesStoreBytes: storeBytes, grammar: gcfg, maxConnsPerClient: *maxConnsPerClient,
-		tiers: to, prefetch: policy, prefetchMaxWait: *prefetchTimeout, pinBudget: pins, stateEvery: *stateEvery,
-		tenants: tenants, backendKey: backendKey,
-	}
+	sc := &o.server
 	// Bind before loading the model: the address is taken at once (a port in use fails now,
 	// not after seconds of loading, and nobody else can take it meanwhile), and connections
 	// made while the model loads wait in the listen backlog until it serves.
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", sc.Addr)
 	if err != nil {
 		return err
 	}
-	inst, err := newInstance(opts)
+	inst, err := newInstance(o)
 	if err != nil {
 		ln.Close()
 		return err
@@ -486,17 +447,17 @@ func cmdServe(args []string) error {
 	defer inst.Close()
 	srv, lf := inst.server, inst.file
 	scheme := "http"
-	if tlsCfg != nil {
+	if sc.TLS != nil {
 		scheme = "https"
 	}
 	fmt.Fprintf(os.Stderr, "stockpot: serving %s on %s://%s (OpenAI API under /v1, metrics at /metrics)\n", lf.name, scheme, ln.Addr())
-	if *ttftFloor > 0 && len(keys) == 0 {
+	if sc.TTFTFloor > 0 && len(sc.APIKeys) == 0 {
 		fmt.Fprintln(os.Stderr, "stockpot: --ttft-floor without --api-key: principals are told apart by whatever key clients send")
 	}
-	if *ttftFloor > 0 && *publicMetrics {
+	if sc.TTFTFloor > 0 && sc.PublicMetrics {
 		fmt.Fprintln(os.Stderr, "stockpot: --ttft-floor with --public-metrics: the hit counters on /metrics tell hits the floor hides")
 	}
-	if len(keys)+len(adminKeys)+len(eventsKeys) > 0 && len(adminKeys)+len(eventsKeys) == 0 {
+	if len(sc.APIKeys)+len(sc.AdminKeys)+len(sc.EventsKeys) > 0 && len(sc.AdminKeys)+len(sc.EventsKeys) == 0 {
 		fmt.Fprintln(os.Stderr, "stockpot: no --events-key or --admin-key: /v1/kv-events answers 403, so a router's kv-aware policy routes without this replica's blocks")
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

@@ -87,7 +87,7 @@ func waitIdle(t *testing.T, base string, before map[string]float64, want int, wh
 // request must be cancelled and free its blocks; left running, each would generate 1500 tokens
 // for nobody (issue 17, defect 3).
 func TestServeDisconnectBurst(t *testing.T) {
-	inst, _ := newTestInstance(t, func(o *serveOptions) { o.kvBudget = 64 << 20 })
+	inst, _ := newTestInstance(t, func(o *serveOptions) { o.engine.KVMemory = 64 << 20 })
 	base := serveReal(t, inst)
 	for _, n := range []int{10, 64} {
 		for _, shared := range []bool{true, false} {
@@ -145,8 +145,8 @@ func TestServeDisconnectBurst(t *testing.T) {
 // key gets a 403; with --metrics-key, /metrics needs it.
 func TestServeKVEventsNeedKey(t *testing.T) {
 	_, ts := newTestInstance(t, func(o *serveOptions) {
-		o.keys, o.eventsKeys = []string{"sekrit"}, []string{"ev"}
-		o.metricsKey = "scrape"
+		o.server.APIKeys, o.server.EventsKeys = []string{"sekrit"}, []string{"ev"}
+		o.server.MetricsKey = "scrape"
 	})
 	get := func(path string, hdr ...string) (int, string) {
 		req, err := http.NewRequest("GET", ts.URL+path, nil)

@@ -215,9 +215,7 @@ func seedsTrap(t testing.TB, tc trapCase) {
 	prompt := longText(chars)
 	const B = 16
 	start := func(to offload.Config, cache bool) (string, func()) {
-		o := serveOptions{model: path, threads: 2, blockSize: B, kvBudget: tc.kvBudget, kvType: kvcache.F32,
-			prefixCache: cache, dedup: cache, maxBatch: tc.maxBatch, maxRunning: 8, tiers: to, prefetch: engine.PrefetchWait,
-			stateEvery: tc.every}
+		o := serveOptions{model: path, threads: 2, tiers: to, engine: engine.Config{BlockSize: B, KVMemory: tc.kvBudget, KVType: kvcache.F32, PrefixCache: cache, Dedup: cache, MaxBatchTokens: tc.maxBatch, MaxRunning: 8, Prefetch: engine.PrefetchWait, StateCheckpointBlocks: tc.every}}
 		inst, err := newInstance(o)
 		if err != nil {
 			t.Fatal(err)
@@ -381,8 +379,7 @@ func TestHybridRestoreCycles(t *testing.T) {
 	const B = 16
 	a, other := longText(2400), "Another kitchen, another pot: "+longText(2600)
 	start := func(to offload.Config, cache bool, kv int64) (string, func()) {
-		o := serveOptions{model: path, threads: 2, blockSize: B, kvBudget: kv, kvType: kvcache.F32,
-			prefixCache: cache, dedup: cache, maxBatch: 48, maxRunning: 8, tiers: to, prefetch: engine.PrefetchWait}
+		o := serveOptions{model: path, threads: 2, tiers: to, engine: engine.Config{BlockSize: B, KVMemory: kv, KVType: kvcache.F32, PrefixCache: cache, Dedup: cache, MaxBatchTokens: 48, MaxRunning: 8, Prefetch: engine.PrefetchWait}}
 		inst, err := newInstance(o)
 		if err != nil {
 			t.Fatal(err)
@@ -436,8 +433,7 @@ func TestHybridPinsCarryState(t *testing.T) {
 	const B = 16
 	prompt := longText(1600)
 	to := offload.Config{DiskDir: t.TempDir(), DiskBytes: 1 << 30}
-	o := serveOptions{model: path, threads: 2, blockSize: B, kvBudget: 16 << 20, kvType: kvcache.F32,
-		prefixCache: true, dedup: true, maxBatch: 64, maxRunning: 8, tiers: to, prefetch: engine.PrefetchWait}
+	o := serveOptions{model: path, threads: 2, tiers: to, engine: engine.Config{BlockSize: B, KVMemory: 16 << 20, KVType: kvcache.F32, PrefixCache: true, Dedup: true, MaxBatchTokens: 64, MaxRunning: 8, Prefetch: engine.PrefetchWait}}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)
@@ -470,7 +466,7 @@ func TestHybridPinsCarryState(t *testing.T) {
 // configuration leaves no prompt a hit (never a silent zero).
 func TestHybridModelCard(t *testing.T) {
 	for _, every := range []int{3, 600} {
-		_, ts := newTestInstance(t, func(o *serveOptions) { o.model = "synthetic:tiny-qwen35"; o.stateEvery = every })
+		_, ts := newTestInstance(t, func(o *serveOptions) { o.model = "synthetic:tiny-qwen35"; o.engine.StateCheckpointBlocks = every })
 		resp, err := http.Get(ts.URL + "/v1/models")
 		if err != nil {
 			t.Fatal(err)
@@ -503,7 +499,7 @@ func TestHybridModelCard(t *testing.T) {
 // 4 blocks predicts hits in the server's unit (min_reusable_tokens from /v1/models), so every
 // request's predicted reuse is what the server reported.
 func TestBenchHybridPrediction(t *testing.T) {
-	_, ts := newTestInstance(t, func(o *serveOptions) { o.model = "synthetic:tiny-qwen35"; o.stateEvery = 4 })
+	_, ts := newTestInstance(t, func(o *serveOptions) { o.model = "synthetic:tiny-qwen35"; o.engine.StateCheckpointBlocks = 4 })
 	out := t.TempDir()
 	if err := cmdBench([]string{"--target", ts.URL, "--workload", "agent", "--sessions", "2", "--turns", "3", "--max-tokens", "4",
 		"--concurrency", "1", "--quiet", "--out", out}); err != nil {

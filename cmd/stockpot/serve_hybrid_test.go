@@ -19,7 +19,7 @@ func TestServeHybridMatchesLlamaCpp(t *testing.T) {
 	if err := synth.WriteFile("tiny-qwen35", synth.Options{Seed: 9, Type: gguf.TypeF32}, path); err != nil {
 		t.Fatal(err)
 	}
-	_, ts := newTestInstance(t, func(o *serveOptions) { o.model = path; o.maxBatch = 48 })
+	_, ts := newTestInstance(t, func(o *serveOptions) { o.model = path; o.engine.MaxBatchTokens = 48 })
 	texts := []string{"The quick brown fox jumps over the lazy dog.", longText(900)}
 	const n = 16
 	type reply struct {

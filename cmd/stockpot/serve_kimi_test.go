@@ -30,7 +30,12 @@ func serveMatchesLlamaCpp(t *testing.T, preset string, texts []string, every int
 	if err := synth.WriteFile(preset, synth.Options{Seed: 9, Type: gguf.TypeF32}, path); err != nil {
 		t.Fatal(err)
 	}
-	_, ts := newTestInstance(t, func(o *serveOptions) { o.model = path; o.maxBatch = 48; o.stateEvery = every; o.kvBudget = 64 << 20 })
+	_, ts := newTestInstance(t, func(o *serveOptions) {
+		o.model = path
+		o.engine.MaxBatchTokens = 48
+		o.engine.StateCheckpointBlocks = every
+		o.engine.KVMemory = 64 << 20
+	})
 	const n = 16
 	type reply struct {
 		Choices []struct {

@@ -17,14 +17,14 @@ import (
 	"testing"
 	"time"
 
+	"stockpot/internal/engine"
 	"stockpot/internal/kvcache"
 	"stockpot/internal/portlock"
 )
 
 func newTestInstance(t *testing.T, mutate func(*serveOptions)) (*instance, *httptest.Server) {
 	t.Helper()
-	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: 16, kvBudget: 16 << 20, kvType: kvcache.F32,
-		prefixCache: true, dedup: true, maxBatch: 256, maxRunning: 64}
+	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, engine: engine.Config{BlockSize: 16, KVMemory: 16 << 20, KVType: kvcache.F32, PrefixCache: true, Dedup: true, MaxBatchTokens: 256, MaxRunning: 64}}
 	if mutate != nil {
 		mutate(&o)
 	}
@@ -115,7 +115,7 @@ func TestServeCachedTokens(t *testing.T) {
 // TestServeBadInput: client mistakes get a 4xx with an OpenAI-style error; the server keeps
 // serving and no block leaks (checked in cleanup).
 func TestServeBadInput(t *testing.T) {
-	_, ts := newTestInstance(t, func(o *serveOptions) { o.maxPrompt = 500; o.maxBody = 64 << 10 })
+	_, ts := newTestInstance(t, func(o *serveOptions) { o.server.MaxPromptTokens = 500; o.server.MaxBodyBytes = 64 << 10 })
 	cases := []struct {
 		name string
 		path string

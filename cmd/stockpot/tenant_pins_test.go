@@ -11,6 +11,7 @@ import (
 
 	"stockpot/internal/engine"
 	"stockpot/internal/offload"
+	"stockpot/internal/server"
 	"stockpot/internal/tenant"
 )
 
@@ -22,8 +23,7 @@ func TestTenantPinShares(t *testing.T) {
 	const blockSize = 16
 	// The block size in bytes, from an instance of the same model, to size the budget and
 	// the quota in blocks.
-	probe, err := newInstance(serveOptions{model: "synthetic:tiny-llama-spm", threads: 1, blockSize: blockSize, kvBudget: 64 << 20,
-		prefixCache: true, maxBatch: 256, maxRunning: 4, prefetch: engine.PrefetchWait})
+	probe, err := newInstance(serveOptions{model: "synthetic:tiny-llama-spm", threads: 1, engine: engine.Config{BlockSize: blockSize, KVMemory: 64 << 20, PrefixCache: true, MaxBatchTokens: 256, MaxRunning: 4, Prefetch: engine.PrefetchWait}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,9 +45,7 @@ func TestTenantPinShares(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: blockSize, kvBudget: 64 << 20,
-		prefixCache: true, dedup: true, maxBatch: 256, maxRunning: 8, prefetch: engine.PrefetchWait, tiers: offload.Config{},
-		tenants: ts, pinBudget: 12 * blockBytes, publicMetrics: true}
+	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, tiers: offload.Config{}, engine: engine.Config{BlockSize: blockSize, KVMemory: 64 << 20, PrefixCache: true, Dedup: true, MaxBatchTokens: 256, MaxRunning: 8, Prefetch: engine.PrefetchWait, PinBudget: 12 * blockBytes}, server: server.Config{Tenants: ts, PublicMetrics: true}}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)

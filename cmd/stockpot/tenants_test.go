@@ -18,6 +18,7 @@ import (
 	"stockpot/internal/engine"
 	"stockpot/internal/offload"
 	"stockpot/internal/router"
+	"stockpot/internal/server"
 	"stockpot/internal/tenant"
 )
 
@@ -48,10 +49,7 @@ func isolationTenants(t *testing.T) *tenant.Set {
 // tenantReplica is a replica serving the isolation tenants, trusting the router's key.
 func tenantReplica(t *testing.T, ts *tenant.Set, kvBudget int64, to offload.Config) (*instance, string, func()) {
 	t.Helper()
-	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: 16, kvBudget: kvBudget,
-		prefixCache: true, dedup: true, maxBatch: 256, maxRunning: 8, tiers: to, prefetch: engine.PrefetchWait,
-		tenants: ts, backendKey: backendKey, adminKeys: []string{"adm", backendKey},
-		publicMetrics: true} // the tests read the audit counters from /metrics without a key
+	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, tiers: to, engine: engine.Config{BlockSize: 16, KVMemory: kvBudget, PrefixCache: true, Dedup: true, MaxBatchTokens: 256, MaxRunning: 8, Prefetch: engine.PrefetchWait}, server: server.Config{Tenants: ts, BackendKey: backendKey, AdminKeys: []string{"adm", backendKey}, PublicMetrics: true}} // the tests read the audit counters from /metrics without a key
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)

@@ -39,7 +39,7 @@ func BenchmarkDiskRestoreTTFT(b *testing.B) {
 	for b.Loop() {
 		dir := b.TempDir()
 		to := offload.Config{DiskDir: dir, DiskBytes: 8 << 30}
-		o := serveOptions{model: defaultModel, blockSize: 16, kvBudget: 1 << 30, prefixCache: true, dedup: true, maxBatch: 512, maxRunning: 16, tiers: to, prefetch: engine.PrefetchWait}
+		o := serveOptions{model: defaultModel, tiers: to, engine: engine.Config{BlockSize: 16, KVMemory: 1 << 30, PrefixCache: true, Dedup: true, MaxBatchTokens: 512, MaxRunning: 16, Prefetch: engine.PrefetchWait}}
 		inst, err := newInstance(o)
 		if err != nil {
 			b.Fatal(err)
@@ -74,7 +74,7 @@ func BenchmarkPrefetchOverlap(b *testing.B) {
 	for b.Loop() {
 		dir := b.TempDir()
 		to := offload.Config{DiskDir: dir, DiskBytes: 8 << 30}
-		o := serveOptions{model: defaultModel, blockSize: 16, kvBudget: 1 << 30, prefixCache: true, dedup: true, maxBatch: 512, maxRunning: 1, tiers: to, prefetch: engine.PrefetchWait}
+		o := serveOptions{model: defaultModel, tiers: to, engine: engine.Config{BlockSize: 16, KVMemory: 1 << 30, PrefixCache: true, Dedup: true, MaxBatchTokens: 512, MaxRunning: 1, Prefetch: engine.PrefetchWait}}
 		inst, err := newInstance(o)
 		if err != nil {
 			b.Fatal(err)

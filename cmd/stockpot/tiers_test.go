@@ -40,8 +40,7 @@ func completeText(t *testing.T, url string, prompt string) completionResult {
 
 func tieredInstance(t *testing.T, model string, to offload.Config) (*instance, string, func()) {
 	t.Helper()
-	o := serveOptions{model: model, threads: 2, blockSize: 16, kvBudget: 16 << 20, kvType: 0,
-		prefixCache: true, dedup: true, maxBatch: 256, maxRunning: 16, tiers: to, prefetch: engine.PrefetchWait}
+	o := serveOptions{model: model, threads: 2, tiers: to, engine: engine.Config{BlockSize: 16, KVMemory: 16 << 20, KVType: 0, PrefixCache: true, Dedup: true, MaxBatchTokens: 256, MaxRunning: 16, Prefetch: engine.PrefetchWait}}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)
@@ -117,8 +116,7 @@ func TestDiskRestart(t *testing.T) {
 // TestHostTier: with a working pool too small to keep a long prompt while others run, the
 // evicted blocks come back from host RAM.
 func TestHostTier(t *testing.T) {
-	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: 16, kvBudget: 70 * 8192, prefixCache: true,
-		maxBatch: 256, maxRunning: 4, tiers: offload.Config{HostBytes: 64 << 20}, prefetch: engine.PrefetchWait}
+	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, tiers: offload.Config{HostBytes: 64 << 20}, engine: engine.Config{BlockSize: 16, KVMemory: 70 * 8192, PrefixCache: true, MaxBatchTokens: 256, MaxRunning: 4, Prefetch: engine.PrefetchWait}}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)

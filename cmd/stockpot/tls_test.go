@@ -51,8 +51,8 @@ func TestTLSServeAndRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	inst, _ := newTestInstance(t, func(o *serveOptions) {
-		o.tls = replicaTLS
-		o.keys, o.eventsKeys = []string{"backend-secret"}, []string{"events-secret"}
+		o.server.TLS = replicaTLS
+		o.server.APIKeys, o.server.EventsKeys = []string{"backend-secret"}, []string{"events-secret"}
 	})
 	replicaURL := serveTLS(t, inst)
 

@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"stockpot/internal/engine"
 	"stockpot/internal/kvcache"
+	"stockpot/internal/server"
 )
 
 // probeWords is the vocabulary of the probe's prompts.
@@ -108,8 +110,7 @@ func BenchmarkTTFTFloorProbe(b *testing.B) {
 		b.Run(mode.name, func(b *testing.B) {
 			var auc, all, victim, hitMean, missMean float64
 			for range b.N {
-				o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: 16, kvBudget: 64 << 20, kvType: kvcache.F32,
-					prefixCache: true, dedup: true, maxBatch: 512, maxRunning: 8, keys: []string{"victim", "attacker"}, ttftFloor: mode.floor}
+				o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, engine: engine.Config{BlockSize: 16, KVMemory: 64 << 20, KVType: kvcache.F32, PrefixCache: true, Dedup: true, MaxBatchTokens: 512, MaxRunning: 8}, server: server.Config{APIKeys: []string{"victim", "attacker"}, TTFTFloor: mode.floor}}
 				inst, err := newInstance(o)
 				if err != nil {
 					b.Fatal(err)
@@ -166,7 +167,7 @@ func BenchmarkTTFTFloorProbe(b *testing.B) {
 func TestServeTTFTFloor(t *testing.T) {
 	prompt := probeText(rand.New(rand.NewPCG(1, 2)), 120)
 	for _, floor := range []time.Duration{0, time.Millisecond} {
-		_, ts := newTestInstance(t, func(o *serveOptions) { o.keys, o.ttftFloor = []string{"victim", "attacker"}, floor })
+		_, ts := newTestInstance(t, func(o *serveOptions) { o.server.APIKeys, o.server.TTFTFloor = []string{"victim", "attacker"}, floor })
 		cached := func(key string) int {
 			t.Helper()
 			body, _ := json.Marshal(map[string]any{"prompt": prompt, "max_tokens": 2, "temperature": 0})
@@ -285,9 +286,7 @@ func BenchmarkTTFTFloorGapProbe(b *testing.B) {
 			var separable int
 			var hitMed, missMed time.Duration
 			for range b.N {
-				o := serveOptions{model: model, threads: 2, blockSize: 16, kvBudget: 256 << 20, kvType: kvcache.F32,
-					prefixCache: true, dedup: true, maxBatch: 512, maxRunning: 8, keys: []string{"victim", "attacker", "observer"},
-					ttftFloor: mode.floor, keyIsolation: mode.isolate}
+				o := serveOptions{model: model, threads: 2, engine: engine.Config{BlockSize: 16, KVMemory: 256 << 20, KVType: kvcache.F32, PrefixCache: true, Dedup: true, MaxBatchTokens: 512, MaxRunning: 8}, server: server.Config{APIKeys: []string{"victim", "attacker", "observer"}, TTFTFloor: mode.floor, KeyIsolation: mode.isolate}}
 				inst, err := newInstance(o)
 				if err != nil {
 					b.Fatal(err)
@@ -349,7 +348,7 @@ func TestServeKeyIsolation(t *testing.T) {
 		isolate bool
 	}{{"isolation", 0, true}, {"floor-charge", time.Millisecond, false}} {
 		inst, ts := newTestInstance(t, func(o *serveOptions) {
-			o.keys, o.ttftFloor, o.keyIsolation = []string{"victim", "attacker"}, mode.floor, mode.isolate
+			o.server.APIKeys, o.server.TTFTFloor, o.server.KeyIsolation = []string{"victim", "attacker"}, mode.floor, mode.isolate
 		})
 		send := func(key string) (cached, prompts int) {
 			t.Helper()

@@ -97,8 +97,7 @@ func TestPromotionFromDisk(t *testing.T) {
 	stop() // the working pool is written back to disk
 
 	to := offload.Config{HostBytes: 64 << 20, DiskDir: dir, DiskBytes: 1 << 30, Admission: offload.Admission{MinHits: 5}}
-	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, blockSize: 16, kvBudget: 70 * 8192, prefixCache: true,
-		maxBatch: 256, maxRunning: 4, tiers: to, prefetch: engine.PrefetchWait}
+	o := serveOptions{model: "synthetic:tiny-llama-spm", threads: 2, tiers: to, engine: engine.Config{BlockSize: 16, KVMemory: 70 * 8192, PrefixCache: true, MaxBatchTokens: 256, MaxRunning: 4, Prefetch: engine.PrefetchWait}}
 	inst, err := newInstance(o)
 	if err != nil {
 		t.Fatal(err)
