@@ -88,10 +88,10 @@ type Config struct {
 	// IdleTimeout closes keep-alive connections idle between requests for this long.
 	IdleTimeout time.Duration
 	// MaxConnections caps the connections Serve holds open at once; more wait in the
-	// listener's backlog until one closes. Beyond it, 16 more (healthReserve) serve only
-	// GET /health and /ready, so probes are answered while clients hold all the others; and
-	// the wait for a request's head (ReadHeaderTimeout, IdleTimeout between requests) falls
-	// from all of it at half full to 1 s when full (listener.go).
+	// listener's backlog until one closes. Beyond it, 16 more (connlimit.HealthReserve)
+	// serve only GET /health and /ready, so probes are answered while clients hold all the
+	// others; and the wait for a request's head (ReadHeaderTimeout, IdleTimeout between
+	// requests) falls from all of it at half full to 1 s when full (internal/connlimit).
 	MaxConnections int
 	// MaxConnectionsPerClient caps the connections open at once from one remote IP (loopback
 	// too: a router or proxy, whose connections all come from its address, should raise it to

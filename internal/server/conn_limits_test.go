@@ -11,60 +11,6 @@ import (
 	"time"
 )
 
-func TestHeaderBudget(t *testing.T) {
-	const s = time.Second
-	cases := []struct {
-		full        time.Duration
-		open, limit int
-		want        time.Duration
-	}{
-		{10 * s, 0, 4096, 10 * s},
-		{10 * s, 2048, 4096, 10 * s}, // half full: all of it
-		{10 * s, 3072, 4096, 5500 * time.Millisecond},
-		{10 * s, 4095, 4096, s + 9*s/2048},
-		{10 * s, 4096, 4096, s},                                      // full: the floor
-		{10 * s, 4112, 4096, s},                                      // the reserve: the floor
-		{500 * time.Millisecond, 4096, 4096, 500 * time.Millisecond}, // never above the configured wait
-		{10 * s, 1, 1, s},
-		{10 * s, 0, 1, 10 * s},
-		{10 * s, 5, 0, 10 * s}, // no limit
-	}
-	for _, c := range cases {
-		if have := headerBudget(c.full, c.open, c.limit); have != c.want {
-			t.Errorf("headerBudget(%v, %d of %d): have %v, want %v", c.full, c.open, c.limit, have, c.want)
-		}
-	}
-}
-
-func TestClampReadDeadline(t *testing.T) {
-	now := time.Unix(1_000_000, 0)
-	lim := connLimits{max: 100, headerTimeout: 10 * time.Second, idleTimeout: 60 * time.Second}
-	at := func(d time.Duration) time.Time { return now.Add(d) }
-	cases := []struct {
-		name       string
-		t          time.Time
-		open       int
-		healthOnly bool
-		want       time.Time
-	}{
-		{"zero", time.Time{}, 100, false, time.Time{}},
-		{"head, quiet", at(10 * time.Second), 10, false, at(10 * time.Second)},
-		{"head, full", at(10 * time.Second), 100, false, at(time.Second)},
-		{"head, three quarters", at(10 * time.Second), 75, false, at(5500 * time.Millisecond)},
-		{"head armed a moment ago", at(9800 * time.Millisecond), 100, false, at(time.Second)},
-		{"idle, full", at(60 * time.Second), 100, false, at(time.Second)},
-		{"idle, three quarters", at(60 * time.Second), 75, false, at(30500 * time.Millisecond)},
-		{"body (30 s), full", at(30 * time.Second), 100, false, at(30 * time.Second)},
-		{"short handler deadline, full", at(2 * time.Second), 100, false, at(2 * time.Second)},
-		{"head, health-only, quiet", at(10 * time.Second), 0, true, at(time.Second)},
-	}
-	for _, c := range cases {
-		if have := clampReadDeadline(now, c.t, lim, c.open, c.healthOnly); !have.Equal(c.want) {
-			t.Errorf("%s: have %v, want %v", c.name, have.Sub(now), c.want.Sub(now))
-		}
-	}
-}
-
 // halfHeads opens n connections from local IP from that send half a request head each and
 // returns them; they stay open until the test ends.
 func halfHeads(t *testing.T, addr, from string, n int) []net.Conn {

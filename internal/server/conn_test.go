@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"stockpot/internal/api"
+	"stockpot/internal/connlimit"
 )
 
 // serveLoopback runs s.Serve on a loopback port until the test ends and returns its address.
@@ -194,7 +195,7 @@ func TestConnectionCap(t *testing.T) {
 	s, _ := newTestServer(t, newFakeGen("x"), func(c *Config) { c.MaxConnections = 2; c.MaxConnectionsPerClient = 100 })
 	addr := serveLoopback(t, s)
 	// The cap and the health reserve held: the next connection waits in the backlog.
-	held := make([]net.Conn, 2+healthReserve)
+	held := make([]net.Conn, 2+connlimit.HealthReserve)
 	for i := range held {
 		held[i] = dial(t, addr)
 		resp := roundTrip(t, held[i], bufio.NewReader(held[i]), getHealth)
@@ -264,41 +265,4 @@ func TestPreHandlerErrorsInAPIShape(t *testing.T) {
 		}
 	}
 	stillServes(t, addr)
-}
-
-// TestLimitListenerClose: closing the listener ends an Accept waiting for a free slot (a
-// drain with every slot taken), and closing a connection twice frees its slot once.
-func TestLimitListenerClose(t *testing.T) {
-	inner, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln := newLimitListener(inner, connLimits{max: 1, perClient: 1, maxHeaderBytes: 1 << 20})
-	dial(t, inner.Addr().String())
-	sc, err := ln.Accept()
-	if err != nil {
-		t.Fatal(err)
-	}
-	sc.Close()
-	sc.Close()
-	if n := len(ln.slots); n != 0 {
-		t.Fatalf("%d slots held after closing the only connection twice", n)
-	}
-	dial(t, inner.Addr().String())
-	sc, err = ln.Accept() // takes the only slot
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sc.Close()
-	errc := make(chan error, 1)
-	go func() { _, err := ln.Accept(); errc <- err }()
-	ln.Close()
-	select {
-	case err := <-errc:
-		if !errors.Is(err, net.ErrClosed) {
-			t.Errorf("Accept after Close: %v, want net.ErrClosed", err)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Accept waiting for a slot did not return after Close")
-	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/apikey"
+	"stockpot/internal/connlimit"
 	"stockpot/internal/engine"
 	"stockpot/internal/grammar"
 	"stockpot/internal/membudget"
@@ -61,8 +62,8 @@ type Server struct {
 	// out), listed by controlMarkup on first use.
 	controlOnce   sync.Once
 	controlPieces []string
-	responses     *responseStore                // for /v1/responses' previous_response_id
-	listener      atomic.Pointer[limitListener] // the one Serve accepts on, once it runs
+	responses     *responseStore                     // for /v1/responses' previous_response_id
+	listener      atomic.Pointer[connlimit.Listener] // the one Serve accepts on, once it runs
 
 	apiKeys     apikey.Set // Config.APIKeys
 	adminKeys   apikey.Set // Config.AdminKeys: the cache admin API
@@ -193,17 +194,18 @@ func (s *Server) ServeHandler(ctx context.Context, ln net.Listener, h http.Handl
 	// instead (bodyDeadline).
 	if s.cfg.TLS != nil {
 		// TLS under the limit listener: the slot is taken before the handshake, and the
-		// rewrite of net/http's plain-text answers (serverConn) sees the plaintext. The
+		// rewrite of net/http's plain-text answers (internal/connlimit) sees the plaintext. The
 		// handshake runs on the first read, inside ReadHeaderTimeout; a client without a valid
 		// certificate (mutual TLS) fails there and its connection closes.
 		ln = tls.NewListener(ln, s.cfg.TLS)
 	}
-	ln = newLimitListener(ln, connLimits{max: s.cfg.MaxConnections, perClient: s.cfg.MaxConnectionsPerClient, reserve: healthReserve,
-		headerTimeout: s.cfg.ReadHeaderTimeout, idleTimeout: s.cfg.IdleTimeout, maxHeaderBytes: s.cfg.MaxHeaderBytes})
-	s.listener.Store(ln.(*limitListener))
+	cl := connlimit.New(ln, connlimit.Config{Max: s.cfg.MaxConnections, PerClient: s.cfg.MaxConnectionsPerClient, Reserve: connlimit.HealthReserve,
+		HeaderTimeout: s.cfg.ReadHeaderTimeout, IdleTimeout: s.cfg.IdleTimeout, MaxHeaderBytes: s.cfg.MaxHeaderBytes})
+	s.listener.Store(cl)
+	ln = cl
 	hs := &http.Server{
 		Handler:           healthGate(h),
-		ConnContext:       connContext,
+		ConnContext:       connlimit.ConnContext,
 		ReadHeaderTimeout: s.cfg.ReadHeaderTimeout,
 		IdleTimeout:       s.cfg.IdleTimeout,
 		MaxHeaderBytes:    s.cfg.MaxHeaderBytes,
