@@ -60,6 +60,22 @@ type instance struct {
 	tiers  *offload.Tiers // nil without lower tiers
 }
 
+// replicaHooks are the engine's hooks in a replica: the working pool's block events are
+// published on /v1/kv-events (the router's global index), then every hook goes on to the
+// tiers' (offload.Tiers), or without tiers to a hybrid's discard metric, or nowhere.
+type replicaHooks struct {
+	engine.Hooks
+	events *kvevents.Publisher
+	buf    []kvevents.Event // reused: the hooks run on the engine's runner goroutine only
+}
+
+// BlockEvents publishes evs (Publish never blocks), then hands them on.
+func (h *replicaHooks) BlockEvents(evs []prefix.Event, kv, state [][]byte) {
+	h.buf = kvevents.FromPrefix(h.buf[:0], kvtier.Device, evs)
+	h.events.Publish(h.buf...)
+	h.Hooks.BlockEvents(evs, kv, state)
+}
+
 // handler serves the API plus the replica's block events. Event streams are long-lived, so
 // they end when drain is done (the server's drain waits for in-flight requests).
 func (in *instance) handler(drain context.Context) http.Handler {
@@ -140,11 +156,7 @@ func newInstance(o serveOptions) (*instance, error) {
 		return fail(err)
 	}
 	in.events.SetIdentity(hex.EncodeToString(idDigest[:]), blockSize)
-	var evBuf []kvevents.Event
-	ecfg.OnBlockEvents = func(evs []prefix.Event, _, _ [][]byte) {
-		evBuf = kvevents.FromPrefix(evBuf[:0], kvtier.Device, evs)
-		in.events.Publish(evBuf...)
-	}
+	hooks := &replicaHooks{Hooks: engine.NopHooks{}, events: in.events}
 	if o.tiers.Enabled() {
 		tcfg := o.tiers
 		tcfg.Identity = idDigest
@@ -159,7 +171,8 @@ func newInstance(o serveOptions) (*instance, error) {
 		tenantTierQuotas(in.tiers, tenants)
 		// The cost model's figures weigh the router's tiers.
 		in.events.SetCosts(in.tiers.Costs)
-		in.tiers.Hook(&ecfg) // restore, cost model feed, and write-back after the publisher
+		in.tiers.Hook(&ecfg) // restore, known pins; and under the publisher: cost model feed, write-back, pins
+		hooks.Hooks = in.tiers
 	} else if lf.cfg.Hybrid() {
 		// No tiers, but the engine discards a hybrid's hits past its last checkpoint: they
 		// are counted in stockpot_kv_blocks_discarded_total{reason} all the same.
@@ -167,8 +180,9 @@ func newInstance(o serveOptions) (*instance, error) {
 		if err != nil {
 			return fail(err)
 		}
-		ecfg.OnDiscard = m.Discarded
+		hooks.Hooks = m.DiscardHooks()
 	}
+	ecfg.Hooks = hooks
 	if in.engine, err = engine.New(m, ecfg); err != nil {
 		return fail(err)
 	}

@@ -81,7 +81,7 @@
 // Request.Pins keep prompt prefixes in the working pool for a TTL after their last use
 // (prompt-cache retention). The core's pin table (pins.go) owns one reference per pinned
 // block, within Config.PinBudget; hits refresh, Schedule and the idle sweep expire, and the
-// pin events (Config.OnPins) take pins down to the tiers. Unpinned blocks are untouched by
+// pin events (Hooks.PinEvents) take pins down to the tiers. Unpinned blocks are untouched by
 // any of it. The script testdata/core/pins.txt steps it: survival through a flood, refresh,
 // expiry, partial and strict pins, TTL upgrades, unpin, and pins adopted after a restart.
 //
@@ -111,8 +111,8 @@
 // then cuts every reuse, device hits, restored blocks and dedup alike, at the deepest block
 // end it has a checkpoint of (Core.resumable), resumes the sequence's state from it, and
 // counts what was matched past it as discarded, reason incomplete_state (Usage.DiscardedBy,
-// a miss of that cause, Config.OnDiscard). Checkpoints leave with their blocks (the block
-// events), go down the tiers beside the K/V (OnBlockEvents' state, FlushCached, pin
+// a miss of that cause, Hooks.Discarded). Checkpoints leave with their blocks (the block
+// events), go down the tiers beside the K/V (Hooks.BlockEvents' state, FlushCached, pin
 // events), and come back in RestoredBlock.State, decoded and checked on the runner before
 // the core sees them. Their memory is taken from Config.KVMemory (kvShare), one checkpoint
 // per N blocks, the oldest dropped past that. Outputs are bitwise those with the cache off,
@@ -123,5 +123,5 @@
 // engine may import model, kernels, kvcache, prefix and miss (and the leaf packages below them).
 // It never imports server, router, offload or the tiers: lower tiers reach it only through
 // the Restorer interface (restore.go), and block events leave it through
-// Config.OnBlockEvents.
+// Hooks.BlockEvents.
 package engine

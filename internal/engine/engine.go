@@ -27,38 +27,20 @@ type Config struct {
 	Dedup          bool    // in-flight deduplication of shared prefixes
 	Identity       []byte  // cache identity (identity.Descriptor.Bytes()); roots every hash chain
 	EOG            []int32 // end-of-generation tokens (tokenizer.EOGs)
-	// OnBlockEvents, when set, receives the prefix cache's block events (stored, evicted,
-	// removed, cleared) on the runner goroutine, after each scheduling step and before the
-	// forward pass writes into any reallocated block. kv[i] is the K/V of evs[i].Block for a
-	// Stored, Evicted or Reused event (nil for the others): an Evicted block's bytes are still intact
-	// during the call, the copy-out window of the write-back tiers. state[i], for a hybrid
-	// model, is the recurrent-state checkpoint at the end of that block
-	// (model.State.AppendBinary bytes), nil when the pool holds none for it, and nil for a
-	// Stored event tagged Restored (nothing writes a restored block down again). The slices,
-	// their token slices and the bytes are only valid during the call. It must be quick and
-	// must not call back into the engine.
-	OnBlockEvents func(evs []prefix.Event, kv, state [][]byte)
+	// Hooks, when set, follows the runner: its block and pin events, its own discards, its
+	// forward steps and restore stalls (offload.Tiers, under the replica's event publisher
+	// in `stockpot serve`). nil: none, and the prefix cache queues no block events unless a
+	// hybrid model's checkpoints need them.
+	Hooks Hooks
 	// StateCheckpointBlocks, for a hybrid model, keeps the recurrent state at the end of
 	// every N-th block of a prompt (`--state-checkpoint-blocks`; 0 = 1, every block): a
 	// cached prefix is reused only up to the deepest block end with a checkpoint, so N
 	// blocks are the reuse granularity, and 1/N of a checkpoint per block its memory (taken
 	// from KVMemory). Ignored for other models.
 	StateCheckpointBlocks int
-	// OnDiscard, when set, receives blocks the engine itself found but could not use, by
-	// reason (a hybrid model's hits past the last checkpoint: incomplete_state), on the
-	// runner goroutine (stockpot_kv_blocks_discarded_total; the Restorer counts its own).
-	OnDiscard func(reason string, blocks int)
 	// ReuseEvents adds a Reused block event (with kv) each time a request's admission reuses
 	// a block (offload's selective write-through; see prefix.Config.ReuseEvents).
 	ReuseEvents bool
-	// OnStep, when set, receives each forward step's token count, the positions those tokens
-	// attend over (Σ of each token's position: the part of the work that grows with context),
-	// and the step's duration (the runner's measured prefill rate feeds the
-	// restore-vs-recompute cost model).
-	OnStep func(tokens int, attended int64, d time.Duration)
-	// OnRestoreStall, when set, receives the time an admission was held back waiting for its
-	// prefetch (stockpot_kv_restore_stall_seconds_total).
-	OnRestoreStall func(time.Duration)
 	// Restorer, when set, prefetches queued requests' prefixes from lower tiers.
 	Restorer Restorer
 	// Prefetch is how admission treats a request whose prefetch has not finished (zero:
@@ -78,11 +60,6 @@ type Config struct {
 	// as one more, is guaranteed min(cap, budget/(tenants+1)) that no other's pins can take
 	// (pins.go). nil: one budget for all, first come.
 	PinOwnerBytes []int64
-	// OnPins, when set, receives the pin events (created, refreshed, removed) on the runner
-	// goroutine after each step, as OnBlockEvents does: kv[i] is the K/V of evs[i].Block for a
-	// PinCreated event (nil for the others); the slices, tokens and bytes are valid only
-	// during the call. It must be quick and must not call back into the engine.
-	OnPins func(evs []PinEvent, kv [][]byte)
 	// KnownPins are pins the persistent tiers kept across a restart: a block with one of
 	// these hashes that enters the pool again is pinned again with its remaining time.
 	KnownPins []KnownPin
@@ -174,7 +151,7 @@ type Engine struct {
 	senders sync.WaitGroup // goroutines waiting to send on a full fetched (see sendFetched)
 
 	eventKV [][]byte // flushEvents' kv argument, reused; runner goroutine only
-	pinKV   [][]byte // flushEvents' kv argument of OnPins, reused; runner goroutine only
+	pinKV   [][]byte // flushEvents' kv argument of Hooks.PinEvents, reused; runner goroutine only
 
 	states     *seqStates   // recurrent states of a hybrid model's sequences (state.go); runner only
 	ckpts      *checkpoints // a hybrid model's block checkpoints (state.go); runner only
@@ -182,7 +159,7 @@ type Engine struct {
 	stateBuf   []byte       // the encoded checkpoints of one hook call; runner goroutine only
 	stateBytes int          // one encoded checkpoint's size (model.Config.StateEncodedBytes)
 	stateBatch int          // the most checkpoint bytes one hook call carries (stateBatchBytes; tests lower it)
-	discarded  uint64       // Core.Stats().StateDiscarded already reported to OnDiscard
+	discarded  uint64       // Core.Stats().StateDiscarded already reported to Hooks.Discarded
 
 	// afterStep, when set, runs on the runner goroutine after every scheduling step, once its
 	// stats are published (tests: PauseWhen stops the runner at the step where a state is
@@ -238,7 +215,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 	// A hybrid model drains the block events even without a hook: its checkpoints leave
 	// with their blocks.
 	pc, err := prefix.New(prefix.Config{NumBlocks: arena.NumBlocks(), BlockSize: cfg.BlockSize, MinHitsToProtect: 1,
-		DisableEvents: cfg.OnBlockEvents == nil && !mc.Hybrid(), ReuseEvents: cfg.ReuseEvents})
+		DisableEvents: cfg.Hooks == nil && !mc.Hybrid(), ReuseEvents: cfg.ReuseEvents})
 	if err != nil {
 		return nil, err
 	}
@@ -712,14 +689,14 @@ func (e *Engine) run() {
 				}
 			}
 		}
-		if e.cfg.OnStep != nil {
+		if e.cfg.Hooks != nil {
 			n, att := 0, int64(0)
 			for _, it := range plan.Items {
 				k := int64(len(it.Tokens))
 				n += len(it.Tokens)
 				att += k*int64(it.Pos) + k*(k-1)/2
 			}
-			e.cfg.OnStep(n, att, time.Since(t0))
+			e.cfg.Hooks.ForwardStep(n, att, time.Since(t0))
 		}
 		e.core.Advance(plan, logits, e.cfg.Now())
 		e.flushEvents(nil)
@@ -747,7 +724,7 @@ func (e *Engine) stepDone() {
 func (e *Engine) flushEvents(restores []Restore) {
 	defer e.core.ClearRestored() // the events of the blocks it marked are drained here
 	e.flushPinEvents(restores)
-	if e.cfg.OnBlockEvents == nil && e.ckpts == nil {
+	if e.cfg.Hooks == nil && e.ckpts == nil {
 		return
 	}
 	evs := e.cache.Events()
@@ -759,12 +736,12 @@ func (e *Engine) flushEvents(restores []Restore) {
 			evs[i].Restored = true
 		}
 	}
-	if e.cfg.OnBlockEvents != nil {
+	if e.cfg.Hooks != nil {
 		e.eventKV, e.eventState, e.stateBuf = e.eventKV[:0], e.eventState[:0], e.stateBuf[:0]
 		lo := 0
 		for i, ev := range evs {
 			if e.stateBatchFull() {
-				e.cfg.OnBlockEvents(evs[lo:i], e.eventKV, e.eventState)
+				e.cfg.Hooks.BlockEvents(evs[lo:i], e.eventKV, e.eventState)
 				clear(e.eventKV)
 				clear(e.eventState)
 				e.eventKV, e.eventState, e.stateBuf = e.eventKV[:0], e.eventState[:0], e.stateBuf[:0]
@@ -783,7 +760,7 @@ func (e *Engine) flushEvents(restores []Restore) {
 			e.eventKV = append(e.eventKV, kv)
 			e.eventState = append(e.eventState, state)
 		}
-		e.cfg.OnBlockEvents(evs[lo:], e.eventKV, e.eventState)
+		e.cfg.Hooks.BlockEvents(evs[lo:], e.eventKV, e.eventState)
 		clear(e.eventKV) // hold no views of the arena between steps
 		clear(e.eventState)
 		e.trimStateBuf()
@@ -800,14 +777,14 @@ func (e *Engine) flushEvents(restores []Restore) {
 	}
 }
 
-// reportDiscards hands OnDiscard the blocks the core discarded since the last call.
+// reportDiscards hands Hooks.Discarded the blocks the core discarded since the last call.
 func (e *Engine) reportDiscards() {
 	if e.ckpts == nil {
 		return
 	}
 	n := e.core.Stats().StateDiscarded
-	if n > e.discarded && e.cfg.OnDiscard != nil {
-		e.cfg.OnDiscard(ReasonIncompleteState, int(n-e.discarded))
+	if n > e.discarded && e.cfg.Hooks != nil {
+		e.cfg.Hooks.Discarded(ReasonIncompleteState, int(n-e.discarded))
 	}
 	e.discarded = n
 }
@@ -824,14 +801,14 @@ func (e *Engine) blockKV(b kvcache.BlockID, restores []Restore) []byte {
 
 func (e *Engine) flushPinEvents(restores []Restore) {
 	evs := e.core.PinEvents()
-	if len(evs) == 0 || e.cfg.OnPins == nil {
+	if len(evs) == 0 || e.cfg.Hooks == nil {
 		return
 	}
 	e.pinKV, e.stateBuf = e.pinKV[:0], e.stateBuf[:0]
 	lo := 0
 	for i, ev := range evs {
 		if e.stateBatchFull() {
-			e.cfg.OnPins(evs[lo:i], e.pinKV)
+			e.cfg.Hooks.PinEvents(evs[lo:i], e.pinKV)
 			clear(e.pinKV)
 			e.pinKV, e.stateBuf = e.pinKV[:0], e.stateBuf[:0]
 			lo = i
@@ -843,7 +820,7 @@ func (e *Engine) flushPinEvents(restores []Restore) {
 		}
 		e.pinKV = append(e.pinKV, kv)
 	}
-	e.cfg.OnPins(evs[lo:], e.pinKV)
+	e.cfg.Hooks.PinEvents(evs[lo:], e.pinKV)
 	clear(e.pinKV)
 	for i := range evs {
 		evs[i].State = nil // the bytes are reused: hold no views of them
@@ -863,7 +840,7 @@ func (e *Engine) Pins() []PinInfo {
 }
 
 // Unpin drops the pins match selects (it sees each pinned block), and every pin below them,
-// telling the tiers (OnPins, PinRemoved); it returns how many blocks it unpinned. The blocks
+// telling the tiers (Hooks.PinEvents, PinRemoved); it returns how many blocks it unpinned. The blocks
 // stay cached, unpinned, and are evicted as any other.
 func (e *Engine) Unpin(match func(PinInfo) bool) int {
 	var n int
@@ -1014,8 +991,8 @@ func (e *Engine) decodeCheckpoints(p *Prefetched) {
 func (e *Engine) prefetched(m prefetchMsg) {
 	before := e.core.Stats().PrefetchStall
 	e.core.Prefetched(m.id, m.p, e.cfg.Now())
-	if d := e.core.Stats().PrefetchStall - before; d > 0 && e.cfg.OnRestoreStall != nil {
-		e.cfg.OnRestoreStall(d)
+	if d := e.core.Stats().PrefetchStall - before; d > 0 && e.cfg.Hooks != nil {
+		e.cfg.Hooks.RestoreStall(d)
 	}
 }
 

@@ -40,7 +40,7 @@ func TestEvidenceAgreesWithUsage(t *testing.T) {
 	e := newEngine(t, func(c *engine.Config) {
 		c.Restorer, c.Prefetch = tier, engine.PrefetchWait
 		c.MaxBatchTokens = 32 // many steps per prompt: there is time to abandon one mid-prefill
-		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
+		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
 			mu.Lock()
 			defer mu.Unlock()
 			for i, ev := range evs {
@@ -50,7 +50,7 @@ func TestEvidenceAgreesWithUsage(t *testing.T) {
 					tier.mu.Unlock()
 				}
 			}
-		}
+		})
 	})
 	var sum usageSum
 	run := func(p []int32) engine.Usage {

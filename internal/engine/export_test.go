@@ -72,6 +72,6 @@ func (e *Engine) StepGate() (wait, release, stop func()) {
 	return wait, release, func() { once.Do(func() { close(done) }) }
 }
 
-// SetStateBatch sets the most checkpoint bytes one OnPins or OnBlockEvents call carries
+// SetStateBatch sets the most checkpoint bytes one PinEvents or BlockEvents hook call carries
 // (stateBatchBytes by default). Call it before the first request.
 func (e *Engine) SetStateBatch(n int) { e.do(func() { e.stateBatch = n }) }

@@ -14,8 +14,8 @@ import (
 // hookLog records what the engine's block and pin hooks were given, call by call.
 type hookLog struct {
 	mu         sync.Mutex
-	blockCalls []int // checkpoints carried by each OnBlockEvents call
-	pinCalls   []int // checkpoints carried by each OnPins call
+	blockCalls []int // checkpoints carried by each BlockEvents call
+	pinCalls   []int // checkpoints carried by each PinEvents call
 	stored     map[prefix.Hash][]byte
 	pinned     []prefix.Hash
 	pinState   map[prefix.Hash][]byte
@@ -70,7 +70,7 @@ func TestHybridHookBatches(t *testing.T) {
 		l := &hookLog{stored: map[prefix.Hash][]byte{}, pinState: map[prefix.Hash][]byte{}}
 		e := hybridEngine(t, m, func(cfg *engine.Config) {
 			cfg.MaxBatchTokens = 512 // the whole prompt in one step
-			cfg.OnBlockEvents, cfg.OnPins = l.blocks, l.pins
+			cfg.Hooks = funcHooks{blocks: l.blocks, pins: l.pins}
 		})
 		defer e.Close() // no hook call after run returns its log
 		if batch > 0 {
@@ -96,7 +96,7 @@ func TestHybridHookBatches(t *testing.T) {
 			t.Fatalf("block %x: its checkpoint differs between the bounds or between the hooks", h[:4])
 		}
 	}
-	for name, calls := range map[string][]int{"OnPins": got.pinCalls, "OnBlockEvents": got.blockCalls} {
+	for name, calls := range map[string][]int{"PinEvents": got.pinCalls, "BlockEvents": got.blockCalls} {
 		if slices.Max(calls) > 3 {
 			t.Errorf("%s calls carried %v checkpoints; want at most 3 each", name, calls)
 		}
@@ -131,7 +131,7 @@ func TestRestoredBlocksTagged(t *testing.T) {
 	newEngine := func(r engine.Restorer, hook func([]prefix.Event, [][]byte, [][]byte)) *engine.Engine {
 		return hybridEngine(t, m, func(cfg *engine.Config) {
 			cfg.Restorer, cfg.Prefetch = r, engine.PrefetchWait
-			cfg.OnBlockEvents = hook
+			cfg.Hooks = blockHooks(hook)
 		})
 	}
 	p := seqPrompt(41, 150)

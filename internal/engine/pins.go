@@ -48,7 +48,7 @@ import (
 //
 // Events: each pin created, upgraded to a longer TTL, refreshed (at most once per
 // pinRefreshEvery of its TTL, so a hot prefix does not flood the tiers) or unpinned is
-// queued as a PinEvent for Config.OnPins, which takes pins down to the lower tiers.
+// queued as a PinEvent for Hooks.PinEvents, which takes pins down to the lower tiers.
 
 // PinEventKind says what happened to a pinned block.
 type PinEventKind uint8
@@ -75,7 +75,7 @@ func (k PinEventKind) String() string {
 	return fmt.Sprintf("pin-event(%d)", uint8(k))
 }
 
-// PinEvent is one pinned block's change, for Config.OnPins.
+// PinEvent is one pinned block's change, for Hooks.PinEvents.
 type PinEvent struct {
 	Kind               PinEventKind
 	Root, Hash, Parent prefix.Hash
@@ -85,7 +85,7 @@ type PinEvent struct {
 	TTL                time.Duration
 	Expires            time.Time
 	// State, for a PinCreated event of a hybrid model, is the block's recurrent-state
-	// checkpoint (as OnBlockEvents' state), nil when the pool holds none; valid during the
+	// checkpoint (as Hooks.BlockEvents' state), nil when the pool holds none; valid during the
 	// call only.
 	State []byte
 }

@@ -62,7 +62,7 @@ func (m *intoTier) PrefetchInto(root prefix.Hash, hashes []prefix.Hash, tokens [
 func storingEngine(t *testing.T, req engine.Request) (result, *intoTier) {
 	tier := &intoTier{mapTier: mapTier{blocks: map[prefix.Hash][]byte{}}, damaged: map[prefix.Hash]bool{}}
 	a := newEngine(t, func(c *engine.Config) {
-		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
+		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
 			tier.mu.Lock()
 			defer tier.mu.Unlock()
 			for i, ev := range evs {
@@ -70,7 +70,7 @@ func storingEngine(t *testing.T, req engine.Request) (result, *intoTier) {
 					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
 				}
 			}
-		}
+		})
 	})
 	cold := collect(t, a, req)
 	if len(tier.blocks) == 0 {

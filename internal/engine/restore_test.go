@@ -44,7 +44,7 @@ func (m *mapTier) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int3
 func TestRestoreFromTier(t *testing.T) {
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
 	a := newEngine(t, func(c *engine.Config) {
-		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
+		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
 			tier.mu.Lock()
 			defer tier.mu.Unlock()
 			for i, ev := range evs {
@@ -52,7 +52,7 @@ func TestRestoreFromTier(t *testing.T) {
 					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
 				}
 			}
-		}
+		})
 	})
 	p := seqPrompt(77, 150)
 	req := engine.Request{Prompt: p, MaxTokens: 8, Logprobs: 1}
@@ -117,7 +117,7 @@ func TestUsageTierTokens(t *testing.T) {
 func TestRestoredBlockEventsCarryRestoredBytes(t *testing.T) {
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
 	a := newEngine(t, func(c *engine.Config) {
-		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
+		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
 			tier.mu.Lock()
 			defer tier.mu.Unlock()
 			for i, ev := range evs {
@@ -125,7 +125,7 @@ func TestRestoredBlockEventsCarryRestoredBytes(t *testing.T) {
 					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
 				}
 			}
-		}
+		})
 	})
 	req := engine.Request{Prompt: seqPrompt(91, 150), MaxTokens: 4}
 	cold := collect(t, a, req)
@@ -134,7 +134,7 @@ func TestRestoredBlockEventsCarryRestoredBytes(t *testing.T) {
 	b := newEngine(t, func(c *engine.Config) {
 		c.Restorer = tier
 		c.Prefetch = engine.PrefetchWait
-		c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
+		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
 			mu.Lock()
 			defer mu.Unlock()
 			for i, ev := range evs {
@@ -142,7 +142,7 @@ func TestRestoredBlockEventsCarryRestoredBytes(t *testing.T) {
 					stored[ev.Hash] = append([]byte(nil), kv[i]...)
 				}
 			}
-		}
+		})
 	})
 	warm := collect(t, b, req)
 	if warm.usage.DiskTokens == 0 || fmt.Sprint(warm.tokens) != fmt.Sprint(cold.tokens) {

@@ -22,7 +22,7 @@ func TestReuseEventsAndOffloadCap(t *testing.T) {
 		noOffload := map[int32]bool{}
 		e := newEngine(t, func(c *engine.Config) {
 			c.ReuseEvents = on
-			c.OnBlockEvents = func(evs []prefix.Event, kv, _ [][]byte) {
+			c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
 				mu.Lock()
 				defer mu.Unlock()
 				for i, ev := range evs {
@@ -37,7 +37,7 @@ func TestReuseEventsAndOffloadCap(t *testing.T) {
 						reused = append(reused, ev)
 					}
 				}
-			}
+			})
 		})
 		p := seqPrompt(3, 4*B+5) // 4 full blocks
 		capTokens := 2 * B

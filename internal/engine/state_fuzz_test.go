@@ -31,7 +31,7 @@ func FuzzRestoredState(f *testing.F) {
 			cfg := engine.DefaultConfig()
 			cfg.Identity = []byte("hybrid")
 			cfg.KVMemory = 8 << 20
-			cfg.Restorer, cfg.Prefetch, cfg.OnBlockEvents = r, engine.PrefetchWait, hook
+			cfg.Restorer, cfg.Prefetch, cfg.Hooks = r, engine.PrefetchWait, blockHooks(hook)
 			e, err := engine.New(m, cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -306,7 +306,7 @@ func TestHybridRestoreCheckpoints(t *testing.T) {
 		return hybridEngine(t, m, func(cfg *engine.Config) {
 			cfg.MaxBatchTokens = 37
 			cfg.Restorer, cfg.Prefetch = r, engine.PrefetchWait
-			cfg.OnBlockEvents = hook
+			cfg.Hooks = blockHooks(hook)
 		})
 	}
 	tr := &stateTier{kv: map[prefix.Hash][]byte{}, state: map[prefix.Hash][]byte{}}

@@ -8,7 +8,9 @@
 // Open(Config) is the one constructor serve calls: it opens the stores the
 // Config turns on (host, disk, remote, fastest first; a tier is a
 // kvtier.Tier), the Writer, the Fetcher and the metrics, and Tiers.Hook
-// plugs them into an engine.Config. Tiers is the engine.Restorer: Prefetch
+// plugs them into an engine.Config. Tiers is the engine.Hooks (one small
+// interface, set once: no callback fields to chain in the right order) and
+// the engine.Restorer: Prefetch
 // hands the request to a fixed set of fetcher goroutines (Config.Fetchers)
 // through a bounded queue (Config.FetchQueue; past it the answer is an empty
 // result at once, and the request computes), each fetch under a context that
@@ -26,7 +28,7 @@
 // gives the cost model's figures to the kv-events publisher, so a router
 // weighs every tier by measured restore cost.
 //
-// Imports: engine (the Restorer and hook types it implements), kvtier,
+// Imports: engine (the Restorer and Hooks interfaces it implements), kvtier,
 // kvevents (the event type), prefix, kvcache, tier and its stores,
 // prometheus. Nothing below engine
 // imports offload.
@@ -161,7 +163,7 @@
 // # Pins
 //
 // Pins (prompt-cache retention) reach the tiers through the engine's pin events
-// (Tiers.PinEvents, engine.Config.OnPins): a pin created in the working pool is pinned in
+// (Tiers.PinEvents, engine.Hooks): a pin created in the working pool is pinned in
 // each tier.Pinner store that holds the block and written, pinned, to those that do not; a
 // refresh pins again; an unpin unpins; one worker and a bounded queue, off the request path
 // (pins.go). At a restart the persistent stores' pins become the engine's KnownPins, so the

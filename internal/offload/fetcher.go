@@ -162,7 +162,7 @@ func NewFetcher(cfg FetcherConfig, tiers []TierStore, metrics *Metrics) (*Fetche
 }
 
 // ObservePrefill feeds the cost model a measured prefill (the engine calls
-// it after each prefill step; engine.Config.OnStep).
+// it after each prefill step; engine.Hooks.ForwardStep).
 func (f *Fetcher) ObservePrefill(tokens int, attended int64, d time.Duration) {
 	f.mu.Lock()
 	f.mu.cost.ObservePrefill(tokens, attended, d)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"stockpot/internal/engine"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/tier"
 )
@@ -99,6 +100,17 @@ func (m *Metrics) Discarded(reason string, n int) {
 		m.discarded.WithLabelValues(reason).Add(float64(n))
 	}
 }
+
+// DiscardHooks are the engine hooks of a replica without tiers: the engine's own discards (a
+// hybrid's hits past its last checkpoint) are counted all the same; the rest does nothing.
+func (m *Metrics) DiscardHooks() engine.Hooks { return discardHooks{m: m} }
+
+type discardHooks struct {
+	engine.NopHooks
+	m *Metrics
+}
+
+func (h discardHooks) Discarded(reason string, n int) { h.m.Discarded(reason, n) }
 
 // initWriteFailures makes every reason of tier read 0 from the start.
 func (m *Metrics) initWriteFailures(tier string) {

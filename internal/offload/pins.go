@@ -15,7 +15,7 @@ import (
 
 // Pins down the tiers.
 //
-// The engine pins blocks in the working pool (engine.Config.OnPins); the tiers that honour
+// The engine pins blocks in the working pool (engine.Hooks.PinEvents); the tiers that honour
 // pins (tier.Pinner) keep them too, with the same TTL, so a pinned prefix outlives its pool
 // copy's eviction after expiry elsewhere, a restart, or a replica that shares the remote
 // tier. The pool's events reach the stores off the request path:

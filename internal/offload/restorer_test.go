@@ -58,17 +58,18 @@ func TestTiersWriteBackThenRestore(t *testing.T) {
 	defer ts.Close()
 	var published int
 	ecfg := engine.DefaultConfig()
-	ecfg.OnBlockEvents = func(evs []prefix.Event, _, _ [][]byte) { published += len(evs) }
 	ts.Hook(&ecfg)
-	if ecfg.Restorer == nil || ecfg.OnStep == nil || ecfg.OnRestoreStall == nil {
+	if ecfg.Restorer == nil || ecfg.Hooks != engine.Hooks(ts) {
 		t.Fatalf("Hook left the engine unwired: %+v", ecfg)
 	}
+	// A hook above the tiers (serve's event publisher) sees every event and calls them on.
+	hooks := countingHooks{Hooks: ecfg.Hooks, n: &published}
 	recs := tiertest.Chain(identity, root, layout, 3, 31)
 	evs, kv := evictedEvents(recs)
 	stored := prefix.Event{Kind: prefix.Stored, Hash: recs[0].Hash}
-	ecfg.OnBlockEvents(append(evs, stored), append(kv, nil), nil)
+	hooks.BlockEvents(append(evs, stored), append(kv, nil), nil)
 	if published != 4 {
-		t.Errorf("the hook set before Hook saw %d events, want 4", published)
+		t.Errorf("the hook above the tiers saw %d events, want 4", published)
 	}
 	ts.writer.Close() // the write-backs are in the store
 	if st := ts.writer.Stats(); st.Enqueued != 3 || st.Written[0] != 3 {
@@ -249,4 +250,15 @@ func TestRestorerDiscardsPerBlock(t *testing.T) {
 	if fmt.Sprint(p.Discarded) != fmt.Sprint(want) {
 		t.Fatalf("discarded %v, want %v", p.Discarded, want)
 	}
+}
+
+// countingHooks counts the block events it passes on, as serve's publisher does.
+type countingHooks struct {
+	engine.Hooks
+	n *int
+}
+
+func (h countingHooks) BlockEvents(evs []prefix.Event, kv, state [][]byte) {
+	*h.n += len(evs)
+	h.Hooks.BlockEvents(evs, kv, state)
 }

@@ -267,39 +267,38 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	return nil
 }
 
-// Hook wires t into an engine's config: t restores queued prefixes (Restorer), measured
-// prefills feed its cost model (OnStep), restore stalls its metric (OnRestoreStall), the
-// block events (OnBlockEvents, after any hook already set) its write-back, the engine's own
-// discards (OnDiscard: a hybrid's hits past its last checkpoint) its discard metric, the pin events
-// (OnPins) the tiers' pins, and the pins the persistent tiers kept across a restart become
-// the engine's KnownPins (see pins.go).
+// Hook wires t into an engine's config: t restores queued prefixes (Restorer), and is the
+// engine's Hooks (block events to its write-back, pin events to the tiers' pins, measured
+// forward steps to its cost model, the engine's own discards and restore stalls to its
+// metrics; see the methods below); the pins the persistent tiers kept across a restart
+// become the engine's KnownPins (see pins.go). A caller that adds hooks of its own (serve's
+// event publisher) sets cfg.Hooks after Hook to one that calls t on.
 func (t *Tiers) Hook(cfg *engine.Config) {
 	cfg.Restorer = t
+	cfg.Hooks = t
 	cfg.KnownPins = append(cfg.KnownPins, knownPins(t.tiers, time.Now())...)
-	prevPins := cfg.OnPins
-	cfg.OnPins = func(evs []engine.PinEvent, kv [][]byte) {
-		if prevPins != nil {
-			prevPins(evs, kv)
-		}
-		t.PinEvents(evs, kv)
-	}
-	cfg.OnStep = t.fetcher.ObservePrefill
-	cfg.OnDiscard = t.metrics.Discarded
-	cfg.OnRestoreStall = t.metrics.RestoreStall
 	if t.reuseEvents() {
 		cfg.ReuseEvents = true
 	}
-	prev := cfg.OnBlockEvents
-	cfg.OnBlockEvents = func(evs []prefix.Event, kv, state [][]byte) {
-		if prev != nil {
-			prev(evs, kv, state)
-		}
-		t.BlockEvents(evs, kv, state)
-	}
 }
 
+var _ engine.Hooks = (*Tiers)(nil)
+
+// ForwardStep feeds a measured forward step to the restore-vs-recompute cost model
+// (engine.Hooks).
+func (t *Tiers) ForwardStep(tokens int, attended int64, d time.Duration) {
+	t.fetcher.ObservePrefill(tokens, attended, d)
+}
+
+// Discarded counts the blocks the engine itself discarded (engine.Hooks: a hybrid's hits
+// past its last checkpoint) in stockpot_kv_blocks_discarded_total.
+func (t *Tiers) Discarded(reason string, blocks int) { t.metrics.Discarded(reason, blocks) }
+
+// RestoreStall adds an admission's wait for its prefetch to its metric (engine.Hooks).
+func (t *Tiers) RestoreStall(d time.Duration) { t.metrics.RestoreStall(d) }
+
 // BlockEvents is the engine's block-event sink (kv[i] is evs[i]'s K/V, intact during the call,
-// state[i] its recurrent-state checkpoint or nil; see engine.Config.OnBlockEvents). Never
+// state[i] its recurrent-state checkpoint or nil; see engine.Hooks). Never
 // blocks. A checkpoint goes into the block's record, under the same checksum. Every block past the offload cap
 // (offloadable) is skipped; of the others:
 //   - Evicted: write-back to the tiers not written through;
@@ -350,7 +349,7 @@ func (t *Tiers) offloadable(ev prefix.Event) bool {
 	return t.cfg.MaxOffloadTokens == 0 || int(ev.Depth+1)*t.cfg.Layout.BlockSize <= t.cfg.MaxOffloadTokens
 }
 
-// PinEvents is the engine's pin-event sink (engine.Config.OnPins): the pins go down the
+// PinEvents is the engine's pin-event sink (engine.Hooks): the pins go down the
 // tiers that are Pinners, off the engine's goroutine. Never blocks.
 func (t *Tiers) PinEvents(evs []engine.PinEvent, kv [][]byte) { t.pins.events(evs, kv) }
 
