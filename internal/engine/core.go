@@ -444,168 +444,247 @@ func (c *Core) Idle() bool { return len(c.waiting) == 0 && len(c.running) == 0 }
 
 // admit tries to start waiting sequences, FCFS, while blocks and slots allow. A sequence
 // waiting on another's in-flight blocks is passed over without blocking those behind it.
+//
+// Each waiting sequence goes through the stages below, in this order; a stage that says
+// "not now" keeps it waiting:
+//
+//   - heldForPrefetch: is it still waiting for its prefetch (PrefetchWait, PrefetchTimeout)?
+//   - endPrefetchHold: admitted without its prefetch, count it late and end its stall.
+//   - matchDevice: the device blocks it can reuse; none if it waits on another's (Dedup).
+//   - cutToCheckpoint: hybrid models reuse only up to the deepest block with a checkpoint.
+//   - allocateBlocks: the rest of its prompt's blocks, or it blocks the queue (FCFS).
+//   - installBlocks: its block table, restored bytes queued, pins, commits, state resumed.
+//   - recordFirstAdmission: on its first admission only, the usage and the evidence.
 func (c *Core) admit(now time.Time) {
-	B := c.cfg.BlockSize
 	kept := c.waiting[:0]
 	blocked := false
 	for _, s := range c.waiting {
-		if blocked || len(c.running) >= c.cfg.MaxRunning {
+		if blocked || len(c.running) >= c.cfg.MaxRunning || c.heldForPrefetch(s, now) {
 			kept = append(kept, s)
 			continue
 		}
-		if s.prefetching && !s.admitted {
-			wait := c.cfg.Prefetch == PrefetchWait ||
-				c.cfg.Prefetch == PrefetchTimeout && now.Sub(s.enqueued) < c.cfg.PrefetchMaxWait
-			if wait {
-				if s.heldSince.IsZero() {
-					s.heldSince = now
-				}
-				kept = append(kept, s)
-				continue
-			}
+		c.endPrefetchHold(s, now)
+		matched, hashes, ok := c.matchDevice(s)
+		if !ok {
+			kept = append(kept, s)
+			continue
 		}
-		if s.prefetching && !s.admitted && !s.lateCounted {
-			s.lateCounted = true
-			c.stats.prefetchLate++
-		}
-		if !s.heldSince.IsZero() {
-			// Held for its prefetch until now, admitted without it (timeout or best-effort):
-			// the stall ends here, not when the late result arrives.
-			c.stats.prefetchStall += now.Sub(s.heldSince)
-			s.heldSince = time.Time{}
-		}
-		var matched []kvcache.BlockID
-		var hashes []prefix.Hash
-		pending := 0
-		if c.cfg.PrefixCache {
-			// With room for the hashes of every block s may fill: Advance appends them.
-			hashes = make([]prefix.Hash, 0, cap(s.tokens)/B)
-			matched, hashes, pending = c.cache.match(s.root, c.appendSeqHashes(hashes, s, s.tokens), s.tokens)
-			if n := s.reuseCap(B); n >= 0 && len(matched) >= n {
-				// MaxReuseTokens: computed past the cap as a miss, never waited for.
-				c.cache.release(reverse(matched[n:]))
-				matched, pending = matched[:n], 0
-			}
-			if pending > 0 && c.cfg.Dedup {
-				c.cache.release(matched)
-				c.stats.dedupWaits++
-				kept = append(kept, s)
-				continue
-			}
-		}
-		restore := c.restorable(s, len(matched))
-		unresumable := 0 // blocks found past the last checkpoint (hybrid models)
-		if c.states != nil {
-			keep := c.resumable(hashes, len(matched), restore)
-			unresumable = len(matched) + len(restore) - keep
-			if keep < len(matched) {
-				c.cache.release(reverse(matched[keep:]))
-				matched, restore = matched[:keep], nil
-			} else {
-				restore = restore[:keep-len(matched)]
-			}
-		}
-		total := kvcache.BlocksForTokens(len(s.tokens), B)
-		rest, err := c.takeBlocks(s, len(matched), total)
-		if err != nil && c.reclaim(s) {
-			rest, err = c.takeBlocks(s, len(matched), total)
-		}
-		for err != nil && len(c.running) == 0 && c.shedPins() {
-			rest, err = c.takeBlocks(s, len(matched), total)
-		}
-		if err != nil {
-			c.cache.release(matched)
+		r := c.cutToCheckpoint(admission{matched: matched, hashes: hashes, restore: c.restorable(s, len(matched))})
+		rest, ok := c.allocateBlocks(s, len(r.matched))
+		if !ok {
+			c.cache.release(r.matched)
 			kept = append(kept, s)
 			blocked = true // FCFS: nobody overtakes a request waiting for memory
 			continue
 		}
-		if s.blocks == nil {
-			// Room for every block the request may fill, so that decoding never regrows it.
-			s.blocks = make([]kvcache.BlockID, 0, kvcache.BlocksForTokens(cap(s.tokens), B))
-		}
-		s.blocks = append(append(s.blocks[:0], matched...), rest...)
-		s.hashes = hashes
-		// Restored blocks follow the device match: copy their bytes in before the forward pass
-		// (unless they are in place already, in their reserved blocks: takeBlocks put those at
-		// their positions) and register them, so they are shared like any computed block.
-		for i, rb := range restore {
-			bi := len(matched) + i
-			if !rb.InPlace {
-				c.pendingRestores = append(c.pendingRestores, Restore{Block: int32(s.blocks[bi]), Data: rb.Data})
-			}
-			if c.restored == nil {
-				c.restored = map[kvcache.BlockID]struct{}{}
-			}
-			c.restored[s.blocks[bi]] = struct{}{}
-			c.stats.restored[rb.Tier]++
-			if rb.Tier != kvtier.Device {
-				if n := s.usage.tierTokens(rb.Tier); n != nil {
-					*n += B
-				}
-			}
-		}
-		s.computed = (len(matched) + len(restore)) * B
-		s.committed = len(matched)
-		c.pins.hit(s.hashes, len(matched), now) // reusing pinned blocks refreshes their pins
-		for bi := range matched {
-			c.pins.adopt(c.cache, s, bi, now)
-		}
-		c.commitFull(s, false, now)
-		if c.states != nil {
-			// Restored checkpoints join the device's; the sequence resumes from the last.
-			for i, rb := range restore {
-				if rb.Checkpoint != nil {
-					c.states.put(s.hashes[len(matched)+i], rb.Checkpoint)
-				}
-			}
-			if n := len(matched) + len(restore); n > 0 {
-				c.states.resume(s.id, s.hashes[n-1])
-			}
-		}
-		if c.cfg.PrefixCache {
-			if len(s.hashes) > len(matched) {
-				c.cache.markPending(s.id, s.hashes[len(matched):])
-			}
-		}
+		c.installBlocks(s, r, rest, now)
 		if !s.admitted {
-			s.admitted = true
-			s.started = now
-			// One reuse per request per block, here and only here: not at PeekDevice, not at
-			// the matches of admissions that waited (dedup, memory), not at a re-admission
-			// after a preemption (those are its own blocks). Offload admission (hits) and
-			// eviction's protection count distinct requests.
-			c.cache.reused(matched, s.offloadBlocks(B))
-			s.usage.DeviceTokens = len(matched) * B
-			s.usage.CrossTenantTokens = c.crossTenantTokens(s, matched)
-			s.usage.Miss = c.missEvidence(s, len(matched)+len(restore)) // miss.go
-			s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
-			s.usage.QueueMs = ms(now.Sub(s.enqueued))
-			if c.states != nil && len(matched)+len(restore) > 0 {
-				s.usage.StateBytes = c.cfg.StateBytes
-			}
-			// The K/V went on past the reuse (on the device, or in a tier: the Restorer cut
-			// it): the missing checkpoint is the miss.
-			stateMissed := unresumable > 0 || s.prefetched != nil && s.prefetched.Discarded[ReasonIncompleteState] > 0
-			if unresumable > 0 {
-				c.discard(s, ReasonIncompleteState, unresumable)
-				c.stats.stateDiscarded += uint64(unresumable)
-			}
-			if stateMissed && (unresumable > 0 || s.usage.Miss != nil) {
-				s.usage.Miss = &miss.Evidence{Cause: miss.IncompleteState, Block: len(matched) + len(restore),
-					Offset: (len(matched) + len(restore)) * B, Matched: (len(matched) + len(restore)) * B, BlockSize: B}
-			}
-			if s.prefetched != nil {
-				for reason, n := range s.prefetched.Discarded {
-					c.discard(s, reason, n)
-				}
-			}
-			c.countAdmission(s, len(matched), restore)
+			c.recordFirstAdmission(s, r, now)
 		}
 		s.prefetched = nil
 		s.state = stateRunning
 		c.running = append(c.running, s)
 	}
 	c.waiting = kept
+}
+
+// admission is what admit found a sequence can reuse.
+type admission struct {
+	matched     []kvcache.BlockID // device blocks matched, one cache reference each
+	hashes      []prefix.Hash     // the chain hashes of s's full prompt blocks
+	restore     []RestoredBlock   // restored blocks, following matched
+	unresumable int               // blocks found past the last checkpoint (hybrid models)
+}
+
+// reused is the number of blocks the sequence starts with: matched, then restored.
+func (a admission) reused() int { return len(a.matched) + len(a.restore) }
+
+// heldForPrefetch reports whether s stays waiting for its prefetch: always under
+// PrefetchWait, up to PrefetchMaxWait under PrefetchTimeout. Its hold starts at the first
+// admission that holds it.
+func (c *Core) heldForPrefetch(s *seq, now time.Time) bool {
+	if !s.prefetching || s.admitted {
+		return false
+	}
+	wait := c.cfg.Prefetch == PrefetchWait ||
+		c.cfg.Prefetch == PrefetchTimeout && now.Sub(s.enqueued) < c.cfg.PrefetchMaxWait
+	if !wait {
+		return false
+	}
+	if s.heldSince.IsZero() {
+		s.heldSince = now
+	}
+	return true
+}
+
+// endPrefetchHold counts, once, a prefetch still running when s is admitted as late, and
+// ends the stall of a sequence held for its prefetch until now.
+func (c *Core) endPrefetchHold(s *seq, now time.Time) {
+	if s.prefetching && !s.admitted && !s.lateCounted {
+		s.lateCounted = true
+		c.stats.prefetchLate++
+	}
+	if !s.heldSince.IsZero() {
+		// Held for its prefetch until now, admitted without it (timeout or best-effort):
+		// the stall ends here, not when the late result arrives.
+		c.stats.prefetchStall += now.Sub(s.heldSince)
+		s.heldSince = time.Time{}
+	}
+}
+
+// matchDevice returns the blocks of s's prompt found on the device, within
+// MaxReuseTokens, and the hashes of its full blocks. ok is false when s must wait for
+// blocks another request is computing (Dedup): then nothing is held and a dedup wait is
+// counted. Without the prefix cache it matches nothing.
+func (c *Core) matchDevice(s *seq) (matched []kvcache.BlockID, hashes []prefix.Hash, ok bool) {
+	if !c.cfg.PrefixCache {
+		return nil, nil, true
+	}
+	B := c.cfg.BlockSize
+	// With room for the hashes of every block s may fill: Advance appends them.
+	hashes = make([]prefix.Hash, 0, cap(s.tokens)/B)
+	matched, hashes, pending := c.cache.match(s.root, c.appendSeqHashes(hashes, s, s.tokens), s.tokens)
+	if n := s.reuseCap(B); n >= 0 && len(matched) >= n {
+		// MaxReuseTokens: computed past the cap as a miss, never waited for.
+		c.cache.release(reverse(matched[n:]))
+		matched, pending = matched[:n], 0
+	}
+	if pending > 0 && c.cfg.Dedup {
+		c.cache.release(matched)
+		c.stats.dedupWaits++
+		return nil, nil, false
+	}
+	return matched, hashes, true
+}
+
+// cutToCheckpoint cuts a hybrid model's reuse, device match and restored blocks alike, at
+// the deepest block end it has a checkpoint of (resumable), releasing the matched blocks
+// past it and counting every cut block in unresumable. Other models reuse all of it.
+func (c *Core) cutToCheckpoint(a admission) admission {
+	if c.states == nil {
+		return a
+	}
+	keep := c.resumable(a.hashes, len(a.matched), a.restore)
+	a.unresumable = a.reused() - keep
+	if keep < len(a.matched) {
+		c.cache.release(reverse(a.matched[keep:]))
+		a.matched, a.restore = a.matched[:keep], nil
+	} else {
+		a.restore = a.restore[:keep-len(a.matched)]
+	}
+	return a
+}
+
+// allocateBlocks takes the blocks of s's prompt past its matched ones, reclaiming
+// reservations and then, with nothing running, shedding pins to make room. ok is false
+// when they cannot be had.
+func (c *Core) allocateBlocks(s *seq, matched int) (rest []kvcache.BlockID, ok bool) {
+	total := kvcache.BlocksForTokens(len(s.tokens), c.cfg.BlockSize)
+	rest, err := c.takeBlocks(s, matched, total)
+	if err != nil && c.reclaim(s) {
+		rest, err = c.takeBlocks(s, matched, total)
+	}
+	for err != nil && len(c.running) == 0 && c.shedPins() {
+		rest, err = c.takeBlocks(s, matched, total)
+	}
+	return rest, err == nil
+}
+
+// installBlocks gives s its block table (matched, restored, then rest), queues the bytes
+// of restored blocks not in place, refreshes and adopts pins, commits the full blocks,
+// resumes a hybrid model's state from the last reused block, and marks the blocks s will
+// compute as pending for dedup.
+func (c *Core) installBlocks(s *seq, a admission, rest []kvcache.BlockID, now time.Time) {
+	B := c.cfg.BlockSize
+	matched, restore := a.matched, a.restore
+	if s.blocks == nil {
+		// Room for every block the request may fill, so that decoding never regrows it.
+		s.blocks = make([]kvcache.BlockID, 0, kvcache.BlocksForTokens(cap(s.tokens), B))
+	}
+	s.blocks = append(append(s.blocks[:0], matched...), rest...)
+	s.hashes = a.hashes
+	// Restored blocks follow the device match: copy their bytes in before the forward pass
+	// (unless they are in place already, in their reserved blocks: takeBlocks put those at
+	// their positions) and register them, so they are shared like any computed block.
+	for i, rb := range restore {
+		bi := len(matched) + i
+		if !rb.InPlace {
+			c.pendingRestores = append(c.pendingRestores, Restore{Block: int32(s.blocks[bi]), Data: rb.Data})
+		}
+		if c.restored == nil {
+			c.restored = map[kvcache.BlockID]struct{}{}
+		}
+		c.restored[s.blocks[bi]] = struct{}{}
+		c.stats.restored[rb.Tier]++
+		if rb.Tier != kvtier.Device {
+			if n := s.usage.tierTokens(rb.Tier); n != nil {
+				*n += B
+			}
+		}
+	}
+	s.computed = a.reused() * B
+	s.committed = len(matched)
+	c.pins.hit(s.hashes, len(matched), now) // reusing pinned blocks refreshes their pins
+	for bi := range matched {
+		c.pins.adopt(c.cache, s, bi, now)
+	}
+	c.commitFull(s, false, now)
+	if c.states != nil {
+		// Restored checkpoints join the device's; the sequence resumes from the last.
+		for i, rb := range restore {
+			if rb.Checkpoint != nil {
+				c.states.put(s.hashes[len(matched)+i], rb.Checkpoint)
+			}
+		}
+		if n := a.reused(); n > 0 {
+			c.states.resume(s.id, s.hashes[n-1])
+		}
+	}
+	if c.cfg.PrefixCache {
+		if len(s.hashes) > len(matched) {
+			c.cache.markPending(s.id, s.hashes[len(matched):])
+		}
+	}
+}
+
+// recordFirstAdmission marks s admitted and fills, once per request, what its first
+// admission decides: the reuse counts, the usage by source, the miss evidence, the
+// discarded blocks and the admission counters.
+func (c *Core) recordFirstAdmission(s *seq, a admission, now time.Time) {
+	B := c.cfg.BlockSize
+	matched, restore, unresumable := a.matched, a.restore, a.unresumable
+	s.admitted = true
+	s.started = now
+	// One reuse per request per block, here and only here: not at PeekDevice, not at
+	// the matches of admissions that waited (dedup, memory), not at a re-admission
+	// after a preemption (those are its own blocks). Offload admission (hits) and
+	// eviction's protection count distinct requests.
+	c.cache.reused(matched, s.offloadBlocks(B))
+	s.usage.DeviceTokens = len(matched) * B
+	s.usage.CrossTenantTokens = c.crossTenantTokens(s, matched)
+	s.usage.Miss = c.missEvidence(s, a.reused()) // miss.go
+	s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
+	s.usage.QueueMs = ms(now.Sub(s.enqueued))
+	if c.states != nil && a.reused() > 0 {
+		s.usage.StateBytes = c.cfg.StateBytes
+	}
+	// The K/V went on past the reuse (on the device, or in a tier: the Restorer cut
+	// it): the missing checkpoint is the miss.
+	stateMissed := unresumable > 0 || s.prefetched != nil && s.prefetched.Discarded[ReasonIncompleteState] > 0
+	if unresumable > 0 {
+		c.discard(s, ReasonIncompleteState, unresumable)
+		c.stats.stateDiscarded += uint64(unresumable)
+	}
+	if stateMissed && (unresumable > 0 || s.usage.Miss != nil) {
+		s.usage.Miss = &miss.Evidence{Cause: miss.IncompleteState, Block: a.reused(),
+			Offset: a.reused() * B, Matched: a.reused() * B, BlockSize: B}
+	}
+	if s.prefetched != nil {
+		for reason, n := range s.prefetched.Discarded {
+			c.discard(s, reason, n)
+		}
+	}
+	c.countAdmission(s, len(matched), restore)
 }
 
 // discard counts n blocks of s found in some tier but not used, for reason.
