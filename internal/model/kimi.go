@@ -473,26 +473,8 @@ func (m *Model) initKDAFns() {
 				for i, x := range g {
 					decay[i] = float32(math.Exp(float64(x)))
 				}
-				for j := 0; j < S; j++ {
-					rowj := st[j*S : (j+1)*S]
-					for i := range rowj {
-						rowj[i] *= decay[i]
-					}
-				}
-				for j := 0; j < S; j++ {
-					delta[j] = (vv[j] - dot(st[j*S:(j+1)*S], kv)) * beta
-				}
-				for j := 0; j < S; j++ {
-					dj := delta[j]
-					rowj := st[j*S : (j+1)*S]
-					for i, kk := range kv {
-						rowj[i] = fmaf(kk, dj, rowj[i])
-					}
-				}
 				o := sc.core[(base+t)*inner+h*S : (base+t)*inner+(h+1)*S]
-				for j := 0; j < S; j++ {
-					o[j] = dot(st[j*S:(j+1)*S], qv) * scale
-				}
+				deltaStep(st, qv, kv, vv, decay, delta, o, beta, scale)
 				for _, cp := range q.Checkpoints {
 					if cp.Pos == q.Pos+t+1 {
 						copy(cp.delta[d.index][h*S*S:(h+1)*S*S], st)

@@ -309,6 +309,45 @@ func dot(a, b []float32) float32 {
 	return s
 }
 
+// deltaStep advances one head's S×S recurrent state st (row j is value channel j, column i
+// key channel i) by one token of the gated delta rule, shared by qwen35's Gated DeltaNet and
+// kimi's KDA, and writes the head's output to o:
+//
+//	st ← st·diag(decay);  st ← st + β·(v − st·k)·kᵀ;  o = scale·st·q
+//
+// decay is the one difference between the two: a single scalar for the whole head (len 1,
+// Gated DeltaNet) or one factor per key channel (len S, KDA). delta is scratch of len S.
+// The operations and their order are llama.cpp's, so the numbers match it bitwise.
+func deltaStep(st, q, k, v, decay, delta, o []float32, beta, scale float32) {
+	S := len(delta)
+	if len(decay) == 1 {
+		g := decay[0]
+		for i := range st {
+			st[i] *= g
+		}
+	} else {
+		for j := 0; j < S; j++ {
+			rowj := st[j*S : (j+1)*S]
+			for i := range rowj {
+				rowj[i] *= decay[i]
+			}
+		}
+	}
+	for j := 0; j < S; j++ {
+		delta[j] = (v[j] - dot(st[j*S:(j+1)*S], k)) * beta
+	}
+	for j := 0; j < S; j++ {
+		dj := delta[j]
+		rowj := st[j*S : (j+1)*S]
+		for i, kk := range k {
+			rowj[i] = fmaf(kk, dj, rowj[i])
+		}
+	}
+	for j := 0; j < S; j++ {
+		o[j] = dot(st[j*S:(j+1)*S], q) * scale
+	}
+}
+
 // gatedAttnForward is a qwen35 full-attention layer's token mixer; it adds its output to the
 // residual stream.
 func (m *Model) gatedAttnForward(li int, seqs []Sequence, M int) {
@@ -445,25 +484,9 @@ func (m *Model) initQ35Fns() {
 				kv := row[kd+kh*S : kd+(kh+1)*S]
 				vv := row[2*kd+h*S : 2*kd+(h+1)*S]
 				r := (base+t)*s.VHeads + h
-				decay := float32(math.Exp(float64(sc.alpha[r])))
-				beta := sc.beta[r]
-				for i := range st {
-					st[i] *= decay
-				}
-				for j := 0; j < S; j++ {
-					delta[j] = (vv[j] - dot(st[j*S:(j+1)*S], kv)) * beta
-				}
-				for j := 0; j < S; j++ {
-					dj := delta[j]
-					rowj := st[j*S : (j+1)*S]
-					for i, kk := range kv {
-						rowj[i] = fmaf(kk, dj, rowj[i])
-					}
-				}
+				decay := [1]float32{float32(math.Exp(float64(sc.alpha[r])))}
 				o := sc.core[(base+t)*vd+h*S : (base+t)*vd+(h+1)*S]
-				for j := 0; j < S; j++ {
-					o[j] = dot(st[j*S:(j+1)*S], qv) * scale
-				}
+				deltaStep(st, qv, kv, vv, decay[:], delta, o, sc.beta[r], scale)
 				for _, cp := range q.Checkpoints {
 					if cp.Pos == q.Pos+t+1 {
 						copy(cp.delta[d.index][h*S*S:(h+1)*S*S], st)
