@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"stockpot/internal/apikey"
 	"stockpot/internal/router"
 	"stockpot/internal/tlsconfig"
 )
@@ -174,20 +175,6 @@ func cmdRoute(args []string) error {
 	return nil
 }
 
-// readKeyFile returns the non-empty lines of path (none for path "").
-func readKeyFile(path string) ([]string, error) {
-	if path == "" {
-		return nil, nil
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var keys []string
-	for _, l := range strings.Split(string(b), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			keys = append(keys, l)
-		}
-	}
-	return keys, nil
-}
+// readKeyFile returns the keys of a key file (--*-key-file; none for path ""), read the one
+// way every key file is read (internal/apikey: one key a line, trimmed, blank lines skipped).
+func readKeyFile(path string) ([]string, error) { return apikey.ReadFile(path) }

@@ -16,7 +16,6 @@ import (
 	"stockpot/internal/kvevents"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
-	"strings"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -397,17 +396,11 @@ func (f *serveFlags) resolve(o *serveOptions) error {
 
 // readKeyFiles adds the keys of the --*-key-file flags to those given one by one.
 func (f *serveFlags) readKeyFiles(sc *server.Config) error {
-	if *f.keyFile != "" {
-		b, err := os.ReadFile(*f.keyFile)
-		if err != nil {
-			return fmt.Errorf("--api-key-file: %w", err)
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if l = strings.TrimSpace(l); l != "" {
-				sc.APIKeys = append(sc.APIKeys, l)
-			}
-		}
+	fileKeys, err := readKeyFile(*f.keyFile)
+	if err != nil {
+		return fmt.Errorf("--api-key-file: %w", err)
 	}
+	sc.APIKeys = append(sc.APIKeys, fileKeys...)
 	fileAdmin, err := readKeyFile(*f.adminKeyFile)
 	if err != nil {
 		return fmt.Errorf("--admin-key-file: %w", err)
