@@ -113,9 +113,10 @@
 // counts what was matched past it as discarded, reason incomplete_state (Usage.DiscardedBy,
 // a miss of that cause, Hooks.Discarded). Checkpoints leave with their blocks (the block
 // events), go down the tiers beside the K/V (Hooks.BlockEvents' state, FlushCached, pin
-// events), and come back in RestoredBlock.State, decoded and checked on the runner before
-// the core sees them. Their memory is taken from Config.KVMemory (kvShare), one checkpoint
-// per N blocks, the oldest dropped past that. Outputs are bitwise those with the cache off,
+// events), and come back in RestoredBlock.State, decoded and checked (decodeCheckpoints)
+// on the Restorer's goroutine that delivers the result and helpers beside it, never on the
+// runner's, before the core sees them. Their memory is taken from Config.KVMemory
+// (kvShare), one checkpoint per N blocks, the oldest dropped past that. Outputs are bitwise those with the cache off,
 // in any chunking (state_test.go); testdata/core/hybrid.txt steps the rules.
 //
 // # Imports
