@@ -48,10 +48,11 @@
 //	   ▼
 //	  done ◄── Cancel, from any state above
 //
-// Admission is FCFS: a request that cannot get its blocks holds back everyone behind it,
-// while one held for its prefetch or for blocks another request is prefilling (Dedup) is
-// passed over without blocking the queue. Decode tokens are planned before prefill chunks, so
-// a long prompt never stalls running streams. A decode that finds no free block preempts the
+// Admission (admit, a list of named stages in the order they decide) is FCFS: a request
+// that cannot get its blocks holds back everyone behind it, while one held for its prefetch
+// or for blocks another request is prefilling (Dedup) is passed over without blocking the
+// queue. Decode tokens are planned before prefill chunks, so a long prompt never stalls
+// running streams. A decode that finds no free block preempts the
 // most recently admitted other request; one that runs alone and still finds none has reached
 // the longest generation the pool allows and ends with FinishLength.
 //
@@ -103,21 +104,23 @@
 //
 // # Hybrid models: state checkpoints (state.go)
 //
-// A hybrid model (qwen35: Gated DeltaNet beside attention; kimi-linear: KDA beside MLA)
-// resumes a sequence only with its recurrent state, so K/V blocks alone are not a reusable prefix. The scheduler plans a
-// checkpoint at the end of every Config.StateCheckpointBlocks-th block (PlanItem.Checkpoints,
-// in prefill chunks and decodes alike), Forward fills it, and the block's commit keeps it,
-// keyed by the block's chain hash (so it can never go stale, only be dropped). Admission
-// then cuts every reuse, device hits, restored blocks and dedup alike, at the deepest block
-// end it has a checkpoint of (Core.resumable), resumes the sequence's state from it, and
+// A hybrid model (qwen35: Gated DeltaNet beside attention; kimi-linear and kimi-k3: KDA
+// beside MLA) resumes a sequence only with its recurrent state, so K/V blocks alone are not
+// a reusable prefix. The scheduler plans a checkpoint at the end of every
+// Config.StateCheckpointBlocks-th block (PlanItem.Checkpoints, in prefill chunks and decodes
+// alike), Forward fills it, and the block's commit keeps it, keyed by the block's chain hash
+// (so it can never go stale, only be dropped). Admission then cuts every reuse, device hits,
+// restored blocks and dedup alike, at the deepest block end it has a checkpoint of
+// (cutToCheckpoint, Core.resumable), resumes the sequence's state from it, and
 // counts what was matched past it as discarded, reason incomplete_state (Usage.DiscardedBy,
 // a miss of that cause, Hooks.Discarded). Checkpoints leave with their blocks (the block
 // events), go down the tiers beside the K/V (Hooks.BlockEvents' state, FlushCached, pin
 // events), and come back in RestoredBlock.State, decoded and checked (decodeCheckpoints)
 // on the Restorer's goroutine that delivers the result and helpers beside it, never on the
 // runner's, before the core sees them. Their memory is taken from Config.KVMemory
-// (kvShare), one checkpoint per N blocks, the oldest dropped past that. Outputs are bitwise those with the cache off,
-// in any chunking (state_test.go); testdata/core/hybrid.txt steps the rules.
+// (kvShare), one checkpoint per N blocks, the oldest dropped past that. Outputs are bitwise
+// those with the cache off, in any chunking (state_test.go); testdata/core/hybrid.txt steps
+// the rules.
 //
 // # Imports
 //
