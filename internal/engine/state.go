@@ -5,8 +5,9 @@ import (
 	"stockpot/internal/prefix"
 )
 
-// Hybrid models (model.Config.Hybrid: Gated DeltaNet layers beside attention) carry, besides
-// their K/V blocks, a recurrent state per sequence that the model advances token by token.
+// Hybrid models (model.Config.Hybrid: Gated DeltaNet or KDA layers beside attention) carry,
+// besides their K/V blocks, a recurrent state per sequence that the model advances token by
+// token.
 // K/V alone cannot resume such a sequence: position p also needs the state after tokens
 // [0, p). So the engine keeps, beside the blocks, checkpoints of that state at block ends:
 //
@@ -19,7 +20,7 @@ import (
 // The scheduler plans a checkpoint at the end of every Config.StateCheckpointBlocks-th block
 // (PlanItem.Checkpoints); Forward fills it while it computes the step; the commit of the block
 // keeps it. A prefix is reused only up to the deepest block with a checkpoint (device hits and
-// restored blocks alike, see Core.admit): what is matched past it is discarded, counted as
+// restored blocks alike, see Core.cutToCheckpoint): what is matched past it is discarded, counted as
 // incomplete_state, and recomputed from that checkpoint (stateIndex.resume).
 //
 // Checkpoints leave with their blocks (Evicted, Removed, Cleared events, see flushEvents),
