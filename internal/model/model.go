@@ -278,6 +278,31 @@ type scratch struct {
 	sel, rows                                   []int
 }
 
+// layersForward runs every layer over the embeddings in sc.x, each adding its token mixer's
+// and its FFN's output to the stream (every architecture but Kimi-K3: k3Forward).
+func (m *Model) layersForward(seqs []Sequence, M int) {
+	c := &m.cfg
+	for li := range m.layers {
+		switch {
+		case m.layers[li].kda != nil:
+			m.kdaForward(li, seqs, M)
+		case m.layers[li].mla != nil:
+			m.mlaForward(li, seqs, M)
+		case m.layers[li].delta != nil:
+			m.deltaNetForward(li, seqs, M)
+		case c.AttnGate:
+			m.gatedAttnForward(li, seqs, M)
+		default:
+			m.layerForward(li, seqs, M)
+		}
+		if m.layers[li].moe != nil {
+			m.moeForward(li, M)
+		} else {
+			m.ffnForward(li, M)
+		}
+	}
+}
+
 func grow(s []float32, n int) []float32 {
 	if cap(s) < n {
 		return make([]float32, n)
@@ -355,26 +380,9 @@ func (m *Model) Forward(seqs []Sequence) error {
 	}
 	m.rowPositions(seqs)
 	if c.Arch == ArchKimiK3 {
-		m.k3Forward(seqs, M)
-	}
-	for li := 0; li < len(m.layers) && c.Arch != ArchKimiK3; li++ {
-		switch {
-		case m.layers[li].kda != nil:
-			m.kdaForward(li, seqs, M)
-		case m.layers[li].mla != nil:
-			m.mlaForward(li, seqs, M)
-		case m.layers[li].delta != nil:
-			m.deltaNetForward(li, seqs, M)
-		case c.AttnGate:
-			m.gatedAttnForward(li, seqs, M)
-		default:
-			m.layerForward(li, seqs, M)
-		}
-		if m.layers[li].moe != nil {
-			m.moeForward(li, M)
-		} else {
-			m.ffnForward(li, M)
-		}
+		m.k3Forward(seqs, M) // k3.go: its own residual stream around the blocks
+	} else {
+		m.layersForward(seqs, M)
 	}
 	if c.Hybrid() {
 		for i := range seqs {
