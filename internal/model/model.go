@@ -229,6 +229,11 @@ type Sequence struct {
 	Checkpoints []*State
 }
 
+// scratch is Forward's working memory, kept on the Model so that a step allocates nothing
+// once its buffers have grown: what every architecture uses, then one part per layer kind.
+// The parts are embedded, so a row step names a buffer (sc.conv) whatever part holds it.
+// A buffer is valid only within the layer that filled it; some are reused by the next kind
+// (qfull, core: see their parts).
 type scratch struct {
 	x, h, q, k, v, att, gate, up []float32
 	outRows, logits              []float32
@@ -236,44 +241,65 @@ type scratch struct {
 	rowPos                       []int   // every row's position (rowPositions)
 	rowSeq                       []int32 // every row's sequence index (rowPositions)
 	attnSeqs                     []kernels.AttnSeq
-	// qwen35
-	qfull, qgate, qkv, conv, z, beta, alpha, core, window []float32
-	// KDA: the low-rank gates' inner rows
-	lowRank, lowRank2 []float32
-	// MLA: absorbed queries, per-head rows, attention output, the gathered latent view
-	mlaQ, headIn, headOut, mlaOut, lat []float32
-	qa, mlaGate                        []float32 // K3: compressed queries, the output gate
-	latF16                             []uint16
-	latTable                           []int32
 	// the current layer and batch, for the bound row steps (rowFns); seqs is cleared after use
 	li   int
 	seqs []Sequence
+	// the bound row steps' sequence, its first row and rows (q35Fns, kdaFns, mlaFns; n is
+	// also the SwiGLU rows' width in moeFns)
+	cur     *Sequence
+	base, n int
 	// MatMuls' destination and weight lists, kept here so that they do not escape per call
 	qkvDst  [3][]float32
 	qkvW    [3]*kernels.Weight
 	gateDst [2][]float32
 	gateW   [2]*kernels.Weight
-	dnDst   [4][]float32
-	dnW     [4]*kernels.Weight
-	kdaDst  [6][]float32
-	kdaW    [6]*kernels.Weight
-	// qwen35's bound row steps (q35Fns): the sequence, its first row and rows, its conv
-	// window and its DeltaNet state for the layer
-	cur        *Sequence
-	base, n    int
+
+	recurrentScratch
+	mlaScratch
+	k3Scratch
+	moeScratch
+}
+
+// recurrentScratch is the recurrent layers' (qwen35's Gated DeltaNet and gated attention,
+// kimi's KDA): projections, conv window and output, gates, and the layer's state.
+type recurrentScratch struct {
+	// qfull is also MLA's full queries; core also MLA's attention output
+	qfull, qgate, qkv, conv, z, beta, alpha, core, window []float32
+	// KDA: the low-rank gates' inner rows
+	lowRank, lowRank2 []float32
+	// the sequence's conv window and its recurrent state for the layer (q35Fns, kdaFns)
 	win, state []float32
-	// MLA's bound row steps (mlaFns): the head, and gatherLatents' source
+	dnDst      [4][]float32
+	dnW        [4]*kernels.Weight
+	kdaDst     [6][]float32
+	kdaW       [6]*kernels.Weight
+}
+
+// mlaScratch is multi-head latent attention's (kimi, Kimi-K3).
+type mlaScratch struct {
+	// absorbed queries, per-head rows, attention output, the gathered latent view
+	mlaQ, headIn, headOut, mlaOut, lat []float32
+	qa, mlaGate                        []float32 // K3: compressed queries, the output gate
+	latF16                             []uint16
+	latTable                           []int32
+	// the bound row steps (mlaFns): the head, and gatherLatents' source
 	head             int
 	latKV            *kernels.PagedKV
 	latSlot, latHalf int
 	latView          kernels.PagedKV
-	// Kimi-K3's residual mix (k3Fns): the stream, the banked rows [bank][row][Dim], the scores,
-	// the score vector in use, the batch's rows, the banks so far, and whether the layer
-	// restarts the stream
+}
+
+// k3Scratch is Kimi-K3's residual mix (k3Fns): the stream, the banked rows
+// [bank][row][Dim], the scores, the score vector in use, the batch's rows, the banks so
+// far, and whether the layer restarts the stream.
+type k3Scratch struct {
 	res, stack, resScores, resW []float32
 	resM, banks                 int
 	restart                     bool
-	// mixture of experts: routing and expert rows
+}
+
+// moeScratch is the mixture of experts': routing and expert rows.
+type moeScratch struct {
 	router, selW, expIn, expOut, expRes, expLat []float32
 	sel, rows                                   []int
 }
