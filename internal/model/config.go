@@ -165,7 +165,7 @@ func (c Config) DeltaLayers() int { return c.count(LayerDeltaNet) + c.count(Laye
 func (c Config) KVBytesPerToken(elemBytes int) int { return 2 * c.KVLayers() * c.KVDim() * elemBytes }
 
 // StateBytes is the recurrent state of one sequence (f32), whatever its length: conv and
-// delta-rule state of every Gated DeltaNet layer. 0 for models without such layers.
+// delta-rule state of every Gated DeltaNet or KDA layer. 0 for models without such layers.
 func (c Config) StateBytes() int {
 	return 4 * c.DeltaLayers() * (c.SSM.ConvStateFloats() + c.SSM.DeltaStateFloats())
 }

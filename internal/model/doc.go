@@ -1,7 +1,11 @@
-// Package model runs the forward pass of Llama-family transformers (llama, qwen2, qwen3), of
-// the hybrid Qwen3.5 (qwen35: Gated DeltaNet layers beside gated attention; qwen35.go) and of
-// the hybrid Kimi-Linear (kimi-linear: KDA layers beside multi-head latent attention, with a
-// mixture-of-experts FFN; kimi.go, mla.go, moe.go) read from GGUF files.
+// Package model runs the forward pass, read from GGUF files, of Llama-family transformers
+// (llama, qwen2, qwen3), of the hybrid Qwen3.5 (qwen35: Gated DeltaNet layers beside gated
+// attention; qwen35.go), of the hybrid Kimi-Linear (kimi-linear: KDA layers beside multi-head
+// latent attention, with a mixture-of-experts FFN; kimi.go, mla.go, moe.go) and of Kimi-K3
+// (kimi-k3: kimi-linear's layers inside a residual stream of its own, k3Forward, with banked
+// attention residuals, a bounded KDA gate, gated MLA, latent experts and the SiTU activation;
+// k3.go). The Gated DeltaNet and KDA layers advance their state by one shared delta-rule step
+// (deltaStep), which differs between them only in the decay: one per head or one per channel.
 //
 // The model reaches the KV cache only through attention: a forward step receives, for each
 // sequence in the batch, its new tokens, their positions and a paged view of its K/V blocks

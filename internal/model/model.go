@@ -219,7 +219,7 @@ type Sequence struct {
 	KV     *kernels.PagedKV // the sequence's blocks; must cover positions [0, Pos+len(Tokens))
 	// Logits, when non-nil (length Vocab), receives the logits of the last token.
 	Logits []float32
-	// State is the sequence's recurrent state, for models with Gated DeltaNet layers
+	// State is the sequence's recurrent state, for models with Gated DeltaNet or KDA layers
 	// (Config.Hybrid); State.Pos must equal Pos. Forward advances it. Ignored otherwise.
 	State *State
 	// Checkpoints, for hybrid models, receive copies of the state as it stands at positions
