@@ -69,16 +69,16 @@ func resolveMemoryLimit(flag, gomemlimit string, m memInfo) (limit int64, why st
 		}
 		if m.cgroup > 0 && (m.total == 0 || m.cgroup < m.total) {
 			limit = percentMiB(m.cgroup, cgroupShare)
-			return limit, fmt.Sprintf("auto: %d%% of the cgroup's %s", cgroupShare, bytesize.Format(m.cgroup)), true, nil
+			return limit, fmt.Sprintf("auto: %d%% of the cgroup's %s", cgroupShare, gib(m.cgroup)), true, nil
 		}
 		if m.total <= 0 {
 			return -1, "auto: the machine's memory is unknown; none set", false, nil
 		}
 		limit = percentMiB(m.total, hostShareOfTotal)
-		why = fmt.Sprintf("auto: %d%% of the host's %s", hostShareOfTotal, bytesize.Format(m.total))
+		why = fmt.Sprintf("auto: %d%% of the host's %s", hostShareOfTotal, gib(m.total))
 		if a := percentMiB(m.available, hostShareOfAvailable); m.available > 0 && a < limit {
 			limit = a
-			why = fmt.Sprintf("auto: %d%% of the %s available at start (host %s)", hostShareOfAvailable, bytesize.Format(m.available), bytesize.Format(m.total))
+			why = fmt.Sprintf("auto: %d%% of the %s available at start (host %s)", hostShareOfAvailable, gib(m.available), gib(m.total))
 		}
 		return limit, why, false, nil
 	case "off", "0":
@@ -92,6 +92,15 @@ func resolveMemoryLimit(flag, gomemlimit string, m memInfo) (limit int64, why st
 		return -1, "off", false, nil
 	}
 	return n, "--memory-limit", false, nil
+}
+
+// gib is n for the log: whole GiB when it is, else one decimal ("23.5GiB"; MemTotal is rarely
+// round).
+func gib(n int64) string {
+	if n%(1<<30) == 0 {
+		return bytesize.Format(n)
+	}
+	return fmt.Sprintf("%.1fGiB", float64(n)/(1<<30))
 }
 
 // percentMiB is pct% of n, in whole MiB (computed in MiB: no overflow, no rounding drift).
