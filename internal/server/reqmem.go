@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 
 // The request memory budget (--request-memory; package membudget says why). Every request with
 // a body reserves, before a byte of it is read, what reading and parsing it may cost: its
-// length (Content-Length, or --max-body-bytes when it is sent chunked) times
+// length (Content-Length; a chunked body reserves as it arrives, a 1 MiB grain ahead) times
 // requestExpansion, plus requestBase. The reservation is held until its handler returns, so
 // the sum over the requests in flight of what their bodies may cost stays within the budget,
 // however many connections are open. A request that cannot get its share within --read-timeout
@@ -90,17 +91,78 @@ func (s *Server) reserveRequest(r *http.Request) (release func(), e *api.Error) 
 	if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody || s.reqmem == nil {
 		return func() {}, nil
 	}
+	if r.ContentLength < 0 {
+		// Sent chunked: its length is known only as it arrives, so it reserves as it does
+		// (budgetBody), rather than the largest body's cost up front, which would let two
+		// chunked requests of any size hold the default budget.
+		bb := &budgetBody{ReadCloser: r.Body, s: s, ctx: r.Context()}
+		if e := bb.grow(0); e != nil {
+			return nil, e
+		}
+		r.Body = bb
+		return bb.release, nil
+	}
 	n := requestCost(r.ContentLength, s.cfg.MaxBodyBytes)
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.ReadTimeout)
+	if e := s.acquireRequest(r.Context(), n); e != nil {
+		return nil, e
+	}
+	return func() { s.reqmem.Release(n) }, nil
+}
+
+// acquireRequest reserves n bytes, waiting up to ReadTimeout; the error is the 503.
+func (s *Server) acquireRequest(ctx context.Context, n int64) *api.Error {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.ReadTimeout)
 	defer cancel()
 	if err := s.reqmem.Acquire(ctx, n); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) {
 			s.reqmemMetrics.refused.Inc()
 		}
 		// ErrTooLarge cannot happen: validate keeps the budget above the largest body's cost.
-		return nil, &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeUnavailable, Code: "overloaded",
+		return &api.Error{Status: http.StatusServiceUnavailable, Type: api.TypeUnavailable, Code: "overloaded",
 			Message: fmt.Sprintf("the server's request memory (--request-memory %s) stayed held by other requests for %v; retry shortly",
 				bytesize.Format(s.reqmem.Capacity()), s.cfg.ReadTimeout.Round(time.Millisecond))}
 	}
-	return func() { s.reqmem.Release(n) }, nil
+	return nil
 }
+
+// chunkedGrain is how much more of a chunked body a budgetBody reserves for at a time: 1 MiB
+// of body (32 MiB of budget), so a large body waits a few times, not once a read.
+const chunkedGrain = 1 << 20
+
+// budgetBody is a chunked body that reserves requestCost of what has arrived, a grain ahead,
+// before handing it on. A read the budget cannot cover fails with the 503 (readBody passes an
+// *api.Error through). Not safe for concurrent reads (nor is a request body).
+type budgetBody struct {
+	io.ReadCloser
+	s        *Server
+	ctx      context.Context
+	read     int64 // bytes handed on
+	reserved int64 // budget held
+}
+
+// grow reserves for read+n bytes of body, rounded up to the next grain.
+func (b *budgetBody) grow(n int64) *api.Error {
+	upto := min((b.read+n)/chunkedGrain*chunkedGrain+chunkedGrain, b.s.cfg.MaxBodyBytes)
+	need := requestCost(upto, b.s.cfg.MaxBodyBytes)
+	if need <= b.reserved {
+		return nil
+	}
+	if e := b.s.acquireRequest(b.ctx, need-b.reserved); e != nil {
+		return e
+	}
+	b.reserved = need
+	return nil
+}
+
+func (b *budgetBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if n > 0 {
+		if e := b.grow(int64(n)); e != nil {
+			return 0, e
+		}
+		b.read += int64(n)
+	}
+	return n, err
+}
+
+func (b *budgetBody) release() { b.s.reqmem.Release(b.reserved) }

@@ -212,3 +212,53 @@ func TestBigTokenizeSlots(t *testing.T) {
 		t.Fatalf("at worst %d at once, %d slots", worst, slots)
 	}
 }
+
+// TestChunkedBodyReservesAsItArrives: a body sent chunked reserves for what has arrived, a
+// grain ahead, not the largest body's cost; one that outgrows what the budget can give is
+// answered 503 in the API's shape, and everything comes back.
+func TestChunkedBodyReservesAsItArrives(t *testing.T) {
+	s, _ := newTestServer(t, newFakeGen("ok"), func(c *Config) {
+		c.MaxBodyBytes = 8 << 20
+		c.RequestMemoryBytes = requestCost(8<<20, 8<<20) // one largest body
+		c.ReadTimeout = 50 * time.Millisecond
+	})
+	body := `{"model":"` + testModel + `","prompt":"hi","max_tokens":1}`
+	// A small chunked body: served, and while it is read it holds a grain's cost, not 8 MiB's.
+	pr, pw := io.Pipe()
+	req := httptest.NewRequest(http.MethodPost, "/v1/completions", pr)
+	req.ContentLength = -1
+	done := make(chan int, 1)
+	go func() {
+		rec := httptest.NewRecorder()
+		s.Handler().ServeHTTP(rec, req)
+		done <- rec.Code
+	}()
+	for s.reqmem.InUse() == 0 {
+		runtime.Gosched()
+	}
+	if got, want := s.reqmem.InUse(), requestCost(chunkedGrain, 8<<20); got != want {
+		t.Fatalf("a chunked body holds %d before any byte, want one grain's cost %d", got, want)
+	}
+	_, _ = io.WriteString(pw, body)
+	_ = pw.Close()
+	if code := <-done; code != http.StatusOK {
+		t.Fatalf("small chunked body: %d", code)
+	}
+	// Another holds most of the budget; a chunked body that grows past what is left is a 503.
+	hold := s.reqmem.Capacity() - requestCost(2*chunkedGrain, 8<<20)
+	if !s.reqmem.TryAcquire(hold) {
+		t.Fatal("could not hold the budget")
+	}
+	big := `{"model":"` + testModel + `","prompt":"` + strings.Repeat("a", 3*chunkedGrain) + `","max_tokens":1}`
+	req = httptest.NewRequest(http.MethodPost, "/v1/completions", io.MultiReader(strings.NewReader(big)))
+	req.ContentLength = -1
+	rec := httptest.NewRecorder()
+	s.Handler().ServeHTTP(rec, req)
+	if rec.Code != http.StatusServiceUnavailable || !strings.Contains(rec.Body.String(), "--request-memory") {
+		t.Fatalf("chunked body past the budget: %d %s", rec.Code, rec.Body)
+	}
+	s.reqmem.Release(hold)
+	if s.reqmem.InUse() != 0 {
+		t.Fatalf("%d bytes still held", s.reqmem.InUse())
+	}
+}

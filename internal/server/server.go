@@ -364,6 +364,10 @@ func (s *Server) readBody(r *http.Request) ([]byte, error) {
 		return nil, api.Invalid("", "the request body is not valid UTF-8 (JSON text must be, RFC 8259)")
 	}
 	if err != nil {
+		var ae *api.Error // a chunked body the request memory budget could not cover (reqmem.go)
+		if errors.As(err, &ae) {
+			return nil, ae
+		}
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return nil, api.TooLarge(mbe.Limit)
