@@ -18,7 +18,7 @@ import (
 	"stockpot/internal/api"
 	"stockpot/internal/lint"
 	"stockpot/internal/miss"
-	"stockpot/internal/server"
+	"stockpot/internal/pipeline"
 )
 
 // cmdLint: stockpot lint [--target URL [--key KEY] | --model PATH] [--fail-under RATE] [--json] [LOG.jsonl]
@@ -86,7 +86,7 @@ func cmdLint(args []string) error {
 		if err != nil {
 			return fmt.Errorf("lint: %w", err)
 		}
-		tok := server.FromTokenizer(lf.tok)
+		tok := pipeline.FromTokenizer(lf.tok)
 		render = func(l lint.Line) (lint.Prompt, error) { return renderLocal(tok, l) }
 		text = tok
 	}
@@ -185,12 +185,12 @@ func readLine(br *bufio.Reader) ([]byte, error) {
 }
 
 // renderLocal renders a logged request with the model's tokenizer, as serve would.
-func renderLocal(tok server.Tokenizer, l lint.Line) (lint.Prompt, error) {
+func renderLocal(tok pipeline.Tokenizer, l lint.Line) (lint.Prompt, error) {
 	path := l.Path
 	if path == "" || !strings.HasPrefix(path, "/v1/") {
-		path = server.DialectOf(l.Body)
+		path = pipeline.DialectOf(l.Body)
 	}
-	p, err := server.RenderRequest(tok, path, l.Body)
+	p, err := pipeline.RenderRequest(tok, path, l.Body)
 	if err != nil {
 		return lint.Prompt{}, err
 	}
@@ -275,11 +275,11 @@ func (rt *remoteTokenizer) post(path string, body any, out any) error {
 func (rt *remoteTokenizer) render(l lint.Line) (lint.Prompt, error) {
 	path := l.Path
 	if path == "" || !strings.HasPrefix(path, "/v1/") {
-		path = server.DialectOf(l.Body)
+		path = pipeline.DialectOf(l.Body)
 	}
 	var tokBody map[string]any
 	salt := ""
-	if path == server.PathCompletions {
+	if path == pipeline.PathCompletions {
 		req, err := api.ParseCompletionRequest(l.Body)
 		if err != nil {
 			return lint.Prompt{}, err
@@ -314,13 +314,13 @@ func (rt *remoteTokenizer) render(l lint.Line) (lint.Prompt, error) {
 // chatOf parses a chat-shaped body of path into the chat request it means.
 func chatOf(path string, body []byte) (*api.ChatRequest, error) {
 	switch path {
-	case server.PathResponses:
+	case pipeline.PathResponses:
 		r, err := api.ParseResponsesRequest(body)
 		if err != nil {
 			return nil, err
 		}
 		return r.ChatRequest(nil)
-	case server.PathMessages:
+	case pipeline.PathMessages:
 		r, err := api.ParseMessagesRequest(body, false)
 		if err != nil {
 			return nil, err

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"stockpot/internal/lint"
-	"stockpot/internal/server"
+	"stockpot/internal/pipeline"
 )
 
 // sendEntries sends every entry to a running serve (max_tokens 1, greedy) in log order, with
@@ -30,7 +30,7 @@ func sendEntries(t *testing.T, url, key string, entries []lint.Entry) {
 		b, _ := json.Marshal(body)
 		path := e.Line.Path
 		if path == "" {
-			path = server.DialectOf(e.Line.Body)
+			path = pipeline.DialectOf(e.Line.Body)
 		}
 		req, _ := http.NewRequest(http.MethodPost, url+path, bytes.NewReader(b))
 		req.Header.Set("Content-Type", "application/json")
@@ -82,7 +82,7 @@ func TestLintRecent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := lintFile(t, server.FromTokenizer(lf.tok), log)
+	local := lintFile(t, pipeline.FromTokenizer(lf.tok), log)
 	t.Logf("recent: %d requests, %d sessions, rate %.3f, all fixed %.3f, causes %v", remote.Requests, remote.Sessions, remote.HitRate, remote.AllFixed, remote.Causes)
 	if remote.Requests != local.Requests || remote.Sessions != local.Sessions || remote.PromptTokens != local.PromptTokens {
 		t.Errorf("recent: %d requests in %d sessions, %d tokens; the file: %d in %d, %d",

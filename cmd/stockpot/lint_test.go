@@ -11,11 +11,11 @@ import (
 
 	"stockpot/internal/lint"
 	"stockpot/internal/miss"
-	"stockpot/internal/server"
+	"stockpot/internal/pipeline"
 )
 
 // lintFile runs the lint analysis as `stockpot lint --model synthetic:default` does.
-func lintFile(t *testing.T, tok server.Tokenizer, path string) lint.Report {
+func lintFile(t *testing.T, tok pipeline.Tokenizer, path string) lint.Report {
 	t.Helper()
 	f, err := os.Open(path)
 	if err != nil {
@@ -55,7 +55,7 @@ func TestLintExamples(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := server.FromTokenizer(lf.tok)
+	tok := pipeline.FromTokenizer(lf.tok)
 	path := filepath.Join("..", "..", "examples", "lint", "agent.jsonl")
 	rep := lintFile(t, tok, path)
 
@@ -149,7 +149,7 @@ func replayRate(t *testing.T, url string, entries []lint.Entry) float64 {
 		delete(body, "model") // the log names the model it was sent to
 		path := e.Line.Path
 		if path == "" {
-			path = server.DialectOf(e.Line.Body)
+			path = pipeline.DialectOf(e.Line.Body)
 		}
 		code, out := post(t, url+path, body)
 		if code != 200 {
@@ -186,7 +186,7 @@ func TestLintMatchesServe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := server.FromTokenizer(lf.tok)
+	tok := pipeline.FromTokenizer(lf.tok)
 	f, err := os.Open(filepath.Join("..", "..", "examples", "lint", "agent.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -296,7 +296,7 @@ func TestLintTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	local := lintFile(t, server.FromTokenizer(lf.tok), log)
+	local := lintFile(t, pipeline.FromTokenizer(lf.tok), log)
 	if remote.HitRate != local.HitRate || remote.AllFixed != local.AllFixed || len(remote.Misses) != len(local.Misses) {
 		t.Errorf("--target: rate %.3f all fixed %.3f, %d misses; --model: %.3f %.3f %d",
 			remote.HitRate, remote.AllFixed, len(remote.Misses), local.HitRate, local.AllFixed, len(local.Misses))

@@ -13,10 +13,12 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"syscall"
+
 	"stockpot/internal/kvevents"
 	"stockpot/internal/kvtier"
+	"stockpot/internal/pipeline"
 	"stockpot/internal/prefix"
-	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -225,7 +227,7 @@ func newInstance(o serveOptions) (*instance, error) {
 		}
 		scfg.TierUnpin = in.tiers.Unpin
 	}
-	if in.server, err = server.New(scfg, in.engine, server.FromTokenizer(lf.tok), reg); err != nil {
+	if in.server, err = server.New(scfg, in.engine, pipeline.FromTokenizer(lf.tok), reg); err != nil {
 		return fail(err)
 	}
 	// The TTFT floor's estimate, from a few misses now: it holds from the first request.
@@ -273,8 +275,8 @@ func addServeFlags(fs *flag.FlagSet, o *serveOptions) *serveFlags {
 	fs.DurationVar(&sc.IdleTimeout, "idle-timeout", sc.IdleTimeout, "close keep-alive connections idle this long")
 	fs.IntVar(&sc.MaxConnections, "max-connections", sc.MaxConnections, "connections held open at once; more wait in the listen backlog")
 	fs.IntVar(&sc.MaxConnectionsPerClient, "max-connections-per-client", 0, "connections held open at once from one IP, loopback included (more are answered 429); 0 = an eighth of --max-connections")
-	f.grammarMaxBytes = fs.String("grammar-max-bytes", bytesize.Format(server.DefaultGrammarConfig().MaxBytes), "bound on one request's constrained-decoding grammar: its schemas' estimate (refused with a 400 before anything is built) and what its compile may allocate")
-	f.grammarMemory = fs.String("grammar-memory", bytesize.Format(server.DefaultGrammarConfig().Memory), "memory for grammars in all: half caches compiled ones, half runs compiles (each up to 2x --grammar-max-bytes; more wait, or get a 429)")
+	f.grammarMaxBytes = fs.String("grammar-max-bytes", bytesize.Format(pipeline.DefaultGrammarConfig().MaxBytes), "bound on one request's constrained-decoding grammar: its schemas' estimate (refused with a 400 before anything is built) and what its compile may allocate")
+	f.grammarMemory = fs.String("grammar-memory", bytesize.Format(pipeline.DefaultGrammarConfig().Memory), "memory for grammars in all: half caches compiled ones, half runs compiles (each up to 2x --grammar-max-bytes; more wait, or get a 429)")
 	f.responsesStore = fs.String("responses-store-bytes", bytesize.Format(sc.ResponsesStoreBytes), "memory for the responses kept for /v1/responses' previous_response_id (at most 1024; the least recently used go first; a larger response is not kept); 0 = keep none")
 	fs.StringVar(&sc.MetricsKey, "metrics-key", "", "key for /metrics (an admin key also works); without one /metrics is open only while no key of any kind is configured")
 	fs.BoolVar(&sc.PublicMetrics, "public-metrics", false, "leave /metrics open even with keys configured (its counters show every tenant's cache hits)")

@@ -13,7 +13,7 @@ import (
 	"stockpot/internal/prefix"
 )
 
-// Prompt is a request rendered into tokens as the server would (server.RenderRequest).
+// Prompt is a request rendered into tokens as the server would (pipeline.RenderRequest).
 type Prompt struct {
 	Tokens   []int32
 	Segments []miss.Segment

@@ -15,6 +15,7 @@ import (
 	"stockpot/internal/engine"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
+	"stockpot/internal/runner"
 	"stockpot/internal/tenant"
 )
 
@@ -131,7 +132,7 @@ func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := s.checkVocab("prompt", prompt); err != nil {
+	if err := s.pipe.CheckVocab("prompt", prompt); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -156,7 +157,7 @@ func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
 		if r.Context().Err() != nil {
 			return // the client left
 		}
-		writeError(w, engineError(err))
+		writeError(w, runner.EngineError(err))
 		return
 	}
 	out := PrewarmResponse{Object: "cache.prewarm", PromptTokens: u.PromptTokens, CachedTokens: u.CachedTokens(),
@@ -184,24 +185,17 @@ func (s *Server) prewarmPrompt(req *api.PrewarmRequest) ([]int32, error) {
 		if c.PromptIsTokens {
 			return c.PromptTokens, nil
 		}
-		ids, fits := s.encodeLimit(c.PromptText, true, true, s.cfg.ContextLength)
+		ids, fits := s.pipe.EncodeLimit(c.PromptText, true, true, s.cfg.ContextLength)
 		if !fits {
 			return nil, tooLong()
 		}
 		return ids, nil
 	}
-	text, err := s.tok.ApplyChatTemplate(chatMessages(req.Chat.Messages), chatOptions(req.Chat))
-	if err != nil {
-		return nil, api.Invalid("messages", "cannot apply the chat template: %v", err)
+	_, ids, fits, err := s.pipe.ChatTokens(req.Chat, s.cfg.ContextLength)
+	if err == nil && !fits {
+		err = tooLong()
 	}
-	ids, fits := s.encodeLimit(text, false, true, s.cfg.ContextLength)
-	if !fits {
-		return nil, tooLong()
-	}
-	if s.bos >= 0 && (len(ids) == 0 || ids[0] != s.bos) {
-		ids = append([]int32{s.bos}, ids...)
-	}
-	return ids, nil
+	return ids, err
 }
 
 // CacheTier is one tier's residency in GET /v1/cache.

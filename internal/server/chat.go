@@ -1,20 +1,21 @@
 package server
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"strings"
 	"time"
 
 	"stockpot/internal/api"
+	"stockpot/internal/pipeline"
+	"stockpot/internal/runner"
 	"stockpot/internal/toolcall"
 )
 
 func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	start := s.cfg.Now()
 	var (
-		res *genResult
+		res *runner.Result
 		err error
 	)
 	defer func() { s.finishRequest(res, err, start) }()
@@ -23,7 +24,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	c := chatWriter{s: s, req: req, plan: plan, prompt: spec.req.Prompt, id: newID("chatcmpl-"), created: start.Unix()}
+	c := chatWriter{s: s, req: req, plan: plan, prompt: spec.Req.Prompt, id: newID("chatcmpl-"), created: start.Unix()}
 	if req.Stream {
 		res, err = c.stream(w, r, spec)
 		return
@@ -32,23 +33,23 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	if text, res, err = s.generateAll(w, r, spec); err != nil {
 		return
 	}
-	msg, finish := c.message(text, res.finish)
+	msg, finish := c.message(text, res.Finish)
 	choice := api.ChatChoice{
 		Message:      msg,
-		Logprobs:     c.logprobs(res.tokens),
+		Logprobs:     c.logprobs(res.Tokens),
 		FinishReason: api.FinishReasonPtr(finish),
 	}
 	resp := &api.ChatCompletionResponse{ID: c.id, Object: "chat.completion", Created: c.created,
 		Model: s.cfg.ModelName, SystemFingerprint: s.cfg.Fingerprint, Choices: []api.ChatChoice{choice},
-		Usage: usageOf(res.usage)}
+		Usage: usageOf(res.Usage)}
 	if req.ReturnTokenIDs {
-		resp.Choices[0].TokenIDs = tokenIDs(res.tokens)
-		resp.PromptTokenIDs = spec.req.Prompt
+		resp.Choices[0].TokenIDs = runner.TokenIDs(res.Tokens)
+		resp.PromptTokenIDs = spec.Req.Prompt
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
-func (s *Server) prepareChat(r *http.Request, start time.Time) (*genSpec, *api.ChatRequest, *chatPlan, error) {
+func (s *Server) prepareChat(r *http.Request, start time.Time) (*pipeline.Spec, *api.ChatRequest, *pipeline.Plan, error) {
 	body, err := s.readBody(r)
 	if err != nil {
 		return nil, nil, nil, err
@@ -67,52 +68,27 @@ func (s *Server) prepareChat(r *http.Request, start time.Time) (*genSpec, *api.C
 	if req.WantLogprobs() {
 		logprobs = req.NumTopLogprobs()
 	}
-	spec, plan, err := s.chatSpec(r.Context(), req, req.RequestedMaxTokens(), logprobs, start)
+	spec, plan, err := s.pipe.Chat(r.Context(), req, req.RequestedMaxTokens(), logprobs)
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	s.specReady(&req.GenerationParams)
 	s.recordRequest(r, body)
 	return spec, req, plan, nil
-}
-
-// chatSpec is what every dialect that is a chat underneath (chat completions, Responses,
-// Anthropic Messages) does once its request is a ChatRequest: render the prompt with the
-// template, plan how the output is parsed and constrained, and build the engine request.
-func (s *Server) chatSpec(ctx context.Context, req *api.ChatRequest, maxTokens *int, logprobs int, start time.Time) (*genSpec, *chatPlan, error) {
-	text, prompt, err := s.chatPrompt(req)
-	if err != nil {
-		return nil, nil, err
-	}
-	plan, constraint, err := s.planChat(ctx, req, text)
-	if err != nil {
-		return nil, nil, err
-	}
-	// With no max_tokens a chat may use the rest of the context, as with OpenAI and vLLM.
-	defaultMax := max(s.cfg.ContextLength-len(prompt), 1)
-	spec, err := s.prepare(&req.GenerationParams, prompt, maxTokens, defaultMax, logprobs, start)
-	if err != nil {
-		return nil, nil, err
-	}
-	spec.req.Sampling.Constraint = constraint
-	spec.controlText = plan.controlText
-	if spec.cacheReport {
-		spec.segments = s.chatSegments(req, text, prompt) // miss.go
-	}
-	return spec, plan, nil
 }
 
 // chatWriter builds /v1/chat/completions responses and chunks for one request.
 type chatWriter struct {
 	s       *Server
 	req     *api.ChatRequest
-	plan    *chatPlan
+	plan    *pipeline.Plan
 	prompt  []int32
 	id      string
 	created int64
 }
 
 // logprobs returns the chat logprobs object for toks, or nil when not asked for.
-func (c *chatWriter) logprobs(toks []genToken) *api.ChatLogprobs {
+func (c *chatWriter) logprobs(toks []runner.Token) *api.ChatLogprobs {
 	if !c.req.WantLogprobs() {
 		return nil
 	}
@@ -134,19 +110,19 @@ func (c *chatWriter) logprobs(toks []genToken) *api.ChatLogprobs {
 	return lp
 }
 
-func (c *chatWriter) chunk(delta api.ChatDelta, toks []genToken, finish *string) *api.ChatCompletionChunk {
+func (c *chatWriter) chunk(delta api.ChatDelta, toks []runner.Token, finish *string) *api.ChatCompletionChunk {
 	ch := api.ChatChunkChoice{Delta: delta, FinishReason: finish}
 	if len(toks) > 0 {
 		ch.Logprobs = c.logprobs(toks)
 	}
 	if c.req.ReturnTokenIDs && finish == nil {
-		ch.TokenIDs = tokenIDs(toks)
+		ch.TokenIDs = runner.TokenIDs(toks)
 	}
 	return &api.ChatCompletionChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created,
 		Model: c.s.cfg.ModelName, SystemFingerprint: c.s.cfg.Fingerprint, Choices: []api.ChatChunkChoice{ch}}
 }
 
-func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpec) (*genResult, error) {
+func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *pipeline.Spec) (*runner.Result, error) {
 	sse := newSSE(w)
 	// The first chunk carries the role (and the prompt ids when asked), as OpenAI sends it.
 	started := func() error {
@@ -162,18 +138,18 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 		return sse.send(first)
 	}
 	var parser *toolcall.Parser
-	if c.plan.parsing() {
-		parser = toolcall.NewParser(c.plan.outputFamily(), c.plan.opts)
+	if c.plan.Parsing() {
+		parser = toolcall.NewParser(c.plan.Family, c.plan.Opts)
 	}
 	calls := 0
 	var forced strings.Builder // a forced answer's text, for the call a cut leaves (cutDeltas)
-	res, err := c.s.generate(r.Context(), spec, started, func(text string, toks []genToken) error {
+	res, err := c.s.generate(r.Context(), spec, started, func(text string, toks []runner.Token) error {
 		if parser != nil {
-			if c.plan.forcedCalls {
+			if c.plan.ForcedCalls {
 				forced.WriteString(text)
 			}
 			ds := parser.Feed(text)
-			if c.plan.forcedCalls {
+			if c.plan.ForcedCalls {
 				ds = withoutContent(ds) // constrained to calls: any content is a call not yet whole
 			}
 			n, err := c.sendDeltas(sse, ds, toks)
@@ -188,18 +164,18 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 	})
 	if err == nil && parser != nil {
 		rest := parser.Finish()
-		if c.plan.forcedCalls {
+		if c.plan.ForcedCalls {
 			rest = withoutContent(rest) // a call cut short: not content, and not a call
-			rest = append(rest, c.plan.cutDeltas(forced.String(), res.finish, calls, rest)...)
+			rest = append(rest, c.plan.CutDeltas(forced.String(), res.Finish, calls, rest)...)
 		}
 		n, serr := c.sendDeltas(sse, rest, nil)
 		calls += n
 		if serr != nil {
-			return nil, errClientGone
+			return nil, runner.ErrClientGone
 		}
 	}
 	if err != nil {
-		if errors.Is(err, errClientGone) {
+		if errors.Is(err, runner.ErrClientGone) {
 			return nil, err
 		}
 		if !sse.began {
@@ -209,44 +185,40 @@ func (c *chatWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpe
 		sse.sendError(err)
 		return nil, err
 	}
-	finish := res.finish
+	finish := res.Finish
 	if calls > 0 && finish == "stop" {
 		finish = "tool_calls"
 	}
 	if err := sse.send(c.chunk(api.ChatDelta{}, nil, api.FinishReasonPtr(finish))); err != nil {
-		return nil, errClientGone
+		return nil, runner.ErrClientGone
 	}
 	if c.req.IncludeUsage() {
 		u := &api.ChatCompletionChunk{ID: c.id, Object: "chat.completion.chunk", Created: c.created,
 			Model: c.s.cfg.ModelName, SystemFingerprint: c.s.cfg.Fingerprint, Choices: []api.ChatChunkChoice{},
-			Usage: usageOf(res.usage)}
+			Usage: usageOf(res.Usage)}
 		if err := sse.send(u); err != nil {
-			return nil, errClientGone
+			return nil, runner.ErrClientGone
 		}
 	}
 	if err := sse.done(); err != nil {
-		return nil, errClientGone
+		return nil, runner.ErrClientGone
 	}
 	return res, nil
 }
-
-// outputFamily is the syntax the parser reads: the model's family, whose calls are read
-// only when they are parsed (opts.NoCalls), while its reasoning and wrapper markup always is.
-func (p *chatPlan) outputFamily() toolcall.Family { return p.family }
 
 // message builds the assistant message of a finished answer and its finish reason: tool
 // calls found in text become tool_calls (content null when nothing else was said) and
 // finish_reason "tool_calls"; a think block becomes reasoning_content.
 func (c *chatWriter) message(text, finish string) (api.ChatMessage, string) {
-	if !c.plan.parsing() {
+	if !c.plan.Parsing() {
 		return api.ChatMessage{Role: "assistant", Content: &text}, finish
 	}
-	r := toolcall.Parse(c.plan.outputFamily(), text, c.plan.opts)
-	if c.plan.forcedCalls {
+	r := toolcall.Parse(c.plan.Family, text, c.plan.Opts)
+	if c.plan.ForcedCalls {
 		// A forced answer cut short (finish "length") has no content: its text is the call
 		// it was writing, which goes out as far as it got (cutcall.go).
 		r.Content = ""
-		r.Calls = c.plan.withCutCalls(r.Calls, text, finish)
+		r.Calls = c.plan.WithCutCalls(r.Calls, text, finish)
 	}
 	m := api.ChatMessage{Role: "assistant"}
 	if r.Content != "" || len(r.Calls) == 0 {
@@ -271,7 +243,7 @@ func (c *chatWriter) message(text, finish string) (api.ChatMessage, string) {
 // tokens these deltas came from) ride on the first chunk; when there is no chunk they still
 // go out in an empty one if the client asked for logprobs or token ids. It returns how many
 // tool calls began.
-func (c *chatWriter) sendDeltas(sse *sseWriter, ds []toolcall.Delta, toks []genToken) (int, error) {
+func (c *chatWriter) sendDeltas(sse *sseWriter, ds []toolcall.Delta, toks []runner.Token) (int, error) {
 	calls := 0
 	var out []api.ChatDelta
 	for _, d := range ds {
@@ -304,7 +276,7 @@ func (c *chatWriter) sendDeltas(sse *sseWriter, ds []toolcall.Delta, toks []genT
 		out = append(out, api.ChatDelta{Content: &empty})
 	}
 	for i, d := range out {
-		var t []genToken
+		var t []runner.Token
 		if i == 0 {
 			t = toks
 		}
@@ -322,6 +294,15 @@ func withoutContent(ds []toolcall.Delta) []toolcall.Delta {
 		if d.Content == "" {
 			out = append(out, d)
 		}
+	}
+	return out
+}
+
+// callsOf converts parsed calls to the wire shape.
+func callsOf(calls []toolcall.Call) []api.ToolCall {
+	out := make([]api.ToolCall, len(calls))
+	for i, c := range calls {
+		out[i] = api.ToolCall{ID: c.ID, Type: "function", Function: api.ToolCallFunction{Name: c.Name, Arguments: c.Arguments}}
 	}
 	return out
 }

@@ -3,24 +3,25 @@ package server
 import (
 	"errors"
 	"net/http"
-	"time"
 
 	"stockpot/internal/api"
+	"stockpot/internal/pipeline"
+	"stockpot/internal/runner"
 )
 
 func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	start := s.cfg.Now()
 	var (
-		res *genResult
+		res *runner.Result
 		err error
 	)
 	defer func() { s.finishRequest(res, err, start) }()
-	spec, req, err := s.prepareCompletion(r, start)
+	spec, req, err := s.prepareCompletion(r)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	c := completionWriter{s: s, req: req, prompt: spec.req.Prompt, id: newID("cmpl-"), created: start.Unix()}
+	c := completionWriter{s: s, req: req, prompt: spec.Req.Prompt, id: newID("cmpl-"), created: start.Unix()}
 	if req.Stream {
 		res, err = c.stream(w, r, spec)
 		return
@@ -29,18 +30,18 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 	if text, res, err = s.generateAll(w, r, spec); err != nil {
 		return
 	}
-	choice := api.CompletionChoice{Text: text, FinishReason: api.FinishReasonPtr(res.finish),
-		Logprobs: c.logprobs(res.tokens)}
+	choice := api.CompletionChoice{Text: text, FinishReason: api.FinishReasonPtr(res.Finish),
+		Logprobs: c.logprobs(res.Tokens)}
 	resp := c.response([]api.CompletionChoice{choice})
-	resp.Usage = usageOf(res.usage)
+	resp.Usage = usageOf(res.Usage)
 	if req.ReturnTokenIDs {
-		resp.Choices[0].TokenIDs = tokenIDs(res.tokens)
-		resp.PromptTokenIDs = spec.req.Prompt
+		resp.Choices[0].TokenIDs = runner.TokenIDs(res.Tokens)
+		resp.PromptTokenIDs = spec.Req.Prompt
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
-func (s *Server) prepareCompletion(r *http.Request, start time.Time) (*genSpec, *api.CompletionRequest, error) {
+func (s *Server) prepareCompletion(r *http.Request) (*pipeline.Spec, *api.CompletionRequest, error) {
 	body, err := s.readBody(r)
 	if err != nil {
 		return nil, nil, err
@@ -55,21 +56,11 @@ func (s *Server) prepareCompletion(r *http.Request, start time.Time) (*genSpec, 
 	if s.draining.Load() {
 		return nil, nil, api.Unavailable("the server is draining; retry on another replica")
 	}
-	prompt := req.PromptTokens
-	if !req.PromptIsTokens {
-		var fits bool
-		if prompt, fits = s.encodeLimit(req.PromptText, true, true, s.cfg.MaxPromptTokens); !fits && prompt == nil {
-			return nil, nil, s.tooManyTokens("prompt", s.cfg.MaxPromptTokens)
-		}
-	}
-	logprobs := -1 // none: greedy decoding then skips the softmax (engine.Request.Logprobs)
-	if req.Logprobs != nil {
-		logprobs = *req.Logprobs
-	}
-	spec, err := s.prepare(&req.GenerationParams, prompt, req.MaxTokens, api.DefaultCompletionMaxTokens, logprobs, start)
+	spec, err := s.pipe.Completion(req)
 	if err != nil {
 		return nil, nil, err
 	}
+	s.specReady(&req.GenerationParams)
 	s.recordRequest(r, body)
 	return spec, req, nil
 }
@@ -89,7 +80,7 @@ func (c *completionWriter) response(choices []api.CompletionChoice) *api.Complet
 }
 
 // logprobs returns the legacy logprobs object for toks, or nil when not asked for.
-func (c *completionWriter) logprobs(toks []genToken) *api.CompletionLogprobs {
+func (c *completionWriter) logprobs(toks []runner.Token) *api.CompletionLogprobs {
 	if c.req.Logprobs == nil {
 		return nil
 	}
@@ -103,7 +94,7 @@ func (c *completionWriter) logprobs(toks []genToken) *api.CompletionLogprobs {
 		text := c.s.tokenText(t.ID)
 		lp.Tokens[i] = text
 		lp.TokenLogprobs[i] = api.Logprob(t.Logprob)
-		lp.TextOffset[i] = t.offset
+		lp.TextOffset[i] = t.Offset
 		// The top alternatives best first, then the chosen token if it is not among them,
 		// as vLLM does.
 		top := make(api.TopLogprobs, 0, len(t.Top)+1)
@@ -120,10 +111,10 @@ func (c *completionWriter) logprobs(toks []genToken) *api.CompletionLogprobs {
 	return lp
 }
 
-func (c *completionWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpec) (*genResult, error) {
+func (c *completionWriter) stream(w http.ResponseWriter, r *http.Request, spec *pipeline.Spec) (*runner.Result, error) {
 	sse := newSSE(w)
 	sentPrompt := false
-	chunk := func(text string, toks []genToken, finish *string) *api.CompletionResponse {
+	chunk := func(text string, toks []runner.Token, finish *string) *api.CompletionResponse {
 		ch := api.CompletionChoice{Text: text, FinishReason: finish}
 		if len(toks) > 0 {
 			ch.Logprobs = c.logprobs(toks)
@@ -131,7 +122,7 @@ func (c *completionWriter) stream(w http.ResponseWriter, r *http.Request, spec *
 		resp := c.response([]api.CompletionChoice{ch})
 		if c.req.ReturnTokenIDs {
 			ch := &resp.Choices[0]
-			ch.TokenIDs = tokenIDs(toks)
+			ch.TokenIDs = runner.TokenIDs(toks)
 			if ch.TokenIDs == nil {
 				ch.TokenIDs = []int32{}
 			}
@@ -141,14 +132,14 @@ func (c *completionWriter) stream(w http.ResponseWriter, r *http.Request, spec *
 		}
 		return resp
 	}
-	res, err := c.s.generate(r.Context(), spec, sse.start, func(text string, toks []genToken) error {
+	res, err := c.s.generate(r.Context(), spec, sse.start, func(text string, toks []runner.Token) error {
 		if text == "" && c.req.Logprobs == nil && !c.req.ReturnTokenIDs {
 			return nil
 		}
 		return sse.send(chunk(text, toks, nil))
 	})
 	if err != nil {
-		if errors.Is(err, errClientGone) {
+		if errors.Is(err, runner.ErrClientGone) {
 			return nil, err
 		}
 		if !sse.began {
@@ -158,18 +149,18 @@ func (c *completionWriter) stream(w http.ResponseWriter, r *http.Request, spec *
 		sse.sendError(err)
 		return nil, err
 	}
-	if err := sse.send(chunk("", nil, api.FinishReasonPtr(res.finish))); err != nil {
-		return nil, errClientGone
+	if err := sse.send(chunk("", nil, api.FinishReasonPtr(res.Finish))); err != nil {
+		return nil, runner.ErrClientGone
 	}
 	if c.req.IncludeUsage() {
 		resp := c.response([]api.CompletionChoice{})
-		resp.Usage = usageOf(res.usage)
+		resp.Usage = usageOf(res.Usage)
 		if err := sse.send(resp); err != nil {
-			return nil, errClientGone
+			return nil, runner.ErrClientGone
 		}
 	}
 	if err := sse.done(); err != nil {
-		return nil, errClientGone
+		return nil, runner.ErrClientGone
 	}
 	return res, nil
 }

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"stockpot/internal/kvtier"
+	"stockpot/internal/pipeline"
+	"stockpot/internal/runner"
 	"stockpot/internal/tenant"
 )
 
@@ -61,7 +63,7 @@ type Config struct {
 	// its own keys instead of APIKeys): such a key then gets a 403, not a 401, on an operator
 	// endpoint, and its presence closes the operator endpoints as any configured key does.
 	TenantKey func(key string) bool
-	// TTFTFloor, when positive, turns the TTFT floor on for every principal (ttft_floor.go):
+	// TTFTFloor, when positive, turns the TTFT floor on for every principal (internal/runner):
 	// a request whose prompt holds blocks its principal does not know gets its first token no
 	// sooner than max(TTFTFloor, the estimated miss TTFT past what it knows), and the usage of
 	// such a miss.
@@ -69,6 +71,8 @@ type Config struct {
 	// Principal, when set, names each API request's principal and its floor (a tenants layer:
 	// per-tenant floors); nil: the presented key's SHA-256 with TTFTFloor.
 	Principal PrincipalFunc
+	// onFloorPlan, when set (tests), sees every TTFT floor decision (runner.Config.OnFloorPlan).
+	onFloorPlan func(runner.FloorPlan)
 	// KeyIsolation gives every API key its own cache namespace inside its tenant's
 	// (--cache-isolation key; principal.go): no key reuses a block another key computed, so
 	// no key learns by any channel what another sent. Behind a router the replica sees the
@@ -106,9 +110,9 @@ type Config struct {
 	// is not kept. 0: the default; negative: none is kept.
 	ResponsesStoreBytes int64
 	// Grammar bounds constrained decoding's grammars: their estimated and compiled size, how
-	// many compile at once, and the cache of compiled ones (grammars.go). Zero fields take
-	// DefaultGrammarConfig's.
-	Grammar GrammarConfig
+	// many compile at once, and the cache of compiled ones (internal/pipeline's grammars.go).
+	// Zero fields take pipeline.DefaultGrammarConfig's.
+	Grammar pipeline.GrammarConfig
 	// HitRateWindow and HitRateMaxAge define stockpot_prefix_cache_hit_rate's sliding window: the
 	// last HitRateWindow requests that finished within HitRateMaxAge.
 	HitRateWindow int

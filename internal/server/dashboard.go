@@ -249,7 +249,7 @@ func (s *Server) cacheTree(cl cacheLister) *cacheView {
 	v := &cacheView{Blocks: len(blocks), BlockBytes: s.gen.Stats().KVBlockBytes, Pinned: len(pinned),
 		Tree: dashboard.Tree(blocks, s.cfg.BlockSize, treeRoots, treeChildren)}
 	dashboard.Walk(v.Tree, func(n *dashboard.Node) {
-		if n.FirstBlock == 0 && s.bos >= 0 && len(n.Preview) > 0 && n.Preview[0] == s.bos {
+		if bos := s.pipe.BOS(); n.FirstBlock == 0 && bos >= 0 && len(n.Preview) > 0 && n.Preview[0] == bos {
 			n.Preview = n.Preview[1:]
 		}
 		n.Text = s.tok.Decode(n.Preview)

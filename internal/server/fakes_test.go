@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"stockpot/internal/engine"
+	"stockpot/internal/pipeline"
 )
 
 // fakeTok is a byte-level tokenizer: 0 = <s> (BOS), 1 = </s> (EOS), 2+b = byte b.
@@ -65,7 +66,7 @@ func (t fakeTok) DecodeChecked(ids []int32) (string, error) {
 	return t.Decode(ids), nil
 }
 
-func (fakeTok) NewStreamDecoder() StreamDecoder { return &fakeStream{} }
+func (fakeTok) NewStreamDecoder() pipeline.StreamDecoder { return &fakeStream{} }
 
 // fakeTemplate is what fakeTok says its template is: enough for toolcall.Detect to see the
 // Hermes syntax and for the server to see think blocks.
@@ -88,7 +89,7 @@ func (fakeTok) Piece(id int32) []byte {
 func (fakeTok) IsControl(id int32) bool { return id < 2 }
 func (fakeTok) EOGs() []int32           { return []int32{fakeEOS} }
 
-func (fakeTok) ApplyChatTemplate(msgs []Message, opts ChatOptions) (string, error) {
+func (fakeTok) ApplyChatTemplate(msgs []pipeline.Message, opts pipeline.ChatOptions) (string, error) {
 	var b strings.Builder
 	b.WriteString("<s>")
 	for _, t := range opts.Tools {

@@ -77,12 +77,12 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 		// Capped at the context length: nothing longer could be sent as a prompt, and a
 		// 15 MiB text is not worth tokenizing to say so.
 		var fits bool
-		if ids, fits = s.encodeLimit(*req.Prompt, req.WantSpecial(), true, s.cfg.ContextLength); !fits {
+		if ids, fits = s.pipe.EncodeLimit(*req.Prompt, req.WantSpecial(), true, s.cfg.ContextLength); !fits {
 			writeError(w, api.Invalid("prompt", "prompt has more than %d tokens, the model's context length; /tokenize counts at most that many", s.cfg.ContextLength))
 			return
 		}
 	} else {
-		_, ids, err = s.chatPrompt(req.Chat())
+		_, ids, err = s.pipe.ChatPrompt(req.Chat())
 		if err != nil {
 			writeError(w, err)
 			return
@@ -109,7 +109,7 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	if err := s.checkVocab("tokens", req.Tokens); err != nil {
+	if err := s.pipe.CheckVocab("tokens", req.Tokens); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -135,15 +135,4 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.metricsHandler.ServeHTTP(w, r)
-}
-
-// checkVocab returns a 400 naming the first id outside [0, VocabSize).
-func (s *Server) checkVocab(param string, ids []int32) error {
-	n := s.tok.VocabSize()
-	for i, id := range ids {
-		if id < 0 || int(id) >= n {
-			return api.Invalid(param, "%s", fmt.Sprintf("token id %d at position %d is outside the vocabulary (size %d)", id, i, n))
-		}
-	}
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
+	"stockpot/internal/pipeline"
 	"stockpot/internal/tokenizer"
 	"stockpot/internal/toolcall"
 )
@@ -30,12 +31,12 @@ const (
 
 var k3Specials = map[int32]string{k3Open: "<|open|>", k3Sep: "<|sep|>", k3Close: "<|close|>", k3EndOfMsg: "<|end_of_msg|>"}
 
-func (k3Tok) VocabSize() int                  { return k3Vocab }
-func (k3Tok) ChatTemplate(bool) string        { return tokenizer.TemplateKimiK3 }
-func (k3Tok) IsControl(id int32) bool         { return id < 2 || id >= k3Open && id < k3Vocab }
-func (k3Tok) IsEOG(id int32) bool             { return id == fakeEOS || id == k3EndOfMsg }
-func (k3Tok) EOGs() []int32                   { return []int32{k3EndOfMsg, fakeEOS} }
-func (k3Tok) NewStreamDecoder() StreamDecoder { return k3Stream{&fakeStream{}} }
+func (k3Tok) VocabSize() int                           { return k3Vocab }
+func (k3Tok) ChatTemplate(bool) string                 { return tokenizer.TemplateKimiK3 }
+func (k3Tok) IsControl(id int32) bool                  { return id < 2 || id >= k3Open && id < k3Vocab }
+func (k3Tok) IsEOG(id int32) bool                      { return id == fakeEOS || id == k3EndOfMsg }
+func (k3Tok) EOGs() []int32                            { return []int32{k3EndOfMsg, fakeEOS} }
+func (k3Tok) NewStreamDecoder() pipeline.StreamDecoder { return k3Stream{&fakeStream{}} }
 
 func (t k3Tok) Piece(id int32) []byte {
 	if s, ok := k3Specials[id]; ok {
@@ -104,8 +105,8 @@ func (t k3Tok) text(ids []int32) string {
 	return b.String()
 }
 
-func (k3Tok) ApplyChatTemplate(msgs []Message, opts ChatOptions) (string, error) {
-	return tokenizer.RenderChatWith(tokenizer.TemplateKimiK3, templateMessages(msgs), tokenizer.RenderOptions{
+func (k3Tok) ApplyChatTemplate(msgs []pipeline.Message, opts pipeline.ChatOptions) (string, error) {
+	return tokenizer.RenderChatWith(tokenizer.TemplateKimiK3, pipeline.TemplateMessages(msgs), tokenizer.RenderOptions{
 		Tools: opts.Tools, AddGenerationPrompt: opts.AddGenerationPrompt, Kwargs: opts.Kwargs}, "<s>", "</s>")
 }
 

@@ -9,6 +9,8 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
+	"stockpot/internal/pipeline"
+	"stockpot/internal/runner"
 	"stockpot/internal/toolcall"
 )
 
@@ -28,7 +30,7 @@ func writeAnthropicError(w http.ResponseWriter, err error) {
 }
 
 // prepareMessages parses and plans a /v1/messages request.
-func (s *Server) prepareMessages(r *http.Request, start time.Time) (*genSpec, *api.MessagesRequest, *chatPlan, error) {
+func (s *Server) prepareMessages(r *http.Request, start time.Time) (*pipeline.Spec, *api.MessagesRequest, *pipeline.Plan, error) {
 	body, err := s.readBody(r)
 	if err != nil {
 		return nil, nil, nil, err
@@ -44,13 +46,14 @@ func (s *Server) prepareMessages(r *http.Request, start time.Time) (*genSpec, *a
 		return nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
 	}
 	mt := req.MaxTokens
-	spec, plan, err := s.chatSpec(r.Context(), req.Chat, &mt, -1, start) // no logprobs in this API
+	spec, plan, err := s.pipe.Chat(r.Context(), req.Chat, &mt, -1) // no logprobs in this API
 	if err != nil {
 		return nil, nil, nil, renameParams(err, messagesParams)
 	}
-	spec.req.Pins, spec.req.PinStrict = s.breakpointPins(req, spec.req.Prompt), req.PinStrict
+	s.specReady(&req.Chat.GenerationParams)
+	spec.Req.Pins, spec.Req.PinStrict = s.pipe.BreakpointPins(req, spec.Req.Prompt), req.PinStrict
 	// Anthropic names tool_use blocks toolu_…; a call that carries its own id keeps it.
-	plan.opts.NewID = func() string { return newID("toolu_") }
+	plan.Opts.NewID = func() string { return newID("toolu_") }
 	s.recordRequest(r, body)
 	return spec, req, plan, nil
 }
@@ -58,7 +61,7 @@ func (s *Server) prepareMessages(r *http.Request, start time.Time) (*genSpec, *a
 func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 	start := s.cfg.Now()
 	var (
-		res *genResult
+		res *runner.Result
 		err error
 	)
 	defer func() { s.finishRequest(res, err, start) }()
@@ -73,18 +76,18 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var text strings.Builder
-	res, err = s.generate(r.Context(), spec, nil, func(t string, _ []genToken) error {
+	res, err = s.generate(r.Context(), spec, nil, func(t string, _ []runner.Token) error {
 		text.WriteString(t)
 		return nil
 	})
 	if err != nil {
-		if !errors.Is(err, errClientGone) {
+		if !errors.Is(err, runner.ErrClientGone) {
 			writeAnthropicError(w, err)
 		}
 		return
 	}
 	c := chatWriter{s: s, req: req.Chat, plan: plan}
-	msg, finish := c.message(text.String(), res.finish)
+	msg, finish := c.message(text.String(), res.Finish)
 	var content []api.MessagesContent
 	if msg.ReasoningContent != nil && *msg.ReasoningContent != "" {
 		sig := ""
@@ -118,20 +121,20 @@ func toolInput(args string) string {
 type messagesWriter struct {
 	s    *Server
 	req  *api.MessagesRequest
-	plan *chatPlan
-	spec *genSpec
+	plan *pipeline.Plan
+	spec *pipeline.Spec
 	id   string
 }
 
-func (m *messagesWriter) response(content []api.MessagesContent, res *genResult) *api.MessagesResponse {
+func (m *messagesWriter) response(content []api.MessagesContent, res *runner.Result) *api.MessagesResponse {
 	if content == nil {
 		content = []api.MessagesContent{}
 	}
 	resp := &api.MessagesResponse{ID: m.id, Type: "message", Role: "assistant", Model: m.model(), Content: content}
 	if res != nil {
-		resp.Usage = messagesUsage(res.usage)
+		resp.Usage = messagesUsage(res.Usage)
 	} else {
-		resp.Usage = api.MessagesUsage{InputTokens: len(m.spec.req.Prompt)}
+		resp.Usage = api.MessagesUsage{InputTokens: len(m.spec.Req.Prompt)}
 	}
 	return resp
 }
@@ -162,19 +165,19 @@ func messagesUsage(u engine.Usage) api.MessagesUsage {
 // stopReason maps a chat finish reason to Anthropic's stop_reason and stop_sequence. A
 // "stop" whose last token does not end generation was cut by a stop string: the earliest of
 // the request's stop sequences in the generated text is the one that matched.
-func (m *messagesWriter) stopReason(finish string, res *genResult) (string, *string) {
+func (m *messagesWriter) stopReason(finish string, res *runner.Result) (string, *string) {
 	switch finish {
 	case "tool_calls":
 		return "tool_use", nil
 	case "length":
 		return "max_tokens", nil
 	}
-	if len(m.spec.stops) > 0 && len(res.tokens) > 0 {
-		last := res.tokens[len(res.tokens)-1].ID
-		if !m.s.tok.IsEOG(last) && !containsID(m.spec.req.StopTokens, last) {
-			full := m.s.tok.Decode(tokenIDs(res.tokens))
+	if len(m.spec.Stops) > 0 && len(res.Tokens) > 0 {
+		last := res.Tokens[len(res.Tokens)-1].ID
+		if !m.s.tok.IsEOG(last) && !containsID(m.spec.Req.StopTokens, last) {
+			full := m.s.tok.Decode(runner.TokenIDs(res.Tokens))
 			best, at := "", -1
-			for _, st := range m.spec.stops {
+			for _, st := range m.spec.Stops {
 				if i := strings.Index(full, st); i >= 0 && (at < 0 || i < at) {
 					best, at = st, i
 				}
@@ -304,7 +307,7 @@ func (b *blockStream) feed(ds []toolcall.Delta) error {
 	return nil
 }
 
-func (m *messagesWriter) stream(w http.ResponseWriter, r *http.Request) (*genResult, error) {
+func (m *messagesWriter) stream(w http.ResponseWriter, r *http.Request) (*runner.Result, error) {
 	sse := newSSE(w)
 	started := func() error {
 		if err := sse.start(); err != nil {
@@ -317,36 +320,36 @@ func (m *messagesWriter) stream(w http.ResponseWriter, r *http.Request) (*genRes
 		return sendEvent(sse, "ping", map[string]any{"type": "ping"})
 	}
 	var parser *toolcall.Parser
-	if m.plan.parsing() {
-		parser = toolcall.NewParser(m.plan.outputFamily(), m.plan.opts)
+	if m.plan.Parsing() {
+		parser = toolcall.NewParser(m.plan.Family, m.plan.Opts)
 	}
 	blocks := &blockStream{sse: sse}
 	var forced strings.Builder // a forced answer's text, for the call a cut leaves (cutDeltas)
-	res, err := m.s.generate(r.Context(), m.spec, started, func(text string, _ []genToken) error {
+	res, err := m.s.generate(r.Context(), m.spec, started, func(text string, _ []runner.Token) error {
 		if parser == nil {
 			return blocks.text(text)
 		}
-		if m.plan.forcedCalls {
+		if m.plan.ForcedCalls {
 			forced.WriteString(text)
 		}
 		ds := parser.Feed(text)
-		if m.plan.forcedCalls {
+		if m.plan.ForcedCalls {
 			ds = withoutContent(ds)
 		}
 		return blocks.feed(ds)
 	})
 	if err == nil && parser != nil {
 		rest := parser.Finish()
-		if m.plan.forcedCalls {
+		if m.plan.ForcedCalls {
 			rest = withoutContent(rest)
-			rest = append(rest, m.plan.cutDeltas(forced.String(), res.finish, blocks.calls, rest)...)
+			rest = append(rest, m.plan.CutDeltas(forced.String(), res.Finish, blocks.calls, rest)...)
 		}
 		if blocks.feed(rest) != nil {
-			return nil, errClientGone
+			return nil, runner.ErrClientGone
 		}
 	}
 	if err != nil {
-		if errors.Is(err, errClientGone) {
+		if errors.Is(err, runner.ErrClientGone) {
 			return nil, err
 		}
 		if !sse.began {
@@ -358,17 +361,17 @@ func (m *messagesWriter) stream(w http.ResponseWriter, r *http.Request) (*genRes
 		return nil, err
 	}
 	if blocks.close() != nil {
-		return nil, errClientGone
+		return nil, runner.ErrClientGone
 	}
-	finish := res.finish
+	finish := res.Finish
 	if blocks.calls > 0 && finish == "stop" {
 		finish = "tool_calls"
 	}
 	reason, seq := m.stopReason(finish, res)
-	u := messagesUsage(res.usage)
+	u := messagesUsage(res.Usage)
 	delta := map[string]any{"type": "message_delta", "delta": map[string]any{"stop_reason": reason, "stop_sequence": seq}, "usage": u}
 	if sendEvent(sse, "message_delta", delta) != nil || sendEvent(sse, "message_stop", map[string]any{"type": "message_stop"}) != nil {
-		return nil, errClientGone
+		return nil, runner.ErrClientGone
 	}
 	return res, nil
 }
@@ -386,7 +389,7 @@ func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
 	}
 	var prompt []int32
 	if err == nil {
-		_, prompt, err = s.chatPrompt(req.Chat)
+		_, prompt, err = s.pipe.ChatPrompt(req.Chat)
 	}
 	if err != nil {
 		writeAnthropicError(w, err)

@@ -5,27 +5,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
-	"time"
 
 	"stockpot/internal/engine"
+	"stockpot/internal/runner"
 	"stockpot/internal/tenant"
 )
 
-// Principal is who sent a request, as the TTFT floor (ttft_floor.go) sees it. ID tells
-// principals apart: a principal never needs protecting from what it sent itself. TTFTFloor
-// is its floor; 0 turns the floor off for it.
-type Principal struct {
-	ID        string
-	TTFTFloor time.Duration
-}
-
-// PrincipalFunc names the principal of a request that passed the API's auth. It runs once per
+// PrincipalFunc names the principal (internal/runner's, the TTFT floor's) of a request that
+// passed the API's auth. It runs once per
 // API request, after auth, and only when some principal can have a floor (Config.TTFTFloor or
 // Config.Principal set). The default, keyPrincipal, is the SHA-256 of the presented key with
 // Config.TTFTFloor; a tenants layer swaps in one that reads its tenant from r's context (a
 // finer ID than the tenant, the key, still tells a tenant's keys apart), with the tenant's
 // floor.
-type PrincipalFunc func(r *http.Request) Principal
+type PrincipalFunc func(r *http.Request) runner.Principal
 
 // keyPrincipal: the presented key's SHA-256 (hex), the server's floor. Without API keys the
 // key is whatever the client sends; the floor still holds (a new principal knows nothing, so
@@ -34,9 +27,9 @@ type PrincipalFunc func(r *http.Request) Principal
 // With tenants the principal is the tenant (its namespace) and, when the key came straight
 // from the client, the key: behind the router, whose own key is on every forwarded request,
 // the floor tells tenants apart, not the keys inside one tenant.
-func (s *Server) keyPrincipal(r *http.Request) Principal {
+func (s *Server) keyPrincipal(r *http.Request) runner.Principal {
 	sum := keyIdentity(r)
-	return Principal{ID: hex.EncodeToString(sum[:]), TTFTFloor: s.cfg.TTFTFloor}
+	return runner.Principal{ID: hex.EncodeToString(sum[:]), TTFTFloor: s.cfg.TTFTFloor}
 }
 
 // keyIdentity is the SHA-256 of who presented r's key, as keyPrincipal says: the tenant's
@@ -88,17 +81,15 @@ func (s *Server) principalFunc() PrincipalFunc {
 	return nil
 }
 
-type principalKey struct{}
-
-// withPrincipal returns r with its principal (the TTFT floor's) and, under
-// Config.KeyIsolation, its key identity on the context, for generate.
+// withPrincipal returns r with its principal (the TTFT floor's, runner.WithPrincipal) and,
+// under Config.KeyIsolation, its key identity on the context, for generate.
 func (s *Server) withPrincipal(r *http.Request) *http.Request {
 	ctx := r.Context()
 	if s.cfg.KeyIsolation {
 		ctx = context.WithValue(ctx, isolationKey{}, keyIdentity(r))
 	}
 	if f := s.principalFunc(); f != nil {
-		ctx = context.WithValue(ctx, principalKey{}, f(r))
+		ctx = runner.WithPrincipal(ctx, f(r))
 	}
 	if ctx == r.Context() {
 		return r
@@ -106,8 +97,11 @@ func (s *Server) withPrincipal(r *http.Request) *http.Request {
 	return r.WithContext(ctx)
 }
 
-// principalOf returns the principal withPrincipal put on ctx.
-func principalOf(ctx context.Context) (Principal, bool) {
-	p, ok := ctx.Value(principalKey{}).(Principal)
-	return p, ok
+// CalibrateFloor seeds the TTFT floor's miss estimator before serving
+// (runner.Runner.CalibrateFloor); it does nothing when no request can have a floor.
+func (s *Server) CalibrateFloor(ctx context.Context) error {
+	if s.principalFunc() == nil {
+		return nil
+	}
+	return s.run.CalibrateFloor(ctx)
 }

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"stockpot/internal/pipeline"
+
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -155,7 +157,7 @@ type countingTok struct {
 }
 
 func (c countingTok) Encode(text string, addSpecial, parseSpecial bool) []int32 {
-	if len(text) >= bigTokenizeBytes {
+	if len(text) >= pipeline.BigTokenizeBytes {
 		c.mu.Lock()
 		*c.running++
 		*c.worst = max(*c.worst, *c.running)
@@ -169,14 +171,14 @@ func (c countingTok) Encode(text string, addSpecial, parseSpecial bool) []int32 
 	return c.fakeTok.Encode(text[:min(len(text), 8)], addSpecial, parseSpecial)
 }
 
-// TestBigTokenizeSlots: big texts are tokenized at most bigTokenizeSlots() at a time, the
+// TestBigTokenizeSlots: big texts are tokenized at most pipeline.BigTokenizeSlots() at a time, the
 // others waiting their turn (not refused), and every request is answered.
 func TestBigTokenizeSlots(t *testing.T) {
 	var mu sync.Mutex
 	var running, worst int
 	tok := countingTok{mu: &mu, running: &running, worst: &worst, entered: make(chan struct{}, 64), proceeds: make(chan struct{})}
 	s, _ := newTestServerTok(t, newFakeGen("ok"), tok, func(c *Config) { c.MaxBodyBytes = 1 << 20 })
-	body := `{"prompt":"` + strings.Repeat("a", bigTokenizeBytes) + `"}`
+	body := `{"prompt":"` + strings.Repeat("a", pipeline.BigTokenizeBytes) + `"}`
 	const n = 6
 	codes := make(chan int, n)
 	for range n {
@@ -186,7 +188,7 @@ func TestBigTokenizeSlots(t *testing.T) {
 			codes <- rec.Code
 		}()
 	}
-	slots := bigTokenizeSlots()
+	slots := pipeline.BigTokenizeSlots()
 	for done := 0; done < n; {
 		// Let in the callers that hold a slot, then check nobody else got past.
 		for range min(slots, n-done) {

@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"stockpot/internal/api"
+	"stockpot/internal/pipeline"
+	"stockpot/internal/runner"
 	"stockpot/internal/toolcall"
 )
 
@@ -121,7 +123,7 @@ func (st *responseStore) usage() (count int, bytes int64) {
 func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	start := s.cfg.Now()
 	var (
-		res *genResult
+		res *runner.Result
 		err error
 	)
 	defer func() { s.finishRequest(res, err, start) }()
@@ -138,14 +140,14 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			return
 		}
-		finish = res.finish
+		finish = res.Finish
 	} else {
 		var text string
 		if text, res, err = s.generateAll(w, r, spec); err != nil {
 			return
 		}
-		msg, _ := c.message(text, res.finish)
-		out, finish = rw.items(msg), res.finish
+		msg, _ := c.message(text, res.Finish)
+		out, finish = rw.items(msg), res.Finish
 		writeJSON(w, http.StatusOK, rw.response(out, finish, res))
 	}
 	if rr.Stored() {
@@ -156,7 +158,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 
 // prepareResponses parses the request, resolves previous_response_id and builds the
 // generation as prepareChat does.
-func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *genSpec, *chatWriter, []api.ResponsesItem, error) {
+func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *pipeline.Spec, *chatWriter, []api.ResponsesItem, error) {
 	start := s.cfg.Now()
 	body, err := s.readBody(r)
 	if err != nil {
@@ -186,11 +188,12 @@ func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *genS
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	spec, plan, err := s.chatSpec(r.Context(), req, req.RequestedMaxTokens(), -1, start) // no logprobs in this API
+	spec, plan, err := s.pipe.Chat(r.Context(), req, req.RequestedMaxTokens(), -1) // no logprobs in this API
 	if err != nil {
 		return nil, nil, nil, nil, renameParams(err, responsesParams)
 	}
-	c := &chatWriter{s: s, req: req, plan: plan, prompt: spec.req.Prompt, id: newID("resp_"), created: start.Unix()}
+	s.specReady(&req.GenerationParams)
+	c := &chatWriter{s: s, req: req, plan: plan, prompt: spec.Req.Prompt, id: newID("resp_"), created: start.Unix()}
 	s.recordRequest(r, body)
 	return rr, spec, c, prior, nil
 }
@@ -235,7 +238,7 @@ func callItem(id, callID, name, args, status string) api.ResponseItem {
 }
 
 // response builds the response object; res is nil while it is in progress.
-func (rw *responsesWriter) response(out []api.ResponseItem, finish string, res *genResult) *api.Response {
+func (rw *responsesWriter) response(out []api.ResponseItem, finish string, res *runner.Result) *api.Response {
 	rr := rw.rr
 	resp := &api.Response{ID: rw.id, Object: "response", CreatedAt: rw.created, Status: "in_progress",
 		Model: rw.s.cfg.ModelName, Output: out, Instructions: rr.Instructions, MaxOutputTokens: rr.MaxOutputTokens,
@@ -276,7 +279,7 @@ func (rw *responsesWriter) response(out []api.ResponseItem, finish string, res *
 		}
 	}
 	resp.OutputText = text.String()
-	resp.Usage = api.ResponseUsageOf(usageOf(res.usage))
+	resp.Usage = api.ResponseUsageOf(usageOf(res.Usage))
 	return resp
 }
 
@@ -424,7 +427,7 @@ func (rw *responsesWriter) content(st *streamState, text string) error {
 	return rw.event("response.output_text.delta", map[string]any{"item_id": st.out[i].ID, "output_index": i, "content_index": 0, "delta": text})
 }
 
-func (rw *responsesWriter) stream(w http.ResponseWriter, r *http.Request, spec *genSpec) ([]api.ResponseItem, *genResult, error) {
+func (rw *responsesWriter) stream(w http.ResponseWriter, r *http.Request, spec *pipeline.Spec) ([]api.ResponseItem, *runner.Result, error) {
 	rw.sse = newSSE(w)
 	started := func() error {
 		if err := rw.sse.start(); err != nil {
@@ -436,39 +439,39 @@ func (rw *responsesWriter) stream(w http.ResponseWriter, r *http.Request, spec *
 		return rw.event("response.in_progress", map[string]any{"response": rw.response(nil, "", nil)})
 	}
 	var parser *toolcall.Parser
-	if rw.plan.parsing() {
-		parser = toolcall.NewParser(rw.plan.outputFamily(), rw.plan.opts)
+	if rw.plan.Parsing() {
+		parser = toolcall.NewParser(rw.plan.Family, rw.plan.Opts)
 	}
 	st := &streamState{}
 	var forced strings.Builder // a forced answer's text, for the call a cut leaves (cutDeltas)
-	res, err := rw.s.generate(r.Context(), spec, started, func(text string, _ []genToken) error {
+	res, err := rw.s.generate(r.Context(), spec, started, func(text string, _ []runner.Token) error {
 		if parser == nil {
 			if text == "" {
 				return nil
 			}
 			return rw.content(st, text)
 		}
-		if rw.plan.forcedCalls {
+		if rw.plan.ForcedCalls {
 			forced.WriteString(text)
 		}
 		ds := parser.Feed(text)
-		if rw.plan.forcedCalls {
+		if rw.plan.ForcedCalls {
 			ds = withoutContent(ds)
 		}
 		return rw.feed(st, ds)
 	})
 	if err == nil && parser != nil {
 		rest := parser.Finish()
-		if rw.plan.forcedCalls {
+		if rw.plan.ForcedCalls {
 			rest = withoutContent(rest)
-			rest = append(rest, rw.plan.cutDeltas(forced.String(), res.finish, st.calls(), rest)...)
+			rest = append(rest, rw.plan.CutDeltas(forced.String(), res.Finish, st.calls(), rest)...)
 		}
 		if rw.feed(st, rest) != nil {
-			err = errClientGone
+			err = runner.ErrClientGone
 		}
 	}
 	if err != nil {
-		if errors.Is(err, errClientGone) {
+		if errors.Is(err, runner.ErrClientGone) {
 			return nil, nil, err
 		}
 		if !rw.sse.began {
@@ -482,20 +485,20 @@ func (rw *responsesWriter) stream(w http.ResponseWriter, r *http.Request, spec *
 	if st.open == "" && len(st.out) == 0 {
 		// An empty answer is still one (empty) message, as non-streamed.
 		if err := rw.openItem(st, messageItem(newID("msg_"), "", "in_progress")); err != nil {
-			return nil, nil, errClientGone
+			return nil, nil, runner.ErrClientGone
 		}
 	}
-	st.cut = res.finish == "length"
+	st.cut = res.Finish == "length"
 	if err := rw.closeItem(st); err != nil {
-		return nil, nil, errClientGone
+		return nil, nil, runner.ErrClientGone
 	}
-	resp := rw.response(st.out, res.finish, res)
+	resp := rw.response(st.out, res.Finish, res)
 	typ := "response.completed"
 	if resp.Status == "incomplete" {
 		typ = "response.incomplete"
 	}
 	if err := rw.event(typ, map[string]any{"response": resp}); err != nil {
-		return nil, nil, errClientGone
+		return nil, nil, runner.ErrClientGone
 	}
 	return st.out, res, nil
 }

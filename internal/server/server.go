@@ -29,8 +29,9 @@ import (
 	"stockpot/internal/apikey"
 	"stockpot/internal/connlimit"
 	"stockpot/internal/engine"
-	"stockpot/internal/grammar"
 	"stockpot/internal/membudget"
+	"stockpot/internal/pipeline"
+	"stockpot/internal/runner"
 	"stockpot/internal/tenant"
 )
 
@@ -38,32 +39,19 @@ import (
 type Server struct {
 	cfg      Config
 	gen      engine.Generator
-	tok      Tokenizer
+	tok      pipeline.Tokenizer
+	pipe     *pipeline.Pipeline // builds what the engine runs from a parsed request
+	run      *runner.Runner     // runs it: the engine stream, stop strings, TTFT floor, misses
 	metrics  *metrics
-	misses   *prometheus.CounterVec // stockpot_prefix_miss_total{cause} (miss.go)
-	gatherer prometheus.Gatherer    // nil when the Registerer is not also a Gatherer
+	gatherer prometheus.Gatherer // nil when the Registerer is not also a Gatherer
 	handler  http.Handler
 	// metricsHandler serves gatherer; nil when gatherer is.
 	metricsHandler http.Handler
 	routes         map[string]map[string]http.HandlerFunc // path -> method -> handler
 	started        time.Time
 
-	// bos is the BOS id when the model wants one (tok.AddBOS()), else -1. Chat prompts are
-	// encoded without special tokens, since templates usually write BOS themselves, and get
-	// BOS prepended only when the template did not.
-	bos int32
-
-	// vocab is the vocabulary for constrained decoding's token masks, built by grammarVocab
-	// on the first constrained request (a trie over every token's bytes).
-	vocabOnce sync.Once
-	vocab     *grammar.Vocab
-	grammars  grammarCache
-	// controlPieces are the texts of the model's control tokens (end of generation left
-	// out), listed by controlMarkup on first use.
-	controlOnce   sync.Once
-	controlPieces []string
-	responses     *responseStore                     // for /v1/responses' previous_response_id
-	listener      atomic.Pointer[connlimit.Listener] // the one Serve accepts on, once it runs
+	responses *responseStore                     // for /v1/responses' previous_response_id
+	listener  atomic.Pointer[connlimit.Listener] // the one Serve accepts on, once it runs
 
 	apiKeys     apikey.Set // Config.APIKeys
 	adminKeys   apikey.Set // Config.AdminKeys: the cache admin API
@@ -79,7 +67,6 @@ type Server struct {
 	replay        *tenant.ReplayGuard
 	tenantMetrics *tenantMetrics
 
-	floor  *floorState     // the TTFT floor (ttft_floor.go)
 	dash   *dashboardState // GET /dashboard (dashboard.go)
 	recent recentRing      // GET /v1/requests/recent (recent.go)
 
@@ -87,8 +74,6 @@ type Server struct {
 	// is read (reqmem.go).
 	reqmem        *membudget.Budget
 	reqmemMetrics *reqmemMetrics
-	// bigTokenize holds one value per big text being tokenized (tokenizer.go's encodeLimit).
-	bigTokenize chan struct{}
 
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
@@ -97,7 +82,7 @@ type Server struct {
 // New builds a Server. Metrics register on reg; when reg is also a prometheus.Gatherer (a
 // *prometheus.Registry is) /metrics serves it, and with a nil reg the server makes its own
 // registry.
-func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registerer) (*Server, error) {
+func New(cfg Config, gen engine.Generator, tok pipeline.Tokenizer, reg prometheus.Registerer) (*Server, error) {
 	c, err := cfg.validate()
 	if err != nil {
 		return nil, err
@@ -112,7 +97,7 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 	if err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
-	misses, err := newMissCounter(reg)
+	run, err := runner.New(gen, tok, runner.Config{BlockSize: c.BlockSize, MaxPromptTokens: c.MaxPromptTokens, OnFloorPlan: c.onFloorPlan}, reg)
 	if err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
@@ -120,7 +105,8 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 	if err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
-	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, misses: misses, started: c.Now(), bos: -1,
+	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, started: c.Now(), run: run,
+		pipe:    pipeline.New(tok, pipeline.Config{ContextLength: c.ContextLength, MaxPromptTokens: c.MaxPromptTokens, Grammar: c.Grammar}),
 		apiKeys: apikey.NewSet(c.APIKeys...), metricsKeys: apikey.NewSet(c.MetricsKey), adminKeys: apikey.NewSet(c.AdminKeys...),
 		eventsKeys: apikey.NewSet(c.EventsKeys...), dashboardKeys: apikey.NewSet(c.DashboardKeys...), backendKeys: apikey.NewSet(c.BackendKey),
 		tenants: c.Tenants, limiter: tenant.NewLimiter(), replay: tenant.NewReplayGuard(0), tenantMetrics: tm,
@@ -129,21 +115,12 @@ func New(cfg Config, gen engine.Generator, tok Tokenizer, reg prometheus.Registe
 		s.tenants = tenant.Single(c.APIKeys)
 	}
 	s.reqmem = membudget.New(c.RequestMemoryBytes)
-	s.bigTokenize = make(chan struct{}, bigTokenizeSlots())
 	if s.reqmemMetrics, err = newReqmemMetrics(reg, s.reqmem); err != nil {
-		return nil, fmt.Errorf("server: registering metrics: %w", err)
-	}
-	if s.floor, err = newFloorState(reg); err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
 	if g, ok := reg.(prometheus.Gatherer); ok {
 		s.gatherer = g
 		s.metricsHandler = promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-	}
-	if tok.AddBOS() {
-		if ids := tok.Encode("", true, false); len(ids) > 0 {
-			s.bos = ids[0]
-		}
 	}
 	s.routes = map[string]map[string]http.HandlerFunc{
 		"/v1/completions":           {http.MethodPost: s.handleCompletions},

@@ -22,6 +22,7 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
+	"stockpot/internal/pipeline"
 )
 
 const testModel = "test-model"
@@ -31,7 +32,7 @@ func newTestServer(t testing.TB, gen *fakeGen, mod func(*Config)) (*Server, *pro
 	return newTestServerTok(t, gen, fakeTok{}, mod)
 }
 
-func newTestServerTok(t testing.TB, gen *fakeGen, tok Tokenizer, mod func(*Config)) (*Server, *prometheus.Registry) {
+func newTestServerTok(t testing.TB, gen *fakeGen, tok pipeline.Tokenizer, mod func(*Config)) (*Server, *prometheus.Registry) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.ModelName = testModel

@@ -12,6 +12,8 @@ import (
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
 	"stockpot/internal/kvtier"
+	"stockpot/internal/pipeline"
+	"stockpot/internal/runner"
 	"stockpot/internal/tenant"
 )
 
@@ -84,7 +86,7 @@ func (s *Server) authenticate(r *http.Request) (*tenant.Tenant, error) {
 // isGenerationPath reports whether path runs the engine (and so takes a quota slot).
 func isGenerationPath(p string) bool {
 	switch p {
-	case PathCompletions, PathChat, PathResponses, PathMessages:
+	case pipeline.PathCompletions, pipeline.PathChat, pipeline.PathResponses, pipeline.PathMessages:
 		return true
 	}
 	return false
@@ -178,20 +180,20 @@ func newTenantMetrics(reg prometheus.Registerer) (*tenantMetrics, error) {
 }
 
 // observe counts one finished generation of t.
-func (m *tenantMetrics) observe(t *tenant.Tenant, res *genResult, err error) {
+func (m *tenantMetrics) observe(t *tenant.Tenant, res *runner.Result, err error) {
 	name := tenant.NameOf(t)
 	switch {
 	case err == nil:
 		m.requests.WithLabelValues(name, "200").Inc()
-		m.tokens.WithLabelValues(name, "reused").Add(float64(res.usage.CachedTokens()))
-		m.tokens.WithLabelValues(name, "computed").Add(float64(res.usage.ComputedTokens))
-		if n := res.usage.CrossTenantTokens; n > 0 {
+		m.tokens.WithLabelValues(name, "reused").Add(float64(res.Usage.CachedTokens()))
+		m.tokens.WithLabelValues(name, "computed").Add(float64(res.Usage.ComputedTokens))
+		if n := res.Usage.CrossTenantTokens; n > 0 {
 			m.cross.WithLabelValues(name).Add(float64(n))
 		}
-		if why := pinLimit(res.usage.Pins); why != "" {
+		if why := pinLimit(res.Usage.Pins); why != "" {
 			m.pinsLimited.WithLabelValues(name, why).Inc()
 		}
-	case errors.Is(err, errClientGone):
+	case errors.Is(err, runner.ErrClientGone):
 		m.requests.WithLabelValues(name, "499").Inc()
 	default:
 		m.requests.WithLabelValues(name, strconv.Itoa(api.AsError(err).Status)).Inc()

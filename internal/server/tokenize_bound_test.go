@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"stockpot/internal/gguf"
+	"stockpot/internal/pipeline"
 	"stockpot/internal/synth"
 	"stockpot/internal/tokenizer"
 )
 
 // kimiTokenizer is a real byte-level BPE tokenizer with the kimi-k2 pre-tokenizer (the
 // tiny-llama3 preset's vocabulary relabelled, as internal/tokenizer's kimi-k2 test does).
-func kimiTokenizer(t *testing.T) Tokenizer {
+func kimiTokenizer(t *testing.T) pipeline.Tokenizer {
 	t.Helper()
 	p, err := synth.Lookup("tiny-llama3")
 	if err != nil {
@@ -39,7 +40,7 @@ func kimiTokenizer(t *testing.T) Tokenizer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return FromTokenizer(tok)
+	return pipeline.FromTokenizer(tok)
 }
 
 // TestTokenizeBounded is the probe's /tokenize of 4 MiB of spaces (kimi-k3: 0.66 GB and

@@ -9,27 +9,26 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"stockpot/internal/api"
-	"stockpot/internal/engine"
+	"stockpot/internal/runner"
 )
 
 // floorServer is a server with keys a, b and c and a TTFT floor, recording every plan.
-func floorServer(t *testing.T, floor time.Duration, answer string) (*Server, *prometheus.Registry, func() []floorPlan) {
+func floorServer(t *testing.T, floor time.Duration, answer string) (*Server, *prometheus.Registry, func() []runner.FloorPlan) {
 	t.Helper()
+	var mu sync.Mutex
+	var plans []runner.FloorPlan
 	s, reg := newTestServer(t, newFakeGen(answer), func(c *Config) {
 		c.APIKeys, c.TTFTFloor, c.BlockSize, c.ContextLength, c.MaxPromptTokens = []string{"a", "b", "c"}, floor, 16, 512, 500
 		c.MaxBodyBytes = 1 << 16
+		c.onFloorPlan = func(p runner.FloorPlan) {
+			mu.Lock()
+			plans = append(plans, p)
+			mu.Unlock()
+		}
 	})
-	var mu sync.Mutex
-	var plans []floorPlan
-	s.floor.onPlan = func(p floorPlan) {
-		mu.Lock()
-		plans = append(plans, p)
-		mu.Unlock()
-	}
-	return s, reg, func() []floorPlan {
+	return s, reg, func() []runner.FloorPlan {
 		mu.Lock()
 		defer mu.Unlock()
 		out := plans
@@ -77,8 +76,8 @@ func TestTTFTFloorMechanism(t *testing.T) {
 			t.Fatalf("step %d: %d plans", i, len(ps))
 		}
 		pl := ps[0]
-		if pl.padded != st.padded || pl.knownTokens != st.known {
-			t.Errorf("step %d (%s): padded %v known %d, want %v %d", i, st.key, pl.padded, pl.knownTokens, st.padded, st.known)
+		if pl.Padded != st.padded || pl.KnownTokens != st.known {
+			t.Errorf("step %d (%s): padded %v known %d, want %v %d", i, st.key, pl.Padded, pl.KnownTokens, st.padded, st.known)
 		}
 		// The charge: a padded request reuses nothing past its known prefix (the engine
 		// computes the rest, as the miss it is told as); an unpadded one is not capped.
@@ -104,13 +103,13 @@ func TestTTFTFloorMechanism(t *testing.T) {
 			}
 		}
 	}
-	if got := metricValue(t, s.floor.padded.WithLabelValues("true")); got != 4 {
+	if got := counterValue(t, reg, "stockpot_ttft_floor_requests_total", "padded", "true"); got != 4 {
 		t.Errorf("padded requests counted %v, want 4", got)
 	}
-	if got := metricValue(t, s.floor.padded.WithLabelValues("false")); got != 3 {
+	if got := counterValue(t, reg, "stockpot_ttft_floor_requests_total", "padded", "false"); got != 3 {
 		t.Errorf("unpadded requests counted %v, want 3", got)
 	}
-	if got := metricValue(t, s.floor.masked); got <= 0 {
+	if got := counterValue(t, reg, "stockpot_ttft_floor_masked_tokens_total", "", ""); got <= 0 {
 		t.Errorf("masked tokens counted %v", got)
 	}
 	if mfs, _ := reg.Gather(); !strings.Contains(fmt.Sprint(mfs), "stockpot_ttft_floor_pad_seconds_total") {
@@ -164,100 +163,12 @@ func TestTTFTFloorStream(t *testing.T) {
 	if text != "streamed answer" || u.PromptTokensDetails.CachedTokens != 0 || u.Timings.TTFTMs < 2 {
 		t.Errorf("padded stream: %q, usage %+v", text, u)
 	}
-	if ps := plans(); len(ps) != 1 || !ps[0].padded {
+	if ps := plans(); len(ps) != 1 || !ps[0].Padded {
 		t.Errorf("plans %+v, want one padded", ps)
 	}
 	text, u = stream("a")
 	if text != "streamed answer" || u.PromptTokensDetails.CachedTokens != fakeUsage(u.PromptTokens).CachedTokens() {
 		t.Errorf("own repeat: %q, usage %+v", text, u)
-	}
-}
-
-// TestLedger: knowledge is per principal and per chain prefix, a block forgets its oldest
-// knower past ledgerKnowers, and the ledger forgets its least recent blocks past its capacity.
-func TestLedger(t *testing.T) {
-	l := newLedger(4)
-	toks := make([]int32, 64)
-	for i := range toks {
-		toks[i] = int32(i)
-	}
-	keys := floorKeys("", toks, 16, nil)
-	if len(keys) != 4 {
-		t.Fatalf("%d keys for 4 blocks", len(keys))
-	}
-	if other := floorKeys("salt", toks, 16, nil); other[0] == keys[0] {
-		t.Error("the salt does not change the chain")
-	}
-	if ext := floorKeys("", toks, 16, keys[:2:2]); ext[3] != keys[3] {
-		t.Error("extending a chain differs from computing it whole")
-	}
-	l.learn(1, keys[:2])
-	if got := l.knownPrefix(1, keys); got != 2 {
-		t.Errorf("known prefix %d, want 2", got)
-	}
-	if got := l.knownPrefix(2, keys); got != 0 {
-		t.Errorf("another principal knows %d", got)
-	}
-	for p := uint64(2); p <= 5; p++ {
-		l.learn(p, keys[:1])
-	}
-	if l.knownPrefix(1, keys) != 0 || l.knownPrefix(5, keys) != 1 {
-		t.Error("a fifth knower did not replace the oldest")
-	}
-	l.learn(9, keys)
-	more := floorKeys("x", toks, 16, nil)
-	l.learn(9, more[:1]) // capacity 4: the least recent block goes
-	if n := l.len(); n != 4 {
-		t.Errorf("ledger holds %d blocks, want 4", n)
-	}
-	if got := l.knownPrefix(9, keys); got != 0 {
-		t.Errorf("the least recently used block was kept (known prefix %d)", got)
-	}
-}
-
-// TestMissEstimator: the estimate follows a linear TTFT plus the residuals' high quantile,
-// and is 0 until enough samples came.
-func TestMissEstimator(t *testing.T) {
-	var e missEstimator
-	if e.estimate(100) != 0 {
-		t.Error("an estimate before any sample")
-	}
-	// TTFT = 5ms + 0.1ms per token, every tenth sample 2ms slow and every tenth 2ms fast.
-	for i := range 400 {
-		x := 16 * (1 + i%32)
-		y := 5*time.Millisecond + time.Duration(x)*100*time.Microsecond
-		if i%10 == 0 {
-			y += 2 * time.Millisecond
-		} else if i%10 == 5 {
-			y -= 2 * time.Millisecond
-		}
-		e.observe(x, y)
-	}
-	got := e.estimate(256)
-	fit := 5*time.Millisecond + 256*100*time.Microsecond
-	if got < fit+time.Millisecond || got > fit+3*time.Millisecond {
-		t.Errorf("estimate(256) %v, want about the fit %v + 2ms (the p95 residual)", got, fit)
-	}
-}
-
-// TestMissEstimatorSeed: seeded with a few misses on a line, the estimator has its
-// estimatorMinSamples at once and its estimate is at least the line's.
-func TestMissEstimatorSeed(t *testing.T) {
-	var e missEstimator
-	line := func(x int) time.Duration { return 2*time.Millisecond + time.Duration(x)*500*time.Microsecond }
-	e.seed([]floorSample{{17, line(17)}, {256, line(256)}, {0, 0}}) // the timeless one is ignored
-	if n := e.samples(); n != estimatorMinSamples {
-		t.Fatalf("seeded with %d samples, want %d", n, estimatorMinSamples)
-	}
-	for _, x := range []int{17, 100, 256, 1000} {
-		if got := e.estimate(x); got < line(x) {
-			t.Errorf("estimate(%d) %v under the seeded line's %v", x, got, line(x))
-		}
-	}
-	var none missEstimator
-	none.seed([]floorSample{{5, 0}})
-	if none.samples() != 0 {
-		t.Error("a seed without times counted")
 	}
 }
 
@@ -284,8 +195,8 @@ func TestTTFTFloorCalibrated(t *testing.T) {
 				}
 				salts[r.CacheSalt] = true
 			}
-			if len(g.reqs) != 2*calibrationRounds || len(salts) != len(g.reqs) {
-				t.Errorf("%d calibration requests under %d salts, want %d, each its own", len(g.reqs), len(salts), 2*calibrationRounds)
+			if len(g.reqs) != 2*runner.CalibrationRounds || len(salts) != len(g.reqs) {
+				t.Errorf("%d calibration requests under %d salts, want %d, each its own", len(g.reqs), len(salts), 2*runner.CalibrationRounds)
 			}
 			if len(plans()) != 0 {
 				t.Error("the calibration went through the floor's plans")
@@ -293,10 +204,10 @@ func TestTTFTFloorCalibrated(t *testing.T) {
 		}
 		complete(t, s, "a", prompt, "")
 		ps := plans()
-		if len(ps) != 1 || !ps[0].padded {
+		if len(ps) != 1 || !ps[0].Padded {
 			t.Fatalf("plans %+v, want one padded", ps)
 		}
-		switch got := ps[0].target; {
+		switch got := ps[0].Target; {
 		case calibrate && got < want:
 			t.Errorf("calibrated: the first request's target %v, want at least the engine's miss TTFT %v", got, want)
 		case !calibrate && got != floor:
@@ -347,34 +258,4 @@ func TestKeyIsolation(t *testing.T) {
 			}
 		}
 	}
-}
-
-// TestMaskUsage: reuse past the known tokens becomes computed, in chain order.
-func TestMaskUsage(t *testing.T) {
-	u := engine.Usage{PromptTokens: 100, DeviceTokens: 48, HostTokens: 32, ComputedTokens: 20, DiscardedTokens: 16,
-		DiscardedBy: map[string]int{"checksum": 16}, QueueMs: 1, RestoreMs: 3, PrefillMs: 2, TTFTMs: 6,
-		Pins: []engine.PinResult{{Requested: 64, Pinned: 64, Created: 0}}}
-	if n := maskUsage(&u, 64, 40*time.Millisecond); n != 16 {
-		t.Errorf("masked %d, want 16", n)
-	}
-	if u.DeviceTokens != 48 || u.HostTokens != 16 || u.ComputedTokens != 36 || u.DiscardedTokens != 0 || u.DiscardedBy != nil {
-		t.Errorf("masked usage %+v", u)
-	}
-	if u.TTFTMs != 40 || u.RestoreMs != 0 || u.PrefillMs != 39 || u.Pins[0].Created != 0 {
-		t.Errorf("masked timings or pins %+v", u)
-	}
-	u2 := engine.Usage{PromptTokens: 100, DeviceTokens: 96, ComputedTokens: 4, Pins: []engine.PinResult{{Requested: 96, Pinned: 96}}}
-	maskUsage(&u2, 0, time.Millisecond)
-	if u2.DeviceTokens != 0 || u2.ComputedTokens != 100 || u2.Pins[0].Created != 96 {
-		t.Errorf("fully masked %+v", u2)
-	}
-}
-
-func metricValue(t *testing.T, c prometheus.Counter) float64 {
-	t.Helper()
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		t.Fatal(err)
-	}
-	return m.GetCounter().GetValue()
 }

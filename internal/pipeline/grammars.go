@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"container/list"
@@ -110,7 +110,7 @@ type grammarKey struct {
 }
 
 // grammarID is a grammarKey's SHA-256: the cache keeps 32 bytes per grammar, not its schema.
-// The server has one vocabulary, and a compiled grammar does not depend on it (its tables
+// A pipeline has one vocabulary, and a compiled grammar does not depend on it (its tables
 // are kept per vocabulary inside it), so the vocabulary is not part of the key.
 type grammarID [32]byte
 
@@ -160,7 +160,7 @@ type grammarFlight struct {
 
 // errFlightAbandoned marks a flight whose leader left before compiling (its context ended
 // while it waited for a slot): its followers try again themselves.
-var errFlightAbandoned = errors.New("server: grammar compile abandoned")
+var errFlightAbandoned = errors.New("pipeline: grammar compile abandoned")
 
 func (c *grammarCache) init(cfg GrammarConfig) {
 	c.once.Do(func() {
@@ -352,30 +352,4 @@ func admitTools(tools []api.Tool, choice api.ToolChoice, lim grammar.Limits, mar
 			n, grammar.FormatBytes(be.Amount), grammar.FormatBytes(be.Limit))
 	}
 	return nil
-}
-
-// The chat field names planChat's errors use, as Responses and Messages spell them.
-var (
-	responsesParams = []paramRename{{"response_format.json_schema.schema", "text.format.schema"}, {"response_format", "text.format"}, {".function.parameters", ".parameters"}}
-	messagesParams  = []paramRename{{".function.parameters", ".input_schema"}}
-)
-
-type paramRename struct{ from, to string }
-
-// renameParams returns err with the chat field names of its param and message renamed (the
-// first rename that applies to each); an error that is not an *api.Error is returned as is.
-func renameParams(err error, renames []paramRename) error {
-	e, ok := err.(*api.Error)
-	if !ok {
-		return err
-	}
-	c := *e
-	for _, r := range renames {
-		if strings.Contains(c.Param, r.from) || strings.Contains(c.Message, r.from) {
-			c.Param = strings.Replace(c.Param, r.from, r.to, 1)
-			c.Message = strings.ReplaceAll(c.Message, r.from, r.to)
-			break
-		}
-	}
-	return &c
 }

@@ -1,4 +1,4 @@
-package server
+package runner
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"stockpot/internal/engine"
+	"stockpot/internal/pipeline"
 	"stockpot/internal/prefix"
 )
 
@@ -321,8 +322,8 @@ const (
 	// at start. Longer prompts are extrapolated (attention makes them cost more: real misses
 	// correct the line as they come).
 	calibrationTokens = 256
-	// calibrationRounds: each length twice, the first of each paying any warm-up.
-	calibrationRounds = 2
+	// CalibrationRounds: each length twice, the first of each paying any warm-up.
+	CalibrationRounds = 2
 )
 
 // CalibrateFloor seeds the TTFT floor's miss estimator from misses the engine computes now:
@@ -330,14 +331,11 @@ const (
 // its own that nobody else can name and with MaxReuseTokens 0, so each is a miss, and with
 // nothing offloaded. Their first-token times (the engine's own Usage.TTFTMs) seed the
 // estimate (missEstimator.seed), so the floor protects from the first request, not from the
-// estimatorMinSamples-th. It does nothing when no request can have a floor. Call it once, at
-// start, before serving; it returns the first engine error.
-func (s *Server) CalibrateFloor(ctx context.Context) error {
-	if s.principalFunc() == nil {
-		return nil
-	}
-	long := min(calibrationTokens, s.cfg.MaxPromptTokens)
-	ids := s.tok.Encode(strings.Repeat("calibrating the time to a first token. ", long/4+1), true, false)
+// estimatorMinSamples-th. Call it once, at start, before serving, when some request can have
+// a floor; it returns the first engine error.
+func (r *Runner) CalibrateFloor(ctx context.Context) error {
+	long := min(calibrationTokens, r.cfg.MaxPromptTokens)
+	ids := r.tok.Encode(strings.Repeat("calibrating the time to a first token. ", long/4+1), true, false)
 	if len(ids) == 0 {
 		return nil
 	}
@@ -346,21 +344,21 @@ func (s *Server) CalibrateFloor(ctx context.Context) error {
 		prompt[i] = ids[i%len(ids)]
 	}
 	var samples []floorSample
-	for range calibrationRounds {
-		for _, n := range []int{min(s.cfg.BlockSize+1, long), long} {
-			u, err := s.calibrationMiss(ctx, prompt[:n])
+	for range CalibrationRounds {
+		for _, n := range []int{min(r.cfg.BlockSize+1, long), long} {
+			u, err := r.calibrationMiss(ctx, prompt[:n])
 			if err != nil {
-				return fmt.Errorf("server: calibrating the TTFT floor: %w", err)
+				return fmt.Errorf("runner: calibrating the TTFT floor: %w", err)
 			}
 			samples = append(samples, floorSample{u.ComputedTokens, time.Duration(u.TTFTMs * float64(time.Millisecond))})
 		}
 	}
-	s.floor.est.seed(samples)
+	r.floor.est.seed(samples)
 	return nil
 }
 
 // calibrationMiss runs prompt as a one-token miss and returns its usage.
-func (s *Server) calibrationMiss(ctx context.Context, prompt []int32) (engine.Usage, error) {
+func (r *Runner) calibrationMiss(ctx context.Context, prompt []int32) (engine.Usage, error) {
 	var salt [16]byte
 	if _, err := rand.Read(salt[:]); err != nil {
 		return engine.Usage{}, err
@@ -368,7 +366,7 @@ func (s *Server) calibrationMiss(ctx context.Context, prompt []int32) (engine.Us
 	zero := 0
 	req := &engine.Request{Prompt: prompt, MaxTokens: 1, IgnoreEOS: true, Logprobs: -1,
 		CacheSalt: "\x00stockpot/calibration\x00" + string(salt[:]), MaxReuseTokens: &zero, MaxOffloadTokens: &zero}
-	out, err := s.gen.Generate(ctx, req)
+	out, err := r.gen.Generate(ctx, req)
 	if err != nil {
 		return engine.Usage{}, err
 	}
@@ -390,12 +388,12 @@ func (s *Server) calibrationMiss(ctx context.Context, prompt []int32) (engine.Us
 	return *u, nil
 }
 
-// floorState is the server's part of the floor.
+// floorState is the runner's part of the floor.
 type floorState struct {
 	ledger *ledger
 	est    missEstimator
 	// onPlan, when set (tests), sees every plan.
-	onPlan func(floorPlan)
+	onPlan func(FloorPlan)
 
 	padded *prometheus.CounterVec // stockpot_ttft_floor_requests_total{padded}
 	pad    prometheus.Counter     // stockpot_ttft_floor_pad_seconds_total
@@ -421,13 +419,13 @@ func newFloorState(reg prometheus.Registerer) (*floorState, error) {
 	return f, nil
 }
 
-// floorPlan is the floor's decision for one request, made before the engine sees it.
-type floorPlan struct {
+// FloorPlan is the floor's decision for one request, made before the engine sees it.
+type FloorPlan struct {
 	principal   uint64
 	keys        []blockKey // the prompt's full blocks
-	knownTokens int        // tokens of the longest prefix of blocks the principal knows
-	padded      bool
-	target      time.Duration // padded: the first token's earliest time after at
+	KnownTokens int        // tokens of the longest prefix of blocks the principal knows
+	Padded      bool
+	Target      time.Duration // padded: the first token's earliest time after at
 	// at is when the plan was made, just before the engine got the request: the origin of the
 	// target and of the TTFT the estimator learns (the wall clock, not Config.Now, which tests
 	// may stop; what came before, parsing and tokenizing, does not depend on the cache).
@@ -435,33 +433,33 @@ type floorPlan struct {
 }
 
 // planFloor returns ctx's principal's plan for spec, or nil when it has no floor.
-func (s *Server) planFloor(ctx context.Context, spec *genSpec) *floorPlan {
+func (r *Runner) planFloor(ctx context.Context, spec *pipeline.Spec) *FloorPlan {
 	p, ok := principalOf(ctx)
 	if !ok || p.TTFTFloor <= 0 {
 		return nil
 	}
-	bs := s.cfg.BlockSize
-	prompt := spec.req.Prompt
-	plan := &floorPlan{principal: principalHash(p.ID), keys: floorKeys(spec.req.CacheSalt, prompt, bs, nil), at: time.Now()}
+	bs := r.cfg.BlockSize
+	prompt := spec.Req.Prompt
+	plan := &FloorPlan{principal: principalHash(p.ID), keys: floorKeys(spec.Req.CacheSalt, prompt, bs, nil), at: time.Now()}
 	matchable := plan.keys[:min(prefix.MaxMatchBlocks(len(prompt), bs), len(plan.keys))]
-	known := s.floor.ledger.knownPrefix(plan.principal, matchable)
-	plan.knownTokens = known * bs
+	known := r.floor.ledger.knownPrefix(plan.principal, matchable)
+	plan.KnownTokens = known * bs
 	if known < len(matchable) {
-		plan.padded = true
-		plan.target = max(p.TTFTFloor, s.floor.est.estimate(len(prompt)-plan.knownTokens))
+		plan.Padded = true
+		plan.Target = max(p.TTFTFloor, r.floor.est.estimate(len(prompt)-plan.KnownTokens))
 		// The charge: computed past the known prefix, as the miss it is told as.
-		spec.req.MaxReuseTokens = &plan.knownTokens
+		spec.Req.MaxReuseTokens = &plan.KnownTokens
 	}
-	s.floor.padded.WithLabelValues(map[bool]string{true: "true", false: "false"}[plan.padded]).Inc()
-	if s.floor.onPlan != nil {
-		s.floor.onPlan(*plan)
+	r.floor.padded.WithLabelValues(map[bool]string{true: "true", false: "false"}[plan.Padded]).Inc()
+	if r.floor.onPlan != nil {
+		r.floor.onPlan(*plan)
 	}
 	return plan
 }
 
 // floorRun follows one generation under the floor.
 type floorRun struct {
-	plan      *floorPlan
+	plan      *FloorPlan
 	start     time.Time
 	realFirst time.Time // when the engine's first output came (set before it is delivered)
 	shownAt   time.Time // when the first output was delivered (padded)
@@ -478,7 +476,7 @@ const spinWindow = time.Millisecond
 // each later one as long after its arrival as the first was delayed. It drains out to its end;
 // once ctx ends it delivers at once (the client is gone or the generation cut). run.realFirst
 // is set before the first output is sent.
-func (s *Server) deliverShifted(ctx context.Context, out <-chan engine.Output, deadline time.Time, run *floorRun) <-chan engine.Output {
+func (r *Runner) deliverShifted(ctx context.Context, out <-chan engine.Output, deadline time.Time, run *floorRun) <-chan engine.Output {
 	type stamped struct {
 		o  engine.Output
 		at time.Time
@@ -520,7 +518,7 @@ func (s *Server) deliverShifted(ctx context.Context, out <-chan engine.Output, d
 				if shift < 0 {
 					run.realFirst = at
 					shift = max(deadline.Sub(at), 0)
-					s.floor.pad.Add(shift.Seconds())
+					r.floor.pad.Add(shift.Seconds())
 				}
 				q = append(q, stamped{o, at})
 			case send <- next:
@@ -537,29 +535,29 @@ func (s *Server) deliverShifted(ctx context.Context, out <-chan engine.Output, d
 
 // floorFirst is called when the first output reaches the client's side of generate: the
 // principal now knows the prompt's blocks.
-func (s *Server) floorFirst(run *floorRun) {
+func (r *Runner) floorFirst(run *floorRun) {
 	run.shownAt = time.Now()
 	if run.realFirst.IsZero() {
 		run.realFirst = run.shownAt
 	}
-	s.floor.ledger.learn(run.plan.principal, run.plan.keys)
+	r.floor.ledger.learn(run.plan.principal, run.plan.keys)
 }
 
 // floorDone finishes a successful generation: the estimator learns its real TTFT, the
 // principal learns the answer's blocks, and a padded request's usage is masked.
-func (s *Server) floorDone(run *floorRun, spec *genSpec, res *genResult) {
+func (r *Runner) floorDone(run *floorRun, spec *pipeline.Spec, res *Result) {
 	if run.realFirst.IsZero() {
 		return
 	}
-	s.floor.est.observe(res.usage.ComputedTokens, run.realFirst.Sub(run.start))
-	if len(res.tokens) > 0 {
-		all := append(slices.Clip(spec.req.Prompt), tokenIDs(res.tokens)...)
-		keys := floorKeys(spec.req.CacheSalt, all, s.cfg.BlockSize, slices.Clip(run.plan.keys))
-		s.floor.ledger.learn(run.plan.principal, keys[len(run.plan.keys):])
+	r.floor.est.observe(res.Usage.ComputedTokens, run.realFirst.Sub(run.start))
+	if len(res.Tokens) > 0 {
+		all := append(slices.Clip(spec.Req.Prompt), TokenIDs(res.Tokens)...)
+		keys := floorKeys(spec.Req.CacheSalt, all, r.cfg.BlockSize, slices.Clip(run.plan.keys))
+		r.floor.ledger.learn(run.plan.principal, keys[len(run.plan.keys):])
 	}
-	if run.plan.padded {
-		n := maskUsage(&res.usage, run.plan.knownTokens, run.shownAt.Sub(run.start))
-		s.floor.masked.Add(float64(n))
+	if run.plan.Padded {
+		n := maskUsage(&res.Usage, run.plan.KnownTokens, run.shownAt.Sub(run.start))
+		r.floor.masked.Add(float64(n))
 	}
 }
 

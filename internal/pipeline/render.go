@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"encoding/json"
@@ -28,12 +28,7 @@ type RenderedPrompt struct {
 // that analyse request logs offline (stockpot lint). A Responses body's
 // previous_response_id cannot be followed offline and is ignored. Errors are *api.Error.
 func RenderRequest(tok Tokenizer, path string, body []byte) (*RenderedPrompt, error) {
-	s := &Server{tok: tok, bos: -1, cfg: Config{ContextLength: 1 << 30, MaxPromptTokens: 1 << 30}}
-	if tok.AddBOS() {
-		if ids := tok.Encode("", true, false); len(ids) > 0 {
-			s.bos = ids[0]
-		}
-	}
+	p := New(tok, Config{ContextLength: 1 << 30, MaxPromptTokens: 1 << 30})
 	var chat *api.ChatRequest
 	switch path {
 	case PathCompletions:
@@ -69,11 +64,11 @@ func RenderRequest(tok Tokenizer, path string, body []byte) (*RenderedPrompt, er
 	default:
 		return nil, api.Invalid("", "unknown request path %q", path)
 	}
-	text, ids, err := s.chatPrompt(chat)
+	text, ids, err := p.ChatPrompt(chat)
 	if err != nil {
 		return nil, err
 	}
-	return &RenderedPrompt{Tokens: ids, Segments: s.chatSegments(chat, text, ids), Salt: chat.CacheSalt}, nil
+	return &RenderedPrompt{Tokens: ids, Segments: p.segments(chat, text, ids), Salt: chat.CacheSalt}, nil
 }
 
 // DialectOf guesses which endpoint a logged request body was sent to: a "prompt" is a

@@ -1,8 +1,8 @@
-package server
+package pipeline
 
 import "stockpot/internal/tokenizer"
 
-// FromTokenizer adapts the model's tokenizer to the server's Tokenizer.
+// FromTokenizer adapts the model's tokenizer to Tokenizer.
 func FromTokenizer(t *tokenizer.Tokenizer) Tokenizer { return tokenizerAdapter{t} }
 
 // tokenizerAdapter fits *tokenizer.Tokenizer to Tokenizer (the method sets differ only in
@@ -12,7 +12,7 @@ type tokenizerAdapter struct{ *tokenizer.Tokenizer }
 func (a tokenizerAdapter) NewStreamDecoder() StreamDecoder { return a.Tokenizer.NewStreamDecoder() }
 
 func (a tokenizerAdapter) ApplyChatTemplate(msgs []Message, opts ChatOptions) (string, error) {
-	return a.Tokenizer.RenderChat(templateMessages(msgs), tokenizer.RenderOptions{
+	return a.Tokenizer.RenderChat(TemplateMessages(msgs), tokenizer.RenderOptions{
 		Tools: opts.Tools, AddGenerationPrompt: opts.AddGenerationPrompt, Kwargs: opts.Kwargs})
 }
 
@@ -20,8 +20,8 @@ func (a tokenizerAdapter) ChatTemplate(tools bool) string {
 	return a.Tokenizer.ChatTemplateSource(tools)
 }
 
-// templateMessages converts the server's messages to the template's.
-func templateMessages(msgs []Message) []tokenizer.ChatMessage {
+// TemplateMessages converts the pipeline's messages to the template's.
+func TemplateMessages(msgs []Message) []tokenizer.ChatMessage {
 	in := make([]tokenizer.ChatMessage, len(msgs))
 	for i, m := range msgs {
 		c := tokenizer.ChatMessage{Role: m.Role, ToolCallID: m.ToolCallID, Name: m.Name, ReasoningContent: m.Reasoning}

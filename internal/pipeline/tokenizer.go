@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"encoding/json"
@@ -7,8 +7,9 @@ import (
 	"stockpot/internal/api"
 )
 
-// Tokenizer is what the server needs from internal/tokenizer. The coordinator adapts the real
-// tokenizer (NewStreamDecoder and ApplyChatTemplate differ only in their types).
+// Tokenizer is what a pipeline (and the generation runner after it) needs from
+// internal/tokenizer; FromTokenizer adapts the real tokenizer (NewStreamDecoder and
+// ApplyChatTemplate differ only in their types).
 type Tokenizer interface {
 	// Encode tokenizes text; addSpecial adds BOS (and EOS) as the model wants, parseSpecial
 	// turns special-token text such as "<|im_end|>" into its id.
@@ -69,14 +70,14 @@ type ChatOptions struct {
 	Kwargs map[string]any
 }
 
-// bigTokenizeBytes is the size from which a text takes a big-tokenize slot: 256 KiB is some 64K
+// BigTokenizeBytes is the size from which a text takes a big-tokenize slot: 256 KiB is some 64K
 // tokens of prose, a prompt whose tokenizing takes tens of milliseconds, where a slot's
 // hand-off costs nothing by comparison.
-const bigTokenizeBytes = 256 << 10
+const BigTokenizeBytes = 256 << 10
 
-// bigTokenizeSlots is how many big texts are tokenized at once: half the cores the runtime
+// BigTokenizeSlots is how many big texts a Pipeline tokenizes at once: half the cores the runtime
 // uses, at least one, so that the other half stays free for the network and the engine.
-func bigTokenizeSlots() int { return max(1, runtime.GOMAXPROCS(0)/2) }
+func BigTokenizeSlots() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // limitedEncoder is the optional ability to tokenize within a budget, stopping early once the
 // text is known to be over it (*tokenizer.Tokenizer has it). Without it the server encodes
@@ -85,32 +86,32 @@ type limitedEncoder interface {
 	EncodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool)
 }
 
-// encodeLimit tokenizes text, or reports false once it has more than limit tokens. When it
+// EncodeLimit tokenizes text, or reports false once it has more than limit tokens. When it
 // had to count them all (a Tokenizer without EncodeLimit) the ids come back anyway, so the
 // caller can say how many there were.
 //
-// A text of bigTokenizeBytes or more first takes one of the server's big-tokenize slots
-// (bigTokenizeSlots): tokenizing 4 MiB takes seconds of one core and 28 bytes a character of
+// A text of BigTokenizeBytes or more first takes one of the pipeline's big-tokenize slots
+// (BigTokenizeSlots): tokenizing 4 MiB takes seconds of one core and 28 bytes a character of
 // its longest word, and ten of them at once on two cores left no core for the network, so
-// /health waited up to 14 s behind them (the hostile soak, small-kimi-k3). The wait needs no
+// the server's /health waited up to 14 s behind them (the hostile soak, small-kimi-k3). The wait needs no
 // context: each holder is done in time linear in a text the body limit bounds, and the
 // waiters are bounded by the request memory budget their bodies hold.
-func (s *Server) encodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool) {
-	if len(text) >= bigTokenizeBytes && s.bigTokenize != nil { // nil: a Server not made by New (lint's)
-		s.bigTokenize <- struct{}{}
-		defer func() { <-s.bigTokenize }()
+func (p *Pipeline) EncodeLimit(text string, addSpecial, parseSpecial bool, limit int) ([]int32, bool) {
+	if len(text) >= BigTokenizeBytes {
+		p.bigTokenize <- struct{}{}
+		defer func() { <-p.bigTokenize }()
 	}
-	if le, ok := s.tok.(limitedEncoder); ok {
+	if le, ok := p.tok.(limitedEncoder); ok {
 		return le.EncodeLimit(text, addSpecial, parseSpecial, limit)
 	}
-	ids := s.tok.Encode(text, addSpecial, parseSpecial)
+	ids := p.tok.Encode(text, addSpecial, parseSpecial)
 	return ids, len(ids) <= limit
 }
 
-// tooManyTokens is the 400 for a text over a token budget, known without counting it all.
-func (s *Server) tooManyTokens(param string, limit int) error {
-	if limit >= s.cfg.ContextLength-1 {
-		return api.Invalid(param, "%s has more than %d tokens, but the model's context length is %d (the prompt must leave room for at least one generated token)", param, limit, s.cfg.ContextLength)
+// TooManyTokens is the 400 for a text over a token budget, known without counting it all.
+func (p *Pipeline) TooManyTokens(param string, limit int) error {
+	if limit >= p.cfg.ContextLength-1 {
+		return api.Invalid(param, "%s has more than %d tokens, but the model's context length is %d (the prompt must leave room for at least one generated token)", param, limit, p.cfg.ContextLength)
 	}
 	return api.Invalid(param, "%s has more than %d tokens, over this server's limit of %d (--max-prompt-tokens)", param, limit, limit)
 }

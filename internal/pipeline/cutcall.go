@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"stockpot/internal/engine"
@@ -15,40 +15,40 @@ import (
 // returns such a call (a call goes out only once it is whole), so the whole text is read
 // again at the end with toolcall.CutCalls, which knows the envelope the grammar wrote.
 
-// cutCalls returns the calls of a forced answer that stopped short (finish "length") with
+// CutCalls returns the calls of a forced answer that stopped short (finish "length") with
 // text: the whole ones, then last the call cut short; nil when the answer was not forced,
 // did not stop short, or stopped before a call's name was written.
-func (p *chatPlan) cutCalls(text, finish string) []toolcall.Call {
-	if p == nil || !p.forcedCalls || finish != engine.FinishLength {
+func (p *Plan) CutCalls(text, finish string) []toolcall.Call {
+	if p == nil || !p.ForcedCalls || finish != engine.FinishLength {
 		return nil
 	}
-	calls, ok := toolcall.CutCalls(p.family, text, p.callsBefore, p.opts)
+	calls, ok := toolcall.CutCalls(p.Family, text, p.CallsBefore, p.Opts)
 	if !ok {
 		return nil
 	}
 	return calls
 }
 
-// withCutCalls adds to parsed, the calls the parser found in a forced answer's text, those
-// of cutCalls it lacks: the call cut short, and for a family that writes its calls as one
+// WithCutCalls adds to parsed, the calls the parser found in a forced answer's text, those
+// of CutCalls it lacks: the call cut short, and for a family that writes its calls as one
 // JSON array (which the parser cannot read cut short) the whole ones before it too.
-func (p *chatPlan) withCutCalls(parsed []toolcall.Call, text, finish string) []toolcall.Call {
-	if cut := p.cutCalls(text, finish); len(cut) > len(parsed) {
+func (p *Plan) WithCutCalls(parsed []toolcall.Call, text, finish string) []toolcall.Call {
+	if cut := p.CutCalls(text, finish); len(cut) > len(parsed) {
 		return append(parsed, cut[len(parsed):]...)
 	}
 	return parsed
 }
 
-// cutDeltas is what a stream that sent sent calls (the parser's, through ds, the deltas of
-// its Finish) still owes of cutCalls: each missing call as the parser streams one, a delta
+// CutDeltas is what a stream that sent sent calls (the parser's, through ds, the deltas of
+// its Finish) still owes of CutCalls: each missing call as the parser streams one, a delta
 // with its index, id and name, then one with its arguments.
-func (p *chatPlan) cutDeltas(text, finish string, sent int, ds []toolcall.Delta) []toolcall.Delta {
+func (p *Plan) CutDeltas(text, finish string, sent int, ds []toolcall.Delta) []toolcall.Delta {
 	for _, d := range ds {
 		if d.Call != nil && d.Call.ID != "" {
 			sent++
 		}
 	}
-	cut := p.cutCalls(text, finish)
+	cut := p.CutCalls(text, finish)
 	var out []toolcall.Delta
 	for i := sent; i < len(cut); i++ {
 		c := cut[i]

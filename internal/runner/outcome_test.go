@@ -1,4 +1,4 @@
-package server
+package runner
 
 import (
 	"errors"
@@ -18,28 +18,28 @@ func TestGenOutcome(t *testing.T) {
 		final                 *engine.Output
 		cancelled, clientDone bool
 		finish                string
-		err                   error // errClientGone, or nil
-		status                int   // API status when the error is not errClientGone
+		err                   error // ErrClientGone, or nil
+		status                int   // API status when the error is not ErrClientGone
 	}{
 		{"stop", genRunning, done(engine.FinishStop), false, false, "stop", nil, 0},
 		{"length", genRunning, done(engine.FinishLength), false, false, "length", nil, 0},
-		{"the client left as the engine finished", genRunning, done(engine.FinishStop), true, true, "", errClientGone, 0},
-		{"stopped reading", genGone, done(engine.FinishLength), true, false, "", errClientGone, 0},
-		{"stopped reading after a cut", genGone, nil, true, false, "", errClientGone, 0},
+		{"the client left as the engine finished", genRunning, done(engine.FinishStop), true, true, "", ErrClientGone, 0},
+		{"stopped reading", genGone, done(engine.FinishLength), true, false, "", ErrClientGone, 0},
+		{"stopped reading after a cut", genGone, nil, true, false, "", ErrClientGone, 0},
 		{"stop string", genCut, done(engine.FinishCancelled), true, false, "stop", nil, 0},
 		{"stop string, final raced the cancel", genCut, nil, true, false, "stop", nil, 0},
-		{"stop string, then the client left", genCut, done(engine.FinishCancelled), true, true, "", errClientGone, 0},
+		{"stop string, then the client left", genCut, done(engine.FinishCancelled), true, true, "", ErrClientGone, 0},
 		{"no final message", genRunning, nil, false, false, "", nil, http.StatusInternalServerError},
-		{"no final message after a cancel", genRunning, nil, true, false, "", errClientGone, 0},
+		{"no final message after a cancel", genRunning, nil, true, false, "", ErrClientGone, 0},
 		{"engine cancelled (shutdown)", genRunning, done(engine.FinishCancelled), false, false, "", nil, http.StatusServiceUnavailable},
-		{"engine cancelled for us", genRunning, done(engine.FinishCancelled), true, false, "", errClientGone, 0},
+		{"engine cancelled for us", genRunning, done(engine.FinishCancelled), true, false, "", ErrClientGone, 0},
 		{"unknown reason", genRunning, done("weird"), false, false, "", nil, http.StatusInternalServerError},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			finish, err := genOutcome(tc.phase, tc.final, tc.cancelled, tc.clientDone)
 			switch {
 			case tc.status != 0:
-				if err == nil || errors.Is(err, errClientGone) || api.AsError(err).Status != tc.status {
+				if err == nil || errors.Is(err, ErrClientGone) || api.AsError(err).Status != tc.status {
 					t.Fatalf("have (%q, %v), want an API error with status %d", finish, err, tc.status)
 				}
 			case tc.err != nil:

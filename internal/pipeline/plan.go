@@ -1,4 +1,4 @@
-package server
+package pipeline
 
 import (
 	"bytes"
@@ -24,25 +24,27 @@ import (
 // are allowed: enough for real agent turns, and it keeps the call grammar small.
 const maxParallelCalls = 4
 
-// chatPlan is how one chat request's output is read.
-type chatPlan struct {
-	family     toolcall.Family
-	parseCalls bool // tools present and tool_choice is not "none"
-	// forcedCalls: the output is constrained to calls (tool_choice required or named), so
+// Plan is how one chat request's output is read: parsed for tool calls and reasoning in the
+// model family's syntax, and constrained when the request asked for JSON or forced a call.
+type Plan struct {
+	Family     toolcall.Family
+	ParseCalls bool // tools present and tool_choice is not "none"
+	// ForcedCalls: the output is constrained to calls (tool_choice required or named), so
 	// text the parser leaves over can only be a call cut short by max_tokens, never content.
-	forcedCalls bool
-	// callsBefore is the family's markup ahead of forced calls (toolcall.Frame), where a
-	// forced answer's text starts (cutCalls).
-	callsBefore string
-	reasoning   bool // the template knows think blocks
-	// controlText: the model's control tokens reach the parser as text (genSpec.controlText),
+	ForcedCalls bool
+	// CallsBefore is the family's markup ahead of forced calls (toolcall.Frame), where a
+	// forced answer's text starts (CutCalls).
+	CallsBefore string
+	Reasoning   bool // the template knows think blocks
+	// ControlText: the model's control tokens reach the parser as text (Spec.ControlText),
 	// since calls are parsed or the family's reasoning markup is made of them.
-	controlText bool
-	opts        toolcall.Options
+	ControlText bool
+	// Opts are the parser's options; a dialect may set Opts.NewID (Anthropic's toolu_ ids).
+	Opts toolcall.Options
 }
 
-// parsing reports whether the output goes through the tool-call / reasoning parser.
-func (p *chatPlan) parsing() bool { return p != nil && (p.parseCalls || p.reasoning) }
+// Parsing reports whether the output goes through the tool-call / reasoning parser.
+func (p *Plan) Parsing() bool { return p != nil && (p.ParseCalls || p.Reasoning) }
 
 // templateCache remembers what toolcall.Inspect learned of each template source.
 var templateCache sync.Map // template source -> toolcall.Template
@@ -56,8 +58,8 @@ func inspectTemplate(src string) toolcall.Template {
 	return t
 }
 
-// chatMessages converts parsed request messages for the template.
-func chatMessages(msgs []api.ChatRequestMessage) []Message {
+// MessagesOf converts parsed request messages for the template.
+func MessagesOf(msgs []api.ChatRequestMessage) []Message {
 	in := make([]Message, len(msgs))
 	for i, m := range msgs {
 		in[i] = Message{Role: m.Role, Content: m.Text, NullContent: !m.HasText, Parts: m.Parts,
@@ -66,8 +68,8 @@ func chatMessages(msgs []api.ChatRequestMessage) []Message {
 	return in
 }
 
-// chatOptions returns the template inputs of req.
-func chatOptions(req *api.ChatRequest) ChatOptions {
+// OptionsOf returns the template inputs of req.
+func OptionsOf(req *api.ChatRequest) ChatOptions {
 	o := ChatOptions{AddGenerationPrompt: req.GenerationPrompt(), Kwargs: req.ChatTemplateKwargs}
 	for _, t := range req.ParsedTools {
 		o.Tools = append(o.Tools, t.Raw)
@@ -75,34 +77,34 @@ func chatOptions(req *api.ChatRequest) ChatOptions {
 	return o
 }
 
-// planChat decides how the output of req is parsed and constrained. prompt is the rendered
-// template text.
-func (s *Server) planChat(ctx context.Context, req *api.ChatRequest, prompt string) (*chatPlan, engine.Constraint, error) {
-	tmpl := inspectTemplate(s.tok.ChatTemplate(len(req.ParsedTools) > 0))
-	plan := &chatPlan{family: tmpl.Family}
-	if plan.family == toolcall.None {
+// PlanChat decides how the output of req is parsed and constrained, compiling (or finding)
+// its grammar. prompt is the rendered template text (Chat plans with it).
+func (p *Pipeline) PlanChat(ctx context.Context, req *api.ChatRequest, prompt string) (*Plan, engine.Constraint, error) {
+	tmpl := inspectTemplate(p.tok.ChatTemplate(len(req.ParsedTools) > 0))
+	plan := &Plan{Family: tmpl.Family}
+	if plan.Family == toolcall.None {
 		// A template without a tool syntax of its own: Hermes-style <tool_call> JSON is the
 		// most common open format, and what the constrained path produces for it.
-		plan.family = toolcall.Hermes
+		plan.Family = toolcall.Hermes
 	}
-	plan.reasoning = tmpl.Reasoning
-	plan.parseCalls = len(req.ParsedTools) > 0 && req.ParsedToolChoice.Mode != api.ToolChoiceNone
-	plan.opts = toolcall.Options{ParseReasoning: plan.reasoning,
-		StartsInReasoning: plan.reasoning && toolcall.PromptOpensReasoning(plan.family, prompt),
-		NoCalls:           !plan.parseCalls}
-	plan.controlText = plan.parseCalls || (plan.parsing() && s.controlMarkup(plan.family))
+	plan.Reasoning = tmpl.Reasoning
+	plan.ParseCalls = len(req.ParsedTools) > 0 && req.ParsedToolChoice.Mode != api.ToolChoiceNone
+	plan.Opts = toolcall.Options{ParseReasoning: plan.Reasoning,
+		StartsInReasoning: plan.Reasoning && toolcall.PromptOpensReasoning(plan.Family, prompt),
+		NoCalls:           !plan.ParseCalls}
+	plan.ControlText = plan.ParseCalls || (plan.Parsing() && p.controlMarkup(plan.Family))
 	for _, t := range req.ParsedTools {
 		if req.ParsedToolChoice.Callable(t.Name) {
-			plan.opts.Tools = append(plan.opts.Tools, toolcall.Tool{Name: t.Name, Parameters: t.Parameters})
+			plan.Opts.Tools = append(plan.Opts.Tools, toolcall.Tool{Name: t.Name, Parameters: t.Parameters})
 		}
 	}
 
 	var build func() (grammar.Node, error)
 	admit := func() error { return nil } // sizes the schemas before anything is built (grammars.go)
-	gcfg := s.cfg.Grammar.withDefaults()
+	gcfg := p.cfg.Grammar.withDefaults()
 	lim := gcfg.limits()
-	frame := toolcall.FrameOf(plan.family, prompt, plan.opts.StartsInReasoning)
-	key := grammarKey{family: plan.family}
+	frame := toolcall.FrameOf(plan.Family, prompt, plan.Opts.StartsInReasoning)
+	key := grammarKey{family: plan.Family}
 	switch {
 	case req.Format != nil && req.Format.Type == api.FormatJSONObject:
 		key.kind = "json_object"
@@ -128,7 +130,7 @@ func (s *Server) planChat(ctx context.Context, req *api.ChatRequest, prompt stri
 			return n, nil
 		}
 	case req.ParsedToolChoice.Mode == api.ToolChoiceRequired || req.ParsedToolChoice.Mode == api.ToolChoiceFunction:
-		plan.forcedCalls, plan.callsBefore = true, frame.CallsBefore
+		plan.ForcedCalls, plan.CallsBefore = true, frame.CallsBefore
 		var b strings.Builder
 		fmt.Fprintf(&b, "%v", req.ParallelCalls())
 		for _, t := range req.ParsedTools {
@@ -140,12 +142,12 @@ func (s *Server) planChat(ctx context.Context, req *api.ChatRequest, prompt stri
 			return admitTools(req.ParsedTools, req.ParsedToolChoice, lim, len(key.before)+len(key.after))
 		}
 		build = func() (grammar.Node, error) {
-			return callsGrammar(plan.family, req.ParsedTools, req.ParsedToolChoice, req.ParallelCalls(), lim)
+			return callsGrammar(plan.Family, req.ParsedTools, req.ParsedToolChoice, req.ParallelCalls(), lim)
 		}
 	default:
 		return plan, nil, nil
 	}
-	g, err := s.grammars.get(ctx, gcfg, key, admit, func() (*grammar.Grammar, error) {
+	g, err := p.grammars.get(ctx, gcfg, key, admit, func() (*grammar.Grammar, error) {
 		root, err := build()
 		if err != nil {
 			return nil, err
@@ -166,7 +168,7 @@ func (s *Server) planChat(ctx context.Context, req *api.ChatRequest, prompt stri
 	if err != nil {
 		return nil, nil, err
 	}
-	return plan, g.NewMatcher(s.grammarVocab()), nil
+	return plan, g.NewMatcher(p.grammarVocab()), nil
 }
 
 // schemaError turns a grammar error about a schema into a 400 naming param (nil stays nil).
@@ -338,12 +340,12 @@ func schemaProperties(schema json.RawMessage) ([]schemaProperty, error) {
 // grammarVocab is the model's vocabulary for token masks, built on first use. Control tokens
 // are never allowed, except those the model's own tool-call envelope writes (Mistral's
 // [TOOL_CALLS], Kimi's section markers): the grammar's literals then match them as the model
-// was trained to write them, and the parser reads them back as text (genSpec.controlText).
-func (s *Server) grammarVocab() *grammar.Vocab {
-	s.vocabOnce.Do(func() {
+// was trained to write them, and the parser reads them back as text (Spec.ControlText).
+func (p *Pipeline) grammarVocab() *grammar.Vocab {
+	p.vocabOnce.Do(func() {
 		var envelope strings.Builder
 		for _, tools := range []bool{false, true} {
-			f := inspectTemplate(s.tok.ChatTemplate(tools)).Family
+			f := inspectTemplate(p.tok.ChatTemplate(tools)).Family
 			if env, ok := toolcall.EnvelopeOf(f); ok {
 				envelope.WriteString(env.SectionBegin + "\x00" + env.SectionEnd + "\x00" + env.Separator + "\x00" +
 					env.CallBegin("x", 0) + "\x00" + env.CallEnd + "\x00")
@@ -353,23 +355,23 @@ func (s *Server) grammarVocab() *grammar.Vocab {
 				envelope.WriteString(fr.CallsBefore + "\x00" + fr.CallsAfter + "\x00" + fr.ContentBefore + "\x00" + fr.ContentAfter + "\x00")
 			}
 		}
-		n := s.tok.VocabSize()
+		n := p.tok.VocabSize()
 		toks := make([][]byte, n)
 		allowed := make([]bool, n)
 		for i := range n {
 			id := int32(i)
-			toks[i] = s.tok.Piece(id)
+			toks[i] = p.tok.Piece(id)
 			switch {
-			case s.tok.IsEOG(id):
-			case s.tok.IsControl(id):
+			case p.tok.IsEOG(id):
+			case p.tok.IsControl(id):
 				allowed[i] = len(toks[i]) > 0 && strings.Contains(envelope.String(), string(toks[i]))
 			default:
 				allowed[i] = true
 			}
 		}
-		s.vocab = grammar.NewVocab(toks, allowed, s.tok.EOGs())
+		p.vocab = grammar.NewVocab(toks, allowed, p.tok.EOGs())
 	})
-	return s.vocab
+	return p.vocab
 }
 
 // controlMarkup reports whether family f's reasoning or wrapper markup (toolcall.Markup)
@@ -377,31 +379,22 @@ func (s *Server) grammarVocab() *grammar.Vocab {
 // text even when it parses no calls: Kimi K3's think and response channels are tags made
 // of <|open|>, <|sep|> and <|close|>, and without them as text the reasoning would not
 // split from the answer and the answer would lose its end.
-func (s *Server) controlMarkup(f toolcall.Family) bool {
-	s.controlOnce.Do(func() {
-		for id := range int32(s.tok.VocabSize()) {
-			if s.tok.IsControl(id) && !s.tok.IsEOG(id) {
-				if p := s.tok.Piece(id); len(p) > 0 {
-					s.controlPieces = append(s.controlPieces, string(p))
+func (p *Pipeline) controlMarkup(f toolcall.Family) bool {
+	p.controlOnce.Do(func() {
+		for id := range int32(p.tok.VocabSize()) {
+			if p.tok.IsControl(id) && !p.tok.IsEOG(id) {
+				if piece := p.tok.Piece(id); len(piece) > 0 {
+					p.controlPieces = append(p.controlPieces, string(piece))
 				}
 			}
 		}
 	})
 	for _, m := range toolcall.Markup(f) {
-		for _, p := range s.controlPieces {
-			if strings.Contains(m, p) {
+		for _, piece := range p.controlPieces {
+			if strings.Contains(m, piece) {
 				return true
 			}
 		}
 	}
 	return false
-}
-
-// callsOf converts parsed calls to the wire shape.
-func callsOf(calls []toolcall.Call) []api.ToolCall {
-	out := make([]api.ToolCall, len(calls))
-	for i, c := range calls {
-		out[i] = api.ToolCall{ID: c.ID, Type: "function", Function: api.ToolCallFunction{Name: c.Name, Arguments: c.Arguments}}
-	}
-	return out
 }
