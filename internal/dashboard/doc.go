@@ -19,6 +19,8 @@
 // # Key types
 //
 //   - Hub: Publish (never blocks), ServeHTTP (one SSE stream per browser), Stats.
+//   - Feed: the ring of recent records (serve's requests, route's decisions), numbered and
+//     published in order; Notes: sticky events kept per slot for later browsers.
 //   - Page: the page, with the library inlined; Flatten turns a Prometheus gather into the
 //     flat name{labels} → value map a snapshot carries.
 //

@@ -1,9 +1,7 @@
 package router
 
 import (
-	"encoding/json"
 	"net/http"
-	"sync"
 	"time"
 
 	"stockpot/internal/apikey"
@@ -34,30 +32,19 @@ type DecisionRecord struct {
 type routerDashboard struct {
 	hub  *dashboard.Hub
 	page []byte
-	mu   struct {
-		sync.Mutex
-		ring []DecisionRecord // protected by mu; newest last
-		seq  uint64
-	}
+	feed *dashboard.Feed[DecisionRecord]
 }
 
 func newRouterDashboard(r *Router) *routerDashboard {
 	d := &routerDashboard{page: dashboard.Page(dashboard.RoleRoute)}
 	cfg := dashboard.DefaultConfig()
-	cfg.Sample = func() dashboard.Event { return jsonEvent("snapshot", r.dashboardSnapshot()) }
+	cfg.Sample = func() dashboard.Event { return dashboard.JSONEvent("snapshot", r.dashboardSnapshot()) }
 	cfg.Hello = func() []dashboard.Event {
-		return []dashboard.Event{jsonEvent("snapshot", r.dashboardSnapshot()), jsonEvent("decisions", d.recent())}
+		return []dashboard.Event{dashboard.JSONEvent("snapshot", r.dashboardSnapshot()), dashboard.JSONEvent("decisions", d.feed.Recent())}
 	}
 	d.hub = dashboard.NewHub(cfg)
+	d.feed = dashboard.NewFeed[DecisionRecord](d.hub, "decision", recentDecisions)
 	return d
-}
-
-func jsonEvent(kind string, v any) dashboard.Event {
-	b, err := json.Marshal(v)
-	if err != nil {
-		b, _ = json.Marshal(map[string]string{"error": err.Error()})
-	}
-	return dashboard.Event{Kind: kind, Data: b}
 }
 
 // record adds an answered decision (u: the backend's usage, if any).
@@ -66,24 +53,7 @@ func (d *routerDashboard) record(b *Backend, dec Decision, status int, u usageIn
 	if u.ok {
 		rec.Delivered, rec.Prompt = u.cached, u.prompt
 	}
-	d.mu.Lock()
-	d.mu.seq++
-	rec.Seq = d.mu.seq
-	if len(d.mu.ring) == recentDecisions {
-		copy(d.mu.ring, d.mu.ring[1:])
-		d.mu.ring = d.mu.ring[:recentDecisions-1]
-	}
-	d.mu.ring = append(d.mu.ring, rec)
-	d.mu.Unlock()
-	if d.hub.Stats().Clients > 0 { // no browser: no JSON to make
-		d.hub.Publish(jsonEvent("decision", rec))
-	}
-}
-
-func (d *routerDashboard) recent() []DecisionRecord {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]DecisionRecord(nil), d.mu.ring...)
+	d.feed.Add(rec, func(r *DecisionRecord, seq uint64) { r.Seq = seq })
 }
 
 // RouterSnapshot is one sample of the router's evidence.
@@ -129,6 +99,6 @@ func (r *Router) routeDashboard(mux *http.ServeMux) {
 	}))
 	mux.HandleFunc("GET /dashboard/events", r.requireDashboard(r.dash.hub.ServeHTTP))
 	mux.HandleFunc("GET /dashboard/state", r.requireDashboard(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSONBody(w, http.StatusOK, map[string]any{"snapshot": r.dashboardSnapshot(), "decisions": r.dash.recent()})
+		writeJSONBody(w, http.StatusOK, map[string]any{"snapshot": r.dashboardSnapshot(), "decisions": r.dash.feed.Recent()})
 	}))
 }

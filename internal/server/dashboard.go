@@ -1,11 +1,8 @@
 package server
 
 import (
-	"cmp"
 	"encoding/json"
 	"net/http"
-	"slices"
-	"sync"
 	"time"
 
 	"stockpot/internal/dashboard"
@@ -65,38 +62,27 @@ type RequestRecord struct {
 
 // dashboardState is the server's half of the dashboard.
 type dashboardState struct {
-	hub  *dashboard.Hub
-	page []byte
-	mu   struct {
-		sync.Mutex
-		ring   []RequestRecord       // protected by mu; the newest last, at most recentRequests
-		seq    uint64                // protected by mu
-		notes  uint64                // protected by mu; DashboardNote calls, for their order
-		sticky map[string]stickyNote // protected by mu; the last DashboardNote of each slot
-	}
+	hub   *dashboard.Hub
+	page  []byte
+	feed  *dashboard.Feed[RequestRecord] // the recent requests
+	notes *dashboard.Notes               // DashboardNote's
 }
 
 func newDashboardState(s *Server) *dashboardState {
 	d := &dashboardState{page: dashboard.Page(dashboard.RoleServe)}
 	cfg := dashboard.DefaultConfig()
-	cfg.Sample = func() dashboard.Event { return jsonEvent("snapshot", s.dashboardSnapshot()) }
+	cfg.Sample = func() dashboard.Event { return dashboard.JSONEvent("snapshot", s.dashboardSnapshot()) }
 	cfg.Hello = func() []dashboard.Event {
-		evs := []dashboard.Event{jsonEvent("snapshot", s.dashboardSnapshot()), jsonEvent("requests", d.recent())}
-		return append(evs, d.notes()...)
+		evs := []dashboard.Event{dashboard.JSONEvent("snapshot", s.dashboardSnapshot()), dashboard.JSONEvent("requests", d.feed.Recent())}
+		return append(evs, d.notes.Events()...)
 	}
 	d.hub = dashboard.NewHub(cfg)
+	d.feed = dashboard.NewFeed[RequestRecord](d.hub, "request", recentRequests)
+	d.notes = dashboard.NewNotes(d.hub, maxNoteSlots)
 	return d
 }
 
-func jsonEvent(kind string, v any) dashboard.Event {
-	b, err := json.Marshal(v)
-	if err != nil {
-		b, _ = json.Marshal(map[string]string{"error": err.Error()})
-	}
-	return dashboard.Event{Kind: kind, Data: b}
-}
-
-// record adds a finished request to the ring and pushes it to the browsers. u is nil when the
+// record adds a finished request to the feed, which pushes it to the browsers. u is nil when the
 // request ended without a usage (an error, or a client gone before its end).
 func (d *dashboardState) record(status int, u *engine.Usage, blockSize int, at time.Time) {
 	r := RequestRecord{At: at, Status: status, BlockSize: blockSize, MatchedBlocks: map[string]int{}}
@@ -120,76 +106,19 @@ func (d *dashboardState) record(status int, u *engine.Usage, blockSize int, at t
 			r.Miss = map[string]any{"cause": m.Cause, "block": m.Block, "token_offset": m.Offset, "matched_tokens": m.Matched}
 		}
 	}
-	d.mu.Lock()
-	d.mu.seq++
-	r.Seq = d.mu.seq
-	if len(d.mu.ring) == recentRequests {
-		copy(d.mu.ring, d.mu.ring[1:])
-		d.mu.ring = d.mu.ring[:recentRequests-1]
-	}
-	d.mu.ring = append(d.mu.ring, r)
-	// Published under mu, so that browsers get the records in their seq order: the page keeps
-	// only a record newer than the last it showed, and two handlers ending together used to
-	// publish in either order (the later seq first hid the other). Publish never blocks and
-	// takes no lock of ours.
-	if d.hub.Stats().Clients > 0 { // no browser: no JSON to make
-		d.hub.Publish(jsonEvent("request", r))
-	}
-	d.mu.Unlock()
+	d.feed.Add(r, func(r *RequestRecord, seq uint64) { r.Seq = seq })
 }
 
 // maxNoteSlots bounds the sticky notes.
 const maxNoteSlots = 16
 
-type stickyNote struct {
-	ev    dashboard.Event
-	order uint64
-}
-
 // DashboardNote pushes v (JSON) to the dashboard's browsers as an event of kind, and keeps the
 // last one of each slot for browsers that connect later (they get them in the order they were
 // noted). `stockpot demo` narrates its four modes this way (kind "demo", a slot per mode).
-func (s *Server) DashboardNote(kind, slot string, v any) {
-	ev := jsonEvent(kind, v)
-	d := s.dash
-	d.mu.Lock()
-	if d.mu.sticky == nil {
-		d.mu.sticky = map[string]stickyNote{}
-	}
-	k := kind + "/" + slot
-	if _, ok := d.mu.sticky[k]; ok || len(d.mu.sticky) < maxNoteSlots {
-		d.mu.notes++
-		d.mu.sticky[k] = stickyNote{ev, d.mu.notes}
-	}
-	d.mu.Unlock()
-	d.hub.Publish(ev)
-}
+func (s *Server) DashboardNote(kind, slot string, v any) { s.dash.notes.Note(kind, slot, v) }
 
 // DashboardClients is how many browsers stream the dashboard now.
 func (s *Server) DashboardClients() int { return s.dash.hub.Stats().Clients }
-
-// notes returns the sticky notes in the order they were noted.
-func (d *dashboardState) notes() []dashboard.Event {
-	d.mu.Lock()
-	ns := make([]stickyNote, 0, len(d.mu.sticky))
-	for _, n := range d.mu.sticky {
-		ns = append(ns, n)
-	}
-	d.mu.Unlock()
-	slices.SortFunc(ns, func(a, b stickyNote) int { return cmp.Compare(a.order, b.order) })
-	out := make([]dashboard.Event, len(ns))
-	for i, n := range ns {
-		out[i] = n.ev
-	}
-	return out
-}
-
-// recent returns the ring, the newest last.
-func (d *dashboardState) recent() []RequestRecord {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return append([]RequestRecord(nil), d.mu.ring...)
-}
 
 // DashboardSnapshot is one sample of the server's evidence for the dashboard.
 type DashboardSnapshot struct {
@@ -277,10 +206,10 @@ func (s *Server) handleDashboardEvents(w http.ResponseWriter, r *http.Request) {
 // recent requests (for scripts, tests and `stockpot demo`).
 func (s *Server) handleDashboardState(w http.ResponseWriter, r *http.Request) {
 	notes := []json.RawMessage{}
-	for _, ev := range s.dash.notes() {
+	for _, ev := range s.dash.notes.Events() {
 		notes = append(notes, ev.Data)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"snapshot": s.dashboardSnapshot(), "requests": s.dash.recent(), "notes": notes})
+	writeJSON(w, http.StatusOK, map[string]any{"snapshot": s.dashboardSnapshot(), "requests": s.dash.feed.Recent(), "notes": notes})
 }
 
 func isDashboardPath(p string) bool {
