@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"net/http"
-	"slices"
 	"time"
 
 	"stockpot/internal/api"
@@ -23,95 +22,11 @@ type TierPin struct {
 	Expires time.Time
 }
 
-// pinChain is one pinned prefix of the working pool: the run of pinned blocks from the start
-// of a prompt (Head, depth 0) to a pinned block no other pinned block extends (Leaf).
-type pinChain struct {
-	Root, Head, Leaf prefix.Hash
-	Blocks, Tokens   int
-	TTL              time.Duration
-	Expires          time.Time // the earliest expiry along the chain: when it first gets shorter
-	hashes           []prefix.Hash
-}
-
-// pinChains groups the pool's pinned blocks (engine.Pins: each pinned block, parents pinned
-// whenever a child is) into chains, one per leaf, deepest first. A block shared by several
-// chains (a pinned system prompt with pinned branches) is in each.
-func pinChains(pins []engine.PinInfo) []pinChain {
-	byHash := make(map[prefix.Hash]engine.PinInfo, len(pins))
-	extended := make(map[prefix.Hash]bool, len(pins))
-	for _, p := range pins {
-		byHash[p.Hash] = p
-	}
-	for _, p := range pins {
-		if _, ok := byHash[p.Parent]; ok && p.Depth > 0 {
-			extended[p.Parent] = true
-		}
-	}
-	var out []pinChain
-	for _, leaf := range pins {
-		if extended[leaf.Hash] {
-			continue
-		}
-		c := pinChain{Root: leaf.Root, Leaf: leaf.Hash, Tokens: leaf.PrefixTokens, TTL: leaf.TTL, Expires: leaf.Expires}
-		for p, ok := leaf, true; ok; p, ok = byHash[p.Parent] {
-			c.hashes = append(c.hashes, p.Hash)
-			c.Head, c.Blocks = p.Hash, c.Blocks+1
-			c.TTL = max(c.TTL, p.TTL)
-			if p.Expires.Before(c.Expires) {
-				c.Expires = p.Expires
-			}
-			if p.Depth == 0 {
-				break
-			}
-		}
-		out = append(out, c)
-	}
-	slices.SortFunc(out, func(a, b pinChain) int {
-		if a.Tokens != b.Tokens {
-			return b.Tokens - a.Tokens
-		}
-		return slices.Compare(a.Leaf[:], b.Leaf[:])
-	})
-	return out
-}
-
-// unpinSet is what DELETE /v1/cache?pin=ID unpins for the pinned block id: the chain ending at
-// id, up to (not including) the first block another pinned chain still needs; for a block in
-// the middle of a chain, that block and everything pinned after it (engine.Unpin's rule).
-func unpinSet(pins []engine.PinInfo, id prefix.Hash) []prefix.Hash {
-	byHash := make(map[prefix.Hash]engine.PinInfo, len(pins))
-	kids := make(map[prefix.Hash]int, len(pins))
-	for _, p := range pins {
-		byHash[p.Hash] = p
-	}
-	for _, p := range pins {
-		if _, ok := byHash[p.Parent]; ok && p.Depth > 0 {
-			kids[p.Parent]++
-		}
-	}
-	p, ok := byHash[id]
-	if !ok {
-		return nil
-	}
-	out := []prefix.Hash{id}
-	if kids[id] > 0 {
-		return out // a block inside chains: it and what is below (engine.Unpin)
-	}
-	for p.Depth > 0 {
-		parent, ok := byHash[p.Parent]
-		if !ok || kids[parent.Hash] != 1 {
-			break // the rest is shared with another pinned chain
-		}
-		out, p = append(out, parent.Hash), parent
-	}
-	return out
-}
-
 // cachePins fills GET /v1/cache's pins: the pool's pinned chains, then the lower tiers' pinned
 // blocks, at most limit rows of each.
 func (s *Server) cachePins(limit int) []CachePin {
 	out := []CachePin{}
-	for i, c := range pinChains(s.cfg.CacheAdmin.Pins()) {
+	for i, c := range engine.PinChains(s.cfg.CacheAdmin.Pins()) {
 		if i == limit {
 			break
 		}
@@ -153,7 +68,7 @@ func (s *Server) handleUnpin(w http.ResponseWriter, r *http.Request, id string) 
 		return
 	}
 	copy(h[:], b)
-	set := unpinSet(s.cfg.CacheAdmin.Pins(), h)
+	set := engine.UnpinSet(s.cfg.CacheAdmin.Pins(), h)
 	out := CacheUnpinResponse{Object: "cache.unpinned", Pin: id}
 	if len(set) > 0 {
 		want := make(map[prefix.Hash]bool, len(set))
