@@ -143,16 +143,16 @@ func (p *Pipeline) Completion(req *api.CompletionRequest) (*Spec, error) {
 // error the template raises is a 400 that quotes it, as is a prompt over the context.
 func (p *Pipeline) ChatPrompt(req *api.ChatRequest) (string, []int32, error) {
 	// Nothing over the context length can be served or is worth counting (/tokenize).
-	text, ids, fits, err := p.ChatTokens(req, p.cfg.ContextLength)
+	text, ids, fits, err := p.chatTokens(req, p.cfg.ContextLength)
 	if err == nil && !fits {
 		err = api.Invalid("messages", "the rendered chat has more than %d tokens, the model's context length", p.cfg.ContextLength)
 	}
 	return text, ids, err
 }
 
-// ChatTokens is ChatPrompt with the caller's token limit: fits is false, and ids nil, when
+// chatTokens is ChatPrompt with the caller's token limit: fits is false, and ids nil, when
 // the rendered chat has more than limit tokens.
-func (p *Pipeline) ChatTokens(req *api.ChatRequest, limit int) (text string, ids []int32, fits bool, err error) {
+func (p *Pipeline) chatTokens(req *api.ChatRequest, limit int) (text string, ids []int32, fits bool, err error) {
 	text, err = p.tok.ApplyChatTemplate(MessagesOf(req.Messages), OptionsOf(req))
 	if err != nil {
 		return "", nil, false, api.Invalid("messages", "cannot apply the chat template: %v", err)

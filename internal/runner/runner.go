@@ -94,7 +94,7 @@ func (r *Runner) Generate(ctx context.Context, spec *pipeline.Spec, started func
 	client := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	plan := r.planFloor(client, spec) // ttft_floor.go; nil without a floor
+	plan := r.planFloor(client, spec) // floor.go; nil without a floor
 	out, err := r.gen.Generate(ctx, &spec.Req)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -109,25 +109,12 @@ type PrewarmResponse struct {
 }
 
 func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(r)
+	_, req, err := readGeneration(s, r, api.ParsePrewarmRequest, func(q *api.PrewarmRequest) string { return q.Model })
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	req, err := api.ParsePrewarmRequest(body)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := s.checkModel(req.Model); err != nil {
-		writeError(w, err)
-		return
-	}
-	if s.draining.Load() {
-		writeError(w, api.Unavailable("the server is draining; retry on another replica"))
-		return
-	}
-	prompt, err := s.prewarmPrompt(req)
+	prompt, err := s.pipe.Prewarm(req)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -173,29 +160,6 @@ func (s *Server) handlePrewarm(w http.ResponseWriter, r *http.Request) {
 		s.tenantMetrics.pinsLimited.WithLabelValues(name, out.PinLimit).Inc()
 	}
 	writeJSON(w, http.StatusOK, out)
-}
-
-// prewarmPrompt tokenizes a prewarm's prompt: text as a completion prompt (BOS added), tokens
-// as given, messages rendered with the chat template (tools included) as a chat prompt.
-func (s *Server) prewarmPrompt(req *api.PrewarmRequest) ([]int32, error) {
-	tooLong := func() error {
-		return api.Invalid("prompt", "prewarm larger than the context: more than %d tokens, the model's context length", s.cfg.ContextLength)
-	}
-	if c := req.Completion; c != nil {
-		if c.PromptIsTokens {
-			return c.PromptTokens, nil
-		}
-		ids, fits := s.pipe.EncodeLimit(c.PromptText, true, true, s.cfg.ContextLength)
-		if !fits {
-			return nil, tooLong()
-		}
-		return ids, nil
-	}
-	_, ids, fits, err := s.pipe.ChatTokens(req.Chat, s.cfg.ContextLength)
-	if err == nil && !fits {
-		err = tooLong()
-	}
-	return ids, err
 }
 
 // CacheTier is one tier's residency in GET /v1/cache.

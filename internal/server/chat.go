@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"time"
 
 	"stockpot/internal/api"
 	"stockpot/internal/pipeline"
@@ -19,7 +18,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		err error
 	)
 	defer func() { s.finishRequest(res, err, start) }()
-	spec, req, plan, err := s.prepareChat(r, start)
+	spec, req, plan, err := s.prepareChat(r)
 	if err != nil {
 		writeError(w, err)
 		return
@@ -49,31 +48,16 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, resp)
 }
 
-func (s *Server) prepareChat(r *http.Request, start time.Time) (*pipeline.Spec, *api.ChatRequest, *pipeline.Plan, error) {
-	body, err := s.readBody(r)
+func (s *Server) prepareChat(r *http.Request) (*pipeline.Spec, *api.ChatRequest, *pipeline.Plan, error) {
+	body, req, err := readGeneration(s, r, api.ParseChatRequest, func(q *api.ChatRequest) string { return q.Model })
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	req, err := api.ParseChatRequest(body)
+	spec, plan, err := s.pipe.ChatCompletion(r.Context(), req)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := s.checkModel(req.Model); err != nil {
-		return nil, nil, nil, err
-	}
-	if s.draining.Load() {
-		return nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
-	}
-	logprobs := -1 // none: greedy decoding then skips the softmax (engine.Request.Logprobs)
-	if req.WantLogprobs() {
-		logprobs = req.NumTopLogprobs()
-	}
-	spec, plan, err := s.pipe.Chat(r.Context(), req, req.RequestedMaxTokens(), logprobs)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	s.specReady(&req.GenerationParams)
-	s.recordRequest(r, body)
+	s.accepted(r, body, &req.GenerationParams)
 	return spec, req, plan, nil
 }
 
@@ -216,7 +200,7 @@ func (c *chatWriter) message(text, finish string) (api.ChatMessage, string) {
 	r := toolcall.Parse(c.plan.Family, text, c.plan.Opts)
 	if c.plan.ForcedCalls {
 		// A forced answer cut short (finish "length") has no content: its text is the call
-		// it was writing, which goes out as far as it got (cutcall.go).
+		// it was writing, which goes out as far as it got (internal/pipeline/cutcall.go).
 		r.Content = ""
 		r.Calls = c.plan.WithCutCalls(r.Calls, text, finish)
 	}

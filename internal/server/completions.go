@@ -42,26 +42,15 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) prepareCompletion(r *http.Request) (*pipeline.Spec, *api.CompletionRequest, error) {
-	body, err := s.readBody(r)
+	body, req, err := readGeneration(s, r, api.ParseCompletionRequest, func(q *api.CompletionRequest) string { return q.Model })
 	if err != nil {
 		return nil, nil, err
-	}
-	req, err := api.ParseCompletionRequest(body)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := s.checkModel(req.Model); err != nil {
-		return nil, nil, err
-	}
-	if s.draining.Load() {
-		return nil, nil, api.Unavailable("the server is draining; retry on another replica")
 	}
 	spec, err := s.pipe.Completion(req)
 	if err != nil {
 		return nil, nil, err
 	}
-	s.specReady(&req.GenerationParams)
-	s.recordRequest(r, body)
+	s.accepted(r, body, &req.GenerationParams)
 	return spec, req, nil
 }
 

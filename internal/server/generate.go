@@ -26,11 +26,41 @@ func (s *Server) generate(ctx context.Context, spec *pipeline.Spec, started func
 	return res, err
 }
 
-// specReady counts what the metrics count of a built generation request.
-func (s *Server) specReady(p *api.GenerationParams) {
+// readRequest reads a request's body and parses it (parse, an api.Parse*); the model it
+// names (model) must be this server's.
+func readRequest[T any](s *Server, r *http.Request, parse func([]byte) (T, error), model func(T) string) ([]byte, T, error) {
+	var zero T
+	body, err := s.readBody(r)
+	if err != nil {
+		return nil, zero, err
+	}
+	req, err := parse(body)
+	if err == nil {
+		err = s.checkModel(model(req))
+	}
+	if err != nil {
+		return nil, zero, err
+	}
+	return body, req, nil
+}
+
+// readGeneration is readRequest for a request that would use the engine: refused while the
+// server drains.
+func readGeneration[T any](s *Server, r *http.Request, parse func([]byte) (T, error), model func(T) string) ([]byte, T, error) {
+	body, req, err := readRequest(s, r, parse, model)
+	if err == nil && s.draining.Load() {
+		err = api.Unavailable("the server is draining; retry on another replica")
+	}
+	return body, req, err
+}
+
+// accepted records a generation request built from body: the prompt_cache_key count, and
+// the body for GET /v1/requests/recent (recent.go).
+func (s *Server) accepted(r *http.Request, body []byte, p *api.GenerationParams) {
 	if p.PromptCacheKey != "" {
 		s.metrics.keyed.Inc()
 	}
+	s.recordRequest(r, body)
 }
 
 // finishRequest records the outcome of a generation request in the metrics.
@@ -77,30 +107,4 @@ func (s *Server) generateAll(w http.ResponseWriter, r *http.Request, spec *pipel
 		writeError(w, err)
 	}
 	return text.String(), res, err
-}
-
-// The chat field names planChat's errors use, as Responses and Messages spell them.
-var (
-	responsesParams = []paramRename{{"response_format.json_schema.schema", "text.format.schema"}, {"response_format", "text.format"}, {".function.parameters", ".parameters"}}
-	messagesParams  = []paramRename{{".function.parameters", ".input_schema"}}
-)
-
-type paramRename struct{ from, to string }
-
-// renameParams returns err with the chat field names of its param and message renamed (the
-// first rename that applies to each); an error that is not an *api.Error is returned as is.
-func renameParams(err error, renames []paramRename) error {
-	e, ok := err.(*api.Error)
-	if !ok {
-		return err
-	}
-	c := *e
-	for _, r := range renames {
-		if strings.Contains(c.Param, r.from) || strings.Contains(c.Message, r.from) {
-			c.Param = strings.Replace(c.Param, r.from, r.to, 1)
-			c.Message = strings.ReplaceAll(c.Message, r.from, r.to)
-			break
-		}
-	}
-	return &c
 }

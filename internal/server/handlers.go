@@ -58,17 +58,8 @@ func (s *Server) checkModel(model string) error {
 // character: internal/tokenizer's EncodeBytesPerByte), and encodeLimit stops at the context
 // length, refusing a text the byte bound says cannot fit before tokenizing any of it.
 func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(r)
+	_, req, err := readRequest(s, r, api.ParseTokenizeRequest, func(q *api.TokenizeRequest) string { return q.Model })
 	if err != nil {
-		writeError(w, err)
-		return
-	}
-	req, err := api.ParseTokenizeRequest(body)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := s.checkModel(req.Model); err != nil {
 		writeError(w, err)
 		return
 	}
@@ -95,17 +86,8 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(r)
+	_, req, err := readRequest(s, r, api.ParseDetokenizeRequest, func(q *api.DetokenizeRequest) string { return q.Model })
 	if err != nil {
-		writeError(w, err)
-		return
-	}
-	req, err := api.ParseDetokenizeRequest(body)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
-	if err := s.checkModel(req.Model); err != nil {
 		writeError(w, err)
 		return
 	}

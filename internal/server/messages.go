@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 	"strings"
-	"time"
 
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
@@ -30,31 +29,19 @@ func writeAnthropicError(w http.ResponseWriter, err error) {
 }
 
 // prepareMessages parses and plans a /v1/messages request.
-func (s *Server) prepareMessages(r *http.Request, start time.Time) (*pipeline.Spec, *api.MessagesRequest, *pipeline.Plan, error) {
-	body, err := s.readBody(r)
+func (s *Server) prepareMessages(r *http.Request) (*pipeline.Spec, *api.MessagesRequest, *pipeline.Plan, error) {
+	parse := func(b []byte) (*api.MessagesRequest, error) { return api.ParseMessagesRequest(b, false) }
+	body, req, err := readGeneration(s, r, parse, func(q *api.MessagesRequest) string { return q.Model })
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	req, err := api.ParseMessagesRequest(body, false)
+	spec, plan, err := s.pipe.Messages(r.Context(), req)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := s.checkModel(req.Model); err != nil {
-		return nil, nil, nil, err
-	}
-	if s.draining.Load() {
-		return nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
-	}
-	mt := req.MaxTokens
-	spec, plan, err := s.pipe.Chat(r.Context(), req.Chat, &mt, -1) // no logprobs in this API
-	if err != nil {
-		return nil, nil, nil, renameParams(err, messagesParams)
-	}
-	s.specReady(&req.Chat.GenerationParams)
-	spec.Req.Pins, spec.Req.PinStrict = s.pipe.BreakpointPins(req, spec.Req.Prompt), req.PinStrict
 	// Anthropic names tool_use blocks toolu_…; a call that carries its own id keeps it.
 	plan.Opts.NewID = func() string { return newID("toolu_") }
-	s.recordRequest(r, body)
+	s.accepted(r, body, &req.Chat.GenerationParams)
 	return spec, req, plan, nil
 }
 
@@ -65,7 +52,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 		err error
 	)
 	defer func() { s.finishRequest(res, err, start) }()
-	spec, req, plan, err := s.prepareMessages(r, start)
+	spec, req, plan, err := s.prepareMessages(r)
 	if err != nil {
 		writeAnthropicError(w, err)
 		return
@@ -107,7 +94,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) {
 }
 
 // toolInput is a call's arguments as a JSON object. Arguments cut short by max_tokens give
-// the members that were whole, as Anthropic's tool_use input (cutcall.go); arguments that
+// the members that were whole, as Anthropic's tool_use input (internal/pipeline/cutcall.go); arguments that
 // are no object give an empty one.
 func toolInput(args string) string {
 	a := strings.TrimSpace(args)
@@ -378,15 +365,8 @@ func (m *messagesWriter) stream(w http.ResponseWriter, r *http.Request) (*runner
 
 // handleCountTokens answers /v1/messages/count_tokens: the rendered prompt's length.
 func (s *Server) handleCountTokens(w http.ResponseWriter, r *http.Request) {
-	body, err := s.readBody(r)
-	if err != nil {
-		writeAnthropicError(w, err)
-		return
-	}
-	req, err := api.ParseMessagesRequest(body, true)
-	if err == nil {
-		err = s.checkModel(req.Model)
-	}
+	parse := func(b []byte) (*api.MessagesRequest, error) { return api.ParseMessagesRequest(b, true) }
+	_, req, err := readRequest(s, r, parse, func(q *api.MessagesRequest) string { return q.Model })
 	var prompt []int32
 	if err == nil {
 		_, prompt, err = s.pipe.ChatPrompt(req.Chat)

@@ -1,14 +1,10 @@
 package server
 
 import (
-	"container/list"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
-	"sync"
-	"unsafe"
 
 	"stockpot/internal/api"
 	"stockpot/internal/pipeline"
@@ -19,106 +15,6 @@ import (
 // POST /v1/responses: OpenAI's Responses API, converted into the chat request it means
 // (api.ResponsesRequest.ChatRequest) and served by the chat path: the same template
 // rendering, tool-call parsing and constrained decoding; only the wire shapes differ.
-
-// responseStoreSize bounds the responses kept for previous_response_id.
-const responseStoreSize = 1024
-
-// Accounting of the store's bytes (responseSize): each string counts its length, and each
-// item and each entry a fixed overhead for what holds them.
-const (
-	// storedItemOverhead is an api.ResponsesItem's own size: seven string headers.
-	storedItemOverhead = int64(unsafe.Sizeof(api.ResponsesItem{}))
-	// storedEntryOverhead is what one entry costs beside its items: the storedResponse, its
-	// list element and its map entry (about 40+48+48 bytes on 64-bit), rounded up.
-	storedEntryOverhead = 160
-)
-
-// responseStore keeps the items (input and output) of recent responses, dropping the least
-// recently used to hold at most maxCount responses and maxBytes of them (responseSize). A
-// response larger than maxBytes on its own is not stored. The store is the only memory that
-// outlives a request on the client's say, so both bounds hold whatever clients send.
-type responseStore struct {
-	maxCount int   // > 0
-	maxBytes int64 // >= 0; 0 stores nothing
-	mu       struct {
-		sync.Mutex
-		order *list.List               // front: most recent; values are *storedResponse
-		byID  map[string]*list.Element // id -> element of order
-		bytes int64                    // sum of size over order; <= maxBytes
-	}
-}
-
-func newResponseStore(maxCount int, maxBytes int64) *responseStore {
-	st := &responseStore{maxCount: maxCount, maxBytes: max(maxBytes, 0)}
-	st.mu.order = list.New()
-	st.mu.byID = map[string]*list.Element{}
-	return st
-}
-
-type storedResponse struct {
-	id    string
-	items []api.ResponsesItem
-	size  int64 // responseSize(id, items)
-}
-
-// responseSize is what the store charges for a response: its strings by length, plus the
-// fixed overheads. Items carried over from an earlier response (previous_response_id) share
-// their strings with it but are charged again: the count errs high, never low, so the
-// budget bounds the memory even when the earlier response is gone.
-func responseSize(id string, items []api.ResponsesItem) int64 {
-	n := storedEntryOverhead + int64(len(id))
-	for i := range items {
-		it := &items[i]
-		n += storedItemOverhead + int64(len(it.Type)+len(it.Role)+len(it.Text)+len(it.CallID)+len(it.Name)+len(it.Arguments)+len(it.Output))
-	}
-	return n
-}
-
-func (st *responseStore) get(id string) ([]api.ResponsesItem, bool) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	e, ok := st.mu.byID[id]
-	if !ok {
-		return nil, false
-	}
-	st.mu.order.MoveToFront(e)
-	return e.Value.(*storedResponse).items, true
-}
-
-// put stores items under id, evicting the least recently used responses until both bounds
-// hold. It reports false, storing nothing, for a response larger than the whole byte budget.
-// The store keeps items (the caller must not change them after).
-func (st *responseStore) put(id string, items []api.ResponsesItem) bool {
-	size := responseSize(id, items)
-	if size > st.maxBytes {
-		return false
-	}
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if e, ok := st.mu.byID[id]; ok {
-		st.removeLocked(e)
-	}
-	st.mu.byID[id] = st.mu.order.PushFront(&storedResponse{id: id, items: items, size: size})
-	st.mu.bytes += size
-	for st.mu.order.Len() > st.maxCount || st.mu.bytes > st.maxBytes {
-		st.removeLocked(st.mu.order.Back())
-	}
-	return true
-}
-
-// removeLocked drops one entry. REQUIRES: st.mu held.
-func (st *responseStore) removeLocked(e *list.Element) {
-	r := st.mu.order.Remove(e).(*storedResponse)
-	delete(st.mu.byID, r.id)
-	st.mu.bytes -= r.size
-}
-
-// usage returns the responses stored and the bytes charged for them.
-func (st *responseStore) usage() (count int, bytes int64) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.mu.order.Len(), st.mu.bytes
-}
 
 func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	start := s.cfg.Now()
@@ -152,7 +48,7 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 	}
 	if rr.Stored() {
 		items := append(append(append([]api.ResponsesItem(nil), prior...), rr.Items...), api.ItemsOf(out)...)
-		s.responses.put(responseKey(r, rw.id), items)
+		s.responses.Put(responseKey(r, rw.id), items)
 	}
 }
 
@@ -160,41 +56,23 @@ func (s *Server) handleResponses(w http.ResponseWriter, r *http.Request) {
 // generation as prepareChat does.
 func (s *Server) prepareResponses(r *http.Request) (*api.ResponsesRequest, *pipeline.Spec, *chatWriter, []api.ResponsesItem, error) {
 	start := s.cfg.Now()
-	body, err := s.readBody(r)
+	body, rr, err := readGeneration(s, r, api.ParseResponsesRequest, func(q *api.ResponsesRequest) string { return q.Model })
 	if err != nil {
 		return nil, nil, nil, nil, err
-	}
-	rr, err := api.ParseResponsesRequest(body)
-	if err != nil {
-		return nil, nil, nil, nil, err
-	}
-	if err := s.checkModel(rr.Model); err != nil {
-		return nil, nil, nil, nil, err
-	}
-	if s.draining.Load() {
-		return nil, nil, nil, nil, api.Unavailable("the server is draining; retry on another replica")
 	}
 	var prior []api.ResponsesItem
 	if id := rr.PreviousResponseID; id != "" {
 		var ok bool
-		if prior, ok = s.responses.get(responseKey(r, id)); !ok { // another tenant's is not found
-			return nil, nil, nil, nil, &api.Error{Status: http.StatusNotFound, Type: api.TypeInvalidRequest, Code: "previous_response_not_found",
-				Param: "previous_response_id", Message: fmt.Sprintf("previous response with id %s not found: it was not stored (store was false, "+
-					"or it was over this server's whole store of %d bytes, --responses-store-bytes), or it was dropped to keep the last %d responses within that budget",
-					api.Quote(id), s.responses.maxBytes, s.responses.maxCount)}
+		if prior, ok = s.responses.Get(responseKey(r, id)); !ok { // another tenant's is not found
+			return nil, nil, nil, nil, s.responses.NotFound(id)
 		}
 	}
-	req, err := rr.ChatRequest(prior)
+	req, spec, plan, err := s.pipe.Responses(r.Context(), rr, prior)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	spec, plan, err := s.pipe.Chat(r.Context(), req, req.RequestedMaxTokens(), -1) // no logprobs in this API
-	if err != nil {
-		return nil, nil, nil, nil, renameParams(err, responsesParams)
-	}
-	s.specReady(&req.GenerationParams)
 	c := &chatWriter{s: s, req: req, plan: plan, prompt: spec.Req.Prompt, id: newID("resp_"), created: start.Unix()}
-	s.recordRequest(r, body)
+	s.accepted(r, body, &req.GenerationParams)
 	return rr, spec, c, prior, nil
 }
 

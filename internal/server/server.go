@@ -50,7 +50,7 @@ type Server struct {
 	routes         map[string]map[string]http.HandlerFunc // path -> method -> handler
 	started        time.Time
 
-	responses *responseStore                     // for /v1/responses' previous_response_id
+	responses *pipeline.ResponseStore            // for /v1/responses' previous_response_id
 	listener  atomic.Pointer[connlimit.Listener] // the one Serve accepts on, once it runs
 
 	apiKeys     apikey.Set // Config.APIKeys
@@ -93,29 +93,21 @@ func New(cfg Config, gen engine.Generator, tok pipeline.Tokenizer, reg prometheu
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m, err := newMetrics(reg, gen, c)
-	if err != nil {
-		return nil, fmt.Errorf("server: registering metrics: %w", err)
-	}
-	run, err := runner.New(gen, tok, runner.Config{BlockSize: c.BlockSize, MaxPromptTokens: c.MaxPromptTokens, OnFloorPlan: c.onFloorPlan}, reg)
-	if err != nil {
-		return nil, fmt.Errorf("server: registering metrics: %w", err)
-	}
-	tm, err := newTenantMetrics(reg)
-	if err != nil {
-		return nil, fmt.Errorf("server: registering metrics: %w", err)
-	}
-	s := &Server{cfg: c, gen: gen, tok: tok, metrics: m, started: c.Now(), run: run,
+	s := &Server{cfg: c, gen: gen, tok: tok, started: c.Now(),
 		pipe:    pipeline.New(tok, pipeline.Config{ContextLength: c.ContextLength, MaxPromptTokens: c.MaxPromptTokens, Grammar: c.Grammar}),
 		apiKeys: apikey.NewSet(c.APIKeys...), metricsKeys: apikey.NewSet(c.MetricsKey), adminKeys: apikey.NewSet(c.AdminKeys...),
 		eventsKeys: apikey.NewSet(c.EventsKeys...), dashboardKeys: apikey.NewSet(c.DashboardKeys...), backendKeys: apikey.NewSet(c.BackendKey),
-		tenants: c.Tenants, limiter: tenant.NewLimiter(), replay: tenant.NewReplayGuard(0), tenantMetrics: tm,
-		responses: newResponseStore(responseStoreSize, c.ResponsesStoreBytes)}
+		tenants: c.Tenants, limiter: tenant.NewLimiter(), replay: tenant.NewReplayGuard(0), reqmem: membudget.New(c.RequestMemoryBytes),
+		responses: pipeline.NewResponseStore(pipeline.ResponseStoreSize, c.ResponsesStoreBytes)}
 	if s.tenants == nil {
 		s.tenants = tenant.Single(c.APIKeys)
 	}
-	s.reqmem = membudget.New(c.RequestMemoryBytes)
-	if s.reqmemMetrics, err = newReqmemMetrics(reg, s.reqmem); err != nil {
+	var errs [4]error // every series registers on reg
+	s.metrics, errs[0] = newMetrics(reg, gen, c)
+	s.run, errs[1] = runner.New(gen, tok, runner.Config{BlockSize: c.BlockSize, MaxPromptTokens: c.MaxPromptTokens, OnFloorPlan: c.onFloorPlan}, reg)
+	s.tenantMetrics, errs[2] = newTenantMetrics(reg)
+	s.reqmemMetrics, errs[3] = newReqmemMetrics(reg, s.reqmem)
+	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
 	if g, ok := reg.(prometheus.Gatherer); ok {
