@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -179,12 +180,8 @@ func (c Config) validate() (Config, error) {
 	if c.ContextLength <= 1 {
 		return c, fmt.Errorf("server: Config.ContextLength must be at least 2, got %d", c.ContextLength)
 	}
-	if c.Addr == "" {
-		c.Addr = d.Addr
-	}
-	if c.BlockSize <= 0 {
-		c.BlockSize = d.BlockSize
-	}
+	orDefault(&c.Addr, d.Addr)
+	orDefault(&c.BlockSize, d.BlockSize)
 	if c.MaxPromptTokens < 0 {
 		return c, fmt.Errorf("server: Config.MaxPromptTokens must be >= 0, got %d", c.MaxPromptTokens)
 	}
@@ -194,9 +191,7 @@ func (c Config) validate() (Config, error) {
 	if c.TTFTFloor < 0 {
 		return c, fmt.Errorf("server: Config.TTFTFloor must be >= 0, got %v", c.TTFTFloor)
 	}
-	if c.MaxBodyBytes <= 0 {
-		c.MaxBodyBytes = d.MaxBodyBytes
-	}
+	orDefault(&c.MaxBodyBytes, d.MaxBodyBytes)
 	if c.RequestMemoryBytes <= 0 {
 		c.RequestMemoryBytes = max(d.RequestMemoryBytes, requestCost(c.MaxBodyBytes, c.MaxBodyBytes))
 	}
@@ -204,39 +199,23 @@ func (c Config) validate() (Config, error) {
 		return c, fmt.Errorf("server: the request memory budget (%d bytes) is below one largest body's cost (%d bytes: --max-body-bytes %d times %d, plus %d)",
 			c.RequestMemoryBytes, need, c.MaxBodyBytes, requestExpansion, requestBase)
 	}
-	if c.DrainTimeout <= 0 {
-		c.DrainTimeout = d.DrainTimeout
-	}
-	if c.ReadHeaderTimeout <= 0 {
-		c.ReadHeaderTimeout = d.ReadHeaderTimeout
-	}
-	if c.ReadTimeout <= 0 {
-		c.ReadTimeout = d.ReadTimeout
-	}
-	if c.IdleTimeout <= 0 {
-		c.IdleTimeout = d.IdleTimeout
-	}
-	if c.MaxConnections <= 0 {
-		c.MaxConnections = d.MaxConnections
-	}
+	orDefault(&c.DrainTimeout, d.DrainTimeout)
+	orDefault(&c.ReadHeaderTimeout, d.ReadHeaderTimeout)
+	orDefault(&c.ReadTimeout, d.ReadTimeout)
+	orDefault(&c.IdleTimeout, d.IdleTimeout)
+	orDefault(&c.MaxConnections, d.MaxConnections)
 	if c.MaxConnectionsPerClient <= 0 {
 		c.MaxConnectionsPerClient = max(c.MaxConnections/8, min(c.MaxConnections, 64))
 	}
-	if c.MaxHeaderBytes <= 0 {
-		c.MaxHeaderBytes = d.MaxHeaderBytes
-	}
+	orDefault(&c.MaxHeaderBytes, d.MaxHeaderBytes)
 	switch {
 	case c.ResponsesStoreBytes == 0:
 		c.ResponsesStoreBytes = d.ResponsesStoreBytes
 	case c.ResponsesStoreBytes < 0:
 		c.ResponsesStoreBytes = 0
 	}
-	if c.HitRateWindow <= 0 {
-		c.HitRateWindow = d.HitRateWindow
-	}
-	if c.HitRateMaxAge <= 0 {
-		c.HitRateMaxAge = d.HitRateMaxAge
-	}
+	orDefault(&c.HitRateWindow, d.HitRateWindow)
+	orDefault(&c.HitRateMaxAge, d.HitRateMaxAge)
 	keys := make([]string, 0, len(c.APIKeys))
 	for _, k := range c.APIKeys {
 		if k != "" {
@@ -254,4 +233,12 @@ func (c Config) validate() (Config, error) {
 		c.Now = time.Now
 	}
 	return c, nil
+}
+
+// orDefault sets *v to d when it is zero (or, for numbers, below zero).
+func orDefault[T cmp.Ordered](v *T, d T) {
+	var zero T
+	if *v <= zero {
+		*v = d
+	}
 }

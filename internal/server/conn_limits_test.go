@@ -119,3 +119,9 @@ func TestConnectionsPerClient(t *testing.T) {
 		t.Errorf("another client: %d", resp.StatusCode)
 	}
 }
+
+// openConnections is the connections Serve's listener holds (0 before Serve).
+func (s *Server) openConnections() int {
+	open, _ := s.connectionsFrom("")
+	return open
+}

@@ -185,3 +185,6 @@ func (s *Server) RequireEventsKey(h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
+
+// errUnauthorized is the answer to a missing or wrong API key.
+var errUnauthorized = api.Unauthorized("missing or invalid API key; send \"Authorization: Bearer <key>\" or \"x-api-key: <key>\"")

@@ -27,12 +27,6 @@ func healthGate(h http.Handler) http.Handler {
 	})
 }
 
-// openConnections is the connections Serve's listener holds (0 before Serve).
-func (s *Server) openConnections() int {
-	open, _ := s.connectionsFrom("")
-	return open
-}
-
 // connectionsFrom is the connections Serve's listener holds, and those of ip.
 func (s *Server) connectionsFrom(ip string) (open, fromIP int) {
 	if l := s.listener.Load(); l != nil {

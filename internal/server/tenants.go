@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"stockpot/internal/api"
+	"stockpot/internal/apikey"
 	"stockpot/internal/engine"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/pipeline"
@@ -66,7 +67,7 @@ func (s *Server) authenticate(r *http.Request) (*tenant.Tenant, error) {
 	// "Authorization: Bearer KEY" (OpenAI clients, the router), then "x-api-key: KEY"
 	// (Anthropic clients): either may carry the key.
 	keys := make([]string, 0, 2)
-	if key, ok := bearer(r); ok {
+	if key, ok := apikey.Bearer(r); ok {
 		keys = append(keys, key)
 	}
 	if key := strings.TrimSpace(r.Header.Get("X-Api-Key")); key != "" {
