@@ -183,3 +183,45 @@ func (e *Engine) PoolFits(n int) error {
 	}
 	return nil
 }
+
+// ExportBlocks calls fn, on the runner goroutine, with the full blocks from (block index)
+// up to to (exclusive) of prompt under salt's root that the working pool holds, in order,
+// stopping at the first it does not hold: each block's chain event (Kind Stored; Tokens
+// owned by fn), its K/V and, for a hybrid model, its state checkpoint (nil when the pool
+// keeps none at that block); kv and state are valid during the call only. A prefill
+// replica streams a prompt's blocks to the decode replica this way (internal/handoff),
+// a batch of blocks per call so that the runner is held for a batch's copy at a time.
+// Blocks past MaxMatchBlocks of the prompt (the last token's) are never exported. It
+// returns how many blocks fn got.
+func (e *Engine) ExportBlocks(salt string, prompt []int32, from, to int, fn func(ev prefix.Event, kv, state []byte)) int {
+	bs := e.cfg.BlockSize
+	to = min(to, prefix.MaxMatchBlocks(len(prompt), bs))
+	if from < 0 || from >= to {
+		return 0
+	}
+	root := prefix.Root(e.cfg.Identity, salt)
+	hashes := prefix.BlockHashes(root, prompt, bs)
+	n := 0
+	e.do(func() {
+		toks := prompt[:to*bs+1] // one token past the blocks: Lookup never matches a prompt's last token
+		m := e.cache.Lookup(root, hashes[:len(toks)/bs], toks)
+		defer e.cache.Release(m.Blocks)
+		for i := from; i < len(m.Blocks); i++ {
+			parent := root
+			if i > 0 {
+				parent = hashes[i-1]
+			}
+			ev := prefix.Event{Kind: prefix.Stored, Hash: hashes[i], Parent: parent, Root: root, Depth: int32(i),
+				Block: m.Blocks[i], Tokens: append([]int32(nil), prompt[i*bs:(i+1)*bs]...)}
+			e.stateBuf = e.stateBuf[:0]
+			fn(ev, e.arena.BlockData(m.Blocks[i]), e.encodeState(hashes[i]))
+			n++
+		}
+		e.trimStateBuf()
+	})
+	return n
+}
+
+// Stateful reports whether the model keeps recurrent state (a hybrid): its blocks are
+// complete only with their state checkpoints.
+func (e *Engine) Stateful() bool { return e.ckpts != nil }

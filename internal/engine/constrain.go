@@ -40,6 +40,7 @@ var ErrConstraint = errors.New("engine: constraint")
 func (s *sampler) nextConstrained(logits []float32, topN int, eog []int32) (Token, error) {
 	c := s.params.Constraint
 	if c.Done() {
+		s.forced = -1 // the end is forced here, whatever the first token was
 		if len(eog) == 0 {
 			return Token{}, fmt.Errorf("%w: output complete but the model has no end token", ErrConstraint)
 		}

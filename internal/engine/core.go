@@ -246,7 +246,7 @@ type CoreStats struct {
 	Preemptions      uint64        // sequences preempted to free memory for a decode
 	DecodeWaits      uint64        // decode steps a request skipped for blocks in-flight prefetches hold
 	PrefetchStall    time.Duration // time admissions were held back waiting for prefetches
-	Restored         [4]uint64     // blocks restored from the lower tiers, indexed by Tier
+	Restored         kvtier.Counts // blocks restored from the lower tiers, indexed by Tier
 	ReservedBlocks   int           // blocks reserved for prefetches now (Reserve), not yet used or released
 	PinsShed         uint64        // pinned blocks unpinned early for a request that could not run otherwise
 	// StateDiscarded counts blocks (device hits and restored ones) a hybrid model's
@@ -305,6 +305,9 @@ func (c *Core) Add(id uint64, req *Request, root prefix.Hash, seed uint64, now t
 		sampler: newSampler(req.Sampling, seed),
 	}
 	s.sampler.room = gen
+	if req.FirstToken != nil {
+		s.sampler.forced = *req.FirstToken
+	}
 	s.root, s.public, s.mark = c.splitChain(req, root)
 	s.enqueued = now
 	s.usage.PromptTokens = len(req.Prompt)
@@ -663,7 +666,7 @@ func (c *Core) recordFirstAdmission(s *seq, a admission, now time.Time) {
 	s.usage.DeviceTokens = len(matched) * B
 	s.usage.CrossTenantTokens = c.crossTenantTokens(s, matched)
 	s.usage.Miss = c.missEvidence(s, a.reused()) // miss.go
-	s.usage.ComputedTokens = s.prompt - s.usage.CachedTokens()
+	s.usage.ComputedTokens = s.prompt - s.usage.reusedTokens()
 	s.usage.QueueMs = ms(now.Sub(s.enqueued))
 	if c.states != nil && a.reused() > 0 {
 		s.usage.StateBytes = c.cfg.StateBytes

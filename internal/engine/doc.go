@@ -57,7 +57,7 @@
 // the longest generation the pool allows and ends with FinishLength.
 //
 // Every state change that ends a request queues exactly one final Output (Done, with a
-// FinishReason and Usage); Usage keeps Device+Host+Disk+Remote+Computed == PromptTokens.
+// FinishReason and Usage); Usage keeps Device+Host+Disk+Remote+Transfer+Computed == PromptTokens.
 //
 // # A decode step allocates nothing
 //

@@ -283,6 +283,9 @@ func (e *Engine) Generate(ctx context.Context, req *Request) (<-chan Output, err
 			return nil, fmt.Errorf("%w: token id %d outside the vocabulary [0, %d)", ErrInvalid, t, mc.Vocab)
 		}
 	}
+	if t := req.FirstToken; t != nil && (*t < 0 || int(*t) >= mc.Vocab) {
+		return nil, fmt.Errorf("%w: first token id %d outside the vocabulary [0, %d)", ErrInvalid, *t, mc.Vocab)
+	}
 	if len(req.Prompt) >= mc.ContextLength {
 		return nil, fmt.Errorf("%w: %d prompt tokens, context length %d leaves no room to generate", ErrPromptTooLong, len(req.Prompt), mc.ContextLength)
 	}

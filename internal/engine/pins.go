@@ -136,6 +136,8 @@ type pinEntry struct {
 	ttl                time.Duration
 	expires            time.Time
 	notified           time.Time // expiry last sent to the tiers
+	// local: only Local pins (leases) hold it, so the tiers are never told (no events).
+	local bool
 }
 
 // pinTable is the pins of the working pool. Pure: the core calls it with the time.
@@ -302,20 +304,25 @@ func (p *pinTable) pinSeq(c blockCache, s *seq, now time.Time) []PinResult {
 	}
 	p.unreserve(s.id) // a strict request's blocks are its own again: room admits them below
 	got, limit := 0, ""
-	reused := s.usage.CachedTokens() / p.blockSize // leading blocks this request did not compute
+	reused := s.usage.reusedTokens() / p.blockSize // leading blocks this request did not compute
 	var created []int                              // indexes of the blocks newly pinned and computed here
 	for bi := 0; bi < want && bi < len(s.hashes) && bi < len(s.blocks); bi++ {
 		h, b := s.hashes[bi], s.blocks[bi]
 		if !c.holds(h, b) {
 			break // not cached (a refused commit): nothing after it is reachable either
 		}
-		ttl := time.Duration(0)
+		ttl, local := time.Duration(0), true
 		for _, ps := range req.Pins {
 			if pinBlocks(ps, s.prompt, p.blockSize) > bi {
-				ttl = max(ttl, ps.TTL)
+				ttl, local = max(ttl, ps.TTL), local && ps.Local
 			}
 		}
 		if e, ok := p.entries[h]; ok {
+			if e.local && !local {
+				e.local = false // a pin the tiers keep now holds it too: they hear of it
+				e.notified = time.Time{}
+				p.queue(PinCreated, e)
+			}
 			p.extend(e, ttl, now)
 		} else {
 			if limit = p.room(req.Owner, 1); limit != "" {
@@ -327,7 +334,7 @@ func (p *pinTable) pinSeq(c blockCache, s *seq, now time.Time) []PinResult {
 			}
 			B := p.blockSize
 			p.add(c, &pinEntry{root: s.root, hash: h, parent: parent, owner: req.Owner, depth: bi,
-				tokens: s.tokens[bi*B : (bi+1)*B : (bi+1)*B], block: b, ttl: ttl, expires: now.Add(ttl)})
+				tokens: s.tokens[bi*B : (bi+1)*B : (bi+1)*B], block: b, ttl: ttl, expires: now.Add(ttl), local: local})
 			if bi >= reused {
 				created = append(created, bi)
 			}
@@ -530,6 +537,9 @@ func (p *pinTable) noteExpiry(t time.Time) {
 }
 
 func (p *pinTable) queue(k PinEventKind, e *pinEntry) {
+	if e.local {
+		return // a lease: the working pool's alone
+	}
 	p.events = append(p.events, PinEvent{Kind: k, Root: e.root, Hash: e.hash, Parent: e.parent, Depth: e.depth,
 		Tokens: e.tokens, Block: e.block, TTL: e.ttl, Expires: e.expires})
 }

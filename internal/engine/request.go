@@ -63,6 +63,12 @@ type Request struct {
 	// for the same prefill). A re-admission after a preemption is not capped (its own blocks).
 	// nil: no cap.
 	MaxReuseTokens *int
+	// FirstToken, when set, is the request's first output token, sampled already by the
+	// prefill replica that computed its prompt (prefill/decode disaggregation): the engine
+	// outputs it in place of its own sample. The sample is still drawn, and a constraint
+	// advances past FirstToken, so every later token is the one a single replica would have
+	// made after it; its logprobs are this engine's.
+	FirstToken *int32
 }
 
 // MaxPins is the most pins one request may ask for (Anthropic allows 4 breakpoints).
@@ -74,6 +80,10 @@ const MaxPins = 16
 type PinSpec struct {
 	Tokens int
 	TTL    time.Duration
+	// Local makes the pin a lease: held in the working pool only, never taken down to the
+	// tiers (no pin events). A prefill replica holds a prompt's blocks this way until the
+	// decode replica pulled them (internal/handoff).
+	Local bool
 }
 
 // PinResult is what became of one PinSpec, in the order of Request.Pins. Requested and
@@ -108,7 +118,7 @@ type Token struct {
 }
 
 // Usage is the per-request accounting reported in the API's usage object.
-// Invariant: Device+Host+Disk+Remote+Computed == PromptTokens.
+// Invariant: Device+Host+Disk+Remote+Transfer+Computed == PromptTokens.
 type Usage struct {
 	PromptTokens     int
 	CompletionTokens int
@@ -116,8 +126,12 @@ type Usage struct {
 	HostTokens       int
 	DiskTokens       int
 	RemoteTokens     int
-	ComputedTokens   int // prefilled this request
-	DiscardedTokens  int // found in a tier but not used (and so computed)
+	// TransferTokens came from the prefill replica that computed the prompt (a decode
+	// replica's pull, kvtier.Transfer): not a cache hit of this replica, so not in
+	// CachedTokens.
+	TransferTokens  int
+	ComputedTokens  int // prefilled this request
+	DiscardedTokens int // found in a tier but not used (and so computed)
 	// CrossTenantTokens counts the device tokens reused from blocks another tenant's request
 	// committed (the audit of tenant isolation: only public blocks may be counted here).
 	CrossTenantTokens int
@@ -148,6 +162,9 @@ func (u Usage) CachedTokens() int {
 	return u.DeviceTokens + u.HostTokens + u.DiskTokens + u.RemoteTokens
 }
 
+// reusedTokens is the prompt tokens this engine did not compute: cached, or transferred.
+func (u Usage) reusedTokens() int { return u.CachedTokens() + u.TransferTokens }
+
 // tierTokens points at the field counting t's tokens (nil for no named tier).
 func (u *Usage) tierTokens(t kvtier.Tier) *int {
 	switch t {
@@ -159,6 +176,8 @@ func (u *Usage) tierTokens(t kvtier.Tier) *int {
 		return &u.DiskTokens
 	case kvtier.Remote:
 		return &u.RemoteTokens
+	case kvtier.Transfer:
+		return &u.TransferTokens
 	}
 	return nil
 }

@@ -29,6 +29,9 @@ type sampler struct {
 	// tokens the request may still draw (0: unknown), to size its chunks.
 	top  slab[TokenLogprob]
 	room int
+	// forced, when >= 0, is the token the next sample returns in place of its own choice
+	// (Request.FirstToken): the draw is still made, so the random stream advances as it would.
+	forced int32
 }
 
 // sortScratch is the scratch of a draw over the whole list: about 4 MiB for Qwen's
@@ -73,7 +76,7 @@ func putSortScratch(sc *sortScratch) {
 }
 
 func newSampler(p SamplingParams, seed uint64) *sampler {
-	return &sampler{params: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+	return &sampler{params: p, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), forced: -1}
 }
 
 // logSumExp returns log Σ exp(logits), accumulated in float64 in index order (this exact
@@ -117,6 +120,9 @@ func (s *sampler) sample(logits []float32, topN int) Token {
 		id = argmax(logits)
 	} else {
 		id = s.draw(logits)
+	}
+	if s.forced >= 0 {
+		id, s.forced = int(s.forced), -1
 	}
 	if topN < 0 {
 		return Token{ID: int32(id)}

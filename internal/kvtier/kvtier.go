@@ -13,16 +13,21 @@ const (
 	Host               // host memory offload
 	Disk               // local disk offload
 	Remote             // a shared remote store
+	// Transfer is the blocks a decode replica pulled from the prefill replica that computed
+	// its prompt (prefill/decode disaggregation): not a tier blocks are written down to, but
+	// a source a request's prompt comes from, read before every tier below.
+	Transfer
 	count
 )
 
 // Count is the number of tiers: the length of arrays indexed by Tier.
 const Count = int(count)
 
-// Below are the tiers under the device, fastest first.
+// Below are the tiers under the device that blocks are written down to, fastest first
+// (Transfer is a source only).
 var Below = []Tier{Host, Disk, Remote}
 
-var names = [...]string{Device: "device", Host: "host", Disk: "disk", Remote: "remote"}
+var names = [...]string{Device: "device", Host: "host", Disk: "disk", Remote: "remote", Transfer: "transfer"}
 
 // String returns the wire name ("device", "host", "disk", "remote"), or
 // "tier(N)" for a value out of range.

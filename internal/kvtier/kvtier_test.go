@@ -1,9 +1,12 @@
 package kvtier
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 func TestStringParse(t *testing.T) {
-	want := []string{"device", "host", "disk", "remote"}
+	want := []string{"device", "host", "disk", "remote", "transfer"}
 	if Count != len(want) {
 		t.Fatalf("Count = %d, want %d", Count, len(want))
 	}
@@ -30,7 +33,7 @@ func TestStringParse(t *testing.T) {
 			t.Errorf("Parse(%q): no error", s)
 		}
 	}
-	if Device != 0 || len(Below) != Count-1 || Below[0] != Host {
+	if Device != 0 || len(Below) != Count-2 || Below[0] != Host || slices.Contains(Below, Transfer) {
 		t.Errorf("Device = %d, Below = %v", Device, Below)
 	}
 }

@@ -37,9 +37,9 @@ type CostConfig struct {
 func DefaultCostConfig() CostConfig {
 	return CostConfig{
 		Alpha:                  0.2,
-		ReadBandwidth:          map[kvtier.Tier]float64{kvtier.Host: 10e9, kvtier.Disk: 1e9, kvtier.Remote: 100e6},
+		ReadBandwidth:          map[kvtier.Tier]float64{kvtier.Host: 10e9, kvtier.Disk: 1e9, kvtier.Remote: 100e6, kvtier.Transfer: 10e9},
 		PrefillTokensPerSecond: 1000,
-		Overhead:               map[kvtier.Tier]time.Duration{kvtier.Host: 5 * time.Microsecond, kvtier.Disk: 200 * time.Microsecond, kvtier.Remote: time.Millisecond},
+		Overhead:               map[kvtier.Tier]time.Duration{kvtier.Host: 5 * time.Microsecond, kvtier.Disk: 200 * time.Microsecond, kvtier.Remote: time.Millisecond, kvtier.Transfer: 5 * time.Microsecond},
 	}
 }
 

@@ -24,7 +24,9 @@ import (
 func (f *Fetcher) SetPromote(fn func([]tier.Item)) { f.promote = fn }
 
 // promotes reports whether blocks read from tier t are promoted (so their values are kept).
-func (f *Fetcher) promotes(t kvtier.Tier) bool { return f.promote != nil && t != kvtier.Host }
+func (f *Fetcher) promotes(t kvtier.Tier) bool {
+	return f.promote != nil && t != kvtier.Host && t != kvtier.Transfer
+}
 
 // promoteUsable hands the usable blocks of res that came from below host to f.promote.
 // REQUIRES: vals[i] is block i's value as read, for i < res.Usable.

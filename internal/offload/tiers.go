@@ -1,6 +1,7 @@
 package offload
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -27,6 +28,10 @@ type Config struct {
 	DiskDir   string // disk tier directory; "" = off
 	DiskBytes int64  // disk tier budget. Default 10 GiB (disk.DefaultConfig)
 	RemoteURL string // redis://host:port/db; "" = off
+	// TransferBytes, when > 0, is a decode replica's buffer for the blocks it pulls from
+	// prefill replicas (kvtier.Transfer, PutTransfer): read before every tier below, never
+	// written down to, dropped least recently used past this many bytes.
+	TransferBytes int64
 	// Remote is the remote store's settings beyond its URL (call timeout, breaker, TTL,
 	// password, CA); zero fields take redis.DefaultConfig's, and IdentityDigest is always
 	// Identity. serve sets the call timeout and the credentials; tests shorten the breaker's
@@ -82,7 +87,9 @@ func DefaultConfig() Config {
 }
 
 // Enabled reports whether cfg turns on any tier.
-func (c Config) Enabled() bool { return c.HostBytes > 0 || c.DiskDir != "" || c.RemoteURL != "" }
+func (c Config) Enabled() bool {
+	return c.HostBytes > 0 || c.DiskDir != "" || c.RemoteURL != "" || c.TransferBytes > 0
+}
 
 func (c Config) validate() (Config, error) {
 	d := DefaultConfig()
@@ -107,8 +114,8 @@ func (c Config) validate() (Config, error) {
 		return c, fmt.Errorf("offload: max offload tokens %d < 0", c.MaxOffloadTokens)
 	case c.StateBytes < 0:
 		return c, fmt.Errorf("offload: state bytes %d < 0", c.StateBytes)
-	case c.HostBytes < 0:
-		return c, fmt.Errorf("offload: host tier budget %d < 0", c.HostBytes)
+	case c.HostBytes < 0 || c.TransferBytes < 0:
+		return c, fmt.Errorf("offload: host tier budget %d and transfer buffer %d must not be negative", c.HostBytes, c.TransferBytes)
 	case c.FetchTimeout < 0 || c.Fetchers < 0 || c.FetchQueue < 0:
 		return c, fmt.Errorf("offload: fetch timeout %v, fetchers %d and queue %d must not be negative", c.FetchTimeout, c.Fetchers, c.FetchQueue)
 	}
@@ -121,6 +128,7 @@ func (c Config) validate() (Config, error) {
 type Tiers struct {
 	cfg      Config
 	tiers    []TierStore
+	transfer *TierStore     // the decode role's pulled blocks (Config.TransferBytes); nil without
 	closers  []func() error // stores that hold resources, in open order
 	metrics  *Metrics
 	writer   *Writer
@@ -178,6 +186,13 @@ func Open(cfg Config, reg prometheus.Registerer) (*Tiers, error) {
 			return fail(fmt.Errorf("host tier: %w", err))
 		}
 		t.tiers = append(t.tiers, TierStore{Tier: kvtier.Host, Store: s})
+	}
+	if cfg.TransferBytes > 0 {
+		s, err := hostmem.New(hostmem.Config{CapacityBytes: cfg.TransferBytes})
+		if err != nil {
+			return fail(fmt.Errorf("transfer buffer: %w", err))
+		}
+		t.transfer = &TierStore{Tier: kvtier.Transfer, Store: s}
 	}
 	if cfg.DiskDir != "" {
 		s, err := disk.Open(disk.Config{Dir: cfg.DiskDir, CapacityBytes: cfg.DiskBytes, IdentityDigest: cfg.Identity})
@@ -246,7 +261,11 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	fcfg.NeedState, fcfg.StateBytes = cfg.StateBytes > 0, cfg.StateBytes
 	fcfg.Cost.AttendCost = cfg.AttendCost
 	fcfg.StateEvery = cfg.StateEvery
-	if t.fetcher, err = NewFetcher(fcfg, t.tiers, t.metrics); err != nil {
+	read := t.tiers
+	if t.transfer != nil {
+		read = append([]TierStore{*t.transfer}, t.tiers...) // pulled blocks first
+	}
+	if t.fetcher, err = NewFetcher(fcfg, read, t.metrics); err != nil {
 		return err
 	}
 	if len(t.tiers) > 1 && t.tiers[0].Tier == kvtier.Host {
@@ -433,3 +452,24 @@ func (t *Tiers) Close() {
 	}
 	t.closers = nil
 }
+
+// PutTransfer keeps items (encoded records a decode replica pulled from a prefill replica,
+// keyed by root and hash) in the transfer buffer, where the next prefetch of their prompt
+// finds them before any tier, verifies them as it verifies every record, and restores them
+// as kvtier.Transfer. It fails without a buffer (Config.TransferBytes).
+func (t *Tiers) PutTransfer(ctx context.Context, items []tier.Item) error {
+	if t.transfer == nil {
+		return errors.New("offload: no transfer buffer (TransferBytes is 0)")
+	}
+	return t.transfer.Store.Put(ctx, items)
+}
+
+// DropTransfer forgets pulled blocks once their request no longer needs them.
+func (t *Tiers) DropTransfer(ctx context.Context, keys []tier.Key) {
+	if t.transfer != nil {
+		_ = t.transfer.Store.Delete(ctx, keys)
+	}
+}
+
+// HasTransfer reports whether t has a transfer buffer.
+func (t *Tiers) HasTransfer() bool { return t != nil && t.transfer != nil }

@@ -98,7 +98,7 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 	for _, s := range promptSources {
 		m.promptTokens.WithLabelValues(s)
 	}
-	for t := range kvtier.Tier(kvtier.Count) {
+	for t := range kvtier.Tier(kvtier.Transfer) { // a transfer is not a hit: another replica computed it
 		m.hits.WithLabelValues(t.String())
 	}
 	m.stopped.WithLabelValues(engine.StopPoolExhausted)
@@ -123,7 +123,7 @@ func (m *metrics) observe(u engine.Usage, e2e time.Duration) {
 		m.promptTokens.WithLabelValues(t.String()).Add(float64(u.TierTokens(t)))
 	}
 	m.queries.Add(float64(u.PromptTokens))
-	for t := range kvtier.Tier(kvtier.Count) {
+	for t := range kvtier.Tier(kvtier.Transfer) {
 		m.hits.WithLabelValues(t.String()).Add(float64(u.TierTokens(t)))
 	}
 	m.discarded.Add(float64(u.DiscardedTokens))

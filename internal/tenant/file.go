@@ -377,7 +377,7 @@ func parseQuotas(n *yaml.Node, q *Quotas) error {
 			if v.Kind == yaml.MappingNode {
 				return fields(v, "cache_bytes", func(tn string, _, tv *yaml.Node) error {
 					tier, err := kvtier.Parse(tn)
-					if err != nil {
+					if err != nil || tier == kvtier.Transfer {
 						return errAt(tv, "cache_bytes: unknown tier %q (want device, host, disk, remote)", tn)
 					}
 					q.CacheBytes[tier], err = size(tv, "cache_bytes."+tn)
