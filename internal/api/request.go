@@ -71,6 +71,11 @@ type GenerationParams struct {
 	// remote) may keep: a one-off suffix stays out of them. nil: the server's default
 	// (--max-offload-tokens); 0: offload nothing it computes. An integer >= 0.
 	MaxOffloadTokens *int `json:"max_offload_tokens"`
+	// KVTransfer is vLLM's kv_transfer_params (prefill/decode disaggregation), parsed into
+	// KVTransferParams.
+	KVTransfer json.RawMessage `json:"kv_transfer_params"`
+	// KVTransferParams is KVTransfer decoded (nil without one). Set by parsing.
+	KVTransferParams *KVTransferParams `json:"-"`
 
 	// StopStrings is Stop decoded: at most MaxStop non-empty strings. Set by parsing.
 	StopStrings []string `json:"-"`
@@ -405,6 +410,9 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 		return err
 	}
 	p.StopStrings = stops
+	if p.KVTransferParams, err = ParseKVTransferParams(p.KVTransfer); err != nil {
+		return err
+	}
 	return nil
 }
 

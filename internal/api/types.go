@@ -30,10 +30,13 @@ type PromptTokensDetails struct {
 
 // CacheUsage says where each prompt token came from (Stockpot extension).
 type CacheUsage struct {
-	DeviceTokens    int `json:"device_tokens"`
-	HostTokens      int `json:"host_tokens"`
-	DiskTokens      int `json:"disk_tokens"`
-	RemoteTokens    int `json:"remote_tokens"`
+	DeviceTokens int `json:"device_tokens"`
+	HostTokens   int `json:"host_tokens"`
+	DiskTokens   int `json:"disk_tokens"`
+	RemoteTokens int `json:"remote_tokens"`
+	// TransferTokens came from the prefill replica that computed the prompt (a decode
+	// replica's pull); not cached_tokens, which counts this replica's reuse. Absent when 0.
+	TransferTokens  int `json:"transfer_tokens,omitempty"`
 	ComputedTokens  int `json:"computed_tokens"`
 	DiscardedTokens int `json:"discarded_tokens"`
 	// StateBytes, for a hybrid model, is the size of the recurrent-state checkpoint the
@@ -93,6 +96,9 @@ type CompletionResponse struct {
 	Choices           []CompletionChoice `json:"choices"`
 	Usage             *Usage             `json:"usage,omitempty"`
 	PromptTokenIDs    []int32            `json:"prompt_token_ids,omitempty"` // return_token_ids
+	// KVTransferParams, on a prefill replica's answer to a request with do_remote_decode,
+	// names where the prompt's blocks are for the decode replica (vLLM's shape).
+	KVTransferParams *KVTransferParams `json:"kv_transfer_params,omitempty"`
 }
 
 // CompletionChoice is one choice; FinishReason is nil until the choice ends.
@@ -186,6 +192,8 @@ type ChatCompletionResponse struct {
 	Choices           []ChatChoice `json:"choices"`
 	Usage             *Usage       `json:"usage,omitempty"`
 	PromptTokenIDs    []int32      `json:"prompt_token_ids,omitempty"`
+	// KVTransferParams: as CompletionResponse's.
+	KVTransferParams *KVTransferParams `json:"kv_transfer_params,omitempty"`
 }
 
 // ChatChoice is one choice of a non-streamed chat response.

@@ -69,6 +69,10 @@ type Spec struct {
 	// parts, to name where a miss is.
 	CacheReport bool
 	Segments    []miss.Segment
+	// Transfer is the request's kv_transfer_params (prefill/decode disaggregation; nil
+	// without). A decode's (do_remote_prefill) whose prompt is the one the prefill computed
+	// sets Req.FirstToken to the prefill's token.
+	Transfer *api.KVTransferParams
 }
 
 // Prepare validates what needs the model (vocabulary, context length) and builds the engine
@@ -109,9 +113,18 @@ func (p *Pipeline) Prepare(gp *api.GenerationParams, prompt []int32, maxTokens *
 	if gp.Seed != nil {
 		sp.Seed, sp.HasSeed = uint64(*gp.Seed), true
 	}
+	var first *int32
+	if t := gp.KVTransferParams; t != nil && t.DoRemotePrefill && t.FirstToken != nil && t.PromptTokens == n {
+		if err := p.CheckVocab("kv_transfer_params.stockpot_first_token", []int32{*t.FirstToken}); err != nil {
+			return nil, err
+		}
+		first = t.FirstToken
+	}
 	return &Spec{
+		Transfer: gp.KVTransferParams,
 		Req: engine.Request{
-			Prompt: prompt, MaxTokens: mt, Sampling: sp, StopTokens: gp.StopTokenIDs,
+			FirstToken: first,
+			Prompt:     prompt, MaxTokens: mt, Sampling: sp, StopTokens: gp.StopTokenIDs,
 			IgnoreEOS: gp.IgnoreEOS, Logprobs: logprobs, CacheSalt: gp.CacheSalt,
 			Pins: retentionPins(gp, n), PinStrict: gp.PinStrict, // prompt_cache_retention
 			MaxOffloadTokens: gp.MaxOffloadTokens,

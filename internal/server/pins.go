@@ -41,7 +41,7 @@ func pinTotals(pins []engine.PinResult) (pinned, requested int) {
 func cacheUsage(u engine.Usage) api.CacheUsage {
 	c := api.CacheUsage{
 		DeviceTokens: u.DeviceTokens, HostTokens: u.HostTokens, DiskTokens: u.DiskTokens,
-		RemoteTokens: u.RemoteTokens, ComputedTokens: u.ComputedTokens, DiscardedTokens: u.DiscardedTokens,
+		RemoteTokens: u.RemoteTokens, TransferTokens: u.TransferTokens, ComputedTokens: u.ComputedTokens, DiscardedTokens: u.DiscardedTokens,
 		StateBytes: u.StateBytes, StoppedBy: u.StoppedBy,
 	}
 	if len(u.Pins) > 0 {
