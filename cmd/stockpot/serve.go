@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"syscall"
 
+	"stockpot/internal/handoff"
 	"stockpot/internal/kvevents"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/pipeline"
@@ -46,6 +47,7 @@ type serveOptions struct {
 	engine   engine.Config  // zero fields are the engine's defaults
 	server   server.Config  // zero fields are the server's defaults
 	tiers    offload.Config // lower tiers; Identity and Layout are filled from the model
+	handoff  handoffOptions // prefill/decode disaggregation
 	logger   *slog.Logger
 	progress io.Writer
 }
@@ -158,6 +160,16 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	in.events.SetIdentity(hex.EncodeToString(idDigest[:]), blockSize)
 	hooks := &replicaHooks{Hooks: engine.NopHooks{}, events: in.events}
+	peers, err := handoff.ParsePeers(o.handoff.peers)
+	if err != nil {
+		return fail(err)
+	}
+	if o.handoff.role == handoff.RoleDecode && peers.Len() == 0 {
+		return fail(errors.New("serve: --role decode needs at least one --prefill-peer (the only replicas it pulls from)"))
+	}
+	if o.handoff.role.Decodes() && peers.Len() > 0 {
+		o.tiers.TransferBytes = o.handoff.transferBytes // pulled blocks wait there for admission
+	}
 	if o.tiers.Enabled() {
 		tcfg := o.tiers
 		tcfg.Identity = idDigest
@@ -227,6 +239,9 @@ func newInstance(o serveOptions) (*instance, error) {
 		}
 		scfg.TierUnpin = in.tiers.Unpin
 	}
+	layout := kvcache.Layout{BlockSize: blockSize, Layers: lf.cfg.KVLayers(), KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: kvType}
+	scfg.Handoff = o.handoff.wire(in, peers, handoff.Codec{Identity: idDigest, Layout: layout, Keys: o.tiers.Keys, Stateful: in.engine.Stateful()},
+		lf.cfg.StateEncodedBytes(), scfg.BackendKey)
 	if in.server, err = server.New(scfg, in.engine, pipeline.FromTokenizer(lf.tok), reg); err != nil {
 		return fail(err)
 	}
@@ -245,6 +260,7 @@ type serveFlags struct {
 	keyFile, adminKeyFile, eventsKeyFile, dashboardKeyFile, cacheIsolation               *string
 	tlsCert, tlsKey, tlsClientCA, hostCache, diskSize, remoteWrite                       *string
 	remotePasswordFile, remoteCAFile, prefetch, pinBudget, memLimit                      *string
+	role, transferMemory                                                                 *string
 	tierKeyFiles                                                                         stringList
 	tenants                                                                              tenantFlags
 }
@@ -307,6 +323,12 @@ func addServeFlags(fs *flag.FlagSet, o *serveOptions) *serveFlags {
 	fs.IntVar(&ec.StateCheckpointBlocks, "state-checkpoint-blocks", ec.StateCheckpointBlocks, "hybrid models (qwen35, kimi-linear, kimi-k3): keep the recurrent state at the end of every N-th block; a cached prefix is reused only up to a checkpoint, so N blocks are the hit granularity, and each checkpoint's memory comes out of --kv-memory")
 	f.memLimit = fs.String("memory-limit", "auto", "soft limit of the Go heap: the collector runs harder near it rather than let the heap reach twice its live size (e.g. 20GiB); auto = 90% of the cgroup's limit (followed as it changes), or on a host without one the smaller of 75% of its memory and 90% of what is available at start, unless GOMEMLIMIT is set; off = none")
 	f.tenants = addTenantFlags(fs, true)
+	h := &o.handoff
+	f.role = fs.String("role", string(handoff.RoleBoth), "prefill/decode disaggregation: both (prefill and decode here), prefill (compute prompts and hand their KV to decode replicas) or decode (pull prompts' KV from --prefill-peer replicas and decode)")
+	fs.Var((*stringList)(&h.peers), "prefill-peer", "a prefill replica this decode replica may pull KV from, http://host:port (repeatable); a transfer naming any other address is refused")
+	fs.DurationVar(&h.lease, "handoff-lease", handoff.DefaultLease, "how long a prefill replica holds a prompt's blocks for its decode replica")
+	f.transferMemory = fs.String("transfer-memory", "1GiB", "a decode replica's buffer for pulled blocks waiting for admission")
+	fs.IntVar(&h.streams, "handoff-streams", 4, "streams one pull uses at once")
 	return f
 }
 
@@ -392,6 +414,16 @@ func (f *serveFlags) resolve(o *serveOptions) error {
 	}
 	if ec.Prefetch, err = engine.ParsePrefetchPolicy(*f.prefetch); err != nil {
 		return fmt.Errorf("--prefetch %w", err)
+	}
+	h := &o.handoff
+	if h.role, err = handoff.ParseRole(*f.role); err != nil {
+		return fmt.Errorf("--role: %w", err)
+	}
+	if h.transferBytes, err = bytesize.Parse(*f.transferMemory); err != nil || h.transferBytes <= 0 {
+		return fmt.Errorf("--transfer-memory %q: a positive size", *f.transferMemory)
+	}
+	if h.lease <= 0 || h.streams < 1 {
+		return fmt.Errorf("--handoff-lease %v and --handoff-streams %d must be positive", h.lease, h.streams)
 	}
 	return nil
 }

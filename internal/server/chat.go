@@ -45,6 +45,7 @@ func (s *Server) handleChat(w http.ResponseWriter, r *http.Request) {
 		resp.Choices[0].TokenIDs = runner.TokenIDs(res.Tokens)
 		resp.PromptTokenIDs = spec.Req.Prompt
 	}
+	resp.KVTransferParams = s.registerTransfer(r, spec, res)
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -54,6 +55,9 @@ func (s *Server) prepareChat(r *http.Request) (*pipeline.Spec, *api.ChatRequest,
 		return nil, nil, nil, err
 	}
 	spec, plan, err := s.pipe.ChatCompletion(r.Context(), req)
+	if err == nil {
+		err = s.handoffSpec(spec, req.Stream) // handoff.go: kv_transfer_params
+	}
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -38,6 +38,7 @@ func (s *Server) handleCompletions(w http.ResponseWriter, r *http.Request) {
 		resp.Choices[0].TokenIDs = runner.TokenIDs(res.Tokens)
 		resp.PromptTokenIDs = spec.Req.Prompt
 	}
+	resp.KVTransferParams = s.registerTransfer(r, spec, res)
 	writeJSON(w, http.StatusOK, resp)
 }
 
@@ -47,6 +48,9 @@ func (s *Server) prepareCompletion(r *http.Request) (*pipeline.Spec, *api.Comple
 		return nil, nil, err
 	}
 	spec, err := s.pipe.Completion(req)
+	if err == nil {
+		err = s.handoffSpec(spec, req.Stream) // handoff.go: kv_transfer_params
+	}
 	if err != nil {
 		return nil, nil, err
 	}

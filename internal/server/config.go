@@ -72,6 +72,10 @@ type Config struct {
 	// Principal, when set, names each API request's principal and its floor (a tenants layer:
 	// per-tenant floors); nil: the presented key's SHA-256 with TTFTFloor.
 	Principal PrincipalFunc
+	// Handoff, when set, is this replica's part in prefill/decode disaggregation (handoff.go):
+	// its role, the transfers it holds for decodes, and its puller. nil: it takes no
+	// kv_transfer_params.
+	Handoff *Handoff
 	// onFloorPlan, when set (tests), sees every TTFT floor decision (runner.Config.OnFloorPlan).
 	onFloorPlan func(runner.FloorPlan)
 	// KeyIsolation gives every API key its own cache namespace inside its tenant's

@@ -6,6 +6,7 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/apikey"
+	"stockpot/internal/handoff"
 )
 
 // Endpoint keys. Besides the API (APIKeys), four kinds of endpoint show what every tenant
@@ -43,6 +44,7 @@ const (
 	rightEvents
 	rightDashboard
 	rightMetrics
+	rightTransfer
 )
 
 // rightNames: the error messages' names of each right and the flags that grant it.
@@ -52,6 +54,7 @@ var rightNames = [...]struct{ name, flags string }{
 	rightEvents:    {"the block events", "--events-key or --admin-key"},
 	rightDashboard: {"the dashboard", "--dashboard-key or --admin-key"},
 	rightMetrics:   {"/metrics", "--metrics-key or --admin-key (or --public-metrics)"},
+	rightTransfer:  {"the KV transfers", "--backend-key or --admin-key"},
 }
 
 // grants returns the key sets that grant need.
@@ -67,6 +70,8 @@ func (s *Server) grants(need right) []apikey.Set {
 		return []apikey.Set{s.dashboardKeys, s.adminKeys}
 	case rightMetrics:
 		return []apikey.Set{s.metricsKeys, s.adminKeys}
+	case rightTransfer:
+		return []apikey.Set{s.backendKeys, s.adminKeys}
 	}
 	return nil
 }
@@ -166,6 +171,8 @@ func endpointRight(path string) (right, bool) {
 		return rightDashboard, true
 	case path == eventsPath || strings.HasPrefix(path, eventsPath+"/"):
 		return rightEvents, true
+	case strings.HasPrefix(path, handoff.TransferPath):
+		return rightTransfer, true
 	}
 	return rightAPI, true
 }

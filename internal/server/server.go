@@ -29,6 +29,7 @@ import (
 	"stockpot/internal/apikey"
 	"stockpot/internal/connlimit"
 	"stockpot/internal/engine"
+	"stockpot/internal/handoff"
 	"stockpot/internal/membudget"
 	"stockpot/internal/pipeline"
 	"stockpot/internal/runner"
@@ -74,6 +75,7 @@ type Server struct {
 	// is read (reqmem.go).
 	reqmem        *membudget.Budget
 	reqmemMetrics *reqmemMetrics
+	handoffM      *handoffMetrics // stockpot_kv_transfer_* (handoff.go)
 
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
@@ -102,11 +104,12 @@ func New(cfg Config, gen engine.Generator, tok pipeline.Tokenizer, reg prometheu
 	if s.tenants == nil {
 		s.tenants = tenant.Single(c.APIKeys)
 	}
-	var errs [4]error // every series registers on reg
+	var errs [5]error // every series registers on reg
 	s.metrics, errs[0] = newMetrics(reg, gen, c)
 	s.run, errs[1] = runner.New(gen, tok, runner.Config{BlockSize: c.BlockSize, MaxPromptTokens: c.MaxPromptTokens, OnFloorPlan: c.onFloorPlan}, reg)
 	s.tenantMetrics, errs[2] = newTenantMetrics(reg)
 	s.reqmemMetrics, errs[3] = newReqmemMetrics(reg, s.reqmem)
+	s.handoffM, errs[4] = newHandoffMetrics(reg, c.Handoff)
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
@@ -132,6 +135,9 @@ func New(cfg Config, gen engine.Generator, tok pipeline.Tokenizer, reg prometheu
 	}
 	for p, m := range s.cacheAdminRoutes() {
 		s.routes[p] = m
+	}
+	if h := c.Handoff; h != nil && h.Source != nil {
+		h.Source.Served = s.transferServed
 	}
 	s.dash = newDashboardState(s)
 	s.handler = http.HandlerFunc(s.serveHTTP)
@@ -250,6 +256,8 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		if name, found := strings.CutPrefix(path, "/v1/models/"); found && name != "" {
 			methods = map[string]http.HandlerFunc{http.MethodGet: s.modelHandler(name)}
+		} else if strings.HasPrefix(path, handoff.TransferPath) && len(path) > len(handoff.TransferPath) {
+			methods = map[string]http.HandlerFunc{http.MethodGet: s.handleTransfer}
 		} else {
 			writeError(rw, api.NotFound(r.Method, path))
 			return

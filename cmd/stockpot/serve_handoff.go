@@ -1,0 +1,45 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/http"
+	"time"
+
+	"stockpot/internal/handoff"
+	"stockpot/internal/server"
+	"stockpot/internal/tier"
+)
+
+// handoffOptions are serve's prefill/decode flags (--role, --prefill-peer, --handoff-*,
+// --transfer-memory).
+type handoffOptions struct {
+	role          handoff.Role
+	peers         []string
+	lease         time.Duration
+	transferBytes int64
+	streams       int
+}
+
+// wire builds the server's Handoff for in: a prefill replica's registry and pull endpoint,
+// a decode replica's puller into the transfer buffer. nil for a plain both replica.
+func (h handoffOptions) wire(in *instance, peers *handoff.Peers, codec handoff.Codec, stateBytes int, backendKey string) *server.Handoff {
+	role := h.role
+	if role == "" {
+		role = handoff.RoleBoth
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	out := &server.Handoff{Role: role, Root: in.engine.Root, EngineID: "stockpot-" + hex.EncodeToString(id[:])}
+	if role.Prefills() {
+		out.Registry = handoff.NewRegistry(h.lease)
+		out.Source = &handoff.Source{Registry: out.Registry, Exporter: in.engine, Codec: codec, Now: time.Now}
+	}
+	if role.Decodes() && peers.Len() > 0 && in.tiers.HasTransfer() {
+		maxRecord := int(tier.EncodedSizeOf(codec.Layout)) + stateBytes + 4096
+		out.Puller = &handoff.Puller{Client: &http.Client{}, Peers: peers, Key: backendKey, Streams: h.streams,
+			Put: in.tiers.PutTransfer, MaxRecord: maxRecord}
+		out.Drop = in.tiers.DropTransfer
+	}
+	return out
+}
