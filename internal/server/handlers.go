@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"stockpot/internal/api"
+	"stockpot/internal/handoff"
 )
 
 func (s *Server) modelCard() api.ModelCard {
@@ -103,12 +104,18 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, api.DetokenizeResponse{Prompt: text})
 }
 
+// handleHealth answers load balancers, and tells a router the replica's role in
+// prefill/decode disaggregation ("both", "prefill" or "decode").
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	role := string(handoff.RoleBoth)
+	if s.cfg.Handoff != nil {
+		role = string(s.cfg.Handoff.Role)
+	}
 	if s.draining.Load() {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining"})
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "role": role})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "role": role})
 }
 
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
