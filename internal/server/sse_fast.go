@@ -55,7 +55,7 @@ func textChunk(v any) (k chunkKey, text string, ok bool) {
 		}
 		return chunkKey{1, c.ID, c.Object, c.Model, c.SystemFingerprint, d.Role, c.Created, ch.Index}, *d.Content, true
 	case *api.CompletionResponse:
-		if len(c.Choices) != 1 || c.Usage != nil || c.PromptTokenIDs != nil {
+		if len(c.Choices) != 1 || c.Usage != nil || c.PromptTokenIDs != nil || c.KVTransferParams != nil {
 			return k, "", false
 		}
 		ch := &c.Choices[0]
@@ -112,7 +112,7 @@ var noChunkTemplates = false
 var templateFieldsKnown = fieldsAre(api.ChatCompletionChunk{}, "ID", "Object", "Created", "Model", "SystemFingerprint", "Choices", "Usage", "PromptTokenIDs") &&
 	fieldsAre(api.ChatChunkChoice{}, "Index", "Delta", "Logprobs", "FinishReason", "TokenIDs") &&
 	fieldsAre(api.ChatDelta{}, "Role", "Content", "ReasoningContent", "ToolCalls") &&
-	fieldsAre(api.CompletionResponse{}, "ID", "Object", "Created", "Model", "SystemFingerprint", "Choices", "Usage", "PromptTokenIDs") &&
+	fieldsAre(api.CompletionResponse{}, "ID", "Object", "Created", "Model", "SystemFingerprint", "Choices", "Usage", "PromptTokenIDs", "KVTransferParams") &&
 	fieldsAre(api.CompletionChoice{}, "Index", "Text", "Logprobs", "FinishReason", "TokenIDs") &&
 	!hasMarshaler(api.ChatCompletionChunk{}, api.ChatChunkChoice{}, api.ChatDelta{}, api.CompletionResponse{}, api.CompletionChoice{})
 
