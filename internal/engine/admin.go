@@ -225,3 +225,17 @@ func (e *Engine) ExportBlocks(salt string, prompt []int32, from, to int, fn func
 // Stateful reports whether the model keeps recurrent state (a hybrid): its blocks are
 // complete only with their state checkpoints.
 func (e *Engine) Stateful() bool { return e.ckpts != nil }
+
+// EndLease ends a prefill's lease on a prompt's blocks once its decode took them (the Local
+// pins of the prompt under salt that no other pin needs); the blocks stay cached like any
+// other. It returns how many blocks it unpinned.
+func (e *Engine) EndLease(salt string, prompt []int32) int {
+	root := prefix.Root(e.cfg.Identity, salt)
+	hashes := prefix.BlockHashes(root, prompt, e.cfg.BlockSize)
+	var n int
+	e.do(func() {
+		n = e.core.EndLeases(root, hashes)
+		e.publishStats()
+	})
+	return n
+}

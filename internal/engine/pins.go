@@ -98,6 +98,7 @@ type PinInfo struct {
 	Block              kvcache.BlockID
 	TTL                time.Duration
 	Expires            time.Time // last use + TTL
+	Local              bool      // a lease (PinSpec.Local): held in the pool only
 }
 
 // KnownPin is a pin a persistent tier kept across a restart (offload reads it from the
@@ -571,7 +572,35 @@ func (p *pinTable) list() []PinInfo {
 
 func (e *pinEntry) info(blockSize int) PinInfo {
 	return PinInfo{Root: e.root, Hash: e.hash, Parent: e.parent, Depth: e.depth, PrefixTokens: (e.depth + 1) * blockSize,
-		Block: e.block, TTL: e.ttl, Expires: e.expires}
+		Block: e.block, TTL: e.ttl, Expires: e.expires, Local: e.local}
+}
+
+// endLeases drops the Local pins of hashes under root that no other pin needs: one that a
+// pin still held extends (its descendant) stays until it expires, since dropping it would
+// let the pool evict what that pin reaches through. No events: the tiers never heard of
+// them. It returns how many blocks it dropped.
+func (p *pinTable) endLeases(c blockCache, root prefix.Hash, hashes []prefix.Hash) int {
+	drop := map[prefix.Hash]bool{}
+	for _, h := range hashes {
+		if e, ok := p.entries[h]; ok && e.local && e.root == root {
+			drop[h] = true
+		}
+	}
+	for h, e := range p.entries {
+		if drop[h] {
+			continue
+		}
+		for a, ok := p.entries[e.parent]; ok; a, ok = p.entries[a.parent] {
+			delete(drop, a.hash) // an ancestor of a pin that stays
+		}
+	}
+	gone := make([]*pinEntry, 0, len(drop))
+	for h := range drop {
+		gone = append(gone, p.entries[h])
+		delete(p.entries, h)
+	}
+	p.drop(c, gone, false)
+	return len(gone)
 }
 
 func later(a, b time.Time) time.Time {
@@ -620,6 +649,12 @@ func (c *Core) ExpirePins(now time.Time) int { return c.pins.expire(c.cache, now
 
 // Pins lists the pinned blocks, by root, then depth.
 func (c *Core) Pins() []PinInfo { return c.pins.list() }
+
+// EndLeases drops the leases (Local pins) of hashes under root that no other pin needs
+// (pinTable.endLeases).
+func (c *Core) EndLeases(root prefix.Hash, hashes []prefix.Hash) int {
+	return c.pins.endLeases(c.cache, root, hashes)
+}
 
 // Unpin drops the pins match selects, and the pins below them; it returns how many blocks
 // it unpinned.
