@@ -154,8 +154,11 @@ func TestHandoffBitwise(t *testing.T) {
 				t.Errorf("decode metrics: transfer tokens %v, pulled blocks %v", m[`stockpot_engine_prompt_tokens_total{source="transfer"}`],
 					m[`stockpot_kv_transfer_blocks_total{direction="pulled"}`])
 			}
-			if p := scrape(t, prefill); p[`stockpot_kv_transfer_blocks_total{direction="served"}`] == 0 {
-				t.Errorf("prefill served no blocks")
+			// Every transfer was taken whole: its lease ended, its blocks are cached unpinned.
+			if p := scrape(t, prefill); p[`stockpot_kv_transfer_blocks_total{direction="served"}`] == 0 ||
+				p[`stockpot_kv_transfer_leases`] != 0 || p[`stockpot_engine_pinned_blocks`] != 0 {
+				t.Errorf("prefill: %v blocks served, %v transfers held, %v blocks pinned; want leases ended once taken",
+					p[`stockpot_kv_transfer_blocks_total{direction="served"}`], p[`stockpot_kv_transfer_leases`], p[`stockpot_engine_pinned_blocks`])
 			}
 		})
 	}

@@ -33,7 +33,8 @@ func (h handoffOptions) wire(in *instance, peers *handoff.Peers, codec handoff.C
 	out := &server.Handoff{Role: role, Root: in.engine.Root, EngineID: "stockpot-" + hex.EncodeToString(id[:])}
 	if role.Prefills() {
 		out.Registry = handoff.NewRegistry(h.lease)
-		out.Source = &handoff.Source{Registry: out.Registry, Exporter: in.engine, Codec: codec, Now: time.Now}
+		out.Source = &handoff.Source{Registry: out.Registry, Exporter: in.engine, Codec: codec, Now: time.Now,
+			Release: func(t *handoff.Transfer) { in.engine.EndLease(t.Salt, t.Prompt) }}
 	}
 	if role.Decodes() && peers.Len() > 0 && in.tiers.HasTransfer() {
 		maxRecord := int(tier.EncodedSizeOf(codec.Layout)) + stateBytes + 4096

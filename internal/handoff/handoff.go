@@ -85,6 +85,9 @@ type Transfer struct {
 	Prompt  []int32 // the prompt's tokens
 	Blocks  int     // full blocks a decode may take: prefix.MaxMatchBlocks of the prompt
 	Expires time.Time
+
+	served  []bool // blocks a pull has taken (under the registry's lock)
+	servedN int
 }
 
 // Registry remembers the transfers a prefill replica holds, until they are pulled or their
@@ -152,6 +155,32 @@ func (r *Registry) Get(id string, now time.Time) (*Transfer, bool) {
 		return nil, false
 	}
 	return t, true
+}
+
+// Served records that a pull took blocks [from, from+n) of transfer id. It reports whether
+// every block has now been taken (the transfer is then forgotten: its lease can end).
+func (r *Registry) Served(id string, from, n int) (*Transfer, bool) {
+	r.mu.Lock()
+	t, ok := r.mu.m[id]
+	if !ok {
+		r.mu.Unlock()
+		return nil, false
+	}
+	if t.served == nil {
+		t.served = make([]bool, t.Blocks)
+	}
+	for i := max(from, 0); i < min(from+n, t.Blocks); i++ {
+		if !t.served[i] {
+			t.served[i] = true
+			t.servedN++
+		}
+	}
+	whole := t.servedN == t.Blocks
+	r.mu.Unlock()
+	if whole {
+		r.Done(id)
+	}
+	return t, whole
 }
 
 // Done forgets a transfer its decode took whole.
@@ -464,6 +493,9 @@ type Source struct {
 	// Served, when set, hears of every pull: blocks and bytes written, the time taken and
 	// how it ended (nil: the whole range).
 	Served func(blocks int, bytes int64, d time.Duration, err error)
+	// Release, when set, ends a transfer's lease once its decode took every block (the
+	// engine's EndLease): the blocks stay cached, unpinned.
+	Release func(t *Transfer)
 }
 
 // ServeHTTP serves one pull. Errors are in the API's shape (writeErr).
@@ -502,8 +534,10 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request, writeErr func
 	w.Header().Set(HeaderBlocks, strconv.Itoa(t.Blocks))
 	w.WriteHeader(http.StatusOK)
 	blocks, bytes, err := WriteBlocks(w, s.Exporter, s.Codec, t, from, to)
-	if err == nil && blocks == to-from && to == t.Blocks && from == 0 {
-		s.Registry.Done(id) // taken whole in one stream
+	if err == nil {
+		if tt, whole := s.Registry.Served(id, from, blocks); whole && s.Release != nil {
+			s.Release(tt)
+		}
 	}
 	if s.Served != nil {
 		s.Served(blocks, bytes, time.Since(start), err)
