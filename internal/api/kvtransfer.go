@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"regexp"
 )
 
@@ -63,6 +64,9 @@ func ParseKVTransferParams(raw json.RawMessage) (*KVTransferParams, error) {
 	var p KVTransferParams
 	if err := d.Decode(&p); err != nil {
 		return nil, Invalid(param, "kv_transfer_params: %s", jsonProblem(err))
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return nil, Invalid(param, "kv_transfer_params: data after the object")
 	}
 	switch {
 	case p.DoRemoteDecode && p.DoRemotePrefill:
