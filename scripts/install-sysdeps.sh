@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs the system packages the tests use, where missing: redis-server (the remote KV tier is
-# tested against a real Redis) and chromium (the bench report is loaded in headless Chromium).
+# tested against a real Redis), chromium (the bench report is loaded in headless Chromium), and
+# Debian's python3-fastapi, python3-httpx and python3-uvicorn (vLLM's disaggregation proxy, from
+# ../shared/peers, runs on Debian's own python3 in front of a prefill/decode pair).
 # Needs root or sudo for apt-get; does nothing when everything is present.
 set -euo pipefail
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+/usr/bin/python3 -c 'import fastapi, httpx, uvicorn' >/dev/null 2>&1 || need+=(python3-fastapi python3-httpx python3-uvicorn)
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "install-sysdeps: installing ${need[*]} with apt-get"
 sudo=""
