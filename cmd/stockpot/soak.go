@@ -35,6 +35,10 @@ func cmdSoak(args []string) error {
 	remoteWrite := fs.String("remote-write", "through", "the replicas' --remote-write: through, selective or back")
 	faults := fs.String("faults", "all", "faults to inject: all, none, or a list of "+strings.Join(soakFaultNames(), ","))
 	rounds := fs.Int("rounds", 0, "rounds of faults over the run (0: one per 400 requests)")
+	pd := fs.Bool("pd", false, "a prefill/decode fleet: the first --prefills replicas are serve --role prefill (each behind a proxy that can flip a byte of a transfer), the rest serve --role decode pulling from them; --handoff-percent of the judged requests are handed off as vLLM's proxy does it (prefill request, then the request with its kv_transfer_params to a decode), and the pd_* faults are injected")
+	prefills := fs.Int("prefills", 0, "with --pd: how many of the replicas are prefill replicas (0: half)")
+	handoffPercent := fs.Int("handoff-percent", 40, "with --pd: percent of the judged requests handed off from a prefill to a decode")
+	handoffLease := fs.Duration("handoff-lease", 5*time.Second, "with --pd: the prefill replicas' --handoff-lease (pd_lease_expire waits it out)")
 	threads := fs.Int("threads", 1, "compute threads per server")
 	dir := fs.String("dir", "", "working directory for tiers and logs (default: a new temporary one)")
 	bin := fs.String("bin", "", "stockpot binary the fleet runs (default: this one)")
@@ -48,6 +52,7 @@ func cmdSoak(args []string) error {
 			"Starts a fleet (replicas with host, disk and Redis tiers, a router, and a cache-off oracle server), sends a\n"+
 			"seeded random mixture of requests (shared and unshared prompts, chats, streams, tool calls, cancels and\n"+
 			"disconnects) while injecting faults, and compares every completed greedy answer with the oracle's.\n"+
+			"With --pd the replicas are prefill and decode pools and part of the requests are handed off between them.\n"+
 			"Exits 1 unless nothing was wrong, nothing was lost and every budget and leak check held.")
 		fs.PrintDefaults()
 	}
@@ -70,6 +75,9 @@ func cmdSoak(args []string) error {
 	if *requests < 1 || *workers < 1 || *replicas < 1 {
 		return fmt.Errorf("soak: --requests, --workers and --replicas must be at least 1")
 	}
+	if *pd && (*replicas < 2 || *prefills >= *replicas || *prefills < 0 || *handoffPercent < 1 || *handoffPercent > 100 || *handoffLease <= 0) {
+		return fmt.Errorf("soak: --pd needs at least 2 --replicas, fewer --prefills than replicas, --handoff-percent in 1..100 and a positive --handoff-lease")
+	}
 	kinds, err := soak.ParseFaults(*faults)
 	if err != nil {
 		return fmt.Errorf("soak: --faults: %w", err)
@@ -87,12 +95,13 @@ func cmdSoak(args []string) error {
 	*dir, _ = filepath.Abs(*dir)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Fprintf(os.Stderr, "soak: %d requests, seed %d, %d replicas, router %v, faults %s; logs and tiers in %s\n", *requests, *seed, *replicas, *router, *faults, *dir)
+	fmt.Fprintf(os.Stderr, "soak: %d requests, seed %d, %d replicas, router %v, prefill/decode %v, faults %s; logs and tiers in %s\n", *requests, *seed, *replicas, *router, *pd, *faults, *dir)
 	rep, err := soak.Run(ctx, soak.Config{
 		Bin: *bin, Model: *modelSpec, Dir: *dir, Requests: *requests, Workers: *workers, Seed: *seed,
 		Replicas: *replicas, Router: *router, Policy: *policy,
 		KVMemory: *kvMemory, HostCache: *host, Disk: *disk, DiskSize: *diskSize, DiskMount: *diskMount, Redis: *redis, RemoteWrite: *remoteWrite, Threads: *threads,
 		Faults: kinds, Rounds: *rounds, Progress: os.Stderr, RetryBudget: *retryBudget, SettleTimeout: *settle,
+		PD: *pd, Prefills: *prefills, HandoffPercent: *handoffPercent, HandoffLease: *handoffLease,
 	})
 	if err != nil {
 		return fmt.Errorf("soak: %w", err)

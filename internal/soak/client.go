@@ -30,6 +30,9 @@ type answer struct {
 	finish string
 	prompt int
 	cached int // -1: not reported
+	// transfer and remote are usage.cache's transfer_tokens (pulled from a prefill replica)
+	// and remote_tokens (restored from the remote tier).
+	transfer, remote int
 }
 
 // errPermanent marks a failure no retry can fix (a 4xx other than 408/429).
@@ -41,20 +44,33 @@ func (c *Client) Do(ctx context.Context, op *Op, base string) Outcome {
 	if op.Kind == Cancel || op.Kind == Disconnect {
 		return c.abort(ctx, op, base)
 	}
-	deadline := time.Now().Add(c.Budget)
+	a, tries, ok := c.answer(ctx, time.Now().Add(c.Budget), &out, func() (answer, time.Duration, error) {
+		return c.try(ctx, op, base, op.Body, op.Stream)
+	})
+	out.Attempts = tries
+	if ok {
+		out.Status, out.Answer, out.Finish, out.Prompt, out.Cached = Answered, a.text, a.finish, a.prompt, a.cached
+		out.Transfer, out.Remote = a.transfer, a.remote
+	} else {
+		out.Status = Lost
+	}
+	return out
+}
+
+// answer makes tries of try until one succeeds, a failure is permanent, ctx ends or the next
+// backoff would pass deadline, appending each failure to out.Errors.
+func (c *Client) answer(ctx context.Context, deadline time.Time, out *Outcome, try func() (answer, time.Duration, error)) (a answer, tries int, ok bool) {
 	backoff := 40 * time.Millisecond
 	for {
-		out.Attempts++
-		a, wait, err := c.try(ctx, op, base, op.Body, op.Stream)
+		tries++
+		a, wait, err := try()
 		if err == nil {
-			out.Status, out.Answer, out.Finish, out.Prompt, out.Cached = Answered, a.text, a.finish, a.prompt, a.cached
-			return out
+			return a, tries, true
 		}
 		out.Errors = append(out.Errors, err.Error())
 		var perm errPermanent
 		if errors.As(err, &perm) || ctx.Err() != nil || time.Now().Add(backoff).After(deadline) {
-			out.Status = Lost
-			return out
+			return answer{}, tries, false
 		}
 		if wait < backoff {
 			wait = backoff
@@ -150,6 +166,18 @@ type usage struct {
 	PromptTokensDetails *struct {
 		CachedTokens *int `json:"cached_tokens"`
 	} `json:"prompt_tokens_details"`
+	Cache *struct {
+		TransferTokens int `json:"transfer_tokens"`
+		RemoteTokens   int `json:"remote_tokens"`
+	} `json:"cache"`
+}
+
+// sources is usage.cache's transfer and remote tokens (0 when not reported).
+func (u *usage) sources() (transfer, remote int) {
+	if u == nil || u.Cache == nil {
+		return 0, 0
+	}
+	return u.Cache.TransferTokens, u.Cache.RemoteTokens
 }
 
 func (u *usage) cached() int {
@@ -210,6 +238,7 @@ func parseAnswer(b []byte, chat bool) (answer, error) {
 	a := answer{finish: *ch.FinishReason, cached: r.Usage.cached()}
 	if r.Usage != nil {
 		a.prompt = r.Usage.PromptTokens
+		a.transfer, a.remote = r.Usage.sources()
 	}
 	if !chat {
 		a.text = ch.Text
@@ -264,6 +293,7 @@ func readStream(r io.Reader, chat bool) (answer, error) {
 		}
 		if ev.Usage != nil {
 			a.prompt, a.cached = ev.Usage.PromptTokens, ev.Usage.cached()
+			a.transfer, a.remote = ev.Usage.sources()
 		}
 		for _, ch := range ev.Choices {
 			if ch.FinishReason != nil && *ch.FinishReason != "" {

@@ -19,7 +19,9 @@
 //   - faults.go (pure): the seeded fault schedule, spread through the run: kill -9 and
 //     restart of a replica, a graceful restart, corrupted disk tier files (while running and
 //     while down), a full disk, Redis stopped and started, a slow Redis, dropped event
-//     streams between router and replicas, a router restart.
+//     streams between router and replicas, a router restart; in a prefill/decode run, the
+//     handoff faults too (a prefill killed after it answered, a decode killed mid-pull, an
+//     expired lease, a flipped byte in a transfer stream).
 //   - judge.go (pure): outcomes to a report. wrong: a completed answer that differs from the
 //     oracle's. lost: a request that neither answered nor failed cleanly within the client's
 //     retry budget (a truncated stream or a malformed body is not clean). Budgets: the tiers
@@ -28,6 +30,13 @@
 //   - proxy.go, cluster.go, client.go, run.go (I/O at the edge): the processes (the real
 //     binary, redis-server), a TCP proxy that can slow Redis, an HTTP proxy per replica that
 //     can drop the router's event streams, the retrying client and the scraper.
+//   - pd.go (I/O at the edge): the prefill/decode run (Config.PD, `stockpot soak --pd`): the
+//     replicas split into prefill and decode pools, a TransferProxy in front of each prefill
+//     (the decodes' --prefill-peer; it can kill the pulling decode or flip a byte of a pull),
+//     handed-off requests sent as vLLM's proxy sends them (the prefill request, then the
+//     request with its kv_transfer_params to a decode) and judged like every other answer;
+//     the handoff faults are carried out by the handed-off request that takes them, at their
+//     moment between the two steps.
 //
 // `stockpot soak` is the command; cmd/stockpot's TestSoak runs a short seeded run in CI.
 //

@@ -20,10 +20,17 @@ const (
 	RedisSlow                    // delay every Redis reply, for a while
 	DropEvents                   // cut the router's event streams from the replicas
 	RouterKill9                  // kill -9 the router, restart it
+	// Prefill/decode faults (pd.go; only a run with prefill and decode replicas has them):
+	// each is carried out at its moment in one handed-off request.
+	PrefillKill9    // kill -9 the prefill replica after it answered, before the decode pulls
+	DecodeKillPull  // kill -9 the decode replica while it pulls (the client retries), restart it
+	LeaseExpire     // wait until the prefill's lease on the transfer expired, then decode
+	CorruptTransfer // flip a byte of the transfer stream between prefill and decode
 	nFaultKinds
 )
 
-var faultNames = [...]string{"kill9", "restart", "corrupt_disk", "corrupt_down", "disk_full", "redis_down", "redis_slow", "drop_events", "router_kill9"}
+var faultNames = [...]string{"kill9", "restart", "corrupt_disk", "corrupt_down", "disk_full", "redis_down", "redis_slow", "drop_events", "router_kill9",
+	"pd_prefill_kill9", "pd_decode_kill_pull", "pd_lease_expire", "pd_corrupt_transfer"}
 
 func (k FaultKind) String() string {
 	if int(k) < len(faultNames) {
@@ -75,6 +82,10 @@ func (f Fault) String() string {
 	}
 	return s
 }
+
+// Handoff reports whether the fault is one of a handed-off request (a run with prefill and
+// decode replicas only).
+func (k FaultKind) Handoff() bool { return k >= PrefillKill9 && k < nFaultKinds }
 
 // Lasting reports whether the fault holds over a span of ops.
 func (k FaultKind) Lasting() bool { return k == DiskFull || k == RedisDown || k == RedisSlow }

@@ -26,6 +26,8 @@ type Outcome struct {
 	Errors   []string // why each retried try failed ("status 503", "truncated stream", ...)
 	Cached   int      // cached_tokens reported on the answer, -1 when not reported
 	Prompt   int
+	// Transfer and Remote are the answer's usage.cache transfer_tokens and remote_tokens.
+	Transfer, Remote int
 }
 
 // Judge compares outcomes with the oracle's answers and tallies the run. It is not safe for
@@ -42,11 +44,14 @@ type Report struct {
 	ByKind                                map[string]int
 	RetryReasons                          map[string]int
 	PromptTokens, CachedTokens            int
-	WrongExamples, LostExamples           []string
-	Faults                                map[string]int
-	FaultErrors                           []string // a fault that could not be injected, and why
-	Checks                                []Check
-	Notes                                 []string
+	// Handoffs is the handed-off requests answered (prefill, then decode); of their prompt
+	// tokens, TransferTokens came by transfer and HandoffRemoteTokens from the remote tier.
+	Handoffs, TransferTokens, HandoffRemoteTokens int
+	WrongExamples, LostExamples                   []string
+	Faults                                        map[string]int
+	FaultErrors                                   []string // a fault that could not be injected, and why
+	Checks                                        []Check
+	Notes                                         []string
 }
 
 // Check is one budget or leak check.
@@ -79,7 +84,7 @@ func (j *Judge) Record(o Outcome, oracle string) {
 	case Lost:
 		r.Lost++
 		if len(r.LostExamples) < 10 {
-			r.LostExamples = append(r.LostExamples, fmt.Sprintf("op %d (%s via %d): %s", o.Op.ID, o.Op.Kind, o.Op.Via, strings.Join(o.Errors, "; ")))
+			r.LostExamples = append(r.LostExamples, fmt.Sprintf("op %d (%s via %s): %s", o.Op.ID, o.Op.Kind, o.Op.Target(), strings.Join(o.Errors, "; ")))
 		}
 		return
 	}
@@ -88,6 +93,11 @@ func (j *Judge) Record(o Outcome, oracle string) {
 	if o.Cached > 0 {
 		r.CachedTokens += o.Cached
 	}
+	if o.Op.Handoff {
+		r.Handoffs++
+		r.TransferTokens += o.Transfer
+		r.HandoffRemoteTokens += o.Remote
+	}
 	if o.Op.OracleBody == nil {
 		return
 	}
@@ -95,7 +105,7 @@ func (j *Judge) Record(o Outcome, oracle string) {
 	if o.Answer != oracle {
 		r.Wrong++
 		if len(r.WrongExamples) < 10 {
-			r.WrongExamples = append(r.WrongExamples, fmt.Sprintf("op %d (%s via %d, %d cached, finish %s, %d tries %v): got %q, oracle %q", o.Op.ID, o.Op.Kind, o.Op.Via, o.Cached, o.Finish, o.Attempts, o.Errors, o.Answer, oracle))
+			r.WrongExamples = append(r.WrongExamples, fmt.Sprintf("op %d (%s via %s, %d cached, finish %s, %d tries %v): got %q, oracle %q", o.Op.ID, o.Op.Kind, o.Op.Target(), o.Cached, o.Finish, o.Attempts, o.Errors, o.Answer, oracle))
 		}
 	}
 }
@@ -119,6 +129,9 @@ func (j *Judge) Fault(f Fault, err error) {
 
 // AddCheck records a budget or leak check.
 func (j *Judge) AddCheck(c Check) { j.r.Checks = append(j.r.Checks, c) }
+
+// AddNote records a line for the report.
+func (j *Judge) AddNote(n string) { j.r.Notes = append(j.r.Notes, n) }
 
 // Report returns the tally.
 func (j *Judge) Report() Report { return j.r }
@@ -149,6 +162,9 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "  cached tokens %d of %d prompt tokens (%.1f%%)\n", r.CachedTokens, r.PromptTokens, 100*float64(r.CachedTokens)/float64(r.PromptTokens))
 	}
 	fmt.Fprintf(&b, "  kinds: %s\n", counts(r.ByKind))
+	if r.Handoffs > 0 {
+		fmt.Fprintf(&b, "  handed off (prefill, then decode): %d answered; %d prompt tokens by transfer, %d from the remote tier\n", r.Handoffs, r.TransferTokens, r.HandoffRemoteTokens)
+	}
 	fmt.Fprintf(&b, "  faults injected: %s\n", counts(r.Faults))
 	if len(r.RetryReasons) > 0 {
 		fmt.Fprintf(&b, "  retry reasons: %s\n", counts(r.RetryReasons))

@@ -46,6 +46,22 @@ type Op struct {
 	// many chunks it reads first.
 	AbortAfterMillis int
 	AbortChunks      int
+	// Handoff: the op is handed off as vLLM's proxy does it: the prefill request to replica
+	// Prefill, then the same request with the prefill's kv_transfer_params to replica Via
+	// (a decode replica).
+	Handoff bool
+	Prefill int
+}
+
+// Target names where op goes: "1" (a replica), "router", or "0>2" (prefill 0, decode 2).
+func (op *Op) Target() string {
+	switch {
+	case op.Handoff:
+		return fmt.Sprintf("%d>%d", op.Prefill, op.Via)
+	case op.Via < 0:
+		return "router"
+	}
+	return fmt.Sprint(op.Via)
 }
 
 // Key is the oracle's key for op: its path and non-streamed body.
@@ -66,6 +82,11 @@ type MixConfig struct {
 	ToolMaxTokens int
 	// Weights of the kinds, in Kind order; zero weights drop a kind.
 	Weights [nKinds]int
+	// Prefills and Decodes (a prefill/decode run): replicas [0, Prefills) are prefill
+	// replicas and the next Decodes decode replicas; HandoffPercent of the judged ops are
+	// handed off from a prefill to a decode. The other ops go to any replica (every role
+	// serves a plain request) or the router.
+	Prefills, Decodes, HandoffPercent int
 }
 
 // DefaultMix is the mixture `stockpot soak` runs.
@@ -209,6 +230,9 @@ func (g *Generator) Next() *Op {
 	op.Body = mustJSON(req)
 	if op.Kind == Cancel || op.Kind == Disconnect {
 		op.OracleBody = nil
+	}
+	if c := g.cfg; c.Prefills > 0 && c.Decodes > 0 && op.OracleBody != nil && g.rng.IntN(100) < c.HandoffPercent {
+		op.Handoff, op.Prefill, op.Via = true, g.rng.IntN(c.Prefills), c.Prefills+g.rng.IntN(c.Decodes)
 	}
 	return op
 }

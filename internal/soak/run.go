@@ -46,6 +46,16 @@ type Config struct {
 	Threads     int
 	ExtraArgs   []string // more serve flags for the replicas
 
+	// PD makes it a prefill/decode run (pd.go): replicas [0, Prefills) are serve --role
+	// prefill (default half the replicas), the rest serve --role decode pulling from them;
+	// HandoffPercent of the judged requests (default 40) are handed off from a prefill to a
+	// decode; the prefills hold a transfer for HandoffLease (their --handoff-lease, default
+	// 5 s). Without PD the handoff faults are left out of the schedule.
+	PD             bool
+	Prefills       int
+	HandoffPercent int
+	HandoffLease   time.Duration
+
 	Faults []FaultKind
 	Rounds int // rounds of faults over the run
 
@@ -98,6 +108,17 @@ func (c *Config) defaults() {
 	if c.SettleTimeout <= 0 {
 		c.SettleTimeout = 20 * time.Second
 	}
+	if c.PD {
+		if c.Prefills <= 0 {
+			c.Prefills = max(1, c.Replicas/2)
+		}
+		if c.HandoffPercent <= 0 {
+			c.HandoffPercent = 40
+		}
+		if c.HandoffLease <= 0 {
+			c.HandoffLease = 5 * time.Second
+		}
+	}
 }
 
 // fleet is the running processes and proxies of a run.
@@ -114,6 +135,15 @@ type fleet struct {
 	mounted  []bool   // whether it is a tmpfs of its own
 	junk     []string // files DiskFull wrote
 	mu       sync.Mutex
+
+	// procs serializes killing and restarting replicas between the fault goroutine and the
+	// handoff faults that requests carry out.
+	procs sync.Mutex
+	// A prefill/decode run (pd.go): a TransferProxy per prefill replica, and the handoff
+	// faults armed for the next handed-off requests.
+	proxies []*TransferProxy
+	hookMu  sync.Mutex
+	pending []Fault
 }
 
 func (f *fleet) logFile(name string) string { return filepath.Join(f.cfg.Dir, name+".log") }
@@ -178,6 +208,15 @@ func (f *fleet) start(ctx context.Context) error {
 		if f.redisTCP != nil {
 			args = append(args, "--remote-cache", "redis://"+f.redisTCP.Addr()+"/0", "--remote-write", c.RemoteWrite)
 		}
+		switch {
+		case c.PD && i < c.Prefills:
+			args = append(args, "--role", "prefill", "--handoff-lease", c.HandoffLease.String())
+		case c.PD:
+			args = append(args, "--role", "decode")
+			for _, tp := range f.proxies {
+				args = append(args, "--prefill-peer", tp.URL())
+			}
+		}
 		args = append(args, c.ExtraArgs...)
 		p, err := serveProc(f, fmt.Sprintf("replica%d", i), args...)
 		if err != nil {
@@ -188,6 +227,13 @@ func (f *fleet) start(ctx context.Context) error {
 		}
 		f.replicas = append(f.replicas, p)
 		f.direct = append(f.direct, "http://"+p.Addr)
+		if c.PD && i < c.Prefills {
+			tp, err := NewTransferProxy("http://" + p.Addr)
+			if err != nil {
+				return err
+			}
+			f.proxies = append(f.proxies, tp)
+		}
 		if c.Router {
 			ep, err := NewEventsProxy("http://" + p.Addr)
 			if err != nil {
@@ -221,6 +267,9 @@ func (f *fleet) stop() {
 	}
 	for _, ep := range f.events {
 		ep.Close()
+	}
+	for _, tp := range f.proxies {
+		tp.Close()
 	}
 	if f.redisTCP != nil {
 		f.redisTCP.Close()
@@ -283,6 +332,8 @@ func (f *fleet) inject(ctx context.Context, ft Fault, rng *rand.Rand) error {
 		if err != nil {
 			return err
 		}
+		f.procs.Lock()
+		defer f.procs.Unlock()
 		if ft.Kind == Restart {
 			err = p.Term()
 		} else {
@@ -447,6 +498,17 @@ func (b *budgets) sample(name string, m metrics) {
 // report. An error means the run itself could not be carried out (a process would not start).
 func Run(ctx context.Context, cfg Config) (Report, error) {
 	cfg.defaults()
+	var dropped []string
+	if !cfg.PD {
+		cfg.Faults = slices.DeleteFunc(slices.Clone(cfg.Faults), func(k FaultKind) bool {
+			if k.Handoff() {
+				dropped = append(dropped, k.String())
+			}
+			return k.Handoff()
+		})
+	} else if cfg.Prefills >= cfg.Replicas {
+		return Report{}, fmt.Errorf("a prefill/decode run needs a decode replica: %d replicas, %d of them prefill", cfg.Replicas, cfg.Prefills)
+	}
 	f := &fleet{cfg: &cfg}
 	defer f.stop()
 	if err := f.start(ctx); err != nil {
@@ -485,7 +547,13 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		checkDrained(s.judge, name, url, base[name], strings.HasPrefix(name, "replica"), cfg.SettleTimeout)
 	}
 	rss := bud.check(s.judge)
+	if cfg.PD {
+		s.handoffChecks()
+	}
 	r := s.judge.Report()
+	if len(dropped) > 0 {
+		r.Notes = append(r.Notes, "not a prefill/decode run: left out "+strings.Join(dropped, ", "))
+	}
 	r.Notes = append(r.Notes, fmt.Sprintf("%d requests in %s (%.1f req/s), %d workers; most resident memory: %s",
 		r.Requests, elapsed.Round(time.Second), float64(r.Requests)/elapsed.Seconds(), cfg.Workers, strings.Join(rss, ", ")))
 	for i, m := range f.mounted {
@@ -553,6 +621,8 @@ type soakRun struct {
 	jmu   sync.Mutex // protects judge while the traffic and the faults run
 	judge *Judge
 	done  atomic.Int64 // requests finished
+	// hooks counts the handoff faults a proxy is still carrying out (pd.go).
+	hooks sync.WaitGroup
 }
 
 // faultEv is a fault to inject, or with end, a lasting fault to end.
@@ -587,7 +657,11 @@ func (s *soakRun) drive(ctx context.Context) {
 		}
 	}
 
-	gen := NewGenerator(DefaultMix(cfg.Seed, cfg.Replicas, cfg.Router))
+	mix := DefaultMix(cfg.Seed, cfg.Replicas, cfg.Router)
+	if cfg.PD {
+		mix.Prefills, mix.Decodes, mix.HandoffPercent = cfg.Prefills, cfg.Replicas-cfg.Prefills, cfg.HandoffPercent
+	}
+	gen := NewGenerator(mix)
 	opC := make(chan *Op, cfg.Workers)
 	var wg sync.WaitGroup
 	s.start = time.Now()
@@ -603,7 +677,11 @@ func (s *soakRun) drive(ctx context.Context) {
 	si, ei := 0, 0
 	for i := range cfg.Requests {
 		for si < len(sched) && sched[si].At <= i {
-			faultC <- faultEv{f: sched[si]}
+			if sched[si].Kind.Handoff() {
+				s.f.arm(sched[si]) // the next handed-off request carries it out (pd.go)
+			} else {
+				faultC <- faultEv{f: sched[si]}
+			}
 			si++
 		}
 		for ei < len(endings) && endings[ei].at <= i {
@@ -620,6 +698,10 @@ func (s *soakRun) drive(ctx context.Context) {
 	}
 	close(opC)
 	wg.Wait()
+	s.hooks.Wait()
+	for _, ft := range s.f.unarmed() {
+		s.recordFault(ft, errors.New("no handed-off request came after it was armed"))
+	}
 	for ; ei < len(endings); ei++ {
 		faultC <- faultEv{f: endings[ei].f, end: true}
 	}
@@ -654,12 +736,19 @@ func (s *soakRun) applyFaults(ctx context.Context, faultC <-chan faultEv) {
 func (s *soakRun) do(ctx context.Context, op *Op) {
 	cfg := s.cfg
 	var url string
-	if op.Via < 0 {
+	var out Outcome
+	switch {
+	case op.Handoff:
+		url = s.f.proxies[op.Prefill].URL() + " then " + s.f.direct[op.Via]
+		out = s.doHandoff(ctx, op)
+	case op.Via < 0:
 		url = "http://" + s.f.router.Addr
-	} else {
+	default:
 		url = s.f.direct[op.Via]
 	}
-	out := s.client.Do(ctx, op, url)
+	if !op.Handoff {
+		out = s.client.Do(ctx, op, url)
+	}
 	want := ""
 	if out.Status == Answered && op.OracleBody != nil {
 		w, err := s.oracle.answer(ctx, op)
