@@ -233,6 +233,22 @@ func TestHandoffBadInput(t *testing.T) {
 	if gone.Status != 200 || gone.Text != want.Text || num(gone.Cache, "transfer_tokens") != 0 {
 		t.Errorf("missing transfer: HTTP %d %q %v, want %q computed", gone.Status, gone.Text, gone.Cache, want.Text)
 	}
+	// Another prompt of the same length under a transfer's params: not the prompt the prefill
+	// computed (stockpot_prompt_digest), so the prefill's first token is not taken.
+	ids := make([]int, 50)
+	for i := range ids {
+		ids[i] = 5 + (i*37)%300
+	}
+	idsBody := map[string]any{"prompt": ids, "max_tokens": 6, "temperature": 0, "ignore_eos": true}
+	idsP := generate(t, prefill, "/v1/completions", prefillBody(idsBody))
+	changed := append([]int(nil), ids...)
+	changed[len(changed)-1]++ // same length, last token differs
+	swapped := map[string]any{"prompt": changed, "max_tokens": 6, "temperature": 0, "ignore_eos": true}
+	wantSwapped := generate(t, both, "/v1/completions", swapped)
+	swapped["kv_transfer_params"] = idsP.KV
+	if got := generate(t, decode, "/v1/completions", swapped); got.Status != 200 || got.Text != wantSwapped.Text {
+		t.Errorf("another prompt under a transfer's params: HTTP %d %q, want %q", got.Status, got.Text, wantSwapped.Text)
+	}
 	// Another salt (another tenant's namespace): the prefill refuses the pull (its root is
 	// not the transfer's); the decode computes its own prompt.
 	salted := with(nil)

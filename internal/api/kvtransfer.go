@@ -2,6 +2,9 @@ package api
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,9 +34,10 @@ type KVTransferParams struct {
 	// FirstToken is the token the prefill sampled after the prompt: the decode outputs it as
 	// its first, and decodes on from it.
 	FirstToken *int32 `json:"stockpot_first_token,omitempty"`
-	// PromptTokens is the length of the prompt the prefill computed; a decode request
-	// whose prompt is not that long does not use the transfer.
-	PromptTokens int `json:"stockpot_prompt_tokens,omitempty"`
+	// PromptTokens is the length of the prompt the prefill computed, and PromptDigest its
+	// PromptDigest: a decode whose prompt is not that one does not take FirstToken.
+	PromptTokens int    `json:"stockpot_prompt_tokens,omitempty"`
+	PromptDigest string `json:"stockpot_prompt_digest,omitempty"`
 	// LeaseMs is how long, from the prefill's answer, the prefill holds the blocks.
 	LeaseMs int64 `json:"stockpot_lease_ms,omitempty"`
 }
@@ -79,6 +83,8 @@ func ParseKVTransferParams(raw json.RawMessage) (*KVTransferParams, error) {
 		return nil, Invalid(param+".remote_block_ids", "kv_transfer_params.remote_block_ids has %d ids, at most %d", len(p.RemoteBlockIDs), maxTransferBlockIDs)
 	case p.PromptTokens < 0 || p.LeaseMs < 0 || p.TPSize < 0:
 		return nil, Invalid(param, "kv_transfer_params: stockpot_prompt_tokens, stockpot_lease_ms and tp_size must not be negative")
+	case len(p.PromptDigest) > 64:
+		return nil, Invalid(param+".stockpot_prompt_digest", "kv_transfer_params.stockpot_prompt_digest is %d bytes, over 64", len(p.PromptDigest))
 	case p.FirstToken != nil && *p.FirstToken < 0:
 		return nil, Invalid(param+".stockpot_first_token", "kv_transfer_params.stockpot_first_token must be a token id, got %d", *p.FirstToken)
 	}
@@ -96,6 +102,19 @@ func ParseKVTransferParams(raw json.RawMessage) (*KVTransferParams, error) {
 		return nil, Invalid(param, "kv_transfer_params with do_remote_prefill needs remote_host, remote_port and remote_request_id (the prefill replica's answer carries them)")
 	}
 	return &p, nil
+}
+
+// PromptDigest names a prompt's token ids (the first 16 bytes of the SHA-256 of their
+// little-endian bytes, hex): a decode takes the prefill's first token only for the very
+// prompt the prefill computed.
+func PromptDigest(ids []int32) string {
+	h := sha256.New()
+	var b [4]byte
+	for _, id := range ids {
+		binary.LittleEndian.PutUint32(b[:], uint32(id))
+		h.Write(b[:])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // jsonProblem is a decoding error as a client reads it.

@@ -114,7 +114,8 @@ func (p *Pipeline) Prepare(gp *api.GenerationParams, prompt []int32, maxTokens *
 		sp.Seed, sp.HasSeed = uint64(*gp.Seed), true
 	}
 	var first *int32
-	if t := gp.KVTransferParams; t != nil && t.DoRemotePrefill && t.FirstToken != nil && t.PromptTokens == n {
+	if t := gp.KVTransferParams; t != nil && t.DoRemotePrefill && t.FirstToken != nil && t.PromptTokens == n &&
+		t.PromptDigest == api.PromptDigest(prompt) {
 		if err := p.CheckVocab("kv_transfer_params.stockpot_first_token", []int32{*t.FirstToken}); err != nil {
 			return nil, err
 		}

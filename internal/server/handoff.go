@@ -124,7 +124,7 @@ func (s *Server) handoffSpec(spec *pipeline.Spec, stream bool) error {
 func (s *Server) pullTransfer(ctx context.Context, spec *pipeline.Spec) []tier.Key {
 	t, h := spec.Transfer, s.cfg.Handoff
 	if t == nil || !t.DoRemotePrefill || h == nil || h.Puller == nil || spec.Req.FirstToken == nil {
-		return nil
+		return nil // not a handed-off prompt, or not the prompt the prefill computed
 	}
 	base, ok := h.Puller.Peers.Lookup(t.RemoteHost, t.RemotePort)
 	if !ok {
@@ -170,7 +170,8 @@ func (s *Server) registerTransfer(r *http.Request, spec *pipeline.Spec, res *run
 	first := res.Tokens[0].ID
 	return &api.KVTransferParams{DoRemotePrefill: true, RemoteEngineID: h.EngineID, RemoteBlockIDs: ids,
 		RemoteHost: host, RemotePort: port, RemoteRequestID: id, TPSize: 1,
-		FirstToken: &first, PromptTokens: len(spec.Req.Prompt), LeaseMs: h.Registry.Lease().Milliseconds()}
+		FirstToken: &first, PromptTokens: len(spec.Req.Prompt), PromptDigest: api.PromptDigest(spec.Req.Prompt),
+		LeaseMs: h.Registry.Lease().Milliseconds()}
 }
 
 // validTransferID reports whether an X-Request-Id may name a transfer (a path segment).
