@@ -15,6 +15,7 @@ import (
 
 	"stockpot/internal/engine"
 	"stockpot/internal/handoff"
+	"stockpot/internal/server"
 )
 
 // handoffInstance is an in-process replica of role over model: 16-token blocks, a state
@@ -385,4 +386,60 @@ func streamText(t *testing.T, url string, body map[string]any) string {
 		}
 	}
 	return out.String()
+}
+
+// TestHandoffKeys: with --backend-key set the transfer endpoint takes it (or an admin key),
+// and a decode that holds the same key pulls; without keys the endpoint is open.
+func TestHandoffKeys(t *testing.T) {
+	const model = "synthetic:tiny-llama-spm"
+	keyed := func(role handoff.Role, peers ...string) string {
+		o := serveOptions{model: model, threads: 1,
+			engine:  engine.Config{BlockSize: 16, KVMemory: 32 << 20, PrefixCache: true, MaxBatchTokens: 64, MaxRunning: 8},
+			server:  server.Config{BackendKey: "fleet-secret"},
+			handoff: handoffOptions{role: role, peers: peers, lease: 30 * time.Second, transferBytes: 64 << 20, streams: 2}}
+		inst, err := newInstance(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := newHTTPServer(inst)
+		t.Cleanup(func() { ts.Close(); inst.Close() })
+		return ts.URL
+	}
+	prefill := keyed(handoff.RolePrefill)
+	decode := keyed(handoff.RoleDecode, prefill)
+	get := func(key string) int {
+		req, _ := http.NewRequest(http.MethodGet, prefill+handoff.TransferPath+"xfer-none", nil)
+		if key != "" {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := get(""); code != http.StatusUnauthorized {
+		t.Errorf("a pull without the key: HTTP %d, want 401", code)
+	}
+	if code := get("wrong"); code != http.StatusUnauthorized {
+		t.Errorf("a pull with a wrong key: HTTP %d, want 401", code)
+	}
+	if code := get("fleet-secret"); code != http.StatusNotFound {
+		t.Errorf("a pull with the key, of an unknown transfer: HTTP %d, want 404", code)
+	}
+	body := map[string]any{"prompt": strings.Repeat("Keyed fleets hand off too. ", 8), "max_tokens": 5, "temperature": 0, "ignore_eos": true}
+	_, got := handedOff(t, prefill, decode, "/v1/completions", body)
+	if got.Status != 200 || num(got.Cache, "transfer_tokens") == 0 {
+		t.Errorf("a keyed pair: HTTP %d usage %v, want the prompt by transfer", got.Status, got.Cache)
+	}
+	_, open := handoffInstance(t, model, handoff.RolePrefill)
+	resp, err := http.Get(open + handoff.TransferPath + "xfer-none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusNotFound {
+		t.Errorf("a keyless prefill's endpoint: HTTP %d, want 404 (open, the id unknown)", resp.StatusCode)
+	}
 }
