@@ -21,9 +21,11 @@ import (
 // the objects themselves are in deploy/k8s.
 func TestDeployManifestFlags(t *testing.T) {
 	files, err := filepath.Glob("../../deploy/k8s/*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests: %v", err)
+	pools, perr := filepath.Glob("../../deploy/k8s/pd/*.yaml") // the prefill and decode pools
+	if err != nil || perr != nil || len(files) == 0 || len(pools) == 0 {
+		t.Fatalf("no manifests: %v %v", err, perr)
 	}
+	files = append(files, pools...)
 	run := map[string]func([]string) error{"serve": cmdServe, "route": cmdRoute}
 	seen := map[string]int{}
 	for _, f := range files {

@@ -67,11 +67,18 @@ func splitDocs(b []byte) [][]byte {
 	return out
 }
 
-func load(t *testing.T) *objects {
+func load(t *testing.T) *objects { t.Helper(); return loadGlobs(t, "*.yaml") }
+
+// loadGlobs decodes the manifests the patterns match (pd_test.go adds pd/*.yaml).
+func loadGlobs(t *testing.T, patterns ...string) *objects {
 	t.Helper()
-	files, err := filepath.Glob("*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests: %v", err)
+	var files []string
+	for _, p := range patterns {
+		m, err := filepath.Glob(p)
+		if err != nil || len(m) == 0 {
+			t.Fatalf("no manifests %s: %v", p, err)
+		}
+		files = append(files, m...)
 	}
 	o := &objects{}
 	for _, f := range files {
