@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 6s
 
-.PHONY: test sysdeps vet unit fuzz build bench bench-vs-llama
+.PHONY: test sysdeps vet unit fuzz build bench bench-vs-llama bench-pd
 
 ## test: install what the tests need, then vet, unit tests and short fuzz runs.
 test: deps sysdeps vet unit fuzz
@@ -41,6 +41,15 @@ NATIVE_BIN := .cache/llama.cpp-build/bin
 bench-vs-llama:
 	@if [ ! -x $(NATIVE_BIN)/llama-bench ] || [ ! -x $(NATIVE_BIN)/llama-batched-bench ]; then LLAMA_NATIVE_TARGETS="llama-bench llama-batched-bench" $(MAKE) llama-native; fi
 	$(GO) test -run '^$$' -bench '^BenchmarkVsLlamaCpp$$' -benchtime 1x -timeout 60m ./internal/enginebench
+
+## bench-pd: prefill/decode disaggregation on this machine's first two cores (README,
+## "Prefill/decode disaggregation"): a mixed load against a P/D pair, one both replica and two
+## behind the router, then the handoff's share of TTFT at 2K, 32K and 128K (small-kimi-k3) and
+## the store path through redis-server (which `make sysdeps` installs). About 10 minutes.
+## PD_FLAGS adds `stockpot bench pd` flags; the report (pd.json, pd.html, pd.png) lands in bin/bench-pd/.
+PD_FLAGS ?=
+bench-pd: build
+	bin/stockpot bench pd --out bin/bench-pd $(PD_FLAGS)
 
 .PHONY: deps
 # ---- deps: llama.cpp reference (owner: internal/llamaref; see tools/llamaref/README.md) ----

@@ -18,8 +18,11 @@ import (
 )
 
 // cmdBench runs `stockpot bench`: flags → bench.Config → bench.Run → table, report.json and
-// report.html.
+// report.html. `stockpot bench pd` is the prefill/decode disaggregation benchmark (bench_pd.go).
 func cmdBench(args []string) error {
+	if len(args) > 0 && args[0] == "pd" {
+		return cmdBenchPD(args[1:])
+	}
 	d := bench.DefaultConfig()
 	fs := newFlagSet("bench")
 	target := fs.String("target", d.Target, "base URL of an OpenAI-compatible server")

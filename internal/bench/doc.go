@@ -9,6 +9,18 @@
 // and reads the cost model's decisions and the memory from the counters (report.json's longctx
 // section, two plots against prompt length).
 //
+// pd (pd.go, `stockpot bench pd`) is not a workload against a given target either: it launches
+// its own `stockpot serve` processes (taskset-pinned, one core each unless a topology spans
+// both) in three topologies in turn (a prefill and a decode replica between which its client
+// hands each request off as vLLM's proxy does (pd_client.go), one both replica, two both
+// replicas behind `stockpot route --policy prefix`) and runs the same mixed load against each:
+// streaming decodes kept in flight while long prompts arrive on a Poisson schedule. It reports
+// TTFT, inter-token latency from the streamed tokens' arrival times and goodput against an SLO
+// (pd_stats.go), then hands single prompts of a few lengths off on a fresh pair and splits their
+// TTFT into the prefill, the decode's pull (its stockpot_kv_transfer_seconds) and the rest,
+// beside a Go copy of the pulled bytes and a restore of the same prompt from Redis
+// (pd_handoff.go); pd.json, pd.html and pd.png (pd_report.go).
+//
 // Key types:
 //   - Config: everything a run needs; DefaultConfig and validate as elsewhere in Stockpot.
 //   - Script: one session's steps. A workload is a deterministic function of the seed that
