@@ -191,8 +191,8 @@ func (e *Engine) PoolFits(n int) error {
 // keeps none at that block); kv and state are valid during the call only. A prefill
 // replica streams a prompt's blocks to the decode replica this way (internal/handoff),
 // a batch of blocks per call so that the runner is held for a batch's copy at a time.
-// Blocks past MaxMatchBlocks of the prompt (the last token's) are never exported. It
-// returns how many blocks fn got.
+// Blocks past MaxMatchBlocks of the prompt (the last token's) are never exported. Exporting
+// refreshes the blocks' pins, as a hit does. It returns how many blocks fn got.
 func (e *Engine) ExportBlocks(salt string, prompt []int32, from, to int, fn func(ev prefix.Event, kv, state []byte)) int {
 	bs := e.cfg.BlockSize
 	to = min(to, prefix.MaxMatchBlocks(len(prompt), bs))
@@ -206,6 +206,7 @@ func (e *Engine) ExportBlocks(salt string, prompt []int32, from, to int, fn func
 		toks := prompt[:to*bs+1] // one token past the blocks: Lookup never matches a prompt's last token
 		m := e.cache.Lookup(root, hashes[:len(toks)/bs], toks)
 		defer e.cache.Release(m.Blocks)
+		e.core.TouchPins(hashes, len(m.Blocks), e.cfg.Now()) // a pull is a use: the lease lives on while it runs
 		for i := from; i < len(m.Blocks); i++ {
 			parent := root
 			if i > 0 {

@@ -650,6 +650,10 @@ func (c *Core) ExpirePins(now time.Time) int { return c.pins.expire(c.cache, now
 // Pins lists the pinned blocks, by root, then depth.
 func (c *Core) Pins() []PinInfo { return c.pins.list() }
 
+// TouchPins refreshes the pins among the first n of hashes (a use, as a hit is): a pull of
+// a prefill's blocks keeps their lease alive while it runs.
+func (c *Core) TouchPins(hashes []prefix.Hash, n int, now time.Time) { c.pins.hit(hashes, n, now) }
+
 // EndLeases drops the leases (Local pins) of hashes under root that no other pin needs
 // (pinTable.endLeases).
 func (c *Core) EndLeases(root prefix.Hash, hashes []prefix.Hash) int {

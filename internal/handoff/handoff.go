@@ -159,7 +159,8 @@ func (r *Registry) Get(id string, now time.Time) (*Transfer, bool) {
 
 // Served records that a pull took blocks [from, from+n) of transfer id. It reports whether
 // every block has now been taken (the transfer is then forgotten: its lease can end).
-func (r *Registry) Served(id string, from, n int) (*Transfer, bool) {
+// A pull extends the lease: the transfer is held a lease past now.
+func (r *Registry) Served(id string, from, n int, now time.Time) (*Transfer, bool) {
 	r.mu.Lock()
 	t, ok := r.mu.m[id]
 	if !ok {
@@ -169,6 +170,7 @@ func (r *Registry) Served(id string, from, n int) (*Transfer, bool) {
 	if t.served == nil {
 		t.served = make([]bool, t.Blocks)
 	}
+	t.Expires = later(t.Expires, now.Add(r.lease)) // a pull under way keeps the transfer
 	for i := max(from, 0); i < min(from+n, t.Blocks); i++ {
 		if !t.served[i] {
 			t.served[i] = true
@@ -535,7 +537,7 @@ func (s *Source) ServeHTTP(w http.ResponseWriter, r *http.Request, writeErr func
 	w.WriteHeader(http.StatusOK)
 	blocks, bytes, err := WriteBlocks(w, s.Exporter, s.Codec, t, from, to)
 	if err == nil {
-		if tt, whole := s.Registry.Served(id, from, blocks); whole && s.Release != nil {
+		if tt, whole := s.Registry.Served(id, from, blocks, s.Now()); whole && s.Release != nil {
 			s.Release(tt)
 		}
 	}
@@ -549,4 +551,11 @@ func truncate(s string, n int) string {
 		return s[:n] + "…"
 	}
 	return s
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

@@ -100,10 +100,10 @@ func TestRegistry(t *testing.T) {
 	if _, ok := r.Get("a", now.Add(999*time.Millisecond)); !ok {
 		t.Fatal("a gone before its lease")
 	}
-	if _, whole := r.Served("a", 0, 6); whole {
+	if _, whole := r.Served("a", 0, 6, now); whole {
 		t.Error("six of ten blocks is not whole")
 	}
-	if _, whole := r.Served("a", 4, 6); !whole {
+	if _, whole := r.Served("a", 4, 6, now); !whole {
 		t.Error("ranges covering all ten blocks are whole")
 	}
 	if _, ok := r.Get("a", now); ok {
