@@ -33,6 +33,11 @@ type Backend struct {
 	errors   atomic.Uint64
 	lastErr  atomic.Pointer[string]
 
+	// fixedRole is the role the operator gave (--prefill-backend, --decode-backend, POST
+	// /backends with "role"); reportedRole is what the replica's /health last said. Role()
+	// reads them (pd.go).
+	fixedRole, reportedRole atomic.Pointer[Role]
+
 	index *replicaIndex
 	// events reports the replica's event stream (a *kvevents.Subscriber);
 	// nil when the policy needs no events.
@@ -81,6 +86,17 @@ type BackendStatus struct {
 	Errors      uint64 `json:"errors"`
 	LastError   string `json:"last_error,omitempty"`
 	IndexBlocks int    `json:"index_blocks"`
+	// Role is the backend's part in prefill/decode disaggregation (both, prefill, decode);
+	// RoleFrom says where it came from: "flag" (--prefill-backend, --decode-backend or POST
+	// /backends with a role), "health" (the replica's /health) or "default" (nothing said:
+	// both). ReportedRole is what /health says when it differs from a role given by flag.
+	Role         Role   `json:"role"`
+	RoleFrom     string `json:"role_from"`
+	ReportedRole Role   `json:"reported_role,omitempty"`
+	// Pool is the pool the backend serves now while the router disaggregates (pd.go):
+	// prefill, decode, "prefill,decode" or "standby" (a both backend while dedicated ones of
+	// each pool are healthy); absent when no backend has a dedicated role.
+	Pool string `json:"pool,omitempty"`
 	// TierWeights is what kv-aware weighs a block by in each tier the replica has, derived
 	// from its published cost figures; absent before any (the defaults apply).
 	TierWeights map[string]float64 `json:"tier_weights,omitempty"`
@@ -114,6 +130,10 @@ func (b *Backend) status() BackendStatus {
 		Requests: b.requests.Load(), Errors: b.errors.Load(), IndexBlocks: b.index.Len()}
 	if !b.Healthy() {
 		st.State = "down"
+	}
+	st.Role, st.RoleFrom = b.roleFrom()
+	if rep := b.reportedRole.Load(); st.RoleFrom == "flag" && rep != nil && *rep != st.Role {
+		st.ReportedRole = *rep
 	}
 	if w, ok := b.index.publishedWeights(); ok {
 		st.TierWeights = map[string]float64{}

@@ -124,7 +124,7 @@ func (r *Router) serveKeyed(w http.ResponseWriter, req *http.Request) {
 	_ = json.Unmarshal(body, &kb) // a malformed body is routed anyway; the backend answers the 400
 	rq := &Request{CacheKey: kb.PromptCacheKey, Salt: routingSalt(req, kb.CacheSalt), SessionID: req.Header.Get("X-Session-ID"), Namespace: tenantOf(req).Salt("")}
 	kp, _ := r.policy.(keyPicker)
-	r.forward(w, req, body, start, false, func(c []*Backend) Decision {
+	r.forwardPool(w, req, body, start, false, r.ordinaryPool(), func(c []*Backend) Decision {
 		if kp != nil && (rq.CacheKey != "" || rq.SessionID != "") {
 			return kp.pickAffinity(rq, c)
 		}

@@ -27,6 +27,9 @@ type DecisionRecord struct {
 	// Delivered is usage.prompt_tokens_details.cached_tokens; -1 when the answer had no usage.
 	Delivered int `json:"delivered_tokens"`
 	Prompt    int `json:"prompt_tokens"`
+	// Transferred is usage.cache.transfer_tokens: the prompt tokens a decode replica pulled
+	// from its prefill replica (pd.go); absent on other answers.
+	Transferred int `json:"transfer_tokens,omitempty"`
 }
 
 type routerDashboard struct {
@@ -51,7 +54,7 @@ func newRouterDashboard(r *Router) *routerDashboard {
 func (d *routerDashboard) record(b *Backend, dec Decision, status int, u usageInfo) {
 	rec := DecisionRecord{At: time.Now(), Backend: b.ID, Reason: dec.Reason, Status: status, Predicted: dec.PredictedTokens, Delivered: -1}
 	if u.ok {
-		rec.Delivered, rec.Prompt = u.cached, u.prompt
+		rec.Delivered, rec.Prompt, rec.Transferred = u.cached, u.prompt, u.transfer
 	}
 	d.feed.Add(rec, func(r *DecisionRecord, seq uint64) { r.Seq = seq })
 }

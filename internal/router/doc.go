@@ -22,8 +22,10 @@
 //     prompt blocks weighted by tier, minus a load penalty; falls back to
 //     prefix affinity when no replica holds any of the prompt or none
 //     offers events).
-//   - Router: membership (add/remove at run time), health checks, the
-//     reverse proxy with retries, and metrics.
+//   - Router: membership (add/remove at run time), health checks (which also
+//     learn each replica's role), the reverse proxy with retries, and metrics.
+//   - pd.go: prefill/decode disaggregation (pools by role, the prefill hop, the
+//     handoff to a decode).
 //   - outliers: passive health (outlier.go), a pure state machine fed each
 //     attempt's outcome: a backend whose requests fail N times in a row
 //     (5xx, connection errors, timeouts, broken streams; never 4xx or a client
@@ -122,6 +124,22 @@
 // shape and then [DONE] (what serve sends when it fails mid-stream), and
 // stockpot_router_stream_failures_total{backend,reason} counts it (cut: the
 // connection broke; incomplete: it ended without [DONE]).
+//
+// # Prefill/decode disaggregation
+//
+// pd.go makes the router the orchestrator of vLLM's disaggregation protocol. Each backend has a
+// Role: given (Config.PrefillBackends, DecodeBackends, POST /backends "role"), else what its
+// /health reports, else both. While some backend has a dedicated role, a completion or chat
+// request goes to the least-loaded decode straight away when its prompt tokens less those
+// predicted cached there are below PDConfig.MinPrefillTokens (short_tail); otherwise the policy
+// picks a prefill over the prefill pool, which answers the request as vLLM's proxy sends it
+// (do_remote_decode, max_tokens 1, not streamed) with kv_transfer_params, and the original
+// request with those params goes to the decode, whose answer is relayed as any other. A both
+// backend stands in for a pool only while it has no dedicated member left. A failed prefill
+// (connection error, 5xx, timeout, no params) is retried on another, within PrefillTimeout for
+// the whole hop; then the decode computes the prompt itself. Other endpoints go to the decode
+// pool. GET /backends and the dashboard show each backend's role and pool; the dashboard's
+// decisions show both hops ("prefill-<reason>", "decode-<path>", with transfer_tokens).
 //
 // # Cache admin
 //
@@ -233,6 +251,11 @@
 //	stockpot_router_connection_waits_total                accepts that waited for MaxConnections
 //	stockpot_router_backend_ejections_total{backend}      passive-health ejections (outlier.go)
 //	stockpot_router_backends_ejected                      backends out by passive health now
+//	stockpot_router_pd_requests_total{path}               disaggregated requests by path (handoff, short_tail,
+//	                                                        prefill_failed, prefill_refused, no_pools, client_params)
+//	stockpot_router_pd_prefill_retries_total              prefill attempts after a failed one
+//	stockpot_router_pd_prefill_failures_total{reason}     failed prefill attempts (connect, timeout, 5xx, no_params)
+//	stockpot_router_pd_prefill_seconds{outcome}           histogram: the prefill hop (ok, failed, refused)
 //
 // Hit rate as the router saw it is cached_tokens_total / prompt_tokens_total;
 // prediction quality is predicted_tokens_total against cached_tokens_total.

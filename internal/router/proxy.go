@@ -74,14 +74,17 @@ func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	rq := &Request{SessionID: req.Header.Get("X-Session-ID"), peers: r.backends(), remote: r.remote, Namespace: tenantOf(req).Salt("")}
-	if r.needs != nil {
+	// Disaggregating, the router counts the prompt's tokens whatever the policy needs (the
+	// short-tail rule, pd.go).
+	pd := r.disaggregated()
+	if r.needs != nil || pd {
 		var gb generateBody
 		// A malformed body is routed anyway; the backend answers the 400. A token-array
 		// prompt is parsed as the body is scanned, into a pooled buffer.
 		p := tokenPool.Get().(*[]int32)
 		toks := decodeGenerateBodyTokens(body, &gb, (*p)[:0])
 		rq.Salt, rq.CacheKey = routingSalt(req, gb.CacheSalt), gb.PromptCacheKey
-		if r.needs.NeedsTokens(rq) {
+		if pd || r.needs != nil && r.needs.NeedsTokens(rq) {
 			if toks != nil {
 				rq.Tokens, rq.pooledTokens, p = toks, p, nil
 			} else {
@@ -95,7 +98,11 @@ func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 			tokenPool.Put(p)
 		}
 	}
-	r.forward(w, req, body, start, true, func(c []*Backend) Decision { return r.policy.Pick(rq, c) })
+	if pd {
+		r.serveDisaggregated(w, req, body, start, rq)
+	} else {
+		r.forward(w, req, body, start, true, func(c []*Backend) Decision { return r.policy.Pick(rq, c) })
+	}
 	rq.release() // every pick is done: forward picks only before each attempt
 }
 
@@ -107,7 +114,7 @@ func (r *Router) servePassThrough(w http.ResponseWriter, req *http.Request) {
 			return
 		}
 	}
-	r.forward(w, req, body, time.Now(), false, func(c []*Backend) Decision {
+	r.forwardPool(w, req, body, time.Now(), false, r.ordinaryPool(), func(c []*Backend) Decision {
 		return Decision{Backend: pickLeastLoaded(c), Reason: "least-loaded"}
 	})
 }
@@ -226,12 +233,21 @@ type failedResp struct {
 // error, a 5xx status, or (for non-streamed answers, which are buffered
 // whole) a body cut short.
 func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte, start time.Time, generate bool, pick func([]*Backend) Decision) {
+	r.forwardPool(w, req, body, start, generate, nil, pick)
+}
+
+// forwardPool is forward over the candidates pool keeps of each attempt's (nil: all of them;
+// the prefill/decode pools, pd.go).
+func (r *Router) forwardPool(w http.ResponseWriter, req *http.Request, body []byte, start time.Time, generate bool, pool func([]*Backend) []*Backend, pick func([]*Backend) Decision) {
 	ctx := req.Context()
 	var tried []*Backend
 	var last *failedResp
 	var lastErr error
 	for attempt := 0; attempt < r.cfg.MaxAttempts; attempt++ {
 		cands := r.candidates(tried)
+		if pool != nil {
+			cands = pool(cands)
+		}
 		if len(cands) == 0 {
 			break
 		}
@@ -245,12 +261,8 @@ func (r *Router) forward(w http.ResponseWriter, req *http.Request, body []byte, 
 			continue
 		}
 		load := b.inflight.Add(1) - 1
-		if attempt == 0 && generate {
-			d := time.Since(start)
-			r.m.overhead.Observe(d.Seconds())
-			if r.onOverhead != nil {
-				r.onOverhead(d)
-			}
+		if attempt == 0 && generate && !start.IsZero() { // zero: recorded before an earlier hop (pd.go)
+			r.observeOverhead(start)
 		}
 		done, fr, err := r.attempt(w, req, body, b, d, load, generate)
 		b.inflight.Add(-1)
@@ -517,6 +529,9 @@ func appendTail(tail, p []byte, max int) []byte {
 type usageInfo struct {
 	ok             bool
 	prompt, cached int
+	// transfer is usage.cache.transfer_tokens: prompt tokens a decode replica pulled from
+	// its prefill replica (pd.go).
+	transfer int
 }
 
 type usageBody struct {
@@ -525,6 +540,9 @@ type usageBody struct {
 		Details      *struct {
 			CachedTokens int `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
+		Cache *struct {
+			TransferTokens int `json:"transfer_tokens"`
+		} `json:"cache"`
 	} `json:"usage"`
 }
 
@@ -536,6 +554,9 @@ func parseUsage(b []byte) usageInfo {
 	out := usageInfo{ok: true, prompt: u.Usage.PromptTokens}
 	if u.Usage.Details != nil {
 		out.cached = u.Usage.Details.CachedTokens
+	}
+	if u.Usage.Cache != nil {
+		out.transfer = u.Usage.Cache.TransferTokens
 	}
 	return out
 }

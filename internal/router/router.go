@@ -30,6 +30,12 @@ import (
 type Config struct {
 	// Backends are the initial backend URLs.
 	Backends []string
+	// PrefillBackends and DecodeBackends are initial backends of a fixed role in prefill/decode
+	// disaggregation (--prefill-backend, --decode-backend); a backend in Backends takes the
+	// role its /health reports (pd.go).
+	PrefillBackends, DecodeBackends []string
+	// PD configures prefill/decode disaggregation (pd.go).
+	PD PDConfig
 	// Policy names the routing policy (see PolicyNames). Default kv-aware.
 	Policy string
 	PolicyConfig
@@ -101,7 +107,7 @@ type Config struct {
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Policy: "kv-aware", PolicyConfig: DefaultPolicyConfig(), Outlier: DefaultOutlierConfig(), HealthInterval: time.Second,
+	return Config{Policy: "kv-aware", PolicyConfig: DefaultPolicyConfig(), Outlier: DefaultOutlierConfig(), PD: DefaultPDConfig(), HealthInterval: time.Second,
 		HealthTimeout: time.Second, DownAfter: 2, MaxAttempts: 3, MaxBodyBytes: 16 << 20, TokenizeTimeout: 2 * time.Second,
 		BodyReadTimeout: 60 * time.Second}
 }
@@ -120,6 +126,9 @@ func (c Config) validate() (Config, error) {
 	}
 	c.PolicyConfig = pc
 	if c.Outlier, err = c.Outlier.validate(); err != nil {
+		return c, err
+	}
+	if c.PD, err = c.PD.validate(); err != nil {
 		return c, err
 	}
 	for _, f := range []struct {
@@ -206,7 +215,8 @@ type Router struct {
 	// events reads the replicas' block events with the events key.
 	events *http.Client
 
-	m *metrics
+	m   *metrics
+	pdm *pdMetrics // prefill/decode disaggregation (pd.go)
 	// onOverhead, when set (benchmarks), also gets each generate request's pre-upstream time
 	// (the stockpot_router_overhead_seconds observation), for exact percentiles.
 	onOverhead func(time.Duration)
@@ -253,6 +263,7 @@ func New(cfg Config) (*Router, error) {
 		toks:          newTokenCache(), outliers: newOutliers(cfg.Outlier), remote: sharedRemote(cfg.IndexMaxBlocks), tenants: cfg.Tenants, limiter: tenant.NewLimiter()}
 	r.needs, _ = p.(tokenNeeder)
 	r.m = newMetrics(cfg.Registerer)
+	r.pdm = newPDMetrics(cfg.Registerer)
 	r.keys = newKeyMetrics(cfg.Registerer)
 	r.tm = newRouterTenantMetrics(cfg.Registerer)
 	r.dash = newRouterDashboard(r)
@@ -262,10 +273,15 @@ func New(cfg Config) (*Router, error) {
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	empty := []*Backend{}
 	r.list.Store(&empty)
-	for _, u := range cfg.Backends {
-		if _, err := r.AddBackend(u); err != nil {
-			r.Close()
-			return nil, err
+	for _, set := range []struct {
+		urls []string
+		role Role
+	}{{cfg.Backends, ""}, {cfg.PrefillBackends, RolePrefill}, {cfg.DecodeBackends, RoleDecode}} {
+		for _, u := range set.urls {
+			if _, err := r.AddBackendRole(u, set.role); err != nil {
+				r.Close()
+				return nil, err
+			}
 		}
 	}
 	r.wg.Add(1)
@@ -290,19 +306,34 @@ func (r *Router) Backends() []BackendStatus {
 	bs := r.backends()
 	out := make([]BackendStatus, len(bs))
 	now := time.Now()
+	pools := r.poolNames()
 	for i, b := range bs {
 		out[i] = b.status()
 		st, _ := r.outliers.state(b.ID, now)
 		out[i].Passive = st.String()
+		out[i].Pool = pools[b]
 	}
 	return out
 }
 
-// AddBackend adds a backend by URL (idempotent) and returns its ID.
-func (r *Router) AddBackend(rawURL string) (string, error) {
+// AddBackend adds a backend by URL (idempotent) and returns its ID. Its role is what its
+// /health reports (both until it says).
+func (r *Router) AddBackend(rawURL string) (string, error) { return r.AddBackendRole(rawURL, "") }
+
+// AddBackendRole adds a backend of a fixed role in prefill/decode disaggregation ("": the role
+// its /health reports) and returns its ID. Adding a known URL again with a role sets its role.
+func (r *Router) AddBackendRole(rawURL string, role Role) (string, error) {
+	if role != "" {
+		if _, err := ParseRole(string(role)); err != nil {
+			return "", err
+		}
+	}
 	b, err := newBackend(rawURL)
 	if err != nil {
 		return "", err
+	}
+	if role != "" {
+		b.fixedRole.Store(&role)
 	}
 	b.index.maxBlocks = r.cfg.IndexMaxBlocks
 	b.index.remote = r.remote
@@ -311,6 +342,9 @@ func (r *Router) AddBackend(rawURL string) (string, error) {
 	cur := r.backends()
 	for _, o := range cur {
 		if o.ID == b.ID {
+			if role != "" {
+				o.fixedRole.Store(&role)
+			}
 			return o.ID, nil
 		}
 	}
@@ -333,7 +367,7 @@ func (r *Router) AddBackend(rawURL string) (string, error) {
 	next := append(slices.Clone(cur), b)
 	slices.SortFunc(next, func(x, y *Backend) int { return cmpString(x.ID, y.ID) })
 	r.list.Store(&next)
-	r.cfg.Logger.Info("router: backend added", "id", b.ID, "url", b.URL)
+	r.cfg.Logger.Info("router: backend added", "id", b.ID, "url", b.URL, "role", role)
 	return b.ID, nil
 }
 
@@ -402,14 +436,16 @@ func (r *Router) check(b *Backend) {
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, b.URL.String()+"/health", nil)
 	resp, err := r.own.Do(req)
 	ok := err == nil && resp.StatusCode == http.StatusOK
+	var hb []byte
 	if resp != nil {
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+		hb, _ = io.ReadAll(io.LimitReader(resp.Body, 4096))
 		resp.Body.Close()
 	}
 	if r.ctx.Err() != nil {
 		return
 	}
 	if ok {
+		r.learnRole(b, hb)
 		b.failures.Store(0)
 		if !b.healthy.Swap(true) {
 			r.cfg.Logger.Info("router: backend up", "id", b.ID)
@@ -534,7 +570,8 @@ func (r *Router) Handler() http.Handler {
 	}))
 	mux.HandleFunc("POST /backends", r.requireAdmin(func(w http.ResponseWriter, req *http.Request) {
 		var body struct {
-			URL string `json:"url"`
+			URL  string `json:"url"`
+			Role string `json:"role"`
 		}
 		raw, ok := r.readBody(w, req, 64<<10)
 		if !ok {
@@ -544,7 +581,12 @@ func (r *Router) Handler() http.Handler {
 			writeAPIError(w, api.Invalid("url", `want {"url": "http://host:port"}`))
 			return
 		}
-		id, err := r.AddBackend(body.URL)
+		role, err := ParseRole(body.Role)
+		if err != nil {
+			writeAPIError(w, api.Invalid("role", "%v", err))
+			return
+		}
+		id, err := r.AddBackendRole(body.URL, role)
 		if err != nil {
 			writeAPIError(w, api.Invalid("url", "%v", err))
 			return
