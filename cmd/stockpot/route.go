@@ -60,6 +60,7 @@ func cmdRoute(args []string) error {
 	headerTimeout := fs.Duration("read-header-timeout", sdef.ReadHeaderTimeout, "longest time to receive a request's headers")
 	maxConns := fs.Int("max-connections", sdef.MaxConnections, "client connections open at once; past it new ones wait (-1: no bound)")
 	tenantOpts := addTenantFlags(fs, false)
+	pd := addPDFlags(fs)
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -91,12 +92,8 @@ func cmdRoute(args []string) error {
 	if err != nil {
 		return fmt.Errorf("route: %w", err)
 	}
-	if backendTLS != nil {
-		for _, b := range backends {
-			if !strings.HasPrefix(b, "https://") {
-				return fmt.Errorf("route: --backend %s is not https:// but --backend-tls-* is set: the router would send the replica's traffic in the clear", b)
-			}
-		}
+	if err := pd.check(backendTLS != nil, backends); err != nil {
+		return err
 	}
 	tenants, _, err := tenantOpts.load(apiKeys)
 	if err != nil {
@@ -109,7 +106,7 @@ func cmdRoute(args []string) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	cfg := router.DefaultConfig()
-	cfg.Backends = backends
+	pd.apply(&cfg, backends)
 	cfg.Policy = *policy
 	cfg.PrefixTokens = *prefixTokens
 	cfg.ConcurrencyThreshold = *threshold
@@ -144,7 +141,7 @@ func cmdRoute(args []string) error {
 	if serverTLS != nil {
 		scheme = "https"
 	}
-	fmt.Fprintf(os.Stderr, "stockpot: routing (%s) %d backend(s) on %s://%s\n", *policy, len(backends), scheme, ln.Addr())
+	fmt.Fprintf(os.Stderr, "stockpot: routing (%s) %d backend(s) on %s://%s\n", *policy, len(pd.all(backends)), scheme, ln.Addr())
 	if len(apiKeys) == 0 && tenants == nil {
 		fmt.Fprintf(os.Stderr, "stockpot: no --api-key: whoever reaches http://%s can use the backends\n", ln.Addr())
 		if *backendKey != "" {
@@ -152,9 +149,9 @@ func cmdRoute(args []string) error {
 		}
 	}
 	switch {
-	case len(backends) == 0 && len(adminKeys) == 0:
+	case len(pd.all(backends)) == 0 && len(adminKeys) == 0:
 		fmt.Fprintf(os.Stderr, "stockpot: no --backend and no --admin-key: requests get 503 (start with --backend URL, or with --admin-key to add backends over HTTP)\n")
-	case len(backends) == 0:
+	case len(pd.all(backends)) == 0:
 		fmt.Fprintf(os.Stderr, "stockpot: no --backend given: requests get 503 until one is added (POST http://%s/backends {\"url\": ...} with the admin key)\n", ln.Addr())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
