@@ -381,8 +381,8 @@
     push("c-load", t, byLabel(s, "stockpot_router_backend_inflight", "backend"));
     push("c-index", t, byLabel(s, "stockpot_router_index_blocks", "backend"));
     push("c-lag", t, byLabel(s, "stockpot_router_event_lag_seconds", "backend"));
-    table("t-backends", ["replica", "state", "load", "requests", "errors", "index blocks", "synced"], (s.backends || []).map(function (b) {
-      return [b.id + " " + b.url, b.state, String(b.load), fmt(b.requests), fmt(b.errors), fmt(b.index_blocks), b.events ? String(b.events.synced) : "–"];
+    table("t-backends", ["replica", "role / pool", "state", "load", "requests", "errors", "index blocks", "synced"], (s.backends || []).map(function (b) {
+      return [b.id + " " + b.url, (b.role || "both") + (b.pool ? " / " + b.pool : ""), b.state, String(b.load), fmt(b.requests), fmt(b.errors), fmt(b.index_blocks), b.events ? String(b.events.synced) : "–"];
     }));
     if (!p) return;
     var dt = (s.t - p.t) / 1000;
