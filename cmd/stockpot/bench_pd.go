@@ -34,6 +34,7 @@ func cmdBenchPD(args []string) error {
 	handoffModel := fs.String("handoff-model", d.HandoffModel, "model of the handoff-share measurement")
 	lengths := fs.String("handoff-lengths", joinInts(d.HandoffLengths), "prompt lengths handed off one at a time, comma-separated; empty: none")
 	handoffKV := fs.String("handoff-kv-memory", d.HandoffKVMemory, "--kv-memory of the handoff replicas (a 128K prompt needs its blocks in the pool)")
+	checkpoints := fs.Int("handoff-checkpoint-blocks", d.HandoffCheckpointBlocks, "--state-checkpoint-blocks of the handoff replicas (hybrid models: a state checkpoint every N blocks)")
 	redis := fs.String("redis", d.Redis, "redis-server binary for the store path (the prefill writes through, a both replica restores); empty: skip")
 	seed := fs.Uint64("seed", d.Seed, "seed of the prompts and the arrivals")
 	timeout := fs.Duration("timeout", d.Timeout, "per-request timeout")
@@ -49,7 +50,7 @@ func cmdBenchPD(args []string) error {
 	cfg.Streams, cfg.StreamPromptTokens, cfg.StreamTokens = *streams, *streamPrompt, *streamTokens
 	cfg.LongRequests, cfg.LongRate, cfg.LongPromptTokens, cfg.LongMaxTokens = *long, *longRate, *longTokens, *longMax
 	cfg.SLO = bench.SLO{TTFT: *ttftSLO, ITL: *itlSLO}
-	cfg.HandoffModel, cfg.HandoffKVMemory, cfg.Redis = *handoffModel, *handoffKV, *redis
+	cfg.HandoffModel, cfg.HandoffKVMemory, cfg.HandoffCheckpointBlocks, cfg.Redis = *handoffModel, *handoffKV, *checkpoints, *redis
 	cfg.Topologies = nil
 	for _, t := range strings.Split(*topologies, ",") {
 		if t = strings.TrimSpace(t); t != "" {

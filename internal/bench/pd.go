@@ -58,7 +58,10 @@ type PDConfig struct {
 	HandoffModel    string
 	HandoffLengths  []int
 	HandoffKVMemory string
-	Redis           string
+	// HandoffCheckpointBlocks is the replicas' --state-checkpoint-blocks (hybrid models): a
+	// checkpoint of small-kimi-k3's state is 256 KiB, one every block would be 2 GiB at 128K.
+	HandoffCheckpointBlocks int
+	Redis                   string
 
 	Timeout time.Duration // per request
 	Logf    func(format string, args ...any)
@@ -68,11 +71,11 @@ type PDConfig struct {
 func DefaultPDConfig() PDConfig {
 	return PDConfig{
 		Dir: "bench-pd-out", Seed: 1, Topologies: []string{"pd", "both", "pair"}, Pin: true,
-		Model: "synthetic:default", Streams: 4, StreamPromptTokens: 128, StreamTokens: 128,
-		LongRequests: 16, LongRate: 0.4, LongPromptTokens: 2048, LongMaxTokens: 16,
-		SLO:          SLO{TTFT: 2 * time.Second, ITL: 50 * time.Millisecond},
+		Model: "synthetic:default", Streams: 4, StreamPromptTokens: 128, StreamTokens: 256,
+		LongRequests: 16, LongRate: 0.25, LongPromptTokens: 2048, LongMaxTokens: 16,
+		SLO:          SLO{TTFT: 2500 * time.Millisecond, ITL: 50 * time.Millisecond},
 		HandoffModel: "synthetic:small-kimi-k3", HandoffLengths: []int{2048, 32768, 131072},
-		HandoffKVMemory: "1GiB", Redis: "redis-server", Timeout: 30 * time.Minute,
+		HandoffKVMemory: "1GiB", HandoffCheckpointBlocks: 16, Redis: "redis-server", Timeout: 30 * time.Minute,
 	}
 }
 

@@ -103,6 +103,7 @@ func runHandoffShare(ctx context.Context, cfg *PDConfig) ([]PDHandoff, error) {
 	l := newLauncher(cfg)
 	defer l.stop()
 	common := []string{"--model", cfg.HandoffModel, "--threads", "1", "--kv-memory", cfg.HandoffKVMemory,
+		"--state-checkpoint-blocks", fmt.Sprint(max(cfg.HandoffCheckpointBlocks, 1)),
 		"--max-body-bytes", "64MiB", "--request-memory", "4GiB", "--handoff-lease", "10m"}
 	var remote []string
 	if cfg.Redis != "" {

@@ -25,7 +25,8 @@ func TestPDBenchShape(t *testing.T) {
 	cfg.Binary, cfg.Dir, cfg.Redis, cfg.Pin = stockpotBinary(t), dir, redis, false
 	cfg.Model, cfg.Streams, cfg.StreamPromptTokens, cfg.StreamTokens = "synthetic:tiny-llama-spm", 2, 24, 6
 	cfg.LongRequests, cfg.LongRate, cfg.LongPromptTokens, cfg.LongMaxTokens = 2, 20, 200, 3
-	cfg.HandoffModel, cfg.HandoffLengths, cfg.HandoffKVMemory = "synthetic:tiny-kimi-k3", []int{128, 512}, "64MiB"
+	cfg.HandoffModel, cfg.HandoffLengths, cfg.HandoffKVMemory = "synthetic:tiny-kimi-k3", []int{256, 512}, "64MiB"
+	cfg.HandoffCheckpointBlocks = 2 // reuse in units of 32 tokens: both prompts are handed off
 	cfg.Timeout = 2 * time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

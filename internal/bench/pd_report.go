@@ -80,13 +80,16 @@ func (r *PDReport) handoffRows() [][]string {
 		if h.PulledBytes != nil {
 			mib = fmt.Sprintf("%.1f", *h.PulledBytes/(1<<20))
 		}
-		st := "not reported"
+		st, restore := "not reported", math.NaN()
 		if h.StoreTokens != nil {
 			st = fmt.Sprint(*h.StoreTokens)
 		}
+		if h.StoreTokens != nil && *h.StoreTokens > 0 { // nothing from Redis: no restore to compare
+			restore = ptrOr(h.StoreRestoreMs)
+		}
 		rows = append(rows, []string{fmt.Sprint(h.PromptTokens), f0(h.TTFTMs), f0(h.PrefillMs), f1(pull), f1(h.DecodeFirstMs), share, mib,
 			f1(ptrOr(h.PullGBps)), f1(ptrOr(h.MemcpyGBps)), pdRatio(ptrOr(h.PullGBps), ptrOr(h.MemcpyGBps)),
-			f1(ptrOr(h.StoreRestoreMs)), pdRatio(ptrOr(h.StoreRestoreMs), pull), st})
+			f1(restore), pdRatio(restore, pull), st})
 	}
 	return rows
 }
