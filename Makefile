@@ -45,7 +45,7 @@ bench-vs-llama:
 ## bench-pd: prefill/decode disaggregation on this machine's first two cores (README,
 ## "Prefill/decode disaggregation"): a mixed load against a P/D pair, one both replica and two
 ## behind the router, then the handoff's share of TTFT at 2K, 32K and 128K (small-kimi-k3) and
-## the store path through redis-server (which `make sysdeps` installs). About 10 minutes.
+## the store path through redis-server (which `make sysdeps` installs). About 13 minutes.
 ## PD_FLAGS adds `stockpot bench pd` flags; the report (pd.json, pd.html, pd.png) lands in bin/bench-pd/.
 PD_FLAGS ?=
 bench-pd: build

@@ -12,8 +12,11 @@ const usage = `stockpot: an LLM server whose centre is the KV prefix cache
 
 Usage:
   stockpot serve [flags]                      serve a model over an OpenAI-compatible API
+                                              (--role prefill|decode: one half of a disaggregated pair)
   stockpot route --backend URL ... [flags]    cache-aware gateway in front of several servers
+                                              (--prefill-backend, --decode-backend: prefill and decode pools)
   stockpot bench --target URL --workload NAME measure TTFT and cache hit rates from the server's counters
+  stockpot bench pd [flags]                   prefill/decode disaggregation against one and two replicas
   stockpot lint [--target URL | --model PATH] [--fail-under RATE] LOG.jsonl
                                               what in a request log breaks prefix caching
   stockpot demo [--headless] [--exit-after D]  watch the prefix cache work, live on the dashboard
