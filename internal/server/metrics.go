@@ -212,6 +212,12 @@ var (
 	descKVCached = prometheus.NewDesc("stockpot_kv_cache_cached_bytes",
 		"KV cache bytes unreferenced but holding reusable prefix blocks.", []string{"tier"}, nil)
 	descKVCapacity = prometheus.NewDesc("stockpot_kv_cache_capacity_bytes", "KV cache capacity.", []string{"tier"}, nil)
+	// descKVRatio is the inference gateway's KV signal (the Gateway API Inference Extension's
+	// endpoint picker reads a usage ratio in [0, 1], vLLM's kv_cache_usage_perc): the working
+	// pool's blocks held by running requests and pins, over all its blocks. Blocks that only
+	// cache a prefix are free to take, as in vLLM.
+	descKVRatio = prometheus.NewDesc("stockpot_kv_cache_usage_ratio",
+		"Share of the working pool's KV blocks held by running requests and pins (0 to 1); cached prefix blocks nobody holds count as free.", nil, nil)
 	descEvictions  = prometheus.NewDesc("stockpot_kv_cache_evictions_total", "KV blocks evicted.", []string{"tier"}, nil)
 	descMinReuse   = prometheus.NewDesc("stockpot_prefix_cache_min_reusable_tokens",
 		"Shortest prompt prefix a later request can reuse: the block size, or for a hybrid model the state checkpoint granularity (block size x --state-checkpoint-blocks).", nil, nil)
@@ -224,7 +230,7 @@ var (
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVCached, descKVCapacity, descEvictions,
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVCached, descKVCapacity, descKVRatio, descEvictions,
 		descMinReuse, descStateBytes, descCheckpoints, descCheckpointsDropped} {
 		ch <- d
 	}
@@ -237,6 +243,11 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(int64(st.KVBlocksUsed)*st.KVBlockBytes), kvtier.Device.String())
 	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(int64(st.KVBlocksCached)*st.KVBlockBytes), kvtier.Device.String())
 	ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(int64(st.KVBlocksTotal)*st.KVBlockBytes), kvtier.Device.String())
+	ratio := 0.0
+	if st.KVBlocksTotal > 0 {
+		ratio = min(1, float64(st.KVBlocksUsed)/float64(st.KVBlocksTotal))
+	}
+	ch <- prometheus.MustNewConstMetric(descKVRatio, prometheus.GaugeValue, ratio)
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), kvtier.Device.String())
 	if st.MinReusableTokens > 0 {
 		ch <- prometheus.MustNewConstMetric(descMinReuse, prometheus.GaugeValue, float64(st.MinReusableTokens))

@@ -705,6 +705,10 @@ func TestMetricsMatchUsage(t *testing.T) {
 			t.Errorf("%s{%s=%q} = %v, want %d", c.name, c.label, c.value, got, c.want)
 		}
 	}
+	// The inference gateway's KV signal: 10 of 100 blocks held.
+	if got := counterValue(t, reg, "stockpot_kv_cache_usage_ratio", "", ""); got != 0.1 {
+		t.Errorf("stockpot_kv_cache_usage_ratio = %v, want 0.1", got)
+	}
 	want := float64(sum.PromptTokensDetails.CachedTokens) / float64(sum.PromptTokens)
 	if got := counterValue(t, reg, "stockpot_prefix_cache_hit_rate", "", ""); math.Abs(got-want) > 1e-12 {
 		t.Errorf("hit rate %v, want %v", got, want)
