@@ -59,6 +59,12 @@ type Config struct {
 	TokenizeTimeout time.Duration
 	// Events turns on event subscriptions; default: on for kv-aware only.
 	Events *bool
+	// KVEventsListen, when set (route --kv-events-listen), binds a ZeroMQ SUB there that
+	// replicas publish vLLM-format KV events to; every backend's index is then fed from it
+	// alone (vllm_events.go). KVEventsMaxRate bounds one backend's events a second (0:
+	// DefaultKVEventsMaxRate).
+	KVEventsListen  string
+	KVEventsMaxRate float64
 	// Registerer receives the router's metrics; /metrics serves Gatherer.
 	Registerer prometheus.Registerer
 	Gatherer   prometheus.Gatherer
@@ -242,6 +248,8 @@ type Router struct {
 	// so the request path reads it without a lock.
 	list atomic.Pointer[[]*Backend]
 	mu   sync.Mutex // serializes membership changes
+	// zmq is the vLLM-format event SUB (Config.KVEventsListen); nil without one.
+	zmq *zmqEvents
 }
 
 // New starts a Router: health checks and, for kv-aware, event subscribers.
@@ -271,6 +279,12 @@ func New(cfg Config) (*Router, error) {
 		cfg.Registerer.MustRegister(newBackendCollector(r))
 	}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
+	if cfg.KVEventsListen != "" {
+		if r.zmq, err = newZMQEvents(r, cfg.KVEventsListen, cfg.KVEventsMaxRate); err != nil {
+			r.Close()
+			return nil, err
+		}
+	}
 	empty := []*Backend{}
 	r.list.Store(&empty)
 	for _, set := range []struct {
@@ -348,7 +362,9 @@ func (r *Router) AddBackendRole(rawURL string, role Role) (string, error) {
 			return o.ID, nil
 		}
 	}
-	if *r.cfg.Events {
+	if r.zmq != nil {
+		r.zmq.attach(b)
+	} else if *r.cfg.Events {
 		sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{URL: b.URL.String(), Sink: b.index,
 			Client: r.events, Logger: r.cfg.Logger})
 		if err != nil {
