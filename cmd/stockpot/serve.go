@@ -199,6 +199,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	if in.engine, err = engine.New(m, ecfg); err != nil {
 		return fail(err)
 	}
+	in.events.SetLoad(replicaLoad(in.engine)) // serve_load.go: the load line routers read
 	st := in.engine.Stats()
 	// The router rounds a replica's match down to its reuse unit: a hybrid resumes only at a
 	// state checkpoint (every --state-checkpoint-blocks blocks), any other model at any block.

@@ -253,7 +253,11 @@ type CoreStats struct {
 	// requests found past their last complete state checkpoint: discarded as
 	// incomplete_state and recomputed.
 	StateDiscarded uint64
-	Evidence       Evidence
+	// QueuedPrefillTokens is the prompt tokens admitted or queued requests have yet to
+	// prefill: each waiting request's prompt (its cached prefix is found only at admission)
+	// and each running one's uncomputed part. The replica's load signal (kvevents.Load).
+	QueuedPrefillTokens int
+	Evidence            Evidence
 }
 
 // Evidence is the engine's own accounting of the prompts it served: counted where each
@@ -277,7 +281,8 @@ func (c *Core) Stats() CoreStats {
 		DedupWaits: c.stats.dedupWaits, Preemptions: c.stats.preemptions, DecodeWaits: c.stats.decodeWaits,
 		PrefetchStall: c.stats.prefetchStall, Restored: c.stats.restored,
 		ReservedBlocks: c.reservedBlocks, PinsShed: c.stats.pinsShed,
-		StateDiscarded: c.stats.stateDiscarded,
+		StateDiscarded:      c.stats.stateDiscarded,
+		QueuedPrefillTokens: c.queuedPrefill(),
 		Evidence: Evidence{
 			Finished: c.stats.finished, Cancelled: c.stats.cancelled, Hits: c.stats.hits,
 			PromptTokens: c.stats.promptTokens, SourceTokens: c.stats.sourceTokens,
@@ -285,6 +290,18 @@ func (c *Core) Stats() CoreStats {
 			PrefetchLate: c.stats.prefetchLate, PrefetchDropped: c.stats.prefetchDropped,
 		},
 	}
+}
+
+// queuedPrefill is CoreStats.QueuedPrefillTokens.
+func (c *Core) queuedPrefill() int {
+	n := 0
+	for _, s := range c.waiting {
+		n += max(s.prompt-s.computed, 0)
+	}
+	for _, s := range c.running {
+		n += max(s.prompt-s.computed, 0)
+	}
+	return n
 }
 
 func newCore(cfg CoreConfig, cache blockCache) *Core {

@@ -424,8 +424,9 @@ func (e *Engine) publishStats() {
 		PrefetchStall:  cs.PrefetchStall,
 		RestoredBlocks: cs.Restored,
 		PinnedBlocks:   e.core.PinnedBlocks(), PinBudgetBlocks: e.core.cfg.PinBudget, PinsShed: cs.PinsShed,
-		Evidence:          cs.Evidence,
-		MinReusableTokens: e.cfg.BlockSize,
+		Evidence:            cs.Evidence,
+		MinReusableTokens:   e.cfg.BlockSize,
+		QueuedPrefillTokens: cs.QueuedPrefillTokens,
 	}
 	if e.ckpts != nil {
 		st.MinReusableTokens = e.cfg.BlockSize * e.cfg.StateCheckpointBlocks

@@ -269,6 +269,9 @@ type Stats struct {
 	PinBudgetBlocks  int           // the most blocks pins may hold (Config.PinBudget)
 	PinsShed         uint64        // pinned blocks unpinned early for a request that could not run otherwise
 	Evidence         Evidence      // the engine's own accounting (see Evidence)
+	// QueuedPrefillTokens is the prompt tokens queued and running requests have yet to
+	// prefill (CoreStats.QueuedPrefillTokens).
+	QueuedPrefillTokens int
 	// MinReusableTokens is the shortest prefix a later request can reuse: the block size,
 	// or for a hybrid model the state checkpoint granularity (block size ×
 	// StateCheckpointBlocks). A prompt that is not longer gets no hit.

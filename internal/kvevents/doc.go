@@ -21,6 +21,7 @@
 //	{"type":"event","seq":121,"kind":"stored","tier":"device","hash":"..","parent":"..","time":1712...}
 //	{"type":"heartbeat","seq":121,"time":1712...}
 //	{"type":"costs","seq":121,"costs":{"prefill_tps":950,"block_size":16,"block_bytes":98304,"read_bps":{"host":9.5e9,"remote":1.2e8}}}
+//	{"type":"load","seq":121,"load":{"running":3,"waiting":1,"queued_prefill_tokens":2048,"kv_usage":0.42}}
 //	{"type":"resync","epoch":"1f..","seq":121}
 //
 // reuse_blocks (in the hello and the snapshot; Snapshot.ReuseBlocks, Publisher.SetReuseBlocks)
@@ -36,6 +37,13 @@
 // current restore-cost figures: after the hello and at a heartbeat when
 // they changed; it takes no sequence number of its own (seq is the latest,
 // as in a heartbeat). read_bps lists only the tiers the replica has.
+// A load line (Load; a Sink that is a LoadSink gets it) carries the
+// replica's own load, whoever sent its requests: sequences running and
+// waiting, prompt tokens queued for prefill, and the share of the KV pool
+// held (0 to 1). It comes after the hello (and costs) and whenever a check
+// every Config.LoadInterval finds it changed; like costs it takes no
+// sequence number. Routers that predate it skip it (a Subscriber skips
+// every line type it does not know), so a replica may send it to any router.
 // The stream sends events with Seq > since. A resync line means the
 // publisher cannot continue from since: the ring no longer holds since+1,
 // since is ahead of the publisher, or epoch names another process. The
@@ -46,8 +54,8 @@
 // Times are Unix nanoseconds; hashes and the epoch are lower-case hex.
 //
 // A line or snapshot that does not parse (bad JSON, an unknown tier or kind,
-// a malformed hash, negative or non-finite costs, a reuse unit out of range, a
-// line over 64 KiB) is garbage: the Subscriber empties its Sink (Reset with an
+// a malformed hash, negative or non-finite costs, a negative load or a KV usage
+// outside [0, 1], a reuse unit out of range, a line over 64 KiB) is garbage: the Subscriber empties its Sink (Reset with an
 // empty snapshot), counts SubscriberStats.Garbage, and streams again only after
 // a snapshot that parses. decodeLine and decodeSnapshot are fuzzed (FuzzDecodeLine).
 //

@@ -139,6 +139,7 @@ type wireMsg struct {
 	// ReuseBlocks (hello): the replica's reuse unit in blocks (Snapshot.ReuseBlocks).
 	ReuseBlocks int        `json:"reuse_blocks,omitempty"`
 	Costs       *wireCosts `json:"costs,omitempty"`
+	Load        *wireLoad  `json:"load,omitempty"` // a "load" line's (load.go)
 }
 
 type wireBlock struct {

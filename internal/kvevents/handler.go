@@ -90,6 +90,16 @@ func (p *Publisher) serveStream(w http.ResponseWriter, r *http.Request) {
 		return b
 	}
 	buf = costsLine(buf, latest)
+	// The load goes after them and again whenever a load tick finds it changed (load.go).
+	var sentLoad Load
+	loadLine := func(b []byte, seq uint64, always bool) []byte {
+		if l, ok := p.load(); ok && (always || l != sentLoad) {
+			sentLoad = l
+			b = appendLoadJSON(b, seq, &l)
+		}
+		return b
+	}
+	buf = loadLine(buf, latest, true)
 	if _, err := w.Write(buf); err != nil {
 		return
 	}
@@ -98,6 +108,8 @@ func (p *Publisher) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 	hb := time.NewTicker(p.cfg.Heartbeat)
 	defer hb.Stop()
+	lt := time.NewTicker(p.cfg.LoadInterval)
+	defer lt.Stop()
 	evs := make([]Event, 0, streamBatch)
 	for {
 		var ok bool
@@ -125,6 +137,15 @@ func (p *Publisher) serveStream(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-wake:
+		case <-lt.C:
+			if buf = loadLine(buf[:0], latest, false); len(buf) > 0 {
+				if _, err := w.Write(buf); err != nil {
+					return
+				}
+				if fl != nil {
+					fl.Flush()
+				}
+			}
 		case t := <-hb.C:
 			buf = buf[:0]
 			buf = append(buf, `{"type":"heartbeat","seq":`...)

@@ -27,6 +27,9 @@ type Config struct {
 	Epoch uint64
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// LoadInterval is how often a stream reads the replica's load (SetLoad) and sends a load
+	// line if it changed. Default DefaultLoadInterval.
+	LoadInterval time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -36,6 +39,12 @@ func DefaultConfig() Config { return Config{RingSize: 16384, Heartbeat: time.Sec
 // caller's struct is not changed.
 func (c Config) validate() (Config, error) {
 	d := DefaultConfig()
+	if c.LoadInterval < 0 {
+		return c, fmt.Errorf("kvevents: LoadInterval %v must not be negative", c.LoadInterval)
+	}
+	if c.LoadInterval == 0 {
+		c.LoadInterval = DefaultLoadInterval
+	}
 	if c.RingSize < 0 || c.Heartbeat < 0 {
 		return c, fmt.Errorf("kvevents: RingSize %d and Heartbeat %v must not be negative", c.RingSize, c.Heartbeat)
 	}
@@ -74,6 +83,8 @@ type Publisher struct {
 		blocks map[prefix.Hash]uint8
 		// costs reads the replica's cost figures (SetCosts); nil: none.
 		costs func() Costs
+		// load reads the replica's load (SetLoad); nil: none.
+		load func() Load
 		// wake is closed and replaced by Publish when a reader waits on it.
 		wake    chan struct{}
 		waiting bool

@@ -296,7 +296,8 @@ func decodeSnapshot(body []byte) (Snapshot, error) {
 }
 
 // decodeLine parses one stream line: the message, and for an "event" line its Event, for a
-// "costs" line its Costs. Any other type is returned as it is (a newer publisher's; the
+// "costs" line its Costs; a "load" line's load is checked (decodeLoad(m.Load) reads it). Any
+// other type is returned as it is (a newer publisher's; the
 // Subscriber skips it).
 func decodeLine(line []byte) (m wireMsg, ev Event, c Costs, err error) {
 	if err = json.Unmarshal(line, &m); err != nil {
@@ -315,6 +316,8 @@ func decodeLine(line []byte) (m wireMsg, ev Event, c Costs, err error) {
 			return m, ev, c, errors.New("kvevents: costs line without costs")
 		}
 		c, err = decodeCosts(m.Costs)
+	case "load":
+		_, err = decodeLoad(m.Load)
 	}
 	return m, ev, c, err
 }
@@ -426,6 +429,11 @@ func (s *Subscriber) stream(ctx context.Context, p *protocol) (bool, error) {
 			flush()
 			if cs, ok := s.cfg.Sink.(CostSink); ok {
 				cs.Costs(costs)
+			}
+		case "load":
+			if ls, ok := s.cfg.Sink.(LoadSink); ok {
+				l, _ := decodeLoad(m.Load) // decodeLine checked it
+				ls.Load(l)
 			}
 		case "event":
 			if v := p.event(ev.Seq); v != accept {

@@ -39,6 +39,9 @@ type Backend struct {
 	fixedRole, reportedRole atomic.Pointer[Role]
 
 	index *replicaIndex
+	// replica is the replica's own load from its event stream (replica_load.go); nil before
+	// a load line, after a resync, and for a replica that sends none.
+	replica atomic.Pointer[loadReport]
 	// events reports the replica's event stream (a *kvevents.Subscriber);
 	// nil when the policy needs no events.
 	events eventSource
@@ -107,6 +110,9 @@ type BackendStatus struct {
 	ReuseBlocks       int     `json:"reuse_blocks,omitempty"`
 	MinReusableTokens int     `json:"min_reusable_tokens,omitempty"`
 	Events            *Events `json:"events,omitempty"`
+	// Replica is the replica's own load from its event stream, every router's requests in it
+	// (replica_load.go); absent before a load line or while the stream is not live.
+	Replica *ReplicaLoad `json:"replica_load,omitempty"`
 }
 
 // Events is the event-stream part of a BackendStatus.
@@ -150,6 +156,7 @@ func (b *Backend) status() BackendStatus {
 	if e := b.lastErr.Load(); e != nil {
 		st.LastError = *e
 	}
+	st.Replica = b.replicaStatus()
 	if b.events != nil {
 		s := b.events.Stats()
 		ev := &Events{Synced: s.Synced, Unsupported: s.Unsupported, Epoch: fmt.Sprintf("%x", s.Epoch), Seq: s.Seq,

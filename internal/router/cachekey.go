@@ -1,10 +1,7 @@
 package router
 
 import (
-	"encoding/json"
-	"net/http"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -43,12 +40,6 @@ const maxKeyLabel = 64
 
 // otherKeyLabel is the label of every key past the tracked ones.
 const otherKeyLabel = "_other"
-
-// keyBody is what the router reads of a Responses request: the key and salt.
-type keyBody struct {
-	PromptCacheKey string `json:"prompt_cache_key"`
-	CacheSalt      string `json:"cache_salt"`
-}
 
 // keyMetrics counts keyed requests by outcome and by key.
 type keyMetrics struct {
@@ -110,34 +101,3 @@ func truncateUTF8(s string, n int) string {
 // keyed reports whether a decision was made on the request's
 // prompt_cache_key: the key policies mark it in Decision.CacheKey.
 func (d Decision) keyed() bool { return d.CacheKey != "" }
-
-// serveKeyed forwards a pass-through generation endpoint (Responses) by its
-// prompt_cache_key when it has one and the policy keeps affinity, least
-// loaded otherwise.
-func (r *Router) serveKeyed(w http.ResponseWriter, req *http.Request) {
-	start := time.Now()
-	body, ok := r.readBody(w, req, r.cfg.MaxBodyBytes)
-	if !ok {
-		return
-	}
-	var kb keyBody
-	_ = json.Unmarshal(body, &kb) // a malformed body is routed anyway; the backend answers the 400
-	rq := &Request{CacheKey: kb.PromptCacheKey, Salt: routingSalt(req, kb.CacheSalt), SessionID: req.Header.Get("X-Session-ID"), Namespace: tenantOf(req).Salt("")}
-	kp, _ := r.policy.(keyPicker)
-	r.forwardPool(w, req, body, start, false, r.ordinaryPool(), func(c []*Backend) Decision {
-		if kp != nil && (rq.CacheKey != "" || rq.SessionID != "") {
-			return kp.pickAffinity(rq, c)
-		}
-		return Decision{Backend: pickLeastLoaded(c), Reason: "least-loaded"}
-	})
-}
-
-// keyPicker is the optional ability of a policy that places a request by its
-// key (prompt_cache_key or session) alone, without tokens.
-type keyPicker interface {
-	pickAffinity(req *Request, cands []*Backend) Decision
-}
-
-func (p *prefixPolicy) pickAffinity(r *Request, c []*Backend) Decision { return p.Pick(r, c) }
-
-func (p *kvAware) pickAffinity(r *Request, c []*Backend) Decision { return p.affinity.Pick(r, c) }

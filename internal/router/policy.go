@@ -339,14 +339,15 @@ func (leastLoaded) Pick(_ *Request, c []*Backend) Decision {
 	return Decision{Backend: pickLeastLoaded(c), Reason: "least-loaded"}
 }
 
-// pickLeastLoaded returns a backend with the fewest in-flight requests,
-// chosen uniformly among ties (reservoir sampling), so a burst of arrivals
-// at equal load does not all land on the first backend.
+// pickLeastLoaded returns a backend with the least load (policyLoad: this router's requests
+// in flight plus the others its replica reports, replica_load.go), chosen uniformly among
+// ties (reservoir sampling), so a burst of arrivals at equal load does not all land on the
+// first backend.
 func pickLeastLoaded(c []*Backend) *Backend {
 	var best *Backend
 	bestLoad, ties := math.MaxInt, 0
 	for _, b := range c {
-		switch l := b.Load(); {
+		switch l := b.policyLoad(); {
 		case l < bestLoad:
 			best, bestLoad, ties = b, l, 1
 		case l == bestLoad:
@@ -417,7 +418,10 @@ func (p *prefixPolicy) Pick(r *Request, c []*Backend) Decision {
 	return d
 }
 
-// capacity is the bounded-load cap: ceil(c · (total + 1) / n).
+// capacity is the bounded-load cap: ceil(c · (total + 1) / n) over this router's requests in
+// flight. (Not the replicas' reports: a report lags its replica, and a session's next turn
+// arriving through another router right after its last one finished would find its replica
+// at the cap of a near-idle fleet and spill; replica_load.go.)
 func capacity(c []*Backend, bound float64) int {
 	total := 0
 	for _, b := range c {
@@ -482,7 +486,8 @@ func (p *prefixPolicy) pickKeyUnremembered(key uint64, c []*Backend) Decision {
 // kvAware scores each replica by the prompt blocks its index says it holds,
 // weighted by tier (from the replica's published restore costs, else
 // TierWeights), minus a load penalty (Dynamo's router does the same trade:
-// overlap against active load), within the same load bound as the prefix
+// overlap against active load: the load its replica reports, every router's
+// requests in it, replica_load.go), within the same load bound as the prefix
 // policy. A replica with the remote tier also holds, at remote weight, what
 // any live replica announced in remote. When no replica holds any of the
 // prompt, or none offers events, it falls back to prefix affinity.
@@ -530,6 +535,7 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 		if busy(b, p.cfg.ConcurrencyThreshold) || b.Load() >= capLoad {
 			continue
 		}
+		load := b.policyLoad() // every router's requests on it, as its replica reports them
 		n, w, bs := 0, 0.0, 0
 		if b.liveIndexAt(p.cfg.StaleAfter, now) {
 			var id []byte
@@ -543,7 +549,7 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 				n, w = b.index.matchChain(r.chain(id, bs, p.hashes), &weights, sh)
 			}
 		}
-		s := w - p.cfg.LoadPenalty*float64(b.Load())
+		s := w - p.cfg.LoadPenalty*float64(load)
 		switch {
 		case s > bestScore+scoreEps:
 			best, bestScore, bestN = b, s, n*bs

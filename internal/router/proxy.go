@@ -85,9 +85,12 @@ func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 		toks := decodeGenerateBodyTokens(body, &gb, (*p)[:0])
 		rq.Salt, rq.CacheKey = routingSalt(req, gb.CacheSalt), gb.PromptCacheKey
 		if pd || r.needs != nil && r.needs.NeedsTokens(rq) {
-			if toks != nil {
+			switch {
+			case renders(req.URL.Path):
+				rq.Tokens = r.renderedTokens(req.Context(), req.URL.Path, body, &gb) // dialect.go
+			case toks != nil:
 				rq.Tokens, rq.pooledTokens, p = toks, p, nil
-			} else {
+			default:
 				rq.Tokens, rq.pooledTokens = r.promptTokens(req.Context(), &gb)
 			}
 		}
@@ -98,9 +101,12 @@ func (r *Router) serveGenerate(w http.ResponseWriter, req *http.Request) {
 			tokenPool.Put(p)
 		}
 	}
-	if pd {
+	switch {
+	case pd && dialectOf(req.URL.Path) == dialectOpenAI:
 		r.serveDisaggregated(w, req, body, start, rq)
-	} else {
+	case pd: // Responses and Messages are not handed off: the decode pool takes them whole
+		r.forwardPool(w, req, body, start, true, r.ordinaryPool(), func(c []*Backend) Decision { return r.policy.Pick(rq, c) })
+	default:
 		r.forward(w, req, body, start, true, func(c []*Backend) Decision { return r.policy.Pick(rq, c) })
 	}
 	rq.release() // every pick is done: forward picks only before each attempt
@@ -143,14 +149,29 @@ func (r *Router) promptTokens(ctx context.Context, gb *generateBody) (ids []int3
 	default:
 		return nil, nil
 	}
-	if ids, ok := r.toks.get(tb); ok {
-		return ids, nil
+	return r.askTokens(ctx, "/tokenize", "", tb), nil
+}
+
+// askTokens returns the tokens a replica's endpoint (pathQuery: /tokenize, or renderPath with
+// its endpoint) answers for body, from the token cache when it was asked before (keyed by
+// pathQuery and body); nil on failure, counted in stockpot_router_tokenize_seconds.
+func (r *Router) askTokens(ctx context.Context, pathQuery, cacheTag string, body []byte) []int32 {
+	ids, _ := r.askTokensErr(ctx, pathQuery, cacheTag, body)
+	return ids
+}
+
+// askTokensErr is askTokens that also says whether every backend asked answered 404 (a
+// replica without the endpoint).
+func (r *Router) askTokensErr(ctx context.Context, pathQuery, cacheTag string, body []byte) (ids []int32, notFound bool) {
+	if ids, ok := r.toks.getTagged(cacheTag, body); ok {
+		return ids, false
 	}
 	start := time.Now()
 	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.TokenizeTimeout)
 	defer cancel()
 	var tried []*Backend
+	notFound = true
 	for range 2 {
 		c := r.serving(tried) // never an ejected backend, nor a half-open one's probe
 		if len(c) == 0 {
@@ -158,14 +179,15 @@ func (r *Router) promptTokens(ctx context.Context, gb *generateBody) (ids []int3
 		}
 		b := pickLeastLoaded(c)
 		tried = append(tried, b)
-		toks, err := r.tokenizeOn(ctx, b, tb)
+		toks, err := r.tokenizeAt(ctx, b, pathQuery, body)
+		notFound = notFound && errors.Is(err, errNotFound)
 		var bf *backendFailure
 		switch {
 		case err == nil:
 			r.passiveSuccess(b)
 			r.m.tokenize.WithLabelValues("ok").Observe(since(start))
-			r.toks.put(tb, toks)
-			return toks, nil
+			r.toks.putTagged(cacheTag, body, toks)
+			return toks, false
 		case parent.Err() != nil:
 			// The client left: no verdict on the backend.
 		case errors.As(err, &bf) || !errors.Is(err, errClientStatus):
@@ -176,11 +198,17 @@ func (r *Router) promptTokens(ctx context.Context, gb *generateBody) (ids []int3
 		r.cfg.Logger.Debug("router: tokenize failed", "backend", b.ID, "err", err)
 	}
 	r.m.tokenize.WithLabelValues("error").Observe(since(start))
-	return nil, nil
+	return nil, notFound && len(tried) > 0
 }
 
+// tokenizeOn asks b's /tokenize for body's tokens.
 func (r *Router) tokenizeOn(ctx context.Context, b *Backend, body []byte) ([]int32, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.String()+"/tokenize", bytes.NewReader(body))
+	return r.tokenizeAt(ctx, b, "/tokenize", body)
+}
+
+// tokenizeAt asks b's pathQuery (/tokenize or renderPath) for body's tokens.
+func (r *Router) tokenizeAt(ctx context.Context, b *Backend, pathQuery string, body []byte) ([]int32, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, b.URL.String()+pathQuery, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -193,6 +221,8 @@ func (r *Router) tokenizeOn(ctx context.Context, b *Backend, body []byte) ([]int
 	switch {
 	case resp.StatusCode >= 500:
 		return nil, &backendFailure{what: "tokenize: " + resp.Status}
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, fmt.Errorf("%w: %w: tokenize: %s", errClientStatus, errNotFound, resp.Status)
 	case resp.StatusCode != http.StatusOK:
 		return nil, fmt.Errorf("%w: tokenize: %s", errClientStatus, resp.Status)
 	}
@@ -220,6 +250,9 @@ func (e *backendFailure) Error() string { return e.what }
 // errClientStatus marks a non-200 answer below 500: the backend answered (passive health
 // counts it a success), the request was refused.
 var errClientStatus = errors.New("refused")
+
+// errNotFound marks a 404: a replica without the endpoint (renderPath predates it).
+var errNotFound = errors.New("not found")
 
 // failedResp is a 5xx answer kept in case every backend fails.
 type failedResp struct {
@@ -357,7 +390,7 @@ func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, 
 		w.WriteHeader(resp.StatusCode)
 		_, _ = w.Write(rb)
 		if generate && resp.StatusCode == http.StatusOK {
-			usage = parseUsage(rb)
+			usage = parseUsageFor(dialectOf(req.URL.Path), rb)
 		}
 	} else {
 		var ok bool
@@ -369,8 +402,10 @@ func (r *Router) attempt(w http.ResponseWriter, req *http.Request, body []byte, 
 	code := strconv.Itoa(resp.StatusCode)
 	r.m.requests.WithLabelValues(b.ID, code).Inc()
 	if usage.ok {
-		r.m.cached.WithLabelValues(b.ID).Add(float64(usage.cached))
 		r.m.prompt.WithLabelValues(b.ID).Add(float64(usage.prompt))
+	}
+	if usage.cachedKnown { // a missing cached count is unknown, never 0
+		r.m.cached.WithLabelValues(b.ID).Add(float64(usage.cached))
 		r.m.cacheHist.Observe(float64(usage.cached))
 	}
 	if generate {
@@ -420,6 +455,8 @@ func (r *Router) relayStream(w http.ResponseWriter, req *http.Request, resp *htt
 	// tail keeps the stream's last bytes: the usage chunk is the last data
 	// line before [DONE].
 	var tail []byte
+	dl := dialectOf(req.URL.Path)
+	us := usageScanner{d: dl} // Responses and Messages: their usage events as they pass
 	clientGone := false
 	for {
 		k := sseBoundary(pending)
@@ -436,6 +473,9 @@ func (r *Router) relayStream(w http.ResponseWriter, req *http.Request, resp *htt
 			}
 			_ = rc.Flush()
 			tail = appendTail(tail, pending[:k], 16<<10)
+			if generate && dl != dialectOpenAI {
+				us.scan(pending[:k])
+			}
 			pending = append(pending[:0], pending[k:]...)
 		}
 		if rerr != nil {
@@ -444,7 +484,9 @@ func (r *Router) relayStream(w http.ResponseWriter, req *http.Request, resp *htt
 		read()
 	}
 	if generate && resp.StatusCode == http.StatusOK {
-		usage = parseStreamUsage(tail)
+		if usage = us.u; dl == dialectOpenAI {
+			usage = parseStreamUsage(tail)
+		}
 	}
 	if clientGone || req.Context().Err() != nil || resp.StatusCode != http.StatusOK {
 		return true, usage, nil // nobody left to tell, or not a stream of ours
@@ -453,7 +495,7 @@ func (r *Router) relayStream(w http.ResponseWriter, req *http.Request, resp *htt
 	switch {
 	case rerr != io.EOF:
 		reason = "cut"
-	case generate && !endsWithDone(tail):
+	case generate && dl == dialectOpenAI && !endsWithDone(tail): // only OpenAI's streams end with [DONE]
 		reason = "incomplete"
 	}
 	if reason != "" {
@@ -524,41 +566,6 @@ func appendTail(tail, p []byte, max int) []byte {
 		tail = append(tail[:0], tail[len(tail)-max:]...)
 	}
 	return tail
-}
-
-type usageInfo struct {
-	ok             bool
-	prompt, cached int
-	// transfer is usage.cache.transfer_tokens: prompt tokens a decode replica pulled from
-	// its prefill replica (pd.go).
-	transfer int
-}
-
-type usageBody struct {
-	Usage *struct {
-		PromptTokens int `json:"prompt_tokens"`
-		Details      *struct {
-			CachedTokens int `json:"cached_tokens"`
-		} `json:"prompt_tokens_details"`
-		Cache *struct {
-			TransferTokens int `json:"transfer_tokens"`
-		} `json:"cache"`
-	} `json:"usage"`
-}
-
-func parseUsage(b []byte) usageInfo {
-	var u usageBody
-	if json.Unmarshal(b, &u) != nil || u.Usage == nil {
-		return usageInfo{}
-	}
-	out := usageInfo{ok: true, prompt: u.Usage.PromptTokens}
-	if u.Usage.Details != nil {
-		out.cached = u.Usage.Details.CachedTokens
-	}
-	if u.Usage.Cache != nil {
-		out.transfer = u.Usage.Cache.TransferTokens
-	}
-	return out
 }
 
 // parseStreamUsage finds the last SSE data line carrying usage.

@@ -263,13 +263,14 @@ func New(cfg Config) (*Router, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, policy: p, client: &http.Client{Transport: cfg.Transport},
+	sp := newSwitchPolicy(p) // PUT /policy changes it at run time (policy_admin.go)
+	r := &Router{cfg: cfg, policy: sp, client: &http.Client{Transport: cfg.Transport},
 		own:        &http.Client{Transport: keyTransport{base: cfg.Transport, key: cfg.BackendKey}},
 		events:     &http.Client{Transport: keyTransport{base: cfg.Transport, key: cfg.BackendEventsKey}},
 		clientKeys: newKeySet(cfg.APIKeys), adminKeys: newKeySet(cfg.AdminKeys), metricsKeys: newKeySet(cfg.MetricsKeys),
 		dashboardKeys: newKeySet(cfg.DashboardKeys),
 		toks:          newTokenCache(), outliers: newOutliers(cfg.Outlier), remote: sharedRemote(cfg.IndexMaxBlocks), tenants: cfg.Tenants, limiter: tenant.NewLimiter()}
-	r.needs, _ = p.(tokenNeeder)
+	r.needs = sp
 	r.m = newMetrics(cfg.Registerer)
 	r.pdm = newPDMetrics(cfg.Registerer)
 	r.keys = newKeyMetrics(cfg.Registerer)
@@ -365,7 +366,7 @@ func (r *Router) AddBackendRole(rawURL string, role Role) (string, error) {
 	if r.zmq != nil {
 		r.zmq.attach(b)
 	} else if *r.cfg.Events {
-		sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{URL: b.URL.String(), Sink: b.index,
+		sub, err := kvevents.NewSubscriber(kvevents.SubscriberConfig{URL: b.URL.String(), Sink: backendSink{b.index, b}, // replica_load.go
 			Client: r.events, Logger: r.cfg.Logger})
 		if err != nil {
 			return "", err
@@ -546,6 +547,7 @@ var routes = map[string]string{
 	"/health":                   "GET",
 	"/metrics":                  "GET",
 	"/backends":                 "GET, POST",
+	"/policy":                   "GET, PUT",
 	"/v1/cache":                 "GET, DELETE",
 	"/v1/cache/prewarm":         "POST",
 	"/dashboard":                "GET",
@@ -558,11 +560,10 @@ func (r *Router) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/completions", r.requireClient(r.serveGenerate))
 	mux.HandleFunc("POST /v1/chat/completions", r.requireClient(r.serveGenerate))
-	// The Responses and Anthropic Messages dialects pass through to the least-loaded backend
-	// (streams relayed event by event), except that a Responses request with a
-	// prompt_cache_key or X-Session-ID keeps its affinity (cachekey.go); no prefix hashing yet.
-	mux.HandleFunc("POST /v1/responses", r.requireClient(r.serveKeyed))
-	mux.HandleFunc("POST /v1/messages", r.requireClient(r.servePassThrough))
+	// The Responses and Anthropic Messages dialects are routed as chat is: by key, session or
+	// the prompt as a replica renders it (dialect.go).
+	mux.HandleFunc("POST /v1/responses", r.requireClient(r.serveGenerate))
+	mux.HandleFunc("POST /v1/messages", r.requireClient(r.serveGenerate))
 	mux.HandleFunc("POST /v1/messages/count_tokens", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("POST /tokenize", r.requireClient(r.servePassThrough))
 	mux.HandleFunc("POST /detokenize", r.requireClient(r.servePassThrough))
@@ -617,6 +618,7 @@ func (r *Router) Handler() http.Handler {
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	r.routeDashboard(mux)
+	r.routePolicy(mux) // policy_admin.go
 	// Everything else: the API's JSON 404 or 405, not the mux's plain text.
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) {
 		path := req.URL.Path

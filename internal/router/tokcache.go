@@ -5,7 +5,8 @@ import (
 	"sync"
 )
 
-// tokenCache remembers /tokenize answers by the exact bytes the router sent, so a text prompt
+// tokenCache remembers /tokenize answers (and renderPath's, tagged with the endpoint they
+// render for: dialect.go) by the exact bytes the router sent, so a text prompt
 // seen before (a retried request, n parallel samples sent as separate requests, a benchmark's
 // or an eval's repeated prompt) costs a map probe instead of a round trip to a replica and
 // its tokenizer (about 100 µs for 2K tokens on loopback, far more across hosts). A new
@@ -41,8 +42,25 @@ func newTokenCache() *tokenCache {
 }
 
 // get returns the tokens last stored for body. The slice is shared: do not modify it.
-func (c *tokenCache) get(body []byte) ([]int32, bool) {
-	k := maphash.Bytes(c.seed, body)
+func (c *tokenCache) get(body []byte) ([]int32, bool) { return c.getTagged("", body) }
+
+// key is the cache key of body under tag: the endpoint it was rendered for ("" for
+// /tokenize's bodies), so one body rendered as two dialects is two entries.
+func (c *tokenCache) key(tag string, body []byte) uint64 {
+	if tag == "" {
+		return maphash.Bytes(c.seed, body)
+	}
+	var h maphash.Hash
+	h.SetSeed(c.seed)
+	_, _ = h.WriteString(tag)
+	_ = h.WriteByte(0)
+	_, _ = h.Write(body)
+	return h.Sum64()
+}
+
+// getTagged is get for a body rendered for the endpoint tag (renderPath's).
+func (c *tokenCache) getTagged(tag string, body []byte) ([]int32, bool) {
+	k := c.key(tag, body)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.mu.cur[k]
@@ -58,11 +76,14 @@ func (c *tokenCache) get(body []byte) ([]int32, bool) {
 }
 
 // put remembers ids as body's tokens. It keeps ids: the caller must not modify them after.
-func (c *tokenCache) put(body []byte, ids []int32) {
+func (c *tokenCache) put(body []byte, ids []int32) { c.putTagged("", body, ids) }
+
+// putTagged is put for a body rendered for the endpoint tag.
+func (c *tokenCache) putTagged(tag string, body []byte, ids []int32) {
 	if len(ids) > tokCacheMaxPrompt {
 		return
 	}
-	k := maphash.Bytes(c.seed, body)
+	k := c.key(tag, body)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.putLocked(k, tokEntry{size: len(body), ids: ids})

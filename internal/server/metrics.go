@@ -207,6 +207,10 @@ type engineCollector struct {
 var (
 	descRunning = prometheus.NewDesc("stockpot_requests_running", "Requests being generated.", nil, nil)
 	descWaiting = prometheus.NewDesc("stockpot_requests_waiting", "Requests queued for the engine.", nil, nil)
+	// descQueuedPrefill is the replica's prefill backlog (part of the load routers read on the
+	// event stream, kvevents.Load).
+	descQueuedPrefill = prometheus.NewDesc("stockpot_queued_prefill_tokens",
+		"Prompt tokens queued and running requests have yet to prefill (a waiting request's whole prompt).", nil, nil)
 	descKVUsage = prometheus.NewDesc("stockpot_kv_cache_usage_bytes",
 		"KV cache bytes referenced by running requests.", []string{"tier"}, nil)
 	descKVCached = prometheus.NewDesc("stockpot_kv_cache_cached_bytes",
@@ -218,8 +222,8 @@ var (
 	// cache a prefix are free to take, as in vLLM.
 	descKVRatio = prometheus.NewDesc("stockpot_kv_cache_usage_ratio",
 		"Share of the working pool's KV blocks held by running requests and pins (0 to 1); cached prefix blocks nobody holds count as free.", nil, nil)
-	descEvictions  = prometheus.NewDesc("stockpot_kv_cache_evictions_total", "KV blocks evicted.", []string{"tier"}, nil)
-	descMinReuse   = prometheus.NewDesc("stockpot_prefix_cache_min_reusable_tokens",
+	descEvictions = prometheus.NewDesc("stockpot_kv_cache_evictions_total", "KV blocks evicted.", []string{"tier"}, nil)
+	descMinReuse  = prometheus.NewDesc("stockpot_prefix_cache_min_reusable_tokens",
 		"Shortest prompt prefix a later request can reuse: the block size, or for a hybrid model the state checkpoint granularity (block size x --state-checkpoint-blocks).", nil, nil)
 	descStateBytes = prometheus.NewDesc("stockpot_kv_state_checkpoint_bytes",
 		"Bytes of one recurrent-state checkpoint (a hybrid model's state at a block end).", nil, nil)
@@ -230,7 +234,7 @@ var (
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descKVUsage, descKVCached, descKVCapacity, descKVRatio, descEvictions,
+	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descQueuedPrefill, descKVUsage, descKVCached, descKVCapacity, descKVRatio, descEvictions,
 		descMinReuse, descStateBytes, descCheckpoints, descCheckpointsDropped} {
 		ch <- d
 	}
@@ -240,6 +244,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.gen.Stats()
 	ch <- prometheus.MustNewConstMetric(descRunning, prometheus.GaugeValue, float64(st.Running))
 	ch <- prometheus.MustNewConstMetric(descWaiting, prometheus.GaugeValue, float64(st.Waiting))
+	ch <- prometheus.MustNewConstMetric(descQueuedPrefill, prometheus.GaugeValue, float64(st.QueuedPrefillTokens))
 	ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(int64(st.KVBlocksUsed)*st.KVBlockBytes), kvtier.Device.String())
 	ch <- prometheus.MustNewConstMetric(descKVCached, prometheus.GaugeValue, float64(int64(st.KVBlocksCached)*st.KVBlockBytes), kvtier.Device.String())
 	ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(int64(st.KVBlocksTotal)*st.KVBlockBytes), kvtier.Device.String())

@@ -125,6 +125,7 @@ func New(cfg Config, gen engine.Generator, tok pipeline.Tokenizer, reg prometheu
 		"/v1/messages/count_tokens": {http.MethodPost: s.handleCountTokens},
 		"/v1/models":                {http.MethodGet: s.handleModels},
 		"/tokenize":                 {http.MethodPost: s.handleTokenize},
+		renderPath:                  {http.MethodPost: s.handleTokenizeRender}, // render.go
 		"/detokenize":               {http.MethodPost: s.handleDetokenize},
 		"/health":                   {http.MethodGet: s.handleHealth},
 		"/metrics":                  {http.MethodGet: s.handleMetrics},
