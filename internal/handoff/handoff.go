@@ -279,13 +279,12 @@ func WriteBlocks(w io.Writer, ex Exporter, c Codec, t *Transfer, from, to int) (
 // ErrFrame is a stream that does not parse as frames.
 var ErrFrame = errors.New("handoff: malformed transfer stream")
 
-// ReadFrames reads frames from r until the end frame, calling fn with each record (valid
-// during the call). A record larger than maxRecord, a stream that ends without its end frame,
-// or more than maxFrames frames is ErrFrame.
+// ReadFrames reads frames from r until the end frame, calling fn with each record, a slice
+// of its own that fn may keep. A record larger than maxRecord, a stream that ends without its
+// end frame, or more than maxFrames frames is ErrFrame.
 func ReadFrames(r io.Reader, maxRecord, maxFrames int, fn func(i int, rec []byte) error) (int, error) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var hdr [4]byte
-	buf := make([]byte, 0, 64<<10)
 	for i := 0; ; i++ {
 		if _, err := io.ReadFull(br, hdr[:]); err != nil {
 			return i, fmt.Errorf("%w: %v", ErrFrame, err)
@@ -297,10 +296,7 @@ func ReadFrames(r io.Reader, maxRecord, maxFrames int, fn func(i int, rec []byte
 		if n > maxRecord || i >= maxFrames {
 			return i, fmt.Errorf("%w: frame %d of %d bytes (at most %d frames of %d)", ErrFrame, i, n, maxFrames, maxRecord)
 		}
-		if cap(buf) < n {
-			buf = make([]byte, n)
-		}
-		buf = buf[:n]
+		buf := make([]byte, n) // the caller keeps it: no copy after the read
 		if _, err := io.ReadFull(br, buf); err != nil {
 			return i, fmt.Errorf("%w: %v", ErrFrame, err)
 		}
@@ -465,7 +461,7 @@ func (p *Puller) pullRange(ctx context.Context, base, id string, root prefix.Has
 		return err
 	}
 	n, err := ReadFrames(resp.Body, p.MaxRecord, to-from, func(i int, rec []byte) error {
-		batch = append(batch, tier.Item{Key: tier.Key{Root: root, Hash: hashes[from+i]}, Value: append([]byte(nil), rec...)})
+		batch = append(batch, tier.Item{Key: tier.Key{Root: root, Hash: hashes[from+i]}, Value: rec})
 		bytes += int64(4 + len(rec))
 		if len(batch) == putBatch {
 			if err := flush(); err != nil {
