@@ -36,7 +36,12 @@ func BenchmarkPull(b *testing.B) {
 	var mu sync.Mutex
 	kept := 0
 	p := &Puller{Client: ts.Client(), Streams: 4, MaxRecord: int(tier.EncodedSizeOf(l)) + 4096,
-		Put: func(_ context.Context, items []tier.Item) error { mu.Lock(); kept += len(items); mu.Unlock(); return nil }}
+		Put: func(_ context.Context, items []tier.Item) error {
+			mu.Lock()
+			kept += len(items)
+			mu.Unlock()
+			return nil
+		}}
 	bytes := int64(blocks) * l.BlockBytes()
 	b.SetBytes(bytes)
 	b.ResetTimer()
