@@ -60,7 +60,7 @@ func cmdRoute(args []string) error {
 	headerTimeout := fs.Duration("read-header-timeout", sdef.ReadHeaderTimeout, "longest time to receive a request's headers")
 	maxConns := fs.Int("max-connections", sdef.MaxConnections, "client connections open at once; past it new ones wait (-1: no bound)")
 	tenantOpts := addTenantFlags(fs, false)
-	pd := addPDFlags(fs)
+	pd, kvz := addPDFlags(fs), addKVEventsFlags(fs) // route_pd.go, route_events.go
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -121,7 +121,7 @@ func cmdRoute(args []string) error {
 	cfg.APIKeys, cfg.AdminKeys, cfg.MetricsKeys, cfg.BackendKey = apiKeys, adminKeys, metricsKeys, *backendKey
 	cfg.BodyReadTimeout = *readTimeout
 	cfg.DashboardKeys, cfg.PublicMetrics, cfg.BackendEventsKey, cfg.BackendTLS = dashboardKeys, *publicMetrics, *backendEventsKey, backendTLS
-	cfg.Tenants = tenants
+	cfg.Tenants, cfg.KVEventsListen, cfg.KVEventsMaxRate = tenants, *kvz.listen, *kvz.maxRate
 	rt, err := router.New(cfg)
 	if err != nil {
 		return err

@@ -34,6 +34,7 @@ import (
 	"stockpot/internal/server"
 	"stockpot/internal/tier/redis"
 	"stockpot/internal/tlsconfig"
+	"stockpot/internal/vllmevents"
 )
 
 // serveOptions are the resolved flags of `stockpot serve`: the packages' own configs, which
@@ -50,6 +51,9 @@ type serveOptions struct {
 	handoff  handoffOptions // prefill/decode disaggregation
 	logger   *slog.Logger
 	progress io.Writer
+
+	// kvZMQ publishes block events in vLLM's wire format too (--kv-events-zmq; serve_kvzmq.go).
+	kvZMQ vllmevents.PublisherConfig
 }
 
 // instance is a wired server: model, engine and HTTP handlers, not yet listening.
@@ -61,6 +65,8 @@ type instance struct {
 	reg    *prometheus.Registry
 	events *kvevents.Publisher
 	tiers  *offload.Tiers // nil without lower tiers
+
+	zmq *zmqPublisher // vLLM-format events (serve_kvzmq.go); nil without --kv-events-zmq
 }
 
 // replicaHooks are the engine's hooks in a replica: the working pool's block events are
@@ -70,12 +76,15 @@ type replicaHooks struct {
 	engine.Hooks
 	events *kvevents.Publisher
 	buf    []kvevents.Event // reused: the hooks run on the engine's runner goroutine only
+
+	zmq *zmqPublisher // nil without --kv-events-zmq
 }
 
 // BlockEvents publishes evs (Publish never blocks), then hands them on.
 func (h *replicaHooks) BlockEvents(evs []prefix.Event, kv, state [][]byte) {
 	h.buf = kvevents.FromPrefix(h.buf[:0], kvtier.Device, evs)
 	h.events.Publish(h.buf...)
+	h.zmq.device(evs)
 	h.Hooks.BlockEvents(evs, kv, state)
 }
 
@@ -116,6 +125,7 @@ func (in *instance) Close() {
 	if in.pool != nil {
 		in.pool.Close()
 	}
+	in.zmq.Close()
 }
 
 // newInstance loads the model and wires engine and server. cmdServe and the tests share it.
@@ -160,6 +170,10 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	in.events.SetIdentity(hex.EncodeToString(idDigest[:]), blockSize)
 	hooks := &replicaHooks{Hooks: engine.NopHooks{}, events: in.events}
+	if in.zmq, err = newZMQPublisher(o.kvZMQ, blockSize, o.logger); err != nil {
+		return fail(err)
+	}
+	hooks.zmq = in.zmq
 	peers, err := handoff.ParsePeers(o.handoff.peers)
 	if err != nil {
 		return fail(err)
@@ -178,6 +192,8 @@ func newInstance(o serveOptions) (*instance, error) {
 		tcfg.AttendCost = lf.cfg.AttendCost()        // deeper blocks cost more to recompute
 		tcfg.StateEvery = ecfg.StateCheckpointBlocks // only every N-th block carries a checkpoint
 		tcfg.Events = in.events.Publish              // host, disk and remote blocks on /v1/kv-events too
+		// And in vLLM's format with --kv-events-zmq (serve_kvzmq.go).
+		tcfg.Events = in.zmq.tee(tcfg.Events)
 		if in.tiers, err = offload.Open(tcfg, reg); err != nil {
 			return fail(err)
 		}
@@ -330,6 +346,7 @@ func addServeFlags(fs *flag.FlagSet, o *serveOptions) *serveFlags {
 	fs.DurationVar(&h.lease, "handoff-lease", handoff.DefaultLease, "how long a prefill replica holds a prompt's blocks for its decode replica")
 	f.transferMemory = fs.String("transfer-memory", "1GiB", "a decode replica's buffer for pulled blocks waiting for admission")
 	fs.IntVar(&h.streams, "handoff-streams", 4, "streams one pull uses at once")
+	addKVZMQFlags(fs, &o.kvZMQ)
 	return f
 }
 

@@ -404,10 +404,10 @@ func TestVLLMEventsBadInput(t *testing.T) {
 	}
 
 	// Each of these is counted and leaves the index as it was.
-	p.send(topic, next())                                                                                      // two frames
-	p.send([]byte("kv@10.9.9.9:1@m"), seqBytes(0), batchBytes(t))                                              // a topic naming no backend
-	p.send([]byte("garbage topic"), seqBytes(0), batchBytes(t))                                                // nor this
-	p.send(topic, []byte{1, 2}, batchBytes(t))                                                                 // a short sequence frame
+	p.send(topic, next())                                                                                    // two frames
+	p.send([]byte("kv@10.9.9.9:1@m"), seqBytes(0), batchBytes(t))                                            // a topic naming no backend
+	p.send([]byte("garbage topic"), seqBytes(0), batchBytes(t))                                              // nor this
+	p.send(topic, []byte{1, 2}, batchBytes(t))                                                               // a short sequence frame
 	p.send(topic, next(), batchBytes(t, map[string]any{"type": "BlockPinned", "block_hashes": []uint64{1}})) // an unknown type
 	p.send(topic, next(), batchBytes(t, stored([]uint64{7}, uint64(99), toks[:fakeBlock])))                  // a parent never seen
 	p.send(topic, next(), batchBytes(t, map[string]any{"type": "BlockRemoved", "block_hashes": []uint64{1}, "medium": "TAPE"}))
