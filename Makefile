@@ -51,6 +51,12 @@ PD_FLAGS ?=
 bench-pd: build
 	bin/stockpot bench pd --out bin/bench-pd $(PD_FLAGS)
 
+## bench-llama-prefix: two native llama-server replicas (built by `make llama-native` when
+## missing) behind `route --policy prefix`; each turn's own llama-server timings (cache_n,
+## prompt_n) show the prefix hit. Outside CI; the report lands in bin/bench-llama-prefix/.
+.PHONY: bench-llama-prefix
+bench-llama-prefix:
+	scripts/bench-llama-prefix.sh
 .PHONY: deps
 # ---- deps: llama.cpp reference (owner: internal/llamaref; see tools/llamaref/README.md) ----
 # `make deps` installs node-llama-cpp (pinned by tools/llamaref/package-lock.json) into
