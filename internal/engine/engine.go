@@ -148,8 +148,11 @@ type Engine struct {
 	// a value under a lock rather than a fresh pointer each step (that was an allocation per
 	// decoded token).
 	statsMu sync.Mutex
-	stats   Stats          // protected by statsMu
-	senders sync.WaitGroup // goroutines waiting to send on a full fetched (see sendFetched)
+	stats   Stats // protected by statsMu
+	// loadWake is LoadChanged's channel, closed by publishStats when the running or waiting
+	// count changes; nil while nobody waits. Protected by statsMu.
+	loadWake chan struct{}
+	senders  sync.WaitGroup // goroutines waiting to send on a full fetched (see sendFetched)
 
 	eventKV [][]byte // flushEvents' kv argument, reused; runner goroutine only
 	pinKV   [][]byte // flushEvents' kv argument of Hooks.PinEvents, reused; runner goroutine only
@@ -435,6 +438,7 @@ func (e *Engine) publishStats() {
 		st.StateDiscardedBlocks = cs.StateDiscarded
 	}
 	e.statsMu.Lock()
+	e.wakeLoadLocked(&st) // loadwake.go
 	e.stats = st
 	e.statsMu.Unlock()
 }

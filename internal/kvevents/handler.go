@@ -90,7 +90,8 @@ func (p *Publisher) serveStream(w http.ResponseWriter, r *http.Request) {
 		return b
 	}
 	buf = costsLine(buf, latest)
-	// The load goes after them and again whenever a load tick finds it changed (load.go).
+	// The load goes after them and again whenever it changes (LoadNotifier) or a load tick
+	// finds it changed (load.go).
 	var sentLoad Load
 	loadLine := func(b []byte, seq uint64, always bool) []byte {
 		if l, ok := p.load(); ok && (always || l != sentLoad) {
@@ -110,6 +111,18 @@ func (p *Publisher) serveStream(w http.ResponseWriter, r *http.Request) {
 	defer hb.Stop()
 	lt := time.NewTicker(p.cfg.LoadInterval)
 	defer lt.Stop()
+	changed := p.loadChanged() // closed at the load's next change (LoadNotifier)
+	sendLoad := func() bool {  // a load line if the load changed; false: the client left
+		if buf = loadLine(buf[:0], latest, false); len(buf) > 0 {
+			if _, err := w.Write(buf); err != nil {
+				return false
+			}
+			if fl != nil {
+				fl.Flush()
+			}
+		}
+		return true
+	}
 	evs := make([]Event, 0, streamBatch)
 	for {
 		var ok bool
@@ -137,14 +150,14 @@ func (p *Publisher) serveStream(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-wake:
+		case <-changed:
+			changed = p.loadChanged() // the next change's, before reading this one
+			if !sendLoad() {
+				return
+			}
 		case <-lt.C:
-			if buf = loadLine(buf[:0], latest, false); len(buf) > 0 {
-				if _, err := w.Write(buf); err != nil {
-					return
-				}
-				if fl != nil {
-					fl.Flush()
-				}
+			if !sendLoad() {
+				return
 			}
 		case t := <-hb.C:
 			buf = buf[:0]

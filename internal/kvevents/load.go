@@ -74,22 +74,53 @@ func appendLoadJSON(b []byte, seq uint64, l *Load) []byte {
 	return b
 }
 
-// SetLoad registers where the publisher reads the replica's load: fn is called from stream
-// handlers (safe for concurrent use, cheap) when a stream opens and every LoadInterval after;
-// a stream sends a load line when the load changed since the last it sent. nil: no load
-// lines.
-func (p *Publisher) SetLoad(fn func() Load) {
+// LoadSource is where a publisher reads the replica's load: Load is called from stream
+// handlers (safe for concurrent use, cheap) when a stream opens, every LoadInterval after, and
+// when the source says it changed (LoadNotifier).
+type LoadSource interface {
+	Load() Load
+}
+
+// LoadFunc is a LoadSource read by a function.
+type LoadFunc func() Load
+
+// Load calls f.
+func (f LoadFunc) Load() Load { return f() }
+
+// LoadNotifier is a LoadSource that says when its load changed: LoadChanged returns a channel
+// closed at the next change (a request admitted, queued or finished), so the streams send the
+// new load at once rather than at their next LoadInterval tick. The routers read a replica's
+// load at the moments a request starts and ends, where a report one tick old would count a
+// finished request (replica_load.go in internal/router).
+type LoadNotifier interface {
+	LoadChanged() <-chan struct{}
+}
+
+// SetLoad registers where the publisher reads the replica's load (see LoadSource); a stream
+// sends a load line when the load changed since the last it sent. nil: no load lines.
+func (p *Publisher) SetLoad(src LoadSource) {
 	p.mu.Lock()
-	p.mu.load = fn
+	p.mu.load = src
 	p.mu.Unlock()
 }
 
 func (p *Publisher) load() (Load, bool) {
 	p.mu.Lock()
-	fn := p.mu.load
+	src := p.mu.load
 	p.mu.Unlock()
-	if fn == nil {
+	if src == nil {
 		return Load{}, false
 	}
-	return fn(), true
+	return src.Load(), true
+}
+
+// loadChanged is the source's change channel; nil (never ready) without a LoadNotifier.
+func (p *Publisher) loadChanged() <-chan struct{} {
+	p.mu.Lock()
+	src := p.mu.load
+	p.mu.Unlock()
+	if n, ok := src.(LoadNotifier); ok {
+		return n.LoadChanged()
+	}
+	return nil
 }

@@ -46,7 +46,7 @@ func TestLoadLines(t *testing.T) {
 	}
 	var cur atomic.Pointer[Load]
 	cur.Store(&Load{Running: 1, Waiting: 2, QueuedPrefillTokens: 300, KVUsage: 0.25})
-	p.SetLoad(func() Load { return *cur.Load() })
+	p.SetLoad(LoadFunc(func() Load { return *cur.Load() }))
 	srv := httptest.NewServer(p.Handler())
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(context.Background())

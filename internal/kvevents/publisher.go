@@ -84,7 +84,7 @@ type Publisher struct {
 		// costs reads the replica's cost figures (SetCosts); nil: none.
 		costs func() Costs
 		// load reads the replica's load (SetLoad); nil: none.
-		load func() Load
+		load LoadSource
 		// wake is closed and replaced by Publish when a reader waits on it.
 		wake    chan struct{}
 		waiting bool

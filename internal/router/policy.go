@@ -311,7 +311,9 @@ func NewPolicy(name string, cfg PolicyConfig) (Policy, error) {
 	case "prefix":
 		return newPrefixPolicy(cfg), nil
 	case "kv-aware":
-		return &kvAware{cfg: cfg, affinity: newPrefixPolicy(cfg), hashes: newHashCache()}, nil
+		affinity := newPrefixPolicy(cfg)
+		affinity.load = (*Backend).boundLoad // every router's requests, as the replicas report them
+		return &kvAware{cfg: cfg, affinity: affinity, hashes: newHashCache()}, nil
 	}
 	return nil, fmt.Errorf("router: unknown policy %q (want one of %v)", name, PolicyNames)
 }
@@ -380,7 +382,9 @@ func pickLeastLoaded(c []*Backend) *Backend {
 // where it most likely is anyway).
 type prefixPolicy struct {
 	cfg PolicyConfig
-	mu  struct {
+	// load is what the bound reads: ownLoad, or boundLoad as kv-aware's affinity.
+	load func(*Backend) int
+	mu   struct {
 		sync.Mutex
 		last map[uint64]string // key → backend ID (IDs, not pointers: a removed backend's index is not kept alive)
 	}
@@ -390,7 +394,7 @@ type prefixPolicy struct {
 const stickyMax = 1 << 16
 
 func newPrefixPolicy(cfg PolicyConfig) *prefixPolicy {
-	p := &prefixPolicy{cfg: cfg}
+	p := &prefixPolicy{cfg: cfg, load: ownLoad}
 	p.mu.last = make(map[uint64]string)
 	return p
 }
@@ -418,17 +422,19 @@ func (p *prefixPolicy) Pick(r *Request, c []*Backend) Decision {
 	return d
 }
 
-// capacity is the bounded-load cap: ceil(c · (total + 1) / n) over this router's requests in
-// flight. (Not the replicas' reports: a report lags its replica, and a session's next turn
-// arriving through another router right after its last one finished would find its replica
-// at the cap of a near-idle fleet and spill; replica_load.go.)
-func capacity(c []*Backend, bound float64) int {
+// capacity is the bounded-load cap: ceil(c · (total + 1) / n) over load: this router's
+// requests in flight for the prefix policy, boundLoad (every router's, as the replicas report
+// them, robust to one stale report: replica_load.go) for kv-aware.
+func capacity(c []*Backend, bound float64, load func(*Backend) int) int {
 	total := 0
 	for _, b := range c {
-		total += b.Load()
+		total += load(b)
 	}
 	return int(math.Ceil(bound * float64(total+1) / float64(len(c))))
 }
+
+// ownLoad is the prefix policy's load: this router's requests in flight.
+func ownLoad(b *Backend) int { return b.Load() }
 
 func (p *prefixPolicy) pickKey(key uint64, c []*Backend) Decision {
 	d := p.pickKeyUnremembered(key, c)
@@ -442,12 +448,12 @@ func (p *prefixPolicy) pickKey(key uint64, c []*Backend) Decision {
 }
 
 func (p *prefixPolicy) pickKeyUnremembered(key uint64, c []*Backend) Decision {
-	capLoad := capacity(c, p.cfg.LoadBound)
+	capLoad := capacity(c, p.cfg.LoadBound, p.load)
 	p.mu.Lock()
 	lastID := p.mu.last[key]
 	p.mu.Unlock()
 	if i := slices.IndexFunc(c, func(b *Backend) bool { return b.ID == lastID }); lastID != "" && i >= 0 {
-		if last := c[i]; !busy(last, p.cfg.ConcurrencyThreshold) && last.Load() < capLoad {
+		if last := c[i]; !busy(last, p.cfg.ConcurrencyThreshold) && p.load(last) < capLoad {
 			return Decision{Backend: last, Reason: "affinity"}
 		}
 	}
@@ -471,7 +477,7 @@ func (p *prefixPolicy) pickKeyUnremembered(key uint64, c []*Backend) Decision {
 		if top == nil {
 			top = best
 		}
-		if !busy(best, p.cfg.ConcurrencyThreshold) && best.Load() < capLoad {
+		if !busy(best, p.cfg.ConcurrencyThreshold) && p.load(best) < capLoad {
 			reason := "affinity"
 			if best != top {
 				reason = "spill"
@@ -487,8 +493,8 @@ func (p *prefixPolicy) pickKeyUnremembered(key uint64, c []*Backend) Decision {
 // weighted by tier (from the replica's published restore costs, else
 // TierWeights), minus a load penalty (Dynamo's router does the same trade:
 // overlap against active load: the load its replica reports, every router's
-// requests in it, replica_load.go), within the same load bound as the prefix
-// policy. A replica with the remote tier also holds, at remote weight, what
+// requests in it, replica_load.go), within the prefix policy's load bound over
+// the same replica reports (boundLoad: robust to one stale report). A replica with the remote tier also holds, at remote weight, what
 // any live replica announced in remote. When no replica holds any of the
 // prompt, or none offers events, it falls back to prefix affinity.
 type kvAware struct {
@@ -510,7 +516,7 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 	if len(r.Tokens) == 0 || r.CacheKey != "" {
 		return p.affinity.Pick(r, c)
 	}
-	capLoad := capacity(c, p.cfg.LoadBound)
+	capLoad := capacity(c, p.cfg.LoadBound, (*Backend).boundLoad) // replica_load.go
 	// The remote tier is shared: what any replica stored there, every replica with the tier
 	// can restore, even once the writer is gone (sharedRemote).
 	now := p.cfg.Now()
@@ -532,7 +538,7 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 	var best *Backend
 	bestScore, bestN := math.Inf(-1), 0
 	for _, b := range c {
-		if busy(b, p.cfg.ConcurrencyThreshold) || b.Load() >= capLoad {
+		if busy(b, p.cfg.ConcurrencyThreshold) || b.boundLoad() >= capLoad {
 			continue
 		}
 		load := b.policyLoad() // every router's requests on it, as its replica reports them

@@ -21,14 +21,35 @@ import (
 // count, as before.
 //
 // Where it is read: kv-aware's load penalty (a replica's score loses LoadPenalty per request
-// it runs or queues, whoever sent it) and the least-loaded pick (the fallback of every
-// policy). The bounded-load cap (capacity) and ConcurrencyThreshold stay on this router's own
-// count: a report lags its replica by up to its load interval, and a session's next turn
-// arriving through another router right after its last turn finished would find its replica
-// at the cap of a near-idle fleet and spill off its cache (TestFleetRouterRestartAndTwoRouters
-// caught exactly that). The report's queued prefill tokens and KV usage are shown (GET
-// /backends) but not scored, for the same lag: a backlog or a pool held by a request that
-// has just finished would cost its replica the next request, which its cache may hold.
+// it runs or queues, whoever sent it), the least-loaded pick (the fallback of every policy),
+// and kv-aware's bounded-load cap (capacity over boundLoad, for its cache picks and its
+// affinity fallback). The bound is where a stale report hurts: a session's next turn arriving
+// through another router right after its last turn finished, with the report that says the
+// turn finished still on its way, would find its replica at the cap of a near-idle fleet and
+// spill off its cache (TestFleetRouterRestartAndTwoRouters). Two things keep it out:
+//
+//   - Fresh reports. A replica sends a load line the engine step a request is queued,
+//     admitted or finishes (kvevents.LoadNotifier, engine.LoadChanged), not only at its
+//     load poll; the line leaves before the answer's last bytes reach the client, as a rule.
+//   - A bound robust to one stale report. The others a report adds to the bound are the
+//     lesser of its own and those of the report before it that said a different total
+//     (boundOthers): a request another router just sent counts in the bound from the next
+//     change on, and a report that still shows a finished request is outvoted by the one
+//     before it. The router's own requests are always counted exactly, never twice: a report
+//     older than this router's last forward counts that forward in own, not in others
+//     (others is the report less this router's in flight when it arrived, never below 0).
+//
+// ConcurrencyThreshold stays on this router's own count (it is a per-router setting), and the
+// prefix policy's bound too (placement by key alone, the same on every router).
+//
+// The report's queued prefill tokens and KV usage are shown (GET /backends) but not scored.
+// Queued prefill tokens would be a cost in seconds of prefill ahead of the request, against
+// a score in matched blocks: turning one into the other needs the replica's prefill rate,
+// which it publishes only as per-block restore and prefill costs for its own cache decisions,
+// and the backlog is already largely in the request count the penalty reads. KV usage rises
+// with the cache doing its job (held blocks are what kv-aware routes to) and falls only when
+// requests finish, which the running count already says; scoring it would push sessions off
+// the replicas that hold their prefixes.
 //
 // GET /backends shows each replica's report (replica_load) and the load the policies read.
 
@@ -37,6 +58,9 @@ type loadReport struct {
 	kvevents.Load
 	own int       // this router's requests in flight on the backend when it arrived
 	at  time.Time // when it arrived
+	// prevOthers is othersOf the last report before it whose running plus waiting differed
+	// (a report of the same total, a waiting request admitted, carries it on); -1: none.
+	prevOthers int
 }
 
 // ReplicaLoad is the replica part of a BackendStatus.
@@ -50,6 +74,9 @@ type ReplicaLoad struct {
 	// policies read (this router's in flight plus Others).
 	Others int `json:"others"`
 	Load   int `json:"load"`
+	// BoundLoad is what kv-aware's load bound reads: this router's in flight plus the others
+	// of this report and the one before it, whichever is less (robust to one stale report).
+	BoundLoad int `json:"bound_load"`
 }
 
 // backendSink is a backend's event Sink: its block index, and its load (kvevents.LoadSink).
@@ -66,7 +93,21 @@ func (s backendSink) Reset(snap kvevents.Snapshot) {
 }
 
 func (s backendSink) Load(l kvevents.Load) {
-	s.b.replica.Store(&loadReport{Load: l, own: s.b.Load(), at: time.Now()})
+	s.b.storeReport(l, time.Now())
+}
+
+// storeReport keeps l as the replica's latest report, with the others of the one before it
+// (boundOthers). Reports arrive from the backend's one stream goroutine.
+func (b *Backend) storeReport(l kvevents.Load, now time.Time) {
+	rep := &loadReport{Load: l, own: b.Load(), at: now, prevOthers: -1}
+	if old := b.replica.Load(); old != nil {
+		if old.Running+old.Waiting != l.Running+l.Waiting {
+			rep.prevOthers = othersOf(old)
+		} else {
+			rep.prevOthers = old.prevOthers
+		}
+	}
+	b.replica.Store(rep)
 }
 
 var _ kvevents.LoadSink = backendSink{}
@@ -95,6 +136,26 @@ func (b *Backend) loadSignal(staleAfter time.Duration, now time.Time) int {
 	return own
 }
 
+// boundOthers is the others a report adds to the load bound: the lesser of its own and the
+// previous different report's (a first report stands alone).
+func boundOthers(rep *loadReport) int {
+	o := othersOf(rep)
+	if rep.prevOthers >= 0 {
+		o = min(o, rep.prevOthers)
+	}
+	return o
+}
+
+// boundLoad is the load kv-aware's bounded-load cap reads: this router's requests in flight
+// plus boundOthers of the replica's live report.
+func (b *Backend) boundLoad() int {
+	own := b.Load()
+	if rep := b.liveReport(loadStaleAfter, time.Now()); rep != nil {
+		return own + boundOthers(rep)
+	}
+	return own
+}
+
 // replicaStatus is the ReplicaLoad of GET /backends (staleness as the default policy config's).
 func (b *Backend) replicaStatus() *ReplicaLoad {
 	now := time.Now()
@@ -103,7 +164,8 @@ func (b *Backend) replicaStatus() *ReplicaLoad {
 		return nil
 	}
 	return &ReplicaLoad{Running: rep.Running, Waiting: rep.Waiting, QueuedPrefillTokens: rep.QueuedPrefillTokens,
-		KVUsage: rep.KVUsage, AgeMS: float64(now.Sub(rep.at)) / 1e6, Others: othersOf(rep), Load: b.Load() + othersOf(rep)}
+		KVUsage: rep.KVUsage, AgeMS: float64(now.Sub(rep.at)) / 1e6, Others: othersOf(rep), Load: b.Load() + othersOf(rep),
+		BoundLoad: b.Load() + boundOthers(rep)}
 }
 
 // loadStaleAfter is how long a replica's stream may stay silent (no event, heartbeat or load
