@@ -65,7 +65,36 @@
 // ties (no key at all) are broken uniformly at random (reservoir sampling).
 // Affinity and cache scores both respect a load cap of
 // ceil(LoadBound · (in flight + 1) / backends) and the concurrency
-// threshold; past them the request goes to the next candidate.
+// threshold; past them the request goes to the next candidate. The prefix
+// policy counts this router's requests in flight; kv-aware counts every
+// router's, as the replicas report them (below).
+//
+// # Dialects
+//
+// Chat, /v1/responses and /v1/messages are placed by the prompt exactly as the
+// replica renders it (the template with tools and chat_template_kwargs,
+// instructions and input items, system blocks and tool definitions): the router
+// asks a replica's POST /tokenize/render?endpoint=PATH for the whole body's
+// tokens (dialect.go; cached as /tokenize's answers are). Usage is read from
+// every dialect, streamed or not; a missing cached count is unknown, never 0.
+//
+// # Replica load
+//
+// Each replica publishes its load on its event stream (a load line: running
+// and waiting sequences, queued prefill tokens, KV usage), the engine step a
+// request is queued, admitted or finishes and at a 10 ms poll. The router keeps
+// each replica's last report (replica_load.go): the least-loaded pick and
+// kv-aware's penalty read this router's in flight plus the report's other
+// requests; kv-aware's load cap reads the lesser of this report's and the
+// previous different report's others, so one stale report neither spills a
+// session off its cache nor lets another router's burst go uncounted past the
+// next change. Two routers in front of the same replicas see the same load.
+//
+// # Policy at run time
+//
+// GET and PUT /policy (admin key; policy_admin.go) read and switch the policy
+// without a restart. A switch to kv-aware on a router that follows no events
+// is refused (409): it would have no index and no replica loads.
 //
 // # Staleness
 //
