@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -45,10 +46,11 @@ var vllmChainIdentity = []byte("stockpot-router/vllm-token-chain/v1")
 const DefaultKVEventsMaxRate = 100_000
 
 type zmqEvents struct {
-	r    *Router
-	sub  zmq4.Socket
-	m    *zmqMetrics
-	rate float64
+	r     *Router
+	sub   zmq4.Socket
+	guard *vllmevents.Guard // in front of a TCP SUB: frames over maxZMQFrame cut before zmq4 allocates them
+	m     *zmqMetrics
+	rate  float64
 
 	mu     sync.Mutex
 	feeds  map[*Backend]*vllmFeed
@@ -71,7 +73,7 @@ func newZMQMetrics(reg prometheus.Registerer) *zmqMetrics {
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stockpot_router_kv_zmq_events_total",
 			Help: "vLLM-format events applied, by backend and type (BlockStored, BlockRemoved, AllBlocksCleared)."}, []string{"backend", "type"}),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stockpot_router_kv_zmq_rejected_total",
-			Help: "vLLM-format messages or events not applied, by backend (unknown when the topic names none) and reason (frames, topic, seq_frame, msgpack, unknown_type, medium, flood)."},
+			Help: "vLLM-format messages or events not applied, by backend (unknown when the topic names none) and reason (frames, topic, seq_frame, msgpack, unknown_type, medium, flood; and, for a connection the guard cut before any topic, frame_too_large and not_zmtp)."},
 			[]string{"backend", "reason"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "stockpot_router_kv_zmq_resets_total",
 			Help: "Times a backend's index was emptied because vLLM-format events may have been lost, by reason (gap, restart, msgpack, flood, block_size)."},
@@ -96,19 +98,61 @@ func newZMQEvents(r *Router, endpoint string, rate float64) (*zmqEvents, error) 
 		z.sub.Close()
 		return nil, err
 	}
-	if err := z.sub.Listen(endpoint); err != nil {
+	// A TCP endpoint is reachable by whoever reaches the router's network: the SUB itself binds
+	// loopback, and a Guard on the endpoint checks every frame's announced size before the
+	// ZeroMQ library allocates it (it allocates whatever a header says).
+	subAt := endpoint
+	var public net.Listener
+	if addr, ok := strings.CutPrefix(endpoint, "tcp://"); ok {
+		addr = strings.Replace(addr, "*", "", 1)
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			z.sub.Close()
+			return nil, fmt.Errorf("router: --kv-events-listen %s: %w", endpoint, err)
+		}
+		public, subAt = ln, "tcp://127.0.0.1:0"
+	}
+	if err := z.sub.Listen(subAt); err != nil {
 		z.sub.Close()
+		if public != nil {
+			public.Close()
+		}
 		return nil, fmt.Errorf("router: --kv-events-listen %s: %w", endpoint, err)
+	}
+	if public != nil {
+		z.guard = vllmevents.NewGuard(public, z.sub.Addr().String(), maxZMQFrame)
+		z.guard.Refused = func(err error) {
+			reason := "not_zmtp"
+			if errors.Is(err, vllmevents.ErrFrameTooLarge) {
+				reason = "frame_too_large"
+			}
+			z.m.rejected.WithLabelValues("unknown", reason).Inc()
+			z.once("unknown", reason, "err", err)
+		}
 	}
 	r.wg.Add(1)
 	go z.run()
-	context.AfterFunc(r.ctx, func() { z.sub.Close() })
+	context.AfterFunc(r.ctx, func() {
+		if z.guard != nil {
+			z.guard.Close()
+		}
+		z.sub.Close()
+	})
 	return z, nil
 }
 
-// KVEventsAddr is the address the vLLM-format SUB is bound to ("" without one).
+// maxZMQFrame bounds one ZMTP frame a peer may send the SUB: a batch's payload at its bound
+// (vllmevents.MaxPayloadBytes) with room for the topic and sequence frames.
+const maxZMQFrame = vllmevents.MaxPayloadBytes + 64<<10
+
+// KVEventsAddr is the address publishers reach the vLLM-format SUB at ("" without one).
 func (r *Router) KVEventsAddr() string {
-	if r.zmq == nil || r.zmq.sub.Addr() == nil {
+	switch {
+	case r.zmq == nil:
+		return ""
+	case r.zmq.guard != nil:
+		return r.zmq.guard.Addr().String()
+	case r.zmq.sub.Addr() == nil:
 		return ""
 	}
 	return r.zmq.sub.Addr().String()

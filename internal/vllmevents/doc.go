@@ -34,4 +34,13 @@
 // token_ids (llm-d, Stockpot's router) never need more. Mediums: "GPU" (device), "CPU" (host
 // RAM tier), "DISK" (disk tier), "EXTERNAL" (the shared remote tier), as vLLM and SGLang name
 // them; TierOf also reads CPU_PINNED, HOST, SSD, REMOTE and others.
+//
+// # The frame guard
+//
+// The ZeroMQ library allocates a frame's announced length before reading it, so a bound TCP
+// socket would fall to one header announcing 2^62 bytes. Guard (guard.go) listens in its
+// place, relays each connection to the socket's own loopback address, and checks every frame
+// header a peer sends (CheckFrames): a frame over the bound, or bytes that are not ZMTP 3, cut
+// the connection before the library sees them. The router's --kv-events-listen uses it for
+// TCP endpoints.
 package vllmevents
