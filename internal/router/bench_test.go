@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"stockpot/internal/kvevents"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
+	"stockpot/internal/vllmevents"
 )
 
 const cannedCompletion = `{"id":"cmpl-1","object":"text_completion","created":1,"model":"stub","choices":[{"index":0,"text":" ok","logprobs":null,"finish_reason":"length"}],"usage":{"prompt_tokens":64,"completion_tokens":1,"total_tokens":65,"prompt_tokens_details":{"cached_tokens":48}}}`
@@ -73,16 +75,20 @@ func BenchmarkAddedLatency(b *testing.B) {
 		name, policy, body string
 		session            bool
 		unique             bool // a new prompt each request (no /tokenize answer to reuse)
+		zmq                bool // the index fed by vLLM-format events on --kv-events-listen
 	}{
-		{"round-robin", "round-robin", `{"prompt":"hello","max_tokens":1}`, false, false},
-		{"prefix", "prefix", `{"prompt":"hello","max_tokens":1}`, true, false},
-		{"kv-aware", "kv-aware", `{"prompt":` + jsonInts(toks) + `,"max_tokens":1}`, false, false},
+		{"round-robin", "round-robin", `{"prompt":"hello","max_tokens":1}`, false, false, false},
+		{"prefix", "prefix", `{"prompt":"hello","max_tokens":1}`, true, false, false},
+		{"kv-aware", "kv-aware", `{"prompt":` + jsonInts(toks) + `,"max_tokens":1}`, false, false, false},
 		// The replica's index holds the whole 2048-token prompt: the pick hashes 128 blocks.
-		{"kv-aware-indexed-2k", "kv-aware", `{"prompt":` + jsonInts(long) + `,"max_tokens":1}`, false, false},
+		{"kv-aware-indexed-2k", "kv-aware", `{"prompt":` + jsonInts(long) + `,"max_tokens":1}`, false, false, false},
+		// The same, the index fed by vLLM's wire format (ZeroMQ, msgpack, rehashed from
+		// token_ids) instead of the native stream.
+		{"kv-aware-zmq-indexed-2k", "kv-aware", `{"prompt":` + jsonInts(long) + `,"max_tokens":1}`, false, false, true},
 		// A text prompt: the router asks the replica's /tokenize first (once: repeats hit
 		// the router's cache), and a new text prompt every time (always asks).
-		{"kv-aware-text-2k", "kv-aware", `{"prompt":` + text + `,"max_tokens":1}`, false, false},
-		{"kv-aware-text-2k-unique", "kv-aware", `{"prompt":` + text + `,"max_tokens":1,"user":"%d"}`, false, true},
+		{"kv-aware-text-2k", "kv-aware", `{"prompt":` + text + `,"max_tokens":1}`, false, false, false},
+		{"kv-aware-text-2k-unique", "kv-aware", `{"prompt":` + text + `,"max_tokens":1,"user":"%d"}`, false, true, false},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
@@ -91,11 +97,17 @@ func BenchmarkAddedLatency(b *testing.B) {
 			cfg.Backends = []string{stub.URL}
 			reg := prometheus.NewRegistry()
 			cfg.Registerer, cfg.Gatherer = reg, reg
+			if c.zmq {
+				cfg.KVEventsListen = "tcp://127.0.0.1:0"
+			}
 			rt, err := New(cfg)
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer rt.Close()
+			if c.zmq {
+				publishVLLM(b, rt, stub.URL, long, blockSize)
+			}
 			if c.policy == "kv-aware" {
 				waitIndexed(b, rt)
 			}
@@ -186,6 +198,31 @@ func BenchmarkAddedLatency(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// publishVLLM publishes tokens' blocks to rt's vLLM-format SUB as the replica at backend
+// would (a BlockStored of every block, vLLM's 64-bit hashes of its own), until rt's index holds
+// them (a PUB drops what it sends before the subscription reaches it).
+func publishVLLM(b *testing.B, rt *Router, backend string, tokens []int32, blockSize int) {
+	u, _ := url.Parse(backend)
+	pub, err := vllmevents.NewPublisher(vllmevents.PublisherConfig{Endpoint: "tcp://" + rt.KVEventsAddr(), Topic: "kv@" + u.Host + "@bench"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pub.Close)
+	n := len(tokens) / blockSize
+	hashes := make([]uint64, n)
+	for i := range hashes {
+		hashes[i] = uint64(1000 + i)
+	}
+	ev := vllmevents.Event{Type: "BlockStored", BlockHashes: hashes, TokenIDs: tokens[:n*blockSize], BlockSize: blockSize}
+	deadline := time.Now().Add(time.Minute)
+	for be := rt.backends()[0]; be.index.Len() < n; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("the router's index holds %d of %d blocks", be.index.Len(), n)
+		}
+		pub.Publish([]vllmevents.Event{{Type: "AllBlocksCleared"}, ev})
 	}
 }
 
