@@ -258,7 +258,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	}
 	layout := kvcache.Layout{BlockSize: blockSize, Layers: lf.cfg.KVLayers(), KVHeads: lf.cfg.KVHeads, HeadDim: lf.cfg.HeadDim, DType: kvType}
 	scfg.Handoff = o.handoff.wire(in, peers, handoff.Codec{Identity: idDigest, Layout: layout, Keys: o.tiers.Keys, Stateful: in.engine.Stateful()},
-		lf.cfg.StateEncodedBytes(), scfg.BackendKey)
+		lf.cfg.StateEncodedBytes(), scfg.BackendKey, o.logger)
 	if in.server, err = server.New(scfg, in.engine, pipeline.FromTokenizer(lf.tok), reg); err != nil {
 		return fail(err)
 	}

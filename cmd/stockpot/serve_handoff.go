@@ -3,11 +3,11 @@ package main
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"net/http"
 	"time"
 
 	"stockpot/internal/handoff"
-	"stockpot/internal/server"
 	"stockpot/internal/tier"
 )
 
@@ -23,14 +23,14 @@ type handoffOptions struct {
 
 // wire builds the server's Handoff for in: a prefill replica's registry and pull endpoint,
 // a decode replica's puller into the transfer buffer. nil for a plain both replica.
-func (h handoffOptions) wire(in *instance, peers *handoff.Peers, codec handoff.Codec, stateBytes int, backendKey string) *server.Handoff {
+func (h handoffOptions) wire(in *instance, peers *handoff.Peers, codec handoff.Codec, stateBytes int, backendKey string, logger *slog.Logger) *handoff.Node {
 	role := h.role
 	if role == "" {
 		role = handoff.RoleBoth
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	out := &server.Handoff{Role: role, Root: in.engine.Root, EngineID: "stockpot-" + hex.EncodeToString(id[:])}
+	out := &handoff.Node{Role: role, Root: in.engine.Root, BlockSize: codec.Layout.BlockSize, EngineID: "stockpot-" + hex.EncodeToString(id[:]), Logger: logger}
 	if role.Prefills() {
 		out.Registry = handoff.NewRegistry(h.lease)
 		out.Source = &handoff.Source{Registry: out.Registry, Exporter: in.engine, Codec: codec, Now: time.Now,

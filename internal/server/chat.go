@@ -56,7 +56,7 @@ func (s *Server) prepareChat(r *http.Request) (*pipeline.Spec, *api.ChatRequest,
 	}
 	spec, plan, err := s.pipe.ChatCompletion(r.Context(), req)
 	if err == nil {
-		err = s.handoffSpec(spec, req.Stream) // handoff.go: kv_transfer_params
+		err = s.cfg.Handoff.Check(spec, req.Stream) // kv_transfer_params (handoff.go)
 	}
 	if err != nil {
 		return nil, nil, nil, err

@@ -49,7 +49,7 @@ func (s *Server) prepareCompletion(r *http.Request) (*pipeline.Spec, *api.Comple
 	}
 	spec, err := s.pipe.Completion(req)
 	if err == nil {
-		err = s.handoffSpec(spec, req.Stream) // handoff.go: kv_transfer_params
+		err = s.cfg.Handoff.Check(spec, req.Stream) // kv_transfer_params (handoff.go)
 	}
 	if err != nil {
 		return nil, nil, err

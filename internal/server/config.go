@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"time"
 
+	"stockpot/internal/handoff"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/pipeline"
 	"stockpot/internal/runner"
@@ -75,7 +76,7 @@ type Config struct {
 	// Handoff, when set, is this replica's part in prefill/decode disaggregation (handoff.go):
 	// its role, the transfers it holds for decodes, and its puller. nil: it takes no
 	// kv_transfer_params.
-	Handoff *Handoff
+	Handoff *handoff.Node
 	// onFloorPlan, when set (tests), sees every TTFT floor decision (runner.Config.OnFloorPlan).
 	onFloorPlan func(runner.FloorPlan)
 	// KeyIsolation gives every API key its own cache namespace inside its tenant's

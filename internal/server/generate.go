@@ -20,8 +20,8 @@ func (s *Server) generate(ctx context.Context, spec *pipeline.Spec, started func
 	onDelta func(text string, toks []runner.Token) error) (*runner.Result, error) {
 	t := tenant.FromContext(ctx)
 	tenantRequest(t, &spec.Req)
-	s.isolateKey(ctx, &spec.Req)                            // principal.go: --cache-isolation key
-	if pulled := s.pullTransfer(ctx, spec); pulled != nil { // handoff.go: a decode's blocks
+	s.isolateKey(ctx, &spec.Req)                                // principal.go: --cache-isolation key
+	if pulled := s.cfg.Handoff.Pull(ctx, spec); pulled != nil { // a decode's blocks (handoff.go)
 		defer s.cfg.Handoff.Drop(context.WithoutCancel(ctx), pulled)
 	}
 	res, err := s.run.Generate(ctx, spec, started, onDelta)

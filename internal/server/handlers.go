@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"stockpot/internal/api"
-	"stockpot/internal/handoff"
 )
 
 func (s *Server) modelCard() api.ModelCard {
@@ -107,10 +106,7 @@ func (s *Server) handleDetokenize(w http.ResponseWriter, r *http.Request) {
 // handleHealth answers load balancers, and tells a router the replica's role in
 // prefill/decode disaggregation ("both", "prefill" or "decode").
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
-	role := string(handoff.RoleBoth)
-	if s.cfg.Handoff != nil {
-		role = string(s.cfg.Handoff.Role)
-	}
+	role := s.cfg.Handoff.RoleName()
 	if s.draining.Load() {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "draining", "role": role})
 		return

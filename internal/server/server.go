@@ -75,7 +75,6 @@ type Server struct {
 	// is read (reqmem.go).
 	reqmem        *membudget.Budget
 	reqmemMetrics *reqmemMetrics
-	handoffM      *handoffMetrics // stockpot_kv_transfer_* (handoff.go)
 
 	draining atomic.Bool
 	inflight sync.WaitGroup // handlers running; Serve waits for them after a forced drain
@@ -109,7 +108,7 @@ func New(cfg Config, gen engine.Generator, tok pipeline.Tokenizer, reg prometheu
 	s.run, errs[1] = runner.New(gen, tok, runner.Config{BlockSize: c.BlockSize, MaxPromptTokens: c.MaxPromptTokens, OnFloorPlan: c.onFloorPlan}, reg)
 	s.tenantMetrics, errs[2] = newTenantMetrics(reg)
 	s.reqmemMetrics, errs[3] = newReqmemMetrics(reg, s.reqmem)
-	s.handoffM, errs[4] = newHandoffMetrics(reg, c.Handoff)
+	errs[4] = c.Handoff.Register(reg) // stockpot_kv_transfer_*
 	if err := errors.Join(errs[:]...); err != nil {
 		return nil, fmt.Errorf("server: registering metrics: %w", err)
 	}
@@ -136,9 +135,6 @@ func New(cfg Config, gen engine.Generator, tok pipeline.Tokenizer, reg prometheu
 	}
 	for p, m := range s.cacheAdminRoutes() {
 		s.routes[p] = m
-	}
-	if h := c.Handoff; h != nil && h.Source != nil {
-		h.Source.Served = s.transferServed
 	}
 	s.dash = newDashboardState(s)
 	s.handler = http.HandlerFunc(s.serveHTTP)
