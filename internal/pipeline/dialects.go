@@ -94,3 +94,70 @@ func (p *Pipeline) Prewarm(req *api.PrewarmRequest) ([]int32, error) {
 	}
 	return ids, err
 }
+
+// RenderBody tokenizes a request body of any dialect as the endpoint path (PathCompletions,
+// PathChat, PathResponses or PathMessages) renders it (template, tools, kwargs,
+// instructions, system blocks, BOS), within the context length: a router with no tokenizer
+// places a request by these tokens. check sees the body's model before anything is rendered
+// (its error is returned); prior resolves a Responses body's previous_response_id (nil: none
+// followed). Errors are the endpoint's own *api.Error.
+func (p *Pipeline) RenderBody(path string, body []byte, check func(model string) error,
+	prior func(id string) []api.ResponsesItem) ([]int32, error) {
+	var chat *api.ChatRequest
+	switch path {
+	case PathCompletions:
+		req, err := api.ParseCompletionRequest(body)
+		if err == nil {
+			err = check(req.Model)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if req.PromptIsTokens {
+			return req.PromptTokens, nil
+		}
+		ids, fits := p.EncodeLimit(req.PromptText, true, true, p.cfg.ContextLength)
+		if !fits {
+			return nil, api.Invalid("prompt", "prompt has more than %d tokens, the model's context length", p.cfg.ContextLength)
+		}
+		return ids, nil
+	case PathChat:
+		req, err := api.ParseChatRequest(body)
+		if err == nil {
+			err = check(req.Model)
+		}
+		if err != nil {
+			return nil, err
+		}
+		chat = req
+	case PathResponses:
+		rr, err := api.ParseResponsesRequest(body)
+		if err == nil {
+			err = check(rr.Model)
+		}
+		if err != nil {
+			return nil, err
+		}
+		var items []api.ResponsesItem
+		if id := rr.PreviousResponseID; id != "" && prior != nil {
+			items = prior(id)
+		}
+		if chat, err = rr.ChatRequest(items); err != nil {
+			return nil, err
+		}
+	case PathMessages:
+		req, err := api.ParseMessagesRequest(body, false)
+		if err == nil {
+			err = check(req.Model)
+		}
+		if err != nil {
+			return nil, err
+		}
+		chat = req.Chat
+	default:
+		return nil, api.Invalid("endpoint", "endpoint %s: want one of %s, %s, %s, %s", api.Quote(path),
+			PathCompletions, PathChat, PathResponses, PathMessages)
+	}
+	_, ids, err := p.ChatPrompt(chat)
+	return ids, err
+}

@@ -4,7 +4,6 @@ import (
 	"net/http"
 
 	"stockpot/internal/api"
-	"stockpot/internal/pipeline"
 )
 
 // renderPath serves POST /tokenize/render?endpoint=PATH: the prompt tokens a request body of
@@ -25,48 +24,15 @@ import (
 const renderPath = "/tokenize/render"
 
 func (s *Server) handleTokenizeRender(w http.ResponseWriter, r *http.Request) {
+	ep := r.URL.Query().Get("endpoint")
+	body, err := s.readBody(r)
 	var ids []int32
-	var err error
-	switch ep := r.URL.Query().Get("endpoint"); ep {
-	case pipeline.PathCompletions:
-		var req *api.CompletionRequest
-		if _, req, err = readRequest(s, r, api.ParseCompletionRequest, func(q *api.CompletionRequest) string { return q.Model }); err != nil {
-			break
+	if err == nil {
+		prior := func(id string) []api.ResponsesItem {
+			items, _ := s.responses.Get(responseKey(r, id)) // the caller's tenant's only
+			return items
 		}
-		ids = req.PromptTokens
-		if !req.PromptIsTokens {
-			var fits bool
-			if ids, fits = s.pipe.EncodeLimit(req.PromptText, true, true, s.cfg.ContextLength); !fits {
-				err = api.Invalid("prompt", "prompt has more than %d tokens, the model's context length", s.cfg.ContextLength)
-			}
-		}
-	case pipeline.PathChat:
-		var req *api.ChatRequest
-		if _, req, err = readRequest(s, r, api.ParseChatRequest, func(q *api.ChatRequest) string { return q.Model }); err == nil {
-			_, ids, err = s.pipe.ChatPrompt(req)
-		}
-	case pipeline.PathResponses:
-		var rr *api.ResponsesRequest
-		if _, rr, err = readRequest(s, r, api.ParseResponsesRequest, func(q *api.ResponsesRequest) string { return q.Model }); err != nil {
-			break
-		}
-		var prior []api.ResponsesItem
-		if id := rr.PreviousResponseID; id != "" {
-			prior, _ = s.responses.Get(responseKey(r, id))
-		}
-		var chat *api.ChatRequest
-		if chat, err = rr.ChatRequest(prior); err == nil {
-			_, ids, err = s.pipe.ChatPrompt(chat)
-		}
-	case pipeline.PathMessages:
-		parse := func(b []byte) (*api.MessagesRequest, error) { return api.ParseMessagesRequest(b, false) }
-		var req *api.MessagesRequest
-		if _, req, err = readRequest(s, r, parse, func(q *api.MessagesRequest) string { return q.Model }); err == nil {
-			_, ids, err = s.pipe.ChatPrompt(req.Chat)
-		}
-	default:
-		err = api.Invalid("endpoint", "endpoint %s: want one of %s, %s, %s, %s", api.Quote(ep),
-			pipeline.PathCompletions, pipeline.PathChat, pipeline.PathResponses, pipeline.PathMessages)
+		ids, err = s.pipe.RenderBody(ep, body, s.checkModel, prior)
 	}
 	if err != nil {
 		writeError(w, err)
