@@ -15,10 +15,10 @@ type sseWriter struct {
 	rc    *http.ResponseController
 	began bool // the headers went out; errors must now travel as events
 
-	buf  []byte        // the event being written, reused (Write copies it out)
-	tmpl chunkTemplate // the stream's text-chunk encoding (see sse_fast.go)
-	js   bytes.Buffer  // encoding/json's output for other chunks, reused
-	enc  *json.Encoder // onto js
+	buf  []byte            // the event being written, reused (Write copies it out)
+	tmpl api.ChunkTemplate // the stream's text-chunk encoding (internal/api/chunkjson.go)
+	js   bytes.Buffer      // encoding/json's output for other chunks, reused
+	enc  *json.Encoder     // onto js
 }
 
 func newSSE(w http.ResponseWriter) *sseWriter {
@@ -39,7 +39,7 @@ func (s *sseWriter) start() error {
 func (s *sseWriter) send(v any) error {
 	buf := append(s.buf[:0], "data: "...)
 	var ok bool
-	if buf, ok = s.tmpl.appendChunk(buf, v); !ok {
+	if buf, ok = s.tmpl.AppendChunk(buf, v); !ok {
 		if s.enc == nil {
 			s.enc = json.NewEncoder(&s.js) // HTML escaping on, as json.Marshal
 		}

@@ -68,8 +68,8 @@ func BenchmarkStream(b *testing.B) {
 				name = "/handler-encoding-json" // the writer before templates: json.Marshal per event
 			}
 			b.Run(c.name+name, func(b *testing.B) {
-				noChunkTemplates = json
-				defer func() { noChunkTemplates = false }()
+				api.NoChunkTemplates = json
+				defer func() { api.NoChunkTemplates = false }()
 				b.ReportAllocs()
 				w := &discardRW{}
 				for b.Loop() {
@@ -101,8 +101,8 @@ func BenchmarkSSESend(b *testing.B) {
 			name = "encoding-json"
 		}
 		b.Run(name, func(b *testing.B) {
-			noChunkTemplates = json
-			defer func() { noChunkTemplates = false }()
+			api.NoChunkTemplates = json
+			defer func() { api.NoChunkTemplates = false }()
 			sse := newSSE(&discardRW{})
 			text := " world"
 			b.ReportAllocs()

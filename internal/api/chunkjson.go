@@ -1,17 +1,16 @@
-package server
+package api
 
 import (
 	"bytes"
 	"encoding/json"
 	"reflect"
 	"unicode/utf8"
-
-	"stockpot/internal/api"
 )
 
 // A stream's token chunks differ only in their text: same id, created, model, fingerprint,
 // one choice with nothing else set. Re-encoding the whole chunk with encoding/json per token
-// was most of the server's per-token time, so the SSE writer encodes the first text chunk
+// was most of the server's per-token time, so a ChunkTemplate (the server's SSE writer keeps
+// one per stream) encodes the first text chunk
 // once with a marker where the text goes, keeps the bytes before and after it, and answers
 // each later chunk of the same shape with head + the text as a JSON string + tail. Output is
 // byte for byte what json.Marshal gives (TestChunkTemplateMatchesMarshal, FuzzAppendJSONString);
@@ -31,19 +30,20 @@ type chunkKey struct {
 	index                                int
 }
 
-// chunkTemplate is the encoding of one chunk shape around its text.
-type chunkTemplate struct {
+// ChunkTemplate is the encoding of one chunk shape around its text. Its zero value is ready;
+// one serves one stream (it is not safe for concurrent use).
+type ChunkTemplate struct {
 	key        chunkKey
 	head, tail []byte
 }
 
 // textChunk returns v's key and text when v is a text chunk the template can encode.
 func textChunk(v any) (k chunkKey, text string, ok bool) {
-	if !templateFieldsKnown || noChunkTemplates {
+	if !templateFieldsKnown || NoChunkTemplates {
 		return k, "", false
 	}
 	switch c := v.(type) {
-	case *api.ChatCompletionChunk:
+	case *ChatCompletionChunk:
 		if len(c.Choices) != 1 || c.Usage != nil || c.PromptTokenIDs != nil {
 			return k, "", false
 		}
@@ -54,7 +54,7 @@ func textChunk(v any) (k chunkKey, text string, ok bool) {
 			return k, "", false
 		}
 		return chunkKey{1, c.ID, c.Object, c.Model, c.SystemFingerprint, d.Role, c.Created, ch.Index}, *d.Content, true
-	case *api.CompletionResponse:
+	case *CompletionResponse:
 		if len(c.Choices) != 1 || c.Usage != nil || c.PromptTokenIDs != nil || c.KVTransferParams != nil {
 			return k, "", false
 		}
@@ -68,16 +68,16 @@ func textChunk(v any) (k chunkKey, text string, ok bool) {
 }
 
 // build encodes k's chunk with the marker as its text and splits it there.
-func (t *chunkTemplate) build(k chunkKey) bool {
+func (t *ChunkTemplate) build(k chunkKey) bool {
 	var v any
 	switch k.kind {
 	case 1:
 		m := slotMarker
-		v = &api.ChatCompletionChunk{ID: k.id, Object: k.object, Created: k.created, Model: k.model, SystemFingerprint: k.fingerprint,
-			Choices: []api.ChatChunkChoice{{Index: k.index, Delta: api.ChatDelta{Role: k.role, Content: &m}}}}
+		v = &ChatCompletionChunk{ID: k.id, Object: k.object, Created: k.created, Model: k.model, SystemFingerprint: k.fingerprint,
+			Choices: []ChatChunkChoice{{Index: k.index, Delta: ChatDelta{Role: k.role, Content: &m}}}}
 	case 2:
-		v = &api.CompletionResponse{ID: k.id, Object: k.object, Created: k.created, Model: k.model, SystemFingerprint: k.fingerprint,
-			Choices: []api.CompletionChoice{{Index: k.index, Text: slotMarker}}}
+		v = &CompletionResponse{ID: k.id, Object: k.object, Created: k.created, Model: k.model, SystemFingerprint: k.fingerprint,
+			Choices: []CompletionChoice{{Index: k.index, Text: slotMarker}}}
 	}
 	b, err := json.Marshal(v)
 	quoted := []byte(`"` + slotMarker + `"`)
@@ -90,10 +90,10 @@ func (t *chunkTemplate) build(k chunkKey) bool {
 	return true
 }
 
-// appendChunk appends v's JSON encoding to dst when v is a text chunk (ok=false otherwise),
+// AppendChunk appends v's JSON encoding to dst when v is a text chunk (ok=false otherwise),
 // remaking the template when v's shape differs from the last one (the role-carrying first
 // chunk, then the rest).
-func (t *chunkTemplate) appendChunk(dst []byte, v any) ([]byte, bool) {
+func (t *ChunkTemplate) AppendChunk(dst []byte, v any) ([]byte, bool) {
 	k, text, ok := textChunk(v)
 	if !ok || k != t.key && !t.build(k) {
 		return dst, false
@@ -103,18 +103,18 @@ func (t *chunkTemplate) appendChunk(dst []byte, v any) ([]byte, bool) {
 	return append(dst, t.tail...), true
 }
 
-// noChunkTemplates turns the template off (BenchmarkStream's encoding/json peer).
-var noChunkTemplates = false
+// NoChunkTemplates turns the template off (BenchmarkStream's encoding/json peer).
+var NoChunkTemplates = false
 
 // templateFieldsKnown: the chunk types have exactly the fields textChunk checks. A field
 // added to them turns the fast path off (TestChunkTemplateFieldsKnown fails) rather than
 // dropping the field from the stream.
-var templateFieldsKnown = fieldsAre(api.ChatCompletionChunk{}, "ID", "Object", "Created", "Model", "SystemFingerprint", "Choices", "Usage", "PromptTokenIDs") &&
-	fieldsAre(api.ChatChunkChoice{}, "Index", "Delta", "Logprobs", "FinishReason", "TokenIDs") &&
-	fieldsAre(api.ChatDelta{}, "Role", "Content", "ReasoningContent", "ToolCalls") &&
-	fieldsAre(api.CompletionResponse{}, "ID", "Object", "Created", "Model", "SystemFingerprint", "Choices", "Usage", "PromptTokenIDs", "KVTransferParams") &&
-	fieldsAre(api.CompletionChoice{}, "Index", "Text", "Logprobs", "FinishReason", "TokenIDs") &&
-	!hasMarshaler(api.ChatCompletionChunk{}, api.ChatChunkChoice{}, api.ChatDelta{}, api.CompletionResponse{}, api.CompletionChoice{})
+var templateFieldsKnown = fieldsAre(ChatCompletionChunk{}, "ID", "Object", "Created", "Model", "SystemFingerprint", "Choices", "Usage", "PromptTokenIDs") &&
+	fieldsAre(ChatChunkChoice{}, "Index", "Delta", "Logprobs", "FinishReason", "TokenIDs") &&
+	fieldsAre(ChatDelta{}, "Role", "Content", "ReasoningContent", "ToolCalls") &&
+	fieldsAre(CompletionResponse{}, "ID", "Object", "Created", "Model", "SystemFingerprint", "Choices", "Usage", "PromptTokenIDs", "KVTransferParams") &&
+	fieldsAre(CompletionChoice{}, "Index", "Text", "Logprobs", "FinishReason", "TokenIDs") &&
+	!hasMarshaler(ChatCompletionChunk{}, ChatChunkChoice{}, ChatDelta{}, CompletionResponse{}, CompletionChoice{})
 
 func fieldsAre(v any, names ...string) bool {
 	t := reflect.TypeOf(v)
