@@ -10,6 +10,7 @@ need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 /usr/bin/python3 -c 'import fastapi, httpx, uvicorn' >/dev/null 2>&1 || need+=(python3-fastapi python3-httpx python3-uvicorn)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus) # promtool checks and tests deploy/alerts
 /usr/bin/python3 -c 'import zmq, msgpack' >/dev/null 2>&1 || need+=(python3-zmq python3-msgpack)
 [ ${#need[@]} -eq 0 ] && exit 0
 echo "install-sysdeps: installing ${need[*]} with apt-get"

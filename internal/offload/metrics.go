@@ -112,12 +112,14 @@ type discardHooks struct {
 
 func (h discardHooks) Discarded(reason string, n int) { h.m.Discarded(reason, n) }
 
-// initWriteFailures makes every reason of tier read 0 from the start.
+// initWriteFailures makes every reason of tier, and its dropped writes, read 0 from the
+// start (an alert on their rate sees the series before the first drop).
 func (m *Metrics) initWriteFailures(tier string) {
 	if m != nil {
 		for _, r := range writeFailureReasons {
 			m.failures.WithLabelValues(tier, r)
 		}
+		m.dropped.WithLabelValues(tier)
 	}
 }
 
