@@ -13,7 +13,7 @@ SESSIONS=${SESSIONS:-8} TURNS=${TURNS:-4} PREFIX=${PREFIX:-1024} PRESET=${PRESET
 mkdir -p "$OUT"
 if [ ! -x "$BIN/llama-server" ]; then LLAMA_NATIVE_TARGETS=llama-server make llama-native; fi
 go build -o bin/stockpot ./cmd/stockpot
-[ -f "$OUT/model.gguf" ] || bin/stockpot model --preset "$PRESET" --out "$OUT/model.gguf"
+[ -f "$OUT/model.gguf" ] || bin/stockpot model synth --preset "$PRESET" --out "$OUT/model.gguf"
 pids=()
 trap 'for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done' EXIT
 for port in 18081 18082; do
