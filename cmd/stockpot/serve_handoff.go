@@ -39,7 +39,7 @@ func (h handoffOptions) wire(in *instance, peers *handoff.Peers, codec handoff.C
 	if role.Decodes() && peers.Len() > 0 && in.tiers.HasTransfer() {
 		maxRecord := int(tier.EncodedSizeOf(codec.Layout)) + stateBytes + 4096
 		out.Puller = &handoff.Puller{Client: &http.Client{}, Peers: peers, Key: backendKey, Streams: h.streams,
-			Put: in.tiers.PutTransfer, MaxRecord: maxRecord}
+			Put: in.tiers.PutTransfer, MaxRecord: maxRecord, Timeout: h.lease}
 		out.Drop = in.tiers.DropTransfer
 	}
 	return out

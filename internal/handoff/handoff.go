@@ -366,6 +366,9 @@ type Puller struct {
 	Put func(ctx context.Context, items []tier.Item) error
 	// MaxRecord bounds one frame (a record of the model's layout, state included).
 	MaxRecord int
+	// Timeout bounds one whole pull (0: none), so a peer that accepts and then stalls costs
+	// the request at most this long before the decode computes what is missing.
+	Timeout time.Duration
 }
 
 // PullResult is what a pull brought.
@@ -387,6 +390,11 @@ const putBatch = 16
 // (the decode computes what is missing).
 func (p *Puller) Pull(ctx context.Context, base, id string, root prefix.Hash, hashes []prefix.Hash) (PullResult, error) {
 	start := time.Now()
+	if p.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, p.Timeout)
+		defer cancel()
+	}
 	n := len(hashes)
 	streams := max(1, min(p.Streams, (n+putBatch-1)/putBatch))
 	type part struct {

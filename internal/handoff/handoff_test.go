@@ -2,8 +2,11 @@ package handoff
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -177,4 +180,28 @@ func FuzzReadFrames(f *testing.F) {
 			t.Fatalf("%d frames", n)
 		}
 	})
+}
+
+// TestPullStalledPeer: a peer that answers its headers and then sends nothing ends the pull
+// at Puller.Timeout with an error and no blocks (the decode computes them), never a hang.
+func TestPullStalledPeer(t *testing.T) {
+	release := make(chan struct{})
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer ts.Close()
+	defer close(release)
+	tr, l := testTransfer(8)
+	p := &Puller{Client: ts.Client(), Streams: 2, MaxRecord: 1 << 20, Timeout: 50 * time.Millisecond,
+		Put: func(context.Context, []tier.Item) error { return nil }}
+	hashes := prefix.BlockHashes(tr.Root, tr.Prompt, l.BlockSize)[:tr.Blocks]
+	res, err := p.Pull(context.Background(), ts.URL, "x", tr.Root, hashes)
+	if err == nil || res.Blocks != 0 {
+		t.Fatalf("a stalled peer: %d blocks, %v; want none and an error", res.Blocks, err)
+	}
 }
