@@ -31,6 +31,8 @@ func cmdRoute(args []string) error {
 	prefixTokens := fs.Int("prefix-tokens", def.PrefixTokens, "leading tokens the prefix policy hashes (when no X-Session-ID)")
 	threshold := fs.Int("concurrency-threshold", 0, "in-flight requests past which a backend is busy and the next candidate is tried (0: none)")
 	loadBound := fs.Float64("load-bound", def.LoadBound, "bounded-load factor c: a backend takes at most c × mean load before affinity spills")
+	prefillPenalty := fs.Float64("prefill-penalty", def.PrefillPenalty, "kv-aware: score lost per block of prompt a replica reports queued for prefill, in matched blocks (negative: not scored)")
+	kvUsageMax := fs.Float64("kv-usage-max", def.KVUsageMax, "kv-aware: a replica reporting this share of its KV pool held by running requests is at its bound (1: never)")
 	healthEvery := fs.Duration("health-interval", time.Second, "period of backend health checks")
 	odef := router.DefaultOutlierConfig()
 	outlierFailures := fs.Int("outlier-failures", odef.Consecutive, "passive health: failed requests in a row (5xx, connection errors, timeouts; not 4xx) that eject a backend; 0: off")
@@ -111,6 +113,7 @@ func cmdRoute(args []string) error {
 	cfg.PrefixTokens = *prefixTokens
 	cfg.ConcurrencyThreshold = *threshold
 	cfg.LoadBound = *loadBound
+	cfg.PrefillPenalty, cfg.KVUsageMax = *prefillPenalty, *kvUsageMax
 	cfg.HealthInterval = *healthEvery
 	cfg.Outlier.Consecutive, cfg.Outlier.BaseEjection = *outlierFailures, *outlierEjection
 	if *outlierFailures <= 0 {

@@ -225,6 +225,13 @@ type PolicyConfig struct {
 	// holding k more blocks of the prompt wins unless it runs k more
 	// requests.
 	LoadPenalty float64
+	// PrefillPenalty is kv-aware's cost of one block of prompt the replica reports queued
+	// for prefill, in matched device blocks (replica_load.go). Default 1: a block matched is
+	// a block not prefilled, a block queued is one prefilled first. Negative: not scored.
+	PrefillPenalty float64
+	// KVUsageMax: a replica that reports this share of its KV pool held by running requests
+	// and pins is at kv-aware's bound (replica_load.go). Default 0.9; 1 or more: never.
+	KVUsageMax float64
 	// TierWeights value a matched block by its fastest tier, for a replica that has not
 	// published its cost figures yet; once it has, weights derive from its measured restore
 	// and prefill rates (index.go, tierWeights).
@@ -243,8 +250,8 @@ type PolicyConfig struct {
 
 // DefaultPolicyConfig returns the defaults.
 func DefaultPolicyConfig() PolicyConfig {
-	return PolicyConfig{PrefixTokens: 256, LoadBound: 1.25, LoadPenalty: 1, TierWeights: defaultTierWeights,
-		StaleAfter: 5 * time.Second}
+	return PolicyConfig{PrefixTokens: 256, LoadBound: 1.25, LoadPenalty: 1, PrefillPenalty: 1, KVUsageMax: 0.9,
+		TierWeights: defaultTierWeights, StaleAfter: 5 * time.Second}
 }
 
 // validate fills zero values with the defaults and rejects bad ones (negative, NaN, or a
@@ -268,6 +275,15 @@ func (c PolicyConfig) validate() (PolicyConfig, error) {
 	}
 	if c.LoadPenalty == 0 {
 		c.LoadPenalty = d.LoadPenalty
+	}
+	if math.IsNaN(c.PrefillPenalty) || math.IsNaN(c.KVUsageMax) || c.KVUsageMax < 0 {
+		return c, fmt.Errorf("router: PrefillPenalty %v and KVUsageMax %v must be numbers, KVUsageMax not negative", c.PrefillPenalty, c.KVUsageMax)
+	}
+	if c.PrefillPenalty == 0 {
+		c.PrefillPenalty = d.PrefillPenalty
+	}
+	if c.KVUsageMax == 0 {
+		c.KVUsageMax = d.KVUsageMax
 	}
 	for t, w := range c.TierWeights {
 		if !(w >= 0) {
@@ -493,8 +509,10 @@ func (p *prefixPolicy) pickKeyUnremembered(key uint64, c []*Backend) Decision {
 // weighted by tier (from the replica's published restore costs, else
 // TierWeights), minus a load penalty (Dynamo's router does the same trade:
 // overlap against active load: the load its replica reports, every router's
-// requests in it, replica_load.go), within the prefix policy's load bound over
-// the same replica reports (boundLoad: robust to one stale report). A replica with the remote tier also holds, at remote weight, what
+// requests in it, replica_load.go) and minus the blocks of prompt the replica
+// reports queued for prefill, within the prefix policy's load bound over the
+// same replica reports (boundLoad: robust to one stale report) and below
+// KVUsageMax of the replica's reported KV usage. A replica with the remote tier also holds, at remote weight, what
 // any live replica announced in remote. When no replica holds any of the
 // prompt, or none offers events, it falls back to prefix affinity.
 type kvAware struct {
@@ -541,6 +559,10 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 		if busy(b, p.cfg.ConcurrencyThreshold) || b.boundLoad() >= capLoad {
 			continue
 		}
+		queued, kvUsage := b.replicaPressure() // replica_load.go
+		if kvUsage >= p.cfg.KVUsageMax {
+			continue
+		}
 		load := b.policyLoad() // every router's requests on it, as its replica reports them
 		n, w, bs := 0, 0.0, 0
 		if b.liveIndexAt(p.cfg.StaleAfter, now) {
@@ -556,6 +578,9 @@ func (p *kvAware) Pick(r *Request, c []*Backend) Decision {
 			}
 		}
 		s := w - p.cfg.LoadPenalty*float64(load)
+		if p.cfg.PrefillPenalty > 0 && bs > 0 {
+			s -= p.cfg.PrefillPenalty * float64(queued) / float64(bs)
+		}
 		switch {
 		case s > bestScore+scoreEps:
 			best, bestScore, bestN = b, s, n*bs

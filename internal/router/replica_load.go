@@ -42,14 +42,23 @@ import (
 // ConcurrencyThreshold stays on this router's own count (it is a per-router setting), and the
 // prefix policy's bound too (placement by key alone, the same on every router).
 //
-// The report's queued prefill tokens and KV usage are shown (GET /backends) but not scored.
-// Queued prefill tokens would be a cost in seconds of prefill ahead of the request, against
-// a score in matched blocks: turning one into the other needs the replica's prefill rate,
-// which it publishes only as per-block restore and prefill costs for its own cache decisions,
-// and the backlog is already largely in the request count the penalty reads. KV usage rises
-// with the cache doing its job (held blocks are what kv-aware routes to) and falls only when
-// requests finish, which the running count already says; scoring it would push sessions off
-// the replicas that hold their prefixes.
+// The report's queued prefill tokens and KV usage are read by kv-aware too:
+//
+//   - Queued prefill tokens are a cost in the score's own unit. A matched block is a block
+//     of prompt the replica need not prefill; a block of prompt queued for prefill ahead of
+//     the request is one it waits for. So kv-aware's score loses PrefillPenalty per block
+//     (the replica's block size) of queued prefill: a replica holding k more blocks of the
+//     prompt than another, but with more than k more blocks of others' prompts to prefill
+//     first, answers the first token later, and loses. No prefill rate is needed: both sides
+//     are counted in prefill blocks.
+//   - KV usage (the share of the pool held by running requests and pins, not by cached
+//     prefixes, which are what kv-aware routes to) is the bound's third signal: a replica at
+//     KVUsageMax or more is at its bound, as one at capLoad is. Another request there would
+//     wait for blocks or preempt a running one; cached blocks it holds are not pressure.
+//
+// Both read the lesser of the report and the one before it that said a different total
+// (boundQueued, boundKVUsage), like the others of the bound: one stale report does not push
+// a session off its replica.
 //
 // GET /backends shows each replica's report (replica_load) and the load the policies read.
 
@@ -60,7 +69,10 @@ type loadReport struct {
 	at  time.Time // when it arrived
 	// prevOthers is othersOf the last report before it whose running plus waiting differed
 	// (a report of the same total, a waiting request admitted, carries it on); -1: none.
-	prevOthers int
+	// prevQueued and prevKVUsage are that report's queued prefill tokens and KV usage.
+	prevOthers  int
+	prevQueued  int
+	prevKVUsage float64
 }
 
 // ReplicaLoad is the replica part of a BackendStatus.
@@ -102,9 +114,9 @@ func (b *Backend) storeReport(l kvevents.Load, now time.Time) {
 	rep := &loadReport{Load: l, own: b.Load(), at: now, prevOthers: -1}
 	if old := b.replica.Load(); old != nil {
 		if old.Running+old.Waiting != l.Running+l.Waiting {
-			rep.prevOthers = othersOf(old)
+			rep.prevOthers, rep.prevQueued, rep.prevKVUsage = othersOf(old), old.QueuedPrefillTokens, old.KVUsage
 		} else {
-			rep.prevOthers = old.prevOthers
+			rep.prevOthers, rep.prevQueued, rep.prevKVUsage = old.prevOthers, old.prevQueued, old.prevKVUsage
 		}
 	}
 	b.replica.Store(rep)
@@ -144,6 +156,32 @@ func boundOthers(rep *loadReport) int {
 		o = min(o, rep.prevOthers)
 	}
 	return o
+}
+
+// boundQueued is the queued prefill tokens kv-aware's score reads: the lesser of the report's
+// and the previous different report's (a first report stands alone).
+func boundQueued(rep *loadReport) int {
+	if rep.prevOthers >= 0 {
+		return min(rep.QueuedPrefillTokens, rep.prevQueued)
+	}
+	return rep.QueuedPrefillTokens
+}
+
+// boundKVUsage is the KV usage kv-aware's bound reads, robust to one stale report as above.
+func boundKVUsage(rep *loadReport) float64 {
+	if rep.prevOthers >= 0 {
+		return min(rep.KVUsage, rep.prevKVUsage)
+	}
+	return rep.KVUsage
+}
+
+// replicaPressure is what a live report adds to kv-aware's choice: the queued prefill tokens
+// its score reads and the KV usage its bound reads; zeros without a live report.
+func (b *Backend) replicaPressure() (queued int, kvUsage float64) {
+	if rep := b.liveReport(loadStaleAfter, time.Now()); rep != nil {
+		return boundQueued(rep), boundKVUsage(rep)
+	}
+	return 0, 0
 }
 
 // boundLoad is the load kv-aware's bounded-load cap reads: this router's requests in flight

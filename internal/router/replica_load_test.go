@@ -111,3 +111,57 @@ func TestKVAwareBoundReadsReplicas(t *testing.T) {
 		t.Fatal("prefix: no session on the replica other routers load")
 	}
 }
+
+// TestKVAwareReadsQueueAndKVUsage: kv-aware weighs the blocks of prompt a replica reports
+// queued for prefill against the blocks it holds (both are blocks of prefill), and treats a
+// replica whose running requests hold KVUsageMax of its pool as at its bound; one stale
+// report moves neither.
+func TestKVAwareReadsQueueAndKVUsage(t *testing.T) {
+	bs := testBackends(t, 2)
+	p, _ := NewPolicy("kv-aware", PolicyConfig{})
+	prompt := toks(40, 7) // 10 blocks of 4
+	hs := prefix.BlockHashes(prefix.Root([]byte{0}, ""), prompt, 4)
+	storeChain(bs[0], hs[:8], kvtier.Device) // bs[0] holds 8 blocks, bs[1] 2
+	storeChain(bs[1], hs[:2], kvtier.Device)
+	now := time.Now()
+	pick := func() *Backend { return p.Pick(&Request{Tokens: prompt}, bs).Backend }
+	report := func(b *Backend, ls ...kvevents.Load) {
+		for _, l := range ls {
+			b.storeReport(l, now)
+		}
+	}
+	report(bs[0], kvevents.Load{})
+	report(bs[1], kvevents.Load{})
+	if got := pick(); got != bs[0] {
+		t.Fatalf("idle fleet: picked %s, want the replica holding 8 blocks", got.ID)
+	}
+	// bs[0] has 3 blocks (12 tokens) of others' prompts to prefill first: 8-3-2 > 2, it keeps it.
+	report(bs[0], kvevents.Load{Waiting: 1, QueuedPrefillTokens: 12}, kvevents.Load{Waiting: 2, QueuedPrefillTokens: 12})
+	if got := pick(); got != bs[0] {
+		t.Fatalf("3 blocks queued: picked %s, want %s (8 held - 3 queued - 2 load > 2 held)", got.ID, bs[0].ID)
+	}
+	report(bs[0], kvevents.Load{Waiting: 1, QueuedPrefillTokens: 20}, kvevents.Load{Waiting: 2, QueuedPrefillTokens: 20})
+	if got := pick(); got != bs[1] {
+		t.Fatalf("5 blocks queued: picked %s, want %s (8 held - 5 queued - 2 load < 2 held)", got.ID, bs[1].ID)
+	}
+	// 30 blocks queued: bs[1] answers first, though it holds less.
+	report(bs[0], kvevents.Load{Waiting: 1, QueuedPrefillTokens: 120}, kvevents.Load{Waiting: 2, QueuedPrefillTokens: 120})
+	if got := pick(); got != bs[1] {
+		t.Fatalf("30 blocks queued: picked %s, want %s", got.ID, bs[1].ID)
+	}
+	// One stale report of the backlog (the report before it said idle) is outvoted.
+	report(bs[0], kvevents.Load{}, kvevents.Load{Waiting: 2, QueuedPrefillTokens: 120})
+	if got := pick(); got != bs[0] {
+		t.Fatalf("one report of a backlog: picked %s, want %s", got.ID, bs[0].ID)
+	}
+	// Running requests hold 95% of bs[0]'s pool over two reports: at its bound.
+	report(bs[0], kvevents.Load{Running: 1, KVUsage: 0.95}, kvevents.Load{Running: 2, KVUsage: 0.96})
+	if got := pick(); got != bs[1] {
+		t.Fatalf("KV usage 0.95: picked %s, want %s", got.ID, bs[1].ID)
+	}
+	// Disabled by the config: the cache pick stands.
+	q, _ := NewPolicy("kv-aware", PolicyConfig{KVUsageMax: 1, PrefillPenalty: -1, LoadPenalty: 0.01})
+	if d := q.Pick(&Request{Tokens: prompt}, bs); d.Backend != bs[0] {
+		t.Fatalf("KVUsageMax 1: picked %s, want %s", d.Backend.ID, bs[0].ID)
+	}
+}
