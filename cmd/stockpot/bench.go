@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -19,7 +20,12 @@ import (
 
 // cmdBench runs `stockpot bench`: flags → bench.Config → bench.Run → table, report.json and
 // report.html. `stockpot bench pd` is the prefill/decode disaggregation benchmark (bench_pd.go).
-func cmdBench(args []string) error {
+// With --accept it is the go-live gate: the verdict's lines follow the table, and a failed
+// step makes the command fail (exit status 1) after the reports are written.
+func cmdBench(args []string) error { return benchTo(os.Stdout, args) }
+
+// benchTo is cmdBench printing its table and verdict to stdout.
+func benchTo(stdout io.Writer, args []string) error {
 	if len(args) > 0 && args[0] == "pd" {
 		return cmdBenchPD(args[1:])
 	}
@@ -52,6 +58,9 @@ func cmdBench(args []string) error {
 	prices := fs.String("prices", "", "price table replacing the built-in one: JSON (YAML for .yaml/.yml) of US dollars per million tokens for input, cache_read, cache_write_5m, cache_write_1h and output per provider model; see bench/prices.example.json")
 	timeout := fs.Duration("timeout", d.Timeout, fmt.Sprintf("per-request timeout (longctx: %v unless set; a cold 128K prefill takes minutes)", longCtxTimeout))
 	quiet := fs.Bool("quiet", false, "no progress bar")
+	accept := fs.Bool("accept", false, "go-live gate: one request at a time, the server's counters read around each; exit status 1 unless every cold step reused under --accept-cold-max of its prompt and every warm step (per tier) at least --accept-warm-min of its reusable tokens")
+	acceptColdMax := fs.Float64("accept-cold-max", d.AcceptColdMax, "--accept: a cold step passes when the server reused less than this share of its prompt (0..1)")
+	acceptWarmMin := fs.Float64("accept-warm-min", d.AcceptWarmMin, "--accept: a warm step passes when the server reused at least this share of its reusable tokens (0..1)")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -64,6 +73,7 @@ func cmdBench(args []string) error {
 		Seed: *seed, PrefixTokens: *prefixTokens, TurnTokens: *turnTokens, DocTokens: *docTokens,
 		QuestionTokens: *questionTokens, MaxTokens: *maxTokens, BlockSize: *blockSize, Timeout: *timeout,
 		Tools: *tools, ToolResultTokens: *toolResultTokens, AdminKey: *adminKey,
+		Accept: *accept, AcceptColdMax: *acceptColdMax, AcceptWarmMin: *acceptWarmMin,
 	}
 	if cfg.Workload == "longctx" {
 		ls, err := parseInts(*lengths)
@@ -116,13 +126,19 @@ func cmdBench(args []string) error {
 	if bar != nil {
 		bar.Finish()
 	}
-	if err := rep.WriteTable(os.Stdout); err != nil {
+	if err := rep.WriteTable(stdout); err != nil {
 		return err
 	}
 	if err := rep.WriteFiles(*out); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s and %s\n", filepath.Join(*out, "report.json"), filepath.Join(*out, "report.html"))
+	fmt.Fprintf(stdout, "wrote %s and %s\n", filepath.Join(*out, "report.json"), filepath.Join(*out, "report.html"))
+	if err := rep.WriteVerdict(stdout); err != nil {
+		return err
+	}
+	if err := rep.AcceptError(); err != nil {
+		return fmt.Errorf("bench --accept: %w", err)
+	}
 	return nil
 }
 

@@ -1,15 +1,20 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"stockpot/internal/bench"
 )
 
 // fakeCompletions streams a fixed answer with usage that has no cached_tokens.
@@ -174,6 +179,65 @@ func TestCmdBenchLongCtx(t *testing.T) {
 		err := cmdBench([]string{"--target", s.URL, "--workload", "longctx", "--lengths", c.lengths, "--quiet", "--out", t.TempDir()})
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("--lengths %q: %v, want %q", c.lengths, err, c.want)
+		}
+	}
+}
+
+// TestCmdBenchAccept: --accept against in-process servers. With the prefix cache on, every
+// step passes (the second document's first question shares the template's first block, so
+// it is warm, not cold) and cmdBench returns nil (exit status 0); with it off, the warm step fails and
+// cmdBench returns bench.ErrAcceptFailed (main exits 1), after writing the reports with their
+// accept section. Thresholds out of [0, 1] are refused before anything is sent.
+func TestCmdBenchAccept(t *testing.T) {
+	args := func(url, out string, extra ...string) []string {
+		return append([]string{"--target", url, "--accept", "--workload", "docqa", "--sessions", "2", "--turns", "2",
+			"--doc-tokens", "128", "--question-tokens", "8", "--max-tokens", "3", "--quiet", "--out", out}, extra...)
+	}
+	_, on := newTestInstance(t, nil)
+	var b bytes.Buffer
+	if err := benchTo(&b, args(on.URL, t.TempDir(), "--accept-warm-min", "0.995")); err != nil {
+		t.Fatalf("prefix cache on: %v\n%s", err, b.String())
+	}
+	for _, re := range []string{`(?m)^docqa cold +any +0\.0% .*< 1\.0% of prompt +PASS`, `(?m)^docqa warm +device .*≥ 99\.5% of reusable +PASS`, `(?m)^accept: PASS \(2 steps\)$`} {
+		if !regexp.MustCompile(re).MatchString(b.String()) {
+			t.Errorf("no line matching %s in:\n%s", re, b.String())
+		}
+	}
+
+	_, off := newTestInstance(t, func(o *serveOptions) { o.engine.PrefixCache = false })
+	b.Reset()
+	out := t.TempDir()
+	err := benchTo(&b, args(off.URL, out))
+	if !errors.Is(err, bench.ErrAcceptFailed) || !strings.Contains(err.Error(), "1 of 2 steps failed") {
+		t.Fatalf("prefix cache off: err %v, want the gate failed\n%s", err, b.String())
+	}
+	if !regexp.MustCompile(`(?m)^docqa warm +none +0\.0% .* FAIL +reused 0 of \d+ reusable tokens \(no tier served any\)`).MatchString(b.String()) {
+		t.Errorf("no FAIL line for the warm step in:\n%s", b.String())
+	}
+	var rep struct {
+		Accept *struct {
+			Pass  bool `json:"pass"`
+			Steps []struct {
+				Name     string `json:"name"`
+				Pass     bool   `json:"pass"`
+				Requests int    `json:"requests"`
+				Missed   int    `json:"missed_requests"`
+			} `json:"steps"`
+		} `json:"accept"`
+	}
+	raw, err := os.ReadFile(filepath.Join(out, "report.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &rep); err != nil || rep.Accept == nil || rep.Accept.Pass || len(rep.Accept.Steps) != 2 ||
+		rep.Accept.Steps[1].Missed < 2 || rep.Accept.Steps[1].Missed != rep.Accept.Steps[1].Requests {
+		t.Errorf("report.json accept section: %+v (%v)", rep.Accept, err)
+	}
+
+	for _, bad := range [][]string{{"--accept-cold-max", "2"}, {"--accept-warm-min", "-0.5"}, {"--rate", "1"}} {
+		err := benchTo(&b, args(on.URL, t.TempDir(), bad...))
+		if err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%v: have %v, want an error naming %s", bad, err, bad[0])
 		}
 	}
 }

@@ -274,6 +274,10 @@ type Sample struct {
 	OutputIDs  []int32 `json:"-"`
 	PromptText string  `json:"-"`
 	OutputText string  `json:"-"`
+
+	// Server is the server's counter deltas over this request alone (--accept runs one
+	// request at a time); nil when not measured or not reported.
+	Server *counterSnapshot `json:"-"`
 }
 
 // messageUsage is message_start's message.usage, nil otherwise.

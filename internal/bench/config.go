@@ -57,6 +57,14 @@ type Config struct {
 	// it only the cold and the warm-from-pool requests are measured.
 	AdminKey string
 
+	// Accept turns the run into the go-live acceptance gate (accept.go): one request in flight
+	// at a time, the server's counters read around each, and a verdict per step. A cold step
+	// passes when its server-reused share of the prompt is under AcceptColdMax; a warm step
+	// when its server-reused tokens are at least AcceptWarmMin of the reusable tokens.
+	Accept        bool
+	AcceptColdMax float64 // 0: DefaultConfig's 0.01
+	AcceptWarmMin float64 // 0: DefaultConfig's 0.99
+
 	// Progress, when set, is called once per finished request (from several goroutines).
 	Progress func()
 	// Logf, when set, narrates a workload whose requests are few and long (longctx): one line
@@ -93,6 +101,9 @@ func DefaultConfig() Config {
 		// What a file read or a search returns to an agent: a few hundred tokens.
 		ToolResultTokens: 256,
 		Timeout:          5 * time.Minute,
+		// The acceptance method of the seed: cold under 1% reused, warm at least 99%.
+		AcceptColdMax: 0.01,
+		AcceptWarmMin: 0.99,
 	}
 }
 
@@ -196,5 +207,34 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.ScrapeInterval == 0 {
 		cfg.ScrapeInterval = time.Second
 	}
+	return cfg.validateAccept(d)
+}
+
+// validateAccept checks the gate's settings. The gate runs one request at a time, so that
+// each counter delta belongs to one request (the seed's acceptance had one request in
+// flight); an open loop or a trace's timestamps cannot keep that.
+func (cfg Config) validateAccept(d Config) (Config, error) {
+	if cfg.AcceptColdMax == 0 {
+		cfg.AcceptColdMax = d.AcceptColdMax
+	}
+	if cfg.AcceptWarmMin == 0 {
+		cfg.AcceptWarmMin = d.AcceptWarmMin
+	}
+	if cfg.AcceptColdMax < 0 || cfg.AcceptColdMax > 1 {
+		return cfg, fmt.Errorf("--accept-cold-max %v: want a share between 0 and 1 (0.01 is 1%%)", cfg.AcceptColdMax)
+	}
+	if cfg.AcceptWarmMin < 0 || cfg.AcceptWarmMin > 1 {
+		return cfg, fmt.Errorf("--accept-warm-min %v: want a share between 0 and 1 (0.99 is 99%%)", cfg.AcceptWarmMin)
+	}
+	if !cfg.Accept {
+		return cfg, nil
+	}
+	if cfg.Workload == "trace" {
+		return cfg, fmt.Errorf("--accept: the trace workload replays its own timing; use agent, docqa, sysprompt, rag, random or longctx")
+	}
+	if cfg.Rate > 0 {
+		return cfg, fmt.Errorf("--accept runs one request at a time (closed loop); drop --rate %v", cfg.Rate)
+	}
+	cfg.Concurrency = 1
 	return cfg, nil
 }

@@ -21,6 +21,13 @@
 // beside a Go copy of the pulled bytes and a restore of the same prompt from Redis
 // (pd_handoff.go); pd.json, pd.html and pd.png (pd_report.go).
 //
+// The acceptance gate (accept.go, `stockpot bench --accept`) is a run of any workload but
+// trace with one request in flight, the server's counters scraped around each request, and a
+// verdict per step: a cold step must reuse under 1% of its prompt, a warm step at least 99% of
+// its reusable tokens (block-aligned, the last prompt token excluded; the report states this
+// basis), per tier for longctx's restores; partial hits are counted apart; TPOT is split cold,
+// warm and partial. A missing counter fails its step as "not reported".
+//
 // Key types:
 //   - Config: everything a run needs; DefaultConfig and validate as elsewhere in Stockpot.
 //   - Script: one session's steps. A workload is a deterministic function of the seed that
@@ -31,6 +38,7 @@
 //   - Sample: what the client saw of one request (times, usage, token ids when the target
 //     returns them).
 //   - Report: the numbers, as written to report.json.
+//   - AcceptReport, AcceptStep: the gate's verdict (report.json's accept section).
 //
 // Three hit rates are kept apart and never blurred:
 //   - server_hit_rate comes from deltas of the target's Prometheus counters

@@ -248,6 +248,15 @@ func (r *Report) HTML() ([]byte, error) {
 		rows, tables = r.longCtxRows(), r.longCtxTables()
 		plots = []plotMaker{{"longctx-ttft-vs-length", r.longTTFTPlot}, {"longctx-bytes-vs-length", r.longBytesPlot}}
 	}
+	if a := r.Accept; a != nil {
+		rows = append(rows, htmlRow{"acceptance gate", verdict(a.Pass)},
+			htmlRow{"  TPOT ms p50 cold / warm / partial", fmt.Sprintf("%s / %s / %s", p50(a.TPOTCold), p50(a.TPOTWarm), p50(a.TPOTPartial))},
+			htmlRow{"  basis", a.Basis})
+		for _, n := range a.Notes {
+			rows = append(rows, htmlRow{"  note", n})
+		}
+		tables = append(tables, r.acceptTable())
+	}
 	w, h := 6*vg.Inch, 3.5*vg.Inch
 	if r.LongCtx != nil {
 		w, h = 8*vg.Inch, 4.5*vg.Inch // two plots, each with up to five lines and a legend

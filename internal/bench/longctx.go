@@ -103,6 +103,12 @@ type LongCtxStep struct {
 	ServerHitRate *float64           `json:"server_hit_rate"`
 	Restored      map[string]float64 `json:"restored_blocks,omitempty"`
 	Discarded     map[string]float64 `json:"discarded_blocks,omitempty"`
+	// ServerHitClasses is the engine's requests by hit class over this request
+	// (stockpot_engine_requests_total{hit}); nil when not reported.
+	ServerHitClasses map[string]float64 `json:"server_hit_classes,omitempty"`
+	// TPOTMs is the client's time per output token after the first: only --accept decodes
+	// more than one token (Config.MaxTokens); null otherwise.
+	TPOTMs *float64 `json:"tpot_ms"`
 	// RemoteFailedCalls is stockpot_kv_remote_failed_calls_total's delta: a remote read that
 	// failed (past --remote-call-timeout, say) leaves its blocks to be computed without
 	// counting them as discarded. Nil without a remote tier.
@@ -184,6 +190,9 @@ type longRun struct {
 	hc    *http.Client
 	logf  func(string, ...any)
 	epoch time.Time
+	// maxTokens is each request's max_tokens: 1 (the TTFT is the measurement), or
+	// Config.MaxTokens under --accept, whose verdict reports TPOT cold against warm.
+	maxTokens int
 	// tokensPerWord is the running calibration: from /tokenize, or from the last cold
 	// request's prompt_tokens when the target cannot tokenize.
 	tokensPerWord float64
@@ -212,7 +221,10 @@ func runLongCtx(ctx context.Context, cfg Config) (*Report, error) {
 	tgt := &target{base: cfg.Target, apiKey: cfg.APIKey, model: cfg.Model, http: hc}
 	tgt.probe(ctx, cfg.BlockSize)
 	tgt.stockpot = false // no return_token_ids
-	lr := &longRun{cfg: cfg, tgt: tgt, hc: hc, logf: cfg.Logf, epoch: time.Now(), mkey: cfg.APIKey}
+	lr := &longRun{cfg: cfg, tgt: tgt, hc: hc, logf: cfg.Logf, epoch: time.Now(), mkey: cfg.APIKey, maxTokens: 1}
+	if cfg.Accept {
+		lr.maxTokens = max(1, cfg.MaxTokens)
+	}
 	if lr.logf == nil {
 		lr.logf = func(string, ...any) {}
 	}
@@ -273,6 +285,12 @@ func runLongCtx(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 	r.TTFT = summarize(ttft)
+	if cfg.Accept {
+		r.Accept = acceptLongCtx(cfg, lc, tgt.unit(), lr.admin != nil)
+		if lr.maxTokens > 1 {
+			lc.Notes = append(lc.Notes, fmt.Sprintf("--accept: every request decoded up to %d tokens (for TPOT), so the pool's K/V after the pool step holds their blocks too", lr.maxTokens))
+		}
+	}
 	return r, nil
 }
 
@@ -515,7 +533,7 @@ func (lr *longRun) step(ctx context.Context, source, text string, cold *LongCtxS
 	before, _ := lr.scrape(ctx)
 	var s Sample
 	rctx, cancel := context.WithTimeout(ctx, lr.cfg.Timeout)
-	lr.tgt.send(rctx, "/v1/completions", map[string]any{"prompt": text, "max_tokens": 1}, lr.epoch, &s)
+	lr.tgt.send(rctx, "/v1/completions", map[string]any{"prompt": text, "max_tokens": lr.maxTokens}, lr.epoch, &s)
 	cancel()
 	st.E2EMs = ms(s.End - s.Start)
 	if !s.OK {
@@ -527,6 +545,7 @@ func (lr *longRun) step(ctx context.Context, source, text string, cold *LongCtxS
 	if s.FirstToken > 0 {
 		st.ClientTTFTMs = ptr(ms(s.FirstToken - s.Start))
 	}
+	st.TPOTMs = sampleTPOT(s)
 	if t := s.Timings; t != nil {
 		st.TTFTMs, st.QueueMs, st.RestoreMs, st.PrefillMs = ptr(t.TTFTMs), ptr(t.QueueMs), ptr(t.RestoreMs), ptr(t.PrefillMs)
 	}
@@ -546,6 +565,7 @@ func (lr *longRun) step(ctx context.Context, source, text string, cold *LongCtxS
 		st.ServerTokens = after.delta(before, "stockpot_prompt_tokens_total", "source")
 		st.Restored = after.delta(before, "stockpot_engine_restored_blocks_total", "tier")
 		st.Discarded = after.delta(before, "stockpot_kv_blocks_discarded_total", "reason")
+		st.ServerHitClasses = after.delta(before, metricHitClasses, "hit")
 		if v, ok := after.get("stockpot_kv_remote_failed_calls_total"); ok {
 			st.RemoteFailedCalls = ptr(v - before["stockpot_kv_remote_failed_calls_total"])
 		}

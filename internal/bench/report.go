@@ -63,6 +63,8 @@ type Report struct {
 	E2E      *Percentiles `json:"e2e_ms"`
 	TTFTCold *Percentiles `json:"ttft_cold_ms"` // first turn of each session
 	TTFTWarm *Percentiles `json:"ttft_warm_ms"` // later turns
+	TPOTCold *Percentiles `json:"tpot_cold_ms"` // first turn of each session
+	TPOTWarm *Percentiles `json:"tpot_warm_ms"` // later turns
 
 	// PerTier is prompt tokens by source from the server's counter deltas; null when absent.
 	PerTier map[string]float64 `json:"per_tier"`
@@ -91,6 +93,9 @@ type Report struct {
 	// from each tier, the cost model's decisions, memory against a linear model); absent for
 	// the other workloads.
 	LongCtx *LongCtxReport `json:"longctx,omitempty"`
+
+	// Accept is the acceptance gate's verdict (--accept, accept.go); absent otherwise.
+	Accept *AcceptReport `json:"accept,omitempty"`
 }
 
 // Throughput is reused vs recomputed prompt tokens per second, from each source.
@@ -135,8 +140,11 @@ func summarizeRun(res *runResult) *Report {
 	t := r.tallyClient(samples, wall)
 	d := counterDelta(res.before, res.after)
 	r.setServerCounters(d, wall)
-	r.setPrediction(samples, tgt, cfg)
+	pred := r.setPrediction(samples, tgt, cfg)
 	r.setCost(t, d, cfg.Prices)
+	if cfg.Accept {
+		r.Accept = acceptScripted(cfg, samples, pred)
+	}
 	r.HitRateOverTime = hitRateOverTime(res, samples)
 	return r
 }
@@ -177,7 +185,7 @@ type clientTally struct {
 // latencies, token counts, the cached tokens the usage reported and the per-tier split.
 func (r *Report) tallyClient(samples []Sample, wall float64) clientTally {
 	var t clientTally
-	var ttft, tpot, e2e, cold, warm []float64
+	var ttft, tpot, e2e, cold, warm, tpotCold, tpotWarm []float64
 	var computed int64
 	tiers := map[string]int64{}
 	tiersSeen := false
@@ -201,12 +209,13 @@ func (r *Report) tallyClient(samples []Sample, wall float64) clientTally {
 			} else {
 				warm = append(warm, first)
 			}
-			n := s.CompletionTokens
-			if !s.UsageReported {
-				n = s.Chunks
-			}
-			if n > 1 {
-				tpot = append(tpot, ms(s.End-s.FirstToken)/float64(n-1))
+			if v := sampleTPOT(s); v != nil {
+				tpot = append(tpot, *v)
+				if s.Turn == 0 {
+					tpotCold = append(tpotCold, *v)
+				} else {
+					tpotWarm = append(tpotWarm, *v)
+				}
 			}
 		}
 		t.prompt += int64(s.PromptTokens)
@@ -232,6 +241,7 @@ func (r *Report) tallyClient(samples []Sample, wall float64) clientTally {
 		}
 	}
 	r.TTFT, r.TPOT, r.E2E, r.TTFTCold, r.TTFTWarm = summarize(ttft), summarize(tpot), summarize(e2e), summarize(cold), summarize(warm)
+	r.TPOTCold, r.TPOTWarm = summarize(tpotCold), summarize(tpotWarm)
 	r.PromptTokens, r.CompletionTokens = t.prompt, t.completion
 	if wall > 0 {
 		r.Throughput.Output = float64(t.completion) / wall
@@ -290,8 +300,9 @@ func (r *Report) setServerCounters(d counterSnapshot, wall float64) {
 }
 
 // setPrediction fills the per-request rows with the predictor's reusable tokens, and the
-// predicted (and, for the agent workload, naive) hit rates.
-func (r *Report) setPrediction(samples []Sample, tgt *target, cfg Config) {
+// predicted (and, for the agent workload, naive) hit rates. It returns the prediction per
+// sample (nil when there was nothing to predict on).
+func (r *Report) setPrediction(samples []Sample, tgt *target, cfg Config) []predicted {
 	rows := make([]RequestRow, len(samples))
 	pred := predictSamples(samples, tgt, r)
 	var predSum, predDen int64
@@ -315,6 +326,7 @@ func (r *Report) setPrediction(samples []Sample, tgt *target, cfg Config) {
 	if cfg.Workload == "agent" {
 		r.NaiveHitRate = ptr(naiveAgentRate(cfg.Turns))
 	}
+	return pred
 }
 
 // setCost prices the run's tokens: the usage the server reported. On /v1/messages its cache
@@ -514,6 +526,7 @@ func (r *Report) summaryRows() []htmlRow {
 	row("TTFT ms p50/p95/p99", fmtPct(r.TTFT))
 	row("  cold (turn 0) / warm p50", fmt.Sprintf("%s / %s", p50(r.TTFTCold), p50(r.TTFTWarm)))
 	row("TPOT ms p50/p95/p99", fmtPct(r.TPOT))
+	row("  cold (turn 0) / warm p50", fmt.Sprintf("%s / %s", p50(r.TPOTCold), p50(r.TPOTWarm)))
 	row("e2e ms p50/p95/p99", fmtPct(r.E2E))
 	if r.PerTier != nil {
 		var parts []string

@@ -217,9 +217,11 @@ func runSteps(ctx context.Context, tgt *target, cfg Config, sc Script, epoch tim
 			s.PromptText = renderCompletion(msgs)
 			body["prompt"] = s.PromptText
 		}
-		rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-		tgt.send(rctx, endpoint, body, epoch, &s)
-		cancel()
+		measureServer(ctx, cfg, &s, func() {
+			rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+			tgt.send(rctx, endpoint, body, epoch, &s)
+			cancel()
+		})
 		if len(sc.Tools) == 0 {
 			// /tokenize renders messages without tools: its ids would not be this prompt's.
 			maybeTokenize(ctx, tgt, cfg.Chat, msgs, &s)

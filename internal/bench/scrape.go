@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -18,6 +19,7 @@ const (
 	metricQueries      = "stockpot_prefix_cache_queries_total"
 	metricHits         = "stockpot_prefix_cache_hits_total"
 	metricPromptTokens = "stockpot_prompt_tokens_total"
+	metricHitClasses   = "stockpot_engine_requests_total" // by label hit: cold, partial, warm
 	vllmQueries        = "vllm:prefix_cache_queries_total"
 	vllmHits           = "vllm:prefix_cache_hits_total"
 )
@@ -32,6 +34,9 @@ type counterSnapshot struct {
 	Queries float64
 	Hits    float64            // summed over tiers
 	Tiers   map[string]float64 // prompt tokens by source (Stockpot only); nil when absent
+	// HitClasses is the engine's requests by hit class (cold, partial, warm; Stockpot only);
+	// nil when absent.
+	HitClasses map[string]float64
 }
 
 // parseCounters reads the Prometheus text format and picks out the prefix-cache counters.
@@ -69,17 +74,26 @@ func parseCounters(r io.Reader) (counterSnapshot, error) {
 	if okQ && okH {
 		s.Present, s.Queries, s.Hits = true, q, h
 	}
-	if f, ok := fams[metricPromptTokens]; ok {
-		s.Tiers = map[string]float64{}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "source" {
-					s.Tiers[l.GetValue()] += m.GetCounter().GetValue() + m.GetUntyped().GetValue()
-				}
+	s.Tiers = byLabel(fams, metricPromptTokens, "source")
+	s.HitClasses = byLabel(fams, metricHitClasses, "hit")
+	return s, nil
+}
+
+// byLabel sums one counter family by the value of one label; nil when the family is absent.
+func byLabel(fams map[string]*dto.MetricFamily, name, label string) map[string]float64 {
+	f, ok := fams[name]
+	if !ok {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, m := range f.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label {
+				out[l.GetValue()] += m.GetCounter().GetValue() + m.GetUntyped().GetValue()
 			}
 		}
 	}
-	return s, nil
+	return out
 }
 
 // parseSeries reads the Prometheus text format into a series: counters, gauges and untyped
@@ -154,13 +168,21 @@ func counterDelta(before, after counterSnapshot) counterSnapshot {
 	}
 	d.Queries = after.Queries - before.Queries
 	d.Hits = after.Hits - before.Hits
-	if before.Tiers != nil && after.Tiers != nil {
-		d.Tiers = map[string]float64{}
-		for k, v := range after.Tiers {
-			d.Tiers[k] = v - before.Tiers[k]
-		}
-	}
+	d.Tiers = mapDelta(before.Tiers, after.Tiers)
+	d.HitClasses = mapDelta(before.HitClasses, after.HitClasses)
 	return d
+}
+
+// mapDelta is after − before by key; nil unless both are present.
+func mapDelta(before, after map[string]float64) map[string]float64 {
+	if before == nil || after == nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for k, v := range after {
+		out[k] = v - before[k]
+	}
+	return out
 }
 
 // scrapeServers scrapes the servers the numbers come from: cfg.MetricsURLs summed when set,
@@ -168,28 +190,45 @@ func counterDelta(before, after counterSnapshot) counterSnapshot {
 // without them would make the fleet's rate a guess).
 func scrapeServers(ctx context.Context, c *http.Client, cfg Config) (counterSnapshot, error) {
 	if len(cfg.MetricsURLs) == 0 {
-		return scrape(ctx, c, cfg.Target, cfg.APIKey)
+		return scrape(ctx, c, cfg.Target, cfg.metricsKey())
 	}
 	sum := counterSnapshot{Present: true}
 	for _, u := range cfg.MetricsURLs {
-		s, err := scrape(ctx, c, u, cfg.APIKey)
+		s, err := scrape(ctx, c, u, cfg.metricsKey())
 		if err != nil {
 			return counterSnapshot{}, err
 		}
 		sum.Present = sum.Present && s.Present
 		sum.Queries += s.Queries
 		sum.Hits += s.Hits
-		if s.Tiers != nil {
-			if sum.Tiers == nil {
-				sum.Tiers = map[string]float64{}
-			}
-			for k, v := range s.Tiers {
-				sum.Tiers[k] += v
-			}
-		}
+		sum.Tiers = addInto(sum.Tiers, s.Tiers)
+		sum.HitClasses = addInto(sum.HitClasses, s.HitClasses)
 	}
 	if !sum.Present {
 		return counterSnapshot{}, nil
 	}
 	return sum, nil
+}
+
+// metricsKey is the key sent to /metrics: the admin key when given (a server with an admin
+// key keeps /metrics for it), else the API key.
+func (cfg Config) metricsKey() string {
+	if cfg.AdminKey != "" {
+		return cfg.AdminKey
+	}
+	return cfg.APIKey
+}
+
+// addInto adds src into dst by key, allocating dst when src is the first present.
+func addInto(dst, src map[string]float64) map[string]float64 {
+	if src == nil {
+		return dst
+	}
+	if dst == nil {
+		dst = map[string]float64{}
+	}
+	for k, v := range src {
+		dst[k] += v
+	}
+	return dst
 }
