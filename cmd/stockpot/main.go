@@ -19,6 +19,8 @@ Usage:
   stockpot bench pd [flags]                   prefill/decode disaggregation against one and two replicas
   stockpot lint [--target URL | --model PATH] [--fail-under RATE] LOG.jsonl
                                               what in a request log breaks prefix caching
+  stockpot check --target URL [--key KEY] [--strict]
+                                              the go-live checklist against a running serve or route
   stockpot demo [--headless] [--exit-after D]  watch the prefix cache work, live on the dashboard
   stockpot soak [--requests N] [--seed S]    every fault at once, each answer checked against a cache-off oracle
   stockpot model synth --preset NAME --out FILE.gguf [--seed N] [--type T]
@@ -52,6 +54,8 @@ func run(args []string) error {
 		return cmdBench(args[1:])
 	case "lint":
 		return cmdLint(args[1:])
+	case "check":
+		return cmdCheck(args[1:]) // check.go: the go-live checklist
 	case "demo":
 		return cmdDemo(args[1:])
 	case "soak":

@@ -262,6 +262,7 @@ func newInstance(o serveOptions) (*instance, error) {
 	if in.server, err = server.New(scfg, in.engine, pipeline.FromTokenizer(lf.tok), reg); err != nil {
 		return fail(err)
 	}
+	in.server.SetCacheProber(in.cacheProber(ecfg, idDigest)) // POST /v1/cache/probe (serve_probe.go)
 	// The TTFT floor's estimate, from a few misses now: it holds from the first request.
 	if err := in.server.CalibrateFloor(context.Background()); err != nil {
 		return fail(err)

@@ -285,10 +285,13 @@ func size(n int64) string {
 	return ""
 }
 
-// dur is d rounded for reading: ms with one decimal under 10 s.
+// dur is d rounded for reading: whole µs under 1 ms, ms with one decimal under 10 s.
 func dur(d time.Duration) string {
 	if d >= 10*time.Second {
 		return d.Round(time.Second).String()
+	}
+	if d < time.Millisecond {
+		return fmt.Sprintf("%d µs", d.Microseconds())
 	}
 	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1e3)
 }

@@ -163,7 +163,7 @@ func endpointRight(path string) (right, bool) {
 	switch {
 	case path == "/health":
 		return 0, false
-	case path == cachePath || path == cachePrewarmPath || path == recentRequestsPath:
+	case path == cachePath || path == cachePrewarmPath || path == cacheProbePath || path == recentRequestsPath:
 		return rightAdmin, false
 	case path == "/metrics":
 		return rightMetrics, true
