@@ -328,6 +328,9 @@ func (c *Core) Add(id uint64, req *Request, root prefix.Hash, seed uint64, now t
 	s.root, s.public, s.mark = c.splitChain(req, root)
 	s.enqueued = now
 	s.usage.PromptTokens = len(req.Prompt)
+	if c.states != nil {
+		s.usage.ReuseUnitBlocks = max(c.cfg.CheckpointEvery, 1) // resumed only at a checkpoint
+	}
 	c.seqs[id] = s
 	c.waiting = append(c.waiting, s)
 	return s.root
@@ -753,7 +756,7 @@ func (c *Core) countAdmission(s *seq, matched int, restore []RestoredBlock) {
 	}
 	c.stats.promptTokens += uint64(s.prompt)
 	c.stats.computedTokens += uint64(s.prompt - reused)
-	c.stats.hits[classify(reused, s.prompt, B)]++
+	c.stats.hits[classify(reused, s.prompt, B, s.usage.ReuseUnitBlocks)]++
 }
 
 // restorable returns the prefetched blocks of s that directly follow its device match of

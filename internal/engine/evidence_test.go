@@ -116,4 +116,21 @@ func TestHitClass(t *testing.T) {
 			t.Errorf("prompt %d cached %d: class %v, want %v", c.prompt, c.cached, got, c.want)
 		}
 	}
+	// A hybrid model reuses in units of its checkpoint interval: warm is the deepest unit
+	// before the last token. The seeds' 480,158-token prompt (30,009 blocks of 16) with a
+	// checkpoint every 16 blocks reuses at most 1,875 units, 480,000 tokens.
+	for _, c := range []struct {
+		prompt, cached, unit int
+		want                 engine.HitClass
+	}{
+		{480158, 480000, 16, engine.HitWarm}, {480158, 480000, 1, engine.HitPartial},
+		{480158, 479744, 16, engine.HitPartial}, {480158, 0, 16, engine.HitCold},
+		{161, 144, 3, engine.HitWarm}, {161, 96, 3, engine.HitPartial}, {161, 144, 0, engine.HitPartial},
+		{40, 0, 4, engine.HitCold}, // shorter than one unit: nothing to reuse, cold
+	} {
+		u := engine.Usage{PromptTokens: c.prompt, DeviceTokens: c.cached, ComputedTokens: c.prompt - c.cached, ReuseUnitBlocks: c.unit}
+		if got := u.HitClass(16); got != c.want {
+			t.Errorf("prompt %d cached %d unit %d blocks: class %v, want %v", c.prompt, c.cached, c.unit, got, c.want)
+		}
+	}
 }

@@ -149,6 +149,10 @@ type Usage struct {
 	// StoppedBy says why the engine stopped the generation where FinishReason does not:
 	// StopPoolExhausted, or "" when the request's own limits or tokens ended it.
 	StoppedBy string
+	// ReuseUnitBlocks is the granularity, in blocks, a prefix of this request could be
+	// reused at: a hybrid model's StateCheckpointBlocks (it resumes only from a recurrent-
+	// state checkpoint), 0 (read as 1: every block) for other models. HitClass reads it.
+	ReuseUnitBlocks int
 
 	QueueMs   float64
 	RestoreMs float64
@@ -194,7 +198,9 @@ func (u Usage) TierTokens(t kvtier.Tier) int {
 type HitClass int
 
 // Hit classes: HitCold reused nothing, HitWarm reused every block a cache could give it
-// (⌊(P−1)/B⌋ blocks: the last prompt token is always computed), HitPartial is in between.
+// (⌊(P−1)/B⌋ blocks: the last prompt token is always computed; for a hybrid model, whose
+// reuse ends at a checkpoint every N blocks, the deepest multiple of N among them),
+// HitPartial is in between.
 const (
 	HitCold HitClass = iota
 	HitPartial
@@ -215,9 +221,12 @@ func (h HitClass) String() string {
 }
 
 // classify is the hit class of a prompt of p tokens that reused cached of them, with blocks
-// of b tokens.
-func classify(cached, p, b int) HitClass {
-	switch limit := prefix.MaxMatchBlocks(p, b) * b; {
+// of b tokens reused in units of unit blocks (a hybrid model's checkpoint interval; <= 1:
+// every block). The deepest reusable unit is the warm limit: a hybrid prompt reused up to
+// its last checkpoint before the last token is warm, not partial.
+func classify(cached, p, b, unit int) HitClass {
+	unit = max(unit, 1)
+	switch limit := prefix.MaxMatchBlocks(p, b) / unit * unit * b; {
 	case cached <= 0:
 		return HitCold
 	case cached >= limit:
@@ -226,9 +235,9 @@ func classify(cached, p, b int) HitClass {
 	return HitPartial
 }
 
-// HitClass is u's hit class for blocks of blockSize tokens.
+// HitClass is u's hit class for blocks of blockSize tokens (and u.ReuseUnitBlocks).
 func (u Usage) HitClass(blockSize int) HitClass {
-	return classify(u.CachedTokens(), u.PromptTokens, blockSize)
+	return classify(u.CachedTokens(), u.PromptTokens, blockSize, u.ReuseUnitBlocks)
 }
 
 // Finish reasons.

@@ -382,3 +382,24 @@ func TestHybridPreemption(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestHybridHitClassByReuseUnit: a qwen35 prompt reused up to its deepest checkpoint (every 3
+// blocks) is warm, though blocks past that checkpoint were computed; the engine's own
+// evidence counts it warm too.
+func TestHybridHitClassByReuseUnit(t *testing.T) {
+	m := hybridModel(t)
+	const B, every = 16, 3
+	e := hybridEngine(t, m, func(c *engine.Config) { c.StateCheckpointBlocks = every })
+	doc := seqPrompt(4, 8*B+5) // 8 full blocks before the last token: 2 units of 3 reusable
+	collect(t, e, engine.Request{Prompt: doc, MaxTokens: 1})
+	u := collect(t, e, engine.Request{Prompt: doc, MaxTokens: 1}).usage
+	if u.DeviceTokens != 6*B || u.ReuseUnitBlocks != every {
+		t.Fatalf("repeat: usage %+v: want %d device tokens, reuse unit %d", u, 6*B, every)
+	}
+	if got := u.HitClass(B); got != engine.HitWarm {
+		t.Errorf("repeat: class %v, want warm (reused up to the deepest checkpoint)", got)
+	}
+	if h := e.Stats().Evidence.Hits; h[engine.HitWarm] != 1 || h[engine.HitPartial] != 0 || h[engine.HitCold] != 1 {
+		t.Errorf("evidence hits %v: want one cold, one warm", h)
+	}
+}
