@@ -97,6 +97,10 @@ type seq struct {
 	prefetching bool
 	prefetched  *Prefetched
 	heldSince   time.Time // when admission first held s back for its prefetch
+	// For PrefetchCost: the prefetch's latest progress, when its plan was first seen and
+	// when it last made progress (the plan, or more blocks arrived). See worthWaiting.
+	progress              Progress
+	plannedAt, progressAt time.Time
 
 	// reserved holds the blocks Reserve took for prompt blocks reservedFirst, reservedFirst+1,
 	// ...: uncommitted, s's alone. The Restorer may write them while prefetching is true, so
@@ -523,14 +527,21 @@ type admission struct {
 func (a admission) reused() int { return len(a.matched) + len(a.restore) }
 
 // heldForPrefetch reports whether s stays waiting for its prefetch: always under
-// PrefetchWait, up to PrefetchMaxWait under PrefetchTimeout. Its hold starts at the first
-// admission that holds it.
+// PrefetchWait, up to PrefetchMaxWait under PrefetchTimeout, while it is worth it under
+// PrefetchCost (worthWaiting). Its hold starts at the first admission that holds it.
 func (c *Core) heldForPrefetch(s *seq, now time.Time) bool {
 	if !s.prefetching || s.admitted {
 		return false
 	}
-	wait := c.cfg.Prefetch == PrefetchWait ||
-		c.cfg.Prefetch == PrefetchTimeout && now.Sub(s.enqueued) < c.cfg.PrefetchMaxWait
+	var wait bool
+	switch c.cfg.Prefetch {
+	case PrefetchWait:
+		wait = true
+	case PrefetchTimeout:
+		wait = now.Sub(s.enqueued) < c.cfg.PrefetchMaxWait
+	case PrefetchCost:
+		wait = c.worthWaiting(s, now)
+	}
 	if !wait {
 		return false
 	}
@@ -538,6 +549,73 @@ func (c *Core) heldForPrefetch(s *seq, now time.Time) bool {
 		s.heldSince = now
 	}
 	return true
+}
+
+// PrefetchProgressed hands the core request id's prefetch progress (ProgressRestorer, read
+// by the runner at each step) as of now. Only PrefetchCost reads it.
+func (c *Core) PrefetchProgressed(id uint64, p Progress, now time.Time) {
+	s, ok := c.seqs[id]
+	if !ok || !s.prefetching || s.admitted || !p.Planned {
+		return
+	}
+	if !s.progress.Planned {
+		s.plannedAt, s.progressAt = now, now
+	} else if p.Arrived > s.progress.Arrived {
+		s.progressAt = now
+	}
+	s.progress = p
+}
+
+// worthWaiting is PrefetchCost's rule: s waits for its prefetch while the restore still to
+// come is estimated to take less than computing what the prefetch brings, by the cost
+// model's own estimates (Progress), and while it makes progress:
+//
+//   - No plan yet (the tiers are being looked up, or the Restorer reports none), or a plan
+//     of nothing: wait up to PrefetchMaxWait from the enqueue, as PrefetchTimeout does (the
+//     answer of a plan of nothing follows at once, with its discards).
+//   - Every planned block arrived: wait. What is left is local (assembling the result,
+//     decoding a hybrid's checkpoints), and the Restorer always answers.
+//   - No block arrived for stallBound: stalled, give up.
+//   - Otherwise wait while remainingRestore < Recompute. Giving up now computes every
+//     planned block (a prefetch given up on is not used, not even the blocks that arrived);
+//     waiting costs what is left of the restore.
+func (c *Core) worthWaiting(s *seq, now time.Time) bool {
+	p := s.progress
+	switch {
+	case !p.Planned || p.Blocks <= 0:
+		return now.Sub(s.enqueued) < c.cfg.PrefetchMaxWait
+	case p.Arrived >= p.Blocks:
+		return true
+	case now.Sub(s.progressAt) >= stallBound(p, c.cfg.PrefetchMaxWait):
+		return false
+	}
+	return remainingRestore(p, now.Sub(s.plannedAt)) < p.Recompute
+}
+
+// remainingRestore estimates what is left of a restore elapsed after its plan. Within the
+// model's estimate (elapsed < Restore), what is left of that estimate: early in a restore
+// the observed pace misleads, since several reads in flight deliver their first blocks
+// together, late. Past it, the observed pace: elapsed per block arrived, for the blocks still
+// to come. With none arrived there is no pace: 0, and stallBound decides.
+func remainingRestore(p Progress, elapsed time.Duration) time.Duration {
+	if elapsed < p.Restore {
+		return p.Restore - elapsed
+	}
+	if p.Arrived <= 0 {
+		return 0
+	}
+	rem := float64(elapsed) * float64(p.Blocks-p.Arrived) / float64(p.Arrived)
+	return time.Duration(min(rem, math.MaxInt64/2))
+}
+
+// stallBound is how long a restore may go without a block arriving before PrefetchCost gives
+// up on it: as long as the whole restore was estimated to take, at least floor
+// (PrefetchMaxWait: one slow tier call, the remote tier's 250 ms call timeout among them),
+// and at most the recompute it would save. Waiting on nothing for longer than the
+// alternative takes is never worth it, and giving up then costs at most twice the best
+// choice in hindsight (the ski-rental bound).
+func stallBound(p Progress, floor time.Duration) time.Duration {
+	return min(max(p.Restore, floor), p.Recompute)
 }
 
 // endPrefetchHold counts, once, a prefetch still running when s is admitted as late, and

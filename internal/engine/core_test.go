@@ -24,7 +24,7 @@ import (
 // Commands (id= names a request; token lists take ids and ranges, e.g. tokens=(1-8,99)):
 //
 //	new blocks=N [block-size=B] [batch=T] [running=R] [ctx=L] [eog=(…)] [prefix=false]
-//	    [dedup=false] [prefetch=wait|timeout|best-effort] [prefetch-timeout=D] [pin-budget=N]
+//	    [dedup=false] [prefetch=wait|timeout|best-effort|cost] [prefetch-timeout=D] [pin-budget=N]
 //	    [pin-owners=(CAP,…)] [checkpoint=N [checkpoint-budget=K]]
 //	                                     pin-owners: CoreConfig.PinOwners (owner i+1's cap in
 //	                                     blocks, 0 none); the owners' pin use then prints after
@@ -53,6 +53,10 @@ import (
 //	                                     verified checkpoint
 //	states                               the checkpoints held (hybrid), by chain depth
 //	drop-state tokens=(…) block=K        forget the checkpoint of block K of tokens (hybrid)
+//	progress id=I blocks=N arrived=K restore=D recompute=D
+//	                                     Core.PrefetchProgressed at the current time: the
+//	                                     prefetch's plan (N blocks, the cost model's estimates
+//	                                     of reading and of recomputing them), K arrived so far
 //	reserve id=I first=F n=N             Core.Reserve (an IntoRestorer started for I); prints
 //	                                     the reserved blocks
 //	reserved                             blocks reserved now (CoreStats.ReservedBlocks)
@@ -209,6 +213,8 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			cfg.Prefetch = PrefetchTimeout
 		case "best-effort":
 			cfg.Prefetch = PrefetchBestEffort
+		case "cost":
+			cfg.Prefetch = PrefetchCost
 		default:
 			t.Fatalf("%s: unknown prefetch policy %q", d.Pos, p)
 		}
@@ -304,6 +310,9 @@ func (s *coreScenario) run(d *datadriven.TestData) {
 			p.Discarded = map[string]int{reason: k}
 		}
 		s.core.Prefetched(s.id(d), p, s.now)
+	case "progress":
+		s.core.PrefetchProgressed(s.id(d), Progress{Planned: true, Blocks: argOr(t, d, "blocks", 0), Arrived: argOr(t, d, "arrived", 0),
+			Restore: argOr(t, d, "restore", time.Duration(0)), Recompute: argOr(t, d, "recompute", time.Duration(0))}, s.now)
 	case "reserve":
 		if ids := s.core.Reserve(s.id(d), argOr(t, d, "first", 0), argOr(t, d, "n", 0)); ids != nil {
 			s.printf("reserved %v\n", ids)

@@ -36,7 +36,9 @@
 //	   │  │   ▼                                │ ones stay cached; back to the front
 //	   │  └ restoring: held by admission       │ of the queue, recomputed on readmit
 //	   │    until Prefetched (or the           │
-//	   │    PrefetchTimeout, or never for      │
+//	   │    PrefetchTimeout, or while the      │
+//	   │    cost model says restoring still    │
+//	   │    pays: PrefetchCost; never for      │
 //	   │    best-effort)                       │
 //	   ▼ admit: device match + restored        │
 //	     blocks + fresh blocks allocated       │
@@ -85,6 +87,18 @@
 // pin events (Hooks.PinEvents) take pins down to the tiers. Unpinned blocks are untouched by
 // any of it. The script testdata/core/pins.txt steps it: survival through a flood, refresh,
 // expiry, partial and strict pins, TTL upgrades, unpin, and pins adopted after a restart.
+//
+// # Waiting for a restore: PrefetchCost
+//
+// The default policy waits as long as restoring is cheaper than recomputing, by the cost
+// model's own estimates, instead of a fixed time: a ProgressRestorer reports its plan (the
+// blocks worth restoring, the estimated read and recompute times) and the blocks as they
+// arrive (PrefetchProgress, atomics the runner reads at every step into
+// Core.PrefetchProgressed). The core holds the request while the restore still to come
+// (the estimate while it lasts, then the observed pace) is under the recompute, and gives up
+// on a restore with no block for as long as its whole estimate (between PrefetchMaxWait and
+// the recompute: the ski-rental bound). Before a plan it waits PrefetchMaxWait, as
+// PrefetchTimeout. testdata/core/prefetchcost.txt steps it on the script's clock.
 //
 // # Reserved blocks: restores in one pass
 //

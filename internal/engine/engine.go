@@ -44,11 +44,13 @@ type Config struct {
 	// Restorer, when set, prefetches queued requests' prefixes from lower tiers.
 	Restorer Restorer
 	// Prefetch is how admission treats a request whose prefetch has not finished (zero:
-	// PrefetchWait; DefaultConfig: PrefetchTimeout, as `stockpot serve --prefetch`).
+	// PrefetchWait; DefaultConfig: PrefetchCost, as `stockpot serve --prefetch`).
 	Prefetch PrefetchPolicy
 	// PrefetchMaxWait is the longest PrefetchTimeout holds a request for its prefetch before
-	// computing what has not arrived. Default 500 ms: above the remote tier's 250 ms call
-	// timeout, so a Redis read that answers at all lands before the request gives up on it.
+	// computing what has not arrived; under PrefetchCost, the wait for a plan and the least
+	// a restore may go without a block before it counts as stalled. Default 500 ms: above the
+	// remote tier's 250 ms call timeout, so a Redis read that answers at all lands before the
+	// request gives up on it.
 	PrefetchMaxWait time.Duration
 	// PinBudget caps the working-pool memory pins may hold, in bytes (`--pin-budget`),
 	// rounded down to whole blocks. 0 = half the pool; < 0 = no pins (every pin is refused).
@@ -79,7 +81,7 @@ const DefaultKVMemory = 1 << 30
 // DefaultConfig returns the defaults behind `stockpot serve`.
 func DefaultConfig() Config {
 	return Config{BlockSize: 16, KVType: kvcache.F32, MaxBatchTokens: 512, MaxRunning: 64, PrefixCache: true, Dedup: true,
-		Prefetch: PrefetchTimeout, PrefetchMaxWait: 500 * time.Millisecond, StateCheckpointBlocks: 1}
+		Prefetch: PrefetchCost, PrefetchMaxWait: 500 * time.Millisecond, StateCheckpointBlocks: 1}
 }
 
 func (c Config) validate() (Config, error) {
@@ -156,6 +158,10 @@ type Engine struct {
 
 	eventKV [][]byte // flushEvents' kv argument, reused; runner goroutine only
 	pinKV   [][]byte // flushEvents' kv argument of Hooks.PinEvents, reused; runner goroutine only
+
+	// progress holds the progress of the prefetches in flight under PrefetchCost, by request
+	// id, from the prefetch's start to its result (prefetched). Runner goroutine only.
+	progress map[uint64]*PrefetchProgress
 
 	states     *seqStates   // recurrent states of a hybrid model's sequences (state.go); runner only
 	ckpts      *checkpoints // a hybrid model's block checkpoints (state.go); runner only
@@ -244,7 +250,7 @@ func New(m *model.Model, cfg Config) (*Engine, error) {
 		ckpts: newCheckpoints(m, states, checkpointBudget(arena.NumBlocks(), cfg.StateCheckpointBlocks)), stateBytes: mc.StateEncodedBytes(), stateBatch: stateBatchBytes,
 		in: make(chan *stream, 1024), cancel: make(chan uint64, 1024), ctrl: make(chan func()), fetched: make(chan prefetchMsg, 1024),
 		quit: make(chan struct{}), done: make(chan struct{}),
-		streams: map[uint64]*stream{},
+		streams: map[uint64]*stream{}, progress: map[uint64]*PrefetchProgress{},
 	}
 	e.core = newCore(CoreConfig{
 		BlockSize: cfg.BlockSize, ContextLength: mc.ContextLength,
@@ -627,7 +633,9 @@ func (e *Engine) run() {
 		}
 		e.deliver()
 		e.ckpts.recycle()
-		plan := e.core.Schedule(e.cfg.Now())
+		now := e.cfg.Now()
+		e.feedProgress(now)
+		plan := e.core.Schedule(now)
 		// The events first: an evicted block's bytes must be copied out before a restore
 		// lands in its place. A block committed or pinned at admission from a restore is
 		// not in the arena yet: its events carry the restore's bytes (blockKV).
@@ -916,22 +924,48 @@ func (e *Engine) add(s *stream) {
 		p.Elapsed += time.Since(start) // decoding is part of the restore (usage restore_ms)
 		e.sendFetched(prefetchMsg{id, p})
 	}
-	if ir, ok := e.cfg.Restorer.(IntoRestorer); ok {
+	var dst [][]byte
+	if _, ok := e.cfg.Restorer.(IntoRestorer); ok {
 		// Reserve the blocks the prefetch may restore, so it verifies straight into them.
 		if ids := e.core.Reserve(id, have, limit-have); ids != nil {
 			// Reserving may have evicted cached blocks: their bytes go to the hook (the
 			// write-back copies them out) before the Restorer may overwrite them.
 			e.flushEvents(nil)
-			dst := make([][]byte, len(ids))
+			dst = make([][]byte, len(ids))
 			for i, b := range ids {
 				dst[i] = e.arena.BlockData(b)
 			}
-			ir.PrefetchInto(root, hashes[:limit], s.req.Prompt, have, dst, done)
-			return
 		}
 	}
-	e.core.Prefetching(id)
-	e.cfg.Restorer.Prefetch(root, hashes[:limit], s.req.Prompt, have, done)
+	if dst == nil {
+		e.core.Prefetching(id)
+	}
+	e.startPrefetch(id, root, hashes[:limit], s.req.Prompt, have, dst, done)
+}
+
+// startPrefetch starts request id's prefetch on the Restorer: with progress under
+// PrefetchCost where it reports some (ProgressRestorer), into the reserved blocks dst where
+// there are some (IntoRestorer), plain otherwise.
+func (e *Engine) startPrefetch(id uint64, root prefix.Hash, hashes []prefix.Hash, prompt []int32, first int, dst [][]byte, done func(Prefetched)) {
+	if pr, ok := e.cfg.Restorer.(ProgressRestorer); ok && e.cfg.Prefetch == PrefetchCost {
+		p := &PrefetchProgress{}
+		e.progress[id] = p
+		pr.PrefetchProgress(root, hashes, prompt, first, dst, p, done)
+		return
+	}
+	if dst != nil {
+		e.cfg.Restorer.(IntoRestorer).PrefetchInto(root, hashes, prompt, first, dst, done)
+		return
+	}
+	e.cfg.Restorer.Prefetch(root, hashes, prompt, first, done)
+}
+
+// feedProgress hands the core the progress of every prefetch in flight (PrefetchCost), as
+// of now: at every scheduling step, so a held request is weighed against what has arrived.
+func (e *Engine) feedProgress(now time.Time) {
+	for id, p := range e.progress {
+		e.core.PrefetchProgressed(id, p.Load(), now)
+	}
 }
 
 // sendFetched hands a prefetch result to the runner without blocking the Restorer's goroutine.
@@ -998,6 +1032,7 @@ func (e *Engine) decodeCheckpoints(p *Prefetched) {
 // prefetched hands a prefetch result (its checkpoints decoded: decodeCheckpoints) to the core
 // and reports any stall it ended.
 func (e *Engine) prefetched(m prefetchMsg) {
+	delete(e.progress, m.id)
 	before := e.core.Stats().PrefetchStall
 	e.core.Prefetched(m.id, m.p, e.cfg.Now())
 	if d := e.core.Stats().PrefetchStall - before; d > 0 && e.cfg.Hooks != nil {

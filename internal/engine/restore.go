@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"stockpot/internal/kvtier"
@@ -29,6 +30,55 @@ type IntoRestorer interface {
 	// InPlace set and no Data. A block that failed verification may hold garbage: it is not
 	// reported, and the engine computes into it.
 	PrefetchInto(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, dst [][]byte, done func(Prefetched))
+}
+
+// ProgressRestorer is an IntoRestorer that also reports how a prefetch goes while it runs:
+// the plan its cost model made, then the blocks that have arrived (PrefetchCost weighs the
+// wait with them).
+type ProgressRestorer interface {
+	// PrefetchProgress is PrefetchInto (dst nil: Prefetch) reporting to progress, from any
+	// goroutine, until it calls done: Plan once the tiers were looked up and the blocks worth
+	// restoring chosen, then Arrive as they are read and verified.
+	PrefetchProgress(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, dst [][]byte, progress *PrefetchProgress, done func(Prefetched))
+}
+
+// PrefetchProgress is one prefetch's progress: the Restorer's goroutines write it, the
+// runner reads it (Load) at every scheduling step and hands it to the core
+// (Core.PrefetchProgressed). Atomics: it never blocks a fetch.
+type PrefetchProgress struct {
+	planned            atomic.Bool
+	blocks, arrived    atomic.Int64
+	restore, recompute atomic.Int64 // time.Duration
+}
+
+// Plan records the plan: blocks to restore, the cost model's estimate of reading them
+// (restore) and of computing them instead (recompute). Call it before any Arrive.
+func (p *PrefetchProgress) Plan(blocks int, restore, recompute time.Duration) {
+	p.blocks.Store(int64(blocks))
+	p.restore.Store(int64(restore))
+	p.recompute.Store(int64(recompute))
+	p.planned.Store(true) // last: a reader that sees it sees the plan
+}
+
+// Arrive adds n blocks read and verified.
+func (p *PrefetchProgress) Arrive(n int) { p.arrived.Add(int64(n)) }
+
+// Load returns the progress so far (the zero Progress before Plan).
+func (p *PrefetchProgress) Load() Progress {
+	if !p.planned.Load() {
+		return Progress{}
+	}
+	return Progress{Planned: true, Blocks: int(p.blocks.Load()), Arrived: int(p.arrived.Load()),
+		Restore: time.Duration(p.restore.Load()), Recompute: time.Duration(p.recompute.Load())}
+}
+
+// Progress is a prefetch's progress as the core sees it (PrefetchProgress.Load).
+type Progress struct {
+	Planned   bool          // the Restorer has chosen what to restore
+	Blocks    int           // blocks it will read: the cost model found them cheaper than recomputing
+	Arrived   int           // of them, read and verified so far
+	Restore   time.Duration // the cost model's estimate of reading all Blocks
+	Recompute time.Duration // its estimate of computing them instead
 }
 
 // Prefetched is the result of a prefetch.
@@ -73,10 +123,15 @@ const (
 	PrefetchTimeout
 	// PrefetchBestEffort never waits: whatever has arrived at admission is used.
 	PrefetchBestEffort
+	// PrefetchCost waits while restoring is cheaper than recomputing, by the cost model's
+	// own estimates (the Restorer's Progress): see Core.worthWaiting. Before a plan arrives
+	// (or with a Restorer that reports none) it waits up to PrefetchMaxWait, as
+	// PrefetchTimeout does.
+	PrefetchCost
 )
 
 // The names of the policies, as `stockpot serve --prefetch` takes them.
-var prefetchPolicyNames = [...]string{PrefetchWait: "wait", PrefetchTimeout: "timeout", PrefetchBestEffort: "best-effort"}
+var prefetchPolicyNames = [...]string{PrefetchWait: "wait", PrefetchTimeout: "timeout", PrefetchBestEffort: "best-effort", PrefetchCost: "cost"}
 
 func (p PrefetchPolicy) String() string {
 	if int(p) < len(prefetchPolicyNames) {
@@ -92,7 +147,7 @@ func ParsePrefetchPolicy(s string) (PrefetchPolicy, error) {
 			return PrefetchPolicy(p), nil
 		}
 	}
-	return 0, fmt.Errorf("%q: want wait, timeout or best-effort", s) // the caller names the setting
+	return 0, fmt.Errorf("%q: want cost, wait, timeout or best-effort", s) // the caller names the setting
 }
 
 // Restore is a copy the runner performs before the forward pass: tier bytes into a block.

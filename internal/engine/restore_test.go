@@ -23,20 +23,25 @@ func (m *mapTier) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int3
 	go func() {
 		start := time.Now()
 		time.Sleep(m.delay)
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		m.calls++
-		p := engine.Prefetched{First: first}
-		for i := first; i < len(hashes); i++ {
-			d, ok := m.blocks[hashes[i]]
-			if !ok {
-				break
-			}
-			p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: kvtier.Disk, Data: d})
-		}
-		p.Elapsed = time.Since(start)
-		done(p)
+		m.answer(hashes, first, start, done)
 	}()
+}
+
+// answer calls done with the blocks of hashes from first that m holds.
+func (m *mapTier) answer(hashes []prefix.Hash, first int, start time.Time, done func(engine.Prefetched)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	p := engine.Prefetched{First: first}
+	for i := first; i < len(hashes); i++ {
+		d, ok := m.blocks[hashes[i]]
+		if !ok {
+			break
+		}
+		p.Blocks = append(p.Blocks, engine.RestoredBlock{Tier: kvtier.Disk, Data: d})
+	}
+	p.Elapsed = time.Since(start)
+	done(p)
 }
 
 // TestRestoreFromTier: blocks stored by one engine and restored into a fresh one (as after a
@@ -60,7 +65,7 @@ func TestRestoreFromTier(t *testing.T) {
 	if len(tier.blocks) == 0 {
 		t.Fatal("no blocks stored")
 	}
-	for _, policy := range []engine.PrefetchPolicy{engine.PrefetchWait, engine.PrefetchTimeout, engine.PrefetchBestEffort} {
+	for _, policy := range []engine.PrefetchPolicy{engine.PrefetchWait, engine.PrefetchTimeout, engine.PrefetchBestEffort, engine.PrefetchCost} {
 		t.Run(fmt.Sprint("policy=", policy), func(t *testing.T) {
 			tier.delay = 20 * time.Millisecond
 			b := newEngine(t, func(c *engine.Config) { c.Restorer = tier; c.Prefetch = policy; c.PrefetchMaxWait = time.Second })
@@ -85,7 +90,7 @@ func TestRestoreFromTier(t *testing.T) {
 }
 
 func TestPrefetchPolicyNames(t *testing.T) {
-	for _, p := range []engine.PrefetchPolicy{engine.PrefetchWait, engine.PrefetchTimeout, engine.PrefetchBestEffort} {
+	for _, p := range []engine.PrefetchPolicy{engine.PrefetchWait, engine.PrefetchTimeout, engine.PrefetchBestEffort, engine.PrefetchCost} {
 		got, err := engine.ParsePrefetchPolicy(p.String())
 		if err != nil || got != p {
 			t.Errorf("ParsePrefetchPolicy(%q) = %v, %v; want %v", p.String(), got, err, p)
@@ -94,8 +99,74 @@ func TestPrefetchPolicyNames(t *testing.T) {
 	if _, err := engine.ParsePrefetchPolicy("sometimes"); err == nil {
 		t.Error("ParsePrefetchPolicy(sometimes): no error")
 	}
-	if d := engine.DefaultConfig(); d.Prefetch != engine.PrefetchTimeout || d.PrefetchMaxWait != 500*time.Millisecond {
-		t.Errorf("DefaultConfig: prefetch %v, max wait %v; want timeout, 500ms (serve's documented defaults)", d.Prefetch, d.PrefetchMaxWait)
+	if d := engine.DefaultConfig(); d.Prefetch != engine.PrefetchCost || d.PrefetchMaxWait != 500*time.Millisecond {
+		t.Errorf("DefaultConfig: prefetch %v, max wait %v; want cost, 500ms (serve's documented defaults)", d.Prefetch, d.PrefetchMaxWait)
+	}
+}
+
+// progressTier is a mapTier that reports its progress (engine.ProgressRestorer): a plan of
+// every block it holds, far cheaper to read than to recompute by its estimates, then the
+// blocks one by one, every step apart. Its plain Prefetch (no progress) answers after the
+// mapTier's delay.
+type progressTier struct {
+	*mapTier
+	step time.Duration
+}
+
+func (m progressTier) PrefetchProgress(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, dst [][]byte, progress *engine.PrefetchProgress, done func(engine.Prefetched)) {
+	m.mu.Lock()
+	n := 0
+	for i := first; i < len(hashes) && m.blocks[hashes[i]] != nil; i++ {
+		n++
+	}
+	m.mu.Unlock()
+	progress.Plan(n, time.Hour, 10*time.Hour)
+	go func() {
+		start := time.Now()
+		for range n {
+			time.Sleep(m.step)
+			progress.Arrive(1)
+		}
+		m.answer(hashes, first, start, done)
+	}()
+}
+
+// TestPrefetchCostWaitsPastMaxWait: under PrefetchCost (the default) a request waits for a
+// restore that takes far longer than PrefetchMaxWait while its progress says it is cheaper
+// than recomputing, where PrefetchTimeout gives up on it. No timing is asserted: the
+// restore's estimate (an hour) is far beyond the test, and its blocks arrive 5 ms apart,
+// each a hundred times past the 50 µs max wait.
+func TestPrefetchCostWaitsPastMaxWait(t *testing.T) {
+	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
+	a := newEngine(t, func(c *engine.Config) {
+		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
+			tier.mu.Lock()
+			defer tier.mu.Unlock()
+			for i, ev := range evs {
+				if ev.Kind == prefix.Stored {
+					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
+				}
+			}
+		})
+	})
+	p := seqPrompt(78, 100)
+	req := engine.Request{Prompt: p, MaxTokens: 2}
+	collect(t, a, req)
+	tier.delay = 30 * time.Millisecond // the plain Prefetch: as long as the reported one
+	for _, policy := range []engine.PrefetchPolicy{engine.PrefetchCost, engine.PrefetchTimeout} {
+		t.Run(fmt.Sprint("policy=", policy), func(t *testing.T) {
+			b := newEngine(t, func(c *engine.Config) {
+				c.Restorer = progressTier{tier, 5 * time.Millisecond}
+				c.Prefetch, c.PrefetchMaxWait = policy, 50*time.Microsecond
+			})
+			want := (len(p) - 1) / 16 * 16
+			if policy == engine.PrefetchTimeout {
+				want = 0 // gave up after 50 µs
+			}
+			if u := collect(t, b, req).usage; u.DiskTokens != want {
+				t.Errorf("restored %d disk tokens, want %d (usage %+v)", u.DiskTokens, want, u)
+			}
+		})
 	}
 }
 

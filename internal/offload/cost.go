@@ -2,6 +2,7 @@ package offload
 
 import (
 	"fmt"
+	"math"
 	"time"
 
 	"stockpot/internal/kvtier"
@@ -174,4 +175,39 @@ func (m *CostModel) Plan(blocks []Span) (n int, saved time.Duration) {
 		}
 	}
 	return n, time.Duration(best * float64(time.Second))
+}
+
+// Estimate returns the time reading blocks would take (each tier's overhead once, then its
+// bytes at its bandwidth) and the time recomputing them would (their token-equivalents at the
+// prefill rate): what Plan weighs, for the engine's prefetch wait (engine.PrefetchCost). An
+// unknown tier or no prefill rate makes the read unbounded (math.MaxInt64).
+func (m *CostModel) Estimate(blocks []Span) (restore, recompute time.Duration) {
+	var read, comp float64
+	used := make(map[kvtier.Tier]bool, 3)
+	for _, b := range blocks {
+		bw := m.bw[b.Tier]
+		if bw <= 0 {
+			return math.MaxInt64, seconds(comp)
+		}
+		if !used[b.Tier] {
+			used[b.Tier] = true
+			read += m.cfg.Overhead[b.Tier].Seconds()
+		}
+		read += float64(b.Bytes) / bw
+		if m.prefill > 0 {
+			comp += m.recompute(b)
+		}
+	}
+	if m.prefill <= 0 {
+		return math.MaxInt64, 0
+	}
+	return seconds(read), seconds(comp)
+}
+
+// seconds converts s seconds to a Duration, saturating.
+func seconds(s float64) time.Duration {
+	if s >= float64(math.MaxInt64)/float64(time.Second) {
+		return math.MaxInt64
+	}
+	return time.Duration(s * float64(time.Second))
 }

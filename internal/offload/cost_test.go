@@ -141,3 +141,33 @@ func TestReadChunk(t *testing.T) {
 		}
 	}
 }
+
+// TestEstimate: the read time is each tier's overhead once plus its bytes at its bandwidth,
+// the recompute time the blocks' tokens at the prefill rate (deeper ones dearer).
+func TestEstimate(t *testing.T) {
+	const mb = 1 << 20
+	m, err := NewCostModel(CostConfig{
+		ReadBandwidth:          map[kvtier.Tier]float64{kvtier.Host: 1000 * mb, kvtier.Disk: 100 * mb},
+		PrefillTokensPerSecond: 1000,
+		Overhead:               map[kvtier.Tier]time.Duration{kvtier.Host: 0, kvtier.Disk: time.Millisecond, kvtier.Remote: 0},
+		AttendCost:             0.001,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := []Span{{kvtier.Host, mb, 16, 0}, {kvtier.Disk, mb, 16, 16}, {kvtier.Disk, mb, 16, 32}}
+	restore, recompute := m.Estimate(spans)
+	if want := 22 * time.Millisecond; restore < want-time.Microsecond || restore > want+time.Microsecond {
+		t.Errorf("restore %v, want %v (1 ms host + 1 ms disk overhead + 2 × 10 ms disk)", restore, want)
+	}
+	// 48 tokens, each 1 + 0.001·position: 48 + 0.001·(0+…+47) = 49.128 token-equivalents.
+	if want := 49128 * time.Microsecond; recompute < want-time.Microsecond || recompute > want+time.Microsecond {
+		t.Errorf("recompute %v, want %v", recompute, want)
+	}
+	if r, c := m.Estimate(nil); r != 0 || c != 0 {
+		t.Errorf("no blocks: %v, %v", r, c)
+	}
+	if r, _ := m.Estimate([]Span{{kvtier.Tier(kvtier.Count), mb, 16, 0}}); r != math.MaxInt64 {
+		t.Errorf("a tier of unknown bandwidth: restore %v, want unbounded", r)
+	}
+}

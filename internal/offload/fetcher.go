@@ -63,6 +63,18 @@ type Request struct {
 	// is Into[i]. A block that fails leaves garbage in Into[i]. Into[i] is written only while
 	// the fetch runs: after Fetch's Future is Done (or fetch has returned) nothing writes it.
 	Into [][]byte
+	// Progress, when set, hears how the fetch goes (engine.PrefetchProgress): its plan once
+	// the cost model has chosen the blocks, then each chunk of them read and verified.
+	Progress Progress
+}
+
+// Progress receives a fetch's progress, from its goroutines; it must not block.
+type Progress interface {
+	// Plan: blocks will be read, estimated to take restore, where computing them would
+	// take recompute (CostModel.Estimate). Called once, before any Arrive.
+	Plan(blocks int, restore, recompute time.Duration)
+	// Arrive: n more of them were read and verified (or failed verification).
+	Arrive(n int)
 }
 
 // Restored is the outcome for one block of a Request.
@@ -256,6 +268,9 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	}
 	res := Result{Blocks: make([]Restored, found)}
 	if found == 0 {
+		if req.Progress != nil {
+			req.Progress.Plan(0, 0, 0)
+		}
 		return res, ctx.Err()
 	}
 	// Cost: how many leading blocks are worth reading.
@@ -272,7 +287,11 @@ func (f *Fetcher) fetch(ctx context.Context, req Request) (Result, error) {
 	}
 	f.mu.Lock()
 	n, saved := f.mu.cost.Plan(spans)
+	restore, recompute := f.mu.cost.Estimate(spans[:n])
 	f.mu.Unlock()
+	if req.Progress != nil {
+		req.Progress.Plan(n, restore, recompute)
+	}
 	res.Saved = saved
 	for i := n; i < found; i++ {
 		res.Blocks[i].Reason = tier.ReasonSlowerThanRecompute
@@ -531,6 +550,9 @@ func (f *Fetcher) readTier(ctx context.Context, ti int, req Request, idx []int, 
 					verify(part[j], got[j])
 				}
 			})
+			if req.Progress != nil {
+				req.Progress.Arrive(len(part))
+			}
 			if rc != nil && req.Into != nil && !f.promotes(t.Tier) {
 				f.recycle(rc, part, got, own, dec)
 			}

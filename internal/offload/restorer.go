@@ -58,6 +58,13 @@ func (t *Tiers) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int32,
 // for len(dst) blocks at most. nil dst is Prefetch. done is called after the last write into
 // dst (a fetch ends before its result is handed over; a job never run writes nothing).
 func (t *Tiers) PrefetchInto(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, dst [][]byte, done func(engine.Prefetched)) {
+	t.PrefetchProgress(root, hashes, tokens, first, dst, nil, done)
+}
+
+// PrefetchProgress implements engine.ProgressRestorer: PrefetchInto, telling progress (when
+// not nil) the cost model's plan and estimates, then each chunk of blocks as it is read and
+// verified (Request.Progress), so the engine's PrefetchCost can weigh the wait.
+func (t *Tiers) PrefetchProgress(root prefix.Hash, hashes []prefix.Hash, tokens []int32, first int, dst [][]byte, progress *engine.PrefetchProgress, done func(engine.Prefetched)) {
 	r := t.restorer
 	parent := root
 	if first > 0 {
@@ -69,6 +76,9 @@ func (t *Tiers) PrefetchInto(root prefix.Hash, hashes []prefix.Hash, tokens []in
 	}
 	job := prefetchJob{first: first, start: time.Now(), done: done,
 		req: Request{Root: root, Parent: parent, Hashes: hashes[first:], Tokens: tokens[first*r.block : len(hashes)*r.block], Pos: first * r.block, Into: dst}}
+	if progress != nil {
+		job.req.Progress = progress // a nil pointer in the interface would not read as nil
+	}
 	queued := false
 	r.mu.RLock()
 	if !r.mu.closed {

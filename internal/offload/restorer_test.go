@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -261,4 +262,59 @@ type countingHooks struct {
 func (h countingHooks) BlockEvents(evs []prefix.Event, kv, state [][]byte) {
 	*h.n += len(evs)
 	h.Hooks.BlockEvents(evs, kv, state)
+}
+
+// progressLog records a fetch's Progress.
+type progressLog struct {
+	mu                 sync.Mutex
+	plans              int
+	blocks, arrived    int
+	restore, recompute time.Duration
+}
+
+func (p *progressLog) Plan(blocks int, restore, recompute time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.plans++
+	p.blocks, p.restore, p.recompute = blocks, restore, recompute
+}
+
+func (p *progressLog) Arrive(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.arrived += n
+}
+
+// TestFetchProgress: a fetch tells its Progress the cost model's plan once, with its
+// estimates, then every planned block as it arrives (the engine's PrefetchCost reads them).
+func TestFetchProgress(t *testing.T) {
+	host, disk := memstore.New(), memstore.New()
+	recs := tiertest.Chain(identity, root, layout, 6, 7)
+	for i, r := range recs {
+		s := host
+		if i >= 2 {
+			s = disk
+		}
+		if err := s.Put(ctx, []tier.Item{{Key: r.Key(), Value: tiertest.Encode(r)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newFetcher(t, []TierStore{{kvtier.Host, host}, {kvtier.Disk, disk}}, nil, nil)
+	var log progressLog
+	req := request(recs)
+	req.Progress = &log
+	res := fetch(t, f, req)
+	if res.Usable != 6 || log.plans != 1 || log.blocks != 6 || log.arrived != 6 {
+		t.Fatalf("usable %d; progress %+v: want one plan of 6 blocks, 6 arrived", res.Usable, &log)
+	}
+	if log.restore <= 0 || log.recompute <= log.restore {
+		t.Errorf("estimates: restore %v, recompute %v: want 0 < restore < recompute (the plan restores only what pays)", log.restore, log.recompute)
+	}
+	var none progressLog
+	miss := request(tiertest.Chain(identity, root, layout, 2, 99))
+	miss.Progress = &none
+	fetch(t, f, miss)
+	if none.plans != 1 || none.blocks != 0 || none.arrived != 0 {
+		t.Errorf("nothing found: progress %+v, want one plan of nothing", &none)
+	}
 }

@@ -164,8 +164,9 @@ func sweep(tiers []TierStore, stop <-chan struct{}) {
 }
 
 var (
-	_ engine.Restorer     = (*Tiers)(nil)
-	_ engine.IntoRestorer = (*Tiers)(nil)
+	_ engine.Restorer         = (*Tiers)(nil)
+	_ engine.IntoRestorer     = (*Tiers)(nil)
+	_ engine.ProgressRestorer = (*Tiers)(nil)
 )
 
 // Open opens the configured stores (host, disk, remote, in that order), registers the offload
