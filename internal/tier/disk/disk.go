@@ -133,7 +133,13 @@ type Store struct {
 		clock time.Time
 		// owners: per-owner bytes and limits (owners.go).
 		owners tier.OwnerBudgets
+		// doomed: paths to unlink once the lock is released; unlinking: paths being
+		// unlinked now, with how many unlinks of each are in flight (unlink.go).
+		doomed    []string
+		unlinking map[string]int
 	}
+	// unlinked is signalled (on s.mu) when unlinks in flight end (settleLocked waits on it).
+	unlinked *sync.Cond
 	// noDirect: the file system refused O_DIRECT once; reads stay buffered (read.go).
 	noDirect atomic.Bool
 	// directReads counts files whose uncached part was read with O_DIRECT (tests, benchmarks).
@@ -180,6 +186,8 @@ func Open(cfg Config) (*Store, error) {
 		return s.mu.m, nil
 	}}
 	s.mu.m = make(map[tier.Key]*entry)
+	s.mu.unlinking = map[string]int{}
+	s.unlinked = sync.NewCond(&s.mu)
 	if err := s.collectForeign(); err != nil {
 		lock.Close()
 		return nil, err
@@ -188,6 +196,7 @@ func Open(cfg Config) (*Store, error) {
 		lock.Close()
 		return nil, err
 	}
+	s.unlinkDoomed() // what rebuild evicted past the budget
 	return s, nil
 }
 
@@ -322,7 +331,7 @@ func (s *Store) rebuild() error {
 		delete(pinFiles, f.key)
 		ttl, err := readPin(filepath.Join(s.dir, pinName(f.key)), f.key)
 		if expires := f.mtime.Add(ttl); err != nil || !expires.After(now) {
-			os.Remove(filepath.Join(s.dir, pinName(f.key))) // torn, or expired while down
+			s.doomLocked(filepath.Join(s.dir, pinName(f.key))) // torn, or expired while down
 			continue
 		}
 		last := f.mtime
@@ -332,7 +341,7 @@ func (s *Store) rebuild() error {
 		s.pinLocked(e, ttl, last.Add(ttl))
 	}
 	for k := range pinFiles { // a pin record without its block
-		os.Remove(filepath.Join(s.dir, pinName(k)))
+		s.doomLocked(filepath.Join(s.dir, pinName(k)))
 	}
 	for s.mu.used > s.cfg.CapacityBytes {
 		if s.evictLocked(true) == 0 {
@@ -422,7 +431,7 @@ func (s *Store) pinLocked(e *entry, ttl time.Duration, expires time.Time) {
 func (s *Store) unpinLocked(e *entry, link, front bool) {
 	s.mu.pins.Unpin(&e.node)
 	s.mu.pinnedBytes -= e.size
-	os.Remove(filepath.Join(s.dir, pinName(e.key)))
+	s.doomLocked(filepath.Join(s.dir, pinName(e.key)))
 	if link {
 		s.linkLocked(e, front)
 	}
@@ -434,7 +443,7 @@ func (s *Store) unpinLocked(e *entry, link, front bool) {
 func (s *Store) expiredLocked(n *lru.Node[*entry]) {
 	e := n.Value
 	s.mu.pinnedBytes -= e.size
-	os.Remove(filepath.Join(s.dir, pinName(e.key)))
+	s.doomLocked(filepath.Join(s.dir, pinName(e.key)))
 	s.linkLocked(e, false)
 }
 
@@ -470,14 +479,15 @@ func (s *Store) dropLocked(e *entry) {
 	s.mu.owners.Add(e.owner, -e.size)
 }
 
-// removeLocked drops e from the index and unlinks its file and pin record.
+// removeLocked drops e from the index and dooms its file and pin record: they are unlinked
+// once the lock is released (unlink.go).
 // REQUIRES: s.mu held; e indexed.
 func (s *Store) removeLocked(e *entry) {
 	pinned := s.pinnedLocked(e)
 	s.dropLocked(e)
-	os.Remove(filepath.Join(s.dir, fileName(e.key)))
+	s.doomLocked(filepath.Join(s.dir, fileName(e.key)))
 	if pinned {
-		os.Remove(filepath.Join(s.dir, pinName(e.key)))
+		s.doomLocked(filepath.Join(s.dir, pinName(e.key)))
 	}
 }
 
@@ -574,6 +584,7 @@ func (s *Store) get(ctx context.Context, keys []tier.Key, check func(int, []byte
 		}
 	}
 	s.mu.Unlock()
+	s.unlinkDoomed() // pins that expired (sweepNowLocked)
 	if err := s.readAll(ctx, keys, found, stamps, out, checked, check); err != nil {
 		return nil, nil, err
 	}
@@ -663,6 +674,7 @@ func (s *Store) put(it tier.Item) error {
 		return tier.TooLarge(it.Key, size, s.cfg.CapacityBytes)
 	}
 	sole := !it.Shadowed
+	defer s.unlinkDoomed() // what it evicted, after every unlock below
 	s.mu.Lock()
 	s.sweepNowLocked()
 	old := s.mu.m[it.Key]
@@ -700,6 +712,7 @@ func (s *Store) put(it tier.Item) error {
 			freed += n
 		}
 		s.mu.Unlock()
+		s.unlinkDoomed() // the space comes back only once the files are gone
 		if freed > 0 {
 			tmp, err = s.writeTemp(it, size)
 		}
@@ -712,8 +725,11 @@ func (s *Store) put(it tier.Item) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// No unlink of what this rename replaces may come after it (unlink.go).
+	s.settleLocked(filepath.Join(s.dir, fileName(it.Key)))
+	s.settleLocked(filepath.Join(s.dir, pinName(it.Key)))
 	if s.mu.closed {
-		os.Remove(tmp)
+		s.doomLocked(tmp)
 		return tier.ErrClosed
 	}
 	s.sweepNowLocked()
@@ -723,7 +739,7 @@ func (s *Store) put(it tier.Item) error {
 		ttl, _ = s.mu.pins.TTL(&old.node) // a write-back keeps the pin and its record
 	}
 	if !s.roomLocked(size, sole, ttl > 0, old) { // sole copies or pins came in meanwhile
-		os.Remove(tmp)
+		s.doomLocked(tmp)
 		s.mu.stats.Declined++
 		return nil
 	}
@@ -738,10 +754,10 @@ func (s *Store) put(it tier.Item) error {
 	ts := s.tickLocked()
 	os.Chtimes(tmp, ts, ts) // recency (and a pin's last use) for the next Open; best effort
 	if err := s.cfg.FS.Rename(tmp, filepath.Join(s.dir, fileName(it.Key))); err != nil {
-		os.Remove(tmp)
-		os.Remove(filepath.Join(s.dir, fileName(it.Key))) // the old value, now unindexed
+		s.doomLocked(tmp)
+		s.doomLocked(filepath.Join(s.dir, fileName(it.Key))) // the old value, now unindexed
 		if oldPinned {
-			os.Remove(filepath.Join(s.dir, pinName(it.Key)))
+			s.doomLocked(filepath.Join(s.dir, pinName(it.Key)))
 		}
 		return fmt.Errorf("disk: put %s: %w", it.Key, noSpace(err))
 	}
@@ -828,6 +844,7 @@ func (s *Store) Delete(ctx context.Context, keys []tier.Key) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
+	defer s.unlinkDoomed() // after the unlock below
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tier.Each(s.mu.m, keys, s.removeLocked)
@@ -863,6 +880,7 @@ func (s *Store) Unshadow(ctx context.Context, keys []tier.Key) ([]bool, error) {
 var _ tier.Unshadower = (*Store)(nil)
 
 func (s *Store) Stats() tier.Stats {
+	defer s.unlinkDoomed() // after the unlock below: pins that expired
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepNowLocked()

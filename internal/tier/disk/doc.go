@@ -63,6 +63,10 @@
 // first, so a chain's head stays more recent than its tail, and eviction takes chains from
 // the tail: what survives is a usable prefix.
 //
+// Files leave outside the lock: an eviction (or Delete, unpin, expiry) dooms their paths under
+// it, and the call that did so unlinks them once it has let the lock go, so a Get or Put never
+// waits on another's unlinks. A rename into a doomed path settles it first (unlink.go).
+//
 // # Pins
 //
 // The store is a tier.Pinner. A pinned entry leaves both LRU lists for a heap by expiry

@@ -122,6 +122,7 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 		}
 	})
 	s.mu.Unlock()
+	defer s.unlinkDoomed() // the records of unpins and of pins that expired
 	var errs []error
 	for i := range work {
 		w := &work[i]
@@ -145,12 +146,13 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 		// Rename under the lock, only if the key is still pinned with this TTL (by this Pin,
 		// or a Put that kept it): a record exists only for a pinned entry (a Delete, eviction
 		// or unpin meanwhile removed it, or would have).
+		s.settleLocked(filepath.Join(s.dir, pinName(w.e.key))) // no unlink may follow the rename
 		if !s.pinnedWithLocked(s.mu.m[w.e.key], ttl) || s.mu.closed {
-			os.Remove(w.tmp)
+			s.doomLocked(w.tmp)
 			continue
 		}
 		if err := s.cfg.FS.Rename(w.tmp, filepath.Join(s.dir, pinName(w.e.key))); err != nil {
-			os.Remove(w.tmp)
+			s.doomLocked(w.tmp)
 			errs = append(errs, fmt.Errorf("disk: pin %s: record: %w", w.e.key, noSpace(err)))
 		}
 	}
@@ -163,6 +165,7 @@ func (s *Store) Pin(ctx context.Context, keys []tier.Key, ttl time.Duration) ([]
 
 // Pins implements tier.Pinner.
 func (s *Store) Pins() []tier.PinInfo {
+	defer s.unlinkDoomed() // after the unlock below: the records of pins that expired
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepNowLocked()
@@ -173,6 +176,7 @@ func (s *Store) Pins() []tier.PinInfo {
 // operation sweeps first; calling it brings Stats and the pin records up to date on an idle
 // store.
 func (s *Store) Sweep() int {
+	defer s.unlinkDoomed() // after the unlock below
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sweepNowLocked()

@@ -111,6 +111,7 @@ func (s *Store) readOne(k tier.Key, e *entry, stamp time.Time, check func([]byte
 			s.removeLocked(e)
 		}
 		s.mu.Unlock()
+		s.unlinkDoomed()
 		s.count(false)
 		return Corrupted, false
 	}
