@@ -54,10 +54,6 @@ type serveOptions struct {
 
 	// kvZMQ publishes block events in vLLM's wire format too (--kv-events-zmq; serve_kvzmq.go).
 	kvZMQ vllmevents.PublisherConfig
-
-	// calibrate measures the quantized kernels' prefetch distances at start
-	// (kernels.CalibratePrefetch) instead of keeping the defaults.
-	calibrate bool
 }
 
 // instance is a wired server: model, engine and HTTP handlers, not yet listening.
@@ -155,9 +151,6 @@ func newInstance(o serveOptions) (*instance, error) {
 	m, err := model.Load(lf.file, in.pool)
 	if err != nil {
 		return fail(err)
-	}
-	if o.calibrate { // before any request: nothing else runs on the pool yet
-		fmt.Fprintf(o.progress, "stockpot: %s\n", kernels.CalibratePrefetch(in.pool, m.Products()))
 	}
 	reg := in.reg
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -298,7 +291,6 @@ func addServeFlags(fs *flag.FlagSet, o *serveOptions) *serveFlags {
 	fs.StringVar(&o.model, "model", defaultModel, "GGUF file, or synthetic:PRESET")
 	fs.StringVar(&sc.Addr, "addr", sc.Addr, "listen address")
 	fs.IntVar(&o.threads, "threads", runtime.NumCPU(), "compute threads")
-	fs.BoolVar(&o.calibrate, "calibrate", true, "measure the quantized kernels' prefetch distance on this machine at start (about 0.1-0.5 s for a quantized model; the values never change, only speed); false keeps the defaults")
 	fs.IntVar(&ec.BlockSize, "block-size", ec.BlockSize, "tokens per KV block")
 	f.kvMemory = fs.String("kv-memory", "auto", "working KV block pool size (e.g. 512MiB), or auto")
 	f.kvType = fs.String("kv-type", ec.KVType.String(), "K/V element type: f32, f16 or q8_0 (ggml's block_q8_0, 34 bytes per 32 values; needs a head dim that is a multiple of 32)")
@@ -343,8 +335,9 @@ func addServeFlags(fs *flag.FlagSet, o *serveOptions) *serveFlags {
 	fs.IntVar(&tc.Admission.MinPrefixTokens, "offload-min-prefix-tokens", tc.Admission.MinPrefixTokens, "write back only blocks ending at least this many tokens into their prompt")
 	f.remoteWrite = fs.String("remote-write", tc.RemoteWrite.String(), "when the remote tier is written: through (every computed block at once), selective (at once, the blocks that pass --offload-min-*), back (on eviction and shutdown, as host and disk)")
 	fs.IntVar(&tc.MaxOffloadTokens, "max-offload-tokens", tc.MaxOffloadTokens, "offload no block ending past this many tokens into its prompt (a request's max_offload_tokens caps further); 0 = no cap")
-	f.prefetch = fs.String("prefetch", ec.Prefetch.String(), "queued requests vs their tier prefetch: wait, timeout or best-effort")
-	fs.DurationVar(&ec.PrefetchMaxWait, "prefetch-timeout", ec.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead")
+	f.prefetch = fs.String("prefetch", ec.Prefetch.String(), "queued requests vs their tier prefetch: cost (wait while the cost model finds restoring the rest cheaper than recomputing it, and the restore makes progress), wait, timeout or best-effort")
+	fs.DurationVar(&ec.PrefetchMaxWait, "prefetch-timeout", ec.PrefetchMaxWait, "for --prefetch timeout: longest wait before computing instead; for cost: the wait for a prefetch's plan, and the least a restore may go without a block before it counts as stalled")
+	tierQueueFlags(fs, tc) // --tier-readers, --tier-prefetch-queue, --tier-writers, --tier-queue-blocks (serve_tiers.go)
 	f.pinBudget = fs.String("pin-budget", "auto", "working-pool memory pins (cache_control, prompt_cache_retention) may hold (e.g. 256MiB); auto = half the pool, 0 = no pins")
 	fs.IntVar(&ec.StateCheckpointBlocks, "state-checkpoint-blocks", ec.StateCheckpointBlocks, "hybrid models (qwen35, kimi-linear, kimi-k3): keep the recurrent state at the end of every N-th block; a cached prefix is reused only up to a checkpoint, so N blocks are the hit granularity, and each checkpoint's memory comes out of --kv-memory")
 	f.memLimit = fs.String("memory-limit", "auto", "soft limit of the Go heap: the collector runs harder near it rather than let the heap reach twice its live size (e.g. 20GiB); auto = 90% of the cgroup's limit (followed as it changes), or on a host without one the smaller of 75% of its memory and 90% of what is available at start, unless GOMEMLIMIT is set; off = none")

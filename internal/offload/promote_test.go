@@ -1,12 +1,15 @@
 package offload
 
 import (
+	"context"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"stockpot/internal/kvtier"
 	"stockpot/internal/tier"
+	"stockpot/internal/tier/disk"
+	"stockpot/internal/tier/hostmem"
 	"stockpot/internal/tier/memstore"
 	"stockpot/internal/tier/tiertest"
 )
@@ -85,4 +88,83 @@ func TestPromotionWiring(t *testing.T) {
 		}
 		ts.Close()
 	}
+}
+
+// TestPromotionOfALargeRestore: a restore of many more blocks than the write-back queue holds
+// (256) from the disk tier promotes every one of them to host when host has room: the
+// promotion queue is bounded by bytes, not by the write-back's entries. Counts only, no
+// timing: Close waits for the promotions.
+func TestPromotionOfALargeRestore(t *testing.T) {
+	const n = 2000
+	host, err := hostmem.New(hostmem.Config{CapacityBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsk, err := disk.Open(disk.Config{Dir: t.TempDir(), CapacityBytes: 1 << 30, IdentityDigest: identity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dsk.Close()
+	recs := tiertest.Chain(identity, root, layout, n, 5)
+	items := make([]tier.Item, n)
+	for i, r := range recs {
+		items[i] = tier.Item{Key: r.Key(), Value: tiertest.Encode(r)}
+	}
+	if err := dsk.Put(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	tiers := []TierStore{{kvtier.Host, host}, {kvtier.Disk, dsk}}
+	w, err := NewWriter(WriterConfig{Identity: identity, Layout: layout}, tiers, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFetcher(t, tiers, nil, nil)
+	f.SetPromote(w.Promote)
+	if res := fetch(t, f, request(recs)); res.Usable != n {
+		t.Fatalf("restored %d of %d blocks", res.Usable, n)
+	}
+	w.Close()
+	st := w.Stats()
+	if st.Promoted != n || st.Dropped[0] != 0 || st.Written[0] != n || host.Stats().Items != n {
+		t.Errorf("promoted %d, dropped %d, written %d, host holds %d: want all %d in host, none dropped",
+			st.Promoted, st.Dropped[0], st.Written[0], host.Stats().Items, n)
+	}
+	if res := fetch(t, f, request(recs)); res.Usable != n || res.Blocks[n-1].Tier != kvtier.Host {
+		t.Errorf("second fetch: %d usable, the last from %v: want all from host", res.Usable, res.Blocks[n-1].Tier)
+	}
+}
+
+// TestPromotionBudget: promotions past WriterConfig.PromoteBytes are dropped, and counted as
+// host queue_full drops; the rest are promoted.
+func TestPromotionBudget(t *testing.T) {
+	host := memstore.New()
+	gate := &gatedStore{Store: host, open: make(chan struct{})} // holds the worker's first Put
+	tiers := []TierStore{{kvtier.Host, gate}, {kvtier.Disk, memstore.New()}}
+	recs := tiertest.Chain(identity, root, layout, 10, 6)
+	items := make([]tier.Item, len(recs))
+	for i, r := range recs {
+		items[i] = tier.Item{Key: r.Key(), Value: tiertest.Encode(r)}
+	}
+	size := int64(len(items[0].Value))
+	w, err := NewWriter(WriterConfig{Identity: identity, Layout: layout, PromoteBytes: 4 * size}, tiers, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Promote(items)
+	close(gate.open)
+	w.Close()
+	if st := w.Stats(); st.Promoted != 4 || st.Dropped[0] != 6 || st.Written[0] != 4 {
+		t.Errorf("stats %+v: want 4 promoted and written, 6 dropped", st)
+	}
+}
+
+// gatedStore is a tier.Store whose Put waits until open is closed.
+type gatedStore struct {
+	tier.Store
+	open chan struct{}
+}
+
+func (g *gatedStore) Put(ctx context.Context, items []tier.Item) error {
+	<-g.open
+	return g.Store.Put(ctx, items)
 }

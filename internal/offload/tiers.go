@@ -61,6 +61,10 @@ type Config struct {
 	// FetchQueue is how many prefetches wait for a fetcher. Default 4096; past it a prefetch
 	// answers at once with nothing, and the request computes its prefix.
 	FetchQueue int
+	// WriteQueueBlocks is each tier's write-back queue, in blocks (`--tier-queue-blocks`;
+	// WriterConfig.QueueLen, default 256). Writers is how many goroutines write each tier
+	// (`--tier-writers`; WriterConfig.Workers, default 1). 0: the default.
+	WriteQueueBlocks, Writers int
 	// Events, when set, receives Stored and Removed for the blocks the tiers hold (the
 	// kv-events publisher's Publish; see events.go). Called from the writer's and the
 	// reconciler's goroutines: it must be safe for concurrent use and never block.
@@ -118,6 +122,8 @@ func (c Config) validate() (Config, error) {
 		return c, fmt.Errorf("offload: host tier budget %d and transfer buffer %d must not be negative", c.HostBytes, c.TransferBytes)
 	case c.FetchTimeout < 0 || c.Fetchers < 0 || c.FetchQueue < 0:
 		return c, fmt.Errorf("offload: fetch timeout %v, fetchers %d and queue %d must not be negative", c.FetchTimeout, c.Fetchers, c.FetchQueue)
+	case c.WriteQueueBlocks < 0 || c.Writers < 0:
+		return c, fmt.Errorf("offload: write queue %d blocks and %d writers must not be negative", c.WriteQueueBlocks, c.Writers)
 	}
 	return c, nil
 }
@@ -245,6 +251,7 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 	}
 	wcfg := DefaultWriterConfig()
 	wcfg.Identity, wcfg.Layout, wcfg.Admission, wcfg.Remote = cfg.Identity, cfg.Layout, cfg.Admission, cfg.RemoteWrite
+	wcfg.QueueLen, wcfg.Workers = cfg.WriteQueueBlocks, cfg.Writers // 0: the writer's defaults
 	if slices.ContainsFunc(t.tiers, func(ts TierStore) bool { return ts.Tier != kvtier.Host }) {
 		wcfg.Keys = cfg.Keys // with the host tier alone nothing leaves the process: nothing to sign
 	}
@@ -276,6 +283,9 @@ func (t *Tiers) start(reg prometheus.Registerer) error {
 		t.fetcher.SetRestored(t.events.adopt) // events.go: a restored remote block is announced
 	}
 	t.restorer = newRestorer(t.fetcher, cfg)
+	if err = reg.Register(queueLimits{t.writer, t.restorer}); err != nil { // queues.go
+		return err
+	}
 	t.pins = newPinWriter(cfg.Identity, cfg.Layout, t.tiers, t.metrics, wcfg.PutTimeout)
 	t.pins.stateBytes, t.pins.keys = cfg.StateBytes, wcfg.Keys
 	if t.events != nil {

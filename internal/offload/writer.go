@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"stockpot/internal/kvcache"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 	"stockpot/internal/tier"
 )
@@ -33,10 +34,20 @@ type WriterConfig struct {
 	Admission Admission
 	// Remote is when the remote tier is written (see WritePolicy). Default WriteSelective.
 	Remote WritePolicy
-	// QueueLen is each tier's queue, in blocks. Default 256: with 64 KiB to
-	// 2 MiB blocks, that bounds write-back memory to what one or two long
-	// prompts evict at once, per tier.
+	// QueueLen is each tier's queue, in blocks (`--tier-queue-blocks`). Default 256: with
+	// 64 KiB to 2 MiB blocks, that bounds write-back memory to what one or two long prompts
+	// evict at once, per tier. Promotions to host have a queue of their own, bounded by
+	// PromoteBytes (promote.go).
 	QueueLen int
+	// Workers is how many goroutines write each tier's queue, each one Put at a time
+	// (`--tier-writers`). Default 1: a host Put is a copy, and the disk's and Redis's own
+	// batching keeps one busy; more help a remote tier whose round trips, not its
+	// bandwidth, bound the write-back.
+	Workers int
+	// PromoteBytes bounds the promotions waiting for the host tier, in bytes of their values
+	// (promote.go). Default: the host tier's capacity (what it could hold at once; more
+	// would only evict what was just promoted). 0 with no host tier.
+	PromoteBytes int64
 	// MaxBatch blocks go to one Put. Default 16.
 	MaxBatch int
 	// PutTimeout bounds one Put. Default 5s.
@@ -74,6 +85,9 @@ func (c WriterConfig) validate() (WriterConfig, error) {
 	if c.MaxBatch <= 0 {
 		c.MaxBatch = d.MaxBatch
 	}
+	if c.Workers <= 0 {
+		c.Workers = 1
+	}
 	if c.PutTimeout <= 0 {
 		c.PutTimeout = d.PutTimeout
 	}
@@ -106,6 +120,8 @@ type WriterStats struct {
 	Failed                []uint64 // blocks whose Put returned an error
 	Spilled               []uint64 // blocks a faster tier evicted, handed to this one
 	Queued                []int    // writes waiting in each tier's queue now
+	// PromoteQueued is the promotions waiting for the host tier now (promote.go).
+	PromoteQueued int
 }
 
 // queued is one write in a tier's queue.
@@ -120,7 +136,7 @@ type tierQueue struct {
 	t                                 TierStore
 	ch                                chan queued
 	spiller                           tier.Spiller // the store, if it spills to tiers below; nil otherwise
-	done                              chan struct{}
+	workers                           sync.WaitGroup
 	dropped, written, failed, spilled atomic.Uint64
 }
 
@@ -129,6 +145,7 @@ type Writer struct {
 	cfg         WriterConfig
 	metrics     *Metrics
 	queues      []*tierQueue
+	promoter    *promoter // the host tier's promotions (promote.go); nil without a host tier
 	enqueued    atomic.Uint64
 	through     atomic.Uint64
 	promoted    atomic.Uint64
@@ -189,9 +206,12 @@ func NewWriter(cfg WriterConfig, tiers []TierStore, metrics *Metrics) (*Writer, 
 	}
 	w := &Writer{cfg: cfg, metrics: metrics}
 	for _, t := range tiers {
-		q := &tierQueue{t: t, ch: make(chan queued, cfg.QueueLen), done: make(chan struct{})}
+		q := &tierQueue{t: t, ch: make(chan queued, cfg.QueueLen)}
 		w.queues = append(w.queues, q)
 		metrics.initWriteFailures(t.Tier.String())
+		if t.Tier == kvtier.Host && w.promoter == nil {
+			w.promoter = newPromoter(q, cfg.PromoteBytes)
+		}
 	}
 	// Each Spiller's evictions go to the Unshadowers below it. Safe without w.mu: a spill
 	// comes from a Put on the spilling tier's worker, and Close closes the queues in tier
@@ -213,7 +233,13 @@ func NewWriter(cfg WriterConfig, tiers []TierStore, metrics *Metrics) (*Writer, 
 		}
 	}
 	for _, q := range w.queues {
-		go w.run(q)
+		q.workers.Add(cfg.Workers)
+		for range cfg.Workers {
+			go w.run(q)
+		}
+	}
+	if w.promoter != nil {
+		go w.runPromote(w.promoter)
 	}
 	return w, nil
 }
@@ -310,8 +336,10 @@ func (w *Writer) enqueue(ev Evicted, kv []byte, wait bool) bool {
 	return sent
 }
 
+// run is one of q's workers (WriterConfig.Workers): it takes up to MaxBatch queued writes at
+// a time and puts them, until q's queue is closed and empty.
 func (w *Writer) run(q *tierQueue) {
-	defer close(q.done)
+	defer q.workers.Done()
 	batch := make([]queued, 0, w.cfg.MaxBatch)
 	var items []tier.Item
 	for it := range q.ch {
@@ -330,28 +358,34 @@ func (w *Writer) run(q *tierQueue) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), w.cfg.PutTimeout)
 		items = w.maybeUnshadow(ctx, q, batch, items[:0])
-		if len(items) > 0 {
-			start := time.Now()
-			err := q.t.Store.Put(ctx, items)
-			w.metrics.ObserveWrite(q.t.Tier.String(), time.Since(start))
-			if w.cfg.OnPut != nil {
-				w.cfg.OnPut(q.t, items, err)
-			}
-			// Nothing is retried here (a store retries what it can, as the disk does on
-			// ENOSPC): the block is recomputed if it is ever needed.
-			failed := 0
-			for reason, n := range writeFailures(err, len(items)) {
-				w.metrics.WriteFailed(q.t.Tier.String(), reason, n)
-				failed += n
-			}
-			failed = min(failed, len(items))
-			q.failed.Add(uint64(failed))
-			q.written.Add(uint64(len(items) - failed))
-		}
+		w.put(ctx, q, items)
 		cancel()
 		clear(batch) // drop references to the values
 		clear(items)
 	}
+}
+
+// put writes items to q's tier in one Put and counts the outcome (written, failed by
+// reason, OnPut). Nothing is retried here (a store retries what it can, as the disk does on
+// ENOSPC): a block that failed is recomputed if it is ever needed.
+func (w *Writer) put(ctx context.Context, q *tierQueue, items []tier.Item) {
+	if len(items) == 0 {
+		return
+	}
+	start := time.Now()
+	err := q.t.Store.Put(ctx, items)
+	w.metrics.ObserveWrite(q.t.Tier.String(), time.Since(start))
+	if w.cfg.OnPut != nil {
+		w.cfg.OnPut(q.t, items, err)
+	}
+	failed := 0
+	for reason, n := range writeFailures(err, len(items)) {
+		w.metrics.WriteFailed(q.t.Tier.String(), reason, n)
+		failed += n
+	}
+	failed = min(failed, len(items))
+	q.failed.Add(uint64(failed))
+	q.written.Add(uint64(len(items) - failed))
 }
 
 // maybeUnshadow turns the spills in batch into Unshadow calls: a key the tier holds becomes
@@ -403,9 +437,12 @@ func (w *Writer) Close() {
 		w.mu.Lock()
 		w.closed = true
 		w.mu.Unlock()
+		if w.promoter != nil {
+			w.promoter.close() // its Puts to host may spill to the queues below
+		}
 		for _, q := range w.queues {
 			close(q.ch)
-			<-q.done
+			q.workers.Wait()
 			if q.spiller != nil {
 				q.spiller.SpillTo(nil) // the queues below are about to close
 			}
@@ -422,6 +459,9 @@ func (w *Writer) Stats() WriterStats {
 		st.Failed = append(st.Failed, q.failed.Load())
 		st.Spilled = append(st.Spilled, q.spilled.Load())
 		st.Queued = append(st.Queued, len(q.ch))
+	}
+	if w.promoter != nil {
+		st.PromoteQueued, _ = w.promoter.depth()
 	}
 	return st
 }
