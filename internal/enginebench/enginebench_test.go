@@ -8,17 +8,21 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/cpu"
+
 	"stockpot/internal/gguf"
 	"stockpot/internal/kernels"
 	"stockpot/internal/kvcache"
 	"stockpot/internal/llamaref"
 	"stockpot/internal/model"
+	"stockpot/internal/quant"
 	"stockpot/internal/synth"
 )
 
@@ -125,6 +129,9 @@ func load(b *testing.B, path string, pool *kernels.Pool, maxTokens, nKV int) (*o
 	if err != nil {
 		b.Fatal(err)
 	}
+	// As serve does at start (--calibrate): the prefetch distances measured on this machine.
+	cal := kernels.CalibratePrefetch(pool, m.Products())
+	calibrations.Store(filepath.Base(path), cal.String())
 	c := m.Config()
 	const bs = 16
 	per := (maxTokens + bs - 1) / bs
@@ -325,6 +332,36 @@ type tableRow struct {
 	cells     []cell
 }
 
+// calibrations is each model file's prefetch calibration (load), for the table's notes.
+var calibrations sync.Map
+
+// cpuDescription names the CPU the table ran on: /proc/cpuinfo's model name and the
+// instruction sets the kernels choose between.
+func cpuDescription() string {
+	name := runtime.GOARCH
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+				name = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	x := &cpu.X86
+	var flags []string
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{x.HasAVX2, "avx2"}, {x.HasFMA, "fma"}, {x.HasF16C, "f16c"}, {x.HasAVX512F, "avx512f"}, {x.HasAVX512BW, "avx512bw"},
+		{x.HasAVX512VL, "avx512vl"}, {x.HasAVX512VNNI, "avx512vnni"}, {x.HasAVX512BF16, "avx512bf16"}, {x.HasAMXTile, "amx-tile"}} {
+		if f.on {
+			flags = append(flags, f.name)
+		}
+	}
+	return fmt.Sprintf("%s, %d CPUs (%s; kernels %s, quantized %s)", name, runtime.NumCPU(), strings.Join(flags, " "),
+		kernels.SIMD(), quant.Kernel())
+}
+
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -433,7 +470,13 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 	}
 	fmt.Printf("\nStockpot vs native llama.cpp, presets %s and %s (Q4_K_M: every row a multiple of 256), %d threads, K/V f16, flash attention off.\n", preset, kquantPreset, threads)
 	fmt.Printf("Measured alternately in one run, best of %d rounds each; load average %s at start, %s at end (other processes share the CPU).\n", nRounds, start, loadAvg())
-	fmt.Printf("memcpy: %.1f GB/s read+written (%d threads). BW = weight bytes per forward pass × passes/s, and its share of memcpy.\n\n", memcpy, threads)
+	fmt.Printf("CPU: %s.\n", cpuDescription())
+	fmt.Printf("memcpy: %.1f GB/s read+written (%d threads). BW = weight bytes per forward pass × passes/s, and its share of memcpy.\n", memcpy, threads)
+	calibrations.Range(func(k, v any) bool {
+		fmt.Printf("%s: %s\n", k, v)
+		return true
+	})
+	fmt.Println()
 	fmt.Printf("| weights | test | Stockpot tok/s | llama.cpp tok/s | ratio | Stockpot BW | llama.cpp BW |\n")
 	fmt.Printf("|---|---|---:|---:|---:|---:|---:|\n")
 	for _, r := range rows {

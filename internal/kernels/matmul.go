@@ -49,6 +49,14 @@ type tileKernels struct {
 // reference path.
 var simd *tileKernels
 
+// SIMD names the float kernels' instruction set in use: avx512, avx2 or go (portable).
+func SIMD() string {
+	if simd == nil {
+		return "go"
+	}
+	return simd.name
+}
+
 // typeIndex maps the float weight types to tileKernels.tiles' first index.
 func typeIndex(t gguf.Type) int {
 	switch t {

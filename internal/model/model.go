@@ -32,6 +32,7 @@ type Model struct {
 	outputNorm []float32
 	output     *kernels.Weight
 	layers     []layer
+	products   []*kernels.Weight // Products
 	rope       kernels.RoPEParams
 	scratch    scratch
 	fns        rowFns    // built once (initRowFns): per-call closures would allocate every step
@@ -76,8 +77,12 @@ func Load(f *gguf.File, pool *kernels.Pool) (*Model, error) {
 		m.rope.Factors = ld.vector("rope_freqs.weight", cfg.RopeDims/2)
 	}
 	m.layers = make([]layer, cfg.Layers)
+	if !cfg.Tied && len(ld.products) > 0 {
+		ld.products = ld.products[1:] // token_embd is read a row per token, never multiplied
+	}
 	if cfg.Kimi() {
 		m.loadKimi(&ld)
+		m.products = ld.products
 		if ld.err != nil {
 			return nil, ld.err
 		}
@@ -85,6 +90,7 @@ func Load(f *gguf.File, pool *kernels.Pool) (*Model, error) {
 	}
 	if cfg.Arch == ArchQwen35 {
 		m.loadHybrid(&ld)
+		m.products = ld.products
 		if ld.err != nil {
 			return nil, ld.err
 		}
@@ -113,16 +119,24 @@ func Load(f *gguf.File, pool *kernels.Pool) (*Model, error) {
 			l.kNorm = ld.vector(p+"attn_k_norm.weight", cfg.HeadDim)
 		}
 	}
+	m.products = ld.products
 	if ld.err != nil {
 		return nil, ld.err
 	}
 	return m, nil
 }
 
+// Products returns the weights the forward pass multiplies by, in load order (every matrix
+// but a token embedding that is not also the output): what a decode step streams, for
+// calibration (kernels.CalibratePrefetch). The slice is the model's; do not modify it.
+func (m *Model) Products() []*kernels.Weight { return m.products }
+
 // loader fetches tensors by name, checking shape and type; the first error sticks.
 type loader struct {
 	f   *gguf.File
 	err error
+	// products is every matrix loaded so far (matrix), in order.
+	products []*kernels.Weight
 }
 
 func (ld *loader) tensor(name string, dims ...int) (gguf.TensorInfo, []byte) {
@@ -165,7 +179,9 @@ func (ld *loader) matrix(name string, rows, cols int) *kernels.Weight {
 		ld.err = fmt.Errorf("%w: tensor %s row length %d is not a multiple of %s's block %d", ErrUnsupported, name, cols, ti.Type, ti.Type.BlockSize())
 		return nil
 	}
-	return &kernels.Weight{Type: ti.Type, Rows: rows, Cols: cols, Data: data}
+	w := &kernels.Weight{Type: ti.Type, Rows: rows, Cols: cols, Data: data}
+	ld.products = append(ld.products, w)
+	return w
 }
 
 // vector loads an f32 vector of n elements as a view of the mapping.

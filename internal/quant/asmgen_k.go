@@ -131,19 +131,21 @@ func (k kernel) prologue(sig string, doc ...string) {
 	}
 	p("\tMOVQ nb+%d(FP), CX", 8+8*r)
 	p("\tMOVQ acc+%d(FP), DX", 16+8*r)
+	p("\tMOVQ ·prefetchAhead(SB), R14")
 }
 
-// prefetchAhead is how far ahead of the weight pointer the loops prefetch:
-// rows are consecutive, so this is the stream of the next rows (or the
-// next super-blocks of this one). Without it one core streams Q4_K/Q6_K
-// weights at about 14 GB/s; with it at 20+. A prefetch never faults and
-// never changes a value.
-const prefetchAhead = 2048
+// The loops prefetch ·prefetchAhead bytes (prefetch.go) ahead of the weight
+// pointer, loaded into R14 by the prologue: rows are consecutive, so this is
+// the stream of the next rows (or the next super-blocks of this one). Without
+// it one core streams Q4_K/Q6_K weights at about 14 GB/s; with it at 20+.
+// The best distance depends on the machine, so start-up calibration sets it
+// (kernels.CalibratePrefetch). A prefetch never faults and never changes a
+// value.
 
 // prefetch emits the prefetches that cover one super-block of n bytes.
 func prefetch(n int) {
 	for off := 0; off < n; off += 64 {
-		p("\tPREFETCHT0 %d(SI)", prefetchAhead+off)
+		p("\tPREFETCHT0 %d(SI)(R14*1)", off)
 	}
 }
 

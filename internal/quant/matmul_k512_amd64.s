@@ -156,13 +156,13 @@ TEXT ·q4_KRows2x1(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Z15
 	MOVL $0x80000000, AX
 	VPBROADCASTD AX, Y26
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q4_KRows2x1_pfok
 q4_KRows2x1_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q4_KRows2x1_pfok
 	SHLQ $1, R14
 	JMP q4_KRows2x1_pf
@@ -371,13 +371,13 @@ TEXT ·q4_KRows2x2(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Z15
 	MOVL $0x80000000, AX
 	VPBROADCASTD AX, Y26
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q4_KRows2x2_pfok
 q4_KRows2x2_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q4_KRows2x2_pfok
 	SHLQ $1, R14
 	JMP q4_KRows2x2_pf
@@ -650,13 +650,13 @@ TEXT ·q4_KRows2x3(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Z15
 	MOVL $0x80000000, AX
 	VPBROADCASTD AX, Y26
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q4_KRows2x3_pfok
 q4_KRows2x3_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q4_KRows2x3_pfok
 	SHLQ $1, R14
 	JMP q4_KRows2x3_pf
@@ -992,13 +992,13 @@ TEXT ·q4_KRows2x4(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Z15
 	MOVL $0x80000000, AX
 	VPBROADCASTD AX, Y26
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q4_KRows2x4_pfok
 q4_KRows2x4_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q4_KRows2x4_pfok
 	SHLQ $1, R14
 	JMP q4_KRows2x4_pf
@@ -1399,13 +1399,13 @@ TEXT ·q5_KRows2x1(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x10101010, AX
 	VPBROADCASTD AX, Z16
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q5_KRows2x1_pfok
 q5_KRows2x1_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q5_KRows2x1_pfok
 	SHLQ $1, R14
 	JMP q5_KRows2x1_pf
@@ -1639,13 +1639,13 @@ TEXT ·q5_KRows2x2(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x10101010, AX
 	VPBROADCASTD AX, Z16
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q5_KRows2x2_pfok
 q5_KRows2x2_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q5_KRows2x2_pfok
 	SHLQ $1, R14
 	JMP q5_KRows2x2_pf
@@ -1940,13 +1940,13 @@ TEXT ·q5_KRows2x3(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x10101010, AX
 	VPBROADCASTD AX, Z16
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q5_KRows2x3_pfok
 q5_KRows2x3_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q5_KRows2x3_pfok
 	SHLQ $1, R14
 	JMP q5_KRows2x3_pf
@@ -2301,13 +2301,13 @@ TEXT ·q5_KRows2x4(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x10101010, AX
 	VPBROADCASTD AX, Z16
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q5_KRows2x4_pfok
 q5_KRows2x4_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q5_KRows2x4_pfok
 	SHLQ $1, R14
 	JMP q5_KRows2x4_pf
@@ -2722,13 +2722,13 @@ TEXT ·q6_KRows2x1(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x30303030, AX
 	VPBROADCASTD AX, Z14
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q6_KRows2x1_pfok
 q6_KRows2x1_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q6_KRows2x1_pfok
 	SHLQ $1, R14
 	JMP q6_KRows2x1_pf
@@ -2916,13 +2916,13 @@ TEXT ·q6_KRows2x2(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x30303030, AX
 	VPBROADCASTD AX, Z14
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q6_KRows2x2_pfok
 q6_KRows2x2_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q6_KRows2x2_pfok
 	SHLQ $1, R14
 	JMP q6_KRows2x2_pf
@@ -3159,13 +3159,13 @@ TEXT ·q6_KRows2x3(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x30303030, AX
 	VPBROADCASTD AX, Z14
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q6_KRows2x3_pfok
 q6_KRows2x3_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q6_KRows2x3_pfok
 	SHLQ $1, R14
 	JMP q6_KRows2x3_pf
@@ -3450,13 +3450,13 @@ TEXT ·q6_KRows2x4(SB), NOSPLIT, $0-64
 	VPBROADCASTD AX, Y26
 	MOVL $0x30303030, AX
 	VPBROADCASTD AX, Z14
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q6_KRows2x4_pfok
 q6_KRows2x4_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q6_KRows2x4_pfok
 	SHLQ $1, R14
 	JMP q6_KRows2x4_pf

@@ -59,13 +59,13 @@ TEXT ·q8_0Pairs1(SB), NOSPLIT, $0-56
 	MOVQ outs+48(FP), DX
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z16
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q8_0Pairs1_pfok
 q8_0Pairs1_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q8_0Pairs1_pfok
 	SHLQ $1, R14
 	JMP q8_0Pairs1_pf
@@ -150,13 +150,13 @@ TEXT ·q8_0Pairs2(SB), NOSPLIT, $0-56
 	MOVQ outs+48(FP), DX
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z16
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q8_0Pairs2_pfok
 q8_0Pairs2_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q8_0Pairs2_pfok
 	SHLQ $1, R14
 	JMP q8_0Pairs2_pf
@@ -278,13 +278,13 @@ TEXT ·q8_0Pairs3(SB), NOSPLIT, $0-56
 	MOVQ outs+48(FP), DX
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z16
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q8_0Pairs3_pfok
 q8_0Pairs3_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q8_0Pairs3_pfok
 	SHLQ $1, R14
 	JMP q8_0Pairs3_pf
@@ -443,13 +443,13 @@ TEXT ·q8_0Pairs4(SB), NOSPLIT, $0-56
 	MOVQ outs+48(FP), DX
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z16
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q8_0Pairs4_pfok
 q8_0Pairs4_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q8_0Pairs4_pfok
 	SHLQ $1, R14
 	JMP q8_0Pairs4_pf
@@ -646,13 +646,13 @@ TEXT ·q8_0Rows4(SB), NOSPLIT, $0-48
 	MOVQ out+40(FP), DX
 	MOVL $0x80808080, AX
 	VPBROADCASTD AX, Z16
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $4, R14
 	TESTQ R14, R14
 	JZ q8_0Rows4_pfok
 q8_0Rows4_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q8_0Rows4_pfok
 	SHLQ $1, R14
 	JMP q8_0Rows4_pf
@@ -746,13 +746,13 @@ TEXT ·q4_0Pairs1(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z16
 	MOVL $0xcc, AX
 	KMOVW AX, K1
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q4_0Pairs1_pfok
 q4_0Pairs1_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q4_0Pairs1_pfok
 	SHLQ $1, R14
 	JMP q4_0Pairs1_pf
@@ -843,13 +843,13 @@ TEXT ·q4_0Pairs2(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z16
 	MOVL $0xcc, AX
 	KMOVW AX, K1
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q4_0Pairs2_pfok
 q4_0Pairs2_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q4_0Pairs2_pfok
 	SHLQ $1, R14
 	JMP q4_0Pairs2_pf
@@ -977,13 +977,13 @@ TEXT ·q4_0Pairs3(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z16
 	MOVL $0xcc, AX
 	KMOVW AX, K1
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q4_0Pairs3_pfok
 q4_0Pairs3_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q4_0Pairs3_pfok
 	SHLQ $1, R14
 	JMP q4_0Pairs3_pf
@@ -1148,13 +1148,13 @@ TEXT ·q4_0Pairs4(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z16
 	MOVL $0xcc, AX
 	KMOVW AX, K1
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q4_0Pairs4_pfok
 q4_0Pairs4_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q4_0Pairs4_pfok
 	SHLQ $1, R14
 	JMP q4_0Pairs4_pf
@@ -1357,13 +1357,13 @@ TEXT ·q4_0Rows4(SB), NOSPLIT, $0-48
 	VPBROADCASTD AX, Z16
 	MOVL $0xcc, AX
 	KMOVW AX, K1
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $4, R14
 	TESTQ R14, R14
 	JZ q4_0Rows4_pfok
 q4_0Rows4_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q4_0Rows4_pfok
 	SHLQ $1, R14
 	JMP q4_0Rows4_pf
@@ -1465,13 +1465,13 @@ TEXT ·q5_0Pairs1(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z17
 	MOVL $0xcc, AX
 	KMOVW AX, K1
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q5_0Pairs1_pfok
 q5_0Pairs1_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q5_0Pairs1_pfok
 	SHLQ $1, R14
 	JMP q5_0Pairs1_pf
@@ -1570,13 +1570,13 @@ TEXT ·q5_0Pairs2(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z17
 	MOVL $0xcc, AX
 	KMOVW AX, K1
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q5_0Pairs2_pfok
 q5_0Pairs2_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q5_0Pairs2_pfok
 	SHLQ $1, R14
 	JMP q5_0Pairs2_pf
@@ -1712,13 +1712,13 @@ TEXT ·q5_0Pairs3(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z17
 	MOVL $0xcc, AX
 	KMOVW AX, K1
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q5_0Pairs3_pfok
 q5_0Pairs3_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q5_0Pairs3_pfok
 	SHLQ $1, R14
 	JMP q5_0Pairs3_pf
@@ -1891,13 +1891,13 @@ TEXT ·q5_0Pairs4(SB), NOSPLIT, $0-56
 	VPBROADCASTD AX, Z17
 	MOVL $0xcc, AX
 	KMOVW AX, K1
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $2, R14
 	TESTQ R14, R14
 	JZ q5_0Pairs4_pfok
 q5_0Pairs4_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q5_0Pairs4_pfok
 	SHLQ $1, R14
 	JMP q5_0Pairs4_pf
@@ -2108,13 +2108,13 @@ TEXT ·q5_0Rows4(SB), NOSPLIT, $0-48
 	VPBROADCASTD AX, Z17
 	MOVL $0xcc, AX
 	KMOVW AX, K1
-	// R14: the prefetch distance, whole groups of rows, at least 8192 bytes.
+	// R14: the prefetch distance, whole groups of rows, at least ·prefetchBytes.
 	MOVQ R13, R14
 	IMULQ $4, R14
 	TESTQ R14, R14
 	JZ q5_0Rows4_pfok
 q5_0Rows4_pf:
-	CMPQ R14, $8192
+	CMPQ R14, ·prefetchBytes(SB)
 	JAE q5_0Rows4_pfok
 	SHLQ $1, R14
 	JMP q5_0Rows4_pf
