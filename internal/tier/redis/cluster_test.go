@@ -85,11 +85,19 @@ func commandCalls(t *testing.T, a *goredis.Client, cmd string) int {
 }
 
 // A prefix's blocks spread over all three masters; a batch read is one MGET per slot (a
-// block and its pin record share one), never a cross-slot MGET and never a GET per key.
+// block and its pin record share one), never a cross-slot MGET and never a GET per key sent
+// by the client. With the read's TTL refresh (the default) each slot also runs one EVALSHA in
+// the same pipeline, whose GETs of pin records run inside Redis (INFO counts them); without
+// it, the read is the MGETs alone.
 func TestClusterSpreadAndMGetPerSlot(t *testing.T) {
-	c := startCluster3(t)
+	for _, refresh := range []bool{false, true} {
+		t.Run(fmt.Sprint("refresh=", refresh), func(t *testing.T) { testClusterMGetPerSlot(t, startCluster3(t), refresh) })
+	}
+}
+
+func testClusterMGetPerSlot(t *testing.T, c *cluster, refresh bool) {
 	digest := randomDigest()
-	s := clusterStore(t, c, Config{IdentityDigest: digest})
+	s := clusterStore(t, c, Config{IdentityDigest: digest, NoReadRefresh: !refresh})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 48, 71)
 	if err := s.Put(ctx, tiertest.Items(recs)); err != nil {
 		t.Fatal(err)
@@ -110,10 +118,14 @@ func TestClusterSpreadAndMGetPerSlot(t *testing.T) {
 			t.Errorf("master %d holds %d keys, want %d (of 48) and not 0", i, n, perNode[i])
 		}
 	}
-	var mgetBefore, getBefore int
+	if _, err := s.Get(ctx, tiertest.Keys(recs)); err != nil { // the masters cache the script
+		t.Fatal(err)
+	}
+	var mgetBefore, getBefore, evalBefore int
 	for i := range c.nodes {
 		mgetBefore += commandCalls(t, c.admin(i), "mget")
 		getBefore += commandCalls(t, c.admin(i), "get")
+		evalBefore += commandCalls(t, c.admin(i), "evalsha") + commandCalls(t, c.admin(i), "eval")
 	}
 	vals, err := s.Get(ctx, tiertest.Keys(recs))
 	if err != nil {
@@ -124,13 +136,19 @@ func TestClusterSpreadAndMGetPerSlot(t *testing.T) {
 			t.Fatalf("block %d: %v", i, err)
 		}
 	}
-	var mget, get int
+	var mget, get, eval int
 	for i := range c.nodes {
 		mget += commandCalls(t, c.admin(i), "mget")
 		get += commandCalls(t, c.admin(i), "get")
+		eval += commandCalls(t, c.admin(i), "evalsha") + commandCalls(t, c.admin(i), "eval")
 	}
-	if mget-mgetBefore != len(slots) || get != getBefore {
-		t.Fatalf("a read of %d keys in %d slots ran %d MGETs and %d GETs; want %d and 0", len(recs), len(slots), mget-mgetBefore, get-getBefore, len(slots))
+	wantEval, wantGet := 0, 0
+	if refresh {
+		wantEval, wantGet = len(slots), len(recs) // one script a slot; its GET of each pin record
+	}
+	if mget-mgetBefore != len(slots) || get-getBefore != wantGet || eval-evalBefore != wantEval {
+		t.Fatalf("a read of %d keys in %d slots ran %d MGETs, %d GETs and %d scripts; want %d, %d and %d",
+			len(recs), len(slots), mget-mgetBefore, get-getBefore, eval-evalBefore, len(slots), wantGet, wantEval)
 	}
 	if st := s.BreakerStats(); st.FailedCalls != 0 || st.SkippedKeys != 0 {
 		t.Fatalf("breaker stats %+v after a clean run", st)

@@ -13,6 +13,30 @@
 // with a TTL (Config.TTL), so a Redis without an eviction policy still
 // forgets blocks nobody reads.
 //
+// # TTLs
+//
+// A read refreshes what it finds (unless Config.NoReadRefresh): in the read's own round trip
+// (the MGET and a script, one pipeline; one per slot on a cluster) an unpinned block's TTL
+// is pushed out to Config.TTL again, so a block expires TTL after its last read, not its
+// write. The script reads each block's pin record first: a pinned block gets its pin's
+// refresh (see Pins) and never the default, so a read can neither shorten a pin nor stretch
+// a short one to the default; a read never shortens any TTL, never gives a TTL to a key that
+// has none, and creates nothing for a miss.
+//
+// Why one key per block and not a value per group of blocks: a key is named by the block's
+// own hash, which is all a writer (one evicted block, its parent's hash) and a reader (the
+// prompt's chain) share; a group's key would need its first block's hash, which a write-back
+// (leaf first, one block at a time) does not know, and a value holding several blocks would
+// be rewritten (or appended to, by several replicas at once) as its chain grows, and would
+// expire, pin and drop as one. And it would buy little: a batch is already one round trip
+// (an MGET; the writes one pipeline), and BenchmarkRestore measures Redis's memory per
+// cached token and restore throughput with a key per block and with 8 blocks a key. What
+// Redis adds over the records' bytes is mostly the allocator's size classes, not the keys: a
+// record a little over a class boundary (512 KiB of K/V and its header) takes the next class
+// (640 KiB), +27% with a key per block; grouped by 8 it was +41% there, +24% against +18% at
+// 192 KiB, and 3 points better at 8 KiB blocks; the MGET of 8 times fewer keys was no faster
+// beyond noise. So a key per block stays, and grouping has no flag.
+//
 // # Redis Cluster
 //
 // A redis+cluster:// URL (or a *redis.ClusterClient given to New) is a cluster. A batch is
@@ -37,9 +61,10 @@
 // hash tag of the record is the whole block key, so on a cluster both live in one slot. A
 // Get reads each block and its record together (one MGET for the batch on a single server,
 // one per slot on a cluster) and, for a pinned block, a Lua script refreshes both TTLs (in
-// the same pipeline for the pins this process knows, right after for ones it finds): so a
+// the same pipeline: for every block read under the default read refresh, see TTLs; with
+// NoReadRefresh, for the pins this process knows, and right after for ones it finds): so a
 // read by any replica refreshes a pin. An unpinned
-// block is only read, and Put writes it with Config.TTL as before (a write-back of a block
+// block is read (and its TTL refreshed; see TTLs), and Put writes it with Config.TTL as before (a write-back of a block
 // this process knows pinned keeps its pin). Pin sets or removes records (an unpin brings
 // the block's TTL back to at most Config.TTL). When a record expires the block is an
 // unpinned one again until its own TTL ends. Delete removes both. A TTL is only as good as
@@ -69,6 +94,17 @@
 //
 // The breaker's counters are in BreakerStats (and on /metrics; see Redis Cluster above).
 //
-// Stats: hits and misses are this process's. Redis is shared and evicts on
-// its own, so UsedBytes, Items and CapacityBytes are not tracked (0).
+// # Stats
+//
+// Hits and misses are this process's. Redis is shared and evicts and expires on its own, so
+// what it holds is measured from Redis, not counted from this replica's writes: Items and
+// UsedBytes are the block keys under the store's prefix (this model, every tenant, every
+// replica's writes) counted by SCAN and their values' bytes by a pipelined STRLEN per page
+// (the records' bytes, as host and disk count theirs; Redis's per-key overhead is not in
+// them), and CapacityBytes is the server's maxmemory (0: none; summed over a cluster's
+// masters). Stats never waits for it: it returns the last measurement and starts the next
+// one in the background once Config.UsageEvery (10 s) has passed since the last began, one
+// at a time, none while the breaker is open (usage.go). A SCAN page of 1000 keys and its
+// STRLENs are two round trips: a million blocks take about 2000 of them, a few seconds,
+// every UsageEvery at most.
 package redis

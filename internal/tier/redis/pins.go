@@ -39,6 +39,39 @@ end
 return out
 `)
 
+// touchScript is refreshScript for a read that also refreshes unpinned blocks (Config's
+// NoReadRefresh false): over pairs (block key, pin key), a pinned block is refreshed as
+// refreshScript does, and an unpinned one that exists with a TTL under ARGV[1] ms gets that
+// TTL (a read never shortens a TTL, and never touches a block with no TTL). It returns 1 per
+// pair pinned, else 0. A pin is never shortened by it: an unpinned block's TTL is only set
+// when its pair has no pin record.
+var touchScript = goredis.NewScript(`
+local ttl = tonumber(ARGV[1])
+local out = {}
+for i = 1, #KEYS, 2 do
+  local p = tonumber(redis.call('GET', KEYS[i+1]) or '')
+  if p and p > 0 then
+    redis.call('PEXPIRE', KEYS[i+1], p)
+    if redis.call('PTTL', KEYS[i]) < p then redis.call('PEXPIRE', KEYS[i], p) end
+    out[#out+1] = 1
+  else
+    local t = redis.call('PTTL', KEYS[i])
+    if t >= 0 and t < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
+    out[#out+1] = 0
+  end
+end
+return out
+`)
+
+// readScript is the script a read runs in its pipeline over the pairs it refreshes, and its
+// arguments: touchScript over every key read, or refreshScript over the pins known.
+func (s *Store) readScript() (*goredis.Script, []any) {
+	if s.cfg.NoReadRefresh {
+		return refreshScript, nil
+	}
+	return touchScript, []any{ms(s.cfg.TTL)}
+}
+
 // pinScript pins (ARGV[1] > 0 ms) or unpins the blocks of pairs (block key, pin key) that
 // exist: a pin writes the record with that TTL and extends the block's TTL to at least it;
 // an unpin removes the record and brings the block's TTL back to at most the default
@@ -240,6 +273,7 @@ func (s *Store) read(ctx context.Context, keys []tier.Key, known []tier.Key) ([]
 	}
 	vals := make([][]byte, len(keys))
 	pins := make([]time.Duration, len(keys))
+	sc, args := s.readScript()
 	var refresh *goredis.Cmd
 	var fromMGet *goredis.SliceCmd
 	names := make([]string, 0, 2*len(keys))
@@ -260,7 +294,7 @@ func (s *Store) read(ctx context.Context, keys []tier.Key, known []tier.Key) ([]
 			for _, k := range known {
 				pairs = append(pairs, s.key(k), s.pinKey(k))
 			}
-			refresh = refreshScript.EvalSha(ctx, p, pairs)
+			refresh = sc.EvalSha(ctx, p, pairs, args...)
 			return nil
 		})
 	}
@@ -279,7 +313,7 @@ func (s *Store) read(ctx context.Context, keys []tier.Key, known []tier.Key) ([]
 		pins[i] = pinValue(res[len(keys)+i])
 	}
 	if noScript { // a restarted server: send the script whole (EVAL caches it)
-		if _, err := s.runPairs(ctx, refreshScript, known); err != nil {
+		if _, err := s.runPairs(ctx, sc, known, args...); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -294,6 +328,7 @@ func (s *Store) readCluster(ctx context.Context, keys []tier.Key, known []tier.K
 	vals := make([][]byte, len(keys))
 	pins := make([]time.Duration, len(keys))
 	groups := s.groupBySlot(keys)
+	sc, args := s.readScript()
 	knownIn := make([][]tier.Key, len(groups)) // the known pins of each group
 	if len(known) > 0 {
 		isKnown := make(map[tier.Key]bool, len(known))
@@ -323,7 +358,7 @@ func (s *Store) readCluster(ctx context.Context, keys []tier.Key, known []tier.K
 		for _, k := range knownIn[gi] {
 			pairs = append(pairs, s.key(k), s.pinKey(k))
 		}
-		refresh[gi] = refreshScript.EvalSha(ctx, p, pairs)
+		refresh[gi] = sc.EvalSha(ctx, p, pairs, args...)
 		return []goredis.Cmder{mgets[gi], refresh[gi]}
 	})
 	if err != nil {
@@ -349,7 +384,7 @@ func (s *Store) readCluster(ctx context.Context, keys []tier.Key, known []tier.K
 		}
 	}
 	if len(again) > 0 {
-		if _, err := s.runPairs(ctx, refreshScript, again); err != nil {
+		if _, err := s.runPairs(ctx, sc, again, args...); err != nil {
 			return nil, nil, err
 		}
 	}

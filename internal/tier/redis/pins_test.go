@@ -25,7 +25,8 @@ func pttl(t *testing.T, c goredis.UniversalClient, key string) time.Duration {
 
 // What Redis shows: a pinned block's key has a TTL of at least the retention, its pin
 // record exactly the retention; a read by any replica refreshes both; an unpinned block's
-// TTL is the default and is not refreshed; an unpin brings the key back to the default.
+// TTL is the default and, with NoReadRefresh, is not refreshed (TestReadRefreshesTTL: the
+// default refreshes it); an unpin brings the key back to the default.
 func TestPinTTLs(t *testing.T) {
 	for name, cluster := range map[string]bool{"server": false, "cluster": true} {
 		t.Run(name, func(t *testing.T) {
@@ -38,11 +39,11 @@ func TestPinTTLs(t *testing.T) {
 			digest := randomDigest()
 			open := func() *Store {
 				if !cluster {
-					return openStore(t, srv.url(), Config{IdentityDigest: digest, TTL: time.Hour})
+					return openStore(t, srv.url(), Config{IdentityDigest: digest, TTL: time.Hour, NoReadRefresh: true})
 				}
 				c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{srv.addr()}, MaxRetries: -1})
 				t.Cleanup(func() { c.Close() })
-				s, err := New(c, Config{IdentityDigest: digest, TTL: time.Hour})
+				s, err := New(c, Config{IdentityDigest: digest, TTL: time.Hour, NoReadRefresh: true})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -140,11 +141,11 @@ func TestPinTTLs(t *testing.T) {
 }
 
 // A pin record expires on Redis's clock; afterwards the block is an unpinned one: read, not
-// refreshed, until its own TTL.
+// refreshed (with NoReadRefresh), until its own TTL.
 func TestPinRecordExpires(t *testing.T) {
 	srv := startServer(t)
 	digest := randomDigest()
-	s := openStore(t, srv.url(), Config{IdentityDigest: digest, TTL: time.Hour})
+	s := openStore(t, srv.url(), Config{IdentityDigest: digest, TTL: time.Hour, NoReadRefresh: true})
 	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 1, 61)
 	items := tiertest.Items(recs)
 	items[0].PinTTL = 2 * time.Hour

@@ -24,8 +24,15 @@ type Config struct {
 	IdentityDigest [32]byte
 	// KeyPrefix starts every key. Default "stockpot".
 	KeyPrefix string
-	// TTL of every written block. Default 24h.
+	// TTL of every written block (--remote-cache-ttl). Default 24h. Unless NoReadRefresh, a
+	// read pushes an unpinned block's TTL out to TTL again (see the package doc, "TTLs").
 	TTL time.Duration
+	// NoReadRefresh leaves an unpinned block's TTL as its write set it: it expires TTL after
+	// it was last written, however often it is read (--remote-cache-ttl-refresh=false).
+	NoReadRefresh bool
+	// UsageEvery is the least time between two measurements of what the store holds in
+	// Redis (Stats' UsedBytes, Items and CapacityBytes; see usage.go). Default 10s.
+	UsageEvery time.Duration
 	// CallTimeout bounds each batch call. Default 250ms: a remote read that
 	// takes longer is usually slower than recomputing the prefix.
 	CallTimeout time.Duration
@@ -48,7 +55,7 @@ type Config struct {
 // DefaultConfig returns the defaults above; IdentityDigest must be set.
 func DefaultConfig() Config {
 	return Config{KeyPrefix: "stockpot", TTL: 24 * time.Hour, CallTimeout: 250 * time.Millisecond,
-		BreakerFailures: 5, BreakerCooldown: 5 * time.Second}
+		BreakerFailures: 5, BreakerCooldown: 5 * time.Second, UsageEvery: 10 * time.Second}
 }
 
 func (c Config) validate() (Config, error) {
@@ -64,6 +71,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.CallTimeout <= 0 {
 		c.CallTimeout = d.CallTimeout
+	}
+	if c.UsageEvery <= 0 {
+		c.UsageEvery = d.UsageEvery
 	}
 	if c.BreakerFailures <= 0 {
 		c.BreakerFailures = d.BreakerFailures
@@ -97,6 +107,8 @@ type Store struct {
 		skipped      uint64                    // keys of a cluster batch whose master was skipped or failed
 		pins         map[tier.Key]tier.PinInfo // this process's view; see Pins
 	}
+
+	usage usageState // the last measurement of what Redis holds (usage.go)
 }
 
 var (
@@ -199,6 +211,7 @@ func credentials(tc *tls.Config, password string, cfg Config) (*tls.Config, stri
 
 // Close closes the client if Open made it.
 func (s *Store) Close() error {
+	s.usage.close()
 	if s.owned {
 		return s.client.Close()
 	}
@@ -247,10 +260,14 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 		return make([][]byte, 0), ctx.Err()
 	}
 	now := s.cfg.Now()
-	var known []tier.Key // pinned as far as this process knows: refreshed in the read's pipeline
+	touch := !s.cfg.NoReadRefresh // every key's TTL is refreshed in the read's pipeline
+	var known []tier.Key          // pinned as far as this process knows: refreshed in the read's pipeline
 	var knownSet map[tier.Key]bool
+	if touch {
+		known = keys
+	}
 	s.mu.Lock()
-	if len(s.mu.pins) > 0 {
+	if !touch && len(s.mu.pins) > 0 {
 		for _, k := range keys {
 			if p, ok := s.mu.pins[k]; ok && p.Expires.After(now) {
 				if knownSet == nil {
@@ -270,7 +287,7 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 		}
 		var found []tier.Key // pinned, but not by what this process knew: refresh now
 		for i, k := range keys {
-			if out[i] != nil && pinTTL[i] > 0 && !knownSet[k] {
+			if !touch && out[i] != nil && pinTTL[i] > 0 && !knownSet[k] {
 				found = append(found, k)
 			}
 		}
@@ -494,13 +511,17 @@ func (s *Store) Contains(ctx context.Context, keys []tier.Key) ([]bool, error) {
 	return out, nil
 }
 
-// Stats returns this process's hits and misses, and the pins of its view (PinnedItems; see
-// Pins and the package doc).
+// Stats returns this process's hits and misses, the pins of its view (PinnedItems; see
+// Pins and the package doc), and the last measurement of what Redis holds under this
+// store's prefix (UsedBytes, Items; CapacityBytes is the servers' maxmemory, 0 for none),
+// starting a new one when it is older than Config.UsageEvery (see usage.go).
 func (s *Store) Stats() tier.Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.sweepLocked(s.cfg.Now())
-	return tier.Stats{Hits: s.mu.hits, Misses: s.mu.misses, PinnedItems: int64(len(s.mu.pins))}
+	u := s.maybeMeasure()
+	return tier.Stats{Hits: s.mu.hits, Misses: s.mu.misses, PinnedItems: int64(len(s.mu.pins)),
+		UsedBytes: u.Bytes, Items: u.Blocks, CapacityBytes: u.MaxMemory}
 }
 
 // BreakerOpen reports whether calls are being skipped now: the store's breaker is open, or on
