@@ -168,6 +168,9 @@ func NewFetcher(cfg FetcherConfig, tiers []TierStore, metrics *Metrics) (*Fetche
 		return nil, err
 	}
 	f := &Fetcher{cfg: cfg, tiers: tiers, metrics: metrics}
+	for _, t := range tiers {
+		metrics.ReadBytes(t.Tier.String(), 0) // the series reads 0 from the start
+	}
 	f.mu.cost = cost
 	f.mu.flight = make(map[flightKey]*call)
 	return f, nil
@@ -656,6 +659,7 @@ func (f *Fetcher) get(ctx context.Context, ti int, keys []tier.Key, check func(i
 		}
 		close(done)
 		f.mu.Unlock()
+		f.metrics.ReadBytes(t.Tier.String(), bytes)
 		getErr = err
 	}
 	for j, c := range joinedCalls {

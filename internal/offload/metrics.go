@@ -37,13 +37,15 @@ type Metrics struct {
 	discarded *prometheus.CounterVec
 	dropped   *prometheus.CounterVec
 	failures  *prometheus.CounterVec
+	readBytes *prometheus.CounterVec
 	stall     prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them with reg:
 // stockpot_kv_offload_read_seconds{tier}, stockpot_kv_offload_write_seconds{tier},
 // stockpot_kv_blocks_discarded_total{reason}, stockpot_kv_offload_dropped_writes_total{tier},
-// stockpot_kv_tier_write_failures_total{tier,reason}, stockpot_kv_restore_stall_seconds_total.
+// stockpot_kv_tier_write_failures_total{tier,reason}, stockpot_kv_tier_read_bytes_total{tier},
+// stockpot_kv_restore_stall_seconds_total.
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	// 50 µs (a host-RAM batch) to ~3 s (a remote read that timed out).
 	buckets := prometheus.ExponentialBuckets(50e-6, 4, 9)
@@ -64,11 +66,15 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "stockpot_kv_tier_write_failures_total",
 			Help: "Write-backs that did not reach a tier, by tier and reason (queue_full, no_space, too_large, timeout, unavailable, io_error).",
 		}, []string{"tier", "reason"}),
+		readBytes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockpot_kv_tier_read_bytes_total",
+			Help: "Bytes of records read from an offload tier by restores (the values its batched reads returned, before verification).",
+		}, []string{"tier"}),
 		stall: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "stockpot_kv_restore_stall_seconds_total", Help: "Time requests waited on restores.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.read, m.write, m.discarded, m.dropped, m.failures, m.stall} {
+	for _, c := range []prometheus.Collector{m.read, m.write, m.discarded, m.dropped, m.failures, m.readBytes, m.stall} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -84,6 +90,14 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 func (m *Metrics) ObserveRead(tier string, d time.Duration) {
 	if m != nil {
 		m.read.WithLabelValues(tier).Observe(d.Seconds())
+	}
+}
+
+// ReadBytes counts n bytes read from tier (stockpot_kv_tier_read_bytes_total). n 0 makes the
+// tier's series read 0 (NewFetcher does it for every tier it reads).
+func (m *Metrics) ReadBytes(tier string, n int64) {
+	if m != nil && n >= 0 {
+		m.readBytes.WithLabelValues(tier).Add(float64(n))
 	}
 }
 
