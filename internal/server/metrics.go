@@ -223,7 +223,9 @@ var (
 	descKVRatio = prometheus.NewDesc("stockpot_kv_cache_usage_ratio",
 		"Share of the working pool's KV blocks held by running requests and pins (0 to 1); cached prefix blocks nobody holds count as free.", nil, nil)
 	descEvictions = prometheus.NewDesc("stockpot_kv_cache_evictions_total", "KV blocks evicted.", []string{"tier"}, nil)
-	descMinReuse  = prometheus.NewDesc("stockpot_prefix_cache_min_reusable_tokens",
+	descKVBlocks  = prometheus.NewDesc("stockpot_kv_cache_blocks",
+		"KV blocks a tier holds: device, in use or cached; a lower tier, its items (Redis: measured from Redis, see internal/tier/redis).", []string{"tier"}, nil)
+	descMinReuse = prometheus.NewDesc("stockpot_prefix_cache_min_reusable_tokens",
 		"Shortest prompt prefix a later request can reuse: the block size, or for a hybrid model the state checkpoint granularity (block size x --state-checkpoint-blocks).", nil, nil)
 	descStateBytes = prometheus.NewDesc("stockpot_kv_state_checkpoint_bytes",
 		"Bytes of one recurrent-state checkpoint (a hybrid model's state at a block end).", nil, nil)
@@ -235,7 +237,7 @@ var (
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descRunning, descWaiting, descQueuedPrefill, descKVUsage, descKVCached, descKVCapacity, descKVRatio, descEvictions,
-		descMinReuse, descStateBytes, descCheckpoints, descCheckpointsDropped} {
+		descKVBlocks, descMinReuse, descStateBytes, descCheckpoints, descCheckpointsDropped} {
 		ch <- d
 	}
 }
@@ -254,6 +256,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descKVRatio, prometheus.GaugeValue, ratio)
 	ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(st.Evictions), kvtier.Device.String())
+	ch <- prometheus.MustNewConstMetric(descKVBlocks, prometheus.GaugeValue, float64(st.KVBlocksUsed+st.KVBlocksCached), kvtier.Device.String())
 	if st.MinReusableTokens > 0 {
 		ch <- prometheus.MustNewConstMetric(descMinReuse, prometheus.GaugeValue, float64(st.MinReusableTokens))
 	}
@@ -270,5 +273,6 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descKVUsage, prometheus.GaugeValue, float64(t.UsedBytes), t.Tier.String())
 		ch <- prometheus.MustNewConstMetric(descKVCapacity, prometheus.GaugeValue, float64(t.CapacityBytes), t.Tier.String())
 		ch <- prometheus.MustNewConstMetric(descEvictions, prometheus.CounterValue, float64(t.Evictions), t.Tier.String())
+		ch <- prometheus.MustNewConstMetric(descKVBlocks, prometheus.GaugeValue, float64(t.Items), t.Tier.String())
 	}
 }

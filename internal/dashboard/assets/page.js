@@ -286,11 +286,13 @@
   function tiersTable(s) {
     var used = byLabel(s, "stockpot_kv_cache_usage_bytes", "tier"), cached = byLabel(s, "stockpot_kv_cache_cached_bytes", "tier"),
       cap = byLabel(s, "stockpot_kv_cache_capacity_bytes", "tier"), ev = byLabel(s, "stockpot_kv_cache_evictions_total", "tier"),
-      q = byLabel(s, "stockpot_kv_offload_queue_depth", "tier");
+      q = byLabel(s, "stockpot_kv_offload_queue_depth", "tier"), blocks = byLabel(s, "stockpot_kv_cache_blocks", "tier"),
+      rd = byLabel(s, "stockpot_kv_tier_read_bytes_total", "tier");
     var body = Object.keys(cap).map(function (t) {
-      return [t, bytes(used[t] || 0), cached[t] !== undefined ? bytes(cached[t]) : "", bytes(cap[t]), fmt(ev[t] || 0), q[t] !== undefined ? fmt(q[t]) : ""];
+      return [t, bytes(used[t] || 0), cached[t] !== undefined ? bytes(cached[t]) : "", blocks[t] !== undefined ? fmt(blocks[t]) : "",
+        bytes(cap[t]), fmt(ev[t] || 0), rd[t] !== undefined ? bytes(rd[t]) : "", q[t] !== undefined ? fmt(q[t]) : ""];
     });
-    table("t-tiers", ["tier", "in use", "cached", "capacity", "evictions", "write queue"], body);
+    table("t-tiers", ["tier", "in use", "cached", "blocks", "capacity", "evictions", "read", "write queue"], body);
   }
 
   // --- recent requests, newest first, each with its evidence chain ---
