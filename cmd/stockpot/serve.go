@@ -339,6 +339,7 @@ func addServeFlags(fs *flag.FlagSet, o *serveOptions) *serveFlags {
 	f.remotePasswordFile = fs.String("remote-cache-password-file", "", "file holding the remote tier's Redis password (AUTH), in place of one in the --remote-cache URL")
 	f.remoteCAFile = fs.String("remote-cache-ca-file", "", "PEM CA that a rediss:// --remote-cache server's certificate must chain to, in place of the system's")
 	fs.DurationVar(&tc.Remote.CallTimeout, "remote-call-timeout", redis.DefaultConfig().CallTimeout, "bound on each remote tier call (a batched read or write); a call past it fails, counts toward the breaker, and its blocks are computed instead")
+	remoteTTLFlags(fs, &tc.Remote) // --remote-cache-ttl, --remote-cache-ttl-refresh (serve_redis.go)
 	fs.IntVar(&tc.Admission.MinHits, "offload-min-hits", tc.Admission.MinHits, "offload only blocks that at least this many requests reused")
 	fs.IntVar(&tc.Admission.MinPrefixTokens, "offload-min-prefix-tokens", tc.Admission.MinPrefixTokens, "write back only blocks ending at least this many tokens into their prompt")
 	f.remoteWrite = fs.String("remote-write", tc.RemoteWrite.String(), "when the remote tier is written: through (every computed block at once), selective (at once, the blocks that pass --offload-min-*), back (on eviction and shutdown, as host and disk)")
