@@ -206,8 +206,8 @@ func port(t *testing.T, c *corev1.Container, name string) int32 {
 
 func TestManifestsDecodeStrictly(t *testing.T) {
 	o := load(t)
-	if len(o.statefulSets) != 2 || len(o.deployments) != 1 || len(o.pdbs) < 2 || len(o.secrets) != 2 || len(o.netpols) != 1 {
-		t.Fatalf("objects: %d StatefulSets, %d Deployments, %d PDBs, %d Secrets, %d NetworkPolicies; want serve and redis, the router, a PDB each for serve and router, the keys' and Redis TLS's Secrets, Redis's NetworkPolicy",
+	if len(o.statefulSets) != 3 || len(o.deployments) != 1 || len(o.pdbs) < 2 || len(o.secrets) != 2 || len(o.netpols) != 1 {
+		t.Fatalf("objects: %d StatefulSets, %d Deployments, %d PDBs, %d Secrets, %d NetworkPolicies; want serve, redis and its replica, the router, a PDB each for serve and router, the keys' and Redis TLS's Secrets, Redis's NetworkPolicy",
 			len(o.statefulSets), len(o.deployments), len(o.pdbs), len(o.secrets), len(o.netpols))
 	}
 	// Strictness itself: an unknown field and a misspelt one are refused.
@@ -601,9 +601,10 @@ func TestRedisAuthTLSAndNetworkPolicy(t *testing.T) {
 	if err != nil || sel.Empty() {
 		t.Fatalf("NetworkPolicy %s: selector %v (%v)", np.Name, np.Spec.PodSelector, err)
 	}
+	isRedis := func(name string) bool { return name == rs.Name || name == "stockpot-redis-replica" }
 	for _, w := range o.workloads() {
-		if sel.Matches(labels.Set(w.pod.Labels)) != (w.name == rs.Name) {
-			t.Errorf("NetworkPolicy %s: selects %s %v, want only the Redis pods", np.Name, w.name, sel.Matches(labels.Set(w.pod.Labels)))
+		if sel.Matches(labels.Set(w.pod.Labels)) != isRedis(w.name) {
+			t.Errorf("NetworkPolicy %s: selects %s %v, want only the Redis pods (primary and replica)", np.Name, w.name, sel.Matches(labels.Set(w.pod.Labels)))
 		}
 	}
 	if !slices.Equal(np.Spec.PolicyTypes, []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}) || len(np.Spec.Ingress) != 1 {
@@ -613,17 +614,60 @@ func TestRedisAuthTLSAndNetworkPolicy(t *testing.T) {
 	if len(rule.Ports) != 1 || rule.Ports[0].Port.IntValue() != int(tlsPort) {
 		t.Errorf("NetworkPolicy %s: ports %v, want only %d", np.Name, rule.Ports, tlsPort)
 	}
-	if len(rule.From) != 1 || rule.From[0].PodSelector == nil || rule.From[0].NamespaceSelector != nil || rule.From[0].IPBlock != nil {
-		t.Fatalf("NetworkPolicy %s: from %v, want one pod selector of this namespace", np.Name, rule.From)
-	}
-	from, err := metav1.LabelSelectorAsSelector(rule.From[0].PodSelector)
-	if err != nil || from.Empty() {
-		t.Fatalf("NetworkPolicy %s: from selector %v (%v)", np.Name, rule.From[0].PodSelector, err)
+	var from []labels.Selector
+	for _, peer := range rule.From {
+		if peer.PodSelector == nil || peer.NamespaceSelector != nil || peer.IPBlock != nil {
+			t.Fatalf("NetworkPolicy %s: from %v, want pod selectors of this namespace", np.Name, rule.From)
+		}
+		sel, err := metav1.LabelSelectorAsSelector(peer.PodSelector)
+		if err != nil || sel.Empty() {
+			t.Fatalf("NetworkPolicy %s: from selector %v (%v)", np.Name, peer.PodSelector, err)
+		}
+		from = append(from, sel)
 	}
 	for _, w := range o.workloads() {
 		_, _, f := stockpot(t, w.pod.Spec)
-		if uses := len(f["remote-cache"]) > 0; from.Matches(labels.Set(w.pod.Labels)) != uses {
-			t.Errorf("NetworkPolicy %s: admits %s %v, want exactly the pods with --remote-cache", np.Name, w.name, !uses)
+		admitted := slices.ContainsFunc(from, func(s labels.Selector) bool { return s.Matches(labels.Set(w.pod.Labels)) })
+		if want := len(f["remote-cache"]) > 0 || isRedis(w.name); admitted != want {
+			t.Errorf("NetworkPolicy %s: admits %s %v, want exactly the pods with --remote-cache and the Redis pods (replication)", np.Name, w.name, admitted)
 		}
+	}
+}
+
+// The replica (redis-replica.yaml) runs as the primary does (TLS only, the same password,
+// certificate and memory policy: once promoted it serves as the primary did) and follows the
+// Service that serve's --remote-cache names, over TLS, with that password; no workload but
+// Redis's own selects its pods through Service stockpot-redis.
+func TestRedisReplica(t *testing.T) {
+	o := load(t)
+	primary, replica := o.statefulSet(t, "stockpot-redis"), o.statefulSet(t, "stockpot-redis-replica")
+	pa, ra := args(primary.Spec.Template.Spec.Containers[0]), args(replica.Spec.Template.Spec.Containers[0])
+	for flag, v := range pa {
+		if !slices.Equal(ra[flag], v) && flag != "replicaof" {
+			t.Errorf("replica --%s %v, primary %v: want the same", flag, ra[flag], v)
+		}
+	}
+	_, _, flags := stockpot(t, o.statefulSet(t, "stockpot-serve").Spec.Template.Spec)
+	u, err := url.Parse(flags["remote-cache"][0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var replicaof []string // --replicaof takes two values: host and port
+	if a := replica.Spec.Template.Spec.Containers[0].Args; slices.Index(a, "--replicaof") >= 0 && slices.Index(a, "--replicaof")+2 < len(a) {
+		i := slices.Index(a, "--replicaof")
+		replicaof = a[i+1 : i+3]
+	}
+	if want := []string{u.Hostname(), u.Port()}; !slices.Equal(replicaof, want) {
+		t.Errorf("replica --replicaof %v, want %v (serve's --remote-cache)", replicaof, want)
+	}
+	if !slices.Equal(ra["tls-replication"], []string{"yes"}) || !slices.Equal(ra["masterauth"], pa["requirepass"]) {
+		t.Errorf("replica --tls-replication %v --masterauth %v: want yes and the primary's --requirepass %v", ra["tls-replication"], ra["masterauth"], pa["requirepass"])
+	}
+	if o.service(u.Hostname()) == nil {
+		t.Fatalf("serve's --remote-cache host %s is no Service", u.Hostname())
+	}
+	if sel := labels.SelectorFromSet(o.service(u.Hostname()).Spec.Selector); !sel.Matches(labels.Set(primary.Spec.Template.Labels)) || sel.Matches(labels.Set(replica.Spec.Template.Labels)) {
+		t.Errorf("Service %s selects the primary %v, the replica %v: want the primary only", u.Hostname(),
+			sel.Matches(labels.Set(primary.Spec.Template.Labels)), sel.Matches(labels.Set(replica.Spec.Template.Labels)))
 	}
 }
