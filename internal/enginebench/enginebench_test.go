@@ -55,7 +55,7 @@ func benchTests() (map[string]bool, int) {
 			on[strings.TrimSpace(t)] = true
 		}
 	} else {
-		for _, t := range []string{"pp512", "pp2048", "tg", "batched"} {
+		for _, t := range []string{"pp512", "pp2048", "tg", "served", "batched"} {
 			on[t] = true
 		}
 	}
@@ -389,6 +389,10 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 			o.prefill(b, 64, 0) // warm up: page the mapping in, size the scratch buffers
 			row := tableRow{preset: m.preset, kind: k.name, bytesStep: weightBytes(b, path)}
 			tgKey := fmt.Sprintf("tg%d", decodeTokens)
+			var served *servedReplica
+			if on["served"] {
+				served = startServed(b, path)
+			}
 			best := map[string]float64{}
 			keep := func(k string, v float64) { best[k] = max(best[k], v) }
 			for b.Loop() {
@@ -401,7 +405,7 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 					}
 				}
 				tg := 0
-				if on["tg"] {
+				if on["tg"] || on["served"] { // the served row is against llama-bench's tg too
 					tg = decodeTokens
 				}
 				for range nRounds {
@@ -425,6 +429,9 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 					}
 					if on["tg"] {
 						keep(tgKey, o.decode(b, 1, 0, decodeTokens))
+					}
+					if served != nil {
+						keep("served", served.decode(b, decodeTokens, len(best)))
 					}
 					if !on["batched"] {
 						continue
@@ -450,6 +457,9 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 				{"pp512", "pp512", cell{"prefill 512", best["pp512"], best["ref pp512"], 0}},
 				{"pp2048", "pp2048", cell{"prefill 2048", best["pp2048"], best["ref pp2048"], 0}},
 				{"tg", tgKey, cell{fmt.Sprintf("decode 1 stream (%s)", tgKey), best[tgKey], best["ref "+tgKey], 1}},
+				// What a serve client reads (HTTP, SSE, scheduler, sampler, detokenizer),
+				// against llama-bench's engine-level number.
+				{"served", tgKey, cell{fmt.Sprintf("decode 1 stream, served (API, SSE, %s)", tgKey), best["served"], best["ref "+tgKey], 1}},
 				{"batched", "batched", cell{fmt.Sprintf("decode %d streams (pp%d+tg%d)", streams, streamPrompt, streamGen), best["batched"], best["ref batched"], 1.0 / streams}},
 			}
 			for _, a := range all {
