@@ -167,7 +167,7 @@ type CacheTier struct {
 	Tier          string `json:"tier"`
 	Blocks        int64  `json:"blocks"`
 	Bytes         int64  `json:"bytes"`
-	CapacityBytes int64  `json:"capacity_bytes"` // 0: no budget of its own (Redis)
+	CapacityBytes int64  `json:"capacity_bytes"` // Redis: the server's maxmemory (0: none), measured with its blocks and bytes (internal/tier/redis, Stats)
 	// The working pool only: blocks held by running requests, cached for reuse, and free.
 	UsedBlocks   *int `json:"used_blocks,omitempty"`
 	CachedBlocks *int `json:"cached_blocks,omitempty"`

@@ -48,7 +48,8 @@ type OwnerLimiter interface {
 }
 
 // Stats is a snapshot of a store's counters. Capacity is 0 when the store has
-// no byte budget of its own (memstore, Redis).
+// no byte budget of its own (memstore); Redis reports its server's maxmemory, and its
+// UsedBytes and Items as measured from Redis, not counted (see package redis).
 type Stats struct {
 	UsedBytes     int64
 	CapacityBytes int64
