@@ -88,6 +88,7 @@ type seq struct {
 	usage     Usage
 	admitted  bool // usage cache split fixed at first admission
 	preempted int
+	blend     *blendSeq // chunk blending (blend.go); nil without
 
 	enqueued, started, firstToken, lastToken time.Time
 	cancelled                                bool
@@ -121,7 +122,8 @@ type Delivery struct {
 // Plan is the work of one forward step: for each item, tokens at consecutive positions.
 type Plan struct {
 	Items    []PlanItem
-	Restores []Restore // copies into blocks to do before the forward pass
+	Restores []Restore   // copies into blocks to do before the forward pass
+	Blends   []BlendCopy // chunk K/V placed into blocks before the forward pass (blend.go)
 }
 
 // PlanItem is one sequence's share of a step.
@@ -330,6 +332,7 @@ func (c *Core) Add(id uint64, req *Request, root prefix.Hash, seed uint64, now t
 		s.sampler.forced = *req.FirstToken
 	}
 	s.root, s.public, s.mark = c.splitChain(req, root)
+	s.blend = newBlendSeq(req, root)
 	s.enqueued = now
 	s.usage.PromptTokens = len(req.Prompt)
 	if c.states != nil {
@@ -933,6 +936,8 @@ func (c *Core) Schedule(now time.Time) *Plan {
 	plan := &c.plan
 	clear(plan.Items) // the last step's: hold no block tables or checkpoints through them
 	plan.Items, plan.Restores = plan.Items[:0], c.pendingRestores
+	clear(plan.Blends)
+	plan.Blends = plan.Blends[:0]
 	c.pendingRestores = nil
 	// Decode: sequences whose prompt is computed have exactly one uncomputed token.
 	for i := 0; i < len(c.running); i++ {
@@ -983,6 +988,10 @@ func (c *Core) Schedule(now time.Time) *Plan {
 		if s.computed >= len(s.tokens)-1 {
 			continue // decoding (handled above)
 		}
+		if left, ok := c.planBlend(s, plan, budget); ok {
+			budget = left
+			continue
+		}
 		n := min(len(s.tokens)-s.computed, budget)
 		end := s.computed + n
 		plan.Items = append(plan.Items, PlanItem{Seq: s.id, Tokens: s.tokens[s.computed:end], Pos: s.computed, Blocks: s.blocks, WantLogits: end == len(s.tokens),
@@ -1024,6 +1033,7 @@ func (c *Core) preemptFor(s *seq, now time.Time) bool {
 		}
 		c.running = append(c.running[:i], c.running[i+1:]...)
 		c.cache.abort(v.id)
+		c.resetBlend(v)
 		c.cache.release(reverse(v.blocks))
 		v.blocks = nil
 		v.computed, v.committed = 0, 0
@@ -1044,6 +1054,9 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 		s, ok := c.seqs[it.Seq]
 		if !ok || s.state != stateRunning {
 			c.retireCheckpoints(it.Checkpoints)
+			continue
+		}
+		if c.advanceBlend(s, it) {
 			continue
 		}
 		s.computed = it.Pos + len(it.Tokens)
@@ -1207,6 +1220,7 @@ func (c *Core) finish(s *seq, reason string, now time.Time) {
 		}
 	}
 	c.cache.abort(s.id)
+	c.resetBlend(s)
 	c.cache.release(reverse(s.blocks))
 	c.pins.unreserve(s.id)
 	s.blocks = nil

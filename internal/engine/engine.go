@@ -312,6 +312,9 @@ func (e *Engine) Generate(ctx context.Context, req *Request) (<-chan Output, err
 			return nil, fmt.Errorf("%w: pin %d: %d tokens for %v; want tokens >= 0 and a TTL > 0", ErrInvalid, i, p.Tokens, p.TTL)
 		}
 	}
+	if err := e.checkBlend(req); err != nil {
+		return nil, err
+	}
 	seed := req.Sampling.Seed
 	if !req.Sampling.HasSeed {
 		seed = rand.Uint64()
@@ -642,6 +645,7 @@ func (e *Engine) run() {
 		e.flushEvents(plan.Restores)
 		e.reportDiscards()
 		e.applyRestores(plan.Restores)
+		e.applyBlends(plan.Blends)
 		if len(plan.Items) == 0 {
 			e.publishStats()
 			e.stepDone()

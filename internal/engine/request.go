@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"stockpot/internal/blend"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/miss"
 	"stockpot/internal/prefix"
@@ -69,6 +70,9 @@ type Request struct {
 	// advances past FirstToken, so every later token is the one a single replica would have
 	// made after it; its logprobs are this engine's.
 	FirstToken *int32
+	// Blend, when set, marks chunks of the prompt to cache on their own and blend at their
+	// positions (blend.go, package blend); nil: no blending, outputs as without the feature.
+	Blend *blend.Spec
 }
 
 // MaxPins is the most pins one request may ask for (Anthropic allows 4 breakpoints).
@@ -153,6 +157,9 @@ type Usage struct {
 	// reused at: a hybrid model's StateCheckpointBlocks (it resumes only from a recurrent-
 	// state checkpoint), 0 (read as 1: every block) for other models. HitClass reads it.
 	ReuseUnitBlocks int
+	// Blend reports a blended request's chunks (nil without Request.Blend); its
+	// BlendedTokens are neither cached nor computed tokens (see BlendUsage).
+	Blend *BlendUsage
 
 	QueueMs   float64
 	RestoreMs float64

@@ -1,0 +1,177 @@
+package engine_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"testing"
+
+	"stockpot/internal/blend"
+	"stockpot/internal/engine"
+	"stockpot/internal/gguf"
+	"stockpot/internal/kernels"
+	"stockpot/internal/model"
+	"stockpot/internal/synth"
+)
+
+// loadPreset builds and loads a synth preset.
+func loadPreset(t *testing.T, name string) *model.Model {
+	t.Helper()
+	w, err := synth.Build(name, synth.Options{Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := w.WriteTo(&buf); err != nil {
+		t.Fatal(err)
+	}
+	f, err := gguf.Parse(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Load(f, kernels.NewPool(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func engineFor(t *testing.T, m *model.Model, mutate func(*engine.Config)) *engine.Engine {
+	t.Helper()
+	cfg := engine.DefaultConfig()
+	cfg.Identity = []byte("blend-test")
+	cfg.KVMemory = 8 << 20
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	e, err := engine.New(m, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := e.CheckInvariants(); err != nil {
+			t.Errorf("invariants after test: %v", err)
+		}
+		e.Close()
+	})
+	return e
+}
+
+// ragPrompt is a system prompt, two retrieved chunks and a question; the chunks' marks.
+func ragPrompt(order bool) ([]int32, []blend.Chunk) {
+	sys, a, b, q := seqPrompt(21, 40), seqPrompt(22, 48)[1:], seqPrompt(23, 41)[1:], seqPrompt(24, 13)[1:]
+	if !order {
+		a, b = b, a
+	}
+	p := append(append(append(append([]int32(nil), sys...), a...), b...), q...)
+	return p, []blend.Chunk{{Start: len(sys), End: len(sys) + len(a)}, {Start: len(sys) + len(a), End: len(sys) + len(a) + len(b)}}
+}
+
+func greedy(prompt []int32, spec *blend.Spec) engine.Request {
+	return engine.Request{Prompt: prompt, MaxTokens: 8, Sampling: engine.SamplingParams{Temperature: 0}, IgnoreEOS: true, Logprobs: 4, Blend: spec}
+}
+
+func sameOutput(t *testing.T, what string, have, want result) {
+	t.Helper()
+	if len(have.tokens) != len(want.tokens) {
+		t.Fatalf("%s: %d tokens, want %d", what, len(have.tokens), len(want.tokens))
+	}
+	for i := range want.tokens {
+		if have.tokens[i] != want.tokens[i] || math.Float32bits(have.logprobs[i]) != math.Float32bits(want.logprobs[i]) {
+			t.Fatalf("%s: token %d is %d (logprob %v), want %d (%v) bitwise", what, i, have.tokens[i], have.logprobs[i], want.tokens[i], want.logprobs[i])
+		}
+	}
+}
+
+// TestBlendFullRecomputeIsPrefill is the oracle: recompute 1 gives bitwise a full prefill's
+// output, cold (the chunks computed by the request itself) and warm (found cached, at other
+// positions), on llama and qwen3; and a blended request commits nothing approximate.
+func TestBlendFullRecomputeIsPrefill(t *testing.T) {
+	for _, preset := range []string{"tiny-llama-spm", "tiny-qwen3"} {
+		t.Run(preset, func(t *testing.T) {
+			m := loadPreset(t, preset)
+			for _, order := range []bool{true, false} {
+				prompt, chunks := ragPrompt(order)
+				want := collect(t, engineFor(t, m, nil), greedy(prompt, nil))
+				e := engineFor(t, m, nil)
+				if !order {
+					// Warm: the chunks were cached by a request that placed them elsewhere.
+					p, c := ragPrompt(true)
+					collect(t, e, greedy(p, &blend.Spec{Chunks: c, Recompute: 1}))
+				}
+				have := collect(t, e, greedy(prompt, &blend.Spec{Chunks: chunks, Recompute: 1}))
+				sameOutput(t, "recompute 1", have, want)
+				u := have.usage
+				if u.Blend == nil || u.Blend.BlendedTokens != 0 || u.Blend.RecomputedTokens == 0 {
+					t.Fatalf("usage.Blend = %+v, want recomputed tokens and none blended", u.Blend)
+				}
+				if !order && (u.Blend.Chunks[0].Hit == 0 || u.Blend.Chunks[1].Hit == 0) {
+					t.Errorf("warm chunks not found cached: %+v", u.Blend.Chunks)
+				}
+				if got := u.CachedTokens() + u.ComputedTokens + u.Blend.BlendedTokens; got != u.PromptTokens {
+					t.Errorf("cached %d + computed %d + blended %d != prompt %d", u.CachedTokens(), u.ComputedTokens, u.Blend.BlendedTokens, u.PromptTokens)
+				}
+			}
+		})
+	}
+}
+
+// TestBlendDeviation: recompute 0 with a system prompt before the chunks deviates (finite,
+// nonzero) from a full prefill; a chunk at position 0 with nothing before it reuses exactly;
+// and neither leaves approximate K/V for a plain request to reuse.
+func TestBlendDeviation(t *testing.T) {
+	m := tinyModel(t)
+	prompt, chunks := ragPrompt(true)
+	want := collect(t, engineFor(t, m, nil), greedy(prompt, nil))
+	e := engineFor(t, m, nil)
+	have := collect(t, e, greedy(prompt, &blend.Spec{Chunks: chunks, Recompute: 0}))
+	if u := have.usage.Blend; u == nil || u.BlendedTokens != 32+32 || u.RecomputedTokens != 0 {
+		t.Fatalf("usage.Blend = %+v, want the chunks' 4 full blocks blended", u)
+	}
+	d := math.Abs(float64(have.logprobs[0] - want.logprobs[0]))
+	if math.IsNaN(d) || math.IsInf(d, 0) || (d == 0 && have.tokens[0] == want.tokens[0]) {
+		t.Errorf("first token %d logprob %v against the prefill's %d %v: want a finite, nonzero deviation", have.tokens[0], have.logprobs[0], want.tokens[0], want.logprobs[0])
+	}
+	t.Logf("recompute 0: first-token logprob %v, prefill %v", have.logprobs[0], want.logprobs[0])
+	// The same prompt plain: the blended request committed only its exact prefix (the
+	// system prompt's 2 full blocks), so the answer is the prefill's, bitwise.
+	plain := collect(t, e, greedy(prompt, nil))
+	sameOutput(t, "plain after blend", plain, want)
+	if plain.usage.DeviceTokens != 32 {
+		t.Errorf("plain request reused %d device tokens, want the 32 of the system prompt", plain.usage.DeviceTokens)
+	}
+
+	// A chunk at position 0 with nothing before it: its cached K/V is the prefill's.
+	p0 := prompt[40 : 40+47+20]
+	want0 := collect(t, engineFor(t, m, nil), greedy(p0, nil))
+	have0 := collect(t, e, greedy(p0, &blend.Spec{Chunks: []blend.Chunk{{Start: 0, End: 47}}}))
+	sameOutput(t, "chunk at 0, recompute 0", have0, want0)
+	if u := have0.usage.Blend; u == nil || u.BlendedTokens != 32 {
+		t.Fatalf("usage.Blend = %+v, want 32 blended tokens", u)
+	}
+}
+
+// TestBlendRefused: bad marks and models that cannot blend are refused before anything
+// runs, with ErrBlend (a 400 at the API).
+func TestBlendRefused(t *testing.T) {
+	e := newEngine(t, nil)
+	prompt, _ := ragPrompt(true)
+	for _, spec := range []blend.Spec{
+		{Chunks: []blend.Chunk{{Start: 10, End: 10}}},
+		{Chunks: []blend.Chunk{{Start: 10, End: 30}, {Start: 20, End: 40}}},
+		{Chunks: []blend.Chunk{{Start: 10, End: len(prompt) + 1}}},
+		{Chunks: []blend.Chunk{{Start: 0, End: 10}}, Recompute: 1.01},
+		{Chunks: []blend.Chunk{{Start: 0, End: 10}}, Policy: blend.CacheBlend},
+	} {
+		req := greedy(prompt, &spec)
+		if _, err := e.Generate(context.Background(), &req); !errors.Is(err, engine.ErrBlend) {
+			t.Errorf("%+v: have %v, want ErrBlend", spec, err)
+		}
+	}
+	h := hybridEngine(t, hybridModel(t), nil)
+	req := greedy(prompt, &blend.Spec{Chunks: []blend.Chunk{{Start: 0, End: 10}}})
+	if _, err := h.Generate(context.Background(), &req); !errors.Is(err, engine.ErrBlend) || !errors.Is(err, engine.ErrHybrid) {
+		t.Errorf("qwen35: have %v, want ErrBlend and ErrHybrid", err)
+	}
+}
