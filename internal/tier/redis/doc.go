@@ -21,7 +21,9 @@
 // write. The script reads each block's pin record first: a pinned block gets its pin's
 // refresh (see Pins) and never the default, so a read can neither shorten a pin nor stretch
 // a short one to the default; a read never shortens any TTL, never gives a TTL to a key that
-// has none, and creates nothing for a miss.
+// has none, and creates nothing for a miss. A refresh is best effort: one the server refuses
+// (a read-only replica answers READONLY) fails no read, so the tier still reads from a
+// replica, or from a primary mid-failover, with the TTLs left as they are.
 //
 // Why one key per block and not a value per group of blocks: a key is named by the block's
 // own hash, which is all a writer (one evicted block, its parent's hash) and a reader (the

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -298,10 +297,11 @@ func (s *Store) read(ctx context.Context, keys []tier.Key, known []tier.Key) ([]
 			return nil
 		})
 	}
+	// The pipeline's error is its first failed command's. Only the MGET's fails the read: the
+	// refresh is best effort (a server that refuses it, such as a read-only replica answering
+	// READONLY, still serves the read; a dead connection fails the MGET too).
+	_ = err
 	noScript := refresh != nil && goredis.HasErrorPrefix(refresh.Err(), "NOSCRIPT")
-	if err != nil && !errors.Is(err, goredis.Nil) && !noScript {
-		return nil, nil, err
-	}
 	res, err := fromMGet.Result()
 	if err != nil {
 		return nil, nil, err
@@ -312,10 +312,8 @@ func (s *Store) read(ctx context.Context, keys []tier.Key, known []tier.Key) ([]
 		}
 		pins[i] = pinValue(res[len(keys)+i])
 	}
-	if noScript { // a restarted server: send the script whole (EVAL caches it)
-		if _, err := s.runPairs(ctx, sc, known, args...); err != nil {
-			return nil, nil, err
-		}
+	if noScript { // a restarted server: send the script whole (EVAL caches it); best effort
+		s.runPairs(ctx, sc, known, args...)
 	}
 	return vals, pins, nil
 }
@@ -359,7 +357,7 @@ func (s *Store) readCluster(ctx context.Context, keys []tier.Key, known []tier.K
 			pairs = append(pairs, s.key(k), s.pinKey(k))
 		}
 		refresh[gi] = sc.EvalSha(ctx, p, pairs, args...)
-		return []goredis.Cmder{mgets[gi], refresh[gi]}
+		return []goredis.Cmder{mgets[gi]} // the refresh is queued too, but best effort: not judged
 	})
 	if err != nil {
 		return nil, nil, err
@@ -383,10 +381,8 @@ func (s *Store) readCluster(ctx context.Context, keys []tier.Key, known []tier.K
 			again = append(again, knownIn[gi]...)
 		}
 	}
-	if len(again) > 0 {
-		if _, err := s.runPairs(ctx, sc, again, args...); err != nil {
-			return nil, nil, err
-		}
+	if len(again) > 0 { // best effort, as the refresh in the pipeline
+		s.runPairs(ctx, sc, again, args...)
 	}
 	return vals, pins, nil
 }

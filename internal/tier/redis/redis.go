@@ -291,10 +291,10 @@ func (s *Store) Get(ctx context.Context, keys []tier.Key) ([][]byte, error) {
 				found = append(found, k)
 			}
 		}
-		if len(found) > 0 {
-			_, err = s.runPairs(ctx, refreshScript, found)
+		if len(found) > 0 { // best effort, as every refresh: a failed one fails no read
+			s.runPairs(ctx, refreshScript, found)
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return nil, err

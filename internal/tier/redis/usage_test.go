@@ -197,3 +197,39 @@ func FuzzInfoField(f *testing.F) {
 		}
 	})
 }
+
+// A read-only replica refuses the read's TTL refresh (READONLY) but still serves the read:
+// the refresh is best effort, on a plain server and for pins found, with or without
+// NoReadRefresh.
+func TestReadFromReadOnlyReplica(t *testing.T) {
+	primary := startServer(t)
+	replica := startServer(t, "--replicaof", "127.0.0.1", strconv.Itoa(primary.port))
+	digest := randomDigest()
+	w := openStore(t, primary.url(), Config{IdentityDigest: digest, TTL: time.Hour})
+	recs := tiertest.Chain(digest, prefix.Root(digest[:], ""), tiertest.SmallLayout, 4, 74)
+	items := tiertest.Items(recs)
+	items[1].PinTTL = 24 * time.Hour
+	if err := w.Put(ctx, items); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.client.(*goredis.Client).Wait(ctx, 1, 60_000).Result(); err != nil || n < 1 {
+		t.Fatalf("WAIT 1: %d replicas acknowledged, %v", n, err)
+	}
+	for _, noRefresh := range []bool{false, true} {
+		r := openStore(t, replica.url(), Config{IdentityDigest: digest, TTL: time.Hour, NoReadRefresh: noRefresh})
+		for round := range 2 { // the second: the replica has cached the script (EVALSHA, not EVAL)
+			vals, err := r.Get(ctx, tiertest.Keys(recs))
+			if err != nil {
+				t.Fatalf("NoReadRefresh %v, round %d: Get from a read-only replica: %v", noRefresh, round, err)
+			}
+			for i, v := range vals {
+				if _, err := tier.DecodeVerify(v, tiertest.Want(recs[i])); err != nil {
+					t.Fatalf("NoReadRefresh %v, round %d, block %d: %v", noRefresh, round, i, err)
+				}
+			}
+		}
+		if st := r.BreakerStats(); st.FailedCalls != 0 {
+			t.Errorf("NoReadRefresh %v: %d failed calls: a refused refresh counted against Redis", noRefresh, st.FailedCalls)
+		}
+	}
+}
