@@ -35,9 +35,12 @@
 // cached token and restore throughput with a key per block and with 8 blocks a key. What
 // Redis adds over the records' bytes is mostly the allocator's size classes, not the keys: a
 // record a little over a class boundary (512 KiB of K/V and its header) takes the next class
-// (640 KiB), +27% with a key per block; grouped by 8 it was +41% there, +24% against +18% at
-// 192 KiB, and 3 points better at 8 KiB blocks; the MGET of 8 times fewer keys was no faster
-// beyond noise. So a key per block stays, and grouping has no flag.
+// (640 KiB), +27% with a key per block; grouped by 8 it was +41% there and +24% against +18%
+// at 192 KiB. Only at 8 KiB blocks did 8 a key help: 1 to 3 points of memory, and an MGET
+// of 8 times fewer keys about 18% faster (on 2 shared cores); at 192 and 512 KiB it was no
+// faster beyond noise. Blocks of real models are the large case, so a key per block stays,
+// and grouping has no flag. The read's refresh script costs most where blocks are small:
+// about a quarter of the throughput at 8 KiB (256 blocks a read), within noise at 192 KiB.
 //
 // # Redis Cluster
 //
