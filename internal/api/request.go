@@ -76,6 +76,10 @@ type GenerationParams struct {
 	KVTransfer json.RawMessage `json:"kv_transfer_params"`
 	// KVTransferParams is KVTransfer decoded (nil without one). Set by parsing.
 	KVTransferParams *KVTransferParams `json:"-"`
+	// Blend (Stockpot extension) marks chunks of the prompt to cache on their own and blend
+	// at any position (ParseBlend); BlendParams is it decoded (nil without). Set by parsing.
+	Blend       json.RawMessage `json:"blend"`
+	BlendParams *BlendParams    `json:"-"`
 
 	// StopStrings is Stop decoded: at most MaxStop non-empty strings. Set by parsing.
 	StopStrings []string `json:"-"`
@@ -411,6 +415,9 @@ func (p *GenerationParams) validate(maxTokens *int) error {
 	}
 	p.StopStrings = stops
 	if p.KVTransferParams, err = ParseKVTransferParams(p.KVTransfer); err != nil {
+		return err
+	}
+	if p.BlendParams, err = ParseBlend(p.Blend); err != nil {
 		return err
 	}
 	return nil

@@ -13,7 +13,7 @@ import (
 // when stream_options.include_usage is set.
 // Invariants: TotalTokens = PromptTokens + CompletionTokens;
 // PromptTokensDetails.CachedTokens = device + host + disk + remote tokens;
-// CachedTokens + Cache.ComputedTokens = PromptTokens.
+// CachedTokens + Cache.ComputedTokens + Cache.BlendedTokens = PromptTokens.
 type Usage struct {
 	PromptTokens        int                 `json:"prompt_tokens"`
 	CompletionTokens    int                 `json:"completion_tokens"`
@@ -39,6 +39,13 @@ type CacheUsage struct {
 	TransferTokens  int `json:"transfer_tokens,omitempty"`
 	ComputedTokens  int `json:"computed_tokens"`
 	DiscardedTokens int `json:"discarded_tokens"`
+	// BlendedTokens took their K/V from cached chunks placed at their positions (the
+	// request's blend); BlendRecomputedTokens had cached chunk K/V and were recomputed (in
+	// computed_tokens). Blend says what became of each chunk. All three are present only
+	// when the request asked to blend.
+	BlendedTokens         *int         `json:"blended_tokens,omitempty"`
+	BlendRecomputedTokens *int         `json:"blend_recomputed_tokens,omitempty"`
+	Blend                 *BlendReport `json:"blend,omitempty"`
 	// StateBytes, for a hybrid model, is the size of the recurrent-state checkpoint the
 	// request resumed from (its reuse ends at that block end); absent when it reused nothing.
 	StateBytes int `json:"state_bytes,omitempty"`

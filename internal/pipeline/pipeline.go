@@ -93,6 +93,10 @@ func (p *Pipeline) Prepare(gp *api.GenerationParams, prompt []int32, maxTokens *
 	if err := p.CheckVocab("stop_token_ids", gp.StopTokenIDs); err != nil {
 		return nil, err
 	}
+	bs, err := blendSpec(gp.BlendParams, n, p.cfg.ContextLength)
+	if err != nil {
+		return nil, err
+	}
 	mt := defaultMax
 	if maxTokens != nil {
 		mt = *maxTokens
@@ -129,6 +133,7 @@ func (p *Pipeline) Prepare(gp *api.GenerationParams, prompt []int32, maxTokens *
 			IgnoreEOS: gp.IgnoreEOS, Logprobs: logprobs, CacheSalt: gp.CacheSalt,
 			Pins: retentionPins(gp, n), PinStrict: gp.PinStrict, // prompt_cache_retention
 			MaxOffloadTokens: gp.MaxOffloadTokens,
+			Blend:            bs,
 		},
 		Stops:       gp.StopStrings,
 		CacheReport: gp.CacheReport,

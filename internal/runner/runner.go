@@ -71,6 +71,8 @@ func EngineError(err error) *api.Error {
 	switch {
 	case errors.Is(err, engine.ErrPromptTooLong):
 		return api.Invalid("prompt", "%v", err)
+	case errors.Is(err, engine.ErrBlend):
+		return api.Invalid("blend", "%v", err)
 	case errors.Is(err, engine.ErrInvalid):
 		return api.Invalid("", "%v", err)
 	case errors.Is(err, engine.ErrPinBudget):

@@ -50,6 +50,13 @@ func cacheUsage(u engine.Usage) api.CacheUsage {
 		c.PinLimit = pinLimit(u.Pins)
 	}
 	c.Miss = missReport(u) // miss.go: when the request set cache_report
+	if b := u.Blend; b != nil {
+		c.BlendedTokens, c.BlendRecomputedTokens = &b.BlendedTokens, &b.RecomputedTokens
+		c.Blend = &api.BlendReport{Declined: b.Declined, Chunks: make([]api.BlendChunkReport, len(b.Chunks))}
+		for i, ch := range b.Chunks {
+			c.Blend.Chunks[i] = api.BlendChunkReport{Start: ch.Start, End: ch.End, HitTokens: ch.Hit, BlendedTokens: ch.Blended}
+		}
+	}
 	return c
 }
 
