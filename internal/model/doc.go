@@ -5,7 +5,7 @@
 // (kimi-k3: kimi-linear's layers inside a residual stream of its own, k3Forward, with banked
 // attention residuals, a bounded KDA gate, gated MLA, latent experts and the SiTU activation;
 // k3.go). The Gated DeltaNet and KDA layers advance their state by one shared delta-rule step
-// (deltaStep), which differs between them only in the decay: one per head or one per channel.
+// (kernels.DeltaStepT), which differs between them only in the decay: one per head or one per channel.
 //
 // The model reaches the KV cache only through attention: a forward step receives, for each
 // sequence in the batch, its new tokens, their positions and a paged view of its K/V blocks

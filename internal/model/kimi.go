@@ -331,6 +331,7 @@ func (m *Model) kimiScratch(seqs []Sequence, M int) {
 		maxN = max(maxN, len(q.Tokens))
 	}
 	sc.window = grow(sc.window, (c.SSM.ConvKernel-1+maxN)*cd)
+	sc.stT = grow(sc.stT, c.Heads*hd*hd)
 }
 
 // kdaForward is a KDA layer's token mixer; it advances each sequence's state for this layer
@@ -463,6 +464,8 @@ func (m *Model) initKDAFns() {
 		}
 		for h := lo; h < hi; h++ {
 			st := state[h*S*S : (h+1)*S*S]
+			stT := sc.stT[h*S*S : (h+1)*S*S] // the run steps it transposed (kernels.DeltaStepT)
+			kernels.TransposeSquare(stT, st, S)
 			for t := 0; t < n; t++ {
 				row := sc.conv[(base+t)*cd : (base+t+1)*cd]
 				qv := row[h*S : (h+1)*S]
@@ -474,13 +477,14 @@ func (m *Model) initKDAFns() {
 					decay[i] = float32(math.Exp(float64(x)))
 				}
 				o := sc.core[(base+t)*inner+h*S : (base+t)*inner+(h+1)*S]
-				deltaStep(st, qv, kv, vv, decay, delta, o, beta, scale)
+				kernels.DeltaStepT(stT, qv, kv, vv, decay, delta, o, beta, scale)
 				for _, cp := range q.Checkpoints {
 					if cp.Pos == q.Pos+t+1 {
-						copy(cp.delta[d.index][h*S*S:(h+1)*S*S], st)
+						kernels.TransposeSquare(cp.delta[d.index][h*S*S:(h+1)*S*S], stT, S)
 					}
 				}
 			}
+			kernels.TransposeSquare(st, stT, S)
 		}
 	}
 	m.kda.gatedNorm = func(lo, hi int) {

@@ -268,6 +268,7 @@ func (m *Model) hybridScratch(seqs []Sequence, M int) {
 		maxN = max(maxN, len(q.Tokens))
 	}
 	sc.window = grow(sc.window, (s.ConvKernel-1+maxN)*s.ConvDim())
+	sc.stT = grow(sc.stT, s.VHeads*s.StateSize*s.StateSize)
 }
 
 func sigmoid(x float32) float32 { return 1 / (1 + float32(math.Exp(float64(-x)))) }
@@ -297,56 +298,11 @@ func l2Norm(x []float32, eps float32) {
 // sum is followed by the f32 rounding (equal to a single rounding but in rare ties).
 func fmaf(a, b, c float32) float32 { return float32(math.FMA(float64(a), float64(b), float64(c))) }
 
-// dot is ggml_vec_dot_f32 as its x86 builds run it on vectors shorter than one SIMD step (the
-// state sizes here): a sequential chain of fused multiply-adds (GCC contracts the leftover
-// loop's sumf += x·y).
-func dot(a, b []float32) float32 {
-	b = b[:len(a)]
-	var s float32
-	for i, v := range a {
-		s = fmaf(v, b[i], s)
-	}
-	return s
-}
-
-// deltaStep advances one head's S×S recurrent state st (row j is value channel j, column i
-// key channel i) by one token of the gated delta rule, shared by qwen35's Gated DeltaNet and
-// kimi's KDA, and writes the head's output to o:
-//
-//	st ← st·diag(decay);  st ← st + β·(v − st·k)·kᵀ;  o = scale·st·q
-//
-// decay is the one difference between the two: a single scalar for the whole head (len 1,
-// Gated DeltaNet) or one factor per key channel (len S, KDA). delta is scratch of len S.
-// The operations and their order are llama.cpp's, so the numbers match it bitwise.
-func deltaStep(st, q, k, v, decay, delta, o []float32, beta, scale float32) {
-	S := len(delta)
-	if len(decay) == 1 {
-		g := decay[0]
-		for i := range st {
-			st[i] *= g
-		}
-	} else {
-		for j := 0; j < S; j++ {
-			rowj := st[j*S : (j+1)*S]
-			for i := range rowj {
-				rowj[i] *= decay[i]
-			}
-		}
-	}
-	for j := 0; j < S; j++ {
-		delta[j] = (v[j] - dot(st[j*S:(j+1)*S], k)) * beta
-	}
-	for j := 0; j < S; j++ {
-		dj := delta[j]
-		rowj := st[j*S : (j+1)*S]
-		for i, kk := range k {
-			rowj[i] = fmaf(kk, dj, rowj[i])
-		}
-	}
-	for j := 0; j < S; j++ {
-		o[j] = dot(st[j*S:(j+1)*S], q) * scale
-	}
-}
+// The delta rule's step itself (shared by qwen35's Gated DeltaNet and kimi's KDA; they differ
+// only in the decay: one per head or one per key channel) is kernels.DeltaStepT, on each
+// head's state transposed for the run of tokens: llama.cpp's operations in llama.cpp's order
+// (each sum a chain of fused multiply-adds, as ggml_vec_dot_f32 runs short vectors), sixteen
+// rows at a time.
 
 // gatedAttnForward is a qwen35 full-attention layer's token mixer; it adds its output to the
 // residual stream.
@@ -477,6 +433,8 @@ func (m *Model) initQ35Fns() {
 		}
 		for h := lo; h < hi; h++ {
 			st := state[h*S*S : (h+1)*S*S]
+			stT := sc.stT[h*S*S : (h+1)*S*S] // the run steps it transposed (kernels.DeltaStepT)
+			kernels.TransposeSquare(stT, st, S)
 			kh := h % s.KHeads
 			for t := 0; t < n; t++ {
 				row := sc.conv[(base+t)*cd : (base+t+1)*cd]
@@ -486,13 +444,14 @@ func (m *Model) initQ35Fns() {
 				r := (base+t)*s.VHeads + h
 				decay := [1]float32{float32(math.Exp(float64(sc.alpha[r])))}
 				o := sc.core[(base+t)*vd+h*S : (base+t)*vd+(h+1)*S]
-				deltaStep(st, qv, kv, vv, decay[:], delta, o, sc.beta[r], scale)
+				kernels.DeltaStepT(stT, qv, kv, vv, decay[:], delta, o, sc.beta[r], scale)
 				for _, cp := range q.Checkpoints {
 					if cp.Pos == q.Pos+t+1 {
-						copy(cp.delta[d.index][h*S*S:(h+1)*S*S], st)
+						kernels.TransposeSquare(cp.delta[d.index][h*S*S:(h+1)*S*S], stT, S)
 					}
 				}
 			}
+			kernels.TransposeSquare(st, stT, S)
 		}
 	}
 	m.q35.gatedNorm = func(lo, hi int) {

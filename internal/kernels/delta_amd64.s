@@ -1,0 +1,161 @@
+#include "textflag.h"
+
+// func deltaStepTAVX2(st *float32, S int, q, k, v, decay *float32, decayStride int, delta, o *float32, beta, scale float32)
+//
+// One token of the delta rule on a state stored transposed (st[i*S+j] is row j, key channel
+// i), 16 value rows (four chains of four lanes) at a time. Every product and sum is the
+// scalar reference's (deltaStepTRef): a fused multiply-add in float64 of float32 operands,
+// rounded to float32 after each step, in key-channel order; the decay and the final scalings
+// are float32 products. S is a multiple of 16. decayStride is 4 (a decay per key channel,
+// KDA) or 0 (one decay for the whole head, Gated DeltaNet).
+TEXT ·deltaStepTAVX2(SB), NOSPLIT, $0-80
+	MOVQ st+0(FP), SI
+	MOVQ S+8(FP), DX
+	MOVQ DX, R15
+	SHLQ $2, R15             // row stride in bytes
+	XORQ BX, BX              // jc: first lane of the chunk
+chunk:
+	CMPQ BX, DX
+	JGE done
+	// ---- pass 1: decay, and acc_j = Σ_i st[i][j]·k[i] (a chain per lane, in i order)
+	VXORPS X0, X0, X0
+	VXORPS X1, X1, X1
+	VXORPS X2, X2, X2
+	VXORPS X3, X3, X3
+	LEAQ (SI)(BX*4), DI      // &st[0][jc]
+	MOVQ k+24(FP), R8
+	MOVQ decay+40(FP), R9
+	MOVQ decayStride+48(FP), R10
+	MOVQ DX, CX
+pass1:
+	VBROADCASTSS (R9), X8
+	VBROADCASTSS (R8), X9
+	VCVTPS2PD X9, Y9
+	VMOVUPS (DI), X10
+	VMULPS X8, X10, X10
+	VMOVUPS X10, (DI)
+	VCVTPS2PD X10, Y10
+	VCVTPS2PD X0, Y11
+	VFMADD231PD Y9, Y10, Y11
+	VCVTPD2PSY Y11, X0
+	VMOVUPS 16(DI), X10
+	VMULPS X8, X10, X10
+	VMOVUPS X10, 16(DI)
+	VCVTPS2PD X10, Y10
+	VCVTPS2PD X1, Y11
+	VFMADD231PD Y9, Y10, Y11
+	VCVTPD2PSY Y11, X1
+	VMOVUPS 32(DI), X10
+	VMULPS X8, X10, X10
+	VMOVUPS X10, 32(DI)
+	VCVTPS2PD X10, Y10
+	VCVTPS2PD X2, Y11
+	VFMADD231PD Y9, Y10, Y11
+	VCVTPD2PSY Y11, X2
+	VMOVUPS 48(DI), X10
+	VMULPS X8, X10, X10
+	VMOVUPS X10, 48(DI)
+	VCVTPS2PD X10, Y10
+	VCVTPS2PD X3, Y11
+	VFMADD231PD Y9, Y10, Y11
+	VCVTPD2PSY Y11, X3
+	ADDQ R15, DI
+	ADDQ $4, R8
+	ADDQ R10, R9
+	DECQ CX
+	JNZ pass1
+	// delta_j = (v_j − acc_j)·β
+	MOVQ v+32(FP), R8
+	MOVQ delta+56(FP), R9
+	VBROADCASTSS beta+72(FP), X14
+	VMOVUPS (R8)(BX*4), X12
+	VSUBPS X0, X12, X12
+	VMULPS X14, X12, X12
+	VMOVUPS X12, (R9)(BX*4)
+	VCVTPS2PD X12, Y4
+	VMOVUPS 16(R8)(BX*4), X12
+	VSUBPS X1, X12, X12
+	VMULPS X14, X12, X12
+	VMOVUPS X12, 16(R9)(BX*4)
+	VCVTPS2PD X12, Y5
+	VMOVUPS 32(R8)(BX*4), X12
+	VSUBPS X2, X12, X12
+	VMULPS X14, X12, X12
+	VMOVUPS X12, 32(R9)(BX*4)
+	VCVTPS2PD X12, Y6
+	VMOVUPS 48(R8)(BX*4), X12
+	VSUBPS X3, X12, X12
+	VMULPS X14, X12, X12
+	VMOVUPS X12, 48(R9)(BX*4)
+	VCVTPS2PD X12, Y7
+	// ---- pass 2: st[i][j] += k[i]·delta_j, and o_j = Σ_i st[i][j]·q[i] over the new state
+	VXORPS X0, X0, X0
+	VXORPS X1, X1, X1
+	VXORPS X2, X2, X2
+	VXORPS X3, X3, X3
+	LEAQ (SI)(BX*4), DI
+	MOVQ k+24(FP), R8
+	MOVQ q+16(FP), R9
+	MOVQ DX, CX
+pass2:
+	VBROADCASTSS (R8), X9
+	VCVTPS2PD X9, Y9
+	VBROADCASTSS (R9), X13
+	VCVTPS2PD X13, Y13
+	VMOVUPS (DI), X10
+	VCVTPS2PD X10, Y10
+	VFMADD231PD Y9, Y4, Y10
+	VCVTPD2PSY Y10, X10
+	VMOVUPS X10, (DI)
+	VCVTPS2PD X10, Y10
+	VCVTPS2PD X0, Y11
+	VFMADD231PD Y13, Y10, Y11
+	VCVTPD2PSY Y11, X0
+	VMOVUPS 16(DI), X10
+	VCVTPS2PD X10, Y10
+	VFMADD231PD Y9, Y5, Y10
+	VCVTPD2PSY Y10, X10
+	VMOVUPS X10, 16(DI)
+	VCVTPS2PD X10, Y10
+	VCVTPS2PD X1, Y11
+	VFMADD231PD Y13, Y10, Y11
+	VCVTPD2PSY Y11, X1
+	VMOVUPS 32(DI), X10
+	VCVTPS2PD X10, Y10
+	VFMADD231PD Y9, Y6, Y10
+	VCVTPD2PSY Y10, X10
+	VMOVUPS X10, 32(DI)
+	VCVTPS2PD X10, Y10
+	VCVTPS2PD X2, Y11
+	VFMADD231PD Y13, Y10, Y11
+	VCVTPD2PSY Y11, X2
+	VMOVUPS 48(DI), X10
+	VCVTPS2PD X10, Y10
+	VFMADD231PD Y9, Y7, Y10
+	VCVTPD2PSY Y10, X10
+	VMOVUPS X10, 48(DI)
+	VCVTPS2PD X10, Y10
+	VCVTPS2PD X3, Y11
+	VFMADD231PD Y13, Y10, Y11
+	VCVTPD2PSY Y11, X3
+	ADDQ R15, DI
+	ADDQ $4, R8
+	ADDQ $4, R9
+	DECQ CX
+	JNZ pass2
+	// o_j = out_j·scale
+	MOVQ o+64(FP), R8
+	VBROADCASTSS scale+76(FP), X15
+	VMULPS X15, X0, X0
+	VMOVUPS X0, (R8)(BX*4)
+	VMULPS X15, X1, X1
+	VMOVUPS X1, 16(R8)(BX*4)
+	VMULPS X15, X2, X2
+	VMOVUPS X2, 32(R8)(BX*4)
+	VMULPS X15, X3, X3
+	VMOVUPS X3, 48(R8)(BX*4)
+	ADDQ $16, BX
+	JMP chunk
+done:
+	VZEROUPPER
+	RET
