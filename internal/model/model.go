@@ -285,13 +285,14 @@ type recurrentScratch struct {
 	lowRank, lowRank2 []float32
 	// the sequence's conv window and its recurrent state for the layer (q35Fns, kdaFns)
 	win, state []float32
-	// stT holds each delta-rule head's state transposed while a run of tokens steps it
-	// (kernels.DeltaStepT); the heads of one layer side by side.
-	stT []float32
 	dnDst      [4][]float32
 	dnW        [4]*kernels.Weight
 	kdaDst     [6][]float32
 	kdaW       [6]*kernels.Weight
+
+	// stT holds each delta-rule head's state transposed while a run of tokens steps it
+	// (kernels.DeltaStepT); the heads of one layer side by side.
+	stT []float32
 }
 
 // mlaScratch is multi-head latent attention's (kimi, Kimi-K3).
