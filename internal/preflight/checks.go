@@ -177,7 +177,8 @@ func judgeRedis(n RedisNode, pins int64) (Status, string) {
 }
 
 // prefetch compares --prefetch timeout's max wait with the slowest tier's restore of a
-// typical prompt; false when there are no tiers to prefetch from.
+// typical prompt (cost, the default, waits by the same cost model the read- lines price, so
+// it passes with the measurement); false when there are no tiers to prefetch from.
 func prefetch(r Replica) (Line, bool) {
 	if len(r.Tiers) == 0 {
 		return Line{}, false
@@ -200,7 +201,8 @@ func prefetch(r Replica) (Line, bool) {
 	case r.Prefetch == "timeout":
 		return Line{Pass, "prefetch", r.Name, fmt.Sprintf("timeout, max wait %s; %s", dur(r.PrefetchMaxWait), measured)}, true
 	}
-	how := map[string]string{"wait": "wait (queued requests wait for their restores)", "best-effort": "best-effort (queued requests never wait for a restore)"}[r.Prefetch]
+	how := map[string]string{"wait": "wait (queued requests wait for their restores)", "best-effort": "best-effort (queued requests never wait for a restore)",
+		"cost": "cost (queued requests wait while the cost model finds the rest of a restore cheaper than recomputing it; the read- lines say which tiers beat recompute)"}[r.Prefetch]
 	return Line{Pass, "prefetch", r.Name, cmp.Or(how, r.Prefetch) + "; " + measured}, true
 }
 
