@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 6s
 
-.PHONY: test sysdeps vet unit fuzz build bench bench-vs-llama bench-pd
+.PHONY: test sysdeps vet unit fuzz build bench bench-vs-llama bench-hybrid-vs-llama bench-pd
 
 ## test: install what the tests need, then vet, unit tests and short fuzz runs.
 test: deps sysdeps vet unit fuzz
@@ -41,6 +41,13 @@ NATIVE_BIN := .cache/llama.cpp-build/bin
 bench-vs-llama:
 	@if [ ! -x $(NATIVE_BIN)/llama-bench ] || [ ! -x $(NATIVE_BIN)/llama-batched-bench ]; then LLAMA_NATIVE_TARGETS="llama-bench llama-batched-bench" $(MAKE) llama-native; fi
 	$(GO) test -run '^$$' -bench '^BenchmarkVsLlamaCpp$$' -benchtime 1x -timeout 60m ./internal/enginebench
+
+## bench-hybrid-vs-llama: cold prefill of small-kimi-k3, small-kimi-linear and small-qwen35
+## through serve (K/V f16) against llama-bench -p N on the same files, at 4K, 16K and 64K tokens
+## (STOCKPOT_HYBRID_LENGTHS), alternating. About 15 minutes on 2 cores.
+bench-hybrid-vs-llama:
+	@if [ ! -x $(NATIVE_BIN)/llama-bench ]; then LLAMA_NATIVE_TARGETS="llama-bench" $(MAKE) llama-native; fi
+	$(GO) test -run '^$$' -bench '^BenchmarkHybridVsLlamaCpp$$' -benchtime 1x -timeout 90m ./internal/enginebench
 
 ## bench-pd: prefill/decode disaggregation on this machine's first two cores (README,
 ## "Prefill/decode disaggregation"): a mixed load against a P/D pair, one both replica and two

@@ -59,7 +59,9 @@ type servedReplica struct {
 	log  bytes.Buffer
 }
 
-func startServed(b *testing.B, path string) *servedReplica {
+// startServed starts serve on path with the benchmark's threads; extra flags follow (the
+// default K/V memory is 256 MiB).
+func startServed(b *testing.B, path string, extra ...string) *servedReplica {
 	b.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -68,8 +70,8 @@ func startServed(b *testing.B, path string) *servedReplica {
 	addr := l.Addr().String()
 	l.Close()
 	s := &servedReplica{base: "http://" + addr}
-	s.cmd = exec.Command(stockpotBinary(b), "serve", "--model", path, "--addr", addr, "--threads", fmt.Sprint(threads),
-		"--kv-memory", "256MiB")
+	args := append([]string{"serve", "--model", path, "--addr", addr, "--threads", fmt.Sprint(threads), "--kv-memory", "256MiB"}, extra...)
+	s.cmd = exec.Command(stockpotBinary(b), args...)
 	s.cmd.Stdout, s.cmd.Stderr = &s.log, &s.log
 	if err := s.cmd.Start(); err != nil {
 		b.Fatal(err)

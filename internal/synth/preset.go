@@ -173,6 +173,31 @@ var presets = []Preset{
 			ResBlock: 3, SituBeta: 4, SituLinearBeta: 8, GateLowerBound: -5, QLoraRank: 128, ExpertLatent: 128},
 	},
 	{
+		// small-kimi-k3's size in Kimi-Linear's layout, for long-context prefill against
+		// llama-bench (the hybrid rows of bench-vs-llama): 8 layers, the last MLA, KDA head
+		// dim 64, 16 experts of 2 used. F32 weights keep every tensor off llama.cpp's AMX
+		// buffer type (tiny-kimi-linear's notes in internal/model/llamacpp_test.go).
+		Name: "small-kimi-linear", Arch: "kimi-linear",
+		Embed: 256, Layers: 8, Heads: 2, KVHeads: 1, HeadDim: 128, FFN: 512, Context: 524288,
+		Tokenizer: TokenizerQwen2, VocabSize: 4096, Template: tokenizer.TemplateQwen25,
+		RopeBase: 10000, NormEps: 1e-5,
+		Kimi: Kimi{MLAInterval: 8, KDAHeadDim: 64, KDAConv: 4,
+			KVLoraRank: 64, QKRopeDim: 16, QKNopeDim: 32, VHeadDim: 32,
+			Experts: 16, ExpertsUsed: 2, SharedExperts: 1, ExpertFFN: 128, DenseLead: 1,
+			Gating: 2, WeightsScale: 2.5},
+	},
+	{
+		// Qwen3.5's layout at the same size, for the same rows: 8 layers, every fourth gated
+		// attention (2 of 8), Gated DeltaNet with a 64-wide state, 2 key heads and 4 value
+		// heads, context 512K.
+		Name: "small-qwen35", Arch: "qwen35",
+		Embed: 256, Layers: 8, Heads: 4, KVHeads: 2, HeadDim: 64, FFN: 512, Context: 524288,
+		Tokenizer: TokenizerQwen35, VocabSize: 4096, Template: tokenizer.TemplateQwen3Real,
+		RopeBase: 10000000, NormEps: 1e-6, Tied: true,
+		Hybrid: Hybrid{FullAttnInterval: 4, RopeDims: 16, RopeSections: [4]int{3, 3, 2, 0},
+			SSMConv: 4, SSMState: 64, SSMKHeads: 2, SSMVHeads: 4},
+	},
+	{
 		Name: "tiny-smollm", Arch: "llama",
 		Embed: 64, Layers: 2, Heads: 4, KVHeads: 2, HeadDim: 16, FFN: 192, Context: 2048,
 		Tokenizer: TokenizerSmolLM, VocabSize: 1500, Template: tokenizer.TemplateQwen25,
