@@ -307,6 +307,7 @@ func addServeFlags(fs *flag.FlagSet, o *serveOptions) *serveFlags {
 	fs.IntVar(&ec.MaxBatchTokens, "max-batch-tokens", ec.MaxBatchTokens, "tokens per forward step (prefill chunk + decodes)")
 	fs.IntVar(&ec.MaxRunning, "max-running", ec.MaxRunning, "requests running at once")
 	fs.IntVar(&sc.MaxPromptTokens, "max-prompt-tokens", 0, "refuse longer prompts (0: context length - 1)")
+	addBlendFlags(fs, &sc.Blend) // serve_blend.go
 	f.maxBody = fs.String("max-body-bytes", bytesize.Format(sc.MaxBodyBytes), "refuse larger request bodies")
 	f.reqMemory = fs.String("request-memory", bytesize.Format(sc.RequestMemoryBytes), "budget for request bodies being read and parsed: each reserves 32x its length + 64KiB (its copies, tokens and tokenizer buffers) before it is read, and waits up to --read-timeout (then 503) while others hold it; at least one --max-body-bytes body's cost")
 	fs.Var((*stringList)(&sc.APIKeys), "api-key", "required API key (repeatable)")

@@ -34,6 +34,8 @@ type MessagesRequest struct {
 	// PinStrict is the Stockpot extension pin_strict: refuse the request (400) when its
 	// breakpoints do not all fit in the server's pin budget, instead of pinning part.
 	PinStrict bool
+
+	blends []BlendMark // the text blocks marked blend, in prompt order; Chat.BlendMarks at the end
 }
 
 // CacheControl is one cache_control breakpoint: Where names the field, TTL is "5m" or "1h".
@@ -102,6 +104,7 @@ type anthropicBlock struct {
 	Signature    string          `json:"signature"`
 	Data         string          `json:"data"`
 	CacheControl json.RawMessage `json:"cache_control"`
+	Blend        json.RawMessage `json:"blend"` // Stockpot: a text block marked as one chunk (BlendMark)
 	Citations    json.RawMessage `json:"citations"`
 	Source       json.RawMessage `json:"source"`
 }
@@ -145,6 +148,9 @@ type anthropicBody struct {
 	PinStrict     bool               `json:"pin_strict"`    // Stockpot extension; see MessagesRequest
 	// MaxOffloadTokens is vLLM's max_offload_tokens, as on chat (GenerationParams).
 	MaxOffloadTokens *int `json:"max_offload_tokens"`
+	// Blend is the blend object, as on chat (ParseBlend): recompute, policy and token spans
+	// beside the text blocks marked "blend": true.
+	Blend json.RawMessage `json:"blend"`
 }
 
 // chat-request JSON built from an Anthropic body (then parsed by ParseChatRequest).
@@ -169,6 +175,8 @@ type chatOutMsg struct {
 	ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 	ToolCallID string     `json:"tool_call_id,omitempty"`
 	Reasoning  *string    `json:"reasoning_content,omitempty"`
+
+	blends []BlendMark // the text blocks marked blend (Message unset: foldMessages sets it)
 }
 
 // ParseMessagesRequest decodes and validates a /v1/messages body. countOnly is for
@@ -226,7 +234,40 @@ func ParseMessagesRequest(body []byte, countOnly bool) (*MessagesRequest, error)
 	r.Chat = chat
 	r.Chat.CacheReport = b.CacheReport
 	r.Chat.MaxOffloadTokens = b.MaxOffloadTokens
+	if err := r.foldBlend(&b); err != nil {
+		return nil, err
+	}
 	return r, nil
+}
+
+// markBlend records a system text block's "blend": true (message is its chat message).
+func (r *MessagesRequest) markBlend(raw json.RawMessage, where string, message int, text string) error {
+	marked, err := parseBlendFlag(raw, where)
+	if err != nil || !marked {
+		return err
+	}
+	if text == "" {
+		return Invalid(where+".blend", "%s is marked blend but its text is empty", where)
+	}
+	r.blends = append(r.blends, BlendMark{Param: where, Message: message, Text: text})
+	return nil
+}
+
+// foldBlend gives the chat request the body's blend object and the marked blocks, refusing
+// a blend object with nothing to blend as chat does.
+func (r *MessagesRequest) foldBlend(b *anthropicBody) error {
+	bp, err := ParseBlend(b.Blend)
+	if err != nil {
+		return err
+	}
+	r.Chat.Blend, r.Chat.BlendParams, r.Chat.BlendMarks = b.Blend, bp, r.blends
+	if bp != nil && bp.Chunks == nil && len(r.blends) == 0 {
+		return noChunks()
+	}
+	if len(r.blends) > MaxBlendChunksWire {
+		return Invalid("blend", "%d blocks are marked blend, at most %d", len(r.blends), MaxBlendChunksWire)
+	}
+	return nil
 }
 
 // checkLimits checks the body's scalar fields (max_tokens unless countOnly, a non-empty
@@ -319,6 +360,9 @@ func (r *MessagesRequest) foldSystem(b *anthropicBody, out *chatOut) error {
 			}
 			k, err := r.mark(bl.CacheControl, where, *bl.Text == "")
 			if err != nil {
+				return err
+			}
+			if err := r.markBlend(bl.Blend, where, 0, *bl.Text); err != nil {
 				return err
 			}
 			parts = append(parts, *bl.Text)
@@ -430,6 +474,10 @@ func (r *MessagesRequest) foldMessages(b *anthropicBody, out *chatOut) error {
 				out.Messages = append(out.Messages, cm)
 			}
 			at := len(out.Messages) - 1 // the chat message cm is (part of)
+			for _, bm := range cm.blends {
+				bm.Message = at
+				r.blends = append(r.blends, bm)
+			}
 			for _, c := range cuts {
 				if c.msg != j {
 					continue
@@ -496,16 +544,22 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 		calls    []ToolCall
 		thinking []string
 		cuts     []messageCut
+		blends   []BlendMark
 	)
 	flushUser := func() {
 		if hasText {
 			s := strings.Join(text, "\n")
-			out = append(out, chatOutMsg{Role: "user", Content: &s})
+			out = append(out, chatOutMsg{Role: "user", Content: &s, blends: blends})
 		}
-		text, hasText = nil, false
+		text, hasText, blends = nil, false, nil
 	}
 	for j, bl := range blocks {
 		bw := fmt.Sprintf("%s.content[%d]", where, j)
+		if bl.Type != "text" && len(bl.Blend) > 0 {
+			if marked, err := parseBlendFlag(bl.Blend, bw); err != nil || marked {
+				return nil, nil, Invalid(bw+".blend", "%s: only text blocks can be marked blend, not %s blocks", bw, Quote(bl.Type))
+			}
+		}
 		switch bl.Type {
 		case "text":
 			if bl.Text == nil {
@@ -514,6 +568,16 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 			k, err := mark(bl.CacheControl, bw, *bl.Text == "")
 			if err != nil {
 				return nil, nil, err
+			}
+			marked, err := parseBlendFlag(bl.Blend, bw)
+			if err != nil {
+				return nil, nil, err
+			}
+			if marked {
+				if *bl.Text == "" {
+					return nil, nil, Invalid(bw+".blend", "%s is marked blend but its text is empty", bw)
+				}
+				blends = append(blends, BlendMark{Param: bw, Text: *bl.Text})
 			}
 			text, hasText = append(text, *bl.Text), true
 			if k >= 0 {
@@ -599,7 +663,7 @@ func convertMessage(m anthropicMessage, where string, mark func(json.RawMessage,
 		}
 		return out, cuts, nil
 	}
-	msg := chatOutMsg{Role: "assistant", ToolCalls: calls}
+	msg := chatOutMsg{Role: "assistant", ToolCalls: calls, blends: blends}
 	if hasText || len(calls) == 0 {
 		s := strings.Join(text, "")
 		msg.Content = &s

@@ -10,7 +10,7 @@ import (
 // extension, package blend): chunks of the prompt, in prompt tokens, to cache on their own
 // and blend wherever they appear.
 type BlendParams struct {
-	// Chunks are [start, end) spans of prompt tokens.
+	// Chunks are [start, end) spans of prompt tokens; nil when the object named none.
 	Chunks [][2]int
 	// Recompute is the fraction of chunk tokens recomputed, in [0, 1]; nil for the server's
 	// default.
@@ -28,7 +28,9 @@ const MaxBlendChunksWire = 4096
 // ParseBlend decodes blend: absent or null is nil; otherwise an object with "chunks" (an
 // array of [start, end] integer pairs), optional "recompute" (a number) and "policy" (a
 // string), and nothing else. Ranges and overlaps are checked against the prompt later
-// (blend.Spec.Validate). Errors are 400s naming blend.
+// (blend.Spec.Validate). Errors are 400s naming blend. Chunks is nil when the object has
+// none: a chat may mark its chunks on messages instead (BlendMark); the request's parser
+// refuses a blend with nothing to blend.
 func ParseBlend(raw json.RawMessage) (*BlendParams, error) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
@@ -47,13 +49,13 @@ func ParseBlend(raw json.RawMessage) (*BlendParams, error) {
 	if dec.More() {
 		return nil, Invalid("blend", "blend has trailing data after its object")
 	}
-	if w.Chunks == nil {
-		return nil, Invalid("blend", "blend.chunks is missing: mark at least one [start, end] span of prompt tokens")
-	}
 	if len(w.Chunks) > MaxBlendChunksWire {
 		return nil, Invalid("blend", "blend.chunks has %d spans, at most %d", len(w.Chunks), MaxBlendChunksWire)
 	}
-	p := &BlendParams{Chunks: make([][2]int, len(w.Chunks)), Recompute: w.Recompute}
+	p := &BlendParams{Recompute: w.Recompute}
+	if w.Chunks != nil {
+		p.Chunks = make([][2]int, len(w.Chunks))
+	}
 	for i, c := range w.Chunks {
 		var pair []int
 		if err := json.Unmarshal(c, &pair); err != nil || len(pair) != 2 {
@@ -86,10 +88,13 @@ type BlendReport struct {
 
 // BlendChunkReport is one chunk: hit_tokens were found in the chunk cache (the rest of its
 // full blocks the request computed at position 0 and cached), blended_tokens kept the
-// cached K/V. A chunk inside the reused prefix, or shorter than a block, has neither.
+// cached K/V. A chunk inside the reused prefix, or shorter than a block, has neither. Part
+// names the chat part that marked it ("messages[2].content[1]", "system[1]"), absent for a
+// chunk given as token offsets.
 type BlendChunkReport struct {
-	Start         int `json:"start"`
-	End           int `json:"end"`
-	HitTokens     int `json:"hit_tokens"`
-	BlendedTokens int `json:"blended_tokens"`
+	Start         int    `json:"start"`
+	End           int    `json:"end"`
+	HitTokens     int    `json:"hit_tokens"`
+	BlendedTokens int    `json:"blended_tokens"`
+	Part          string `json:"part,omitempty"`
 }

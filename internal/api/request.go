@@ -144,6 +144,8 @@ type ChatRequest struct {
 	ParsedTools      []Tool          `json:"-"`
 	ParsedToolChoice ToolChoice      `json:"-"` // Mode is "none" when there are no tools
 	Format           *ResponseFormat `json:"-"` // nil for text
+	// BlendMarks are the texts marked "blend": true, in message order (BlendMark).
+	BlendMarks []BlendMark `json:"-"`
 }
 
 // ParallelCalls reports parallel_tool_calls (default true, as OpenAI).
@@ -159,12 +161,17 @@ type ChatRequestMessage struct {
 	ToolCallID       string          `json:"tool_call_id"`      // tool
 	ReasoningContent *string         `json:"reasoning_content"` // assistant; vLLM and DeepSeek's name
 	Reasoning        *string         `json:"reasoning"`         // assistant; the newer name
+	// Blend (Stockpot extension) true marks the whole content as one chunk to blend
+	// (BlendMark); a content part may carry it instead.
+	Blend json.RawMessage `json:"blend"`
 
 	Text     string     `json:"-"` // Content decoded; text parts joined with "\n" as vLLM does
 	Parts    []string   `json:"-"` // the text parts, when Content was a list
 	HasText  bool       `json:"-"` // Content was not null
 	Calls    []ToolCall `json:"-"` // ToolCalls decoded
 	Reasoned string     `json:"-"` // ReasoningContent or Reasoning
+
+	blendParts []int // the indexes of the parts marked "blend": true
 }
 
 // WantLogprobs reports whether the chat request asked for logprobs.
@@ -211,6 +218,9 @@ func ParseCompletionRequest(body []byte) (*CompletionRequest, error) {
 	}
 	if err := r.parsePrompt(); err != nil {
 		return nil, err
+	}
+	if r.BlendParams != nil && r.BlendParams.Chunks == nil {
+		return nil, noChunks()
 	}
 	return &r, nil
 }
@@ -272,6 +282,9 @@ func ParseChatRequest(body []byte) (*ChatRequest, error) {
 			p := fmt.Sprintf("messages[%d].tool_call_id", i)
 			return nil, Invalid(p, "%s %s answers no tool call of an earlier assistant message", p, Quote(m.ToolCallID))
 		}
+	}
+	if err := r.collectBlendMarks(); err != nil {
+		return nil, err
 	}
 	return &r, nil
 }
@@ -570,8 +583,9 @@ func (m *ChatRequestMessage) parse(i int) error {
 		}
 	case raw[0] == '[':
 		var parts []struct {
-			Type string  `json:"type"`
-			Text *string `json:"text"`
+			Type  string          `json:"type"`
+			Text  *string         `json:"text"`
+			Blend json.RawMessage `json:"blend"`
 		}
 		if err := json.Unmarshal(raw, &parts); err != nil {
 			return Invalid(param+".content", "%s.content must be a string or an array of {\"type\":\"text\",\"text\":...} parts", param)
@@ -585,6 +599,13 @@ func (m *ChatRequestMessage) parse(i int) error {
 				return Invalid(fmt.Sprintf("%s.content[%d].text", param, j), "%s.content[%d].text is required", param, j)
 			}
 			texts = append(texts, *p.Text)
+			marked, err := parseBlendFlag(p.Blend, fmt.Sprintf("%s.content[%d]", param, j))
+			if err != nil {
+				return err
+			}
+			if marked {
+				m.blendParts = append(m.blendParts, j)
+			}
 		}
 		m.Text = strings.Join(texts, "\n")
 		m.Parts = texts

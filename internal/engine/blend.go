@@ -59,6 +59,9 @@ type BlendUsage struct {
 type BlendChunk struct {
 	Start, End   int
 	Hit, Blended int
+	// Part names the chat part that marked the chunk ("messages[2].content[1]"); the engine
+	// leaves it empty, the runner fills it from the request's marks.
+	Part string
 }
 
 // BlendDeclinedPool: the pool had no room for the chunks' blocks beside the prompt's.
@@ -119,7 +122,8 @@ func (e *Engine) checkBlend(req *Request) error {
 		return nil
 	}
 	mc := e.model.Config()
-	if err := req.Blend.Validate(len(req.Prompt), blend.Limits{MaxChunks: blend.DefaultMaxChunks, ContextLength: mc.ContextLength}); err != nil {
+	// The bound on chunks is the server's (--blend-max-chunks, checked before the engine).
+	if err := req.Blend.Validate(len(req.Prompt), blend.Limits{ContextLength: mc.ContextLength}); err != nil {
 		return fmt.Errorf("%w: %w", ErrBlend, err)
 	}
 	switch {

@@ -19,6 +19,8 @@ type Config struct {
 	MaxPromptTokens int
 	// Grammar bounds constrained decoding's grammars (zero fields take the defaults).
 	Grammar GrammarConfig
+	// Blend is chunk blending's default fraction and bound (zero fields take the defaults).
+	Blend BlendConfig
 }
 
 // Pipeline turns parsed requests into the engine requests they mean, for one model's
@@ -69,6 +71,9 @@ type Spec struct {
 	// parts, to name where a miss is.
 	CacheReport bool
 	Segments    []miss.Segment
+	// BlendParts name the chunks a chat marked on its messages or content parts ("blend":
+	// true), for usage.cache.blend; nil for chunks given as token offsets.
+	BlendParts []BlendPart
 	// Transfer is the request's kv_transfer_params (prefill/decode disaggregation; nil
 	// without). A decode's (do_remote_prefill) whose prompt is the one the prefill computed
 	// sets Req.FirstToken to the prefill's token.
@@ -78,6 +83,11 @@ type Spec struct {
 // Prepare validates what needs the model (vocabulary, context length) and builds the engine
 // request. defaultMax is used when the client gave no max_tokens; logprobs < 0 asks for none.
 func (p *Pipeline) Prepare(gp *api.GenerationParams, prompt []int32, maxTokens *int, defaultMax, logprobs int) (*Spec, error) {
+	return p.prepare(gp, prompt, nil, maxTokens, defaultMax, logprobs)
+}
+
+// prepare is Prepare with the chunks a chat marked on its parts (markSpans).
+func (p *Pipeline) prepare(gp *api.GenerationParams, prompt []int32, marked []BlendPart, maxTokens *int, defaultMax, logprobs int) (*Spec, error) {
 	if err := p.CheckVocab("prompt", prompt); err != nil {
 		return nil, err
 	}
@@ -93,7 +103,7 @@ func (p *Pipeline) Prepare(gp *api.GenerationParams, prompt []int32, maxTokens *
 	if err := p.CheckVocab("stop_token_ids", gp.StopTokenIDs); err != nil {
 		return nil, err
 	}
-	bs, err := blendSpec(gp.BlendParams, n, p.cfg.ContextLength)
+	bs, err := p.blendSpec(gp.BlendParams, marked, n)
 	if err != nil {
 		return nil, err
 	}
@@ -137,6 +147,7 @@ func (p *Pipeline) Prepare(gp *api.GenerationParams, prompt []int32, maxTokens *
 		},
 		Stops:       gp.StopStrings,
 		CacheReport: gp.CacheReport,
+		BlendParts:  marked,
 	}, nil
 }
 
@@ -201,9 +212,13 @@ func (p *Pipeline) Chat(ctx context.Context, req *api.ChatRequest, maxTokens *in
 	if err != nil {
 		return nil, nil, err
 	}
+	marked, err := p.markSpans(req, text, prompt)
+	if err != nil {
+		return nil, nil, err
+	}
 	// With no max_tokens a chat may use the rest of the context, as with OpenAI and vLLM.
 	defaultMax := max(p.cfg.ContextLength-len(prompt), 1)
-	spec, err := p.Prepare(&req.GenerationParams, prompt, maxTokens, defaultMax, logprobs)
+	spec, err := p.prepare(&req.GenerationParams, prompt, marked, maxTokens, defaultMax, logprobs)
 	if err != nil {
 		return nil, nil, err
 	}

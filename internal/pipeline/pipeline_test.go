@@ -158,6 +158,22 @@ func describe(tok Tokenizer, spec *Spec, plan *Plan, err error) string {
 	if len(spec.Stops) > 0 {
 		fmt.Fprintf(&b, "stops %q\n", spec.Stops)
 	}
+	if bs := spec.Req.Blend; bs != nil {
+		fmt.Fprintf(&b, "blend recompute %v, policy %s\n", bs.Recompute, bs.Policy)
+		for _, c := range bs.Chunks {
+			part := ""
+			for _, bp := range spec.BlendParts {
+				if bp.Chunk == c {
+					part = " " + bp.Param
+				}
+			}
+			var ct strings.Builder
+			for _, id := range spec.Req.Prompt[c.Start:c.End] {
+				ct.Write(tok.Piece(id))
+			}
+			fmt.Fprintf(&b, "chunk [%d, %d)%s %q\n", c.Start, c.End, part, ct.String())
+		}
+	}
 	for _, pin := range spec.Req.Pins {
 		fmt.Fprintf(&b, "pin %d tokens for %v\n", pin.Tokens, pin.TTL)
 	}

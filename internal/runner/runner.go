@@ -198,7 +198,8 @@ func (r *Runner) Generate(ctx context.Context, spec *pipeline.Spec, started func
 	if floor != nil {
 		r.floorDone(floor, spec, &res) // masks a padded request's usage
 	}
-	r.explainMiss(spec, &res.Usage) // miss.go
+	r.explainMiss(spec, &res.Usage)  // miss.go
+	nameBlendParts(spec, &res.Usage) // blend.go
 	return &res, nil
 }
 

@@ -119,6 +119,9 @@ type Config struct {
 	// many compile at once, and the cache of compiled ones (internal/pipeline's grammars.go).
 	// Zero fields take pipeline.DefaultGrammarConfig's.
 	Grammar pipeline.GrammarConfig
+	// Blend is chunk blending's default recompute fraction and its bound on chunks per
+	// request (serve --blend-recompute, --blend-max-chunks); zero: pipeline.DefaultBlendConfig.
+	Blend pipeline.BlendConfig
 	// HitRateWindow and HitRateMaxAge define stockpot_prefix_cache_hit_rate's sliding window: the
 	// last HitRateWindow requests that finished within HitRateMaxAge.
 	HitRateWindow int
@@ -195,6 +198,9 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.TTFTFloor < 0 {
 		return c, fmt.Errorf("server: Config.TTFTFloor must be >= 0, got %v", c.TTFTFloor)
+	}
+	if err := c.Blend.Validate(); err != nil {
+		return c, fmt.Errorf("server: Config.Blend: %w", err)
 	}
 	orDefault(&c.MaxBodyBytes, d.MaxBodyBytes)
 	if c.RequestMemoryBytes <= 0 {

@@ -13,14 +13,19 @@ import (
 )
 
 // promptSources are the label values of stockpot_prompt_tokens_total's source: "computed", then
-// every tier's name.
+// every tier's name, then "blended" (K/V taken from cached chunks and kept: a blended
+// request's tokens that are neither computed nor a prefix's), so that the sources sum to the
+// prompt tokens.
 var promptSources = func() []string {
 	out := []string{"computed"}
 	for t := range kvtier.Tier(kvtier.Count) {
 		out = append(out, t.String())
 	}
-	return out
+	return append(out, sourceBlended)
 }()
+
+// sourceBlended is stockpot_prompt_tokens_total's source for blended tokens.
+const sourceBlended = "blended"
 
 // Histogram buckets in seconds. A pure-Go CPU engine is slower than a GPU one, so the ranges
 // reach further up than vLLM's.
@@ -44,6 +49,8 @@ type metrics struct {
 	requests     *prometheus.CounterVec // {status}
 	stopped      *prometheus.CounterVec // {reason}: generations the server stopped (Usage.StoppedBy)
 	keyed        prometheus.Counter     // requests carrying prompt_cache_key
+	blendRecomp  prometheus.Counter     // stockpot_blend_recomputed_tokens_total
+	blendChunks  *prometheus.CounterVec // stockpot_blend_chunks_total{outcome}
 	window       *hitWindow
 	byHit        hitHistograms
 	blockSize    int
@@ -92,6 +99,14 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 			Name: "stockpot_prompt_cache_key_requests_total",
 			Help: "Generation requests that carried prompt_cache_key (the router's affinity key; per-key counts live on the router).",
 		}),
+		blendRecomp: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "stockpot_blend_recomputed_tokens_total",
+			Help: "Prompt tokens of blended requests that had cached chunk K/V and were recomputed anyway (the blend's recompute fraction); they are in source=\"computed\" of stockpot_prompt_tokens_total.",
+		}),
+		blendChunks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "stockpot_blend_chunks_total",
+			Help: "Chunks marked by requests that asked to blend, by outcome: hit (some of its blocks were in the chunk cache), miss (none were), declined (the request was computed without blending).",
+		}, []string{"outcome"}),
 		window: newHitWindow(cfg.HitRateWindow, cfg.HitRateMaxAge, cfg.Now),
 		byHit:  newHitHistograms(), blockSize: cfg.BlockSize,
 	}
@@ -106,8 +121,11 @@ func newMetrics(reg prometheus.Registerer, gen engine.Generator, cfg Config) (*m
 		Name: "stockpot_prefix_cache_hit_rate",
 		Help: "Prefix-cache hit rate (hit tokens / queried tokens) over a sliding window of recent requests; NaN with no queries.",
 	}, m.window.rate)
+	for _, o := range blendChunkOutcomes {
+		m.blendChunks.WithLabelValues(o)
+	}
 	for _, c := range []prometheus.Collector{m.promptTokens, m.queries, m.hits, m.discarded, m.generated,
-		m.ttft, m.tpot, m.e2e, m.requests, m.stopped, m.keyed, hitRate, &engineCollector{gen: gen, tiers: cfg.TierStats},
+		m.ttft, m.tpot, m.e2e, m.requests, m.stopped, m.keyed, hitRate, m.blendRecomp, m.blendChunks, &engineCollector{gen: gen, tiers: cfg.TierStats},
 		m.byHit.ttft, m.byHit.tpot, evidenceCollector{gen}} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -122,6 +140,7 @@ func (m *metrics) observe(u engine.Usage, e2e time.Duration) {
 	for t := range kvtier.Tier(kvtier.Count) {
 		m.promptTokens.WithLabelValues(t.String()).Add(float64(u.TierTokens(t)))
 	}
+	m.observeBlend(u.Blend)
 	m.queries.Add(float64(u.PromptTokens))
 	for t := range kvtier.Tier(kvtier.Transfer) {
 		m.hits.WithLabelValues(t.String()).Add(float64(u.TierTokens(t)))

@@ -54,7 +54,7 @@ func cacheUsage(u engine.Usage) api.CacheUsage {
 		c.BlendedTokens, c.BlendRecomputedTokens = &b.BlendedTokens, &b.RecomputedTokens
 		c.Blend = &api.BlendReport{Declined: b.Declined, Chunks: make([]api.BlendChunkReport, len(b.Chunks))}
 		for i, ch := range b.Chunks {
-			c.Blend.Chunks[i] = api.BlendChunkReport{Start: ch.Start, End: ch.End, HitTokens: ch.Hit, BlendedTokens: ch.Blended}
+			c.Blend.Chunks[i] = api.BlendChunkReport{Start: ch.Start, End: ch.End, HitTokens: ch.Hit, BlendedTokens: ch.Blended, Part: ch.Part}
 		}
 	}
 	return c

@@ -95,7 +95,7 @@ func New(cfg Config, gen engine.Generator, tok pipeline.Tokenizer, reg prometheu
 		reg = prometheus.NewRegistry()
 	}
 	s := &Server{cfg: c, gen: gen, tok: tok, started: c.Now(),
-		pipe:    pipeline.New(tok, pipeline.Config{ContextLength: c.ContextLength, MaxPromptTokens: c.MaxPromptTokens, Grammar: c.Grammar}),
+		pipe:    pipeline.New(tok, pipeline.Config{ContextLength: c.ContextLength, MaxPromptTokens: c.MaxPromptTokens, Grammar: c.Grammar, Blend: c.Blend}),
 		apiKeys: apikey.NewSet(c.APIKeys...), metricsKeys: apikey.NewSet(c.MetricsKey), adminKeys: apikey.NewSet(c.AdminKeys...),
 		eventsKeys: apikey.NewSet(c.EventsKeys...), dashboardKeys: apikey.NewSet(c.DashboardKeys...), backendKeys: apikey.NewSet(c.BackendKey),
 		tenants: c.Tenants, limiter: tenant.NewLimiter(), replay: tenant.NewReplayGuard(0), reqmem: membudget.New(c.RequestMemoryBytes),
