@@ -29,6 +29,9 @@ func benchTo(stdout io.Writer, args []string) error {
 	if len(args) > 0 && args[0] == "pd" {
 		return cmdBenchPD(args[1:])
 	}
+	if len(args) > 0 && args[0] == "blendquality" {
+		return cmdBenchBlendQuality(args[1:]) // bench_blendquality.go
+	}
 	d := bench.DefaultConfig()
 	fs := newFlagSet("bench")
 	target := fs.String("target", d.Target, "base URL of an OpenAI-compatible server")
