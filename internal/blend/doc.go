@@ -41,14 +41,24 @@
 //   - EPIC (Policy EPIC, SelectEPIC): the first ⌈f·len⌉ tokens of each chunk. The deviation
 //     concentrates at a chunk's start (the attention sink the chunk formed on its own first
 //     tokens); recomputing them is position-static and needs nothing but the marks.
-//   - CacheBlend (Policy CacheBlend): recompute layer 0/1 for every chunk token, pick the
-//     tokens whose K/V deviate most from the blended ones at layer 1, and recompute those
-//     through every layer. It needs the model to run a prefix of its layers and to run
-//     selected, non-contiguous positions through the rest; that is not in model.Forward yet,
-//     and the engine refuses the policy until it is.
+//   - CacheBlend (Policy CacheBlend, SelectCacheBlend): measure, then pick. Every position
+//     from the exact prefix to the last copied one runs through layers 0..L−1 and layer L's
+//     K/V projection (model.ForwardKV; L is DefaultCheckLayer, 1, in the engine's config),
+//     with attention over the true K/V of every earlier position, so its layer-L K/V are a
+//     full prefill's. A copied position's deviation is the L2 distance, over every head,
+//     of those fresh K and V from its cached ones (key re-rotated). Layer 0 cannot serve: a
+//     token's layer-0 K/V depend on its embedding and position alone and never deviate
+//     after re-rotation. The ⌈f·n⌉ positions that deviate most, of the request's n copied
+//     ones (per request, not per chunk: a later chunk missed more context and may need more
+//     of the budget), ties to the earlier position, are recomputed through every layer at
+//     their own positions (not consecutive: model.Sequence.Positions), in one position-
+//     ordered list with the positions no chunk covers (RecomputePositions), attending over
+//     the blended K/V; the others keep the cached K/V in every layer (the copies, applied
+//     after the measuring pass, overwrite all it wrote). The pass costs (L+1)/layers of a
+//     prefill of the chunks' span.
 //
-// f = 1 recomputes every token in position order: the K/V and the logits are bitwise those
-// of a full prefill (the model's determinism rule: a token's K/V does not depend on how the
+// f = 1 recomputes every token in position order, under either policy: the K/V and the
+// logits are bitwise those of a full prefill (the model's determinism rule: a token's K/V does not depend on how the
 // prompt was cut into steps). That is the oracle the engine's tests hold blending to. f = 0
 // with a chunk at position 0 and nothing before it also reuses exactly: the cached K/V is
 // what a full prefill computes there. Below 1 the output deviates; how much is measured per
@@ -86,6 +96,8 @@
 //     and Limits (Normalize sorts them); every error wraps ErrInvalid.
 //   - ChunkRoot: the chain root of a request's chunks.
 //   - Placement, SelectEPIC, Selection: what the engine copies and what it recomputes.
+//   - SelectCacheBlend, CacheBlendCount, RecomputePositions: CacheBlend's pick from the
+//     measured deviations, and the order it recomputes in.
 //   - Rerotate: the key rotation from chunk position to prompt position.
 //
 // # How the engine uses it
@@ -96,5 +108,7 @@
 // the missing ones at position 0 (plan items over the chunk's own block table), commits
 // them, then copies and re-rotates every cached chunk block into the request's own blocks
 // (Plan.Blends, applied by the runner before the forward pass) and runs SelectEPIC's
-// recompute ranges as ordinary prefill items, the last one with logits. Decode is unchanged.
+// recompute ranges as ordinary prefill items, the last one with logits. Under CacheBlend
+// the measuring pass comes first and the copies after it (engine/blend_cacheblend.go); at
+// f = 0 its answer is EPIC's at 0 bitwise. Decode is unchanged.
 package blend
