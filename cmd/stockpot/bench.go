@@ -64,6 +64,8 @@ func benchTo(stdout io.Writer, args []string) error {
 	accept := fs.Bool("accept", false, "go-live gate: one request at a time, the server's counters read around each; exit status 1 unless every cold step reused under --accept-cold-max of its prompt and every warm step (per tier) at least --accept-warm-min of its reusable tokens")
 	acceptColdMax := fs.Float64("accept-cold-max", d.AcceptColdMax, "--accept: a cold step passes when the server reused less than this share of its prompt (0..1)")
 	acceptWarmMin := fs.Float64("accept-warm-min", d.AcceptWarmMin, "--accept: a warm step passes when the server reused at least this share of its reusable tokens (0..1)")
+	blendFractions := fs.String("blend", "", "rag: compare the full prefill, prefix caching only and chunk blending at these recompute fractions (comma-separated, e.g. 0,0.05,0.15,0.3), the retrieved chunks marked \"blend\": true; one request at a time (bench_ragblend.go)")
+	blendChunks := fs.Int("blend-chunks", 3, "rag --blend: chunks per request (each --doc-tokens / this many tokens)")
 	if err := parseWithEnv(fs, args); err != nil {
 		return err
 	}
@@ -92,6 +94,9 @@ func benchTo(stdout io.Writer, args []string) error {
 		if !*quiet {
 			cfg.Logf = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
 		}
+	}
+	if *blendFractions != "" {
+		return benchRAGBlend(stdout, cfg, *blendFractions, *blendChunks, *out) // bench_ragblend.go
 	}
 	if *prices != "" {
 		ps, err := bench.LoadPrices(*prices)

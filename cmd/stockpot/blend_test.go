@@ -16,6 +16,8 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+
+	"stockpot/internal/bench"
 )
 
 // blendPassage is a retrieved passage of some 80 tokens (several full 16-token blocks).
@@ -159,4 +161,28 @@ func grepLines(s, sub string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// TestBenchRAGBlend: bench --workload rag --blend against serve: the full prefill reuses
+// nothing, prefix caching reuses no chunk, blending at 0 blends the chunks, and every
+// variant's sources (from the server's counters) sum to its prompt tokens.
+func TestBenchRAGBlend(t *testing.T) {
+	url := agentInstance(t, true)
+	cfg := bench.DefaultConfig()
+	cfg.Target, cfg.Workload, cfg.Sessions, cfg.Turns, cfg.DocTokens, cfg.QuestionTokens, cfg.MaxTokens = url, "rag", 1, 3, 192, 8, 2
+	rs, err := bench.RunRAGBlend(context.Background(), cfg, []float64{0, 0.5}, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	bench.WriteRAGBlend(&b, rs)
+	t.Logf("\n%s", b.String())
+	for _, r := range rs {
+		if r.Failed > 0 || r.PromptTokens == 0 || r.PrefixTokens+r.BlendedTokens+r.ComputedTokens != r.PromptTokens {
+			t.Errorf("%s: %+v, want every request answered and the sources summing to the prompt", r.Variant, r)
+		}
+	}
+	if rs[0].PrefixTokens != 0 || rs[0].BlendedTokens != 0 || rs[1].BlendedTokens != 0 || rs[2].BlendedTokens == 0 || rs[3].RecomputedBlend == 0 {
+		t.Errorf("variants %+v: want nothing reused by the full prefill, nothing blended without marks, chunks blended at 0 and recomputed at 0.5", rs)
+	}
 }
