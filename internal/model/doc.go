@@ -11,6 +11,9 @@
 // sequence in the batch, its new tokens, their positions and a paged view of its K/V blocks
 // (kernels.PagedKV). It writes the new tokens' K and V into those blocks and reads the earlier
 // ones. Which blocks a sequence owns, shares or reuses is the engine's business, not the model's.
+// On an attention model (llama, qwen2, qwen3) a step may also run tokens at positions that are
+// not consecutive (Sequence.Positions), and ForwardKV runs only the layers up to one layer's
+// K/V: chunk blending's CacheBlend measures with the second and recomputes with the first.
 // Only attention layers keep K/V (Config.KVLayers; the blocks' layer slots are the attention
 // layers in order). An MLA layer keeps one latent row per token instead of per-head K and V,
 // and two MLA layers share a slot (one in its K rows, one in its V rows), so the blocks of an

@@ -230,9 +230,17 @@ func dequantizeRow(t gguf.Type, src []byte, dst []float32) error {
 
 // Sequence is one sequence's share of a forward step.
 type Sequence struct {
-	Tokens []int32          // new tokens, at positions Pos, Pos+1, ...
+	Tokens []int32          // new tokens, at positions Pos, Pos+1, ... (or Positions)
 	Pos    int              // position of Tokens[0]
-	KV     *kernels.PagedKV // the sequence's blocks; must cover positions [0, Pos+len(Tokens))
+	KV     *kernels.PagedKV // the sequence's blocks; must cover every position up to the last
+	// Positions, when non-nil, are the tokens' positions, one each, strictly increasing from
+	// Pos (Positions[0] == Pos), and need not be consecutive: chunk blending recomputes
+	// scattered tokens of a prompt (package blend, CacheBlend). RoPE, the K/V store and the
+	// causal mask use them, so a token's row is computed exactly as in a step of consecutive
+	// positions (the determinism rule below); the positions skipped must hold their K/V
+	// already. Attention models only (llama, qwen2, qwen3): a recurrent state or MLA's
+	// latent rows advance over consecutive tokens.
+	Positions []int
 	// Logits, when non-nil (length Vocab), receives the logits of the last token.
 	Logits []float32
 	// State is the sequence's recurrent state, for models with Gated DeltaNet or KDA layers
@@ -360,71 +368,11 @@ func grow(s []float32, n int) []float32 {
 // the sequences' blocks and filling the requested logits.
 func (m *Model) Forward(seqs []Sequence) error {
 	c := m.cfg
-	M := 0
-	for i, s := range seqs {
-		if len(s.Tokens) == 0 {
-			return fmt.Errorf("model: sequence %d has no tokens", i)
-		}
-		if s.Logits != nil && len(s.Logits) != c.Vocab {
-			return fmt.Errorf("model: sequence %d logits buffer has %d entries, want %d", i, len(s.Logits), c.Vocab)
-		}
-		for _, t := range s.Tokens {
-			if t < 0 || int(t) >= c.Vocab {
-				return fmt.Errorf("model: token id %d outside vocabulary of %d", t, c.Vocab)
-			}
-		}
-		if c.Hybrid() {
-			if s.State == nil || !s.State.fits(c) {
-				return fmt.Errorf("model: sequence %d has no recurrent state for this model (see NewState)", i)
-			}
-			if s.State.Pos != s.Pos {
-				return fmt.Errorf("model: sequence %d starts at position %d but its recurrent state is at %d", i, s.Pos, s.State.Pos)
-			}
-			last := s.Pos
-			for _, cp := range s.Checkpoints {
-				if cp == nil || !cp.fits(c) || cp.Pos <= last || cp.Pos > s.Pos+len(s.Tokens) {
-					return fmt.Errorf("model: sequence %d: checkpoints must be states of this model at increasing positions in (%d, %d]", i, s.Pos, s.Pos+len(s.Tokens))
-				}
-				last = cp.Pos
-			}
-		}
-		if c.count(LayerMLA) > 0 {
-			if err := m.mlaCheck(s.KV); err != nil {
-				return fmt.Errorf("%w (sequence %d)", err, i)
-			}
-		}
-		M += len(s.Tokens)
+	M, err := m.begin(seqs)
+	if err != nil {
+		return err
 	}
 	sc := &m.scratch
-	sc.x = grow(sc.x, M*c.Dim)
-	sc.h = grow(sc.h, M*c.Dim)
-	sc.q = grow(sc.q, M*c.QDim())
-	sc.k = grow(sc.k, M*c.KVDim())
-	sc.v = grow(sc.v, M*c.KVDim())
-	sc.att = grow(sc.att, M*c.QDim())
-	sc.gate = grow(sc.gate, M*c.FFN)
-	sc.up = grow(sc.up, M*c.FFN)
-
-	// Embeddings.
-	rowBytes := m.embd.Type.RowBytes(c.Dim)
-	r := 0
-	for _, s := range seqs {
-		for _, t := range s.Tokens {
-			src := m.embd.Data[int(t)*rowBytes : (int(t)+1)*rowBytes]
-			if err := dequantizeRow(m.embd.Type, src, sc.x[r*c.Dim:(r+1)*c.Dim]); err != nil {
-				return err
-			}
-			r++
-		}
-	}
-
-	switch {
-	case c.Kimi():
-		m.kimiScratch(seqs, M)
-	case c.Hybrid():
-		m.hybridScratch(seqs, M)
-	}
-	m.rowPositions(seqs)
 	if c.Arch == ArchKimiK3 {
 		m.k3Forward(seqs, M) // k3.go: its own residual stream around the blocks
 	} else {
@@ -482,6 +430,114 @@ func (m *Model) Forward(seqs []Sequence) error {
 	return nil
 }
 
+// ForwardKV runs seqs through layers [0, layer) and then only layer's attention input
+// (norm, Q/K/V projections, RoPE, the K/V store): every token's K/V is stored for layers
+// 0..layer, bitwise what Forward stores there, and nothing past it runs (no attention at
+// layer, no logits: Logits must be nil). CacheBlend (package blend) reads layer's fresh K/V
+// back (kernels.LoadKV) to find the chunk tokens whose cached K/V deviate most. Attention
+// models only (llama, qwen2, qwen3), 0 <= layer < Config.Layers.
+func (m *Model) ForwardKV(seqs []Sequence, layer int) error {
+	c := &m.cfg
+	if c.Hybrid() || c.Kimi() || c.AttnGate {
+		return fmt.Errorf("%w: ForwardKV on %s (attention models only)", ErrUnsupported, c.Arch)
+	}
+	if layer < 0 || layer >= c.Layers {
+		return fmt.Errorf("model: ForwardKV through layer %d of %d", layer, c.Layers)
+	}
+	for i, s := range seqs {
+		if s.Logits != nil {
+			return fmt.Errorf("model: ForwardKV sequence %d asks for logits", i)
+		}
+	}
+	M, err := m.begin(seqs)
+	if err != nil {
+		return err
+	}
+	for li := range layer {
+		m.layerForward(li, seqs, M)
+		m.ffnForward(li, M)
+	}
+	m.layerQKV(layer, seqs, M)
+	return nil
+}
+
+// begin checks seqs, sizes the scratch for their M rows, embeds their tokens into sc.x and
+// lays out every row's position (rowPositions).
+func (m *Model) begin(seqs []Sequence) (int, error) {
+	c := m.cfg
+	M := 0
+	for i, s := range seqs {
+		if len(s.Tokens) == 0 {
+			return 0, fmt.Errorf("model: sequence %d has no tokens", i)
+		}
+		if s.Logits != nil && len(s.Logits) != c.Vocab {
+			return 0, fmt.Errorf("model: sequence %d logits buffer has %d entries, want %d", i, len(s.Logits), c.Vocab)
+		}
+		for _, t := range s.Tokens {
+			if t < 0 || int(t) >= c.Vocab {
+				return 0, fmt.Errorf("model: token id %d outside vocabulary of %d", t, c.Vocab)
+			}
+		}
+		if c.Hybrid() {
+			if s.State == nil || !s.State.fits(c) {
+				return 0, fmt.Errorf("model: sequence %d has no recurrent state for this model (see NewState)", i)
+			}
+			if s.State.Pos != s.Pos {
+				return 0, fmt.Errorf("model: sequence %d starts at position %d but its recurrent state is at %d", i, s.Pos, s.State.Pos)
+			}
+			last := s.Pos
+			for _, cp := range s.Checkpoints {
+				if cp == nil || !cp.fits(c) || cp.Pos <= last || cp.Pos > s.Pos+len(s.Tokens) {
+					return 0, fmt.Errorf("model: sequence %d: checkpoints must be states of this model at increasing positions in (%d, %d]", i, s.Pos, s.Pos+len(s.Tokens))
+				}
+				last = cp.Pos
+			}
+		}
+		if c.count(LayerMLA) > 0 {
+			if err := m.mlaCheck(s.KV); err != nil {
+				return 0, fmt.Errorf("%w (sequence %d)", err, i)
+			}
+		}
+		if s.Positions != nil {
+			if err := m.checkPositions(s); err != nil {
+				return 0, fmt.Errorf("%w (sequence %d)", err, i)
+			}
+		}
+		M += len(s.Tokens)
+	}
+	sc := &m.scratch
+	sc.x = grow(sc.x, M*c.Dim)
+	sc.h = grow(sc.h, M*c.Dim)
+	sc.q = grow(sc.q, M*c.QDim())
+	sc.k = grow(sc.k, M*c.KVDim())
+	sc.v = grow(sc.v, M*c.KVDim())
+	sc.att = grow(sc.att, M*c.QDim())
+	sc.gate = grow(sc.gate, M*c.FFN)
+	sc.up = grow(sc.up, M*c.FFN)
+
+	// Embeddings.
+	rowBytes := m.embd.Type.RowBytes(c.Dim)
+	r := 0
+	for _, s := range seqs {
+		for _, t := range s.Tokens {
+			src := m.embd.Data[int(t)*rowBytes : (int(t)+1)*rowBytes]
+			if err := dequantizeRow(m.embd.Type, src, sc.x[r*c.Dim:(r+1)*c.Dim]); err != nil {
+				return 0, err
+			}
+			r++
+		}
+	}
+
+	switch {
+	case c.Kimi():
+		m.kimiScratch(seqs, M)
+	case c.Hybrid():
+		m.hybridScratch(seqs, M)
+	}
+	m.rowPositions(seqs)
+	return M, nil
+}
+
 // rowsInline is the element count (rows × row width) below which a per-row step runs on the
 // calling thread: waking the pool's workers for it and waiting for them costs more than the
 // work. A decode step's norms, adds and SwiGLU (a few rows) stay inline, so each layer waits
@@ -506,11 +562,34 @@ func (m *Model) rowPositions(seqs []Sequence) {
 	sc.rowPos = sc.rowPos[:0]
 	sc.rowSeq = sc.rowSeq[:0]
 	for si, s := range seqs {
+		if s.Positions != nil {
+			sc.rowPos = append(sc.rowPos, s.Positions...)
+		}
 		for j := range s.Tokens {
-			sc.rowPos = append(sc.rowPos, s.Pos+j)
+			if s.Positions == nil {
+				sc.rowPos = append(sc.rowPos, s.Pos+j)
+			}
 			sc.rowSeq = append(sc.rowSeq, int32(si))
 		}
 	}
+}
+
+// checkPositions checks s.Positions (see Sequence): one per token, strictly increasing from
+// s.Pos, on a model whose every layer is attention over per-token K/V.
+func (m *Model) checkPositions(s Sequence) error {
+	c := &m.cfg
+	if c.Hybrid() || c.Kimi() {
+		return fmt.Errorf("%w: explicit positions on %s (attention models only)", ErrUnsupported, c.Arch)
+	}
+	if len(s.Positions) != len(s.Tokens) || s.Positions[0] != s.Pos {
+		return fmt.Errorf("model: %d positions from %d for %d tokens from %d", len(s.Positions), s.Positions[0], len(s.Tokens), s.Pos)
+	}
+	for j := 1; j < len(s.Positions); j++ {
+		if s.Positions[j] <= s.Positions[j-1] {
+			return fmt.Errorf("model: positions not increasing: %d after %d", s.Positions[j], s.Positions[j-1])
+		}
+	}
+	return nil
 }
 
 // logitsInPlace returns the nOut requested logits rows as one [nOut][vocab] slice when they
@@ -540,20 +619,8 @@ func (m *Model) layerForward(li int, seqs []Sequence, M int) {
 	c := &m.cfg
 	l := &m.layers[li]
 	sc := &m.scratch
-	qd, kvd := c.QDim(), c.KVDim()
-	m.initRowFns()
-	sc.li, sc.seqs = li, seqs
-
-	m.rows(M, c.Dim, m.fns.attnNorm)
-	// q, k and v read the same rows: one quantization of them serves all three.
-	sc.qkvDst = [3][]float32{sc.q, sc.k, sc.v}
-	sc.qkvW = [3]*kernels.Weight{l.wq, l.wk, l.wv}
-	kernels.MatMuls(m.pool, sc.h, M, sc.qkvDst[:], sc.qkvW[:])
-
-	// Per token, every sequence's rows in one pass: bias, QK-norm, RoPE at the row's
-	// position, and the K/V store.
-	m.rows(M, qd+2*kvd, m.fns.qkvRows)
-	sc.seqs = nil // drop references to the caller's sequences
+	qd := c.QDim()
+	m.layerQKV(li, seqs, M)
 
 	// Attention: each sequence over its own block table, the decode tokens of all of them
 	// in one parallel loop.
@@ -571,6 +638,29 @@ func (m *Model) layerForward(li int, seqs []Sequence, M int) {
 
 	kernels.MatMul(m.pool, sc.h, sc.att, M, l.wo)
 	m.addResidual(M)
+}
+
+// layerQKV runs layer li's attention input over the stream: norm, the Q/K/V projections
+// into sc.q, sc.k and sc.v, then per row bias, QK-norm, RoPE at the row's position and the
+// K/V store.
+func (m *Model) layerQKV(li int, seqs []Sequence, M int) {
+	c := &m.cfg
+	l := &m.layers[li]
+	sc := &m.scratch
+	qd, kvd := c.QDim(), c.KVDim()
+	m.initRowFns()
+	sc.li, sc.seqs = li, seqs
+
+	m.rows(M, c.Dim, m.fns.attnNorm)
+	// q, k and v read the same rows: one quantization of them serves all three.
+	sc.qkvDst = [3][]float32{sc.q, sc.k, sc.v}
+	sc.qkvW = [3]*kernels.Weight{l.wq, l.wk, l.wv}
+	kernels.MatMuls(m.pool, sc.h, M, sc.qkvDst[:], sc.qkvW[:])
+
+	// Per token, every sequence's rows in one pass: bias, QK-norm, RoPE at the row's
+	// position, and the K/V store.
+	m.rows(M, qd+2*kvd, m.fns.qkvRows)
+	sc.seqs = nil // drop references to the caller's sequences
 }
 
 // initRowFns builds m.fns on first use. Each closure captures only m; the layer is
