@@ -31,7 +31,8 @@ import (
 // so): its prompt is computed like any other, which is the exact answer.
 
 // ErrBlend refuses a request's blend: its marks are invalid, or this engine cannot blend
-// (a hybrid model: ErrHybrid; a Q8_0 K/V cache; no prefix cache; a policy not available).
+// (a hybrid model: ErrHybrid; a Q8_0 K/V cache; no prefix cache; CacheBlend on a model of one
+// layer).
 // The client's to fix: a 400 at the API.
 var ErrBlend = errors.New("engine: blend refused")
 
@@ -90,6 +91,7 @@ type blendSeq struct {
 	sel      blend.Selection
 	next     int         // the next prompt position to plan
 	inflight []blendItem // the items planned in the last Schedule, in plan order
+	cb       *cacheBlend // Policy CacheBlend's state (blend_cacheblend.go); nil for EPIC
 }
 
 // blendChunk is one chunk's blocks under the chunk root. Invariant: committed <= computed/B
@@ -103,7 +105,8 @@ type blendChunk struct {
 	committed int // leading blocks committed
 }
 
-// blendItem is one planned item: a chunk's (chunk >= 0) or the prompt's (-1), ending at end.
+// blendItem is one planned item: a chunk's (chunk >= 0), the prompt's (-1) or CacheBlend's
+// measuring pass over the prompt (checkItem), ending at end.
 type blendItem struct{ chunk, end int }
 
 // newBlendSeq is the core's state for req's blend (nil without one). root is the request's
@@ -133,8 +136,8 @@ func (e *Engine) checkBlend(req *Request) error {
 		return fmt.Errorf("%w: the K/V cache is q8_0, whose rows are stored Hadamard-rotated; blending needs an f32 or f16 cache (--kv-type)", ErrBlend)
 	case !e.cfg.PrefixCache:
 		return fmt.Errorf("%w: the prefix cache is off (--prefix-cache=false), and chunks are cached in it", ErrBlend)
-	case req.Blend.Policy == blend.CacheBlend:
-		return fmt.Errorf("%w: policy %q is not available yet; use %q", ErrBlend, blend.PolicyCacheBlendName, blend.PolicyEPICName)
+	case req.Blend.Policy == blend.CacheBlend && mc.Layers < 2:
+		return fmt.Errorf("%w: policy %q measures deviation at layer 1 or deeper, and the model has %d layer", ErrBlend, blend.PolicyCacheBlendName, mc.Layers)
 	}
 	return nil
 }
@@ -169,6 +172,9 @@ func (c *Core) planBlend(s *seq, plan *Plan, budget int) (left int, handled bool
 	}
 	if waiting {
 		return budget, true
+	}
+	if b.cb != nil {
+		return c.planCacheBlend(s, plan, budget), true
 	}
 	// Phase B: the copies once, then the recompute ranges in position order.
 	if !b.copied {
@@ -240,7 +246,11 @@ func (c *Core) startBlend(s *seq) bool {
 		ch.blocks = append(ch.blocks, fresh[:k]...)
 		fresh = fresh[k:]
 	}
-	b.sel = blend.SelectEPIC(from, s.prompt, places, b.spec.Recompute)
+	if b.spec.Policy == blend.CacheBlend {
+		c.startCacheBlend(s, places) // SelectEPIC at 0, then the pass that picks
+	} else {
+		b.sel = blend.SelectEPIC(from, s.prompt, places, b.spec.Recompute)
+	}
 	b.next, b.planned, b.copied = from, true, false
 	if exact := max(b.sel.Exact/B, s.committed); exact < len(s.hashes) {
 		// Past the first blended position no block is a prefix's: keep them out of the
@@ -276,6 +286,10 @@ func (c *Core) advanceBlend(s *seq, it PlanItem) (skip bool) {
 	}
 	bi := b.inflight[0]
 	b.inflight = b.inflight[1:]
+	if bi.chunk == checkItem {
+		c.advanceCacheBlendCheck(s, bi.end)
+		return true
+	}
 	if bi.chunk >= 0 {
 		ch := &b.chunks[bi.chunk]
 		ch.computed = bi.end

@@ -162,7 +162,6 @@ func TestBlendRefused(t *testing.T) {
 		{Chunks: []blend.Chunk{{Start: 10, End: 30}, {Start: 20, End: 40}}},
 		{Chunks: []blend.Chunk{{Start: 10, End: len(prompt) + 1}}},
 		{Chunks: []blend.Chunk{{Start: 0, End: 10}}, Recompute: 1.01},
-		{Chunks: []blend.Chunk{{Start: 0, End: 10}}, Policy: blend.CacheBlend},
 	} {
 		req := greedy(prompt, &spec)
 		if _, err := e.Generate(context.Background(), &req); !errors.Is(err, engine.ErrBlend) {

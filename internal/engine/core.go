@@ -124,6 +124,9 @@ type Plan struct {
 	Items    []PlanItem
 	Restores []Restore   // copies into blocks to do before the forward pass
 	Blends   []BlendCopy // chunk K/V placed into blocks before the forward pass (blend.go)
+	// Measures are CacheBlend's deviations to measure after the forward pass
+	// (blend_cacheblend.go)
+	Measures []BlendMeasure
 }
 
 // PlanItem is one sequence's share of a step.
@@ -138,6 +141,20 @@ type PlanItem struct {
 	// runner sets each State (at position (Block+1)·BlockSize), Forward fills it, and
 	// Advance keeps it with the block's commit.
 	Checkpoints []Checkpoint
+	// Positions, when non-nil, are the tokens' positions (ascending from Pos, not
+	// consecutive: CacheBlend's recompute, blend_cacheblend.go); nil: Pos, Pos+1, ...
+	Positions []int
+	// BlendCheck marks CacheBlend's measuring pass: the runner stores the tokens' K/V
+	// through the check layer only (model.ForwardKV), and no logits.
+	BlendCheck bool
+}
+
+// End is the position after the item's last token.
+func (it PlanItem) End() int {
+	if it.Positions != nil {
+		return it.Positions[len(it.Positions)-1] + 1
+	}
+	return it.Pos + len(it.Tokens)
 }
 
 // Checkpoint is the recurrent state at the end of a sequence's block Block.
@@ -938,6 +955,8 @@ func (c *Core) Schedule(now time.Time) *Plan {
 	plan.Items, plan.Restores = plan.Items[:0], c.pendingRestores
 	clear(plan.Blends)
 	plan.Blends = plan.Blends[:0]
+	clear(plan.Measures)
+	plan.Measures = plan.Measures[:0]
 	c.pendingRestores = nil
 	// Decode: sequences whose prompt is computed have exactly one uncomputed token.
 	for i := 0; i < len(c.running); i++ {
@@ -1059,7 +1078,7 @@ func (c *Core) Advance(plan *Plan, logits [][]float32, now time.Time) {
 		if c.advanceBlend(s, it) {
 			continue
 		}
-		s.computed = it.Pos + len(it.Tokens)
+		s.computed = it.End()
 		c.commitFull(s, true, now)
 		c.keepCheckpoints(s, it.Checkpoints)
 		if !it.WantLogits {

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"stockpot/internal/blend"
 	"stockpot/internal/kernels"
 	"stockpot/internal/kvcache"
 	"stockpot/internal/model"
@@ -68,6 +69,10 @@ type Config struct {
 	// PinSweep is how often an idle runner drops expired pins. Default 1 s. (A busy runner
 	// does it on every step.)
 	PinSweep time.Duration
+	// BlendCheckLayer is the layer at which a CacheBlend request measures its chunk
+	// tokens' K/V deviation (blend_cacheblend.go; 0: blend.DefaultCheckLayer, 1). A model
+	// with fewer layers measures at its last.
+	BlendCheckLayer int
 	// Now is the clock (default time.Now); tests pass a fake one to expire pins.
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -112,6 +117,12 @@ func (c Config) validate() (Config, error) {
 	}
 	if c.PinSweep <= 0 {
 		c.PinSweep = time.Second
+	}
+	if c.BlendCheckLayer == 0 {
+		c.BlendCheckLayer = blend.DefaultCheckLayer
+	}
+	if c.BlendCheckLayer < 1 {
+		return c, fmt.Errorf("engine: blend check layer %d: layer 0's K/V never deviate, measure at 1 or deeper", c.BlendCheckLayer)
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -602,7 +613,7 @@ func (e *Engine) run() {
 	// logitBuf holds the step's logits rows back to back, in plan order, so that the model's
 	// output head writes them in place (model.Sequence.Logits) instead of copying them out.
 	var logitBuf []float32
-	var seqs []model.Sequence
+	var seqs, checks []model.Sequence // checks: CacheBlend's measuring items (PlanItem.BlendCheck)
 	var tables [][]int32
 	var logitRows [][]float32 // reused per step: Advance reads it during the call only
 	var kvs []kernels.PagedKV // one per plan item, reused; Forward keeps no reference after the step
@@ -657,7 +668,7 @@ func (e *Engine) run() {
 			}
 			continue
 		}
-		seqs = seqs[:0]
+		seqs, checks = seqs[:0], checks[:0]
 		for len(tables) < len(plan.Items) {
 			tables = append(tables, nil)
 		}
@@ -685,7 +696,11 @@ func (e *Engine) run() {
 			tables[i] = t
 			kv := &kvs[i]
 			*kv = kernels.PagedKV{F32: e.arena.F32(), F16: e.arena.F16(), Q8: e.arena.Q8(), BlockSize: e.cfg.BlockSize, Layers: mc.KVLayers(), KVHeads: mc.KVHeads, HeadDim: mc.HeadDim, Table: t}
-			sq := model.Sequence{Tokens: it.Tokens, Pos: it.Pos, KV: kv, State: e.states.get(it)}
+			sq := model.Sequence{Tokens: it.Tokens, Pos: it.Pos, Positions: it.Positions, KV: kv, State: e.states.get(it)}
+			if it.BlendCheck {
+				checks = append(checks, sq)
+				continue
+			}
 			for j := range it.Checkpoints {
 				st := e.ckpts.alloc()
 				st.Pos = (it.Checkpoints[j].Block + 1) * e.cfg.BlockSize
@@ -700,7 +715,14 @@ func (e *Engine) run() {
 			seqs = append(seqs, sq)
 		}
 		t0 := time.Now()
-		if err := e.model.Forward(seqs); err != nil {
+		if len(checks) > 0 {
+			e.checkBlends(checks, plan.Measures)
+		}
+		var err error
+		if len(seqs) > 0 { // none when the step is only CacheBlend's measuring
+			err = e.model.Forward(seqs)
+		}
+		if err != nil {
 			e.cfg.Logger.Error("forward", "err", err)
 			// Whatever the checkpoints hold now is not the state at their block ends.
 			for _, it := range plan.Items {
