@@ -45,7 +45,7 @@ type KnobCalibration struct {
 	Bytes      int64     // bytes streamed per pass
 	Candidates []int     // distances tried
 	GBs        []float64 // each candidate's best pass, GB/s
-	Default    int // the distance in use before (the compiled default in a fresh process)
+	Default    int       // the distance in use before (the compiled default in a fresh process)
 	Chosen     int
 }
 
