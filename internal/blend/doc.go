@@ -76,6 +76,14 @@
 // commits nothing there (and no generated block): a later plain request never reuses
 // blended K/V, and outputs without blending stay bitwise what they were.
 //
+// Above f = 0 that prefix runs through each first chunk's recomputed head (exact: it attends
+// only to exact K/V), so a later request with the same first chunk matches it partway into
+// the chunk. That chunk is still blended (SelectEPIC): its cached blocks are at chunk
+// positions, so it is looked up whole, and the part past the prefix is copied from chunk
+// position from−start on; what EPIC recomputes of it is the part of its head past the
+// prefix. The K/V are then bitwise those the request would blend with only the system
+// prompt matched (the head's positions before from hold the same exact K/V either way).
+//
 // # Hybrids
 //
 // qwen35 (Gated DeltaNet), kimi-linear and kimi-k3 (KDA) carry a recurrent state that

@@ -39,9 +39,12 @@ type Selection struct {
 }
 
 // SelectEPIC plans EPIC over positions [from, n) of a prompt of n tokens: each placed chunk
-// that starts at or after from and has cached tokens is copied, then its first ⌈f·len⌉
-// tokens recomputed (at least the ones past its cached part); every other position is
-// recomputed. places must be sorted by start and disjoint (Spec.Validate, Normalize).
+// that ends past from and has cached tokens is copied, then its first ⌈f·len⌉ tokens
+// recomputed (at least the ones past its cached part); every other position is recomputed.
+// A chunk the exact prefix reaches into (Start < from < End) has only its part past from
+// copied (chunk positions from−Start on) and only the part of its head past from
+// recomputed: the head's positions before from are the prefix's exact K/V already. places
+// must be sorted by start and disjoint (Spec.Validate, Normalize).
 func SelectEPIC(from, n int, places []Placement, f float64) Selection {
 	if from < 0 || from > n || f < 0 || f > 1 || math.IsNaN(f) {
 		panic(fmt.Sprintf("blend: SelectEPIC from %d n %d f %v", from, n, f))
@@ -59,30 +62,34 @@ func SelectEPIC(from, n int, places []Placement, f float64) Selection {
 		sel.Recompute = append(sel.Recompute, Range{lo, hi})
 	}
 	for i, p := range places {
-		if p.Start < from || p.Cached <= 0 || p.End > n {
-			continue // in the exact prefix (or partly), or nothing cached: computed as usual
+		if p.End <= from || p.Cached <= 0 || p.End > n {
+			continue // in the exact prefix, or nothing cached: computed as usual
 		}
 		if p.Cached > p.Len() {
 			panic(fmt.Sprintf("blend: placement %d caches %d of %d tokens", i, p.Cached, p.Len()))
 		}
-		addRange(pos, p.Start)
+		// Chunk-relative offsets from here: o is where the chunk leaves the exact prefix (0
+		// unless the prefix reaches into it), rc the end of its recomputed head, cached the
+		// end of its copied part.
+		o := max(from-p.Start, 0)
+		addRange(pos, p.Start+o)
 		r := min(int(math.Ceil(f*float64(p.Len()))), p.Len())
 		// The copied part is the cached one, less a last token that must be recomputed.
 		cached := p.Cached
 		if p.Start+cached >= n {
 			cached = n - 1 - p.Start
 		}
-		rc := min(r, cached)
-		if cached > 0 {
-			sel.Copies = append(sel.Copies, Copy{Chunk: i, Src: 0, Dst: p.Start, N: cached, Recompute: rc})
-			sel.Recomputed += rc
+		rc := max(min(r, cached), o)
+		if cached > o {
+			sel.Copies = append(sel.Copies, Copy{Chunk: i, Src: o, Dst: p.Start + o, N: cached - o, Recompute: rc - o})
+			sel.Recomputed += rc - o
 			sel.Blended += cached - rc
 			if cached > rc && sel.Exact == n {
 				sel.Exact = p.Start + rc
 			}
 		}
-		addRange(p.Start, p.Start+max(rc, 0))
-		addRange(p.Start+max(cached, rc, 0), p.End)
+		addRange(p.Start+o, p.Start+rc)
+		addRange(p.Start+max(cached, rc), p.End)
 		pos = p.End
 	}
 	addRange(pos, n)

@@ -35,9 +35,25 @@ func TestSelectEPIC(t *testing.T) {
 			want: Selection{Copies: []Copy{{Chunk: 0, Dst: 0, N: 32}}, Recompute: []Range{{32, 40}}, Blended: 32, Exact: 0},
 		},
 		{
-			name: "chunk inside the exact prefix is left to it", from: 32, n: 60,
+			name: "chunk inside the exact prefix is left to it", from: 48, n: 60,
 			places: []Placement{{Chunk{16, 48}, 32}}, f: 0,
-			want: Selection{Recompute: []Range{{32, 60}}, Exact: 60},
+			want: Selection{Recompute: []Range{{48, 60}}, Exact: 60},
+		},
+		{
+			name: "chunk the prefix reaches into: its part past from copied", from: 32, n: 60,
+			places: []Placement{{Chunk{16, 48}, 32}}, f: 0,
+			want: Selection{Copies: []Copy{{Chunk: 0, Src: 16, Dst: 32, N: 16}}, Recompute: []Range{{48, 60}}, Blended: 16, Exact: 32},
+		},
+		{
+			name: "prefix inside the head: the head's rest recomputed", from: 32, n: 80,
+			places: []Placement{{Chunk{20, 68}, 48}}, f: 0.5,
+			want: Selection{Copies: []Copy{{Chunk: 0, Src: 12, Dst: 32, N: 36, Recompute: 12}}, Recompute: []Range{{32, 44}, {68, 80}},
+				Blended: 24, Recomputed: 12, Exact: 44},
+		},
+		{
+			name: "prefix past the head and the cached part: computed", from: 56, n: 80,
+			places: []Placement{{Chunk{20, 68}, 32}}, f: 0.5,
+			want: Selection{Recompute: []Range{{56, 80}}, Exact: 80},
 		},
 		{
 			name: "uncached chunk computed as usual", from: 0, n: 60,

@@ -204,8 +204,8 @@ func (c *Core) planBlend(s *seq, plan *Plan, budget int) (left int, handled bool
 	return budget, true
 }
 
-// startBlend looks s's chunks up under the chunk root, allocates the blocks of the missing
-// ones, selects what to copy and recompute past s's exact prefix (s.computed), and cuts s's
+// startBlend looks s's chunks up under the chunk root (every one whose full blocks reach past
+// s's exact prefix, s.computed), allocates the blocks of the missing ones, selects what to copy and recompute past s's exact prefix (s.computed), and cuts s's
 // chain hashes where its K/V stops being exact. It reports false, holding nothing, when the
 // pool cannot hold the chunks: s is then computed as usual.
 func (c *Core) startBlend(s *seq) bool {
@@ -217,7 +217,9 @@ func (c *Core) startBlend(s *seq) bool {
 	for i, ck := range b.spec.Chunks {
 		places[i].Chunk = ck
 		full := ck.Len() / B
-		if ck.Start < from || full == 0 {
+		// A chunk the exact prefix reaches into is looked up (and cached) whole, its K/V
+		// being at chunk positions; SelectEPIC copies only its part past from.
+		if ck.Start+full*B <= from || full == 0 {
 			b.chunks = append(b.chunks, blendChunk{})
 			continue
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 
@@ -172,5 +173,76 @@ func TestBlendRefused(t *testing.T) {
 	req := greedy(prompt, &blend.Spec{Chunks: []blend.Chunk{{Start: 0, End: 10}}})
 	if _, err := h.Generate(context.Background(), &req); !errors.Is(err, engine.ErrBlend) || !errors.Is(err, engine.ErrHybrid) {
 		t.Errorf("qwen35: have %v, want ErrBlend and ErrHybrid", err)
+	}
+}
+
+// TestBlendPrefixIntoChunk: above 0 a blended request commits its exact prefix through its
+// first chunk's recomputed head, so a later request with the same first chunk matches it
+// partway into the chunk. That chunk is still blended: its part past the prefix is copied
+// from the cached chunk and the rest of its head recomputed, which is bitwise the blend with
+// only the system prompt matched (EPIC), and at recompute 1 bitwise the full prefill (EPIC
+// and CacheBlend).
+func TestBlendPrefixIntoChunk(t *testing.T) {
+	m := tinyModel(t)
+	sys, a, b, c, q := seqPrompt(21, 40), seqPrompt(22, 48)[1:], seqPrompt(23, 41)[1:], seqPrompt(26, 41)[1:], seqPrompt(24, 13)[1:]
+	build := func(parts ...[]int32) ([]int32, []blend.Chunk) {
+		var p []int32
+		var marks []blend.Chunk
+		for i, part := range parts {
+			if i > 0 && i < len(parts)-1 {
+				marks = append(marks, blend.Chunk{Start: len(p), End: len(p) + len(part)})
+			}
+			p = append(p, part...)
+		}
+		return p, marks
+	}
+	p1, c1 := build(sys, a, b, q)
+	p2, c2 := build(sys, a, c, q)
+	const f = 0.2 // chunk a's head: ⌈0.2·47⌉ = 10 tokens, so p1 commits [0, 48): 8 into a
+
+	e := engineFor(t, m, nil)
+	collect(t, e, greedy(p1, &blend.Spec{Chunks: c1, Recompute: f}))
+	have := collect(t, e, greedy(p2, &blend.Spec{Chunks: c2, Recompute: f}))
+	u := have.usage
+	if u.DeviceTokens != 48 {
+		t.Fatalf("second request matched %d device tokens, want 48 (8 into its first chunk)", u.DeviceTokens)
+	}
+	// Chunk a: 2 cached blocks, [8, 32) of it copied, [8, 10) of its head recomputed.
+	if ch := u.Blend.Chunks[0]; ch.Hit != 32 || ch.Blended != 22 {
+		t.Errorf("first chunk %+v, want 32 hit and 22 blended", ch)
+	}
+	if got := u.CachedTokens() + u.ComputedTokens + u.Blend.BlendedTokens; got != u.PromptTokens {
+		t.Errorf("cached %d + computed %d + blended %d != prompt %d", u.CachedTokens(), u.ComputedTokens, u.Blend.BlendedTokens, u.PromptTokens)
+	}
+	t.Logf("second request: device %d, blend %+v", u.DeviceTokens, *u.Blend)
+
+	// The oracle: the same blend on an engine where the chunks were cached elsewhere and
+	// nothing of p2's prefix was (the whole head recomputed over exact K/V).
+	o := engineFor(t, m, nil)
+	p0, c0 := build(seqPrompt(27, 20), c, a, q)
+	collect(t, o, greedy(p0, &blend.Spec{Chunks: c0}))
+	want := collect(t, o, greedy(p2, &blend.Spec{Chunks: c2, Recompute: f}))
+	if want.usage.DeviceTokens != 0 || want.usage.Blend.Chunks[0].Blended != 32-10 {
+		t.Fatalf("oracle: device %d, blend %+v; want 0 and the first chunk's 22 tokens blended", want.usage.DeviceTokens, *want.usage.Blend)
+	}
+	sameOutput(t, "prefix into the chunk, against the blend without it", have, want)
+
+	full := collect(t, engineFor(t, m, nil), greedy(p2, nil))
+	for _, pol := range []blend.Policy{blend.EPIC, blend.CacheBlend} {
+		e := engineFor(t, m, nil)
+		collect(t, e, greedy(p1, &blend.Spec{Chunks: c1, Recompute: f}))
+		one := collect(t, e, greedy(p2, &blend.Spec{Chunks: c2, Recompute: 1, Policy: pol}))
+		sameOutput(t, fmt.Sprintf("%v at 1, prefix into the chunk", pol), one, full)
+		if u := one.usage; u.DeviceTokens != 48 || u.Blend.RecomputedTokens == 0 || u.Blend.BlendedTokens != 0 {
+			t.Errorf("%v at 1: device %d, blend %+v; want 48, recomputed tokens and none blended", pol, u.DeviceTokens, *u.Blend)
+		}
+		if pol == blend.CacheBlend {
+			e := engineFor(t, m, nil)
+			collect(t, e, greedy(p1, &blend.Spec{Chunks: c1, Recompute: f}))
+			below := collect(t, e, greedy(p2, &blend.Spec{Chunks: c2, Recompute: f, Policy: pol}))
+			if ch := below.usage.Blend.Chunks[0]; below.usage.DeviceTokens != 48 || ch.Blended == 0 {
+				t.Errorf("cacheblend at %v: device %d, first chunk %+v; want 48 and tokens blended", f, below.usage.DeviceTokens, ch)
+			}
+		}
 	}
 }
