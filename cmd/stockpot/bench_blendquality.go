@@ -58,7 +58,7 @@ func cmdBenchBlendQuality(args []string) error {
 		fmt.Fprintf(os.Stderr, "stockpot: %s measured in %.1f s\n", label, time.Since(start).Seconds())
 		named = append(named, blendeval.Named{Model: label, Report: rep})
 	}
-	note := fmt.Sprintf("A RAG-shaped prompt of random token ids: %d system tokens, %d chunks of %d tokens, %d question tokens (%d in all), EPIC selection (each chunk's first tokens recomputed), block size 16; next 32 tokens of the full prefill's greedy continuation. Synthetic models with random weights (seed %d): these numbers say how far blending moves the arithmetic, not how good answers are. CPU: %s, %d threads.",
+	note := fmt.Sprintf("A RAG-shaped prompt of random token ids: %d system tokens, %d chunks of %d tokens, %d question tokens (%d in all), EPIC (each chunk's first ⌈f·len⌉ tokens recomputed) and CacheBlend (the ⌈f·n⌉ copied tokens whose layer-1 K/V deviate most), block size 16; next 32 tokens of the full prefill's greedy continuation. Synthetic models with random weights (seed %d): these numbers say how far blending moves the arithmetic, not how good answers are. CPU: %s, %d threads.",
 		*sys, *k, *chunk, *question, *sys+*k**chunk+*question, *seed, cpuName(), *threads)
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return err
@@ -153,7 +153,7 @@ func screenshotPage(chromium, page, png string) error {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
 		"--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run",
-		"--user-data-dir="+tmp, "--window-size=1220,1300", "--screenshot="+absPNG, "file://"+abs)
+		"--user-data-dir="+tmp, "--window-size=1220,1600", "--screenshot="+absPNG, "file://"+abs)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("chromium: %v\n%s", err, b)
 	}

@@ -22,11 +22,17 @@ type Config struct {
 	BlockSize int
 	// BatchTokens bounds one forward step (512, the engine's default).
 	BatchTokens int
+	// Policies are the selections measured at each fraction, in order (EPIC, CacheBlend).
+	Policies []blend.Policy
+	// CheckLayer is the layer CacheBlend measures deviation at (blend.DefaultCheckLayer, the
+	// engine's default); like the engine, the model's last layer when it has fewer.
+	CheckLayer int
 }
 
 // DefaultConfig measures the fractions over 32 tokens with the engine's defaults.
 func DefaultConfig() Config {
-	return Config{Fractions: []float64{1, 0.5, 0.3, 0.15, 0.05, 0}, Steps: 32, BlockSize: 16, BatchTokens: 512}
+	return Config{Fractions: []float64{1, 0.5, 0.3, 0.15, 0.05, 0}, Steps: 32, BlockSize: 16, BatchTokens: 512,
+		Policies: []blend.Policy{blend.EPIC, blend.CacheBlend}, CheckLayer: blend.DefaultCheckLayer}
 }
 
 func (c Config) validate() (Config, error) {
@@ -43,20 +49,32 @@ func (c Config) validate() (Config, error) {
 	if c.BatchTokens == 0 {
 		c.BatchTokens = d.BatchTokens
 	}
+	if c.Policies == nil {
+		c.Policies = d.Policies
+	}
+	if c.CheckLayer == 0 {
+		c.CheckLayer = d.CheckLayer
+	}
+	for _, p := range c.Policies {
+		if p != blend.EPIC && p != blend.CacheBlend {
+			return c, fmt.Errorf("blendeval: unknown policy %v", p)
+		}
+	}
 	for _, f := range c.Fractions {
 		if math.IsNaN(f) || f < 0 || f > 1 {
 			return c, fmt.Errorf("blendeval: fraction %v outside [0, 1]", f)
 		}
 	}
-	if c.Steps < 1 || c.BlockSize < 1 || c.BatchTokens < 1 {
-		return c, fmt.Errorf("blendeval: Steps %d, BlockSize %d and BatchTokens %d must be positive", c.Steps, c.BlockSize, c.BatchTokens)
+	if c.Steps < 1 || c.BlockSize < 1 || c.BatchTokens < 1 || c.CheckLayer < 1 {
+		return c, fmt.Errorf("blendeval: Steps %d, BlockSize %d, BatchTokens %d and CheckLayer %d must be positive", c.Steps, c.BlockSize, c.BatchTokens, c.CheckLayer)
 	}
 	return c, nil
 }
 
-// Result is one fraction's deviation from the full prefill.
+// Result is one fraction's and policy's deviation from the full prefill.
 type Result struct {
 	Fraction float64
+	Policy   string // blend.Policy's name: "epic" or "cacheblend"
 	// Blended positions kept cached chunk K/V; Recomputed had it and were recomputed (as the
 	// engine's Usage.Blend counts them).
 	Blended, Recomputed int
@@ -86,9 +104,10 @@ type Report struct {
 	Results   []Result
 }
 
-// Measure blends prompt's chunks at each of cfg's fractions on m and compares each with the
-// full prefill. m must be an attention model (llama, qwen2, qwen3); chunks are validated as
-// a request's are.
+// Measure blends prompt's chunks at each of cfg's fractions under each of its policies on m
+// and compares each with the full prefill (Results: per fraction, the policies in order). m
+// must be an attention model (llama, qwen2, qwen3); CacheBlend needs two layers or more;
+// chunks are validated as a request's are.
 func Measure(m *model.Model, prompt []int32, chunks []blend.Chunk, cfg Config) (*Report, error) {
 	cfg, err := cfg.validate()
 	if err != nil {
@@ -97,6 +116,9 @@ func Measure(m *model.Model, prompt []int32, chunks []blend.Chunk, cfg Config) (
 	mc := m.Config()
 	if mc.Hybrid() || mc.Kimi() {
 		return nil, fmt.Errorf("blendeval: %s carries recurrent state; blending is for attention models", mc.Arch)
+	}
+	if slices.Contains(cfg.Policies, blend.CacheBlend) && mc.Layers < 2 {
+		return nil, fmt.Errorf("blendeval: CacheBlend measures at layer 1 or deeper, and %s has %d layer", mc.Arch, mc.Layers)
 	}
 	spec := blend.Spec{Chunks: chunks, Recompute: 1}
 	if err := spec.Validate(len(prompt), blend.Limits{ContextLength: mc.ContextLength}); err != nil {
@@ -135,47 +157,143 @@ func Measure(m *model.Model, prompt []int32, chunks []blend.Chunk, cfg Config) (
 	}
 
 	for _, f := range cfg.Fractions {
-		sel := blend.SelectEPIC(0, n, places, f)
-		kv := r.newKV(n + cfg.Steps)
-		r.place(kv, chunkKV, sel.Copies)
-		var last []float32
-		for _, rg := range sel.Recompute {
-			last = r.forward(kv, prompt[rg.Lo:rg.Hi], rg.Lo, rg.Hi == n)
+		for _, pol := range cfg.Policies {
+			var kv *kernels.PagedKV
+			var last []float32
+			res := Result{Fraction: f, Policy: pol.String()}
+			if pol == blend.CacheBlend {
+				kv, last, res.Blended, res.Recomputed = r.cacheBlend(prompt, places, chunkKV, f)
+			} else {
+				kv, last, res.Blended, res.Recomputed = r.epic(prompt, places, chunkKV, f)
+			}
+			rep.Results = append(rep.Results, r.compare(res, full, kv, last, refLogits, rep.Reference, spec.Chunks, n))
 		}
-		res := Result{Fraction: f, Blended: sel.Blended, Recomputed: sel.Recomputed}
-		res.KDev, res.VDev = r.deviation(full, kv, spec.Chunks)
-		res.Bitwise = r.sameKV(full, kv, n) && slices.Equal(last, refLogits[0])
-
-		// Free-running greedy on a copy; teacher-forced on kv.
-		free, first := cloneKV(kv), last
-		agree, klSum := 0, 0.0
-		for i := range cfg.Steps {
-			kl := klDivergence(refLogits[i], last)
-			if i == 0 {
-				res.KL = kl
-			}
-			klSum += kl
-			if argmax(last) == rep.Reference[i] {
-				agree++
-			}
-			if i+1 < cfg.Steps {
-				next := r.forward(kv, []int32{rep.Reference[i]}, n+i, true)
-				res.Bitwise = res.Bitwise && slices.Equal(next, refLogits[i+1])
-				last = next
-			}
-		}
-		res.MeanKL, res.Top1 = klSum/float64(cfg.Steps), float64(agree)/float64(cfg.Steps)
-		res.Greedy = r.greedy(free, first, n)
-		res.GreedyPrefix = cfg.Steps
-		for i, t := range res.Greedy {
-			if t != rep.Reference[i] {
-				res.GreedyPrefix = i
-				break
-			}
-		}
-		rep.Results = append(rep.Results, res)
 	}
 	return rep, nil
+}
+
+// epic replays the engine's EPIC blend of prompt at fraction f: the copies less their
+// recomputed heads, then SelectEPIC's ranges in position order. It returns the blended K/V,
+// the last prompt token's logits and the counts.
+func (r *runner) epic(prompt []int32, places []blend.Placement, chunkKV []*kernels.PagedKV, f float64) (kv *kernels.PagedKV, last []float32, blended, recomputed int) {
+	n := len(prompt)
+	sel := blend.SelectEPIC(0, n, places, f)
+	kv = r.newKV(n + r.cfg.Steps)
+	r.place(kv, chunkKV, sel.Copies)
+	for _, rg := range sel.Recompute {
+		last = r.forward(kv, prompt[rg.Lo:rg.Hi], rg.Lo, rg.Hi == n)
+	}
+	return kv, last, sel.Blended, sel.Recomputed
+}
+
+// cacheBlend replays the engine's CacheBlend blend (engine/blend_cacheblend.go): every
+// cached position is a copy (SelectEPIC at 0); the measuring pass runs [0, the last copied
+// position] through the check layer's K/V (model.ForwardKV); each copied position's
+// deviation is the L2 distance of that fresh K/V from its cached, re-rotated one, computed
+// as the engine's runner does; blend.SelectCacheBlend picks ⌈f·n⌉; then the copies, all of
+// them, and blend.RecomputePositions in order, in steps of BatchTokens.
+func (r *runner) cacheBlend(prompt []int32, places []blend.Placement, chunkKV []*kernels.PagedKV, f float64) (kv *kernels.PagedKV, last []float32, blended, recomputed int) {
+	n := len(prompt)
+	sel := blend.SelectEPIC(0, n, places, 0)
+	kv = r.newKV(n + r.cfg.Steps)
+	copied, checkEnd := 0, 0
+	for _, cp := range sel.Copies {
+		copied += cp.N
+		checkEnd = max(checkEnd, cp.Dst+cp.N)
+	}
+	layer := max(1, min(r.cfg.CheckLayer, r.m.Config().Layers-1))
+	for lo := 0; lo < checkEnd; lo += r.cfg.BatchTokens {
+		hi := min(lo+r.cfg.BatchTokens, checkEnd)
+		if err := r.m.ForwardKV([]model.Sequence{{Tokens: prompt[lo:hi], Pos: lo, KV: kv}}, layer); err != nil {
+			panic(fmt.Sprintf("blendeval: measuring pass: %v", err)) // the model was checked
+		}
+	}
+	dev := r.deviations(kv, chunkKV, sel.Copies, layer, copied)
+	picked := blend.SelectCacheBlend(sel.Copies, dev, f)
+	pos := blend.RecomputePositions(sel, picked)
+	r.place(kv, chunkKV, sel.Copies) // overwrites every layer the pass wrote at a copied position
+	toks := make([]int32, len(pos))
+	for i, p := range pos {
+		toks[i] = prompt[p]
+	}
+	for lo := 0; lo < len(pos); lo += r.cfg.BatchTokens {
+		hi := min(lo+r.cfg.BatchTokens, len(pos))
+		s := model.Sequence{Tokens: toks[lo:hi], Pos: pos[lo], KV: kv}
+		if pos[hi-1]-pos[lo] != hi-1-lo {
+			s.Positions = pos[lo:hi] // not consecutive, as the engine sets it
+		}
+		if hi == len(pos) {
+			last = make([]float32, r.vocab)
+			s.Logits = last
+		}
+		if err := r.m.Forward([]model.Sequence{s}); err != nil {
+			panic(fmt.Sprintf("blendeval: forward: %v", err))
+		}
+	}
+	return kv, last, copied - len(picked), len(picked)
+}
+
+// deviations is CacheBlend's measure of each copied position, in copy order: the L2
+// distance, over every K/V head, between the K and V at layer in kv and the chunk's cached
+// ones (key re-rotated), summed in float64 as engine.checkBlends does.
+func (r *runner) deviations(kv *kernels.PagedKV, chunkKV []*kernels.PagedKV, copies []blend.Copy, layer, n int) []float32 {
+	mc := r.m.Config()
+	rope := r.m.RoPE()
+	row := mc.KVDim()
+	k, v, ck, cv := make([]float32, row), make([]float32, row), make([]float32, row), make([]float32, row)
+	dev := make([]float32, 0, n)
+	for _, cp := range copies {
+		for j := range cp.N {
+			kernels.LoadKV(kv, layer, cp.Dst+j, k, v)
+			kernels.LoadKV(chunkKV[cp.Chunk], layer, cp.Src+j, ck, cv)
+			blend.Rerotate(ck, mc.KVHeads, mc.HeadDim, cp.Dst-cp.Src, rope)
+			var d float64
+			for i := range row {
+				dk, dv := float64(k[i]-ck[i]), float64(v[i]-cv[i])
+				d += dk*dk + dv*dv
+			}
+			dev = append(dev, float32(math.Sqrt(d)))
+		}
+	}
+	return dev
+}
+
+// compare fills res with the blended K/V's and logits' deviation from the full prefill:
+// K/V by layer over the chunks, then Steps teacher-forced positions on kv and a
+// free-running greedy continuation on a copy of it.
+func (r *runner) compare(res Result, full, kv *kernels.PagedKV, last []float32, refLogits [][]float32, ref []int32, chunks []blend.Chunk, n int) Result {
+	steps := r.cfg.Steps
+	res.KDev, res.VDev = r.deviation(full, kv, chunks)
+	res.Bitwise = r.sameKV(full, kv, n) && slices.Equal(last, refLogits[0])
+
+	// Free-running greedy on a copy; teacher-forced on kv.
+	free, first := cloneKV(kv), last
+	agree, klSum := 0, 0.0
+	for i := range steps {
+		kl := klDivergence(refLogits[i], last)
+		if i == 0 {
+			res.KL = kl
+		}
+		klSum += kl
+		if argmax(last) == ref[i] {
+			agree++
+		}
+		if i+1 < steps {
+			next := r.forward(kv, []int32{ref[i]}, n+i, true)
+			res.Bitwise = res.Bitwise && slices.Equal(next, refLogits[i+1])
+			last = next
+		}
+	}
+	res.MeanKL, res.Top1 = klSum/float64(steps), float64(agree)/float64(steps)
+	res.Greedy = r.greedy(free, first, n)
+	res.GreedyPrefix = steps
+	for i, t := range res.Greedy {
+		if t != ref[i] {
+			res.GreedyPrefix = i
+			break
+		}
+	}
+	return res
 }
 
 // greedy decodes Steps greedy tokens from the blended prompt's logits over kv (a copy of

@@ -5,6 +5,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"stockpot/internal/blend"
@@ -57,8 +58,9 @@ func ragPrompt(seed uint64, vocab, sys, k, chunk, q int) ([]int32, []blend.Chunk
 }
 
 // TestMeasureBitwiseAtOne is the gate's anchor: at fraction 1 the blended K/V, the logits of
-// every step and the greedy tokens are bitwise the full prefill's; below it the deviation is
-// finite, zero at layer 0's values (a value carries no position) and not zero deeper.
+// every step and the greedy tokens are bitwise the full prefill's, under EPIC and CacheBlend;
+// below it the deviation is finite, zero at layer 0's values (a value carries no position)
+// and not zero deeper; CacheBlend at 0 is EPIC at 0 (every copy kept).
 func TestMeasureBitwiseAtOne(t *testing.T) {
 	for _, preset := range []string{"tiny-llama-spm", "tiny-qwen3"} {
 		t.Run(preset, func(t *testing.T) {
@@ -68,11 +70,19 @@ func TestMeasureBitwiseAtOne(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			one := rep.Results[0]
-			if !one.Bitwise || one.KL != 0 || one.Top1 != 1 || one.GreedyPrefix != 8 || one.Blended != 0 {
-				t.Fatalf("fraction 1: %+v, want bitwise the full prefill", one)
+			if len(rep.Results) != 6 {
+				t.Fatalf("%d results, want 3 fractions × 2 policies", len(rep.Results))
 			}
-			for _, r := range rep.Results[1:] {
+			for _, one := range rep.Results[:2] {
+				if !one.Bitwise || one.KL != 0 || one.Top1 != 1 || one.GreedyPrefix != 8 || one.Blended != 0 {
+					t.Fatalf("%s at fraction 1: %+v, want bitwise the full prefill", one.Policy, one)
+				}
+			}
+			if e, c := rep.Results[4], rep.Results[5]; e.Policy != "epic" || c.Policy != "cacheblend" ||
+				c.KL != e.KL || c.Blended != e.Blended || !slices.Equal(c.KDev, e.KDev) || !slices.Equal(c.Greedy, e.Greedy) {
+				t.Errorf("at 0: cacheblend %+v, want epic's %+v", c, e)
+			}
+			for _, r := range rep.Results[2:] {
 				if r.Bitwise || r.Blended == 0 {
 					t.Errorf("fraction %v: bitwise %v with %d blended, want a deviation", r.Fraction, r.Bitwise, r.Blended)
 				}
@@ -87,14 +97,14 @@ func TestMeasureBitwiseAtOne(t *testing.T) {
 					t.Errorf("fraction %v: V deviation at layer 0 %v (want 0), K at the last %v (want > 0), KL %v",
 						r.Fraction, r.VDev[0], r.KDev[len(r.KDev)-1], r.KL)
 				}
-				t.Logf("fraction %v: blended %d recomputed %d, KL %.4g, top-1 %.2f, K dev by layer %.3g", r.Fraction, r.Blended, r.Recomputed, r.KL, r.Top1, r.KDev)
+				t.Logf("%s at %v: blended %d recomputed %d, KL %.4g, top-1 %.2f, K dev by layer %.3g", r.Policy, r.Fraction, r.Blended, r.Recomputed, r.KL, r.Top1, r.KDev)
 			}
 		})
 	}
 }
 
 // TestMeasureIsTheEngine: the replay measures what the engine serves: for the same prompt,
-// chunks and fraction, the engine's greedy tokens and blended counts are the replay's.
+// chunks, fraction and policy, the engine's greedy tokens and blended counts are the replay's.
 func TestMeasureIsTheEngine(t *testing.T) {
 	m := loadPreset(t, "tiny-qwen3")
 	prompt, chunks := ragPrompt(2, m.Config().Vocab, 24, 3, 40, 9)
@@ -104,6 +114,10 @@ func TestMeasureIsTheEngine(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, r := range rep.Results {
+		pol, err := blend.ParsePolicy(r.Policy)
+		if err != nil {
+			t.Fatal(err)
+		}
 		cfg := engine.DefaultConfig()
 		cfg.Identity, cfg.KVMemory = []byte("blendeval"), 8<<20
 		e, err := engine.New(m, cfg)
@@ -111,7 +125,7 @@ func TestMeasureIsTheEngine(t *testing.T) {
 			t.Fatal(err)
 		}
 		req := engine.Request{Prompt: prompt, MaxTokens: steps, IgnoreEOS: true, Sampling: engine.SamplingParams{Temperature: 0},
-			Blend: &blend.Spec{Chunks: chunks, Recompute: r.Fraction}}
+			Blend: &blend.Spec{Chunks: chunks, Recompute: r.Fraction, Policy: pol}}
 		out, err := e.Generate(context.Background(), &req)
 		if err != nil {
 			t.Fatal(err)
@@ -128,11 +142,11 @@ func TestMeasureIsTheEngine(t *testing.T) {
 		}
 		e.Close()
 		if u == nil || u.Blend == nil || u.Blend.BlendedTokens != r.Blended || u.Blend.RecomputedTokens != r.Recomputed {
-			t.Fatalf("fraction %v: engine usage %+v, the replay blended %d and recomputed %d", r.Fraction, u, r.Blended, r.Recomputed)
+			t.Fatalf("%s at %v: engine usage %+v, the replay blended %d and recomputed %d", r.Policy, r.Fraction, u, r.Blended, r.Recomputed)
 		}
 		for i := range steps {
 			if toks[i] != r.Greedy[i] {
-				t.Fatalf("fraction %v: engine tokens %v, the replay's %v", r.Fraction, toks, r.Greedy)
+				t.Fatalf("%s at %v: engine tokens %v, the replay's %v", r.Policy, r.Fraction, toks, r.Greedy)
 			}
 		}
 	}

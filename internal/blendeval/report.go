@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"image/color"
 	"regexp"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -21,20 +22,39 @@ type Named struct {
 	*Report
 }
 
-// Markdown is the quality table: one row per model and fraction.
+// Markdown is the quality table: one row per model, fraction and policy.
 func Markdown(rs []Named) string {
 	var b strings.Builder
-	b.WriteString("| model | recompute | blended tok | recomputed tok | K dev (first / mid / last layer) | V dev (last layer) | KL next token (nats) | mean KL, 32 steps | top-1 agreement, 32 steps | greedy tokens equal before the first difference | bitwise |\n")
-	b.WriteString("|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| model | recompute | policy | blended tok | recomputed tok | K dev (first / mid / last layer) | V dev (last layer) | KL next token (nats) | mean KL, 32 steps | top-1 agreement, 32 steps | greedy tokens equal before the first difference | bitwise |\n")
+	b.WriteString("|---|---:|---|---:|---:|---|---:|---:|---:|---:|---:|---|\n")
 	for _, n := range rs {
 		for _, r := range n.Results {
 			L := len(r.KDev)
-			fmt.Fprintf(&b, "| %s | %g | %d | %d | %.2g / %.2g / %.2g | %.2g | %.3g | %.3g | %.0f%% | %d of %d | %v |\n",
-				n.Model, r.Fraction, r.Blended, r.Recomputed, r.KDev[0], r.KDev[L/2], r.KDev[L-1], r.VDev[L-1],
+			fmt.Fprintf(&b, "| %s | %g | %s | %d | %d | %.2g / %.2g / %.2g | %.2g | %.3g | %.3g | %.0f%% | %d of %d | %v |\n",
+				n.Model, r.Fraction, policyLabel(r.Policy), r.Blended, r.Recomputed, r.KDev[0], r.KDev[L/2], r.KDev[L-1], r.VDev[L-1],
 				r.KL, r.MeanKL, 100*r.Top1, r.GreedyPrefix, len(r.Greedy), yesNo(r.Bitwise))
 		}
 	}
 	return b.String()
+}
+
+// policyLabel is a policy's name as the papers write it.
+func policyLabel(p string) string {
+	switch p {
+	case "epic":
+		return "EPIC"
+	case "cacheblend":
+		return "CacheBlend"
+	}
+	return p
+}
+
+// dashes tells the policies apart in the plots: EPIC solid, CacheBlend dashed.
+func dashes(p string) []vg.Length {
+	if p == "cacheblend" {
+		return []vg.Length{vg.Points(5), vg.Points(3)}
+	}
+	return nil
 }
 
 func yesNo(b bool) string {
@@ -49,35 +69,51 @@ var palette = []color.Color{
 	color.RGBA{0xd6, 0x27, 0x28, 0xff}, color.RGBA{0x94, 0x67, 0xbd, 0xff}, color.RGBA{0x8c, 0x56, 0x4b, 0xff},
 }
 
-// layerPlot is one model's K deviation by layer, a line per fraction.
+// layerPlot is one model's K deviation by layer, a line per fraction and policy (a color per
+// fraction; EPIC solid, CacheBlend dashed).
 func layerPlot(n Named) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text = n.Model
 	p.X.Label.Text = "layer"
 	p.Y.Label.Text = "relative L2 deviation of K"
-	// The lines rise from layer 0: the bottom right is free for the legend.
-	for i, r := range n.Results {
+	// The lines rise from layer 0 and flatten: room above them, top left, holds the legend,
+	// one entry per fraction (its color; the caption says which policy is dashed).
+	color := map[float64]int{}
+	maxDev := 0.0
+	for _, r := range n.Results {
+		if _, ok := color[r.Fraction]; !ok {
+			color[r.Fraction] = len(color)
+		}
 		if r.Bitwise {
 			continue // identically 0
 		}
 		pts := make(plotter.XYs, len(r.KDev))
 		for l, d := range r.KDev {
 			pts[l] = plotter.XY{X: float64(l), Y: d}
+			maxDev = max(maxDev, d)
 		}
 		ln, sc, err := plotter.NewLinePoints(pts)
 		if err != nil {
 			return nil, err
 		}
-		c := palette[i%len(palette)]
-		ln.Color, sc.Color = c, c
+		c := palette[color[r.Fraction]%len(palette)]
+		ln.Color, sc.Color, ln.Dashes = c, c, dashes(r.Policy)
 		p.Add(ln, sc)
-		p.Legend.Add(fmt.Sprintf("recompute %g", r.Fraction), ln, sc)
+		if r.Policy != "cacheblend" || !slices.ContainsFunc(n.Results, func(e Result) bool { return e.Fraction == r.Fraction && e.Policy != r.Policy }) {
+			p.Legend.Add(fmt.Sprintf("recompute %g", r.Fraction), ln, sc)
+		}
+	}
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Y.Min, p.Y.Max = 0, 1.6*max(maxDev, 1e-3)
+	if len(n.Results) > 0 {
+		L := float64(len(n.Results[0].KDev) - 1)
+		p.X.Min, p.X.Max = 0, L+max(0.04*L, 0.08) // room for the last tick's label
 	}
 	return p, nil
 }
 
 // fractionPlots are every model's KL and top-1 agreement against the fraction, one plot
-// each.
+// each, a line per model and policy (a color per model; EPIC solid, CacheBlend dashed).
 func fractionPlots(rs []Named) ([]*plot.Plot, error) {
 	kl, top := plot.New(), plot.New()
 	kl.Title.Text = "Next-token KL(full ‖ blended)"
@@ -86,31 +122,44 @@ func fractionPlots(rs []Named) ([]*plot.Plot, error) {
 	top.Y.Label.Text = "share of 32 (teacher-forced)"
 	maxKL := 0.0
 	for i, n := range rs {
-		var a, b plotter.XYs
+		var pols []string
 		for _, r := range n.Results {
-			a = append(a, plotter.XY{X: r.Fraction, Y: r.KL})
-			b = append(b, plotter.XY{X: r.Fraction, Y: r.Top1})
-			maxKL = max(maxKL, r.KL)
-		}
-		for j, pts := range []plotter.XYs{a, b} {
-			ln, sc, err := plotter.NewLinePoints(pts)
-			if err != nil {
-				return nil, err
+			if !slices.Contains(pols, r.Policy) {
+				pols = append(pols, r.Policy)
 			}
-			c := palette[i%len(palette)]
-			ln.Color, sc.Color = c, c
-			p := []*plot.Plot{kl, top}[j]
-			p.Add(ln, sc)
-			p.Legend.Add(n.Model, ln, sc)
+		}
+		for _, pol := range pols {
+			var a, b plotter.XYs
+			for _, r := range n.Results {
+				if r.Policy != pol {
+					continue
+				}
+				a = append(a, plotter.XY{X: r.Fraction, Y: r.KL})
+				b = append(b, plotter.XY{X: r.Fraction, Y: r.Top1})
+				maxKL = max(maxKL, r.KL)
+			}
+			for j, pts := range []plotter.XYs{a, b} {
+				ln, sc, err := plotter.NewLinePoints(pts)
+				if err != nil {
+					return nil, err
+				}
+				c := palette[i%len(palette)]
+				ln.Color, sc.Color, ln.Dashes = c, c, dashes(pol)
+				p := []*plot.Plot{kl, top}[j]
+				p.Add(ln, sc)
+				p.Legend.Add(n.Model+", "+policyLabel(pol), ln, sc)
+			}
 		}
 	}
 	for _, p := range []*plot.Plot{kl, top} {
 		p.X.Label.Text = "recompute fraction"
-		p.X.Min, p.X.Max = 0, 1
+		p.X.Min, p.X.Max = 0, 1.06 // room for the last tick's label
 		p.Legend.Top = true
 	}
-	kl.Y.Min, kl.Y.Max = 0, 1.7*max(maxKL, 1e-3)
+	kl.Y.Min, kl.Y.Max = 0, 2.4*max(maxKL, 1e-3) // six legend lines above the highest point
 	top.Y.Min, top.Y.Max = 0, 1.7
+	// The legends sit top left, above the lines (a right-hand legend's text overruns its
+	// symbols once the SVG is drawn in the browser's font).
 	kl.Legend.Left, top.Legend.Left = true, true
 	return []*plot.Plot{kl, top}, nil
 }
@@ -131,11 +180,11 @@ var page = template.Must(template.New("page").Parse(`<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>Chunk blending: deviation from the full prefill</title>
 <style>body{font:14px sans-serif;margin:16px;width:1180px} figure{display:inline-block;margin:4px} table{border-collapse:collapse;font-size:12px} td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style>
 </head><body>
-<h2>Chunk blending (EPIC selection): deviation from the full prefill</h2>
+<h2>Chunk blending, EPIC and CacheBlend: deviation from the full prefill</h2>
 <p>{{.Note}}</p>
-<p>Top: the relative L2 deviation of the chunks' keys from the full prefill's, by layer, one line per recompute fraction (fraction 1 is bitwise 0 and not drawn).</p>
+<p>Top: the relative L2 deviation of the chunks' keys from the full prefill's, by layer, one line per recompute fraction and policy (EPIC solid, CacheBlend dashed; fraction 1 is bitwise 0 and not drawn). Below: KL and top-1 agreement against the fraction, a color per model.</p>
 {{range .Figures}}<figure class="plot">{{.}}</figure>{{end}}
-<table><tr><th>model</th><th>recompute</th><th>blended</th><th>recomputed</th><th>K dev first/mid/last</th><th>KL</th><th>mean KL</th><th>top-1</th><th>greedy prefix</th><th>bitwise</th></tr>
+<table><tr><th>model</th><th>recompute</th><th>policy</th><th>blended</th><th>recomputed</th><th>K dev first/mid/last</th><th>KL</th><th>mean KL</th><th>top-1</th><th>greedy prefix</th><th>bitwise</th></tr>
 {{range .Rows}}<tr>{{range .}}<td>{{.}}</td>{{end}}</tr>{{end}}</table>
 </body></html>
 `))
@@ -170,7 +219,7 @@ func HTML(rs []Named, note string) ([]byte, error) {
 	for _, n := range rs {
 		for _, r := range n.Results {
 			L := len(r.KDev)
-			rows = append(rows, []string{n.Model, fmt.Sprint(r.Fraction), fmt.Sprint(r.Blended), fmt.Sprint(r.Recomputed),
+			rows = append(rows, []string{n.Model, fmt.Sprint(r.Fraction), policyLabel(r.Policy), fmt.Sprint(r.Blended), fmt.Sprint(r.Recomputed),
 				fmt.Sprintf("%.2g / %.2g / %.2g", r.KDev[0], r.KDev[L/2], r.KDev[L-1]), fmt.Sprintf("%.3g", r.KL), fmt.Sprintf("%.3g", r.MeanKL),
 				fmt.Sprintf("%.0f%%", 100*r.Top1), fmt.Sprintf("%d/%d", r.GreedyPrefix, len(r.Greedy)), yesNo(r.Bitwise)})
 		}
