@@ -16,6 +16,7 @@ import (
 	aoption "github.com/anthropics/anthropic-sdk-go/v2/option"
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/responses"
 
 	"stockpot/internal/bench"
 )
@@ -150,6 +151,70 @@ func TestBlendChatMarks(t *testing.T) {
 	}
 	if metric("stockpot_blend_recomputed_tokens_total") == 0 || metric(`stockpot_blend_chunks_total{outcome="hit"}`) != 2 || metric(`stockpot_blend_chunks_total{outcome="miss"}`) != 4 {
 		t.Errorf("blend counters:\n%s", grepLines(string(body), "stockpot_blend_"))
+	}
+}
+
+// TestBlendResponsesMarks: the Responses API takes chat's marks through the official
+// openai-go client (extra fields, option.WithJSONSet): "blend": true on input_text parts and
+// on a whole input message, and the top-level blend object; at recompute 1 the answer is the
+// unmarked request's, the usage names each chunk as input names it, and the chunks are found
+// again in another order.
+func TestBlendResponsesMarks(t *testing.T) {
+	url := agentInstance(t, true)
+	ctx := context.Background()
+	oc := openai.NewClient(option.WithBaseURL(url+"/v1/"), option.WithAPIKey("unused"), option.WithMaxRetries(0))
+	ask := func(input responses.ResponseInputParam, opts ...option.RequestOption) (string, blendUsage) {
+		t.Helper()
+		r, err := oc.Responses.New(ctx, responses.ResponseNewParams{
+			Instructions:    openai.String("Answer from the passages."),
+			Input:           responses.ResponseNewParamsInputUnion{OfInputItemList: input},
+			MaxOutputTokens: openai.Int(8), Temperature: openai.Float(0), Store: openai.Bool(false),
+		}, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.OutputText(), usageOfRaw(t, r.RawJSON())
+	}
+	parts := func(a, b int) responses.ResponseInputParam {
+		return responses.ResponseInputParam{responses.ResponseInputItemParamOfMessage(responses.ResponseInputMessageContentListParam{
+			responses.ResponseInputContentParamOfInputText(blendPassage(a)), responses.ResponseInputContentParamOfInputText(blendPassage(b)),
+			responses.ResponseInputContentParamOfInputText("Which bridge is the oldest?")}, responses.EasyInputMessageRoleUser)}
+	}
+	marks := []option.RequestOption{option.WithJSONSet("input.0.content.0.blend", true), option.WithJSONSet("input.0.content.1.blend", true),
+		option.WithJSONSet("cache_salt", "blend-responses")}
+
+	want, _ := ask(parts(1, 2))
+	have, u := ask(parts(1, 2), append(marks, option.WithJSONSet("blend", map[string]any{"recompute": 1}))...)
+	if have != want {
+		t.Errorf("recompute 1: %q, the unmarked request's %q", have, want)
+	}
+	b := u.Cache.Blend
+	if b == nil || len(b.Chunks) != 2 || b.Chunks[0].Part != "input[0].content[0]" || b.Chunks[1].Part != "input[0].content[1]" ||
+		*u.Cache.BlendedTokens != 0 || *u.Cache.BlendRecompute == 0 {
+		js, _ := json.Marshal(u.Cache)
+		t.Fatalf("usage.cache %s, want both parts named, nothing blended, chunk tokens recomputed", js)
+	}
+	_, u = ask(parts(2, 1), marks...)
+	if b := u.Cache.Blend; b == nil || len(b.Chunks) != 2 || b.Chunks[0].HitTokens == 0 || b.Chunks[1].HitTokens == 0 || *u.Cache.BlendedTokens == 0 {
+		js, _ := json.Marshal(u.Cache)
+		t.Fatalf("reordered: usage.cache %s, want both chunks hit and tokens blended", js)
+	}
+
+	// A whole input message marked; the question in a message of its own.
+	whole := responses.ResponseInputParam{responses.ResponseInputItemParamOfMessage(blendPassage(1), responses.EasyInputMessageRoleUser),
+		responses.ResponseInputItemParamOfMessage("Which bridge is the oldest?", responses.EasyInputMessageRoleUser)}
+	_, u = ask(whole, option.WithJSONSet("input.0.blend", true), option.WithJSONSet("cache_salt", "blend-responses"))
+	if b := u.Cache.Blend; b == nil || len(b.Chunks) != 1 || b.Chunks[0].Part != "input[0]" || b.Chunks[0].HitTokens == 0 {
+		js, _ := json.Marshal(u.Cache)
+		t.Fatalf("whole message: usage.cache %s, want input[0] named and found cached", js)
+	}
+
+	// A mark that is not a boolean is a 400 naming it.
+	_, err := oc.Responses.New(ctx, responses.ResponseNewParams{Input: responses.ResponseNewParamsInputUnion{OfInputItemList: parts(1, 2)}, MaxOutputTokens: openai.Int(2)},
+		option.WithJSONSet("input.0.content.1.blend", "yes"))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 400 || apiErr.Param != "input[0].content[1].blend" {
+		t.Errorf("blend \"yes\": have %v, want a 400 naming input[0].content[1].blend", err)
 	}
 }
 

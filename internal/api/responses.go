@@ -35,9 +35,15 @@ type ResponsesRequest struct {
 	PinStrict            bool   `json:"pin_strict"`
 	PromptCacheKey       string `json:"prompt_cache_key"`
 	MaxOffloadTokens     *int   `json:"max_offload_tokens"` // passed to the chat request
+	// Blend is chunk blending's object (Stockpot extension: recompute, policy, chunks), passed
+	// to the chat request as chat's blend; its texts are marked "blend": true on input
+	// messages or their input_text parts (itemMarks).
+	Blend json.RawMessage `json:"blend"`
 
 	// Items is Input decoded, in order. Set by parsing.
 	Items []ResponsesItem `json:"-"`
+	// marks are Items' blend marks by index (those marked only). Set by parsing.
+	marks map[int]itemMarks
 }
 
 // ResponsesText is the text options of a request; Format is text.format.
@@ -70,6 +76,19 @@ type ResponsesItem struct {
 	Output    string
 }
 
+// itemMarks are an input message's chunk-blending marks (Stockpot extension, BlendMark):
+// whole marks its whole text "blend": true; marked are the indexes of its content parts so
+// marked, parts their texts (the item's Text is parts joined with "\n", as chat joins them);
+// param is where the item was in input ("input[2]"). They stay on the request, not the item:
+// only a request's own input is blended, the items of its previous_response_id replay
+// unmarked.
+type itemMarks struct {
+	whole  bool
+	parts  []string
+	marked []int
+	param  string
+}
+
 // MaxResponsesItems bounds the input items of one request.
 const MaxResponsesItems = 4096
 
@@ -89,11 +108,11 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	if err := CheckID("previous_response_id", r.PreviousResponseID); err != nil {
 		return nil, err
 	}
-	items, err := parseResponsesInput(r.Input)
+	items, marks, err := parseResponsesInput(r.Input)
 	if err != nil {
 		return nil, err
 	}
-	r.Items = items
+	r.Items, r.marks = items, marks
 	if len(r.Items) == 0 && r.PreviousResponseID == "" {
 		return nil, Invalid("input", "input is required: a string or a non-empty array of items")
 	}
@@ -105,42 +124,52 @@ func ParseResponsesRequest(body []byte) (*ResponsesRequest, error) {
 	return &r, nil
 }
 
-// parseResponsesInput decodes input: a string (one user message) or an array of items.
-func parseResponsesInput(raw json.RawMessage) ([]ResponsesItem, error) {
+// parseResponsesInput decodes input: a string (one user message) or an array of items, and
+// the items' blend marks by index in the result.
+func parseResponsesInput(raw json.RawMessage) ([]ResponsesItem, map[int]itemMarks, error) {
 	raw = bytes.TrimSpace(raw)
 	if isNull(raw) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if raw[0] == '"' {
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, Invalid("input", "input must be a string or an array of items")
+			return nil, nil, Invalid("input", "input must be a string or an array of items")
 		}
-		return []ResponsesItem{{Type: ItemMessage, Role: "user", Text: s}}, nil
+		return []ResponsesItem{{Type: ItemMessage, Role: "user", Text: s}}, nil, nil
 	}
 	var elems []json.RawMessage
 	if raw[0] != '[' || json.Unmarshal(raw, &elems) != nil {
-		return nil, Invalid("input", "input must be a string or an array of items")
+		return nil, nil, Invalid("input", "input must be a string or an array of items")
 	}
 	if len(elems) > MaxResponsesItems {
-		return nil, Invalid("input", "input has %d items; at most %d are allowed", len(elems), MaxResponsesItems)
+		return nil, nil, Invalid("input", "input has %d items; at most %d are allowed", len(elems), MaxResponsesItems)
 	}
 	out := make([]ResponsesItem, 0, len(elems))
+	var marks map[int]itemMarks
 	for i, e := range elems {
-		it, skip, err := parseResponsesItem(e, fmt.Sprintf("input[%d]", i))
+		it, mk, skip, err := parseResponsesItem(e, fmt.Sprintf("input[%d]", i))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if !skip {
-			out = append(out, it)
+		if skip {
+			continue
 		}
+		if mk.whole || len(mk.marked) > 0 {
+			if marks == nil {
+				marks = map[int]itemMarks{}
+			}
+			marks[len(out)] = mk
+		}
+		out = append(out, it)
 	}
-	return out, nil
+	return out, marks, nil
 }
 
 var responsesRoles = map[string]string{"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
-func parseResponsesItem(raw json.RawMessage, param string) (ResponsesItem, bool, error) {
+// parseResponsesItem decodes one input item; a message's marks come back beside it.
+func parseResponsesItem(raw json.RawMessage, param string) (ResponsesItem, itemMarks, bool, error) {
 	var it struct {
 		Type      string          `json:"type"`
 		Role      string          `json:"role"`
@@ -150,127 +179,193 @@ func parseResponsesItem(raw json.RawMessage, param string) (ResponsesItem, bool,
 		Arguments *string         `json:"arguments"`
 		Output    json.RawMessage `json:"output"`
 		Summary   json.RawMessage `json:"summary"`
+		Blend     json.RawMessage `json:"blend"`
 	}
 	if !isObject(raw) || json.Unmarshal(raw, &it) != nil {
-		return ResponsesItem{}, false, Invalid(param, "%s must be an item object (message, function_call or function_call_output)", param)
+		return ResponsesItem{}, itemMarks{}, false, Invalid(param, "%s must be an item object (message, function_call or function_call_output)", param)
 	}
 	switch it.Type {
 	case "", ItemMessage:
 		role, ok := responsesRoles[it.Role]
 		if !ok {
 			if it.Role == "" {
-				return ResponsesItem{}, false, Invalid(param+".role", "%s.role is required (system, developer, user or assistant)", param)
+				return ResponsesItem{}, itemMarks{}, false, Invalid(param+".role", "%s.role is required (system, developer, user or assistant)", param)
 			}
-			return ResponsesItem{}, false, Unsupported(param+".role", "%s.role %s is not supported; use system, developer, user or assistant", param, Quote(it.Role))
+			return ResponsesItem{}, itemMarks{}, false, Unsupported(param+".role", "%s.role %s is not supported; use system, developer, user or assistant", param, Quote(it.Role))
 		}
-		text, err := responsesText(it.Content, param+".content", true)
+		c, err := responsesContent(it.Content, param+".content", true, true)
 		if err != nil {
-			return ResponsesItem{}, false, err
+			return ResponsesItem{}, itemMarks{}, false, err
 		}
-		return ResponsesItem{Type: ItemMessage, Role: role, Text: text}, false, nil
+		whole, err := parseBlendFlag(it.Blend, param)
+		if err != nil {
+			return ResponsesItem{}, itemMarks{}, false, err
+		}
+		switch {
+		case whole && len(c.marked) > 0:
+			return ResponsesItem{}, itemMarks{}, false, Invalid(param+".blend", "%s is marked blend and so are some of its content parts; mark one or the other", param)
+		case whole && c.text == "":
+			return ResponsesItem{}, itemMarks{}, false, Invalid(param+".blend", "%s is marked blend but has no text content to blend", param)
+		}
+		return ResponsesItem{Type: ItemMessage, Role: role, Text: c.text}, itemMarks{whole: whole, parts: c.parts, marked: c.marked, param: param}, false, nil
 	case ItemFunctionCall:
 		if it.CallID == "" {
-			return ResponsesItem{}, false, Invalid(param+".call_id", "%s.call_id is required", param)
+			return ResponsesItem{}, itemMarks{}, false, Invalid(param+".call_id", "%s.call_id is required", param)
 		}
 		if err := CheckID(param+".call_id", it.CallID); err != nil {
-			return ResponsesItem{}, false, err
+			return ResponsesItem{}, itemMarks{}, false, err
 		}
 		if !toolNameRE.MatchString(it.Name) {
-			return ResponsesItem{}, false, Invalid(param+".name", "%s.name must match [a-zA-Z0-9_.-]{1,64}", param)
+			return ResponsesItem{}, itemMarks{}, false, Invalid(param+".name", "%s.name must match [a-zA-Z0-9_.-]{1,64}", param)
 		}
 		args := "{}"
 		if it.Arguments != nil {
 			args = *it.Arguments
 		}
 		if !json.Valid([]byte(args)) {
-			return ResponsesItem{}, false, Invalid(param+".arguments", "%s.arguments must be JSON text", param)
+			return ResponsesItem{}, itemMarks{}, false, Invalid(param+".arguments", "%s.arguments must be JSON text", param)
 		}
-		return ResponsesItem{Type: ItemFunctionCall, CallID: it.CallID, Name: it.Name, Arguments: args}, false, nil
+		return ResponsesItem{Type: ItemFunctionCall, CallID: it.CallID, Name: it.Name, Arguments: args}, itemMarks{}, false, nil
 	case ItemFunctionCallOutput:
 		if it.CallID == "" {
-			return ResponsesItem{}, false, Invalid(param+".call_id", "%s.call_id is required", param)
+			return ResponsesItem{}, itemMarks{}, false, Invalid(param+".call_id", "%s.call_id is required", param)
 		}
 		if err := CheckID(param+".call_id", it.CallID); err != nil {
-			return ResponsesItem{}, false, err
+			return ResponsesItem{}, itemMarks{}, false, err
 		}
 		out, err := responsesText(it.Output, param+".output", false)
 		if err != nil {
-			return ResponsesItem{}, false, err
+			return ResponsesItem{}, itemMarks{}, false, err
 		}
-		return ResponsesItem{Type: ItemFunctionCallOutput, CallID: it.CallID, Output: out}, false, nil
+		return ResponsesItem{Type: ItemFunctionCallOutput, CallID: it.CallID, Output: out}, itemMarks{}, false, nil
 	case ItemReasoning:
 		// Clients send reasoning items back; the template decides whether history keeps it.
-		return ResponsesItem{}, true, nil
+		return ResponsesItem{}, itemMarks{}, true, nil
 	default:
-		return ResponsesItem{}, false, Unsupported(param+".type", "%s.type %s is not supported; use message, function_call or function_call_output", param, Quote(it.Type))
+		return ResponsesItem{}, itemMarks{}, false, Unsupported(param+".type", "%s.type %s is not supported; use message, function_call or function_call_output", param, Quote(it.Type))
 	}
 }
 
-// responsesText decodes message content or a function output: a string, or an array of
-// input_text / output_text (/ text) parts joined with "\n".
+// contentParts is a message's content decoded: its text, and when it was an array of
+// parts, their texts and the indexes of those marked "blend": true (markable: a part of a
+// function output may not be marked).
+type contentParts struct {
+	text   string
+	parts  []string
+	marked []int
+}
+
+// responsesText decodes a function output: a string, or an array of input_text /
+// output_text (/ text) parts joined with "\n".
 func responsesText(raw json.RawMessage, param string, required bool) (string, error) {
+	c, err := responsesContent(raw, param, required, false)
+	return c.text, err
+}
+
+// responsesContent decodes message content or a function output: a string, or an array of
+// input_text / output_text (/ text) parts joined with "\n"; a part may carry "blend" when
+// markable.
+func responsesContent(raw json.RawMessage, param string, required, markable bool) (contentParts, error) {
 	raw = bytes.TrimSpace(raw)
 	if isNull(raw) {
 		if required {
-			return "", Invalid(param, "%s is required", param)
+			return contentParts{}, Invalid(param, "%s is required", param)
 		}
-		return "", nil
+		return contentParts{}, nil
 	}
 	switch raw[0] {
 	case '"':
 		var s string
 		if err := json.Unmarshal(raw, &s); err != nil {
-			return "", Invalid(param, "%s must be a string or an array of text parts", param)
+			return contentParts{}, Invalid(param, "%s must be a string or an array of text parts", param)
 		}
-		return s, nil
+		return contentParts{text: s}, nil
 	case '[':
 		var parts []struct {
-			Type string  `json:"type"`
-			Text *string `json:"text"`
+			Type  string          `json:"type"`
+			Text  *string         `json:"text"`
+			Blend json.RawMessage `json:"blend"`
 		}
 		if err := json.Unmarshal(raw, &parts); err != nil {
-			return "", Invalid(param, "%s must be a string or an array of {\"type\":\"input_text\",\"text\":...} parts", param)
+			return contentParts{}, Invalid(param, "%s must be a string or an array of {\"type\":\"input_text\",\"text\":...} parts", param)
 		}
-		texts := make([]string, 0, len(parts))
+		c := contentParts{parts: make([]string, 0, len(parts))}
 		for j, p := range parts {
+			pw := fmt.Sprintf("%s[%d]", param, j)
 			switch p.Type {
 			case "input_text", "output_text", "text":
 			default:
-				return "", Unsupported(fmt.Sprintf("%s[%d].type", param, j), "%s[%d] has type %s; only input_text and output_text parts are supported", param, j, Quote(p.Type))
+				return contentParts{}, Unsupported(pw+".type", "%s has type %s; only input_text and output_text parts are supported", pw, Quote(p.Type))
 			}
 			if p.Text == nil {
-				return "", Invalid(fmt.Sprintf("%s[%d].text", param, j), "%s[%d].text is required", param, j)
+				return contentParts{}, Invalid(pw+".text", "%s.text is required", pw)
 			}
-			texts = append(texts, *p.Text)
+			c.parts = append(c.parts, *p.Text)
+			marked, err := parseBlendFlag(p.Blend, pw)
+			switch {
+			case err != nil:
+				return contentParts{}, err
+			case marked && !markable:
+				return contentParts{}, Unsupported(pw+".blend", "%s is marked blend, but only message content can be blended", pw)
+			case marked && *p.Text == "":
+				return contentParts{}, Invalid(pw+".blend", "%s is marked blend but its text is empty", pw)
+			case marked:
+				c.marked = append(c.marked, j)
+			}
 		}
-		return strings.Join(texts, "\n"), nil
+		c.text = strings.Join(c.parts, "\n")
+		return c, nil
 	}
-	return "", Invalid(param, "%s must be a string or an array of text parts", param)
+	return contentParts{}, Invalid(param, "%s must be a string or an array of text parts", param)
 }
 
 // ChatRequest converts r, after the items of earlier turns (previous_response_id), into the
 // chat request it means, parsed and validated by ParseChatRequest. Consecutive function_call
 // items (and an assistant message just before them) become one assistant message with
-// tool_calls; function_call_output items become tool messages.
+// tool_calls; function_call_output items become tool messages. r's own messages keep their
+// blend marks (as chat parts or a chat message marked "blend": true; the chat's BlendMarks
+// then name them as input does, "input[2].content[1]"); prior items are replayed unmarked.
 func (r *ResponsesRequest) ChatRequest(prior []ResponsesItem) (*ChatRequest, error) {
+	type chatPart struct {
+		Type  string `json:"type"`
+		Text  string `json:"text"`
+		Blend bool   `json:"blend,omitempty"`
+	}
 	type chatMsg struct {
 		Role       string     `json:"role"`
-		Content    *string    `json:"content"`
+		Content    any        `json:"content"` // nil, *string or []chatPart
 		ToolCalls  []ToolCall `json:"tool_calls,omitempty"`
 		ToolCallID string     `json:"tool_call_id,omitempty"`
+		Blend      bool       `json:"blend,omitempty"`
 	}
 	var msgs []chatMsg
+	marked := map[int]string{} // chat message index → the input item marking it
 	if r.Instructions != nil && *r.Instructions != "" {
 		s := *r.Instructions
 		msgs = append(msgs, chatMsg{Role: "system", Content: &s})
 	}
 	items := append(append([]ResponsesItem(nil), prior...), r.Items...)
 	lastCalls := false // the last message is an assistant turn that may take more calls
-	for _, it := range items {
+	for i, it := range items {
 		switch it.Type {
 		case ItemMessage:
 			s := it.Text
-			msgs = append(msgs, chatMsg{Role: it.Role, Content: &s})
+			m := chatMsg{Role: it.Role, Content: &s}
+			if mk, ok := r.marks[i-len(prior)]; ok && i >= len(prior) {
+				marked[len(msgs)] = mk.param
+				m.Blend = mk.whole
+				if len(mk.marked) > 0 {
+					parts := make([]chatPart, len(mk.parts))
+					for j, p := range mk.parts {
+						parts[j] = chatPart{Type: "text", Text: p}
+					}
+					for _, j := range mk.marked {
+						parts[j].Blend = true
+					}
+					m.Content = parts
+				}
+			}
+			msgs = append(msgs, m)
 			lastCalls = it.Role == "assistant"
 		case ItemFunctionCall:
 			c := ToolCall{ID: it.CallID, Type: "function", Function: ToolCallFunction{Name: it.Name, Arguments: it.Arguments}}
@@ -343,6 +438,7 @@ func (r *ResponsesRequest) ChatRequest(prior []ResponsesItem) (*ChatRequest, err
 	if r.MaxOffloadTokens != nil {
 		body["max_offload_tokens"] = *r.MaxOffloadTokens
 	}
+	set("blend", r.Blend)
 	b, err := json.Marshal(body)
 	if err != nil {
 		return nil, Invalid("", "cannot convert the request: %v", err)
@@ -350,6 +446,11 @@ func (r *ResponsesRequest) ChatRequest(prior []ResponsesItem) (*ChatRequest, err
 	req, err := ParseChatRequest(b)
 	if err != nil {
 		return nil, responsesParam(err)
+	}
+	for k := range req.BlendMarks {
+		// "messages[3].content[1]" → "input[2].content[1]": the chat message's item.
+		mk := &req.BlendMarks[k]
+		mk.Param = marked[mk.Message] + strings.TrimPrefix(mk.Param, fmt.Sprintf("messages[%d]", mk.Message))
 	}
 	return req, nil
 }

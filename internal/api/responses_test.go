@@ -16,6 +16,7 @@ var responsesSeeds = []string{
 	`{"input":[{"type":"function_call_output","call_id":"c9","output":[{"type":"input_text","text":"r"}]}]}`,
 	`{"input":"hi","prompt_cache_retention":"24h","pin_strict":true}`,
 	`{"input":"hi","prompt_cache_retention":"never"}`,
+	`{"input":[{"role":"user","content":[{"type":"input_text","text":"doc","blend":true},{"type":"input_text","text":"q"}]},{"role":"user","content":"d2","blend":true}],"blend":{"recompute":0.3,"policy":"cacheblend"}}`,
 }
 
 func TestResponsesToChat(t *testing.T) {
@@ -113,6 +114,65 @@ func TestResponsesRequestErrors(t *testing.T) {
 		if !errors.As(err, &e) || e.Status != 400 || !strings.HasPrefix(e.Param, tc.param) {
 			t.Errorf("%s: %v", tc.body, err)
 		}
+	}
+}
+
+// TestResponsesBlendMarks: "blend": true on an input message or its input_text parts, and
+// the top-level blend object, reach the chat request as chat's marks, named as input names
+// them (instructions and earlier turns do not shift the index); earlier turns' marks are not
+// replayed; bad marks are 400s naming them.
+func TestResponsesBlendMarks(t *testing.T) {
+	r, err := ParseResponsesRequest([]byte(`{"instructions":"sys","input":[
+		{"role":"user","content":[{"type":"input_text","text":"doc one","blend":true},{"type":"input_text","text":"doc two","blend":true},{"type":"input_text","text":"q?"}]},
+		{"type":"message","role":"user","content":"doc three","blend":true}],"blend":{"recompute":0.3,"policy":"cacheblend"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := r.ChatRequest([]ResponsesItem{{Type: ItemMessage, Role: "user", Text: "earlier"}, {Type: ItemMessage, Role: "assistant", Text: "ok"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []BlendMark{{Param: "input[0].content[0]", Message: 3, Text: "doc one"}, {Param: "input[0].content[1]", Message: 3, Text: "doc two"},
+		{Param: "input[1]", Message: 4, Text: "doc three"}}
+	if len(c.BlendMarks) != len(want) {
+		t.Fatalf("marks %+v, want %+v", c.BlendMarks, want)
+	}
+	for i := range want {
+		if c.BlendMarks[i] != want[i] {
+			t.Errorf("mark %d: have %+v, want %+v", i, c.BlendMarks[i], want[i])
+		}
+	}
+	if m := c.Messages[3]; m.Text != "doc one\ndoc two\nq?" {
+		t.Errorf("marked message text %q, want the parts joined as unmarked ones are", m.Text)
+	}
+	if bp := c.BlendParams; bp == nil || bp.Recompute == nil || *bp.Recompute != 0.3 || bp.Policy != "cacheblend" {
+		t.Errorf("blend params %+v", bp)
+	}
+	// The same items as an earlier turn: replayed without marks.
+	r2, _ := ParseResponsesRequest([]byte(`{"input":"next?"}`))
+	if c, err = r2.ChatRequest(r.Items); err != nil || len(c.BlendMarks) != 0 || c.Messages[0].Text != "doc one\ndoc two\nq?" {
+		t.Errorf("replayed: marks %+v, err %v", c.BlendMarks, err)
+	}
+
+	for _, tc := range []struct{ body, param string }{
+		{`{"input":[{"role":"user","content":"x","blend":"yes"}]}`, "input[0].blend"},
+		{`{"input":[{"role":"user","content":[{"type":"input_text","text":"x","blend":1}]}]}`, "input[0].content[0].blend"},
+		{`{"input":[{"role":"user","content":[{"type":"input_text","text":"","blend":true}]}]}`, "input[0].content[0].blend"},
+		{`{"input":[{"role":"user","content":[{"type":"input_text","text":"x","blend":true}],"blend":true}]}`, "input[0].blend"},
+		{`{"input":[{"role":"user","content":"","blend":true}]}`, "input[0].blend"},
+		{`{"input":[{"type":"function_call_output","call_id":"c","output":[{"type":"input_text","text":"x","blend":true}]}]}`, "input[0].output[0].blend"},
+	} {
+		_, err := ParseResponsesRequest([]byte(tc.body))
+		var e *Error
+		if !errors.As(err, &e) || e.Status != 400 || e.Param != tc.param {
+			t.Errorf("%s: %v, want a 400 naming %s", tc.body, err, tc.param)
+		}
+	}
+	// A blend object with nothing marked is chat's 400.
+	r, _ = ParseResponsesRequest([]byte(`{"input":"x","blend":{"recompute":0.5}}`))
+	var e *Error
+	if _, err := r.ChatRequest(nil); !errors.As(err, &e) || e.Status != 400 || e.Param != "blend" {
+		t.Errorf("blend without marks: %v", err)
 	}
 }
 
