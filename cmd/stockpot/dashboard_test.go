@@ -46,6 +46,15 @@ func TestEngineEvidenceAgreesWithUsage(t *testing.T) {
 		completion(t, ts, map[string]any{"prompt": p, "max_tokens": 3, "temperature": 0})
 	}
 	completion(t, ts, map[string]any{"prompt": shared, "max_tokens": 3, "temperature": 0})
+	// Blended: two chunks, cached by the first request, found by the second in the other order.
+	docA, docB, q := promptIDs(40, 64), promptIDs(41, 64), promptIDs(42, 10)
+	for _, docs := range [][2][]int{{docA, docB}, {docB, docA}} {
+		p := append(append(append(append([]int(nil), shared[:20]...), docs[0]...), docs[1]...), q...)
+		if code, out := post(t, ts.URL+"/v1/completions", map[string]any{"prompt": p, "max_tokens": 3, "temperature": 0,
+			"blend": map[string]any{"chunks": [][2]int{{20, 84}, {84, 148}}, "recompute": 0.2}}); code != 200 {
+			t.Fatalf("blended completion: status %d: %s", code, out)
+		}
+	}
 
 	// Abandoned: a cold prompt, streamed; the client hangs up after the first event.
 	abandoned := promptIDs(99, 300)
@@ -69,7 +78,7 @@ func TestEngineEvidenceAgreesWithUsage(t *testing.T) {
 		return scrape(t, ts.URL)[`stockpot_requests_total{status="499"}`] == 1
 	})
 	m := scrape(t, ts.URL)
-	for _, src := range []string{"device", "host", "disk", "remote", "computed"} {
+	for _, src := range []string{"device", "host", "disk", "remote", "computed", "blended"} {
 		usage := m[`stockpot_prompt_tokens_total{source="`+src+`"}`]
 		eng := m[`stockpot_engine_prompt_tokens_total{source="`+src+`"}`]
 		want := usage
@@ -80,12 +89,12 @@ func TestEngineEvidenceAgreesWithUsage(t *testing.T) {
 			t.Errorf("source %s: engine %v, usage %v, want engine %v", src, eng, usage, want)
 		}
 	}
-	if m[`stockpot_prompt_tokens_total{source="device"}`] == 0 {
-		t.Error("the scenario reused nothing")
+	if m[`stockpot_prompt_tokens_total{source="device"}`] == 0 || m[`stockpot_engine_prompt_tokens_total{source="blended"}`] == 0 {
+		t.Error("the scenario reused or blended nothing")
 	}
 	hits := m[`stockpot_engine_requests_total{hit="cold"}`] + m[`stockpot_engine_requests_total{hit="partial"}`] + m[`stockpot_engine_requests_total{hit="warm"}`]
-	if hits != 6 {
-		t.Errorf("engine requests by hit class sum to %v, want 6", hits)
+	if hits != 8 {
+		t.Errorf("engine requests by hit class sum to %v, want 8", hits)
 	}
 	if m[`stockpot_engine_requests_total{hit="partial"}`] == 0 || m[`stockpot_engine_requests_total{hit="warm"}`] == 0 {
 		t.Errorf("want partial and warm hits: %v", m)
@@ -94,14 +103,17 @@ func TestEngineEvidenceAgreesWithUsage(t *testing.T) {
 	for _, h := range []string{"cold", "partial", "warm"} {
 		byHit += m[`stockpot_time_to_first_token_by_hit_seconds_count{hit="`+h+`"}`]
 	}
-	if byHit != m["stockpot_time_to_first_token_seconds_count"] || byHit != 5 {
-		t.Errorf("TTFT by hit class counts %v, unsplit %v, want 5", byHit, m["stockpot_time_to_first_token_seconds_count"])
+	if byHit != m["stockpot_time_to_first_token_seconds_count"] || byHit != 7 {
+		t.Errorf("TTFT by hit class counts %v, unsplit %v, want 7", byHit, m["stockpot_time_to_first_token_seconds_count"])
 	}
 
 	// The dashboard's ring has every request, the abandoned one as a 499.
 	st := dashboardState(t, ts.URL, "")
-	if len(st.Requests) != 6 || st.Requests[5].Status != 499 {
+	if len(st.Requests) != 8 || st.Requests[7].Status != 499 {
 		t.Fatalf("dashboard requests: %+v", st.Requests)
+	}
+	if b := st.Requests[6]; b.BlendedTokens == 0 || b.ReusedTokens+b.ComputedTokens+b.BlendedTokens != b.PromptTokens {
+		t.Errorf("evidence chain of the reordered blend: %+v", b)
 	}
 	last := st.Requests[4]
 	if last.Hit != "warm" || last.MatchedBlocks["device"] != 99/16 || last.ReusedTokens+last.ComputedTokens != last.PromptTokens {
@@ -124,6 +136,7 @@ type dashState struct {
 		MatchedBlocks  map[string]int `json:"matched_blocks"`
 		ReusedTokens   int            `json:"reused_tokens"`
 		ComputedTokens int            `json:"computed_tokens"`
+		BlendedTokens  int            `json:"blended_tokens"`
 	} `json:"requests"`
 	Notes []struct {
 		Mode string `json:"mode"`

@@ -274,7 +274,8 @@ func (c *Core) startBlend(s *seq) bool {
 		}
 		s.usage.Blend = u
 		s.usage.ComputedTokens -= b.sel.Blended
-		c.stats.computedTokens -= uint64(b.sel.Blended)
+		c.stats.computedTokens -= uint64(b.sel.Blended) // counted computed at admission
+		c.stats.blendedTokens += uint64(b.sel.Blended)
 	}
 	return true
 }

@@ -255,6 +255,7 @@ type coreStats struct {
 	promptTokens        uint64
 	sourceTokens        kvtier.Counts // prompt tokens reused, by tier (device: matched; lower: restored)
 	computedTokens      uint64
+	blendedTokens       uint64 // prompt tokens that kept a cached chunk's K/V (blend.go's startBlend)
 	discardedTokens     uint64
 	prefetchLate        uint64 // admissions that went ahead without their prefetch's answer
 	prefetchDropped     uint64 // prefetch answers that came after admission or after the request ended
@@ -292,6 +293,7 @@ type Evidence struct {
 	PromptTokens        uint64             // prompt tokens of requests admitted or ended unadmitted
 	SourceTokens        kvtier.Counts      // prompt tokens reused, by tier
 	ComputedTokens      uint64             // prompt tokens prefilled
+	BlendedTokens       uint64             // prompt tokens that kept a cached chunk's K/V (chunk blending)
 	DiscardedTokens     uint64             // found in a lower tier but not used
 	PrefetchLate        uint64             // admissions that went ahead before their prefetch answered
 	PrefetchDropped     uint64             // prefetch answers that came too late to be used
@@ -309,7 +311,7 @@ func (c *Core) Stats() CoreStats {
 		Evidence: Evidence{
 			Finished: c.stats.finished, Cancelled: c.stats.cancelled, Hits: c.stats.hits,
 			PromptTokens: c.stats.promptTokens, SourceTokens: c.stats.sourceTokens,
-			ComputedTokens: c.stats.computedTokens, DiscardedTokens: c.stats.discardedTokens,
+			ComputedTokens: c.stats.computedTokens, BlendedTokens: c.stats.blendedTokens, DiscardedTokens: c.stats.discardedTokens,
 			PrefetchLate: c.stats.prefetchLate, PrefetchDropped: c.stats.prefetchDropped,
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"stockpot/internal/blend"
 	"stockpot/internal/engine"
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
@@ -26,13 +27,17 @@ func (s *usageSum) add(u engine.Usage, finish string, blockSize int) {
 		s.ev.SourceTokens[t] += uint64(u.TierTokens(t))
 	}
 	s.ev.ComputedTokens += uint64(u.ComputedTokens)
+	if u.Blend != nil {
+		s.ev.BlendedTokens += uint64(u.Blend.BlendedTokens)
+	}
 	s.ev.DiscardedTokens += uint64(u.DiscardedTokens)
 }
 
 // TestEvidenceAgreesWithUsage: the engine's own counters (Stats().Evidence, counted where the
 // scheduler decides) equal the sums of the Usage objects it delivered, over cold, partial and
-// warm requests, restores from a lower tier, and requests whose caller went away — the
-// abandoned ones are counted too, though no client ever read their usage.
+// warm requests, restores from a lower tier, blended requests (chunk K/V kept: their own
+// source), and requests whose caller went away — the abandoned ones are counted too, though
+// no client ever read their usage.
 func TestEvidenceAgreesWithUsage(t *testing.T) {
 	const B = 16
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
@@ -70,6 +75,12 @@ func TestEvidenceAgreesWithUsage(t *testing.T) {
 		t.Fatalf("branch: class %v, cached %d", u.HitClass(B), u.CachedTokens())
 	}
 	run(seqPrompt(7, 5)) // below one block: cold
+	// Blended: the chunks cached by the first, found by the second in the other order.
+	for _, order := range []bool{true, false} {
+		p, chunks := ragPrompt(order)
+		r := collect(t, e, engine.Request{Prompt: p, MaxTokens: 3, Blend: &blend.Spec{Chunks: chunks, Recompute: 0.2}})
+		sum.add(r.usage, r.finish, B)
+	}
 
 	// Abandoned: the caller's context ends mid-prefill; only the engine's final output, which
 	// the caller never reads, carries its usage.
@@ -96,7 +107,7 @@ func TestEvidenceAgreesWithUsage(t *testing.T) {
 	if got != want {
 		t.Errorf("engine evidence != usage sums\n got %+v\nwant %+v", got, want)
 	}
-	if want.Cancelled != 1 || want.Hits[engine.HitPartial] == 0 || want.SourceTokens[kvtier.Device] == 0 {
+	if want.Cancelled != 1 || want.Hits[engine.HitPartial] == 0 || want.SourceTokens[kvtier.Device] == 0 || want.BlendedTokens == 0 {
 		t.Errorf("the scenario did not cover what it should: %+v", want)
 	}
 }

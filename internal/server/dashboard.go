@@ -48,6 +48,9 @@ type RequestRecord struct {
 	DiscardedBy     map[string]int `json:"discarded_by,omitempty"`
 	ReusedTokens    int            `json:"reused_tokens"`
 	ComputedTokens  int            `json:"computed_tokens"`
+	// BlendedTokens kept a cached chunk's K/V (chunk blending): with ReusedTokens and
+	// ComputedTokens they make up the prompt.
+	BlendedTokens int `json:"blended_tokens,omitempty"`
 	// PartialShare is the share of the prompt reused (reused / prompt).
 	PartialShare float64 `json:"partial_share"`
 	QueueMs      float64 `json:"queue_ms"`
@@ -98,6 +101,9 @@ func (d *dashboardState) record(status int, u *engine.Usage, blockSize int, at t
 		}
 		r.DiscardedTokens, r.DiscardedBy = u.DiscardedTokens, u.DiscardedBy
 		r.ReusedTokens, r.ComputedTokens = u.CachedTokens(), u.ComputedTokens
+		if u.Blend != nil {
+			r.BlendedTokens = u.Blend.BlendedTokens
+		}
 		if u.PromptTokens > 0 {
 			r.PartialShare = float64(r.ReusedTokens) / float64(u.PromptTokens)
 		}

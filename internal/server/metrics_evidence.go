@@ -14,7 +14,7 @@ import (
 // whose client went away is in the engine's, not in the usage sums).
 var (
 	descEnginePrompt = prometheus.NewDesc("stockpot_engine_prompt_tokens_total",
-		"Prompt tokens by where the engine got their KV (computed or a cache tier), counted in the scheduler; abandoned requests included.", []string{"source"}, nil)
+		"Prompt tokens by where the engine got their KV (computed, a cache tier, or blended from a cached chunk), counted in the scheduler; abandoned requests included.", []string{"source"}, nil)
 	descEngineDiscarded = prometheus.NewDesc("stockpot_engine_prompt_tokens_discarded_total",
 		"Prompt tokens a prefetch found in a lower tier but the engine did not use, counted in the scheduler.", nil, nil)
 	descEngineRequests = prometheus.NewDesc("stockpot_engine_requests_total",
@@ -52,6 +52,7 @@ func (c evidenceCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	counter(descEnginePrompt, ev.ComputedTokens, "computed")
+	counter(descEnginePrompt, ev.BlendedTokens, "blended")
 	for t := range kvtier.Tier(kvtier.Count) {
 		counter(descEnginePrompt, ev.SourceTokens[t], t.String())
 	}

@@ -323,6 +323,7 @@
     }
     chain.appendChild(step("device", "reused " + r.reused_tokens));
     chain.appendChild(step("computed", "computed " + r.computed_tokens));
+    if (r.blended_tokens > 0) chain.appendChild(step("host", "blended " + r.blended_tokens));
     chain.appendChild(step("", "TTFT " + fmt(r.ttft_ms, 1) + " ms = queue " + fmt(r.queue_ms, 1) + " + restore " + fmt(r.restore_ms, 1) + " + prefill " + fmt(r.prefill_ms, 1)));
     chain.appendChild(step("", fmt(100 * r.partial_share, 0) + "% reused"));
     if (r.miss) chain.appendChild(step("miss", "miss: " + missText(r.miss)));
