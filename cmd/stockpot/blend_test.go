@@ -19,6 +19,7 @@ import (
 	"github.com/openai/openai-go/v3/responses"
 
 	"stockpot/internal/bench"
+	"stockpot/internal/offload"
 )
 
 // blendPassage is a retrieved passage of some 80 tokens (several full 16-token blocks).
@@ -33,12 +34,15 @@ type blendUsage struct {
 	Cache struct {
 		BlendedTokens  *int `json:"blended_tokens"`
 		BlendRecompute *int `json:"blend_recomputed_tokens"`
+		DiskTokens     int  `json:"disk_tokens"`
 		Blend          *struct {
 			Chunks []struct {
 				Start, End    int
 				HitTokens     int    `json:"hit_tokens"`
 				BlendedTokens int    `json:"blended_tokens"`
 				Part          string `json:"part"`
+
+				RestoredTokens map[string]int `json:"restored_tokens"`
 			} `json:"chunks"`
 		} `json:"blend"`
 	} `json:"cache"`
@@ -151,6 +155,61 @@ func TestBlendChatMarks(t *testing.T) {
 	}
 	if metric("stockpot_blend_recomputed_tokens_total") == 0 || metric(`stockpot_blend_chunks_total{outcome="hit"}`) != 2 || metric(`stockpot_blend_chunks_total{outcome="miss"}`) != 4 {
 		t.Errorf("blend counters:\n%s", grepLines(string(body), "stockpot_blend_"))
+	}
+}
+
+// TestBlendChunksFromDisk: chunks cached by one server and written down to its disk tier at a
+// graceful stop are restored from disk by the next server on the same directory, for a
+// request that blends them in another order: usage.cache names them restored from disk, and
+// the answer is that of a server that had them on the device.
+func TestBlendChunksFromDisk(t *testing.T) {
+	chat := func(url string, a, b int) (string, blendUsage) {
+		t.Helper()
+		code, out := post(t, url+"/v1/chat/completions", map[string]any{
+			"messages": []any{
+				map[string]any{"role": "system", "content": "Answer from the passages."},
+				map[string]any{"role": "user", "content": []any{
+					map[string]any{"type": "text", "text": blendPassage(a), "blend": true},
+					map[string]any{"type": "text", "text": blendPassage(b), "blend": true},
+					map[string]any{"type": "text", "text": "Which bridge is the oldest?"}}},
+			},
+			"max_tokens": 8, "temperature": 0,
+		})
+		if code != 200 {
+			t.Fatalf("status %d: %s", code, out)
+		}
+		var r struct {
+			Choices []struct{ Message struct{ Content string } }
+		}
+		if err := json.Unmarshal(out, &r); err != nil || len(r.Choices) != 1 {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return r.Choices[0].Message.Content, usageOfRaw(t, string(out))
+	}
+	// The reference: both requests on one server, the chunks on its device.
+	_, url, stop := tieredInstance(t, "synthetic:tiny-llama-spm", offload.Config{})
+	chat(url, 1, 2)
+	want, wu := chat(url, 2, 1)
+	stop()
+
+	to := offload.Config{DiskDir: t.TempDir(), DiskBytes: 1 << 30}
+	_, url, stop = tieredInstance(t, "synthetic:tiny-llama-spm", to)
+	chat(url, 1, 2)
+	stop() // graceful: the working pool, chunks included, is written back to disk
+	_, url, stop = tieredInstance(t, "synthetic:tiny-llama-spm", to)
+	defer stop()
+	have, u := chat(url, 2, 1)
+	if have != want {
+		t.Errorf("chunks restored from disk: %q, with them on the device %q", have, want)
+	}
+	js, _ := json.Marshal(u.Cache)
+	if u.Cache.DiskTokens == 0 || u.Cache.Blend == nil || len(u.Cache.Blend.Chunks) != 2 || *u.Cache.BlendedTokens != *wu.Cache.BlendedTokens {
+		t.Fatalf("usage.cache %s: want the system prompt from disk and %d tokens blended", js, *wu.Cache.BlendedTokens)
+	}
+	for i, ch := range u.Cache.Blend.Chunks {
+		if ch.HitTokens == 0 || ch.HitTokens != wu.Cache.Blend.Chunks[i].HitTokens || ch.RestoredTokens["disk"] != ch.HitTokens {
+			t.Errorf("chunk %d of usage.cache %s: want its %d hit tokens all restored from disk", i, js, wu.Cache.Blend.Chunks[i].HitTokens)
+		}
 	}
 }
 

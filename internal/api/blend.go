@@ -90,11 +90,13 @@ type BlendReport struct {
 // full blocks the request computed at position 0 and cached), blended_tokens kept the
 // cached K/V. A chunk inside the reused prefix, or shorter than a block, has neither. Part
 // names the chat part that marked it ("messages[2].content[1]", "system[1]"), absent for a
-// chunk given as token offsets.
+// chunk given as token offsets. RestoredTokens splits hit_tokens by the lower tier they were
+// read from ("host", "disk", "remote"; absent when every hit was on the device).
 type BlendChunkReport struct {
-	Start         int    `json:"start"`
-	End           int    `json:"end"`
-	HitTokens     int    `json:"hit_tokens"`
-	BlendedTokens int    `json:"blended_tokens"`
-	Part          string `json:"part,omitempty"`
+	Start          int            `json:"start"`
+	End            int            `json:"end"`
+	HitTokens      int            `json:"hit_tokens"`
+	BlendedTokens  int            `json:"blended_tokens"`
+	Part           string         `json:"part,omitempty"`
+	RestoredTokens map[string]int `json:"restored_tokens,omitempty"`
 }

@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"stockpot/internal/blend"
 	"stockpot/internal/kernels"
 	"stockpot/internal/kvcache"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 )
 
@@ -16,9 +18,12 @@ import (
 // its chunks' K/V computed at position 0 under blend.ChunkRoot and cached, copied with keys
 // re-rotated into its own blocks, and a fraction of its tokens recomputed.
 //
-// In the core a blend runs inside prefill, at the first Schedule after each admission
-// (startBlend): every chunk's full blocks are looked up under the chunk root and the
-// missing ones allocated; the request's chain hashes are cut where its K/V stops being
+// While the request queues, the chunks the device lacks are prefetched from the lower tiers
+// (ChunkFetches, ChunkPrefetched), each as a prompt of its own under the chunk root, and
+// admission waits for them as it does for the prompt's prefetch. In the core a blend runs
+// inside prefill, at the first Schedule after each admission (startBlend): every chunk's full
+// blocks are looked up under the chunk root, on the device and then in what its prefetch
+// found (restoreChunk: copied in before the step, committed), and the missing ones allocated; the request's chain hashes are cut where its K/V stops being
 // exact, so nothing approximate is ever committed under the prompt's chain. Then its
 // prefill steps are, in order: the missing chunk blocks, computed at chunk positions over
 // the chunk's own block table and committed as they fill (phase A); once every chunk is
@@ -60,6 +65,9 @@ type BlendUsage struct {
 type BlendChunk struct {
 	Start, End   int
 	Hit, Blended int
+	// Restored counts the tokens of Hit read from each lower tier (kvtier.Host, Disk,
+	// Remote); the rest of Hit was on the device.
+	Restored kvtier.Counts
 	// Part names the chat part that marked the chunk ("messages[2].content[1]"); the engine
 	// leaves it empty, the runner fills it from the request's marks.
 	Part string
@@ -92,6 +100,11 @@ type blendSeq struct {
 	next     int         // the next prompt position to plan
 	inflight []blendItem // the items planned in the last Schedule, in plan order
 	cb       *cacheBlend // Policy CacheBlend's state (blend_cacheblend.go); nil for EPIC
+
+	// The chunks' prefetches from the lower tiers (ChunkFetches): fetching is how many have
+	// not answered, fetched their answers by chunk index, until startBlend uses them.
+	fetching int
+	fetched  map[int]*Prefetched
 }
 
 // blendChunk is one chunk's blocks under the chunk root. Invariant: committed <= computed/B
@@ -100,7 +113,8 @@ type blendChunk struct {
 	tokens    []int32 // the chunk's full blocks' tokens (a view of the prompt)
 	hashes    []prefix.Hash
 	blocks    []kvcache.BlockID
-	matched   int // blocks found cached
+	matched   int // blocks found cached: on the device, then restored (restored of them)
+	restored  kvtier.Counts
 	computed  int // chunk positions [0, computed) hold final K/V
 	committed int // leading blocks committed
 }
@@ -150,7 +164,7 @@ func (c *Core) planBlend(s *seq, plan *Plan, budget int) (left int, handled bool
 	if b == nil || b.declined {
 		return budget, false
 	}
-	if !b.planned && !c.startBlend(s) {
+	if !b.planned && !c.startBlend(s, plan) {
 		return budget, false
 	}
 	b.inflight = b.inflight[:0]
@@ -205,10 +219,12 @@ func (c *Core) planBlend(s *seq, plan *Plan, budget int) (left int, handled bool
 }
 
 // startBlend looks s's chunks up under the chunk root (every one whose full blocks reach past
-// s's exact prefix, s.computed), allocates the blocks of the missing ones, selects what to copy and recompute past s's exact prefix (s.computed), and cuts s's
-// chain hashes where its K/V stops being exact. It reports false, holding nothing, when the
-// pool cannot hold the chunks: s is then computed as usual.
-func (c *Core) startBlend(s *seq) bool {
+// s's exact prefix, s.computed): on the device, then in what their prefetches found in the
+// lower tiers (ChunkPrefetched), whose bytes it queues in plan.Restores and commits. It
+// allocates the blocks of the rest, selects what to copy and recompute past s's exact
+// prefix, and cuts s's chain hashes where its K/V stops being exact. It reports false,
+// holding nothing, when the pool cannot hold the chunks: s is then computed as usual.
+func (c *Core) startBlend(s *seq, plan *Plan) bool {
 	b, B := s.blend, c.cfg.BlockSize
 	from := s.computed
 	b.chunks = b.chunks[:0]
@@ -237,6 +253,7 @@ func (c *Core) startBlend(s *seq) bool {
 	if err != nil {
 		c.releaseBlendChunks(b)
 		b.declined = true
+		b.fetched = nil
 		if !b.counted {
 			s.usage.Blend = &BlendUsage{Declined: BlendDeclinedPool}
 		}
@@ -247,7 +264,9 @@ func (c *Core) startBlend(s *seq) bool {
 		k := len(ch.tokens)/B - len(ch.blocks)
 		ch.blocks = append(ch.blocks, fresh[:k]...)
 		fresh = fresh[k:]
+		c.restoreChunk(s, i, plan)
 	}
+	b.fetched = nil // used, or superseded by the device
 	if b.spec.Policy == blend.CacheBlend {
 		c.startCacheBlend(s, places) // SelectEPIC at 0, then the pass that picks
 	} else {
@@ -267,7 +286,7 @@ func (c *Core) startBlend(s *seq) bool {
 		b.counted = true
 		u := &BlendUsage{BlendedTokens: b.sel.Blended, RecomputedTokens: b.sel.Recomputed, Chunks: make([]BlendChunk, len(b.chunks))}
 		for i, ch := range b.chunks {
-			u.Chunks[i] = BlendChunk{Start: b.spec.Chunks[i].Start, End: b.spec.Chunks[i].End, Hit: ch.matched * B}
+			u.Chunks[i] = BlendChunk{Start: b.spec.Chunks[i].Start, End: b.spec.Chunks[i].End, Hit: ch.matched * B, Restored: ch.restored}
 		}
 		for _, cp := range b.sel.Copies {
 			u.Chunks[cp.Chunk].Blended = cp.N - cp.Recompute
@@ -279,6 +298,111 @@ func (c *Core) startBlend(s *seq) bool {
 	}
 	return true
 }
+
+// restoreChunk takes into chunk i's fresh blocks (those past its device match) the blocks
+// its prefetch found in the lower tiers, contiguous from the match: their bytes go into
+// plan.Restores, to be copied before the step's forward pass, and they are committed under
+// the chunk root at once, so the chunk counts them as found (matched) and computes none of
+// them. The prefetch's discarded blocks are counted as s's.
+func (c *Core) restoreChunk(s *seq, i int, plan *Plan) {
+	b, B := s.blend, c.cfg.BlockSize
+	ch := &b.chunks[i]
+	p := b.fetched[i]
+	if p == nil || len(ch.tokens) == 0 {
+		return
+	}
+	for reason, n := range p.Discarded {
+		c.discard(s, reason, n)
+	}
+	m := ch.matched
+	if m < p.First || m >= p.First+len(p.Blocks) {
+		return // the device holds all it found (or it starts past a gap)
+	}
+	for _, rb := range p.Blocks[m-p.First:] {
+		if ch.matched == len(ch.blocks) || rb.Data == nil {
+			break // a plain prefetch restores nothing in place
+		}
+		blk := ch.blocks[ch.matched]
+		plan.Restores = append(plan.Restores, Restore{Block: int32(blk), Data: rb.Data})
+		if c.restored == nil {
+			c.restored = map[kvcache.BlockID]struct{}{}
+		}
+		c.restored[blk] = struct{}{} // its Stored event is tagged Restored: not written down again
+		c.stats.restored[rb.Tier]++
+		ch.restored[rb.Tier] += uint64(B)
+		ch.matched++
+	}
+	ch.computed = ch.matched * B
+	c.commitChunk(b, ch)
+}
+
+// ChunkFetch is one marked chunk's lookup in the lower tiers (Core.ChunkFetches): blocks
+// First.. of its full blocks, under the chunks' chain root, as a prefetch of a prompt Tokens
+// whose block hashes are Hashes (Restorer.Prefetch's arguments).
+type ChunkFetch struct {
+	Chunk  int // its index in the request's chunks, in prompt order
+	Root   prefix.Hash
+	Hashes []prefix.Hash
+	Tokens []int32
+	First  int // blocks the working pool holds already
+}
+
+// ChunkFetches lists queued request id's chunks whose full blocks the working pool lacks,
+// some or all, and whose blocks reach past the prefix the pool holds for the prompt itself
+// (those the lower tiers may hold), and marks the request waiting for as many answers
+// (ChunkPrefetched). It takes no references. Nil for a request that does not blend, or
+// whose blend this engine refuses (checkBlend ran first).
+func (c *Core) ChunkFetches(id uint64) []ChunkFetch {
+	s, ok := c.seqs[id]
+	if !ok || s.blend == nil || s.admitted || !c.cfg.PrefixCache {
+		return nil
+	}
+	b, B := s.blend, c.cfg.BlockSize
+	have, _ := c.PeekQueued(id)
+	var out []ChunkFetch
+	for i, ck := range b.spec.Chunks {
+		full := ck.Len() / B
+		if full == 0 || ck.Start+full*B <= have*B {
+			continue
+		}
+		toks := s.req.Prompt[ck.Start : ck.Start+full*B : ck.Start+full*B]
+		hashes := prefix.AppendBlockHashes(nil, b.root, toks, B)
+		blocks, _, _ := c.cache.match(b.root, hashes, append(toks, 0))
+		c.cache.release(blocks)
+		if len(blocks) < full {
+			out = append(out, ChunkFetch{Chunk: i, Root: b.root, Hashes: hashes, Tokens: toks, First: len(blocks)})
+		}
+	}
+	b.fetching += len(out)
+	return out
+}
+
+// ChunkPrefetched hands request id the answer of chunk's prefetch (ChunkFetches). An answer
+// after the request's admission, or after it ended, is dropped.
+func (c *Core) ChunkPrefetched(id uint64, chunk int, p Prefetched, now time.Time) {
+	s, ok := c.seqs[id]
+	if !ok || s.blend == nil || s.blend.fetching == 0 {
+		c.stats.prefetchDropped++
+		return
+	}
+	b := s.blend
+	b.fetching--
+	if s.admitted || s.state != stateWaiting {
+		c.stats.prefetchDropped++
+		return
+	}
+	if b.fetched == nil {
+		b.fetched = map[int]*Prefetched{}
+	}
+	b.fetched[chunk] = &p
+	if !s.prefetching && b.fetching == 0 && !s.heldSince.IsZero() {
+		c.stats.prefetchStall += now.Sub(s.heldSince) // the last answer it was held for
+		s.heldSince = time.Time{}
+	}
+}
+
+// chunksFetching reports whether s, queued, still waits for its chunks' prefetches.
+func (s *seq) chunksFetching() bool { return s.blend != nil && s.blend.fetching > 0 }
 
 // advanceBlend pops the blend item it was planned as; skip reports that Advance's usual
 // handling does not apply (a chunk's item, or a recompute range before the last).

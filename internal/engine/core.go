@@ -551,8 +551,13 @@ func (a admission) reused() int { return len(a.matched) + len(a.restore) }
 // heldForPrefetch reports whether s stays waiting for its prefetch: always under
 // PrefetchWait, up to PrefetchMaxWait under PrefetchTimeout, while it is worth it under
 // PrefetchCost (worthWaiting). Its hold starts at the first admission that holds it.
+//
+// A blended request's chunk prefetches (ChunkFetches) hold it the same way, except under
+// PrefetchCost, which has no progress of theirs to weigh: they hold it up to
+// PrefetchMaxWait, as PrefetchTimeout does (the Restorer's cost model has already cut what
+// is slower to read than to recompute).
 func (c *Core) heldForPrefetch(s *seq, now time.Time) bool {
-	if !s.prefetching || s.admitted {
+	if s.admitted || !s.prefetching && !s.chunksFetching() {
 		return false
 	}
 	var wait bool
@@ -562,7 +567,8 @@ func (c *Core) heldForPrefetch(s *seq, now time.Time) bool {
 	case PrefetchTimeout:
 		wait = now.Sub(s.enqueued) < c.cfg.PrefetchMaxWait
 	case PrefetchCost:
-		wait = c.worthWaiting(s, now)
+		wait = s.prefetching && c.worthWaiting(s, now) ||
+			s.chunksFetching() && now.Sub(s.enqueued) < c.cfg.PrefetchMaxWait
 	}
 	if !wait {
 		return false
@@ -643,7 +649,7 @@ func stallBound(p Progress, floor time.Duration) time.Duration {
 // endPrefetchHold counts, once, a prefetch still running when s is admitted as late, and
 // ends the stall of a sequence held for its prefetch until now.
 func (c *Core) endPrefetchHold(s *seq, now time.Time) {
-	if s.prefetching && !s.admitted && !s.lateCounted {
+	if (s.prefetching || s.chunksFetching()) && !s.admitted && !s.lateCounted {
 		s.lateCounted = true
 		c.stats.prefetchLate++
 	}

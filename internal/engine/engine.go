@@ -924,8 +924,9 @@ func (e *Engine) SweepPins() int {
 }
 
 type prefetchMsg struct {
-	id uint64
-	p  Prefetched
+	id    uint64
+	p     Prefetched
+	chunk int // 0: the prompt's prefetch; i+1: the prefetch of the blend's chunk i
 }
 
 // add queues a request and, with tiers configured, starts its prefetch: the blocks after what
@@ -935,6 +936,7 @@ func (e *Engine) add(s *stream) {
 	if e.cfg.Restorer == nil || !e.cfg.PrefixCache {
 		return
 	}
+	e.fetchChunks(s.id)
 	have, hashes := e.core.PeekQueued(s.id)
 	limit := prefix.MaxMatchBlocks(len(s.req.Prompt), e.cfg.BlockSize)
 	if n := s.req.MaxReuseTokens; n != nil {
@@ -948,7 +950,7 @@ func (e *Engine) add(s *stream) {
 		start := time.Now()
 		e.decodeCheckpoints(&p)
 		p.Elapsed += time.Since(start) // decoding is part of the restore (usage restore_ms)
-		e.sendFetched(prefetchMsg{id, p})
+		e.sendFetched(prefetchMsg{id: id, p: p})
 	}
 	var dst [][]byte
 	if _, ok := e.cfg.Restorer.(IntoRestorer); ok {
@@ -967,6 +969,17 @@ func (e *Engine) add(s *stream) {
 		e.core.Prefetching(id)
 	}
 	e.startPrefetch(id, root, hashes[:limit], s.req.Prompt, have, dst, done)
+}
+
+// fetchChunks starts the prefetches of request id's blend chunks that the working pool lacks
+// (Core.ChunkFetches): each chunk's blocks under the chunks' root, as if it were a prompt.
+func (e *Engine) fetchChunks(id uint64) {
+	for _, f := range e.core.ChunkFetches(id) {
+		chunk := f.Chunk + 1
+		e.cfg.Restorer.Prefetch(f.Root, f.Hashes, f.Tokens, f.First, func(p Prefetched) {
+			e.sendFetched(prefetchMsg{id: id, p: p, chunk: chunk})
+		})
+	}
 }
 
 // startPrefetch starts request id's prefetch on the Restorer: with progress under
@@ -1058,9 +1071,13 @@ func (e *Engine) decodeCheckpoints(p *Prefetched) {
 // prefetched hands a prefetch result (its checkpoints decoded: decodeCheckpoints) to the core
 // and reports any stall it ended.
 func (e *Engine) prefetched(m prefetchMsg) {
-	delete(e.progress, m.id)
 	before := e.core.Stats().PrefetchStall
-	e.core.Prefetched(m.id, m.p, e.cfg.Now())
+	if m.chunk > 0 {
+		e.core.ChunkPrefetched(m.id, m.chunk-1, m.p, e.cfg.Now())
+	} else {
+		delete(e.progress, m.id)
+		e.core.Prefetched(m.id, m.p, e.cfg.Now())
+	}
 	if d := e.core.Stats().PrefetchStall - before; d > 0 && e.cfg.Hooks != nil {
 		e.cfg.Hooks.RestoreStall(d)
 	}

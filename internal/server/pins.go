@@ -7,6 +7,7 @@ import (
 
 	"stockpot/internal/api"
 	"stockpot/internal/engine"
+	"stockpot/internal/kvtier"
 	"stockpot/internal/miss"
 )
 
@@ -55,6 +56,14 @@ func cacheUsage(u engine.Usage) api.CacheUsage {
 		c.Blend = &api.BlendReport{Declined: b.Declined, Chunks: make([]api.BlendChunkReport, len(b.Chunks))}
 		for i, ch := range b.Chunks {
 			c.Blend.Chunks[i] = api.BlendChunkReport{Start: ch.Start, End: ch.End, HitTokens: ch.Hit, BlendedTokens: ch.Blended, Part: ch.Part}
+			for _, tier := range kvtier.Below {
+				if n := ch.Restored[tier]; n > 0 {
+					if c.Blend.Chunks[i].RestoredTokens == nil {
+						c.Blend.Chunks[i].RestoredTokens = map[string]int{}
+					}
+					c.Blend.Chunks[i].RestoredTokens[tier.String()] = int(n)
+				}
+			}
 		}
 	}
 	return c
