@@ -30,7 +30,10 @@ import (
 // cached, the copies (Plan.Blends, applied by the runner before the step's forward pass);
 // then the recompute ranges, in position order, the last with logits (phase B). Advance
 // pops each planned item (blendSeq.inflight, in plan order). A preemption releases the
-// chunk blocks and starts the blend over at readmission; finishing releases them.
+// chunk blocks and starts the blend over at readmission; finishing releases them. The usage
+// and the evidence keep what the first admission counted, as they do for any preempted
+// request (recordFirstAdmission), even when the readmission blends otherwise or, the pool
+// then too full for the chunks, not at all: counters never go back.
 //
 // When the chunk blocks cannot be allocated the request is not blended (Usage.Blend says
 // so): its prompt is computed like any other, which is the exact answer.
