@@ -82,14 +82,16 @@ func TestEvidenceAgreesWithUsage(t *testing.T) {
 		sum.add(r.usage, r.finish, B)
 	}
 
-	// Abandoned: the caller's context ends mid-prefill; only the engine's final output, which
-	// the caller never reads, carries its usage.
+	// Abandoned: the caller's context ends mid-generation (its first token read, 999 to go);
+	// only the engine's final output, which the caller never reads, carries its usage.
 	ctx, cancel := context.WithCancel(context.Background())
-	ch, err := e.Generate(ctx, &engine.Request{Prompt: seqPrompt(8, 600), MaxTokens: 50})
+	ch, err := e.Generate(ctx, &engine.Request{Prompt: seqPrompt(8, 600), MaxTokens: 1000, IgnoreEOS: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the abandoned request to run", func() bool { return e.Stats().Running > 0 })
+	if o := <-ch; o.Done {
+		t.Fatalf("the abandoned request ended at once: %+v", o)
+	}
 	cancel()
 	for o := range ch {
 		if o.Done {
