@@ -175,7 +175,7 @@ type kdaLayer struct {
 	g          *kernels.Weight // K3's full-rank ssm_g [Heads·hd][Dim]; nil in kimi-linear
 	wbeta      *kernels.Weight // ssm_beta [Heads][Dim]
 	out        *kernels.Weight // attn_output [Dim][Heads·hd]
-	conv       []float32       // q, k then v conv taps [3·Heads·hd][ConvKernel]
+	conv       []float32       // q, k then v conv taps, tap-major: [ConvKernel][3·Heads·hd]
 	dtBias, a  []float32       // ssm_dt.bias [Heads·hd], ssm_a [Heads]
 	norm       []float32       // ssm_norm [hd]
 	index      int             // rank among the recurrent layers (its slot in State)
@@ -211,6 +211,9 @@ func (m *Model) loadKimi(ld *loader) {
 			d.conv = make([]float32, 0, 3*inner*K)
 			for _, n := range []string{"ssm_conv1d_q", "ssm_conv1d_k", "ssm_conv1d_v"} {
 				d.conv = append(d.conv, ld.convTaps(p+n+".weight", K, inner)...)
+			}
+			if len(d.conv) == 3*inner*K { // else the loader has an error to report
+				d.conv = kernels.TransposeTaps(d.conv, 3*inner, K) // tap-major, as kernels.ConvSiLU takes it
 			}
 			d.fa = ld.matrix(p+"ssm_f_a.weight", hd, c.Dim)
 			d.fb = ld.matrix(p+"ssm_f_b.weight", inner, hd)
@@ -434,16 +437,9 @@ func (m *Model) initKDAFns() {
 		d := m.layers[sc.li].kda
 		S, K, H, inner, cd := dims()
 		base, win := sc.base, sc.win
+		kernels.ConvSiLU(sc.conv[(base+lo)*cd:(base+hi)*cd], win[lo*cd:(hi+K-1)*cd], d.conv, cd, K, hi-lo)
 		for t := lo; t < hi; t++ {
 			out := sc.conv[(base+t)*cd : (base+t+1)*cd]
-			for ch := 0; ch < cd; ch++ {
-				w := d.conv[ch*K : (ch+1)*K]
-				var sum float32
-				for i := 0; i < K; i++ {
-					sum = fmaf(win[(t+i)*cd+ch], w[i], sum)
-				}
-				out[ch] = sum / (1 + float32(math.Exp(float64(-sum)))) // SiLU
-			}
 			for h := 0; h < H; h++ {
 				l2Norm(out[h*S:(h+1)*S], c.NormEps)             // q
 				l2Norm(out[inner+h*S:inner+(h+1)*S], c.NormEps) // k

@@ -38,7 +38,7 @@ type deltaLayer struct {
 	wqkv, wz      *kernels.Weight // attn_qkv [ConvDim][Dim], attn_gate [ValueDim][Dim]
 	wbeta, walpha *kernels.Weight // ssm_beta, ssm_alpha [VHeads][Dim]
 	out           *kernels.Weight // ssm_out [Dim][ValueDim]
-	conv          []float32       // ssm_conv1d [ConvDim][ConvKernel]
+	conv          []float32       // ssm_conv1d, tap-major (kernels.ConvSiLU): [ConvKernel][ConvDim]
 	dtBias, a     []float32       // ssm_dt.bias, ssm_a [VHeads]
 	norm          []float32       // ssm_norm [StateSize]
 	index         int             // rank among the Gated DeltaNet layers (its slot in State)
@@ -225,7 +225,9 @@ func (m *Model) loadHybrid(ld *loader) {
 		d.wbeta = ld.matrix(p+"ssm_beta.weight", s.VHeads, c.Dim)
 		d.walpha = ld.matrix(p+"ssm_alpha.weight", s.VHeads, c.Dim)
 		d.out = ld.matrix(p+"ssm_out.weight", c.Dim, s.ValueDim())
-		d.conv = ld.vectorN(p+"ssm_conv1d.weight", s.ConvKernel, s.ConvDim())
+		if d.conv = ld.vectorN(p+"ssm_conv1d.weight", s.ConvKernel, s.ConvDim()); len(d.conv) == s.ConvKernel*s.ConvDim() {
+			d.conv = kernels.TransposeTaps(d.conv, s.ConvDim(), s.ConvKernel) // tap-major, as kernels.ConvSiLU takes it
+		}
 		d.dtBias = ld.vector(p+"ssm_dt.bias", s.VHeads)
 		d.a = ld.vector(p+"ssm_a", s.VHeads)
 		d.norm = ld.vector(p+"ssm_norm.weight", s.StateSize)
@@ -396,16 +398,9 @@ func (m *Model) initQ35Fns() {
 		s := c.SSM
 		cd, K, kd, S := s.ConvDim(), s.ConvKernel, s.KeyDim(), s.StateSize
 		base, win := sc.base, sc.win
+		kernels.ConvSiLU(sc.conv[(base+lo)*cd:(base+hi)*cd], win[lo*cd:(hi+K-1)*cd], d.conv, cd, K, hi-lo)
 		for t := lo; t < hi; t++ {
 			out := sc.conv[(base+t)*cd : (base+t+1)*cd]
-			for ch := 0; ch < cd; ch++ {
-				w := d.conv[ch*K : (ch+1)*K]
-				var sum float32
-				for i := 0; i < K; i++ {
-					sum = fmaf(win[(t+i)*cd+ch], w[i], sum)
-				}
-				out[ch] = sum / (1 + float32(math.Exp(float64(-sum)))) // SiLU
-			}
 			for h := 0; h < s.KHeads; h++ {
 				l2Norm(out[h*S:(h+1)*S], c.NormEps)       // q
 				l2Norm(out[kd+h*S:kd+(h+1)*S], c.NormEps) // k
