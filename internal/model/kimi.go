@@ -324,7 +324,7 @@ func (m *Model) kimiScratch(seqs []Sequence, M int) {
 	sc.qkv = grow(sc.qkv, M*cd)
 	sc.conv = grow(sc.conv, M*cd)
 	sc.z = grow(sc.z, M*inner)         // g2, the output gate
-	sc.alpha = grow(sc.alpha, M*inner) // g1, the per-channel decay
+	sc.alpha = grow(sc.alpha, M*inner) // g1, then the per-channel decay exp(g1)
 	sc.beta = grow(sc.beta, M*c.Heads)
 	sc.core = grow(sc.core, M*max(inner, c.Heads*ml.VHeadDim))
 	sc.lowRank = grow(sc.lowRank, M*hd)
@@ -420,17 +420,23 @@ func (m *Model) initKDAFns() {
 			if lb := c.K3.GateLowerBound; lb < 0 {
 				// K3's bounded gate: lb·sigmoid(−A·(x + dt_bias)), A = −exp(A_log) < 0.
 				for j := range g {
-					g[j] = sigmoid(-((g[j] + d.dtBias[j]) * d.a[j/S])) * lb
+					g[j] = -((g[j] + d.dtBias[j]) * d.a[j/S])
+				}
+				kernels.Sigmoid(g)
+				for j := range g {
+					g[j] *= lb
 				}
 			} else {
 				for j := range g {
-					g[j] = softplus(g[j]+d.dtBias[j]) * d.a[j/S]
+					g[j] += d.dtBias[j]
+				}
+				kernels.Softplus(g)
+				for j := range g {
+					g[j] *= d.a[j/S]
 				}
 			}
-			b := sc.beta[i*H : (i+1)*H]
-			for h := range b {
-				b[h] = sigmoid(b[h])
-			}
+			kernels.Exp(g) // the decay itself, exp(g): what heads reads
+			kernels.Sigmoid(sc.beta[i*H : (i+1)*H])
 		}
 	}
 	m.kda.conv = func(lo, hi int) {
@@ -451,12 +457,12 @@ func (m *Model) initKDAFns() {
 		S, _, H, inner, cd := dims()
 		q, base, n, state := sc.cur, sc.base, sc.n, sc.state
 		scale := 1 / float32(math.Sqrt(float64(S)))
-		var dl, el [256]float32
-		delta, decay := dl[:0], el[:0]
+		var dl [256]float32
+		delta := dl[:0]
 		if S <= len(dl) {
-			delta, decay = dl[:S], el[:S]
+			delta = dl[:S]
 		} else {
-			delta, decay = make([]float32, S), make([]float32, S)
+			delta = make([]float32, S)
 		}
 		for h := lo; h < hi; h++ {
 			st := state[h*S*S : (h+1)*S*S]
@@ -467,11 +473,8 @@ func (m *Model) initKDAFns() {
 				qv := row[h*S : (h+1)*S]
 				kv := row[inner+h*S : inner+(h+1)*S]
 				vv := row[2*inner+h*S : 2*inner+(h+1)*S]
-				g := sc.alpha[(base+t)*inner+h*S : (base+t)*inner+(h+1)*S]
+				decay := sc.alpha[(base+t)*inner+h*S : (base+t)*inner+(h+1)*S] // exp(g), from prep
 				beta := sc.beta[(base+t)*H+h]
-				for i, x := range g {
-					decay[i] = float32(math.Exp(float64(x)))
-				}
 				o := sc.core[(base+t)*inner+h*S : (base+t)*inner+(h+1)*S]
 				kernels.DeltaStepT(stT, qv, kv, vv, decay, delta, o, beta, scale)
 				for _, cp := range q.Checkpoints {
@@ -487,12 +490,13 @@ func (m *Model) initKDAFns() {
 		d := m.layers[sc.li].kda
 		S, _, H, inner, _ := dims()
 		for i := lo; i < hi; i++ {
+			kernels.Sigmoid(sc.z[i*inner : (i+1)*inner]) // the gate, read only here
 			for h := 0; h < H; h++ {
 				o := sc.core[i*inner+h*S : i*inner+(h+1)*S]
 				g := sc.z[i*inner+h*S : i*inner+(h+1)*S]
 				kernels.RMSNorm(o, o, d.norm, c.NormEps)
 				for j := range o {
-					o[j] *= sigmoid(g[j])
+					o[j] *= g[j]
 				}
 			}
 		}

@@ -368,8 +368,9 @@ func (m *Model) initMLAFns() {
 		w := c.Heads * ml.VHeadDim
 		for i := lo; i < hi; i++ {
 			o, g := sc.core[i*w:(i+1)*w], sc.mlaGate[i*w:(i+1)*w]
+			kernels.Sigmoid(g) // the gate, read only here
 			for j := range o {
-				o[j] *= sigmoid(g[j])
+				o[j] *= g[j]
 			}
 		}
 	}

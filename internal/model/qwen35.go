@@ -388,8 +388,9 @@ func (m *Model) initQ35Fns() {
 		qd := c.QDim()
 		for i := lo; i < hi; i++ {
 			a, g := sc.att[i*qd:(i+1)*qd], sc.qgate[i*qd:(i+1)*qd]
+			kernels.Sigmoid(g) // the gate, read only here
 			for j := range a {
-				a[j] *= sigmoid(g[j])
+				a[j] *= g[j]
 			}
 		}
 	}
