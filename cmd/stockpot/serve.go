@@ -92,6 +92,18 @@ func (h *replicaHooks) BlockEvents(evs []prefix.Event, kv, state [][]byte) {
 	h.Hooks.BlockEvents(evs, kv, state)
 }
 
+// WantsBlockData implements engine.BlockDataHooks: the publishers read no block's bytes,
+// so the tiers below decide (without tiers, nothing reads them).
+func (h *replicaHooks) WantsBlockData(ev prefix.Event) bool {
+	switch in := h.Hooks.(type) {
+	case engine.BlockDataHooks:
+		return in.WantsBlockData(ev)
+	case engine.NopHooks:
+		return false
+	}
+	return true
+}
+
 // handler serves the API plus the replica's block events. Event streams are long-lived, so
 // they end when drain is done (the server's drain waits for in-flight requests).
 func (in *instance) handler(drain context.Context) http.Handler {

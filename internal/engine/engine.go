@@ -781,6 +781,7 @@ func (e *Engine) flushEvents(restores []Restore) {
 	}
 	if e.cfg.Hooks != nil {
 		e.eventKV, e.eventState, e.stateBuf = e.eventKV[:0], e.eventState[:0], e.stateBuf[:0]
+		dh, _ := e.cfg.Hooks.(BlockDataHooks)
 		lo := 0
 		for i, ev := range evs {
 			if e.stateBatchFull() {
@@ -791,13 +792,15 @@ func (e *Engine) flushEvents(restores []Restore) {
 				lo = i
 			}
 			var kv, state []byte
-			switch ev.Kind {
-			case prefix.Stored, prefix.Reused:
+			switch {
+			case dh != nil && !dh.WantsBlockData(ev):
+				// Nobody reads its bytes: no checkpoint encoded.
+			case ev.Kind == prefix.Stored, ev.Kind == prefix.Reused:
 				kv = e.blockKV(ev.Block, restores)
 				if !ev.Restored { // a restored block is not written down again: no state
 					state = e.encodeState(ev.Hash)
 				}
-			case prefix.Evicted:
+			case ev.Kind == prefix.Evicted:
 				kv, state = e.arena.BlockData(ev.Block), e.encodeState(ev.Hash)
 			}
 			e.eventKV = append(e.eventKV, kv)

@@ -41,6 +41,15 @@ type Hooks interface {
 	RestoreStall(d time.Duration)
 }
 
+// BlockDataHooks is a Hooks that reads the bytes of only some block events. The engine
+// takes an event's K/V view and encodes its checkpoint (a hybrid model's recurrent state,
+// some 230 KB a block on small-kimi-linear, every block of every prompt) only for the events
+// WantsBlockData accepts; the others reach BlockEvents with nil kv and state. A Hooks that is
+// not one gets every event's bytes.
+type BlockDataHooks interface {
+	WantsBlockData(ev prefix.Event) bool
+}
+
 // NopHooks does nothing: embedded, it leaves a Hooks only the methods it wants.
 type NopHooks struct{}
 

@@ -7,6 +7,7 @@ import (
 
 	"stockpot/internal/engine"
 	"stockpot/internal/kvtier"
+	"stockpot/internal/prefix"
 	"stockpot/internal/tier"
 )
 
@@ -125,6 +126,9 @@ type discardHooks struct {
 }
 
 func (h discardHooks) Discarded(reason string, n int) { h.m.Discarded(reason, n) }
+
+// WantsBlockData implements engine.BlockDataHooks: nothing here reads a block's bytes.
+func (discardHooks) WantsBlockData(prefix.Event) bool { return false }
 
 // initWriteFailures makes every reason of tier, and its dropped writes, read 0 from the
 // start (an alert on their rate sees the series before the first drop).

@@ -337,27 +337,48 @@ func (t *Tiers) RestoreStall(d time.Duration) { t.metrics.RestoreStall(d) }
 //   - Reused: under WriteSelective, write-through at the reuse that brings the block's hits to
 //     MinHits (the engine sends these only when reuseEvents asked for them).
 func (t *Tiers) BlockEvents(evs []prefix.Event, kv, state [][]byte) {
-	pol, minHits := t.cfg.RemoteWrite, t.cfg.Admission.MinHits
 	for i, ev := range evs {
 		var st []byte
 		if i < len(state) {
 			st = state[i]
 		}
-		switch {
-		case !t.offloadable(ev):
-		case ev.Kind == prefix.Evicted:
+		switch t.write(ev) {
+		case writeBack:
 			t.writer.Enqueue(t.evicted(ev, st), kv[i])
-		case ev.Kind == prefix.Stored && ev.Restored:
-			// Restored from a tier, not computed: the tiers have it (written when it was
-			// computed). Writing it through again would encode every block of a long
-			// restore on the engine's goroutine (8 s at 480K tokens) for a queue that
-			// drops most of them.
-		case ev.Kind == prefix.Stored && (pol == WriteThrough || pol == WriteSelective && minHits == 0):
-			t.writer.Through(t.evicted(ev, st), kv[i])
-		case ev.Kind == prefix.Reused && pol == WriteSelective && minHits > 0 && ev.Hits == uint32(minHits):
+		case writeThrough:
 			t.writer.Through(t.evicted(ev, st), kv[i])
 		}
 	}
+}
+
+// WantsBlockData implements engine.BlockDataHooks: the engine encodes a block's checkpoint
+// only for the events BlockEvents writes down.
+func (t *Tiers) WantsBlockData(ev prefix.Event) bool { return t.write(ev) != writeNone }
+
+// The writes a block event causes (Tiers.write).
+const (
+	writeNone = iota
+	writeBack
+	writeThrough
+)
+
+// write is what BlockEvents does with ev.
+func (t *Tiers) write(ev prefix.Event) int {
+	pol, minHits := t.cfg.RemoteWrite, t.cfg.Admission.MinHits
+	switch {
+	case !t.offloadable(ev):
+	case ev.Kind == prefix.Evicted:
+		return writeBack
+	case ev.Kind == prefix.Stored && ev.Restored:
+		// Restored from a tier, not computed: the tiers have it (written when it was
+		// computed). Writing it through again would encode every block of a long restore
+		// on the engine's goroutine (8 s at 480K tokens) for a queue that drops most of them.
+	case ev.Kind == prefix.Stored && (pol == WriteThrough || pol == WriteSelective && minHits == 0):
+		return writeThrough
+	case ev.Kind == prefix.Reused && pol == WriteSelective && minHits > 0 && ev.Hits == uint32(minHits):
+		return writeThrough
+	}
+	return writeNone
 }
 
 // reuseEvents reports whether selective write-through needs the engine's Reused events: a
