@@ -21,15 +21,7 @@ func TestBlendChunksFromTier(t *testing.T) {
 	m := loadPreset(t, "tiny-llama-spm")
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
 	store := func(c *engine.Config) {
-		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
-			tier.mu.Lock()
-			defer tier.mu.Unlock()
-			for i, ev := range evs {
-				if ev.Kind == prefix.Stored {
-					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
-				}
-			}
-		})
+		c.Hooks = blockHooks(tier.keep)
 	}
 	first, firstChunks := ragPrompt(true)
 	prompt, chunks := ragPrompt(false)

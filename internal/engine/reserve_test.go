@@ -62,15 +62,7 @@ func (m *intoTier) PrefetchInto(root prefix.Hash, hashes []prefix.Hash, tokens [
 func storingEngine(t *testing.T, req engine.Request) (result, *intoTier) {
 	tier := &intoTier{mapTier: mapTier{blocks: map[prefix.Hash][]byte{}}, damaged: map[prefix.Hash]bool{}}
 	a := newEngine(t, func(c *engine.Config) {
-		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
-			tier.mu.Lock()
-			defer tier.mu.Unlock()
-			for i, ev := range evs {
-				if ev.Kind == prefix.Stored {
-					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
-				}
-			}
-		})
+		c.Hooks = blockHooks(tier.keep)
 	})
 	cold := collect(t, a, req)
 	if len(tier.blocks) == 0 {

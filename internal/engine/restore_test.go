@@ -27,6 +27,18 @@ func (m *mapTier) Prefetch(root prefix.Hash, hashes []prefix.Hash, tokens []int3
 	}()
 }
 
+// keep is a block hook (blockHooks) that stores the K/V of every committed block in m, as a
+// write-through tier would.
+func (m *mapTier) keep(evs []prefix.Event, kv, _ [][]byte) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i, ev := range evs {
+		if ev.Kind == prefix.Stored {
+			m.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
+		}
+	}
+}
+
 // answer calls done with the blocks of hashes from first that m holds.
 func (m *mapTier) answer(hashes []prefix.Hash, first int, start time.Time, done func(engine.Prefetched)) {
 	m.mu.Lock()
@@ -49,15 +61,7 @@ func (m *mapTier) answer(hashes []prefix.Hash, first int, start time.Time, done 
 func TestRestoreFromTier(t *testing.T) {
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
 	a := newEngine(t, func(c *engine.Config) {
-		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
-			tier.mu.Lock()
-			defer tier.mu.Unlock()
-			for i, ev := range evs {
-				if ev.Kind == prefix.Stored {
-					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
-				}
-			}
-		})
+		c.Hooks = blockHooks(tier.keep)
 	})
 	p := seqPrompt(77, 150)
 	req := engine.Request{Prompt: p, MaxTokens: 8, Logprobs: 1}
@@ -139,15 +143,7 @@ func (m progressTier) PrefetchProgress(root prefix.Hash, hashes []prefix.Hash, t
 func TestPrefetchCostWaitsPastMaxWait(t *testing.T) {
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
 	a := newEngine(t, func(c *engine.Config) {
-		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
-			tier.mu.Lock()
-			defer tier.mu.Unlock()
-			for i, ev := range evs {
-				if ev.Kind == prefix.Stored {
-					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
-				}
-			}
-		})
+		c.Hooks = blockHooks(tier.keep)
 	})
 	p := seqPrompt(78, 100)
 	req := engine.Request{Prompt: p, MaxTokens: 2}
@@ -188,15 +184,7 @@ func TestUsageTierTokens(t *testing.T) {
 func TestRestoredBlockEventsCarryRestoredBytes(t *testing.T) {
 	tier := &mapTier{blocks: map[prefix.Hash][]byte{}}
 	a := newEngine(t, func(c *engine.Config) {
-		c.Hooks = blockHooks(func(evs []prefix.Event, kv, _ [][]byte) {
-			tier.mu.Lock()
-			defer tier.mu.Unlock()
-			for i, ev := range evs {
-				if ev.Kind == prefix.Stored {
-					tier.blocks[ev.Hash] = append([]byte(nil), kv[i]...)
-				}
-			}
-		})
+		c.Hooks = blockHooks(tier.keep)
 	})
 	req := engine.Request{Prompt: seqPrompt(91, 150), MaxTokens: 4}
 	cold := collect(t, a, req)
