@@ -89,6 +89,8 @@ type Pool struct {
 
 	attn attnScratch // Attention's buffers (its own lock)
 
+	team *Team // Team's state, made on first use (under mu)
+
 	stats poolStats
 
 	// busy is set while the machine has more runnable threads than the
@@ -314,6 +316,16 @@ func (p *Pool) forWorker(n int, fn func(worker, lo, hi int)) {
 
 // run is For (fn) or forWorker (wfn); exactly one of them is non-nil.
 func (p *Pool) run(n, perWorker int, fn func(lo, hi int), wfn func(worker, lo, hi int)) {
+	chunks := n
+	if p != nil {
+		chunks = min(p.threads*perWorker, n, claimField)
+	}
+	p.runChunked(n, chunks, fn, wfn)
+}
+
+// runChunked is run with the chunk count given: [0, n) in chunks ranges of
+// equal size (the last shorter).
+func (p *Pool) runChunked(n, chunks int, fn func(lo, hi int), wfn func(worker, lo, hi int)) {
 	if n <= 0 {
 		return
 	}
@@ -333,7 +345,7 @@ func (p *Pool) run(n, perWorker int, fn func(lo, hi int), wfn func(worker, lo, h
 	if p.closed {
 		panic("kernels: For on a closed Pool")
 	}
-	chunks := min(p.threads*perWorker, n, claimField)
+	chunks = min(max(chunks, 1), n, claimField)
 	j := &p.job
 	j.fn, j.wfn, j.n = fn, wfn, n
 	j.chunk = (n + chunks - 1) / chunks
@@ -438,7 +450,9 @@ func (p *Pool) runChunks(worker int) uint64 {
 }
 
 func (p *Pool) worker(w int) {
-	seen := p.claim.Load()
+	// A worker that starts after the first job was announced must still run
+	// it (a Team's members wait for each other): no claim word is 0.
+	seen := uint64(0)
 	for {
 		p.await(w, seen)
 		if p.quit.Load() {
