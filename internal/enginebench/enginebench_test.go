@@ -557,3 +557,50 @@ func BenchmarkOursPrefill(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkFusedDecode compares single-stream decode with the fused step (each layer one
+// parallel region, model.SetFusedDecode) against the loop per product, on the same model
+// in the same process, rounds alternating, best of each; the values are the same
+// (TestFusedDecodeMatchesForward). It reports both in tok/s, the fused step's pool waits
+// (parks) per step and the bandwidth of each as weight bytes a step × steps/s.
+//
+//	go test -run '^$' -bench FusedDecode -benchtime 1x ./internal/enginebench
+func BenchmarkFusedDecode(b *testing.B) {
+	for _, k := range weightKinds {
+		b.Run(k.name, func(b *testing.B) {
+			path := modelFile(b, preset, k.t)
+			pool := kernels.NewPool(threads)
+			defer pool.Close()
+			o, done := load(b, path, pool, streamPrompt+4096, 1)
+			defer done()
+			o.prefill(b, streamPrompt, 0)
+			var bytes int64
+			for _, w := range o.m.Products() {
+				bytes += int64(len(w.Data))
+			}
+			_, rounds := benchTests()
+			best := map[bool]float64{}
+			var parks float64
+			for range b.N {
+				for r := range max(rounds, 3) {
+					for _, fused := range []bool{r%2 == 0, r%2 != 0} {
+						o.m.SetFusedDecode(fused)
+						st := pool.Stats()
+						v := o.decode(b, 1, streamPrompt, decodeTokens)
+						if fused {
+							parks = float64(pool.Stats().Parks-st.Parks) / decodeTokens
+						}
+						best[fused] = max(best[fused], v)
+					}
+				}
+			}
+			o.m.SetFusedDecode(true)
+			b.ReportMetric(best[true], "fused-tok/s")
+			b.ReportMetric(best[false], "loops-tok/s")
+			b.ReportMetric(best[true]/best[false], "ratio")
+			b.ReportMetric(parks, "fused-parks/step")
+			b.ReportMetric(float64(bytes)*best[true]/1e9, "fused-GB/s")
+			b.ReportMetric(float64(bytes)*best[false]/1e9, "loops-GB/s")
+		})
+	}
+}

@@ -45,6 +45,11 @@ type Model struct {
 	// outOnly: the blocks leave their output in scratch.h and do not add it to the stream
 	// (Kimi-K3, whose k3Forward keeps the stream itself)
 	outOnly bool
+	// fused is the fused decode step (fused.go); unfused turns it off (SetFusedDecode);
+	// fusable caches whether every layer can take it (0 not yet known, 1 yes, -1 no).
+	fused   fusedStep
+	unfused bool
+	fusable int8
 }
 
 // rowFns are the per-row steps of the attention and FFN blocks as closures bound to the
@@ -375,6 +380,8 @@ func (m *Model) Forward(seqs []Sequence) error {
 	sc := &m.scratch
 	if c.Arch == ArchKimiK3 {
 		m.k3Forward(seqs, M) // k3.go: its own residual stream around the blocks
+	} else if m.fusedOK(seqs, M) {
+		m.decodeFused(seqs) // fused.go: one sequence's decode step as one parallel region
 	} else {
 		m.layersForward(seqs, M)
 	}
