@@ -2,7 +2,7 @@
 GO ?= go
 FUZZTIME ?= 6s
 
-.PHONY: test sysdeps vet unit fuzz build bench bench-vs-llama bench-hybrid-vs-llama bench-pd
+.PHONY: test sysdeps vet unit fuzz build bench bench-vs-llama bench-vs-llama-avx2 bench-hybrid-vs-llama bench-pd
 
 ## test: install what the tests need, then vet, unit tests and short fuzz runs.
 test: deps sysdeps vet unit fuzz
@@ -41,6 +41,16 @@ NATIVE_BIN := .cache/llama.cpp-build/bin
 bench-vs-llama:
 	@if [ ! -x $(NATIVE_BIN)/llama-bench ] || [ ! -x $(NATIVE_BIN)/llama-batched-bench ]; then LLAMA_NATIVE_TARGETS="llama-bench llama-batched-bench" $(MAKE) llama-native; fi
 	$(GO) test -run '^$$' -bench '^BenchmarkVsLlamaCpp$$' -benchtime 1x -timeout 60m ./internal/enginebench
+
+## bench-vs-llama-avx2: the same table as an AVX2-only x86-64 (Haswell to Zen 3) runs it, on
+## this machine: native llama.cpp built for AVX2, FMA and F16C without AVX-512 or AMX
+## (.cache/llama.cpp-build-avx2, built first when missing) against Stockpot with AVX-512 off
+## (GODEBUG), so both engines take their AVX2 kernels. The header names what each ran.
+NATIVE_BIN_AVX2 := .cache/llama.cpp-build-avx2/bin
+NO_AVX512 := cpu.avx512=off,cpu.avx512f=off,cpu.avx512bw=off,cpu.avx512vl=off,cpu.avx512dq=off,cpu.avx512cd=off,cpu.avx512vnni=off,cpu.avx512bf16=off,cpu.amxtile=off,cpu.amxint8=off,cpu.amxbf16=off
+bench-vs-llama-avx2:
+	@if [ ! -x $(NATIVE_BIN_AVX2)/llama-bench ] || [ ! -x $(NATIVE_BIN_AVX2)/llama-batched-bench ]; then LLAMA_NATIVE_ISA=avx2 LLAMA_NATIVE_TARGETS="llama-bench llama-batched-bench" $(MAKE) llama-native; fi
+	STOCKPOT_LLAMA_NATIVE_BIN=$(abspath $(NATIVE_BIN_AVX2)) GODEBUG=$(NO_AVX512) $(GO) test -run '^$$' -bench '^BenchmarkVsLlamaCpp$$' -benchtime 1x -timeout 60m ./internal/enginebench
 
 ## bench-hybrid-vs-llama: cold prefill of small-kimi-k3, small-kimi-linear and small-qwen35
 ## through serve (K/V f16) against llama-bench -p N on the same files, at 4K, 16K and 64K tokens

@@ -20,12 +20,24 @@
 #   LLAMA_BUNDLE   path to gitRelease.bundle (default: from .cache/llamaref, see `make deps`)
 #   JOBS           parallel compile jobs (default: nproc)
 #   LLAMA_NATIVE_TARGETS  override the target list (space separated)
+#   LLAMA_NATIVE_ISA      "avx2": build for an AVX2-only x86-64 (AVX2, FMA, F16C, BMI2; no
+#                         AVX-512, no AMX) into .cache/llama.cpp-build-avx2, the peer of
+#                         `make bench-vs-llama-avx2`, which runs Stockpot with AVX-512 off too
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cache="$root/.cache"
 src="$cache/llama.cpp-src"
 build="$cache/llama.cpp-build"
+isa="${LLAMA_NATIVE_ISA:-native}"
+case "$isa" in
+native) ;;
+avx2) build="$cache/llama.cpp-build-avx2" ;;
+*)
+	printf 'build-llama-native: LLAMA_NATIVE_ISA=%s, want native or avx2\n' "$isa" >&2
+	exit 2
+	;;
+esac
 jobs="${JOBS:-$(nproc)}"
 
 log() { printf '[build-llama-native %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -92,9 +104,18 @@ fi
 # win over what -march=native turns on.
 cflags=""
 [[ "${LLAMA_NATIVE_AMX:-0}" == 1 ]] || cflags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+isaflags=(-DGGML_NATIVE=ON)
+if [[ "$isa" == avx2 ]]; then
+	# What an AVX2-only machine (Haswell to Zen 3) builds with -march=native: ggml's AVX2
+	# kernels, with every AVX-512 and AMX path off.
+	cflags=""
+	isaflags=(-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+		-DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF
+		-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+fi
 config=(
 	-DCMAKE_BUILD_TYPE=Release
-	-DGGML_NATIVE=ON
+	"${isaflags[@]}"
 	"-DCMAKE_C_FLAGS=$cflags"
 	"-DCMAKE_CXX_FLAGS=$cflags"
 	-DBUILD_SHARED_LIBS=OFF
@@ -116,7 +137,7 @@ if [[ -f "$build/CMakeCache.txt" ]] && [[ "$(cat "$stamp" 2>/dev/null)" != "${co
 	rm -rf "$build"
 fi
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
-	log "configuring (Release, GGML_NATIVE=ON${cflags:+, $cflags}, static, no curl/openssl/ui)"
+	log "configuring (Release, $isa: ${isaflags[*]}${cflags:+, $cflags}, static, no curl/openssl/ui)"
 	mkdir -p "$build"
 	cmake -S "$src" -B "$build" "${config[@]}" >"$build.configure.log" 2>&1 || {
 		log "cmake configure failed; see $build.configure.log"

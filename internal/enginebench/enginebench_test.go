@@ -362,6 +362,29 @@ func cpuDescription() string {
 		kernels.SIMD(), quant.Kernel())
 }
 
+// llamaBuild names the native llama.cpp build the table ran: its binaries' directory and
+// the instruction-set options it was configured with (scripts/build-llama-native.sh keeps
+// them beside the build).
+func llamaBuild() string {
+	bin, err := llamaref.NativeBinary("llama-bench")
+	if err != nil {
+		return err.Error()
+	}
+	dir := filepath.Dir(bin)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(dir), "stockpot-configure-args"))
+	if err != nil {
+		return dir + " (configure options not recorded)"
+	}
+	var isa []string
+	for _, f := range strings.Fields(string(b)) {
+		if strings.HasPrefix(f, "-DGGML_NATIVE") || strings.HasPrefix(f, "-DGGML_AVX") || strings.HasPrefix(f, "-DGGML_FMA") ||
+			strings.HasPrefix(f, "-DGGML_F16C") || strings.HasPrefix(f, "-mno-amx") {
+			isa = append(isa, strings.TrimPrefix(f, "-D"))
+		}
+	}
+	return fmt.Sprintf("%s (%s)", dir, strings.Join(isa, " "))
+}
+
 func loadAvg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -481,6 +504,7 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 	fmt.Printf("\nStockpot vs native llama.cpp, presets %s and %s (Q4_K_M: every row a multiple of 256), %d threads, K/V f16, flash attention off.\n", preset, kquantPreset, threads)
 	fmt.Printf("Measured alternately in one run, best of %d rounds each; load average %s at start, %s at end (other processes share the CPU).\n", nRounds, start, loadAvg())
 	fmt.Printf("CPU: %s.\n", cpuDescription())
+	fmt.Printf("llama.cpp: %s.\n", llamaBuild())
 	fmt.Printf("memcpy: %.1f GB/s read+written (%d threads). BW = weight bytes per forward pass × passes/s, and its share of memcpy.\n", memcpy, threads)
 	calibrations.Range(func(k, v any) bool {
 		fmt.Printf("%s: %s\n", k, v)
