@@ -376,11 +376,18 @@ func llamaBuild() string {
 		return dir + " (configure options not recorded)"
 	}
 	var isa []string
+	noAMX := false
 	for _, f := range strings.Fields(string(b)) {
-		if strings.HasPrefix(f, "-DGGML_NATIVE") || strings.HasPrefix(f, "-DGGML_AVX") || strings.HasPrefix(f, "-DGGML_FMA") ||
-			strings.HasPrefix(f, "-DGGML_F16C") || strings.HasPrefix(f, "-mno-amx") {
+		switch {
+		case strings.HasPrefix(f, "-DGGML_NATIVE") || strings.HasPrefix(f, "-DGGML_AVX") || strings.HasPrefix(f, "-DGGML_FMA") ||
+			strings.HasPrefix(f, "-DGGML_F16C"):
 			isa = append(isa, strings.TrimPrefix(f, "-D"))
+		case strings.Contains(f, "-mno-amx"):
+			noAMX = true
 		}
+	}
+	if noAMX {
+		isa = append(isa, "AMX off (-mno-amx-*)")
 	}
 	return fmt.Sprintf("%s (%s)", dir, strings.Join(isa, " "))
 }

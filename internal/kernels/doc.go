@@ -78,4 +78,12 @@
 // back-to-back loops of a decode step hand over without a scheduler wake-up,
 // and a call starts no goroutine. For is not reentrant and calls on one Pool
 // are serialized.
+//
+// Team (team.go) runs one function on every thread at once, the members
+// meeting at barriers: a decode step's whole layer stack as one parallel
+// region (model's fused step), in place of a parallel loop per product with
+// the caller's serial work between them. Its pieces compute a share of one
+// call's work with the call's exact values: Act.GEMV a product's rows for
+// one activation row (MatMul's), AttendHeads a decode query's heads
+// (Attention's), StoreKVHeads one token's K/V heads (StoreKV's).
 package kernels

@@ -90,6 +90,54 @@ func RoPE(x []float32, nHeads, headDim, pos int, r RoPEParams) {
 	}
 }
 
+// RoPETable fills cs[0:NDims] with the cosine and sine RoPE computes for each pair at pos
+// (cos, sin, pair by pair): a decode step rotates every layer's heads at one position, and
+// RoPEApply with the table gives bitwise RoPE's values without its trigonometry per call.
+func RoPETable(cs []float32, pos int, r RoPEParams) {
+	nd := r.NDims
+	if nd <= 0 || nd%2 != 0 || len(cs) < nd || (r.Factors != nil && len(r.Factors) < nd/2) {
+		panic(fmt.Sprintf("kernels: RoPETable NDims=%d len(cs)=%d factors=%d", nd, len(cs), len(r.Factors)))
+	}
+	fs := r.FreqScale
+	if fs == 0 {
+		fs = 1
+	}
+	thetaScale := float32(math.Pow(float64(r.Base), float64(float32(-2)/float32(nd))))
+	theta := float32(pos)
+	for i0 := 0; i0 < nd; i0 += 2 {
+		ext := theta
+		if r.Factors != nil {
+			ext = theta / r.Factors[i0/2]
+		}
+		t := fs * ext
+		cs[i0] = float32(math.Cos(float64(t)))
+		cs[i0+1] = float32(math.Sin(float64(t)))
+		theta *= thetaScale
+	}
+}
+
+// RoPEApply rotates the nHeads heads of x by cs, a RoPETable for r: bitwise RoPE at the
+// table's position.
+func RoPEApply(x []float32, nHeads, headDim int, cs []float32, r RoPEParams) {
+	nd := r.NDims
+	if nd <= 0 || nd%2 != 0 || nd > headDim || len(x) < nHeads*headDim || len(cs) < nd {
+		panic(fmt.Sprintf("kernels: RoPEApply NDims=%d headDim=%d nHeads=%d len(x)=%d len(cs)=%d", nd, headDim, nHeads, len(x), len(cs)))
+	}
+	for i0 := 0; i0 < nd; i0 += 2 {
+		c, s := cs[i0], cs[i0+1]
+		a, b := i0, i0+1
+		if r.NeoX {
+			a, b = i0/2, i0/2+nd/2
+		}
+		for h := range nHeads {
+			base := h * headDim
+			x0, x1 := x[base+a], x[base+b]
+			x[base+a] = float32(x0*c) - float32(x1*s)
+			x[base+b] = float32(x0*s) + float32(x1*c)
+		}
+	}
+}
+
 // SwiGLU sets dst = silu(gate) * up with silu(g) = g/(1+expf(-g)) (ggml's
 // silu). dst may alias gate or up. On amd64 the first len(dst)&^7 elements
 // use a vectorized exp (within a few ulp, as ggml's vectorized silu), the

@@ -86,7 +86,19 @@ func TestRoPE(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			x := randFloats(r, tt.nHeads*tt.hd)
 			want := ropeOracle(x, tt.nHeads, tt.hd, tt.pos, tt.p)
+			// The table form (a decode step's): bitwise RoPE, applied head by head.
+			xt := append([]float32(nil), x...)
+			cs := make([]float32, tt.p.NDims)
+			RoPETable(cs, tt.pos, tt.p)
+			for h := range tt.nHeads {
+				RoPEApply(xt[h*tt.hd:(h+1)*tt.hd], 1, tt.hd, cs, tt.p)
+			}
 			RoPE(x, tt.nHeads, tt.hd, tt.pos, tt.p)
+			for i := range x {
+				if math.Float32bits(x[i]) != math.Float32bits(xt[i]) {
+					t.Fatalf("i=%d: RoPEApply %v, RoPE %v", i, xt[i], x[i])
+				}
+			}
 			for i := range x {
 				// theta is built in f32 as ggml does: allow its error at this pos.
 				if math.Abs(float64(x[i])-want[i]) > 1e-4*(1+float64(tt.pos)/10) {

@@ -11,75 +11,99 @@ import (
 	"stockpot/internal/gguf"
 )
 
-// TestTeamBarrier checks that every member runs once per call, on distinct
-// threads at once, and that no member passes a barrier before all have
-// reached it: each member writes its slot of a phase, and after the
-// barrier reads every other member's slot of that phase.
-func TestTeamBarrier(t *testing.T) {
+// TestStages checks a team's shared stages: every task of every stage runs
+// exactly once, and no member passes Wait(s) before every task of s is
+// done (each task writes its slot; after the wait a member reads every slot
+// of the stage), with 1 to 4 threads, stages of 0 to 9 tasks, and members
+// that sleep past any spin budget now and then, so that waits park.
+func TestStages(t *testing.T) {
 	for _, threads := range []int{1, 2, 3, 4} {
 		t.Run(fmt.Sprintf("threads=%d", threads), func(t *testing.T) {
 			p := NewPool(threads)
 			defer p.Close()
-			const phases = 200
-			for call := range 60 {
-				slots := make([][]int64, phases)
+			st := NewStages(threads)
+			const stages = 120
+			totals := make([]int32, stages)
+			for i := range totals {
+				totals[i] = int32(i % 10)
+			}
+			for call := range 20 {
+				st.Reset(totals)
+				slots := make([][]atomic.Int64, stages)
 				for i := range slots {
-					slots[i] = make([]int64, threads)
+					slots[i] = make([]atomic.Int64, totals[i])
 				}
-				var ran, bad atomic.Int64
-				seen := make([]int32, threads)
+				var bad atomic.Int64
+				var members atomic.Int64
 				p.Team(func(tm *Team, m int) {
-					if tm.Members() != threads {
-						t.Errorf("Members() = %d, want %d", tm.Members(), threads)
-					}
-					ran.Add(1)
-					seen[m]++
-					for ph := range phases {
-						atomic.StoreInt64(&slots[ph][m], int64(call*phases+ph+1))
-						tm.Barrier(m)
-						for o := range threads {
-							if got := atomic.LoadInt64(&slots[ph][o]); got != int64(call*phases+ph+1) && bad.Add(1) < 5 {
-								// No return: the others wait for this member at the next barriers.
-								t.Errorf("call %d phase %d: member %d read member %d's slot %d before it was written", call, ph, m, o, got)
+					members.Add(1)
+					for s := range stages {
+						for {
+							k, ok := st.Claim(s)
+							if !ok {
+								break
+							}
+							if (call+s+k)%97 == 0 {
+								time.Sleep(2 * spinMax) // a thread taken away mid-task
+							}
+							if slots[s][k].Add(1) != 1 && bad.Add(1) < 5 {
+								t.Errorf("call %d stage %d task %d ran twice", call, s, k)
+							}
+							st.Done(s)
+						}
+						st.Wait(tm, m, s)
+						for k := range slots[s] {
+							if slots[s][k].Load() != 1 && bad.Add(1) < 5 {
+								t.Errorf("call %d: member %d passed stage %d with task %d not done", call, m, s, k)
 							}
 						}
 					}
 				})
-				if ran.Load() != int64(threads) {
-					t.Fatalf("call %d: %d members ran, want %d", call, ran.Load(), threads)
-				}
-				for m, n := range seen {
-					if n != 1 {
-						t.Fatalf("call %d: member %d ran %d times", call, m, n)
-					}
+				if members.Load() != int64(threads) {
+					t.Fatalf("call %d: %d members ran, want %d", call, members.Load(), threads)
 				}
 			}
 		})
 	}
 }
 
-// TestTeamParks runs a team whose members wait at barriers longer than any
-// spin budget (one member sleeps), so the others park and must be woken.
-func TestTeamParks(t *testing.T) {
-	p := NewPool(3)
+// TestStagesPark makes a wait park for certain: on a machine marked busy
+// (more runnable threads than cores, where a waiter parks rather than
+// yields), the member holding a stage's one task finishes it only once the
+// other member has parked waiting for it, and the parked member must be
+// woken.
+func TestStagesPark(t *testing.T) {
+	p := NewPool(2)
 	defer p.Close()
-	parks := p.Stats().Parks
-	var order atomic.Int64
-	p.Team(func(tm *Team, m int) {
-		for ph := range 3 {
-			if m == ph {
-				time.Sleep(2 * spinMax)
-				order.Add(1)
+	p.busy.Store(true)
+	p.checkedAt = time.Now().Add(time.Hour) // no load sample clears it
+	st := NewStages(2)
+	for call := range 5 {
+		st.Reset([]int32{1, 2})
+		var after atomic.Int64
+		p.Team(func(tm *Team, m int) {
+			if _, ok := st.Claim(0); ok {
+				for st.parked[1-m].Load() == 0 {
+					time.Sleep(50 * time.Microsecond)
+				}
+				after.Add(1)
+				st.Done(0)
 			}
-			tm.Barrier(m)
-			if got := order.Load(); got != int64(ph+1) {
-				t.Errorf("member %d after barrier %d saw %d sleeps done", m, ph, got)
+			st.Wait(tm, m, 0)
+			if after.Load() != 1 {
+				t.Errorf("call %d: member %d passed stage 0 before its task was done", call, m)
 			}
-			tm.Barrier(m)
-		}
-	})
-	if p.Stats().Parks == parks {
-		t.Errorf("no member parked though each barrier waited %v", 2*spinMax)
+			for {
+				if _, ok := st.Claim(1); !ok {
+					break
+				}
+				st.Done(1)
+			}
+			st.Wait(tm, m, 1)
+		})
+	}
+	if st.Parks() < 5 {
+		t.Fatalf("%d parks, want one a call", st.Parks())
 	}
 }
 

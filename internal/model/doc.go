@@ -33,8 +33,11 @@
 //     the logits of a row are bitwise independent of batching. The prefix cache depends on it.
 //   - A step waits for the pool's threads only at the matrix products and at attention (one
 //     loop over every sequence's single query): per-row steps (norms, adds, RoPE, SwiGLU)
-//     run on the caller while they are small, as in decode. Which thread computes a row never
-//     changes its value.
+//     run on the caller while they are small. One sequence's decode token on a model of plain
+//     attention blocks runs fused instead (fused.go): every layer in one parallel region, the
+//     threads meeting at five barriers a layer with no serial work between them, every value
+//     the loops' (SetFusedDecode turns it off for comparisons). Which thread computes a row
+//     never changes its value.
 //   - The output head writes the logits rows in place when the callers' Logits are back to
 //     back in one buffer (as the engine lays them out); otherwise it copies them out.
 //   - Forward is not safe for concurrent use; the engine's runner owns the model.

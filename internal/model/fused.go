@@ -2,6 +2,7 @@ package model
 
 import (
 	"math"
+	"runtime"
 
 	"stockpot/internal/kernels"
 )
@@ -16,19 +17,21 @@ import (
 // development machine that was a fifth of a step's thread time.
 //
 // decodeFused runs the whole step's layers as one parallel region (kernels.Team): every
-// member runs every layer, and the members meet at five barriers a layer, each where the
-// next product needs all of the previous one's outputs:
+// member runs every layer, sharing five stages a layer (kernels.Stages), each the work the
+// next one needs whole:
 //
-//  1. Each member norms the residual stream itself and quantizes it for its own use (a few
-//     thousand values: cheaper than a barrier), then computes its share of the q, k and v
-//     heads, whole heads, and finishes them alone: bias, QK-norm, RoPE, the K/V store.
-//  2. Each member attends its share of the query heads.
-//  3. Each member quantizes the attention output, computes its share of the output
-//     projection's rows and adds them to the stream.
-//  4. Each member norms and quantizes the stream, computes its share of the gate and up rows
-//     (the same rows of both) and their SwiGLU.
-//  5. Each member quantizes the SwiGLU output, computes its share of the down projection's
-//     rows and adds them to the stream.
+//  1. The q, k and v heads: a task is one head, its rows of the product, then (q and k)
+//     bias, QK-norm and RoPE, and (k and v) its K/V store.
+//  2. Attention: a task is one query head.
+//  3. The output projection: a task is a share of its rows, added to the stream.
+//  4. Gate and up: a task is a share of the rows of both, and their SwiGLU.
+//  5. The down projection: a task is a share of its rows, added to the stream.
+//
+// A member claims tasks until the stage has none left, then waits for the stage's tasks to
+// be done (not for the other members), so a member whose thread the Go scheduler takes away
+// holds up the step for one task at most. Before its first task of a stage a member norms
+// the stream and quantizes it (or the attention or SwiGLU output) itself, for its own use: a
+// few thousand values, cheaper than a stage of its own.
 //
 // Every value is the one Forward computes: the same kernels on the same rows (a product's
 // row does not depend on which rows are computed with it; kernels.Act.GEMV), whole heads for
@@ -43,6 +46,7 @@ const fuseUnit = 16
 // fusedMember is one team member's own buffers.
 type fusedMember struct {
 	h           []float32   // the normed stream
+	rope        []float32   // the step's RoPE table (its one position)
 	act, actOut kernels.Act // the normed stream's, and the attention or SwiGLU output's, forms
 	attn        []float32   // AttendHeads' scratch
 }
@@ -53,7 +57,41 @@ type fusedStep struct {
 	seq     *Sequence
 	pos     int
 	members []fusedMember
+	stages  *kernels.Stages
+	totals  []int32 // every stage's task count, layer by layer
 	run     func(t *kernels.Team, member int)
+}
+
+// The stages of a layer (fused.go's doc), and how many tasks a member's share of a product's
+// rows is split in: more evens out a thread that falls behind, fewer keeps each task's
+// weight stream long (its first kilobytes are read before the prefetch runs ahead).
+const (
+	stageQKV = iota
+	stageAttn
+	stageOut
+	stageGateUp
+	stageDown
+	stagesPerLayer
+
+	// A product's rows are split in tasks of about taskBytes of weights, at least
+	// minTasksPerMember a member: a member that finishes its last task early waits for the
+	// others' last ones, so a task is short enough that the wait is a spin (kernels' spinMax)
+	// and long enough that its stream's first kilobytes, read before the prefetch runs
+	// ahead, are a small part of it.
+	taskBytes         = 1024 << 10
+	minTasksPerMember = 2
+)
+
+// rowTasks is how many tasks a stage's products (the same rows of each) are split in: about
+// taskBytes of weights each, at least minTasksPerMember per member, at most a task per
+// fuseUnit rows.
+func rowTasks(members, rows int, ws ...*kernels.Weight) int32 {
+	bytes := 0
+	for _, w := range ws {
+		bytes += len(w.Data)
+	}
+	n := max((bytes+taskBytes-1)/taskBytes, members*minTasksPerMember)
+	return int32(min(n, (rows+fuseUnit-1)/fuseUnit))
 }
 
 // SetFusedDecode turns the fused decode step on (the default) or off, for benchmarks that
@@ -65,7 +103,7 @@ func (m *Model) SetFusedDecode(on bool) { m.unfused = !on }
 // or f32 on the single-query path, with more than one thread to share it.
 func (m *Model) fusedOK(seqs []Sequence, M int) bool {
 	c := &m.cfg
-	if m.unfused || M != 1 || len(seqs) != 1 || m.pool.Threads() < 2 || m.outOnly ||
+	if m.unfused || M != 1 || len(seqs) != 1 || m.pool.Threads() < 2 || m.outOnly || m.rope.NDims <= 0 ||
 		c.Hybrid() || c.Kimi() || c.AttnGate || c.Arch == ArchKimiK3 {
 		return false
 	}
@@ -99,106 +137,171 @@ func (m *Model) attnParams() kernels.AttnParams {
 func (m *Model) decodeFused(seqs []Sequence) {
 	c := &m.cfg
 	fs := &m.fused
+	n := m.pool.Threads()
 	if fs.run == nil {
 		fs.m = m
 		fs.run = fs.member
-	}
-	n := m.pool.Threads()
-	if len(fs.members) != n {
+		fs.stages = kernels.NewStages(n)
 		fs.members = make([]fusedMember, n)
+		for li := range m.layers {
+			l := &m.layers[li]
+			fs.totals = append(fs.totals, int32(c.Heads+2*c.KVHeads), int32(c.Heads),
+				rowTasks(n, c.Dim, l.wo), rowTasks(n, c.FFN, l.gate, l.up), rowTasks(n, c.Dim, l.down))
+		}
 	}
 	fs.seq, fs.pos = &seqs[0], m.scratch.rowPos[0]
 	bufLen := kernels.AttendBufLen(fs.pos, m.attnParams())
 	for i := range fs.members {
 		f := &fs.members[i]
 		f.h = grow(f.h, c.Dim)
+		f.rope = grow(f.rope, m.rope.NDims)
 		if len(f.attn) < bufLen {
 			f.attn = make([]float32, bufLen+bufLen/4)
 		}
 	}
+	fs.stages.Reset(fs.totals)
 	m.pool.Team(fs.run)
 	fs.seq = nil // drop the reference to the caller's sequence
 }
 
-// member runs every layer's share of member i.
+// member runs member i: every stage's tasks it claims, layer by layer.
 func (fs *fusedStep) member(t *kernels.Team, i int) {
 	m := fs.m
 	c := &m.cfg
 	sc := &m.scratch
 	f := &fs.members[i]
-	n := t.Members()
+	st := fs.stages
 	hd, pos, kv := c.HeadDim, fs.pos, fs.seq.KV
 	a := m.attnParams()
 	x := sc.x[:c.Dim]
-	// The q, k and v heads, back to back: member i's share of them.
-	heads := c.Heads + 2*c.KVHeads
-	b0, b1 := kernels.Split(heads, 1, n, i)
-	h0, h1 := kernels.Split(c.Heads, 1, n, i)
-	r0, r1 := kernels.Split(c.Dim, fuseUnit, n, i)
-	f0, f1 := kernels.Split(c.FFN, fuseUnit, n, i)
+	kernels.RoPETable(f.rope, pos, m.rope) // every layer rotates at pos
 	for li := range m.layers {
 		l := &m.layers[li]
+		s0 := li * stagesPerLayer
+		// The members hold every P of a small process for a whole step and seldom block, so
+		// a goroutine made runnable meanwhile (serve's HTTP writer, given the last token)
+		// would wait for the scheduler's 10 ms preemption: a step of smollm-135m f32 took
+		// 27 ms through serve instead of 17. Yield once a layer (a few hundred ns when
+		// nothing else is runnable).
+		runtime.Gosched()
 
-		// 1. q, k and v heads [b0, b1).
-		kernels.RMSNorm(f.h, x, l.attnNorm, c.NormEps)
-		f.act.Set(f.h)
-		for b := b0; b < b1; b++ {
-			switch {
-			case b < c.Heads:
-				q := sc.q[b*hd : (b+1)*hd]
-				f.act.GEMV(sc.q, l.wq, b*hd, (b+1)*hd)
-				if l.bq != nil {
-					kernels.Add(q, l.bq[b*hd:(b+1)*hd])
-				}
-				if l.qNorm != nil {
-					kernels.RMSNorm(q, q, l.qNorm, c.NormEps)
-				}
-				kernels.RoPE(q, 1, hd, pos, m.rope)
-			case b < c.Heads+c.KVHeads:
-				h := b - c.Heads
-				k := sc.k[h*hd : (h+1)*hd]
-				f.act.GEMV(sc.k, l.wk, h*hd, (h+1)*hd)
-				if l.bk != nil {
-					kernels.Add(k, l.bk[h*hd:(h+1)*hd])
-				}
-				if l.kNorm != nil {
-					kernels.RMSNorm(k, k, l.kNorm, c.NormEps)
-				}
-				kernels.RoPE(k, 1, hd, pos, m.rope)
-				kernels.StoreKVHeads(kv, l.kvLayer, pos, 0, sc.k, h, h+1)
-			default:
-				h := b - c.Heads - c.KVHeads
-				f.act.GEMV(sc.v, l.wv, h*hd, (h+1)*hd)
-				if l.bv != nil {
-					kernels.Add(sc.v[h*hd:(h+1)*hd], l.bv[h*hd:(h+1)*hd])
-				}
-				kernels.StoreKVHeads(kv, l.kvLayer, pos, 1, sc.v, h, h+1)
+		// 1. q, k and v heads, back to back.
+		for ready := false; ; {
+			b, ok := st.Claim(s0 + stageQKV)
+			if !ok {
+				break
 			}
+			if !ready {
+				kernels.RMSNorm(f.h, x, l.attnNorm, c.NormEps)
+				f.act.Set(f.h)
+				ready = true
+			}
+			fs.qkvHead(f, l, b, pos, hd, kv)
+			st.Done(s0 + stageQKV)
 		}
-		t.Barrier(i)
+		st.Wait(t, i, s0+stageQKV)
 
-		// 2. Attention, query heads [h0, h1).
-		kernels.AttendHeads(sc.att, sc.q, pos, kv, l.kvLayer, a, h0, h1, f.attn)
-		t.Barrier(i)
+		// 2. Attention, a query head a task.
+		for {
+			h, ok := st.Claim(s0 + stageAttn)
+			if !ok {
+				break
+			}
+			kernels.AttendHeads(sc.att, sc.q, pos, kv, l.kvLayer, a, h, h+1, f.attn)
+			st.Done(s0 + stageAttn)
+		}
+		st.Wait(t, i, s0+stageAttn)
 
-		// 3. The output projection's rows [r0, r1), added to the stream.
-		f.actOut.Set(sc.att[:c.QDim()])
-		f.actOut.GEMV(sc.h, l.wo, r0, r1)
-		kernels.Add(x[r0:r1], sc.h[r0:r1])
-		t.Barrier(i)
+		// 3. The output projection's rows, added to the stream.
+		for ready := false; ; {
+			k, ok := st.Claim(s0 + stageOut)
+			if !ok {
+				break
+			}
+			if !ready {
+				f.actOut.Set(sc.att[:c.QDim()])
+				ready = true
+			}
+			r0, r1 := kernels.Split(c.Dim, fuseUnit, int(st.Tasks(s0+stageOut)), k)
+			f.actOut.GEMV(sc.h, l.wo, r0, r1)
+			kernels.Add(x[r0:r1], sc.h[r0:r1])
+			st.Done(s0 + stageOut)
+		}
+		st.Wait(t, i, s0+stageOut)
 
-		// 4. Gate and up rows [f0, f1) and their SwiGLU.
-		kernels.RMSNorm(f.h, x, l.ffnNorm, c.NormEps)
-		f.act.Set(f.h)
-		f.act.GEMV(sc.gate, l.gate, f0, f1)
-		f.act.GEMV(sc.up, l.up, f0, f1)
-		kernels.SwiGLU(sc.gate[f0:f1], sc.gate[f0:f1], sc.up[f0:f1])
-		t.Barrier(i)
+		// 4. Gate and up rows and their SwiGLU.
+		for ready := false; ; {
+			k, ok := st.Claim(s0 + stageGateUp)
+			if !ok {
+				break
+			}
+			if !ready {
+				kernels.RMSNorm(f.h, x, l.ffnNorm, c.NormEps)
+				f.act.Set(f.h)
+				ready = true
+			}
+			f0, f1 := kernels.Split(c.FFN, fuseUnit, int(st.Tasks(s0+stageGateUp)), k)
+			f.act.GEMV(sc.gate, l.gate, f0, f1)
+			f.act.GEMV(sc.up, l.up, f0, f1)
+			kernels.SwiGLU(sc.gate[f0:f1], sc.gate[f0:f1], sc.up[f0:f1])
+			st.Done(s0 + stageGateUp)
+		}
+		st.Wait(t, i, s0+stageGateUp)
 
-		// 5. The down projection's rows [r0, r1), added to the stream.
-		f.actOut.Set(sc.gate[:c.FFN])
-		f.actOut.GEMV(sc.h, l.down, r0, r1)
-		kernels.Add(x[r0:r1], sc.h[r0:r1])
-		t.Barrier(i)
+		// 5. The down projection's rows, added to the stream.
+		for ready := false; ; {
+			k, ok := st.Claim(s0 + stageDown)
+			if !ok {
+				break
+			}
+			if !ready {
+				f.actOut.Set(sc.gate[:c.FFN])
+				ready = true
+			}
+			r0, r1 := kernels.Split(c.Dim, fuseUnit, int(st.Tasks(s0+stageDown)), k)
+			f.actOut.GEMV(sc.h, l.down, r0, r1)
+			kernels.Add(x[r0:r1], sc.h[r0:r1])
+			st.Done(s0 + stageDown)
+		}
+		st.Wait(t, i, s0+stageDown)
+	}
+}
+
+// qkvHead computes head block b of layer l's q, k and v (the query heads, then the K heads,
+// then the V heads) from the normed stream in f.act, and finishes it: bias, QK-norm, RoPE
+// and the K/V store.
+func (fs *fusedStep) qkvHead(f *fusedMember, l *layer, b, pos, hd int, kv *kernels.PagedKV) {
+	c := &fs.m.cfg
+	sc := &fs.m.scratch
+	switch {
+	case b < c.Heads:
+		q := sc.q[b*hd : (b+1)*hd]
+		f.act.GEMV(sc.q, l.wq, b*hd, (b+1)*hd)
+		if l.bq != nil {
+			kernels.Add(q, l.bq[b*hd:(b+1)*hd])
+		}
+		if l.qNorm != nil {
+			kernels.RMSNorm(q, q, l.qNorm, c.NormEps)
+		}
+		kernels.RoPEApply(q, 1, hd, f.rope, fs.m.rope)
+	case b < c.Heads+c.KVHeads:
+		h := b - c.Heads
+		k := sc.k[h*hd : (h+1)*hd]
+		f.act.GEMV(sc.k, l.wk, h*hd, (h+1)*hd)
+		if l.bk != nil {
+			kernels.Add(k, l.bk[h*hd:(h+1)*hd])
+		}
+		if l.kNorm != nil {
+			kernels.RMSNorm(k, k, l.kNorm, c.NormEps)
+		}
+		kernels.RoPEApply(k, 1, hd, f.rope, fs.m.rope)
+		kernels.StoreKVHeads(kv, l.kvLayer, pos, 0, sc.k, h, h+1)
+	default:
+		h := b - c.Heads - c.KVHeads
+		f.act.GEMV(sc.v, l.wv, h*hd, (h+1)*hd)
+		if l.bv != nil {
+			kernels.Add(sc.v[h*hd:(h+1)*hd], l.bv[h*hd:(h+1)*hd])
+		}
+		kernels.StoreKVHeads(kv, l.kvLayer, pos, 1, sc.v, h, h+1)
 	}
 }
