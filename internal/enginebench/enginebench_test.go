@@ -353,7 +353,10 @@ func cpuDescription() string {
 		on   bool
 		name string
 	}{{x.HasAVX2, "avx2"}, {x.HasFMA, "fma"}, {x.HasF16C, "f16c"}, {x.HasAVX512F, "avx512f"}, {x.HasAVX512BW, "avx512bw"},
-		{x.HasAVX512VL, "avx512vl"}, {x.HasAVX512VNNI, "avx512vnni"}, {x.HasAVX512BF16, "avx512bf16"}, {x.HasAMXTile, "amx-tile"}} {
+		// AVX-512's extensions and AMX only with AVX-512F (GODEBUG=cpu.avx512f=off, as
+		// `make bench-vs-llama-avx2` runs, leaves them set in x/sys/cpu).
+		{x.HasAVX512VL, "avx512vl"}, {x.HasAVX512F && x.HasAVX512VNNI, "avx512vnni"}, {x.HasAVX512F && x.HasAVX512BF16, "avx512bf16"},
+		{x.HasAVX512F && x.HasAMXTile, "amx-tile"}} {
 		if f.on {
 			flags = append(flags, f.name)
 		}

@@ -79,10 +79,11 @@
 // and a call starts no goroutine. For is not reentrant and calls on one Pool
 // are serialized.
 //
-// Team (team.go) runs one function on every thread at once, the members
-// meeting at barriers: a decode step's whole layer stack as one parallel
-// region (model's fused step), in place of a parallel loop per product with
-// the caller's serial work between them. Its pieces compute a share of one
+// Team (team.go) runs one function as a member on every thread at once,
+// the members sharing Stages of tasks (each waits for a stage's tasks to be
+// done, never for another member): a decode step's whole layer stack as one
+// parallel region (model's fused step), in place of a parallel loop per
+// product with the caller's serial work between them. Its pieces compute a share of one
 // call's work with the call's exact values: Act.GEMV a product's rows for
 // one activation row (MatMul's), AttendHeads a decode query's heads
 // (Attention's), StoreKVHeads one token's K/V heads (StoreKV's).
