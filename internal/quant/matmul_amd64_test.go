@@ -9,6 +9,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"golang.org/x/sys/cpu"
+
 	"stockpot/internal/gguf"
 )
 
@@ -199,6 +201,50 @@ func BenchmarkK512VsTiles(b *testing.B) {
 					}
 					b.ReportMetric(float64(M*N*K)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GMAC/s")
 				})
+			}
+		}
+	}
+}
+
+// TestQ5_0RowsAVX2 checks the AVX2 (non-VNNI) Q5_0 path's two kernels
+// against each other: four activation rows at a time (q5_0Tile1x4AVX2, a
+// weight block unpacked once for them) give bitwise what each row alone
+// gives (q5_0Tile4x1AVX2), so a token's values do not depend on how many
+// rows its product had (a decode step's one, a prefill chunk's hundreds).
+func TestQ5_0RowsAVX2(t *testing.T) {
+	if !(cpu.X86.HasAVX2 && cpu.X86.HasFMA) {
+		t.Skip("no AVX2 on this CPU: the Go reference runs, and TestMatMul covers it")
+	}
+	r := rand.New(rand.NewPCG(21, 22))
+	for _, K := range []int{32, 96, 576} {
+		for _, M := range []int{4, 5, 8, 11} {
+			N := 1 + r.IntN(13)
+			ty := gguf.TypeQ5_0
+			w := make([]byte, N*ty.RowBytes(K))
+			for i := range w {
+				w[i] = byte(r.Uint32())
+			}
+			for b := 0; b < len(w); b += ty.RowBytes(qk0) {
+				binary.LittleEndian.PutUint16(w[b:], F32ToF16(float32(r.NormFloat64())*0.01))
+			}
+			xrow := K / qk0 * q8_0Bytes
+			xq := make([]byte, M*xrow)
+			for i := range xq {
+				xq[i] = byte(r.Uint32())
+			}
+			for b := 0; b < len(xq); b += q8_0Bytes {
+				binary.LittleEndian.PutUint16(xq[b:], F32ToF16(float32(r.NormFloat64())))
+			}
+			got := make([]float32, M*N)
+			rowsQ5_0(false, got, N, xq, M, w, K, 0, N)
+			for m := range M {
+				want := make([]float32, N)
+				rowsQ5_0(false, want, N, xq[m*xrow:(m+1)*xrow], 1, w, K, 0, N)
+				for n := range N {
+					if math.Float32bits(got[m*N+n]) != math.Float32bits(want[n]) {
+						t.Fatalf("K=%d M=%d (%d,%d): %d rows %v, alone %v", K, M, m, n, M, got[m*N+n], want[n])
+					}
+				}
 			}
 		}
 	}

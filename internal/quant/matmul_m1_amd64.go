@@ -15,6 +15,9 @@ func q5_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
 func q5_0Tile4x1VNNI(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
 
 //go:noescape
+func q5_0Tile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32)
+
+//go:noescape
 func q4_0Tile4x1AVX2(w0, w1, w2, w3, x *byte, nb int, acc *[32]float32)
 
 //go:noescape
@@ -60,7 +63,21 @@ func rowsQ5_0(vnni bool, dst []float32, ldd int, xq []byte, M int, w []byte, K, 
 	nb := K / qk0
 	row, xrow := nb*q5_0Bytes, nb*q8_0Bytes
 	var acc [32]float32
-	for m := range M {
+	m0 := 0
+	if !vnni {
+		// Four activation rows at a time: each weight block unpacked once for the four
+		// (q5_0Tile1x4AVX2, every value the 4x1 kernel's for its pair).
+		for ; m0+4 <= M; m0 += 4 {
+			x0, x1, x2, x3 := &xq[m0*xrow], &xq[(m0+1)*xrow], &xq[(m0+2)*xrow], &xq[(m0+3)*xrow]
+			for n := n0; n < n1; n++ {
+				q5_0Tile1x4AVX2(&w[n*row], x0, x1, x2, x3, nb, &acc)
+				for r := range 4 {
+					dst[(m0+r)*ldd+n] = hsum8((*[8]float32)(acc[8*r : 8*r+8]))
+				}
+			}
+		}
+	}
+	for m := m0; m < M; m++ {
 		x := &xq[m*xrow]
 		d := dst[m*ldd:]
 		for n := n0; n < n1; n += 4 {

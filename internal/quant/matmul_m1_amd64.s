@@ -340,3 +340,89 @@ q5v_loop:
 	JNZ q5v_loop
 q5v_done:
 	EPILOGUE
+
+// func q5_0Tile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32)
+//
+// One Q5_0 weight row against four Q8_0 activation rows, the weight block
+// unpacked once for all four (several streams' decode, prefill without
+// VNNI): acc[8r:8r+8] is the 8-lane accumulator of the row against x_r,
+// by q5_0Tile4x1AVX2's exact sequence for that pair (the same integer lanes,
+// d = d_w*d_x, acc = fma(d, lanes, acc) per block). Y8 holds |w| (LOADQ5's
+// temporary, free after it), Y6 the signed weights.
+TEXT ·q5_0Tile1x4AVX2(SB), NOSPLIT, $0-56
+	MOVQ w+0(FP), SI
+	MOVQ x0+8(FP), R8
+	MOVQ x1+16(FP), R9
+	MOVQ x2+24(FP), R10
+	MOVQ x3+32(FP), R11
+	MOVQ nb+40(FP), CX
+	MOVQ acc+48(FP), DX
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+	MOVL $0x00010001, AX
+	VMOVD AX, X15
+	VPBROADCASTD X15, Y15
+	MOVL $0x0f0f0f0f, AX
+	VMOVD AX, X13
+	VPBROADCASTD X13, Y13
+	Q5CONST
+	TESTQ CX, CX
+	JZ q5x4_done
+q5x4_loop:
+	PREFETCHT0 264(SI)
+	LOADQ5(SI)
+	VPSIGNB Y6, Y6, Y8
+	VPBROADCASTW (SI), X9
+	VCVTPH2PS X9, Y9
+	VMOVDQU 2(R8), Y4
+	VPSIGNB Y6, Y4, Y7
+	VPMADDUBSW Y7, Y8, Y7
+	VPMADDWD Y15, Y7, Y7
+	VCVTDQ2PS Y7, Y7
+	VPBROADCASTW (R8), X10
+	VCVTPH2PS X10, Y10
+	VMULPS Y10, Y9, Y12
+	VFMADD231PS Y7, Y12, Y0
+	VMOVDQU 2(R9), Y4
+	VPSIGNB Y6, Y4, Y7
+	VPMADDUBSW Y7, Y8, Y7
+	VPMADDWD Y15, Y7, Y7
+	VCVTDQ2PS Y7, Y7
+	VPBROADCASTW (R9), X10
+	VCVTPH2PS X10, Y10
+	VMULPS Y10, Y9, Y12
+	VFMADD231PS Y7, Y12, Y1
+	VMOVDQU 2(R10), Y4
+	VPSIGNB Y6, Y4, Y7
+	VPMADDUBSW Y7, Y8, Y7
+	VPMADDWD Y15, Y7, Y7
+	VCVTDQ2PS Y7, Y7
+	VPBROADCASTW (R10), X10
+	VCVTPH2PS X10, Y10
+	VMULPS Y10, Y9, Y12
+	VFMADD231PS Y7, Y12, Y2
+	VMOVDQU 2(R11), Y4
+	VPSIGNB Y6, Y4, Y7
+	VPMADDUBSW Y7, Y8, Y7
+	VPMADDWD Y15, Y7, Y7
+	VCVTDQ2PS Y7, Y7
+	VPBROADCASTW (R11), X10
+	VCVTPH2PS X10, Y10
+	VMULPS Y10, Y9, Y12
+	VFMADD231PS Y7, Y12, Y3
+	ADDQ $22, SI
+	ADDQ $34, R8
+	ADDQ $34, R9
+	ADDQ $34, R10
+	ADDQ $34, R11
+	DECQ CX
+	JNZ q5x4_loop
+q5x4_done:
+	VMOVUPS Y0, (DX)
+	VMOVUPS Y1, 32(DX)
+	VMOVUPS Y2, 64(DX)
+	VMOVUPS Y3, 96(DX)
+	VZEROUPPER
+	RET
