@@ -61,33 +61,13 @@ func RoPE(x []float32, nHeads, headDim, pos int, r RoPEParams) {
 		panic(fmt.Sprintf("kernels: RoPE NDims=%d headDim=%d nHeads=%d len(x)=%d factors=%d",
 			nd, headDim, nHeads, len(x), len(r.Factors)))
 	}
-	fs := r.FreqScale
-	if fs == 0 {
-		fs = 1
+	var buf [256]float32 // the table of any usual head on the stack
+	cs := buf[:]
+	if nd > len(buf) {
+		cs = make([]float32, nd)
 	}
-	thetaScale := float32(math.Pow(float64(r.Base), float64(float32(-2)/float32(nd))))
-	theta := float32(pos)
-	for i0 := 0; i0 < nd; i0 += 2 {
-		ext := theta
-		if r.Factors != nil {
-			ext = theta / r.Factors[i0/2]
-		}
-		t := fs * ext
-		c := float32(math.Cos(float64(t)))
-		s := float32(math.Sin(float64(t)))
-		theta *= thetaScale
-		// a is the first element of the pair, b the second, within a head.
-		a, b := i0, i0+1
-		if r.NeoX {
-			a, b = i0/2, i0/2+nd/2
-		}
-		for h := range nHeads {
-			base := h * headDim
-			x0, x1 := x[base+a], x[base+b]
-			x[base+a] = float32(x0*c) - float32(x1*s)
-			x[base+b] = float32(x0*s) + float32(x1*c)
-		}
-	}
+	RoPETable(cs, pos, r)
+	RoPEApply(x, nHeads, headDim, cs, r)
 }
 
 // RoPETable fills cs[0:NDims] with the cosine and sine RoPE computes for each pair at pos

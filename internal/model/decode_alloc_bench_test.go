@@ -85,15 +85,7 @@ func newDecodeBatch(tb testing.TB, m *model.Model, streams int) func() error {
 // loadSynth writes preset with weights of type wt and loads it on a pool of 2 threads; both
 // are closed when tb ends.
 func loadSynth(tb testing.TB, preset string, wt gguf.Type) *model.Model {
-	path := filepath.Join(tb.TempDir(), "m.gguf")
-	if err := synth.WriteFile(preset, synth.Options{Type: wt}, path); err != nil {
-		tb.Fatal(err)
-	}
-	f, err := gguf.Open(path)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { f.Close() })
+	f := synthFile(tb, preset, synth.Options{Type: wt})
 	pool := kernels.NewPool(2)
 	tb.Cleanup(pool.Close)
 	m, err := model.Load(f, pool)
@@ -101,4 +93,18 @@ func loadSynth(tb testing.TB, preset string, wt gguf.Type) *model.Model {
 		tb.Fatal(err)
 	}
 	return m
+}
+
+// synthFile writes preset with o to a temporary file and maps it (closed when tb ends).
+func synthFile(tb testing.TB, preset string, o synth.Options) *gguf.File {
+	path := filepath.Join(tb.TempDir(), "m.gguf")
+	if err := synth.WriteFile(preset, o, path); err != nil {
+		tb.Fatal(err)
+	}
+	f, err := gguf.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { f.Close() })
+	return f
 }

@@ -3,7 +3,6 @@ package model_test
 import (
 	"fmt"
 	"math"
-	"path/filepath"
 	"testing"
 
 	"stockpot/internal/gguf"
@@ -31,19 +30,7 @@ func TestFusedDecodeMatchesForward(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.preset+"/"+tc.typ.String(), func(t *testing.T) {
-			w, err := synth.Build(tc.preset, synth.Options{Seed: 11, Type: tc.typ})
-			if err != nil {
-				t.Fatal(err)
-			}
-			path := filepath.Join(t.TempDir(), "m.gguf")
-			if err := w.WriteFile(path); err != nil {
-				t.Fatal(err)
-			}
-			f, err := gguf.Open(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
+			f := synthFile(t, tc.preset, synth.Options{Seed: 11, Type: tc.typ})
 			for _, threads := range []int{2, 3} {
 				for _, dt := range []kvcache.DType{kvcache.F16, kvcache.F32} {
 					t.Run(fmt.Sprintf("threads=%d/%v", threads, dt), func(t *testing.T) {
