@@ -249,3 +249,31 @@ func TestQ5_0RowsAVX2(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkQ5_0RowsStream times rowsQ5_0 without VNNI at one and four activation rows
+// (single-stream and 4-stream decode) over 52 MB of Q5_0 weights, more than the caches
+// hold, as a model's products stream them: ns per weight block × activation row.
+func BenchmarkQ5_0RowsStream(b *testing.B) {
+	if !(cpu.X86.HasAVX2 && cpu.X86.HasFMA) {
+		b.Skip("no AVX2 on this CPU")
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	K, N := 576, 131072
+	w := make([]byte, N*gguf.TypeQ5_0.RowBytes(K))
+	for i := range w {
+		w[i] = byte(r.Uint32())
+	}
+	for _, M := range []int{1, 4} {
+		xq := make([]byte, M*K/qk0*q8_0Bytes)
+		for i := range xq {
+			xq[i] = byte(r.Uint32() % 100)
+		}
+		dst := make([]float32, M*N)
+		b.Run(fmt.Sprint("rows=", M), func(b *testing.B) {
+			for b.Loop() {
+				rowsQ5_0(false, dst, N, xq, M, w, K, 0, N)
+			}
+			b.ReportMetric(b.Elapsed().Seconds()*1e9/float64(b.N)/float64(M*N*K/qk0), "ns/block-pair")
+		})
+	}
+}

@@ -10,8 +10,10 @@ var (
 	// prefetchBytes: the pair and AVX-512 K kernels prefetch at least this far ahead, in
 	// whole groups of rows (at least one group).
 	prefetchBytes int64 = 8192
-	// prefetchAhead: the AVX2/VNNI K-quant kernels prefetch this far ahead of the row
-	// they read.
+	// prefetchAhead: the AVX2/VNNI K-quant kernels, and the AVX2 Q5_0 kernel of four
+	// activation rows (q5_0Tile1x4AVX2), prefetch this far ahead of the row they read.
+	// Calibration times single-stream products, so that Q5_0 kernel takes the distance
+	// the model's K-quants chose (or the default).
 	prefetchAhead int64 = 2048
 )
 
