@@ -24,7 +24,8 @@ import (
 // Values never depend on it (a prefetch moves bytes, not results).
 
 // Candidate distances in bytes for each knob (quant.Prefetch): 0 is one row group ahead for
-// the row kernels, the line being read for the K-quant ones (no lead).
+// the row kernels (the pair kernels under rows; without them, Q4_0/Q5_0/Q8_0 under k-ahead),
+// the line being read for the K-quant ones (no lead).
 var (
 	rowsCandidates   = []int{0, 2048, 4096, 8192, 16384, 32768}
 	kAheadCandidates = []int{0, 1024, 2048, 4096, 8192}

@@ -2,6 +2,23 @@
 
 #include "textflag.h"
 
+// NEXTPAIR sets R12, where the loops prefetch from (advancing by the pair's
+// bytes per block): the next pair of weight rows (rows are consecutive), or
+// ·prefetchAhead bytes (prefetch.go) past w0 when that is further. Several
+// activation rows' work per weight block (a 4-stream decode step) reads a row
+// slower than memory delivers it, and one pair ahead (about 1.2 KB at K=576)
+// left it waiting: Q8_0 at four rows, streamed, 1.43 -> 1.18 ns a block pair
+// at 4096 ahead. Calibration sets the distance (kernels.CalibratePrefetch).
+// A prefetch never faults and never changes a value.
+#define NEXTPAIR \
+	MOVQ DI, R12; \
+	SUBQ SI, R12; \
+	ADDQ DI, R12; \
+	MOVQ ·prefetchAhead(SB), AX; \
+	ADDQ SI, AX; \
+	CMPQ AX, R12; \
+	CMOVQGT AX, R12
+
 // func q8_0TileAVX2(w0, w1, x0, x1 *byte, nb int, acc *[32]float32)
 //
 // Runs ggml's AVX2 Q8_0·Q8_0 block loop for a 2x2 tile (weight rows w0, w1
@@ -24,11 +41,7 @@ TEXT ·q8_0TileAVX2(SB), NOSPLIT, $0-48
 	MOVL $0x00010001, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
-	// R12 = the next pair of weight rows (rows are consecutive), prefetched
-	// as this pair is read; it never changes a value.
-	MOVQ DI, R12
-	SUBQ SI, R12
-	ADDQ DI, R12
+	NEXTPAIR
 	TESTQ CX, CX
 	JZ done
 
@@ -119,9 +132,7 @@ TEXT ·q4_0TileAVX2(SB), NOSPLIT, $0-48
 	MOVL $0x08080808, AX
 	VMOVD AX, X14
 	VPBROADCASTD X14, Y14
-	MOVQ DI, R12
-	SUBQ SI, R12
-	ADDQ DI, R12
+	NEXTPAIR
 	TESTQ CX, CX
 	JZ done4
 
@@ -222,9 +233,7 @@ TEXT ·q5_0Tile2x2VNNI(SB), NOSPLIT, $0-48
 	MOVL $0x10101010, AX
 	VMOVD AX, X14
 	VPBROADCASTD X14, Y14
-	MOVQ DI, R12
-	SUBQ SI, R12
-	ADDQ DI, R12
+	NEXTPAIR
 	TESTQ CX, CX
 	JZ done5
 
@@ -321,11 +330,7 @@ TEXT ·q8_0Tile2x2VNNI(SB), NOSPLIT, $0-48
 	MOVL $0x00010001, AX
 	VMOVD AX, X15
 	VPBROADCASTD X15, Y15
-	// R12 = the next pair of weight rows (rows are consecutive), prefetched
-	// as this pair is read; it never changes a value.
-	MOVQ DI, R12
-	SUBQ SI, R12
-	ADDQ DI, R12
+	NEXTPAIR
 	TESTQ CX, CX
 	JZ donev8
 
@@ -417,9 +422,7 @@ TEXT ·q4_0Tile2x2VNNI(SB), NOSPLIT, $0-48
 	MOVL $0x08080808, AX
 	VMOVD AX, X14
 	VPBROADCASTD X14, Y14
-	MOVQ DI, R12
-	SUBQ SI, R12
-	ADDQ DI, R12
+	NEXTPAIR
 	TESTQ CX, CX
 	JZ done4v4
 

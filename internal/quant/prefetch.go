@@ -11,16 +11,16 @@ var (
 	// whole groups of rows (at least one group).
 	prefetchBytes int64 = 8192
 	// prefetchAhead: the AVX2/VNNI K-quant kernels, and the AVX2 Q5_0 kernel of four
-	// activation rows (q5_0Tile1x4AVX2), prefetch this far ahead of the row they read.
-	// Calibration times single-stream products, so that Q5_0 kernel takes the distance
-	// the model's K-quants chose (or the default).
+	// activation rows (q5_0Tile1x4AVX2), prefetch this far ahead of the row they read;
+	// the Q4_0/Q5_0/Q8_0 row and tile kernels without the pair kernels at least this far
+	// (and at least the next group of rows).
 	prefetchAhead int64 = 2048
 )
 
 // Prefetch is the kernels' prefetch distances.
 type Prefetch struct {
-	Rows   int // at least this far ahead, in whole row groups (Q4_0, Q5_0, Q8_0, AVX-512 K-quants)
-	KAhead int // exactly this far ahead (AVX2 and VNNI K-quants)
+	Rows   int // at least this far ahead, in whole row groups (the pair kernels of Q4_0, Q5_0, Q8_0; AVX-512 K-quants)
+	KAhead int // exactly this far ahead (AVX2 and VNNI K-quants); at least this far for Q4_0, Q5_0, Q8_0 without the pair kernels
 }
 
 // DefaultPrefetch is the distances the kernels use until SetPrefetch.

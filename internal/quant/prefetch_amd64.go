@@ -23,6 +23,11 @@ func PrefetchKnob(t gguf.Type) string {
 		if usePairs {
 			return KnobRows
 		}
+		if cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+			// The row and tile kernels prefetch at least this far ahead (NEXTGROUP,
+			// NEXTPAIR).
+			return KnobKAhead
+		}
 	}
 	return KnobNone
 }
