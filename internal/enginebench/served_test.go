@@ -56,7 +56,25 @@ func stockpotBinary(b *testing.B) string {
 type servedReplica struct {
 	base string
 	cmd  *exec.Cmd
-	log  bytes.Buffer
+	log  lockedLog
+}
+
+// lockedLog is a process's output, read while it still writes.
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startServed starts serve on path with the benchmark's threads; extra flags follow (the
@@ -83,6 +101,13 @@ func startServed(b *testing.B, path string, extra ...string) *servedReplica {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
+				// Its own prefetch calibration (serve --calibrate), for the table's
+				// notes beside the engine's: the two are measured minutes apart.
+				for _, line := range strings.Split(s.log.String(), "\n") {
+					if strings.Contains(line, "prefetch") {
+						calibrations.Store("serve "+filepath.Base(path), strings.TrimPrefix(line, "stockpot: "))
+					}
+				}
 				return s
 			}
 		}
