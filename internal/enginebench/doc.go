@@ -27,6 +27,9 @@
 //	STOCKPOT_BENCH_TESTS=tg,batched STOCKPOT_BENCH_ROUNDS=2 go test -run '^$' \
 //	    -bench 'BenchmarkVsLlamaCpp/smollm-135m/(Q8_0|Q4_K_M)$' -benchtime 1x ./internal/enginebench
 //
+// BenchmarkOursDecode and BenchmarkOursPrefill run only Stockpot's side, for a profile;
+// STOCKPOT_BENCH_PRESET picks their model (kquant-80m for the K-quant row).
+//
 // Ratios are taken against the native build only (`make llama-native`), never against the
 // slower prebuilt library node-llama-cpp ships.
 package enginebench

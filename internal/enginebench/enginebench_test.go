@@ -537,6 +537,16 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 	}
 }
 
+// profilePreset is the model the profiling benchmarks (BenchmarkOursDecode,
+// BenchmarkOursPrefill, BenchmarkFusedDecode) synthesize: STOCKPOT_BENCH_PRESET, or preset
+// (STOCKPOT_BENCH_PRESET=kquant-80m for the table's K-quant row).
+func profilePreset() string {
+	if v := os.Getenv("STOCKPOT_BENCH_PRESET"); v != "" {
+		return v
+	}
+	return preset
+}
+
 // BenchmarkOursDecode runs only Stockpot's decode (1 and 4 streams, as in the table) for
 // profiling one engine: go test -run '^$' -bench BenchmarkOursDecode/Q8_0/streams=4
 // -cpuprofile cpu.out ./internal/enginebench. Each op is one step (one Forward), at
@@ -545,7 +555,7 @@ func BenchmarkVsLlamaCpp(b *testing.B) {
 func BenchmarkOursDecode(b *testing.B) {
 	for _, k := range weightKinds {
 		b.Run(k.name, func(b *testing.B) {
-			path := modelFile(b, preset, k.t)
+			path := modelFile(b, profilePreset(), k.t)
 			pool := kernels.NewPool(threads)
 			defer pool.Close()
 			for _, n := range []int{1, streams} {
@@ -579,7 +589,7 @@ func BenchmarkOursDecode(b *testing.B) {
 func BenchmarkOursPrefill(b *testing.B) {
 	for _, k := range weightKinds {
 		b.Run(k.name, func(b *testing.B) {
-			path := modelFile(b, preset, k.t)
+			path := modelFile(b, profilePreset(), k.t)
 			pool := kernels.NewPool(threads)
 			defer pool.Close()
 			o, done := load(b, path, pool, 512, 1)
@@ -602,7 +612,7 @@ func BenchmarkOursPrefill(b *testing.B) {
 func BenchmarkFusedDecode(b *testing.B) {
 	for _, k := range weightKinds {
 		b.Run(k.name, func(b *testing.B) {
-			path := modelFile(b, preset, k.t)
+			path := modelFile(b, profilePreset(), k.t)
 			pool := kernels.NewPool(threads)
 			defer pool.Close()
 			o, done := load(b, path, pool, streamPrompt+4096, 1)

@@ -15,37 +15,37 @@ import (
 func q4_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
 
 //go:noescape
-func q4_KTile1x1AVX2(w, x *byte, nb int, acc *[12]float32)
+func q4_KTile1x1AVX2(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 
 //go:noescape
 func q6_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32)
 
 //go:noescape
-func q6_KTile1x1AVX2(w, x *byte, nb int, acc *[8]float32)
+func q6_KTile1x1AVX2(w, x *byte, nb int, acc *[8]float32, rows int, dst *float32)
 
 //go:noescape
 func q5_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
 
 //go:noescape
-func q5_KTile1x1AVX2(w, x *byte, nb int, acc *[12]float32)
+func q5_KTile1x1AVX2(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 
 //go:noescape
 func q5_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
 
 //go:noescape
-func q5_KTile1x1VNNI(w, x *byte, nb int, acc *[12]float32)
+func q5_KTile1x1VNNI(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 
 //go:noescape
 func q4_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
 
 //go:noescape
-func q4_KTile1x1VNNI(w, x *byte, nb int, acc *[12]float32)
+func q4_KTile1x1VNNI(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 
 //go:noescape
 func q6_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32)
 
 //go:noescape
-func q6_KTile1x1VNNI(w, x *byte, nb int, acc *[8]float32)
+func q6_KTile1x1VNNI(w, x *byte, nb int, acc *[8]float32, rows int, dst *float32)
 
 //go:noescape
 func q4_KRows2x1(w *byte, rowBytes, nw int, x *byte, xstride, nb int, out *float32, ldo int)
@@ -148,7 +148,8 @@ func rows2K(t gguf.Type, R int, w *byte, rowBytes, nw int, x *byte, xstride, nb 
 const kTileBytes = 96 << 10
 
 // tilesK runs the Q4_K, Q5_K or Q6_K kernels: one weight row against four
-// activation rows, then one row at a time for the M%4 rest of each band.
+// activation rows, then each of the M%4 activation rows left in a band
+// against all the weight rows in one call.
 // Both kernels run the same per-row instruction sequence, so the value for
 // (m, n) does not depend on M, n0, n1 or the band.
 func tilesK(t gguf.Type, vnni bool, dst []float32, ldd int, xq []byte, M int, w []byte, K, n0, n1 int) {
@@ -194,29 +195,27 @@ func tilesK(t gguf.Type, vnni bool, dst []float32, ldd int, xq []byte, M int, w 
 					dst[(m+r)*ldd+n] = kSum(t, acc[12*r:])
 				}
 			}
-			for ; m < m1; m++ {
-				x := &xq[m*xrow]
-				a := (*[12]float32)(acc[:12])
-				switch {
-				case t == gguf.TypeQ6_K:
-					a := (*[8]float32)(acc[:8])
-					if vnni {
-						q6_KTile1x1VNNI(wp, x, nb, a)
-					} else {
-						q6_KTile1x1AVX2(wp, x, nb, a)
-					}
-					dst[m*ldd+n] = hsum8(a)
-					continue
-				case t == gguf.TypeQ5_K && vnni:
-					q5_KTile1x1VNNI(wp, x, nb, a)
-				case t == gguf.TypeQ5_K:
-					q5_KTile1x1AVX2(wp, x, nb, a)
-				case vnni:
-					q4_KTile1x1VNNI(wp, x, nb, a)
-				default:
-					q4_KTile1x1AVX2(wp, x, nb, a)
-				}
-				dst[m*ldd+n] = kSum(t, acc[:12])
+		}
+		// The rows left over (all of a decode step's one row): each runs over the
+		// weight rows n0..n1-1 in one call, its values straight into dst (the
+		// kernel's own hsum8/kSum, asmgen_k.go's reduce1).
+		for m := m0 + (m1-m0)&^3; m < m1 && n0 < n1; m++ {
+			x, d := &xq[m*xrow], &dst[m*ldd+n0]
+			_, _ = dst[m*ldd+n1-1], w[n1*row-1] // the kernel's reach, checked here
+			wp, rows := &w[n0*row], n1-n0
+			switch {
+			case t == gguf.TypeQ6_K && vnni:
+				q6_KTile1x1VNNI(wp, x, nb, (*[8]float32)(acc[:8]), rows, d)
+			case t == gguf.TypeQ6_K:
+				q6_KTile1x1AVX2(wp, x, nb, (*[8]float32)(acc[:8]), rows, d)
+			case t == gguf.TypeQ5_K && vnni:
+				q5_KTile1x1VNNI(wp, x, nb, (*[12]float32)(acc[:12]), rows, d)
+			case t == gguf.TypeQ5_K:
+				q5_KTile1x1AVX2(wp, x, nb, (*[12]float32)(acc[:12]), rows, d)
+			case vnni:
+				q4_KTile1x1VNNI(wp, x, nb, (*[12]float32)(acc[:12]), rows, d)
+			default:
+				q4_KTile1x1AVX2(wp, x, nb, (*[12]float32)(acc[:12]), rows, d)
 			}
 		}
 	}

@@ -343,16 +343,20 @@ q4k4avx2done:
 	VZEROUPPER
 	RET
 
-// func q4_KTile1x1AVX2(w, x *byte, nb int, acc *[12]float32)
+// func q4_KTile1x1AVX2(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8:12r+12] its 4-lane mins accumulator (acc_m in ggml).
-TEXT ·q4_KTile1x1AVX2(SB), NOSPLIT, $0-32
+TEXT ·q4_KTile1x1AVX2(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
+	MOVQ acc+24(FP), DX
+	MOVQ rows+32(FP), R9
+	MOVQ dst+40(FP), R10
+	MOVQ ·prefetchAhead(SB), R14
+
+q4k1avx2row:
 	MOVQ x+8(FP), R8
 	MOVQ nb+16(FP), CX
-	MOVQ acc+24(FP), DX
-	MOVQ ·prefetchAhead(SB), R14
 	VXORPS X8, X8, X8
 	VXORPS Y4, Y4, Y4
 	VMOVUPS X8, 32(DX)
@@ -475,6 +479,23 @@ q4k1avx2loop:
 
 q4k1avx2done:
 	VMOVUPS Y4, 0(DX)
+	// dst[i] = the row's value (hsum8 of the lanes, plus the mins)
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVUPS 32(DX), X3
+	VMOVHLPS X3, X3, X2
+	VADDPS X2, X3, X3
+	VMOVSHDUP X3, X2
+	VADDSS X2, X3, X3
+	VADDSS X3, X1, X1
+	VMOVSS X1, (R10)
+	ADDQ $4, R10
+	DECQ R9
+	JNZ q4k1avx2row
 	VZEROUPPER
 	RET
 
@@ -723,15 +744,19 @@ q6k4avx2done:
 	VZEROUPPER
 	RET
 
-// func q6_KTile1x1AVX2(w, x *byte, nb int, acc *[8]float32)
+// func q6_KTile1x1AVX2(w, x *byte, nb int, acc *[8]float32, rows int, dst *float32)
 //
 // acc[8r:8r+8] is the 8-lane accumulator of activation row r.
-TEXT ·q6_KTile1x1AVX2(SB), NOSPLIT, $0-32
+TEXT ·q6_KTile1x1AVX2(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
+	MOVQ acc+24(FP), DX
+	MOVQ rows+32(FP), R9
+	MOVQ dst+40(FP), R10
+	MOVQ ·prefetchAhead(SB), R14
+
+q6k1avx2row:
 	MOVQ x+8(FP), R8
 	MOVQ nb+16(FP), CX
-	MOVQ acc+24(FP), DX
-	MOVQ ·prefetchAhead(SB), R14
 	VXORPS Y4, Y4, Y4
 	MOVL $0x0f0f0f0f, AX
 	VMOVD AX, X15
@@ -857,6 +882,17 @@ q6k1avx2loop:
 
 q6k1avx2done:
 	VMOVUPS Y4, 0(DX)
+	// dst[i] = the row's value (hsum8 of the lanes, plus the mins)
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVSS X1, (R10)
+	ADDQ $4, R10
+	DECQ R9
+	JNZ q6k1avx2row
 	VZEROUPPER
 	RET
 
@@ -1160,16 +1196,20 @@ q5k4avx2done:
 	VZEROUPPER
 	RET
 
-// func q5_KTile1x1AVX2(w, x *byte, nb int, acc *[12]float32)
+// func q5_KTile1x1AVX2(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8] its mins sum (summs in ggml).
-TEXT ·q5_KTile1x1AVX2(SB), NOSPLIT, $0-32
+TEXT ·q5_KTile1x1AVX2(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
+	MOVQ acc+24(FP), DX
+	MOVQ rows+32(FP), R9
+	MOVQ dst+40(FP), R10
+	MOVQ ·prefetchAhead(SB), R14
+
+q5k1avx2row:
 	MOVQ x+8(FP), R8
 	MOVQ nb+16(FP), CX
-	MOVQ acc+24(FP), DX
-	MOVQ ·prefetchAhead(SB), R14
 	VXORPS X8, X8, X8
 	VXORPS Y4, Y4, Y4
 	VMOVUPS X8, 32(DX)
@@ -1322,6 +1362,18 @@ q5k1avx2loop:
 
 q5k1avx2done:
 	VMOVUPS Y4, 0(DX)
+	// dst[i] = the row's value (hsum8 of the lanes, plus the mins)
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VADDSS 32(DX), X1, X1
+	VMOVSS X1, (R10)
+	ADDQ $4, R10
+	DECQ R9
+	JNZ q5k1avx2row
 	VZEROUPPER
 	RET
 
@@ -1560,16 +1612,20 @@ q4k4vnnidone:
 	VZEROUPPER
 	RET
 
-// func q4_KTile1x1VNNI(w, x *byte, nb int, acc *[12]float32)
+// func q4_KTile1x1VNNI(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8:12r+12] its 4-lane mins accumulator (acc_m in ggml).
-TEXT ·q4_KTile1x1VNNI(SB), NOSPLIT, $0-32
+TEXT ·q4_KTile1x1VNNI(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
+	MOVQ acc+24(FP), DX
+	MOVQ rows+32(FP), R9
+	MOVQ dst+40(FP), R10
+	MOVQ ·prefetchAhead(SB), R14
+
+q4k1vnnirow:
 	MOVQ x+8(FP), R8
 	MOVQ nb+16(FP), CX
-	MOVQ acc+24(FP), DX
-	MOVQ ·prefetchAhead(SB), R14
 	VXORPS X8, X8, X8
 	VXORPS Y4, Y4, Y4
 	VMOVUPS X8, 32(DX)
@@ -1684,6 +1740,23 @@ q4k1vnniloop:
 
 q4k1vnnidone:
 	VMOVUPS Y4, 0(DX)
+	// dst[i] = the row's value (hsum8 of the lanes, plus the mins)
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVUPS 32(DX), X3
+	VMOVHLPS X3, X3, X2
+	VADDPS X2, X3, X3
+	VMOVSHDUP X3, X2
+	VADDSS X2, X3, X3
+	VADDSS X3, X1, X1
+	VMOVSS X1, (R10)
+	ADDQ $4, R10
+	DECQ R9
+	JNZ q4k1vnnirow
 	VZEROUPPER
 	RET
 
@@ -1900,15 +1973,19 @@ q6k4vnnidone:
 	VZEROUPPER
 	RET
 
-// func q6_KTile1x1VNNI(w, x *byte, nb int, acc *[8]float32)
+// func q6_KTile1x1VNNI(w, x *byte, nb int, acc *[8]float32, rows int, dst *float32)
 //
 // acc[8r:8r+8] is the 8-lane accumulator of activation row r.
-TEXT ·q6_KTile1x1VNNI(SB), NOSPLIT, $0-32
+TEXT ·q6_KTile1x1VNNI(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
+	MOVQ acc+24(FP), DX
+	MOVQ rows+32(FP), R9
+	MOVQ dst+40(FP), R10
+	MOVQ ·prefetchAhead(SB), R14
+
+q6k1vnnirow:
 	MOVQ x+8(FP), R8
 	MOVQ nb+16(FP), CX
-	MOVQ acc+24(FP), DX
-	MOVQ ·prefetchAhead(SB), R14
 	VXORPS Y4, Y4, Y4
 	MOVL $0x0f0f0f0f, AX
 	VMOVD AX, X15
@@ -2026,6 +2103,17 @@ q6k1vnniloop:
 
 q6k1vnnidone:
 	VMOVUPS Y4, 0(DX)
+	// dst[i] = the row's value (hsum8 of the lanes, plus the mins)
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVSS X1, (R10)
+	ADDQ $4, R10
+	DECQ R9
+	JNZ q6k1vnnirow
 	VZEROUPPER
 	RET
 
@@ -2297,16 +2385,20 @@ q5k4vnnidone:
 	VZEROUPPER
 	RET
 
-// func q5_KTile1x1VNNI(w, x *byte, nb int, acc *[12]float32)
+// func q5_KTile1x1VNNI(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8] its mins sum (summs in ggml).
-TEXT ·q5_KTile1x1VNNI(SB), NOSPLIT, $0-32
+TEXT ·q5_KTile1x1VNNI(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
+	MOVQ acc+24(FP), DX
+	MOVQ rows+32(FP), R9
+	MOVQ dst+40(FP), R10
+	MOVQ ·prefetchAhead(SB), R14
+
+q5k1vnnirow:
 	MOVQ x+8(FP), R8
 	MOVQ nb+16(FP), CX
-	MOVQ acc+24(FP), DX
-	MOVQ ·prefetchAhead(SB), R14
 	VXORPS X8, X8, X8
 	VXORPS Y4, Y4, Y4
 	VMOVUPS X8, 32(DX)
@@ -2451,5 +2543,17 @@ q5k1vnniloop:
 
 q5k1vnnidone:
 	VMOVUPS Y4, 0(DX)
+	// dst[i] = the row's value (hsum8 of the lanes, plus the mins)
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VADDSS 32(DX), X1, X1
+	VMOVSS X1, (R10)
+	ADDQ $4, R10
+	DECQ R9
+	JNZ q5k1vnnirow
 	VZEROUPPER
 	RET
