@@ -34,12 +34,17 @@ func QuantizeActivations(at gguf.Type, src []float32, dst []byte) {
 		panic(err)
 	}
 	if at == gguf.TypeQ8_K {
-		for i := range nb {
-			quantizeQ8_K(src[i*qkK:(i+1)*qkK], dst[i*q8_KBytes:(i+1)*q8_KBytes])
-		}
+		quantizeRowsQ8_K(src, dst, nb)
 		return
 	}
 	quantizeRowsQ8_0(src, dst, nb)
+}
+
+// quantizeRowsQ8_KGo is quantizeRowsQ8_K in Go, one super-block at a time.
+func quantizeRowsQ8_KGo(src []float32, dst []byte, nb int) {
+	for i := range nb {
+		quantizeQ8_K(src[i*qkK:(i+1)*qkK], dst[i*q8_KBytes:(i+1)*q8_KBytes])
+	}
 }
 
 // quantizeRowsQ8_0Go is quantizeRowsQ8_0 in Go, one block at a time.

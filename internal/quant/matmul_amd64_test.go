@@ -70,6 +70,67 @@ func TestQuantizeQ8_0AVX2(t *testing.T) {
 	}
 }
 
+// TestQuantizeQ8_KAVX2 checks the assembly Q8_K activation quantizer against
+// quantizeQ8_K byte for byte: an all-zero block, a block of only NaNs and
+// zeros, ties between +amax and -amax in either order, infinities, NaNs
+// beside finite values, huge and tiny scales, and ordinary activations.
+func TestQuantizeQ8_KAVX2(t *testing.T) {
+	if !useQ8_0AVX2 {
+		t.Skip("no AVX2 on this CPU")
+	}
+	r := rand.New(rand.NewPCG(19, 20))
+	const nb = 40
+	src := make([]float32, nb*qkK)
+	nan := float32(math.NaN())
+	for i := range src {
+		b, j := i/qkK, i%qkK
+		v := float32(r.NormFloat64() * math.Pow(10, float64(b%9-4)))
+		switch b {
+		case 0: // all zero
+			v = 0
+		case 1: // NaNs and zeros: amax stays 0
+			v = 0
+			if j%3 == 0 {
+				v = nan
+			}
+		case 2: // -3 before +3: the first wins
+			v = float32(j%7) - 3
+		case 3: // +3 before -3
+			v = 3 - float32(j%7)
+		case 4:
+			if j == 77 {
+				v = float32(math.Inf(-1))
+			}
+		case 5:
+			if j%50 == 1 {
+				v = nan
+			}
+		case 6:
+			v *= 1e30
+		case 7:
+			v *= 1e-35
+		case 8: // the maximum in the last lane
+			v = float32(j%5) * 0.25
+			if j == qkK-1 {
+				v = -9
+			}
+		}
+		src[i] = v
+	}
+	have := make([]byte, nb*q8_KBytes)
+	want := make([]byte, nb*q8_KBytes)
+	for i := range have {
+		have[i] = 0xAA // every byte must be written
+	}
+	quantizeRowsQ8_K(src, have, nb)
+	quantizeRowsQ8_KGo(src, want, nb)
+	for i := range want {
+		if have[i] != want[i] {
+			t.Fatalf("byte %d (block %d, offset %d): assembly %#x, Go %#x", i, i/q8_KBytes, i%q8_KBytes, have[i], want[i])
+		}
+	}
+}
+
 // TestMatMulPairs checks the pair kernels bit for bit against the reference
 // on weights with every quant value (random bytes, so Q8_0's -128 and all
 // nibble and 5th-bit patterns occur), activations with extreme quants, odd
