@@ -140,7 +140,7 @@ func (k kernel) prologue(sig string, doc ...string) {
 		p("\tMOVQ nb+16(FP), CX")
 		return
 	}
-	p("TEXT ·%s(SB), NOSPLIT, $0-%d", k.name, 8*(r+3))
+	p("TEXT ·%s(SB), NOSPLIT, $0-%d", k.name, 8*(r+5))
 	p("\tMOVQ w+0(FP), SI")
 	for i, a := range k.args {
 		p("\tMOVQ %s+%d(FP), %s", a, 8+8*i, xRegs[i])
@@ -169,7 +169,7 @@ func q4k(r int, vnni bool) {
 	k := newKernel("4", r, vnni)
 	sig := "w, x *byte, nb int, acc *[12]float32, rows int, dst *float32"
 	if r == 4 {
-		sig = "w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32"
+		sig = "w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32, dst *float32, ldd int"
 	}
 	k.prologue(sig,
 		"// acc[12r:12r+8] is the 8-lane accumulator of activation row r and",
@@ -250,6 +250,8 @@ func q4k(r int, vnni bool) {
 	}
 	if r == 1 {
 		reduce1("4", k.label)
+	} else {
+		reduce4("4")
 	}
 	p("\tVZEROUPPER")
 	p("\tRET\n")
@@ -259,7 +261,7 @@ func q6k(r int, vnni bool) {
 	k := newKernel("6", r, vnni)
 	sig := "w, x *byte, nb int, acc *[8]float32, rows int, dst *float32"
 	if r == 4 {
-		sig = "w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32"
+		sig = "w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32, dst *float32, ldd int"
 	}
 	k.prologue(sig, "// acc[8r:8r+8] is the 8-lane accumulator of activation row r.")
 	for i := range r {
@@ -350,6 +352,8 @@ func q6k(r int, vnni bool) {
 	}
 	if r == 1 {
 		reduce1("6", k.label)
+	} else {
+		reduce4("6")
 	}
 	p("\tVZEROUPPER")
 	p("\tRET\n")
@@ -403,7 +407,7 @@ func q5k(r int, vnni bool) {
 	k := newKernel("5", r, vnni)
 	sig := "w, x *byte, nb int, acc *[12]float32, rows int, dst *float32"
 	if r == 4 {
-		sig = "w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32"
+		sig = "w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32, dst *float32, ldd int"
 	}
 	k.prologue(sig,
 		"// acc[12r:12r+8] is the 8-lane accumulator of activation row r and",
@@ -501,6 +505,8 @@ func q5k(r int, vnni bool) {
 	}
 	if r == 1 {
 		reduce1("5", k.label)
+	} else {
+		reduce4("5")
 	}
 	p("\tVZEROUPPER")
 	p("\tRET\n")
@@ -511,30 +517,57 @@ func q5k(r int, vnni bool) {
 // next weight row while any is left: hsum8 of the lanes in its
 // order ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), plus for Q4_K hsum4 of the mins
 // lanes at acc[8:12] ((m0+m2)+(m1+m3)), for Q5_K the summs at acc[8]. These
-// are kSum's and hsum8's float operations one by one, so the value is the
-// same bits; reading eight lanes back in Go after the store cost a decode
-// step of kquant-80m about 8% on AVX2.
+// are the float operations of the Go reference's finish (hsum8 + hsum4, or
+// + summs) one by one, so the value is the same bits; reading the lanes back
+// in Go after the store cost a decode step of kquant-80m about 8% on AVX2.
 func reduce1(typ, label string) {
 	p("\t// dst[i] = the row's value (hsum8 of the lanes, plus the mins)")
-	p("\tVEXTRACTF128 $1, Y4, X0")
-	p("\tVADDPS X0, X4, X0")
+	reduce(typ, 4, 32)
+	p("\tVMOVSS X1, (R10)")
+	p("\tADDQ $4, R10")
+	p("\tDECQ R9")
+	p("\tJNZ %srow", label)
+}
+
+// reduce4 is reduce1 for the four-row kernels: activation row i's value (its
+// lanes in Y(4+i), its mins at acc[12i+8:]) goes to dst + i*ldd, dst and ldd
+// from the arguments (every general register the loop used is free here).
+func reduce4(typ string) {
+	p("\t// dst[i*ldd] = activation row i's value")
+	p("\tMOVQ dst+56(FP), DI")
+	p("\tMOVQ ldd+64(FP), BX")
+	p("\tSHLQ $2, BX")
+	for i := range 4 {
+		off := 48*i + 32
+		if typ == "6" {
+			off = -1
+		}
+		reduce(typ, 4+i, off)
+		p("\tVMOVSS X1, (DI)")
+		if i < 3 {
+			p("\tADDQ BX, DI")
+		}
+	}
+}
+
+// reduce leaves in X1 hsum8 of the lanes in Y(lanes) plus, for Q4_K, hsum4
+// of the 4 mins lanes at off(DX), for Q5_K the summs float at off(DX).
+func reduce(typ string, lanes, off int) {
+	p("\tVEXTRACTF128 $1, Y%d, X0", lanes)
+	p("\tVADDPS X0, X%d, X0", lanes)
 	p("\tVMOVHLPS X0, X0, X1")
 	p("\tVADDPS X1, X0, X1")
 	p("\tVMOVSHDUP X1, X2")
 	p("\tVADDSS X2, X1, X1")
 	switch typ {
 	case "4":
-		p("\tVMOVUPS 32(DX), X3")
+		p("\tVMOVUPS %d(DX), X3", off)
 		p("\tVMOVHLPS X3, X3, X2")
 		p("\tVADDPS X2, X3, X3")
 		p("\tVMOVSHDUP X3, X2")
 		p("\tVADDSS X2, X3, X3")
 		p("\tVADDSS X3, X1, X1")
 	case "5":
-		p("\tVADDSS 32(DX), X1, X1")
+		p("\tVADDSS %d(DX), X1, X1", off)
 	}
-	p("\tVMOVSS X1, (R10)")
-	p("\tADDQ $4, R10")
-	p("\tDECQ R9")
-	p("\tJNZ %srow", label)
 }

@@ -12,37 +12,37 @@ import (
 //go:generate go run asmgen_k512.go asmgen_prefetch.go
 
 //go:noescape
-func q4_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
+func q4_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32, dst *float32, ldd int)
 
 //go:noescape
 func q4_KTile1x1AVX2(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 
 //go:noescape
-func q6_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32)
+func q6_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32, dst *float32, ldd int)
 
 //go:noescape
 func q6_KTile1x1AVX2(w, x *byte, nb int, acc *[8]float32, rows int, dst *float32)
 
 //go:noescape
-func q5_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
+func q5_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32, dst *float32, ldd int)
 
 //go:noescape
 func q5_KTile1x1AVX2(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 
 //go:noescape
-func q5_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
+func q5_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32, dst *float32, ldd int)
 
 //go:noescape
 func q5_KTile1x1VNNI(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 
 //go:noescape
-func q4_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
+func q4_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32, dst *float32, ldd int)
 
 //go:noescape
 func q4_KTile1x1VNNI(w, x *byte, nb int, acc *[12]float32, rows int, dst *float32)
 
 //go:noescape
-func q6_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32)
+func q6_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32, dst *float32, ldd int)
 
 //go:noescape
 func q6_KTile1x1VNNI(w, x *byte, nb int, acc *[8]float32, rows int, dst *float32)
@@ -169,36 +169,29 @@ func tilesK(t gguf.Type, vnni bool, dst []float32, ldd int, xq []byte, M int, w 
 			for ; m+4 <= m1; m += 4 {
 				x := xq[m*xrow:]
 				x0, x1, x2, x3 := &x[0], &x[xrow], &x[2*xrow], &x[3*xrow]
+				// The kernel writes dst[(m+r)*ldd+n] for r < 4 (asmgen_k.go's reduce4).
+				_ = dst[(m+3)*ldd+n]
+				d := &dst[m*ldd+n]
 				// Direct calls (not a func value) keep acc on the stack.
 				switch {
+				case t == gguf.TypeQ6_K && vnni:
+					q6_KTile1x4VNNI(wp, x0, x1, x2, x3, nb, (*[32]float32)(acc[:32]), d, ldd)
 				case t == gguf.TypeQ6_K:
-					a := (*[32]float32)(acc[:32])
-					if vnni {
-						q6_KTile1x4VNNI(wp, x0, x1, x2, x3, nb, a)
-					} else {
-						q6_KTile1x4AVX2(wp, x0, x1, x2, x3, nb, a)
-					}
-					for r := range 4 {
-						dst[(m+r)*ldd+n] = hsum8((*[8]float32)(a[8*r:]))
-					}
-					continue
+					q6_KTile1x4AVX2(wp, x0, x1, x2, x3, nb, (*[32]float32)(acc[:32]), d, ldd)
 				case t == gguf.TypeQ5_K && vnni:
-					q5_KTile1x4VNNI(wp, x0, x1, x2, x3, nb, &acc)
+					q5_KTile1x4VNNI(wp, x0, x1, x2, x3, nb, &acc, d, ldd)
 				case t == gguf.TypeQ5_K:
-					q5_KTile1x4AVX2(wp, x0, x1, x2, x3, nb, &acc)
+					q5_KTile1x4AVX2(wp, x0, x1, x2, x3, nb, &acc, d, ldd)
 				case vnni:
-					q4_KTile1x4VNNI(wp, x0, x1, x2, x3, nb, &acc)
+					q4_KTile1x4VNNI(wp, x0, x1, x2, x3, nb, &acc, d, ldd)
 				default:
-					q4_KTile1x4AVX2(wp, x0, x1, x2, x3, nb, &acc)
-				}
-				for r := range 4 {
-					dst[(m+r)*ldd+n] = kSum(t, acc[12*r:])
+					q4_KTile1x4AVX2(wp, x0, x1, x2, x3, nb, &acc, d, ldd)
 				}
 			}
 		}
 		// The rows left over (all of a decode step's one row): each runs over the
 		// weight rows n0..n1-1 in one call, its values straight into dst (the
-		// kernel's own hsum8/kSum, asmgen_k.go's reduce1).
+		// kernel's own reduction, asmgen_k.go's reduce1).
 		for m := m0 + (m1-m0)&^3; m < m1 && n0 < n1; m++ {
 			x, d := &xq[m*xrow], &dst[m*ldd+n0]
 			_, _ = dst[m*ldd+n1-1], w[n1*row-1] // the kernel's reach, checked here
@@ -219,14 +212,4 @@ func tilesK(t gguf.Type, vnni bool, dst []float32, ldd int, xq []byte, M int, w 
 			}
 		}
 	}
-}
-
-// kSum finishes a Q4_K or Q5_K row from its 12 accumulator floats: ggml's
-// hsum_float_8 of the lanes plus the mins (Q4_K: hsum of 4 lanes; Q5_K:
-// the scalar summs).
-func kSum(t gguf.Type, a []float32) float32 {
-	if t == gguf.TypeQ5_K {
-		return hsum8((*[8]float32)(a[:8])) + a[8]
-	}
-	return hsum8((*[8]float32)(a[:8])) + hsum4((*[4]float32)(a[8:12]))
 }

@@ -79,11 +79,11 @@ DATA bit4<>+16(SB)/8, $0x1010101010101010
 DATA bit4<>+24(SB)/8, $0x1010101010101010
 GLOBL bit4<>(SB), RODATA|NOPTR, $32
 
-// func q4_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
+// func q4_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32, dst *float32, ldd int)
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8:12r+12] its 4-lane mins accumulator (acc_m in ggml).
-TEXT ·q4_KTile1x4AVX2(SB), NOSPLIT, $0-56
+TEXT ·q4_KTile1x4AVX2(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
 	MOVQ x1+16(FP), R9
@@ -340,6 +340,65 @@ q4k4avx2done:
 	VMOVUPS Y5, 48(DX)
 	VMOVUPS Y6, 96(DX)
 	VMOVUPS Y7, 144(DX)
+	// dst[i*ldd] = activation row i's value
+	MOVQ dst+56(FP), DI
+	MOVQ ldd+64(FP), BX
+	SHLQ $2, BX
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVUPS 32(DX), X3
+	VMOVHLPS X3, X3, X2
+	VADDPS X2, X3, X3
+	VMOVSHDUP X3, X2
+	VADDSS X2, X3, X3
+	VADDSS X3, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y5, X0
+	VADDPS X0, X5, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVUPS 80(DX), X3
+	VMOVHLPS X3, X3, X2
+	VADDPS X2, X3, X3
+	VMOVSHDUP X3, X2
+	VADDSS X2, X3, X3
+	VADDSS X3, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y6, X0
+	VADDPS X0, X6, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVUPS 128(DX), X3
+	VMOVHLPS X3, X3, X2
+	VADDPS X2, X3, X3
+	VMOVSHDUP X3, X2
+	VADDSS X2, X3, X3
+	VADDSS X3, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y7, X0
+	VADDPS X0, X7, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVUPS 176(DX), X3
+	VMOVHLPS X3, X3, X2
+	VADDPS X2, X3, X3
+	VMOVSHDUP X3, X2
+	VADDSS X2, X3, X3
+	VADDSS X3, X1, X1
+	VMOVSS X1, (DI)
 	VZEROUPPER
 	RET
 
@@ -499,10 +558,10 @@ q4k1avx2done:
 	VZEROUPPER
 	RET
 
-// func q6_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32)
+// func q6_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32, dst *float32, ldd int)
 //
 // acc[8r:8r+8] is the 8-lane accumulator of activation row r.
-TEXT ·q6_KTile1x4AVX2(SB), NOSPLIT, $0-56
+TEXT ·q6_KTile1x4AVX2(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
 	MOVQ x1+16(FP), R9
@@ -741,6 +800,41 @@ q6k4avx2done:
 	VMOVUPS Y5, 32(DX)
 	VMOVUPS Y6, 64(DX)
 	VMOVUPS Y7, 96(DX)
+	// dst[i*ldd] = activation row i's value
+	MOVQ dst+56(FP), DI
+	MOVQ ldd+64(FP), BX
+	SHLQ $2, BX
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y5, X0
+	VADDPS X0, X5, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y6, X0
+	VADDPS X0, X6, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y7, X0
+	VADDPS X0, X7, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVSS X1, (DI)
 	VZEROUPPER
 	RET
 
@@ -896,11 +990,11 @@ q6k1avx2done:
 	VZEROUPPER
 	RET
 
-// func q5_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
+// func q5_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32, dst *float32, ldd int)
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8] its mins sum (summs in ggml).
-TEXT ·q5_KTile1x4AVX2(SB), NOSPLIT, $0-56
+TEXT ·q5_KTile1x4AVX2(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
 	MOVQ x1+16(FP), R9
@@ -1193,6 +1287,45 @@ q5k4avx2done:
 	VMOVUPS Y5, 48(DX)
 	VMOVUPS Y6, 96(DX)
 	VMOVUPS Y7, 144(DX)
+	// dst[i*ldd] = activation row i's value
+	MOVQ dst+56(FP), DI
+	MOVQ ldd+64(FP), BX
+	SHLQ $2, BX
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VADDSS 32(DX), X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y5, X0
+	VADDPS X0, X5, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VADDSS 80(DX), X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y6, X0
+	VADDPS X0, X6, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VADDSS 128(DX), X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y7, X0
+	VADDPS X0, X7, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VADDSS 176(DX), X1, X1
+	VMOVSS X1, (DI)
 	VZEROUPPER
 	RET
 
@@ -1380,11 +1513,11 @@ q5k1avx2done:
 // The VNNI variants fuse each madd+add pair into VPDPWSSD (AVX512_VNNI on
 // 256-bit registers); the integer lane sums are the same exact values.
 
-// func q4_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
+// func q4_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32, dst *float32, ldd int)
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8:12r+12] its 4-lane mins accumulator (acc_m in ggml).
-TEXT ·q4_KTile1x4VNNI(SB), NOSPLIT, $0-56
+TEXT ·q4_KTile1x4VNNI(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
 	MOVQ x1+16(FP), R9
@@ -1609,6 +1742,65 @@ q4k4vnnidone:
 	VMOVUPS Y5, 48(DX)
 	VMOVUPS Y6, 96(DX)
 	VMOVUPS Y7, 144(DX)
+	// dst[i*ldd] = activation row i's value
+	MOVQ dst+56(FP), DI
+	MOVQ ldd+64(FP), BX
+	SHLQ $2, BX
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVUPS 32(DX), X3
+	VMOVHLPS X3, X3, X2
+	VADDPS X2, X3, X3
+	VMOVSHDUP X3, X2
+	VADDSS X2, X3, X3
+	VADDSS X3, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y5, X0
+	VADDPS X0, X5, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVUPS 80(DX), X3
+	VMOVHLPS X3, X3, X2
+	VADDPS X2, X3, X3
+	VMOVSHDUP X3, X2
+	VADDSS X2, X3, X3
+	VADDSS X3, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y6, X0
+	VADDPS X0, X6, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVUPS 128(DX), X3
+	VMOVHLPS X3, X3, X2
+	VADDPS X2, X3, X3
+	VMOVSHDUP X3, X2
+	VADDSS X2, X3, X3
+	VADDSS X3, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y7, X0
+	VADDPS X0, X7, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVUPS 176(DX), X3
+	VMOVHLPS X3, X3, X2
+	VADDPS X2, X3, X3
+	VMOVSHDUP X3, X2
+	VADDSS X2, X3, X3
+	VADDSS X3, X1, X1
+	VMOVSS X1, (DI)
 	VZEROUPPER
 	RET
 
@@ -1760,10 +1952,10 @@ q4k1vnnidone:
 	VZEROUPPER
 	RET
 
-// func q6_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32)
+// func q6_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32, dst *float32, ldd int)
 //
 // acc[8r:8r+8] is the 8-lane accumulator of activation row r.
-TEXT ·q6_KTile1x4VNNI(SB), NOSPLIT, $0-56
+TEXT ·q6_KTile1x4VNNI(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
 	MOVQ x1+16(FP), R9
@@ -1970,6 +2162,41 @@ q6k4vnnidone:
 	VMOVUPS Y5, 32(DX)
 	VMOVUPS Y6, 64(DX)
 	VMOVUPS Y7, 96(DX)
+	// dst[i*ldd] = activation row i's value
+	MOVQ dst+56(FP), DI
+	MOVQ ldd+64(FP), BX
+	SHLQ $2, BX
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y5, X0
+	VADDPS X0, X5, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y6, X0
+	VADDPS X0, X6, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y7, X0
+	VADDPS X0, X7, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VMOVSS X1, (DI)
 	VZEROUPPER
 	RET
 
@@ -2117,11 +2344,11 @@ q6k1vnnidone:
 	VZEROUPPER
 	RET
 
-// func q5_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32)
+// func q5_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[48]float32, dst *float32, ldd int)
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8] its mins sum (summs in ggml).
-TEXT ·q5_KTile1x4VNNI(SB), NOSPLIT, $0-56
+TEXT ·q5_KTile1x4VNNI(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
 	MOVQ x1+16(FP), R9
@@ -2382,6 +2609,45 @@ q5k4vnnidone:
 	VMOVUPS Y5, 48(DX)
 	VMOVUPS Y6, 96(DX)
 	VMOVUPS Y7, 144(DX)
+	// dst[i*ldd] = activation row i's value
+	MOVQ dst+56(FP), DI
+	MOVQ ldd+64(FP), BX
+	SHLQ $2, BX
+	VEXTRACTF128 $1, Y4, X0
+	VADDPS X0, X4, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VADDSS 32(DX), X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y5, X0
+	VADDPS X0, X5, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VADDSS 80(DX), X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y6, X0
+	VADDPS X0, X6, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VADDSS 128(DX), X1, X1
+	VMOVSS X1, (DI)
+	ADDQ BX, DI
+	VEXTRACTF128 $1, Y7, X0
+	VADDPS X0, X7, X0
+	VMOVHLPS X0, X0, X1
+	VADDPS X1, X0, X1
+	VMOVSHDUP X1, X2
+	VADDSS X2, X1, X1
+	VADDSS 176(DX), X1, X1
+	VMOVSS X1, (DI)
 	VZEROUPPER
 	RET
 
