@@ -125,6 +125,12 @@ func (k kernel) prologue(sig string, doc ...string) {
 		p("%s", d)
 	}
 	if r == 1 {
+		p("// It runs over rows consecutive weight rows from w (rows >= 1), each")
+		p("// against x, and writes weight row i's value to dst[i] (reduce1).")
+	} else {
+		p("// Activation row r's value goes to dst[r*ldd] (reduce4).")
+	}
+	if r == 1 {
 		// One activation row runs over rows consecutive weight rows in one call
 		// (a decode step's rows are short: 3 super-blocks at K=768, about 40 ns
 		// each, where a Go call per row cost a tenth of the step). R9 counts the

@@ -83,6 +83,7 @@ GLOBL bit4<>(SB), RODATA|NOPTR, $32
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8:12r+12] its 4-lane mins accumulator (acc_m in ggml).
+// Activation row r's value goes to dst[r*ldd] (reduce4).
 TEXT ·q4_KTile1x4AVX2(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
@@ -406,6 +407,8 @@ q4k4avx2done:
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8:12r+12] its 4-lane mins accumulator (acc_m in ggml).
+// It runs over rows consecutive weight rows from w (rows >= 1), each
+// against x, and writes weight row i's value to dst[i] (reduce1).
 TEXT ·q4_KTile1x1AVX2(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
 	MOVQ acc+24(FP), DX
@@ -561,6 +564,7 @@ q4k1avx2done:
 // func q6_KTile1x4AVX2(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32, dst *float32, ldd int)
 //
 // acc[8r:8r+8] is the 8-lane accumulator of activation row r.
+// Activation row r's value goes to dst[r*ldd] (reduce4).
 TEXT ·q6_KTile1x4AVX2(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
@@ -841,6 +845,8 @@ q6k4avx2done:
 // func q6_KTile1x1AVX2(w, x *byte, nb int, acc *[8]float32, rows int, dst *float32)
 //
 // acc[8r:8r+8] is the 8-lane accumulator of activation row r.
+// It runs over rows consecutive weight rows from w (rows >= 1), each
+// against x, and writes weight row i's value to dst[i] (reduce1).
 TEXT ·q6_KTile1x1AVX2(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
 	MOVQ acc+24(FP), DX
@@ -994,6 +1000,7 @@ q6k1avx2done:
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8] its mins sum (summs in ggml).
+// Activation row r's value goes to dst[r*ldd] (reduce4).
 TEXT ·q5_KTile1x4AVX2(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
@@ -1333,6 +1340,8 @@ q5k4avx2done:
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8] its mins sum (summs in ggml).
+// It runs over rows consecutive weight rows from w (rows >= 1), each
+// against x, and writes weight row i's value to dst[i] (reduce1).
 TEXT ·q5_KTile1x1AVX2(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
 	MOVQ acc+24(FP), DX
@@ -1517,6 +1526,7 @@ q5k1avx2done:
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8:12r+12] its 4-lane mins accumulator (acc_m in ggml).
+// Activation row r's value goes to dst[r*ldd] (reduce4).
 TEXT ·q4_KTile1x4VNNI(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
@@ -1808,6 +1818,8 @@ q4k4vnnidone:
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8:12r+12] its 4-lane mins accumulator (acc_m in ggml).
+// It runs over rows consecutive weight rows from w (rows >= 1), each
+// against x, and writes weight row i's value to dst[i] (reduce1).
 TEXT ·q4_KTile1x1VNNI(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
 	MOVQ acc+24(FP), DX
@@ -1955,6 +1967,7 @@ q4k1vnnidone:
 // func q6_KTile1x4VNNI(w, x0, x1, x2, x3 *byte, nb int, acc *[32]float32, dst *float32, ldd int)
 //
 // acc[8r:8r+8] is the 8-lane accumulator of activation row r.
+// Activation row r's value goes to dst[r*ldd] (reduce4).
 TEXT ·q6_KTile1x4VNNI(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
@@ -2203,6 +2216,8 @@ q6k4vnnidone:
 // func q6_KTile1x1VNNI(w, x *byte, nb int, acc *[8]float32, rows int, dst *float32)
 //
 // acc[8r:8r+8] is the 8-lane accumulator of activation row r.
+// It runs over rows consecutive weight rows from w (rows >= 1), each
+// against x, and writes weight row i's value to dst[i] (reduce1).
 TEXT ·q6_KTile1x1VNNI(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
 	MOVQ acc+24(FP), DX
@@ -2348,6 +2363,7 @@ q6k1vnnidone:
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8] its mins sum (summs in ggml).
+// Activation row r's value goes to dst[r*ldd] (reduce4).
 TEXT ·q5_KTile1x4VNNI(SB), NOSPLIT, $0-72
 	MOVQ w+0(FP), SI
 	MOVQ x0+8(FP), R8
@@ -2655,6 +2671,8 @@ q5k4vnnidone:
 //
 // acc[12r:12r+8] is the 8-lane accumulator of activation row r and
 // acc[12r+8] its mins sum (summs in ggml).
+// It runs over rows consecutive weight rows from w (rows >= 1), each
+// against x, and writes weight row i's value to dst[i] (reduce1).
 TEXT ·q5_KTile1x1VNNI(SB), NOSPLIT, $0-48
 	MOVQ w+0(FP), SI
 	MOVQ acc+24(FP), DX
