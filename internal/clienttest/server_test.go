@@ -1,19 +1,18 @@
 package clienttest
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"stockpot/internal/portlock"
+	"stockpot/internal/syncbuf"
 )
 
 // The tests run the real binary, built once by TestMain, as a subprocess per test: each test
@@ -44,25 +43,7 @@ func TestMain(m *testing.M) {
 type server struct {
 	url string // http://127.0.0.1:PORT
 	cmd *exec.Cmd
-	log *syncBuffer
-}
-
-// syncBuffer is the server's combined output; the process writes while a test may read.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+	log *syncbuf.Buffer // the server's combined output, read while it writes
 }
 
 // startServer starts `stockpot serve` with the embedded default model (no --model flag, as a
@@ -74,7 +55,7 @@ func startServer(t *testing.T, extra ...string) *server {
 		t.Fatal(buildErr) // a build failure is a failure, never a skip
 	}
 	addr := freeAddr(t)
-	s := &server{url: "http://" + addr, log: &syncBuffer{}}
+	s := &server{url: "http://" + addr, log: &syncbuf.Buffer{}}
 	args := append([]string{"serve", "--addr", addr, "--kv-memory", "256MiB", "--block-size", fmt.Sprint(blockSize)}, extra...)
 	s.cmd = exec.Command(binPath, args...)
 	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log

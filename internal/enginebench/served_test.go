@@ -14,6 +14,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"stockpot/internal/syncbuf"
 )
 
 // The served path: what a user of `stockpot serve` gets, measured beside the engine.
@@ -56,25 +58,7 @@ func stockpotBinary(b *testing.B) string {
 type servedReplica struct {
 	base string
 	cmd  *exec.Cmd
-	log  lockedLog
-}
-
-// lockedLog is a process's output, read while it still writes.
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	log  syncbuf.Buffer // read while serve still writes it
 }
 
 // startServed starts serve on path with the benchmark's threads; extra flags follow (the

@@ -1,7 +1,6 @@
 package router
 
 import (
-	"bytes"
 	"encoding/json"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"stockpot/internal/kvevents"
+	"stockpot/internal/syncbuf"
 )
 
 // seen is one request a recordingBackend received.
@@ -74,7 +74,7 @@ func (rb *recordingBackend) seen() []seen {
 
 // authRouter starts a router over backends with the given keys; its log
 // goes to the returned buffer.
-func authRouter(t *testing.T, mod func(*Config), backends ...string) (*Router, string, *syncBuffer) {
+func authRouter(t *testing.T, mod func(*Config), backends ...string) (*Router, string, *syncbuf.Buffer) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Policy = "round-robin"
@@ -82,7 +82,7 @@ func authRouter(t *testing.T, mod func(*Config), backends ...string) (*Router, s
 	cfg.HealthInterval = time.Hour
 	reg := prometheus.NewRegistry()
 	cfg.Registerer, cfg.Gatherer = reg, reg
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	if mod != nil {
 		mod(&cfg)
@@ -94,23 +94,6 @@ func authRouter(t *testing.T, mod func(*Config), backends ...string) (*Router, s
 	front := httptest.NewServer(rt.Handler())
 	t.Cleanup(func() { front.Close(); rt.Close() })
 	return rt, front.URL, logs
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // call does one request with headers (name, value pairs) and returns the

@@ -18,6 +18,7 @@ import (
 	"stockpot/internal/kvtier"
 	"stockpot/internal/prefix"
 	"stockpot/internal/soak"
+	"stockpot/internal/syncbuf"
 )
 
 // Scale-out, end to end: real replicas sharing one real Redis under --remote-write through,
@@ -364,7 +365,7 @@ func startRouteProcess(t *testing.T, policy string, backends ...string) string {
 		args = append(args, "--backend", b)
 	}
 	cmd := exec.Command(binPath, args...)
-	log := &syncBuffer{}
+	log := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"stockpot/internal/syncbuf"
 )
 
 // watchdog bounds a wait on a state that must come: it only turns a hang into a failure with
@@ -166,7 +168,7 @@ func TestRouteCommand(t *testing.T) {
 	cmd := exec.Command(binPath, "route", "--backend", rs[0].url, "--addr", addr, "--health-interval", "200ms")
 	cmd.Env = append(os.Environ(), "STOCKPOT_POLICY=prefix", "STOCKPOT_ADMIN_KEY="+adminKey)
 	admin := []string{"Authorization", "Bearer " + adminKey}
-	log := &syncBuffer{} // read while the process writes
+	log := &syncbuf.Buffer{} // read while the process writes
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -339,7 +341,7 @@ func TestRouteCommandKeys(t *testing.T) {
 		"--admin-key-file", write("admin", adminKey+"\n"),
 		"--backend-key-file", write("backend", backendKey+"\n"),
 		"--idle-timeout", "30s", "--read-timeout", "30s", "--max-connections", "64")
-	log := &syncBuffer{} // read while the process writes
+	log := &syncbuf.Buffer{} // read while the process writes
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
