@@ -259,7 +259,8 @@ func (e *estimator) stringCost(v *jv) int64 {
 }
 
 // patternCost prices a pattern's grammar per regexp node: a character costs its UTF-8
-// sequences and the escapes of the specials it covers; repeats are counted, never unrolled.
+// sequences and the escapes of the specials it covers; repeats are counted, never unrolled;
+// each top-level alternative brings its own unanchored text on both sides (patternTop).
 func patternCost(p string) int64 {
 	re, err := syntax.Parse(p, syntax.Perl)
 	if err != nil {
@@ -287,7 +288,20 @@ func patternCost(p string) int64 {
 		}
 		return c
 	}
-	return sat(walk(re), 2*blockCost().char)
+	// patternTop's shape: the text around the match (two runs of any character) once per
+	// top-level alternative, so "a|b|" builds three pairs.
+	var top func(re *syntax.Regexp) int64
+	top = func(re *syntax.Regexp) int64 {
+		if re.Op == syntax.OpAlternate {
+			c := int64(4)
+			for _, s := range re.Sub {
+				c = sat(c, top(s))
+			}
+			return c
+		}
+		return sat(walk(re), 2*blockCost().char)
+	}
+	return top(re)
 }
 
 // specialsIn counts the characters of [lo, hi] that JSON writes escaped.
